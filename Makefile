@@ -1,0 +1,109 @@
+# Makefile - builds every program of the project and runs its tests.
+#
+#   make run      set up the bundled default data and train on it (GPU trainer
+#                 when a GPU is present, the CPU trainer otherwise)
+#   make test     build and run all CPU tests (ends with "N passed, N failed")
+#   make gputest  build and run the GPU tests (needs an NVIDIA GPU)
+#   make all      build every program this machine can build
+#
+# Each folder adds its own programs and tests through its module.mk; this file
+# holds the toolchain detection and the shared rules only.
+
+SHELL := /bin/bash
+CC ?= gcc
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+BUILD := build
+CFLAGS ?= -O2 -march=x86-64-v2
+CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
+LDLIBS += -lm -fopenmp
+PYTHON ?= python3
+
+# ---- optional parts: detect, and say what was found and what is left out ----
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
+CUDA_INC_DIRS := $(CUDA_HOME)/include /usr/include /usr/include/x86_64-linux-gnu
+CUDA_LIB_DIRS := $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib /usr/lib/x86_64-linux-gnu
+find_header = $(firstword $(wildcard $(addsuffix /$(1),$(CUDA_INC_DIRS))))
+find_lib = $(firstword $(wildcard $(addsuffix /lib$(1).so*,$(CUDA_LIB_DIRS))))
+HAVE_NVCC := $(if $(NVCC),1,)
+HAVE_CUBLAS := $(if $(and $(HAVE_NVCC),$(call find_header,cublasLt.h),$(call find_lib,cublasLt)),1,)
+HAVE_CUDNN := $(if $(and $(HAVE_NVCC),$(call find_header,cudnn.h),$(call find_lib,cudnn)),1,)
+HAVE_NCCL := $(if $(and $(HAVE_NVCC),$(call find_header,nccl.h),$(call find_lib,nccl)),1,)
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LDFLAGS := $(shell mpicc --showme:link 2>/dev/null)
+HAVE_MPI := $(if $(MPI_LDFLAGS),1,)
+HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+
+ifeq ($(MAKELEVEL),0)
+ifeq ($(filter clean help,$(MAKECMDGOALS)),)
+$(info [build] nvcc:   $(if $(HAVE_NVCC),found ($(NVCC)),not found: CUDA programs (train_gpt, GPU tests, benchmarks) are left out; install the CUDA toolkit))
+$(info [build] cuBLAS: $(if $(HAVE_CUBLAS),found,not found: train_gpt is left out (its matmuls need cuBLASLt)))
+$(info [build] cuDNN:  $(if $(HAVE_CUDNN),found (used only as a benchmark baseline through PyTorch),not found: nothing is left out (our attention does not use it)))
+$(info [build] NCCL:   $(if $(HAVE_NCCL),found: multi-GPU data parallelism enabled,not found: train_gpt is built for one GPU only))
+$(info [build] MPI:    $(if $(HAVE_MPI),found: mpirun launch enabled,not found: multi-GPU launch through mpirun left out (the env-var launch still works with NCCL)))
+$(info [build] GPU:    $(if $(HAVE_GPU),present,none on this machine: GPU tests and make run's GPU trainer are skipped))
+endif
+endif
+
+NVCC_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
+NVCCFLAGS ?= -O3 --use_fast_math
+NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -I. -Xcompiler -fopenmp -lineinfo --expt-relaxed-constexpr
+
+# Programs and tests each module registers (appended to by the module.mk files).
+PROGRAMS :=
+CUDA_PROGRAMS :=
+CPU_TESTS :=
+GPU_TESTS :=
+CUDA_OBJECTS :=
+
+include common/module.mk
+include dataloader/module.mk
+include attention/module.mk
+include model/module.mk
+include train/module.mk
+include dev/module.mk
+include tests/module.mk
+
+.PHONY: all run test gputest setup clean help cuda-compile-check
+.DEFAULT_GOAL := all
+
+all: $(PROGRAMS) $(if $(HAVE_NVCC),$(CUDA_PROGRAMS))
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# Set-up: fetch and verify the vocab and default corpus, tokenize it.
+setup: $(BUILD)/tokenize
+	bash scripts/setup_data.sh
+
+run: setup all
+	bash scripts/run_default.sh
+
+# The compile check CI relies on: every CUDA source builds with nvcc, no GPU needed.
+cuda-compile-check:
+ifeq ($(HAVE_NVCC),1)
+	@$(MAKE) --no-print-directory $(CUDA_OBJECTS) $(CUDA_PROGRAMS) && echo "cuda-compile: 1 passed, 0 failed" || { echo "cuda-compile: 0 passed, 1 failed"; exit 1; }
+else
+	@echo "cuda-compile: nvcc not found, CUDA sources not compiled"; echo "0 passed, 0 failed"
+endif
+
+test: $(CPU_TESTS)
+	@bash tests/run_tests.sh $(foreach t,$(CPU_TESTS),"$(t)") $(CPU_TEST_COMMANDS) "$(MAKE) --no-print-directory cuda-compile-check"
+
+gputest: $(GPU_TESTS)
+	@bash tests/run_tests.sh $(foreach t,$(GPU_TESTS),"$(t)") $(GPU_TEST_COMMANDS)
+
+clean:
+	rm -rf $(BUILD)
+
+help:
+	@sed -n '2,10p' Makefile
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

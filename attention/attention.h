@@ -1,0 +1,100 @@
+/*
+ * attention/attention.h - the switchable attention module's public contract.
+ *
+ * Why: the whole project asks how the numerics of the attention kernel change
+ * training. So the attention mode is ONE run-time value shared by the CPU
+ * reference, the CUDA kernels, the trainers, the probe and the tests, and all
+ * modes share one memory layout and one saved state per layer: switching the
+ * mode (even mid-run, from a checkpoint) changes nothing else.
+ * What each mode computes is specified in docs/ATTENTION_NUMERICS.md.
+ *
+ * Layout (the model's fused QKV buffer, no permutes):
+ *   qkv   [B, T, 3, NH, HS]  row t of batch b holds q | k | v, head h at h*HS
+ *   out   [B, T, NH, HS]     (feeds the output projection directly)
+ *   stats [B, NH, T, 2]      two fp32 per query row, the saved softmax state:
+ *                            bf16 mode:  {LSE_i (natural log, scaled units), 0}
+ *                            other modes: {m_i (raw score max), l_i (row sum)}
+ *   dout like out, dqkv like qkv.
+ * Causal: query t sees keys 0..t. Scale s = 1/sqrt(HS).
+ *
+ * Offers (this header, plain C): the mode enum and its names, the shape
+ * struct, options, and the CPU entry points (attention_cpu.c, fp32 arrays
+ * holding the values; see AttnIO) plus the fp64 reference (attention_ref.c).
+ * The CUDA entry points live in attention/attention_cuda.cuh.
+ */
+#ifndef ATTENTION_ATTENTION_H
+#define ATTENTION_ATTENTION_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    ATTN_FP32 = 0,   /* no intermediate rounding; FP32-accurate inside */
+    ATTN_BF16 = 1,   /* FlashAttention-3 style, faithful to its rounding and FMA softmax */
+    ATTN_REPAIR = 2, /* bf16 with the FMA softmax flaw repaired (P_max == 1 exactly) */
+    ATTN_GPROJ = 3,  /* repair + P-weighted projection restoring zero row sums of dS */
+    ATTN_NUM_MODES = 4
+} AttnMode;
+
+/* Names as used by the --attn flag: "fp32", "bf16", "repair", "gproj". */
+const char* attn_mode_name(AttnMode mode);
+/* Parses a flag value; returns 0 on success, -1 for an unknown name. */
+int attn_mode_parse(const char* name, AttnMode* mode);
+/* "fp32|bf16|repair|gproj", for help texts and error messages. */
+const char* attn_mode_choices(void);
+
+typedef struct {
+    int B;   /* batch */
+    int NH;  /* heads */
+    int T;   /* sequence length (causal) */
+    int HS;  /* head size */
+} AttnShape;
+
+typedef struct {
+    /* repair mode only, off by default: the Qiu & Yao tile-max shift arm
+       (see ATTENTION_NUMERICS.md); conflicts with P_max == 1, so it is never
+       combined silently. Ignored by the other modes. */
+    int tile_max_shift;
+} AttnOptions;
+
+/*
+ * CPU I/O precision. The mode contract takes BF16 Q, K, V, dO and returns BF16
+ * O, dQ, dK, dV. ATTN_IO_BF16 applies exactly that at the module boundary
+ * (inputs rounded to BF16 on entry, outputs rounded on exit), which is what
+ * the GPU kernels see and what tests compare against. ATTN_IO_FP32 skips the
+ * boundary rounding and keeps only each mode's internal rounding; the FP32 CPU
+ * model uses it, so that in fp32 mode it is plain FP32 attention (finite
+ * differences, PyTorch parity) and in the other modes the training effect of
+ * the internal rounding is still there.
+ */
+typedef enum { ATTN_IO_FP32 = 0, ATTN_IO_BF16 = 1 } AttnIO;
+
+/* Size in floats of the stats buffer for a shape: B*NH*T*2. */
+size_t attn_stats_count(AttnShape s);
+
+/* ---- CPU emulation of each mode (attention_cpu.c), OpenMP over (b, h) ---- */
+void attention_forward_cpu(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape s,
+                           const float* qkv, float* out, float* stats);
+/* Accumulates nothing: dqkv is overwritten. out and stats are the forward's. */
+void attention_backward_cpu(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape s,
+                            const float* qkv, const float* out, const float* stats,
+                            const float* dout, float* dqkv);
+
+/* ---- fp64 reference (attention_ref.c): exact softmax attention in double ---- */
+void attention_forward_ref(AttnShape s, const double* qkv, double* out);
+void attention_backward_ref(AttnShape s, const double* qkv, const double* dout, double* dqkv);
+
+/* ---- BF16 helpers shared by the CPU code, tests and tools ---- */
+/* Round-to-nearest-even to BF16, returned as float (NaN stays NaN). */
+float bf16_round(float x);
+unsigned short float_to_bf16_bits(float x);
+float bf16_bits_to_float(unsigned short b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTENTION_ATTENTION_H */

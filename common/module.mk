@@ -1,0 +1,1 @@
+# common/module.mk - programs and tests of common/ (included by the top Makefile)

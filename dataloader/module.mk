@@ -1,0 +1,1 @@
+# dataloader/module.mk - programs and tests of dataloader/ (included by the top Makefile)

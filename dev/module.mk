@@ -1,0 +1,1 @@
+# dev/module.mk - programs and tests of dev/ (included by the top Makefile)

@@ -1,0 +1,1 @@
+# tests/module.mk - programs and tests of tests/ (included by the top Makefile)

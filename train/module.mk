@@ -1,0 +1,1 @@
+# train/module.mk - programs and tests of train/ (included by the top Makefile)
