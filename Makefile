@@ -19,6 +19,9 @@ CFLAGS ?= -O2 -march=x86-64-v2
 CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
 LDLIBS += -lm -fopenmp
 PYTHON ?= python3
+# A Python that can import torch (Debian's python3-torch lives under /usr/bin/python3,
+# which a pyenv or venv python3 earlier on PATH may hide). Empty if none.
+TORCH_PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' >/dev/null 2>&1 && { command -v $$p; break; }; done)
 
 # ---- optional parts: detect, and say what was found and what is left out ----
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
