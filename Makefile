@@ -97,7 +97,7 @@ else
 	@echo "cuda-compile: nvcc not found, CUDA sources not compiled"; echo "0 passed, 0 failed"
 endif
 
-test: $(CPU_TESTS)
+test: setup $(CPU_TESTS)
 	@bash tests/run_tests.sh $(foreach t,$(CPU_TESTS),"$(t)") $(CPU_TEST_COMMANDS) "$(MAKE) --no-print-directory cuda-compile-check"
 
 gputest: $(GPU_TESTS)
