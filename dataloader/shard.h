@@ -10,13 +10,19 @@
  * File size must equal 1024 + 2*count. Offsets are 64-bit (shards > 2 GiB).
  *
  * Offers: shard_header_init, shard_header_check (returns a message naming the
- * problem, or NULL), SHARD_* constants.
+ * problem, or NULL), shard_write (header + ids to path.tmp, then rename, so a
+ * crash never leaves a half-written shard under the real name), SHARD_*
+ * constants. Ids are written in host byte order (little-endian on every
+ * machine this project targets), as llm.c does.
  */
 #ifndef DATALOADER_SHARD_H
 #define DATALOADER_SHARD_H
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#include <errno.h>
+#include <stdlib.h>
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
@@ -48,6 +54,54 @@ static inline const char* shard_header_check(const int32_t header[SHARD_HEADER_I
     if (file_size > expected) return "file is longer than its header's token count says (corrupt or mixed file)";
     *num_tokens = n;
     return NULL;
+}
+
+/*
+ * Writes a complete shard: header for n ids, then the ids. Goes to
+ * "<path>.tmp" first and is renamed to path only when fully written and
+ * closed. Returns 0, or -1 with a message naming the file in err.
+ */
+static inline int shard_write(const char* path, const uint16_t* ids, int64_t n, char* err, size_t errlen) {
+    if (n < 0 || n > INT32_MAX) {
+        snprintf(err, errlen, "%s: cannot write %lld tokens into one shard (the header's count is an int32; "
+                 "the limit is %d): split the data into more shards", path, (long long)n, INT32_MAX);
+        return -1;
+    }
+    size_t len = strlen(path);
+    char* tmp = (char*)malloc(len + 5);
+    if (tmp == NULL) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    memcpy(tmp, path, len);
+    memcpy(tmp + len, ".tmp", 5);
+    FILE* fp = fopen(tmp, "wb");
+    if (fp == NULL) {
+        snprintf(err, errlen, "%s: cannot create: %s (does its folder exist and is it writable?)", tmp,
+                 strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    int32_t header[SHARD_HEADER_INTS];
+    shard_header_init(header, n);
+    int ok = fwrite(header, sizeof(int32_t), SHARD_HEADER_INTS, fp) == SHARD_HEADER_INTS;
+    if (ok && n > 0) ok = fwrite(ids, sizeof(uint16_t), (size_t)n, fp) == (size_t)n;
+    int saved_errno = errno;
+    if (fclose(fp) != 0 && ok) { ok = 0; saved_errno = errno; }
+    if (!ok) {
+        snprintf(err, errlen, "%s: write failed: %s (is the disk full?)", tmp, strerror(saved_errno));
+        remove(tmp);
+        free(tmp);
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
+        snprintf(err, errlen, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+        remove(tmp);
+        free(tmp);
+        return -1;
+    }
+    free(tmp);
+    return 0;
 }
 
 #endif /* DATALOADER_SHARD_H */
