@@ -1,0 +1,54 @@
+/*
+ * train/comm.h - the collectives the GPU trainer needs, one process per GPU.
+ *
+ * Why: data parallelism needs five operations (gradient reduce-scatter or
+ * all-reduce, parameter all-gather, a deterministic reduction of a few
+ * scalars, and the ranks' agreement check). The trainer calls only these, so
+ * it reads the same on one GPU and on many. comm_nccl.cu implements them with
+ * NCCL; comm_single.cu (builds without NCCL) serves world size 1 with local
+ * copies, so the ZeRO-1 code path runs, and is tested, on one GPU too.
+ *
+ * Bytes are BF16 for gradients and parameters (the model's storage type);
+ * scalars are reduced by all-gathering the per-rank values and summing them
+ * in rank order on every rank: bit-identical on all ranks and run to run.
+ */
+#ifndef TRAIN_COMM_H
+#define TRAIN_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+#include "train/dist.h"
+
+typedef struct Comm Comm;
+
+/* Starts the communicator for d (after dist_detect and cudaSetDevice).
+   NCCL id: over MPI for LAUNCH_MPI, through id_file for LAUNCH_ENV (rank 0
+   writes it; required when world_size > 1). Returns NULL with a message. */
+Comm* comm_create(const DistInfo* d, const char* id_file, char* err, size_t errlen);
+void comm_destroy(Comm* c);
+int comm_world_size(const Comm* c);
+int comm_rank(const Comm* c);
+/* 1 if this build can run more than one process (NCCL linked in). */
+int comm_multi_process_capable(void);
+
+/* Sum over ranks of `count` BF16 elements, in place. */
+void comm_all_reduce_bf16(Comm* c, __nv_bfloat16* data, size_t count, cudaStream_t s);
+/* ZeRO-1: send holds world_size * shard_count elements; recv gets this
+   rank's shard of the sum. send and recv may not overlap (recv may be
+   send + rank * shard_count, NCCL's in-place form). */
+void comm_reduce_scatter_bf16(Comm* c, const __nv_bfloat16* send, __nv_bfloat16* recv, size_t shard_count,
+                              cudaStream_t s);
+/* ZeRO-1: every rank contributes shard_count elements at
+   full + rank * shard_count (in place); afterwards full holds all shards. */
+void comm_all_gather_bf16(Comm* c, __nv_bfloat16* full, size_t shard_count, cudaStream_t s);
+/* Deterministic scalar sums: in[n] per rank (device memory) -> out[n] (host),
+   summed in rank order in double. Synchronizes s. */
+void comm_sum_scalars(Comm* c, const float* d_in, double* h_out, int n, cudaStream_t s);
+/* Every rank passes its digest of config + data; returns 0 when all agree,
+   else -1 with a message naming the first rank that differs. */
+int comm_check_agreement(Comm* c, uint64_t digest, const char* what, char* err, size_t errlen);
+
+#endif /* TRAIN_COMM_H */

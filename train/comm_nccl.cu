@@ -1,0 +1,146 @@
+/*
+ * train/comm_nccl.cu - train/comm.h over NCCL (one communicator, one process
+ * per GPU). The NCCL id reaches the other ranks over MPI (mpirun) or through
+ * a file on a shared path (env-var launch); see train/dist.h.
+ */
+#include "train/comm.h"
+
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/utils.h"
+
+struct Comm {
+    DistInfo dist;
+    ncclComm_t nccl;
+    float* d_scalars;      /* world_size * kMaxScalars, gather target */
+    uint64_t* d_digests;   /* world_size digests */
+};
+
+static const int kMaxScalars = 64;
+
+#define ncclCheck(call) do {                                                         \
+        ncclResult_t r_ = (call);                                                    \
+        if (r_ != ncclSuccess) die("NCCL call %s failed: %s\n  hint: NCCL_DEBUG=WARN shows why; " \
+                                   "check that every rank runs and sees its GPU", #call, ncclGetErrorString(r_)); \
+    } while (0)
+#define cudaCheckComm(call) do {                                                     \
+        cudaError_t e_ = (call);                                                     \
+        if (e_ != cudaSuccess) die("CUDA call %s failed: %s", #call, cudaGetErrorString(e_)); \
+    } while (0)
+
+int comm_multi_process_capable(void) { return 1; }
+
+Comm* comm_create(const DistInfo* d, const char* id_file, char* err, size_t errlen) {
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (d->world_size > 1) {
+        if (d->launch == LAUNCH_MPI) {
+            if (dist_mpi_init(err, errlen) != 0) return NULL;
+            if (d->rank == 0) ncclCheck(ncclGetUniqueId(&id));
+            if (dist_mpi_broadcast(&id, sizeof id, err, errlen) != 0) return NULL;
+        } else {
+            if (id_file == NULL || id_file[0] == '\0') {
+                snprintf(err, errlen, "a launch through RANK/WORLD_SIZE needs --nccl-id-file PATH on a path "
+                         "all ranks share (rank 0 writes the NCCL id there)");
+                return NULL;
+            }
+            if (d->rank == 0) {
+                ncclCheck(ncclGetUniqueId(&id));
+                if (dist_id_file_publish(id_file, &id, sizeof id, err, errlen) != 0) return NULL;
+            } else if (dist_id_file_wait(id_file, &id, sizeof id, 300.0, err, errlen) != 0) {
+                return NULL;
+            }
+        }
+    } else {
+        ncclCheck(ncclGetUniqueId(&id));
+    }
+    Comm* c = (Comm*)callocCheck(1, sizeof(Comm));
+    c->dist = *d;
+    ncclCheck(ncclCommInitRank(&c->nccl, d->world_size, id, d->rank));
+    cudaCheckComm(cudaMalloc(&c->d_scalars, (size_t)d->world_size * kMaxScalars * sizeof(float)));
+    cudaCheckComm(cudaMalloc(&c->d_digests, (size_t)d->world_size * sizeof(uint64_t)));
+    if (d->world_size > 1 && d->launch == LAUNCH_ENV && d->rank == 0) {
+        /* Every rank is connected now: the id file has done its job. A stale
+           one would hang the next launch on an old id. */
+        remove(id_file);
+    }
+    return c;
+}
+
+void comm_destroy(Comm* c) {
+    if (c == NULL) return;
+    ncclCommDestroy(c->nccl);
+    cudaFree(c->d_scalars);
+    cudaFree(c->d_digests);
+    if (c->dist.launch == LAUNCH_MPI) dist_mpi_finalize();
+    free(c);
+}
+
+int comm_world_size(const Comm* c) { return c->dist.world_size; }
+int comm_rank(const Comm* c) { return c->dist.rank; }
+
+void comm_all_reduce_bf16(Comm* c, __nv_bfloat16* data, size_t count, cudaStream_t s) {
+    if (c->dist.world_size == 1) return;
+    ncclCheck(ncclAllReduce(data, data, count, ncclBfloat16, ncclSum, c->nccl, s));
+}
+
+void comm_reduce_scatter_bf16(Comm* c, const __nv_bfloat16* send, __nv_bfloat16* recv, size_t shard_count,
+                              cudaStream_t s) {
+    if (c->dist.world_size == 1) {
+        if (recv != send) cudaCheckComm(cudaMemcpyAsync(recv, send, shard_count * sizeof(__nv_bfloat16),
+                                                        cudaMemcpyDeviceToDevice, s));
+        return;
+    }
+    ncclCheck(ncclReduceScatter(send, recv, shard_count, ncclBfloat16, ncclSum, c->nccl, s));
+}
+
+void comm_all_gather_bf16(Comm* c, __nv_bfloat16* full, size_t shard_count, cudaStream_t s) {
+    if (c->dist.world_size == 1) return;
+    const __nv_bfloat16* mine = full + (size_t)c->dist.rank * shard_count;
+    ncclCheck(ncclAllGather(mine, full, shard_count, ncclBfloat16, c->nccl, s));
+}
+
+void comm_sum_scalars(Comm* c, const float* d_in, double* h_out, int n, cudaStream_t s) {
+    if (n > kMaxScalars) die("comm_sum_scalars: %d scalars requested, at most %d", n, kMaxScalars);
+    int W = c->dist.world_size;
+    float host[64 * 64];
+    float* gathered = W * n <= 64 * 64 ? host : (float*)mallocCheck((size_t)W * n * sizeof(float));
+    if (W == 1) {
+        cudaCheckComm(cudaMemcpyAsync(gathered, d_in, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+    } else {
+        ncclCheck(ncclAllGather(d_in, c->d_scalars, (size_t)n, ncclFloat32, c->nccl, s));
+        cudaCheckComm(cudaMemcpyAsync(gathered, c->d_scalars, (size_t)W * n * sizeof(float),
+                                      cudaMemcpyDeviceToHost, s));
+    }
+    cudaCheckComm(cudaStreamSynchronize(s));
+    for (int i = 0; i < n; i++) {
+        double sum = 0.0;
+        for (int r = 0; r < W; r++) sum += (double)gathered[r * n + i];  /* rank order: deterministic */
+        h_out[i] = sum;
+    }
+    if (gathered != host) free(gathered);
+}
+
+int comm_check_agreement(Comm* c, uint64_t digest, const char* what, char* err, size_t errlen) {
+    int W = c->dist.world_size;
+    if (W == 1) return 0;
+    uint64_t* all = (uint64_t*)mallocCheck((size_t)W * sizeof(uint64_t));
+    cudaCheckComm(cudaMemcpy(c->d_digests + c->dist.rank, &digest, sizeof digest, cudaMemcpyHostToDevice));
+    ncclCheck(ncclAllGather(c->d_digests + c->dist.rank, c->d_digests, 8, ncclUint8, c->nccl, 0));
+    cudaCheckComm(cudaMemcpy(all, c->d_digests, (size_t)W * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    int rc = 0;
+    for (int r = 0; r < W; r++) {
+        if (all[r] != all[0]) {
+            snprintf(err, errlen, "rank %d disagrees with rank 0 on %s (digest %016llx vs %016llx)\n"
+                     "  hint: every rank must be started with the same flags, model and data files", r, what,
+                     (unsigned long long)all[r], (unsigned long long)all[0]);
+            rc = -1;
+            break;
+        }
+    }
+    free(all);
+    return rc;
+}
