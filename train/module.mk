@@ -8,3 +8,8 @@ $(BUILD)/train/dist_mpi.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_dist: $(BUILD)/tests/test_dist.o $(BUILD)/train/dist.o
 	$(CC) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_dist
+# NCCL communicator for the GPU trainer: comm_nccl.cu when NCCL is found, else
+# comm_single.cu (one GPU only, says so when asked for more).
+COMM_CUDA_OBJS := $(if $(HAVE_NCCL),$(BUILD)/train/comm_nccl.cu.o,$(BUILD)/train/comm_single.cu.o)
+COMM_LDLIBS := $(if $(HAVE_NCCL),-lnccl)
+CUDA_OBJECTS += $(BUILD)/train/comm_nccl.cu.o $(BUILD)/train/comm_single.cu.o
