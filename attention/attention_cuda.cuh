@@ -1,0 +1,49 @@
+/*
+ * attention/attention_cuda.cuh - the CUDA entry points of the switchable
+ * attention module (all four modes of attention/attention.h).
+ *
+ * Why: the trainer, the probe and the benchmarks call attention through this
+ * one API, whatever the mode; the mode is a run-time argument, the layout and
+ * the saved state (out + stats) are the same for every mode, so switching the
+ * mode changes nothing else (see attention.h and docs/ATTENTION_NUMERICS.md).
+ *
+ * Layouts (device pointers, BF16 unless noted; see attention.h):
+ *   qkv [B, T, 3, NH, HS], out/dout [B, T, NH, HS], dqkv like qkv,
+ *   stats [B, NH, T, 2] fp32 (bf16 mode {LSE, 0}; other modes {m, l}).
+ * Supported: HS 64 or 128, any T >= 1, causal. Other shapes die with a clear
+ * message. Kernels are flash-style (no T x T matrix in memory), tensor cores
+ * with BF16 operands and FP32 accumulation; docs/attention_kernels.md says
+ * what each kernel does per mode and what it costs.
+ *
+ * Offers:
+ *   attention_cuda_workspace_bytes - device scratch the backward needs (fp32 dQ
+ *       accumulator, per-row D and gproj lambda); the forward needs none.
+ *   attention_forward_cuda  - writes out and stats (stats are read back by the
+ *       backward of the same mode).
+ *   attention_backward_cuda - OVERWRITES dqkv (no accumulation). workspace
+ *       must hold attention_cuda_workspace_bytes(s, mode) bytes; its contents
+ *       need not be initialised.
+ *   attention_cuda_check_shape - dies with a hint if the shape is unsupported.
+ * All calls are asynchronous on `stream`.
+ */
+#ifndef ATTENTION_ATTENTION_CUDA_CUH
+#define ATTENTION_ATTENTION_CUDA_CUH
+
+#include <stddef.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "attention/attention.h"
+#include "common/cuda_utils.cuh"
+
+size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode);
+
+void attention_cuda_check_shape(AttnShape s, AttnMode mode);
+
+void attention_forward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
+                            __nv_bfloat16* out, float* stats, void* workspace, cudaStream_t stream);
+
+void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
+                             const __nv_bfloat16* out, const float* stats, const __nv_bfloat16* dout,
+                             __nv_bfloat16* dqkv, void* workspace, cudaStream_t stream);
+
+#endif /* ATTENTION_ATTENTION_CUDA_CUH */
