@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""scripts/compare_runs.py - overlay matched runs and report the final gap to fp32.
+
+Why: the question this project answers ("does the attention mode change
+training?") is a comparison of runs that differ only in --attn. This script
+reads each run's JSON-lines log (RUN_DIR/log.jsonl, written by both trainers),
+plots loss, validation loss, gradient norm, key offset rho and the in-run dQ
+error per run into PNG files, and prints a table of final losses and their gap
+to the fp32 run (or to the first run when none is fp32).
+
+Usage: scripts/compare_runs.py RUN_DIR [RUN_DIR ...] [--out DIR] [--smooth N]
+Labels come from each log's "attn" field (else the folder name).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+# Series that are plotted when present in the logs: (key, y label, log scale).
+SERIES = [
+    ("loss", "train loss", False),
+    ("val_loss", "validation loss", False),
+    ("grad_norm", "gradient norm (before clipping)", True),
+    ("rho_max", "key offset rho, max over layers and heads", True),
+    ("probe_dq_err", "in-run dQ relative error vs fp64 recompute", True),
+    ("key_bias_norm", "norm of the key bias (all layers)", True),
+]
+
+
+def read_log(run_dir):
+    path = run_dir if run_dir.endswith(".jsonl") else os.path.join(run_dir, "log.jsonl")
+    if not os.path.isfile(path):
+        sys.exit(f"compare_runs: error: no log at {path} (expected a run folder written with --out-dir)")
+    rows = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                sys.exit(f"compare_runs: error: {path}:{lineno} is not JSON ({e}); is the log truncated?")
+    return path, rows
+
+
+def label_of(run_dir, rows):
+    for r in rows:
+        if isinstance(r.get("attn"), str):
+            return r["attn"]
+    return os.path.basename(os.path.normpath(run_dir))
+
+
+def series(rows, key):
+    pts = [(r["step"], r[key]) for r in rows if key in r and "step" in r and r[key] is not None]
+    return [p for p in pts if isinstance(p[1], (int, float)) and math.isfinite(p[1])]
+
+
+def smooth(values, n):
+    if n <= 1:
+        return values
+    out, acc = [], []
+    for v in values:
+        acc.append(v)
+        if len(acc) > n:
+            acc.pop(0)
+        out.append(sum(acc) / len(acc))
+    return out
+
+
+def final_mean(pts, last=20):
+    vals = [v for _, v in pts[-last:]]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", help="run folders (each with log.jsonl) or .jsonl files")
+    ap.add_argument("--out", default="compare", help="folder for the PNG plots (default: compare)")
+    ap.add_argument("--smooth", type=int, default=1, help="moving average over N logged steps for plots")
+    args = ap.parse_args()
+
+    runs = []
+    for d in args.runs:
+        path, rows = read_log(d)
+        runs.append((label_of(d, rows), path, rows))
+
+    ref = next((r for r in runs if r[0] == "fp32"), runs[0])
+    ref_train = final_mean(series(ref[2], "loss"))
+    ref_val = (series(ref[2], "val_loss") or [(0, float("nan"))])[-1][1]
+    print(f"{'run':<12} {'steps':>7} {'train loss (last 20)':>21} {'gap':>8} {'final val':>10} {'gap':>8}"
+          f" {'max rho':>8} {'grad norm':>10}")
+    for label, path, rows in runs:
+        tr = series(rows, "loss")
+        va = series(rows, "val_loss")
+        rho = series(rows, "rho_max")
+        gn = series(rows, "grad_norm")
+        t = final_mean(tr)
+        v = va[-1][1] if va else float("nan")
+        print(f"{label:<12} {tr[-1][0] if tr else 0:>7} {t:>21.4f} {t - ref_train:>+8.4f} {v:>10.4f}"
+              f" {v - ref_val:>+8.4f} {rho[-1][1] if rho else float('nan'):>8.3g}"
+              f" {final_mean(gn):>10.4g}")
+    print(f"(gaps are relative to the '{ref[0]}' run: {ref[1]})")
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("compare_runs: error: matplotlib is needed for the plots (Debian: apt-get install "
+                 "python3-matplotlib); the table above was printed without it")
+    os.makedirs(args.out, exist_ok=True)
+    for key, ylabel, logy in SERIES:
+        if not any(series(rows, key) for _, _, rows in runs):
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for label, _, rows in runs:
+            pts = series(rows, key)
+            if pts:
+                ax.plot([p[0] for p in pts], smooth([p[1] for p in pts], args.smooth), label=label, lw=1.2)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        if logy:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        out = os.path.join(args.out, f"{key}.png")
+        fig.savefig(out, dpi=110)
+        plt.close(fig)
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
