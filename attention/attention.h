@@ -74,6 +74,23 @@ typedef enum { ATTN_IO_FP32 = 0, ATTN_IO_BF16 = 1 } AttnIO;
 
 /* Size in floats of the stats buffer for a shape: B*NH*T*2. */
 size_t attn_stats_count(AttnShape s);
+/* Sizes in elements of the qkv / dqkv buffer (B*T*3*NH*HS) and of out / dout (B*T*NH*HS). */
+size_t attn_qkv_count(AttnShape s);
+size_t attn_out_count(AttnShape s);
+/* Dies with a clear message (naming `who`) unless B, NH, T, HS are all >= 1. */
+void attn_shape_check(AttnShape s, const char* who);
+
+/* The two softmax constants every implementation must share (computed in
+   double, rounded once to fp32): s = 1/sqrt(HS) and c = s * log2(e). */
+float attn_softmax_scale(int HS);
+float attn_exp2_scale(int HS);
+
+/* Repair's optional tile-max shift arm works on key tiles of this many
+   columns, aligned at key 0 (keys 0..63, 64..127, ...), and counts a score as
+   tied with its tile max when (m~ - S_ij) * s <= ATTN_SHIFT_TIE_TOL. The GPU
+   kernels use the same tile so that CPU and GPU agree on the shifted max. */
+#define ATTN_SHIFT_TILE_KEYS 64
+#define ATTN_SHIFT_TIE_TOL 1e-3f
 
 /* ---- CPU emulation of each mode (attention_cpu.c), OpenMP over (b, h) ---- */
 void attention_forward_cpu(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape s,
@@ -83,9 +100,32 @@ void attention_backward_cpu(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape
                             const float* qkv, const float* out, const float* stats,
                             const float* dout, float* dqkv);
 
+/* The same backward, also reporting per query row the relative residual of
+   the effective dS that the dQ GEMM consumes, |sum_j dS'_ij| / sum_j |dS'_ij|
+   (0 for an all-zero row), into row_residual [B, NH, T] (may be NULL).
+   dS' is dS (fp32 mode), bf(dS) (bf16, repair) or bf(dS) - lambda*bf(P) (gproj). */
+void attention_backward_cpu_diag(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape s,
+                                 const float* qkv, const float* out, const float* stats,
+                                 const float* dout, float* dqkv, float* row_residual);
+/* Softmax numerators as the mode computes them, written to probs [B, NH, T, T]
+   (row i, column j; zero for j > i). from_stats = 0: the forward's values
+   (e_ij = exp2 of the mode's exponent, before any normalisation; l_i is their
+   sum). from_stats = 1: what the backward recomputes from qkv and stats
+   before normalising (repair, gproj, fp32: e_ij from the stored m_i, which
+   must equal the forward's bit for bit; bf16: P_ij from the stored LSE,
+   already normalised). For tests and the probe; T x T memory. */
+void attention_probs_cpu(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape s,
+                         const float* qkv, const float* stats, int from_stats, float* probs);
+
 /* ---- fp64 reference (attention_ref.c): exact softmax attention in double ---- */
+/* Same layouts as above, in double. The backward takes D_i = sum_j P_ij dP_ij
+   from its own P (not from a stored O), so it is exact up to fp64 rounding. */
 void attention_forward_ref(AttnShape s, const double* qkv, double* out);
 void attention_backward_ref(AttnShape s, const double* qkv, const double* dout, double* dqkv);
+/* Per query row the exact max raw score m_i = max_j q_i.k_j and the row sum
+   l_i = sum_j exp((S_ij - m_i) * s), into stats_ref [B, NH, T, 2] (for checking
+   the {m, l} stats of the CPU emulation and the GPU kernels). */
+void attention_stats_ref(AttnShape s, const double* qkv, double* stats_ref);
 
 /* ---- BF16 helpers shared by the CPU code, tests and tools ---- */
 /* Round-to-nearest-even to BF16, returned as float (NaN stays NaN). */
