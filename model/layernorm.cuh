@@ -1,0 +1,242 @@
+/*
+ * model/layernorm.cuh - LayerNorm forward/backward, the fused residual add,
+ * and the deterministic column sums that parameter gradients need.
+ *
+ * Why: GPT-2 normalizes the residual stream twice per layer and once at the
+ * end. Forward is fused with the residual add that precedes it
+ * (residual = a + b; out = LN(residual)), which saves one full read and write
+ * of the stream per LayerNorm. Statistics (mean, 1/std) are FP32 and saved for
+ * backward (and for --recompute, which rebuilds the normalized output from
+ * them instead of storing it).
+ *
+ * Parameter gradients (dweight, dbias, and matmul biases) are sums over all
+ * B*T rows. Atomics would make them depend on scheduling; instead a 2-D grid
+ * sums fixed chunks of ROWS_PER_CHUNK rows into an FP32 scratch (one row of
+ * partial sums per chunk), and a second kernel adds the chunks in order.
+ * Same inputs, same bits, on every run.
+ *
+ * Offers: layernorm_forward, fused_residual_layernorm_forward,
+ * layernorm_backward (dinp += ..., dweight += ..., dbias += ...),
+ * bias_backward (dbias += column sums), colreduce_scratch_floats.
+ * Shapes: rows N = B*T, channels C (C % 8 == 0), row-major [N, C].
+ */
+#ifndef MODEL_LAYERNORM_CUH
+#define MODEL_LAYERNORM_CUH
+
+#include "model/kernel_common.cuh"
+
+#define LN_EPS 1e-5f
+#define COLREDUCE_ROWS_PER_CHUNK 256
+#define COLREDUCE_COLS_PER_BLOCK 256  /* 32 threads x 8 channels */
+#define COLREDUCE_ROW_THREADS 8
+
+/* FP32 floats of scratch the column reductions need for N rows of `cols` sums. */
+static inline size_t colreduce_scratch_floats(long long N, long long cols) {
+    return (size_t)ceil_div(N, COLREDUCE_ROWS_PER_CHUNK) * (size_t)cols;
+}
+
+/* One warp per row. If residual_a is non-NULL, the row is first formed as
+ * residual_out = bf16(residual_a + residual_b) (the fused residual add);
+ * otherwise inp is normalized. */
+__global__ void layernorm_forward_kernel(floatX* out, float* mean_out, float* rstd_out, floatX* residual_out,
+                                         const floatX* inp, const floatX* residual_b, const floatX* weight,
+                                         const floatX* bias, int N, int C) {
+    const int warps_per_block = blockDim.x / 32;
+    const int row = blockIdx.x * warps_per_block + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const long long base = (long long)row * C;
+    const floatX* x = inp + base;
+    if (residual_out != nullptr) {
+        /* Fused residual add: write the rounded sum, then normalize it. */
+        for (int c = lane * 8; c < C; c += 256) {
+            const Pack8 a = load_pack8(inp + base + c), b = load_pack8(residual_b + base + c);
+            Pack8 s;
+#pragma unroll
+            for (int k = 0; k < 8; k++) s.v[k] = from_float(to_float(a.v[k]) + to_float(b.v[k]));
+            store_pack8(residual_out + base + c, s);
+        }
+        __syncwarp();
+        x = residual_out + base;
+    }
+    float sum = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        const Pack8 v = load_pack8(x + c);
+#pragma unroll
+        for (int k = 0; k < 8; k++) sum += to_float(v.v[k]);
+    }
+    const float mean = warp_sum(sum) / C;
+    float sq = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        const Pack8 v = load_pack8(x + c);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float d = to_float(v.v[k]) - mean;
+            sq += d * d;
+        }
+    }
+    const float rstd = rsqrtf(warp_sum(sq) / C + LN_EPS);
+    for (int c = lane * 8; c < C; c += 256) {
+        const Pack8 v = load_pack8(x + c), w = load_pack8(weight + c), b = load_pack8(bias + c);
+        Pack8 o;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            o.v[k] = from_float((to_float(v.v[k]) - mean) * rstd * to_float(w.v[k]) + to_float(b.v[k]));
+        store_pack8(out + base + c, o);
+    }
+    if (lane == 0) {
+        mean_out[row] = mean;
+        rstd_out[row] = rstd;
+    }
+}
+
+static void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                              const floatX* bias, int N, int C, cudaStream_t stream) {
+    const int block = 256;
+    layernorm_forward_kernel<<<ceil_div(N, block / 32), block, 0, stream>>>(out, mean, rstd, nullptr, inp, nullptr,
+                                                                           weight, bias, N, C);
+    cudaCheckLastError();
+}
+
+/* residual = a + b (BF16), out = LayerNorm(residual). */
+static void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd,
+                                             const floatX* a, const floatX* b, const floatX* weight,
+                                             const floatX* bias, int N, int C, cudaStream_t stream) {
+    const int block = 256;
+    layernorm_forward_kernel<<<ceil_div(N, block / 32), block, 0, stream>>>(out, mean, rstd, residual, a, b, weight,
+                                                                           bias, N, C);
+    cudaCheckLastError();
+}
+
+/* Row part of the backward, one warp per row:
+ *   xhat = (x - mean) * rstd, g = dout * w,
+ *   dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)). */
+__global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
+                                                const float* mean, const float* rstd, const floatX* weight, int N,
+                                                int C) {
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const long long base = (long long)row * C;
+    const float m = mean[row], r = rstd[row];
+    float sum_g = 0.0f, sum_gx = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        const Pack8 d = load_pack8(dout + base + c), x = load_pack8(inp + base + c), w = load_pack8(weight + c);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float g = to_float(d.v[k]) * to_float(w.v[k]);
+            sum_g += g;
+            sum_gx += g * (to_float(x.v[k]) - m) * r;
+        }
+    }
+    const float mean_g = warp_sum(sum_g) / C, mean_gx = warp_sum(sum_gx) / C;
+    for (int c = lane * 8; c < C; c += 256) {
+        const Pack8 d = load_pack8(dout + base + c), x = load_pack8(inp + base + c), w = load_pack8(weight + c);
+        Pack8 di = load_pack8(dinp + base + c);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float g = to_float(d.v[k]) * to_float(w.v[k]);
+            const float xhat = (to_float(x.v[k]) - m) * r;
+            di.v[k] = from_float(to_float(di.v[k]) + r * (g - mean_g - xhat * mean_gx));
+        }
+        store_pack8(dinp + base + c, di);
+    }
+}
+
+/*
+ * Column partial sums over one chunk of rows. grid (ceil(C/256), chunks),
+ * block (32, COLREDUCE_ROW_THREADS). Writes partial[chunk][c] = sum over the
+ * chunk's rows of dout[r][c] and, when inp is non-NULL (LayerNorm),
+ * partial[chunk][C + c] = sum of dout[r][c] * xhat[r][c].
+ */
+__global__ void colreduce_partial_kernel(float* partial, const floatX* dout, const floatX* inp, const float* mean,
+                                         const float* rstd, int N, int C) {
+    __shared__ float smem[2][COLREDUCE_ROW_THREADS][COLREDUCE_COLS_PER_BLOCK];
+    const int c = blockIdx.x * COLREDUCE_COLS_PER_BLOCK + threadIdx.x * 8;
+    const int chunk = blockIdx.y;
+    const int row_end = min(N, (chunk + 1) * COLREDUCE_ROWS_PER_CHUNK);
+    const int with_xhat = inp != nullptr;
+    float acc_d[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc_dx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (c < C) {
+        for (int r = chunk * COLREDUCE_ROWS_PER_CHUNK + threadIdx.y; r < row_end; r += COLREDUCE_ROW_THREADS) {
+            const Pack8 d = load_pack8(dout + (long long)r * C + c);
+            if (with_xhat) {
+                const Pack8 x = load_pack8(inp + (long long)r * C + c);
+                const float m = mean[r], rs = rstd[r];
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    acc_d[k] += to_float(d.v[k]);
+                    acc_dx[k] += to_float(d.v[k]) * (to_float(x.v[k]) - m) * rs;
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < 8; k++) acc_d[k] += to_float(d.v[k]);
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        smem[0][threadIdx.y][threadIdx.x * 8 + k] = acc_d[k];
+        smem[1][threadIdx.y][threadIdx.x * 8 + k] = acc_dx[k];
+    }
+    __syncthreads();
+    /* Fixed-order sum over the row threads; each thread finishes whole columns. */
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    for (int col = tid; col < COLREDUCE_COLS_PER_BLOCK; col += 32 * COLREDUCE_ROW_THREADS) {
+        const int cc = blockIdx.x * COLREDUCE_COLS_PER_BLOCK + col;
+        if (cc >= C) continue;
+        float s = 0.0f, sx = 0.0f;
+        for (int y = 0; y < COLREDUCE_ROW_THREADS; y++) {
+            s += smem[0][y][col];
+            sx += smem[1][y][col];
+        }
+        partial[(long long)chunk * (with_xhat ? 2 * C : C) + cc] = s;
+        if (with_xhat) partial[(long long)chunk * 2 * C + C + cc] = sx;
+    }
+}
+
+/* grad_sum[c] += sum over chunks (in order) of partial[chunk][c] (and the
+   second half into grad_xhat when it is non-NULL). */
+__global__ void colreduce_final_kernel(floatX* grad_sum, floatX* grad_xhat, const float* partial, int chunks, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int stride = grad_xhat ? 2 * C : C;
+    float s = 0.0f, sx = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        s += partial[(long long)k * stride + c];
+        if (grad_xhat) sx += partial[(long long)k * stride + C + c];
+    }
+    grad_sum[c] = from_float(to_float(grad_sum[c]) + s);
+    if (grad_xhat) grad_xhat[c] = from_float(to_float(grad_xhat[c]) + sx);
+}
+
+/* dbias[c] += sum_r dout[r][c]  (matmul bias gradient; deterministic).
+   scratch: colreduce_scratch_floats(N, C) floats. */
+static void bias_backward(floatX* dbias, const floatX* dout, float* scratch, int N, int C, cudaStream_t stream) {
+    const int chunks = ceil_div(N, COLREDUCE_ROWS_PER_CHUNK);
+    dim3 grid(ceil_div(C, COLREDUCE_COLS_PER_BLOCK), chunks), block(32, COLREDUCE_ROW_THREADS);
+    colreduce_partial_kernel<<<grid, block, 0, stream>>>(scratch, dout, nullptr, nullptr, nullptr, N, C);
+    cudaCheckLastError();
+    colreduce_final_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dbias, nullptr, scratch, chunks, C);
+    cudaCheckLastError();
+}
+
+/* dinp += d LN / d inp; dweight += sum dout*xhat; dbias += sum dout.
+   inp is the LayerNorm's input (the residual stream), mean/rstd its saved
+   statistics. scratch: colreduce_scratch_floats(N, 2*C) floats. */
+static void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
+                               const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
+                               int C, cudaStream_t stream) {
+    const int block = 256;
+    layernorm_backward_input_kernel<<<ceil_div(N, block / 32), block, 0, stream>>>(dinp, dout, inp, mean, rstd,
+                                                                                  weight, N, C);
+    cudaCheckLastError();
+    const int chunks = ceil_div(N, COLREDUCE_ROWS_PER_CHUNK);
+    dim3 grid(ceil_div(C, COLREDUCE_COLS_PER_BLOCK), chunks), tb(32, COLREDUCE_ROW_THREADS);
+    colreduce_partial_kernel<<<grid, tb, 0, stream>>>(scratch, dout, inp, mean, rstd, N, C);
+    cudaCheckLastError();
+    colreduce_final_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dbias, dweight, scratch, chunks, C);
+    cudaCheckLastError();
+}
+
+#endif /* MODEL_LAYERNORM_CUH */

@@ -1,0 +1,449 @@
+/*
+ * tests/test_layers_gpu.cu - every layer kernel of the GPU model against an
+ * independent CPU reference (fp64 arithmetic on the same BF16 inputs).
+ *
+ * Why: the trainer's parity test (dev/parity_gpu) can tell THAT the GPU model
+ * is off, not WHICH kernel is. Each kernel here gets random inputs (fixed
+ * seed), runs on the GPU, and its outputs are compared with a double
+ * precision loop written from the math, not from the kernel.
+ *
+ * Tolerances: inputs are exactly the BF16 values the kernel reads, so the
+ * only differences are FP32 accumulation order and the final rounding of
+ * outputs to BF16 (unit roundoff 2^-9 ~ 0.2%). Errors are measured as the
+ * relative Frobenius norm ||got - want|| / ||want|| over a whole tensor and
+ * must stay under 1% (a few BF16 ulps; a wrong index or a missing term gives
+ * errors of order 100%). FP32 outputs (LayerNorm statistics, losses, master
+ * weights) are held to 1e-5..1e-4. Determinism: kernels that reduce (encoder
+ * backward, column sums, global norm) are run twice and must give the same
+ * bits. Needs an NVIDIA GPU (make gputest); ends with "N passed, N failed".
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "tests/testing.h"
+#include "model/kernel_common.cuh"
+#include "model/encoder.cuh"
+#include "model/layernorm.cuh"
+#include "model/gelu.cuh"
+#include "model/matmul.cuh"
+#include "model/fused_classifier.cuh"
+#include "model/adamw.cuh"
+#include "model/global_norm.cuh"
+
+#define REL_TOL_BF16 1e-2
+
+/* ---- host helpers: deterministic random numbers, BF16 round trips ---- */
+static uint64_t g_rng = 0x243F6A8885A308D3ull;
+static float rand_uniform(void) { /* [0, 1) */
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / 16777216.0));
+}
+static float rand_normal(void) {
+    const float u1 = rand_uniform() + 1e-7f, u2 = rand_uniform();
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+/* A BF16 tensor with a host mirror holding exactly the device values. */
+struct Tensor {
+    size_t n;
+    std::vector<float> host;
+    floatX* dev;
+};
+static Tensor tensor_new(size_t n, float scale, float offset = 0.0f) {
+    Tensor t;
+    t.n = n;
+    t.host.resize(n);
+    std::vector<floatX> tmp(n);
+    for (size_t i = 0; i < n; i++) {
+        tmp[i] = __float2bfloat16(offset + scale * rand_normal());
+        t.host[i] = __bfloat162float(tmp[i]);
+    }
+    cudaCheck(cudaMalloc(&t.dev, n * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(t.dev, tmp.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+    return t;
+}
+static std::vector<float> download(const floatX* dev, size_t n) {
+    std::vector<floatX> tmp(n);
+    cudaCheck(cudaMemcpy(tmp.data(), dev, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(tmp[i]);
+    return out;
+}
+static std::vector<float> download_f32(const float* dev, size_t n) {
+    std::vector<float> out(n);
+    cudaCheck(cudaMemcpy(out.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return out;
+}
+static double rel_error(const std::vector<float>& got, const std::vector<double>& want) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); i++) {
+        const double d = (double)got[i] - want[i];
+        num += d * d;
+        den += want[i] * want[i];
+        if (isnan(got[i])) return INFINITY;
+    }
+    return sqrt(num / (den > 0 ? den : 1e-300));
+}
+static void check_rel(const char* what, const std::vector<float>& got, const std::vector<double>& want, double tol) {
+    const double e = rel_error(got, want);
+    CHECK(e <= tol, "%s: relative error %.3e (tolerance %.1e)", what, e, tol);
+}
+static int same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/* ---- encoder ---- */
+static void test_encoder(int B, int T, int C, int V) {
+    char name[128];
+    snprintf(name, sizeof(name), "encoder B%d T%d C%d V%d", B, T, C, V);
+    test_section(name);
+    const int BT = B * T;
+    Tensor wte = tensor_new((size_t)V * C, 0.5f), wpe = tensor_new((size_t)T * C, 0.5f);
+    std::vector<int> tokens(BT);
+    for (int i = 0; i < BT; i++) tokens[i] = (int)(rand_uniform() * (V / 2)); /* half the rows stay unused */
+    tokens[0] = tokens[BT - 1] = 3;                                            /* a repeated token for sure */
+    int* tokens_dev;
+    cudaCheck(cudaMalloc(&tokens_dev, BT * sizeof(int)));
+    cudaCheck(cudaMemcpy(tokens_dev, tokens.data(), BT * sizeof(int), cudaMemcpyHostToDevice));
+    floatX* out;
+    cudaCheck(cudaMalloc(&out, (size_t)BT * C * sizeof(floatX)));
+    encoder_forward(out, tokens_dev, wte.dev, wpe.dev, B, T, C, 0);
+    std::vector<float> got = download(out, (size_t)BT * C);
+    int exact = 1;
+    for (int bt = 0; bt < BT; bt++)
+        for (int c = 0; c < C; c++)
+            if (got[(size_t)bt * C + c] != bf(wte.host[(size_t)tokens[bt] * C + c] + wpe.host[(size_t)(bt % T) * C + c]))
+                exact = 0;
+    CHECK(exact, "forward equals bf16(wte[token] + wpe[t]) exactly");
+
+    /* backward, accumulating onto existing gradients */
+    Tensor dout = tensor_new((size_t)BT * C, 1.0f);
+    Tensor dwte = tensor_new((size_t)V * C, 0.1f), dwpe = tensor_new((size_t)T * C, 0.1f);
+    floatX *dwte_copy, *dwpe_copy;
+    cudaCheck(cudaMalloc(&dwte_copy, (size_t)V * C * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&dwpe_copy, (size_t)T * C * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(dwte_copy, dwte.dev, (size_t)V * C * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpy(dwpe_copy, dwpe.dev, (size_t)T * C * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    EncoderBuckets eb;
+    encoder_buckets_init(&eb, BT, V);
+    encoder_buckets_build(&eb, tokens.data(), BT, 0);
+    encoder_backward(dwte.dev, dwpe.dev, dout.dev, &eb, B, T, C, 0);
+    encoder_backward(dwte_copy, dwpe_copy, dout.dev, &eb, B, T, C, 0);
+    std::vector<double> want_wte(dwte.host.begin(), dwte.host.end()), want_wpe(dwpe.host.begin(), dwpe.host.end());
+    for (int bt = 0; bt < BT; bt++)
+        for (int c = 0; c < C; c++) {
+            want_wte[(size_t)tokens[bt] * C + c] += dout.host[(size_t)bt * C + c];
+            want_wpe[(size_t)(bt % T) * C + c] += dout.host[(size_t)bt * C + c];
+        }
+    std::vector<float> got_wte = download(dwte.dev, (size_t)V * C), got_wpe = download(dwpe.dev, (size_t)T * C);
+    check_rel("dwte", got_wte, want_wte, REL_TOL_BF16);
+    check_rel("dwpe", got_wpe, want_wpe, REL_TOL_BF16);
+    int untouched = 1;
+    for (int v = V / 2; v < V; v++)
+        if (v != 3)
+            for (int c = 0; c < C; c++)
+                if (got_wte[(size_t)v * C + c] != dwte.host[(size_t)v * C + c]) untouched = 0;
+    CHECK(untouched, "rows of tokens not in the batch are left bit-identical");
+    CHECK(same_bits(got_wte, download(dwte_copy, (size_t)V * C)) &&
+              same_bits(got_wpe, download(dwpe_copy, (size_t)T * C)),
+          "backward is deterministic (two runs, same bits)");
+    encoder_buckets_free(&eb);
+    cudaFree(tokens_dev); cudaFree(out); cudaFree(dwte_copy); cudaFree(dwpe_copy);
+    cudaFree(wte.dev); cudaFree(wpe.dev); cudaFree(dout.dev); cudaFree(dwte.dev); cudaFree(dwpe.dev);
+}
+
+/* ---- layernorm (+ fused residual) and column sums ---- */
+static void ln_reference(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
+                         int N, int C, std::vector<double>& out, std::vector<double>& mean, std::vector<double>& rstd) {
+    out.assign((size_t)N * C, 0); mean.assign(N, 0); rstd.assign(N, 0);
+    for (int r = 0; r < N; r++) {
+        double m = 0, v = 0;
+        for (int c = 0; c < C; c++) m += x[(size_t)r * C + c];
+        m /= C;
+        for (int c = 0; c < C; c++) { const double d = x[(size_t)r * C + c] - m; v += d * d; }
+        const double s = 1.0 / sqrt(v / C + 1e-5);
+        for (int c = 0; c < C; c++) out[(size_t)r * C + c] = (x[(size_t)r * C + c] - m) * s * w[c] + b[c];
+        mean[r] = m; rstd[r] = s;
+    }
+}
+
+static void test_layernorm(int N, int C) {
+    char name[128];
+    snprintf(name, sizeof(name), "layernorm N%d C%d", N, C);
+    test_section(name);
+    Tensor a = tensor_new((size_t)N * C, 1.0f, 0.3f), b = tensor_new((size_t)N * C, 0.5f);
+    Tensor w = tensor_new(C, 0.2f, 1.0f), bias = tensor_new(C, 0.2f);
+    floatX *out, *residual;
+    float *mean, *rstd, *scratch;
+    cudaCheck(cudaMalloc(&out, (size_t)N * C * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&residual, (size_t)N * C * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&mean, N * sizeof(float)));
+    cudaCheck(cudaMalloc(&rstd, N * sizeof(float)));
+    cudaCheck(cudaMalloc(&scratch, colreduce_scratch_floats(N, 2 * C) * sizeof(float)));
+
+    std::vector<double> want, want_mean, want_rstd;
+    layernorm_forward(out, mean, rstd, a.dev, w.dev, bias.dev, N, C, 0);
+    ln_reference(a.host, w.host, bias.host, N, C, want, want_mean, want_rstd);
+    check_rel("forward out", download(out, (size_t)N * C), want, REL_TOL_BF16);
+    check_rel("forward mean (fp32)", download_f32(mean, N), want_mean, 1e-5);
+    check_rel("forward rstd (fp32)", download_f32(rstd, N), want_rstd, 1e-5);
+
+    fused_residual_layernorm_forward(residual, out, mean, rstd, a.dev, b.dev, w.dev, bias.dev, N, C, 0);
+    std::vector<float> res_host((size_t)N * C);
+    int exact = 1;
+    std::vector<float> got_res = download(residual, (size_t)N * C);
+    for (size_t i = 0; i < res_host.size(); i++) {
+        res_host[i] = bf(a.host[i] + b.host[i]);
+        if (got_res[i] != res_host[i]) exact = 0;
+    }
+    CHECK(exact, "fused residual = bf16(a + b) exactly");
+    ln_reference(res_host, w.host, bias.host, N, C, want, want_mean, want_rstd);
+    check_rel("fused forward out", download(out, (size_t)N * C), want, REL_TOL_BF16);
+    check_rel("fused forward rstd", download_f32(rstd, N), want_rstd, 1e-5);
+
+    /* backward on the fused forward's state (input = residual) */
+    Tensor dout = tensor_new((size_t)N * C, 1.0f), dinp = tensor_new((size_t)N * C, 0.1f);
+    Tensor dw = tensor_new(C, 0.1f), db = tensor_new(C, 0.1f);
+    layernorm_backward(dinp.dev, dw.dev, db.dev, scratch, dout.dev, residual, w.dev, mean, rstd, N, C, 0);
+    std::vector<double> want_dinp(dinp.host.begin(), dinp.host.end()), want_dw(dw.host.begin(), dw.host.end()),
+        want_db(db.host.begin(), db.host.end());
+    for (int r = 0; r < N; r++) {
+        double mg = 0, mgx = 0;
+        std::vector<double> xhat(C), g(C);
+        for (int c = 0; c < C; c++) {
+            xhat[c] = (res_host[(size_t)r * C + c] - want_mean[r]) * want_rstd[r];
+            g[c] = (double)dout.host[(size_t)r * C + c] * w.host[c];
+            mg += g[c]; mgx += g[c] * xhat[c];
+            want_dw[c] += (double)dout.host[(size_t)r * C + c] * xhat[c];
+            want_db[c] += dout.host[(size_t)r * C + c];
+        }
+        mg /= C; mgx /= C;
+        for (int c = 0; c < C; c++) want_dinp[(size_t)r * C + c] += want_rstd[r] * (g[c] - mg - xhat[c] * mgx);
+    }
+    check_rel("backward dinp (accumulated)", download(dinp.dev, (size_t)N * C), want_dinp, REL_TOL_BF16);
+    check_rel("backward dweight (accumulated)", download(dw.dev, C), want_dw, REL_TOL_BF16);
+    check_rel("backward dbias (accumulated)", download(db.dev, C), want_db, REL_TOL_BF16);
+
+    /* bias_backward = column sums; run twice on copies for determinism */
+    Tensor dbias1 = tensor_new(C, 0.1f);
+    floatX* dbias2;
+    cudaCheck(cudaMalloc(&dbias2, C * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(dbias2, dbias1.dev, C * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    bias_backward(dbias1.dev, dout.dev, scratch, N, C, 0);
+    bias_backward(dbias2, dout.dev, scratch, N, C, 0);
+    std::vector<double> want_bias(dbias1.host.begin(), dbias1.host.end());
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < C; c++) want_bias[c] += dout.host[(size_t)r * C + c];
+    std::vector<float> got_bias = download(dbias1.dev, C);
+    check_rel("bias_backward column sums", got_bias, want_bias, REL_TOL_BF16);
+    CHECK(same_bits(got_bias, download(dbias2, C)), "column sums are deterministic");
+    cudaFree(out); cudaFree(residual); cudaFree(mean); cudaFree(rstd); cudaFree(scratch); cudaFree(dbias2);
+    for (Tensor* t : {&a, &b, &w, &bias, &dout, &dinp, &dw, &db, &dbias1}) cudaFree(t->dev);
+}
+
+/* ---- GELU ---- */
+static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double gelu_grad_ref(double x) {
+    const double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x), th = tanh(u);
+    return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k * (1 + 3 * 0.044715 * x * x);
+}
+static void test_gelu(size_t n) {
+    test_section("gelu");
+    Tensor x = tensor_new(n, 2.0f), d = tensor_new(n, 1.0f);
+    floatX* out;
+    cudaCheck(cudaMalloc(&out, n * sizeof(floatX)));
+    gelu_forward(out, x.dev, (long long)n, 0);
+    gelu_backward_inplace(d.dev, x.dev, (long long)n, 0);
+    std::vector<double> want(n), want_d(n);
+    for (size_t i = 0; i < n; i++) {
+        want[i] = gelu_ref(x.host[i]);
+        want_d[i] = d.host[i] * gelu_grad_ref(x.host[i]);
+    }
+    check_rel("forward", download(out, n), want, REL_TOL_BF16);
+    check_rel("backward (in place)", download(d.dev, n), want_d, REL_TOL_BF16);
+    cudaFree(out); cudaFree(x.dev); cudaFree(d.dev);
+}
+
+/* ---- matmuls through cuBLASLt ---- */
+static void test_matmul(MatmulContext* ctx, int N, int K, int OC) {
+    char name[128];
+    snprintf(name, sizeof(name), "matmul N%d K%d OC%d", N, K, OC);
+    test_section(name);
+    Tensor inp = tensor_new((size_t)N * K, 1.0f), w = tensor_new((size_t)OC * K, 0.05f), bias = tensor_new(OC, 0.5f);
+    floatX *out, *pre;
+    cudaCheck(cudaMalloc(&out, (size_t)N * OC * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&pre, (size_t)N * OC * sizeof(floatX)));
+    std::vector<double> want((size_t)N * OC), want_gelu((size_t)N * OC), want_nobias((size_t)N * OC);
+    for (int r = 0; r < N; r++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += (double)inp.host[(size_t)r * K + k] * w.host[(size_t)o * K + k];
+            want_nobias[(size_t)r * OC + o] = s;
+            want[(size_t)r * OC + o] = s + bias.host[o];
+            want_gelu[(size_t)r * OC + o] = gelu_ref(s + bias.host[o]);
+        }
+    matmul_forward(ctx, out, inp.dev, w.dev, nullptr, nullptr, N, K, OC, 0);
+    check_rel("forward, no bias", download(out, (size_t)N * OC), want_nobias, REL_TOL_BF16);
+    matmul_forward(ctx, out, inp.dev, w.dev, bias.dev, nullptr, N, K, OC, 0);
+    check_rel("forward + bias epilogue", download(out, (size_t)N * OC), want, REL_TOL_BF16);
+    matmul_forward(ctx, out, inp.dev, w.dev, bias.dev, pre, N, K, OC, 0);
+    check_rel("forward GELU epilogue: pre-activation (aux)", download(pre, (size_t)N * OC), want, REL_TOL_BF16);
+    check_rel("forward GELU epilogue: gelu output", download(out, (size_t)N * OC), want_gelu, REL_TOL_BF16);
+
+    Tensor dout = tensor_new((size_t)N * OC, 1.0f), dinp = tensor_new((size_t)N * K, 1.0f);
+    Tensor dw = tensor_new((size_t)OC * K, 1.0f);
+    std::vector<double> want_dinp((size_t)N * K), want_dinp_acc((size_t)N * K), want_dw(dw.host.begin(), dw.host.end());
+    for (int r = 0; r < N; r++)
+        for (int k = 0; k < K; k++) {
+            double s = 0;
+            for (int o = 0; o < OC; o++) s += (double)dout.host[(size_t)r * OC + o] * w.host[(size_t)o * K + k];
+            want_dinp[(size_t)r * K + k] = s;
+            want_dinp_acc[(size_t)r * K + k] = s + dinp.host[(size_t)r * K + k];
+        }
+    for (int o = 0; o < OC; o++)
+        for (int k = 0; k < K; k++) {
+            double s = 0;
+            for (int r = 0; r < N; r++) s += (double)dout.host[(size_t)r * OC + o] * inp.host[(size_t)r * K + k];
+            want_dw[(size_t)o * K + k] += s;
+        }
+    matmul_backward_input(ctx, dinp.dev, dout.dev, w.dev, N, K, OC, 1, 0);
+    check_rel("backward dinp, accumulate", download(dinp.dev, (size_t)N * K), want_dinp_acc, REL_TOL_BF16);
+    matmul_backward_input(ctx, dinp.dev, dout.dev, w.dev, N, K, OC, 0, 0);
+    check_rel("backward dinp, overwrite", download(dinp.dev, (size_t)N * K), want_dinp, REL_TOL_BF16);
+    matmul_backward_weight(ctx, dw.dev, dout.dev, inp.dev, N, K, OC, 0);
+    check_rel("backward dweight (accumulates)", download(dw.dev, (size_t)OC * K), want_dw, REL_TOL_BF16);
+    cudaFree(out); cudaFree(pre);
+    for (Tensor* t : {&inp, &w, &bias, &dout, &dinp, &dw}) cudaFree(t->dev);
+}
+
+/* ---- fused classifier ---- */
+static void test_classifier(int N, int V, int Vp) {
+    char name[128];
+    snprintf(name, sizeof(name), "fused classifier N%d V%d Vp%d", N, V, Vp);
+    test_section(name);
+    Tensor logits = tensor_new((size_t)N * Vp, 3.0f);
+    std::vector<int> targets(N);
+    for (int i = 0; i < N; i++) targets[i] = (int)(rand_uniform() * V);
+    targets[0] = V - 1; /* the last real column */
+    int* targets_dev;
+    float* losses;
+    cudaCheck(cudaMalloc(&targets_dev, N * sizeof(int)));
+    cudaCheck(cudaMalloc(&losses, N * sizeof(float)));
+    cudaCheck(cudaMemcpy(targets_dev, targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+    const float dloss = 1.0f / N;
+    std::vector<double> want_loss(N), want_grad((size_t)N * Vp, 0.0);
+    for (int r = 0; r < N; r++) {
+        const float* x = &logits.host[(size_t)r * Vp];
+        double m = -INFINITY, s = 0;
+        for (int c = 0; c < V; c++) m = fmax(m, x[c]);
+        for (int c = 0; c < V; c++) s += exp(x[c] - m);
+        want_loss[r] = m + log(s) - x[targets[r]];
+        for (int c = 0; c < V; c++) want_grad[(size_t)r * Vp + c] = (exp(x[c] - m) / s - (c == targets[r])) * dloss;
+    }
+    fused_classifier(logits.dev, losses, targets_dev, dloss, N, V, Vp, 0, 0);
+    check_rel("loss only (eval): losses", download_f32(losses, N), want_loss, 1e-5);
+    std::vector<float> untouched = download(logits.dev, (size_t)N * Vp);
+    CHECK(same_bits(untouched, logits.host), "eval mode leaves the logits unchanged");
+    fused_classifier(logits.dev, losses, targets_dev, dloss, N, V, Vp, 1, 0);
+    check_rel("train: losses", download_f32(losses, N), want_loss, 1e-5);
+    std::vector<float> grad = download(logits.dev, (size_t)N * Vp);
+    check_rel("train: dlogits written in place", grad, want_grad, REL_TOL_BF16);
+    int padded_zero = 1;
+    for (int r = 0; r < N; r++)
+        for (int c = V; c < Vp; c++)
+            if (grad[(size_t)r * Vp + c] != 0.0f) padded_zero = 0;
+    CHECK(padded_zero, "padded vocab columns get exactly zero gradient");
+    cudaFree(targets_dev); cudaFree(losses); cudaFree(logits.dev);
+}
+
+/* ---- AdamW and the global norm ---- */
+static void test_adamw(size_t n) {
+    test_section("adamw");
+    Tensor grads = tensor_new(n, 0.01f);
+    std::vector<float> master(n), m(n, 0), v(n, 0);
+    for (size_t i = 0; i < n; i++) master[i] = rand_normal() * 0.1f;
+    float *master_dev, *m_dev, *v_dev;
+    floatX* params_dev;
+    cudaCheck(cudaMalloc(&master_dev, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&m_dev, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&v_dev, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&params_dev, n * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(master_dev, master.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemset(m_dev, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(v_dev, 0, n * sizeof(float)));
+    std::vector<double> w(master.begin(), master.end()), md(n, 0), vd(n, 0);
+    AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0};
+    const float grad_scale = 0.5f;
+    for (int step = 1; step <= 3; step++) {
+        h.step = step;
+        adamw_update(params_dev, master_dev, m_dev, v_dev, grads.dev, (long long)n, h, h.weight_decay, grad_scale, 0);
+        for (size_t i = 0; i < n; i++) {
+            const double g = (double)grads.host[i] * grad_scale;
+            md[i] = 0.9 * md[i] + 0.1 * g;
+            vd[i] = 0.95 * vd[i] + 0.05 * g * g;
+            const double mh = md[i] / (1 - pow(0.9, step)), vh = vd[i] / (1 - pow(0.95, step));
+            w[i] -= 1e-3 * (mh / (sqrt(vh) + 1e-8) + 0.1 * w[i]);
+        }
+    }
+    std::vector<float> got = download_f32(master_dev, n);
+    std::vector<double> delta_want(n);
+    std::vector<float> delta_got(n);
+    for (size_t i = 0; i < n; i++) { delta_want[i] = w[i] - master[i]; delta_got[i] = got[i] - master[i]; }
+    check_rel("3 steps: master weight change vs fp64", delta_got, delta_want, 1e-3);
+    std::vector<float> p = download(params_dev, n);
+    int rounded = 1;
+    for (size_t i = 0; i < n; i++) if (p[i] != bf(got[i])) rounded = 0;
+    CHECK(rounded, "BF16 params = round(master) exactly");
+    check_rel("first moment", download_f32(m_dev, n), md, 1e-5);
+    check_rel("second moment", download_f32(v_dev, n), vd, 1e-4);
+    cudaFree(master_dev); cudaFree(m_dev); cudaFree(v_dev); cudaFree(params_dev); cudaFree(grads.dev);
+}
+
+static void test_global_norm(size_t n) {
+    test_section("global norm");
+    Tensor g = tensor_new(n, 0.3f);
+    double* out_dev;
+    float* scratch;
+    cudaCheck(cudaMalloc(&out_dev, sizeof(double)));
+    cudaCheck(cudaMalloc(&scratch, GLOBAL_NORM_BLOCKS * sizeof(float)));
+    double want = 0;
+    for (size_t i = 0; i < n; i++) want += (double)g.host[i] * g.host[i];
+    double got1, got2;
+    global_norm_squared(out_dev, scratch, g.dev, (long long)n, 0);
+    cudaCheck(cudaMemcpy(&got1, out_dev, sizeof(double), cudaMemcpyDeviceToHost));
+    global_norm_squared(out_dev, scratch, g.dev, (long long)n, 0);
+    cudaCheck(cudaMemcpy(&got2, out_dev, sizeof(double), cudaMemcpyDeviceToHost));
+    CHECK_CLOSE("sum of squares vs fp64", got1, want, 1e-5, 0.0);
+    CHECK(memcmp(&got1, &got2, sizeof(double)) == 0, "norm is deterministic (two runs, same bits)");
+    cudaFree(out_dev); cudaFree(scratch); cudaFree(g.dev);
+}
+
+int main(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("test_layers_gpu: no CUDA device found; this test needs an NVIDIA GPU (run it with make gputest)\n");
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    MatmulContext ctx;
+    matmul_context_init(&ctx);
+    test_encoder(4, 64, 64, 512);
+    test_encoder(2, 128, 768, 2048);
+    test_layernorm(300, 64);
+    test_layernorm(1000, 768);
+    test_layernorm(257, 1280);
+    test_gelu(1 << 16);
+    test_matmul(&ctx, 128, 64, 192);
+    test_matmul(&ctx, 256, 768, 3072);
+    test_matmul(&ctx, 64, 3072, 768);
+    test_classifier(16, 1000, 1024);
+    test_classifier(4, 50257, 50304);
+    test_adamw(100000);
+    test_global_norm(3000001 - 1);
+    matmul_context_free(&ctx);
+    return test_summary();
+}
