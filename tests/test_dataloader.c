@@ -388,6 +388,40 @@ static void test_resume(void) {
         }
     }
 
+    test_section("one saved position serves every rank, and a different world size");
+    for (int shuffle = 0; shuffle <= 1; shuffle++) {
+        /* two batches before epoch 0's end of a world-1, B-8 run, its position is saved; a world-4, B-2
+         * job resumed from it must see, on rank r, rows 2r and 2r+1 of the world-1 run's batches */
+        const int W = 4, Bs = 2;
+        DataLoader* whole = open_or_die(pattern_for("res"), W * Bs, T, 0, 1, shuffle, 11);
+        int in_w[8 * 16], tg_w[8 * 16], in_r[2 * 16], tg_r[2 * 16];
+        int64_t save_at = dataloader_batches_per_epoch(whole) - 2;
+        for (int64_t i = 0; i < save_at; i++) next_or_die(whole, in_w, tg_w);
+        DataPosition pos = dataloader_position(whole);
+        DataLoader* ranks[4];
+        char err[ERRLEN];
+        int seek_ok = 1, mismatches = 0, same_pos = 1;
+        for (int r = 0; r < W; r++) {
+            ranks[r] = open_or_die(pattern_for("res"), Bs, T, r, W, shuffle, 11);
+            seek_ok &= dataloader_seek(ranks[r], &pos, err, sizeof(err)) == 0;
+        }
+        for (int step = 0; step < 6 && seek_ok; step++) { /* crosses epoch 0's end */
+            next_or_die(whole, in_w, tg_w);
+            for (int r = 0; r < W; r++) {
+                next_or_die(ranks[r], in_r, tg_r);
+                if (memcmp(in_r, in_w + r * Bs * T, sizeof(in_r)) || memcmp(tg_r, tg_w + r * Bs * T, sizeof(tg_r)))
+                    mismatches++;
+                DataPosition pr = dataloader_position(ranks[r]), p0 = dataloader_position(ranks[0]);
+                same_pos &= pr.epoch == p0.epoch && pr.shard_pos == p0.shard_pos && pr.sample_pos == p0.sample_pos;
+            }
+        }
+        CHECK(seek_ok && mismatches == 0, "shuffle=%d: world-1 B-8 position resumed as world 4 x B 2: slices equal "
+              "(%d differ)", shuffle, mismatches);
+        CHECK(same_pos, "shuffle=%d: all ranks report the same position", shuffle);
+        dataloader_close(whole);
+        for (int r = 0; r < W; r++) dataloader_close(ranks[r]);
+    }
+
     test_section("reset, and seek refuses positions that do not fit");
     DataLoader* dl = open_or_die(pattern_for("res"), 2, T, 0, 1, 1, 5);
     int first_in[32], first_tg[32], in[32], tg[32];
