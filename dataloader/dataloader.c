@@ -224,6 +224,12 @@ static int inspect_shard(DataLoader* dl, int s, char* err, size_t errlen) {
 
 /* ---- public API ---- */
 
+/* Byte-wise name order: glob's own sort follows the locale (strcoll), and the
+ * shard order must not change with the user's LC_COLLATE. */
+static int compare_paths(const void* a, const void* b) {
+    return strcmp(*(char* const*)a, *(char* const*)b);
+}
+
 int dataloader_open(DataLoader** out, const char* glob_pattern, int B, int T, int rank, int world_size,
                     int shuffle, uint64_t seed, int vocab_size, char* err, size_t errlen) {
     *out = NULL;
@@ -253,7 +259,7 @@ int dataloader_open(DataLoader** out, const char* glob_pattern, int B, int T, in
 
     glob_t matches;
     memset(&matches, 0, sizeof(matches));
-    int grc = glob(glob_pattern, 0, NULL, &matches);
+    int grc = glob(glob_pattern, GLOB_NOSORT, NULL, &matches);
     if (grc == GLOB_NOMATCH || (grc == 0 && matches.gl_pathc == 0)) {
         snprintf(err, errlen, "no file matches the shard pattern '%s': check the path, or create the shards "
                  "first (scripts/setup_data.sh for the default data, or the tokenize tool)", glob_pattern);
@@ -297,6 +303,7 @@ int dataloader_open(DataLoader** out, const char* glob_pattern, int B, int T, in
         oom = dl->paths[s] == NULL;
     }
     globfree(&matches);
+    if (!oom) qsort(dl->paths, (size_t)ns, sizeof(char*), compare_paths);
     if (oom) {
         snprintf(err, errlen, "data loader for '%s': out of memory", glob_pattern);
         dataloader_close(dl);

@@ -11,8 +11,9 @@
  * break) and cannot resume mid-epoch under shuffling; this one fixes both.
  *
  * ---- Definitions (the contract) ----
- * Shards: the files matching a glob(3) pattern, sorted by name (glob's
- *   order). Each is validated at open: header and file size (shard.h), and it
+ * Shards: the files matching a glob(3) pattern (a plain path is a pattern
+ *   matching one file), sorted by name byte-wise (strcmp, whatever the
+ *   locale). Each is validated at open: header and file size (shard.h), and it
  *   must hold at least T+1 tokens. Token ids are checked < vocab_size when
  *   read (every id of every sample, inputs and targets).
  * Sample: shard s with n_s tokens is cut into S_s = floor((n_s - 1) / T)
@@ -113,7 +114,7 @@ int64_t dataloader_num_tokens(const DataLoader* dl);       /* total tokens over 
 int64_t dataloader_num_samples(const DataLoader* dl);      /* N: samples per epoch stream */
 int64_t dataloader_batches_per_epoch(const DataLoader* dl); /* floor(N / (world_size*B)) */
 int dataloader_num_shards(const DataLoader* dl);
-/* Path of shard i (in glob order), for banners and messages. */
+/* Path of shard i (in name order), for banners and messages. */
 const char* dataloader_shard_path(const DataLoader* dl, int i);
 void dataloader_close(DataLoader* dl); /* NULL is fine */
 

@@ -27,6 +27,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -329,6 +330,34 @@ static void test_order(void) {
     for (int i = 0; i < 8; i++) pinned_ok &= codes[i] == pinned[i];
     CHECK(pinned_ok, "seed 1234 order is the pinned one: got %d %d %d %d %d %d %d %d", codes[0], codes[1],
           codes[2], codes[3], codes[4], codes[5], codes[6], codes[7]);
+}
+
+static void test_shard_name_order(void) {
+    test_section("shards are ordered by byte-wise name, whatever the locale");
+    const int64_t len[1] = {100};
+    make_shards("case_a", len, 1, 8);
+    make_shards("case_B", len, 1, 8);
+    make_shards("case_10", len, 1, 8);
+    make_shards("case_9", len, 1, 8);
+    const char* want[4] = {"case_10_000.bin", "case_9_000.bin", "case_B_000.bin", "case_a_000.bin"};
+    const char* locales[3] = {NULL, "en_US.UTF-8", "de_DE.UTF-8"};
+    for (int li = 0; li < 3; li++) {
+        if (locales[li] != NULL && setlocale(LC_COLLATE, locales[li]) == NULL) {
+            printf("  (locale %s is not installed here: that case is skipped)\n", locales[li]);
+            continue;
+        }
+        DataLoader* dl = open_or_die(pattern_for("case"), 1, 8, 0, 1, 0, 0);
+        int ok = dataloader_num_shards(dl) == 4;
+        for (int i = 0; i < 4 && ok; i++) {
+            const char* path = dataloader_shard_path(dl, i);
+            const char* base = strrchr(path, '/');
+            ok = base != NULL && strcmp(base + 1, want[i]) == 0;
+        }
+        CHECK(ok && dataloader_shard_path(dl, 4) == NULL, "locale %s: order 10, 9, B, a (strcmp)",
+              locales[li] ? locales[li] : "C");
+        dataloader_close(dl);
+    }
+    setlocale(LC_COLLATE, "C");
 }
 
 /* ---- 3. resume ---- */
@@ -675,6 +704,7 @@ int main(void) {
     atexit(remove_test_dir); /* also when a fixture die()s */
     test_epoch_coverage();
     test_order();
+    test_shard_name_order();
     test_resume();
     test_bad_input();
     test_big_shard();
