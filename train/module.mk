@@ -13,3 +13,13 @@ CPU_TESTS += $(BUILD)/tests/test_dist
 COMM_CUDA_OBJS := $(if $(HAVE_NCCL),$(BUILD)/train/comm_nccl.cu.o,$(BUILD)/train/comm_single.cu.o)
 COMM_LDLIBS := $(if $(HAVE_NCCL),-lnccl)
 CUDA_OBJECTS += $(BUILD)/train/comm_nccl.cu.o $(BUILD)/train/comm_single.cu.o
+
+# ---- training infrastructure shared by both trainers (flags, schedule, run log,
+# resume state, sampler) and the CPU trainer train_gpt_cpu ----
+TRAIN_INFRA_OBJS := $(BUILD)/train/flags.o $(BUILD)/train/schedule.o $(BUILD)/train/runlog.o \
+                    $(BUILD)/train/resume_state.o $(BUILD)/train/sampler.o
+TRAIN_TOKENIZER_OBJS := $(BUILD)/dataloader/tokenizer.o $(BUILD)/dataloader/unicode_tables.o
+CPU_TESTS += $(BUILD)/tests/test_train_cpu
+$(BUILD)/tests/test_train_cpu: $(BUILD)/tests/test_train_cpu.o $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS) \
+                               $(BUILD)/model/gpt_config.o $(BUILD)/attention/attention_common.o
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)

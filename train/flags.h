@@ -1,0 +1,171 @@
+/*
+ * train/flags.h - the trainers' command line: ONE table of long flags that
+ * drives the parser, --help, the start-up banner and the run's logged config.
+ *
+ * Why: llm.c's help text drifted from its parser because the two were written
+ * separately. Here every flag is one row (name, type, default, allowed values,
+ * help, GPU-only mark) and every consumer walks the same rows, so what --help
+ * says is what the parser accepts and what the banner prints is what the run
+ * uses. The CPU trainer (train_gpt_cpu.c) and the GPU trainer (train_gpt.cu)
+ * share the table; flags that only the GPU trainer implements are marked and
+ * the CPU trainer refuses non-default values for them (flags_reject_gpu_only).
+ *
+ * Syntax: GNU long options, `--name value` or `--name=value`. Booleans also
+ * take a bare `--name` (= 1); `--resume` alone means "latest". Numbers are
+ * checked in full (no trailing junk) and against the row's range; choices
+ * against the row's list. Errors are one line naming the flag and what is
+ * allowed (plus a "did you mean" for misspelt names).
+ *
+ * Offers: TrainFlags (typed values), FlagId, flags_init, flags_set_default,
+ * flags_parse, flags_print_help, flags_print_settings, flags_write_json,
+ * flags_was_set, flags_reject_gpu_only, flags_info.
+ */
+#ifndef TRAIN_FLAGS_H
+#define TRAIN_FLAGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    /* model */
+    FLAG_MODEL = 0,
+    FLAG_INIT_FROM,
+    /* data */
+    FLAG_TRAIN_DATA,
+    FLAG_VAL_DATA,
+    FLAG_VOCAB,
+    FLAG_SHUFFLE,
+    /* batch */
+    FLAG_BATCH_SIZE,
+    FLAG_SEQ_LEN,
+    FLAG_TOTAL_BATCH_TOKENS,
+    FLAG_STEPS,
+    /* optimizer and schedule */
+    FLAG_LR,
+    FLAG_MIN_LR_FRAC,
+    FLAG_WARMUP_STEPS,
+    FLAG_SCHEDULE,
+    FLAG_WEIGHT_DECAY,
+    FLAG_BETA1,
+    FLAG_BETA2,
+    FLAG_ADAM_EPS,
+    FLAG_GRAD_CLIP,
+    FLAG_SEED,
+    /* attention */
+    FLAG_ATTN,
+    FLAG_ATTN_TILE_MAX_SHIFT,
+    /* evaluation, sampling, output */
+    FLAG_VAL_EVERY,
+    FLAG_VAL_BATCHES,
+    FLAG_SAMPLE_EVERY,
+    FLAG_SAMPLE_TOKENS,
+    FLAG_CHECKPOINT_EVERY,
+    FLAG_OUT_DIR,
+    FLAG_RESUME,
+    FLAG_OVERWRITE,
+    FLAG_LOG_EVERY,
+    /* GPU trainer only */
+    FLAG_RECOMPUTE,
+    FLAG_ZERO_STAGE,
+    FLAG_DIAG_EVERY,
+    FLAG_CAPTURE_STEPS,
+    FLAG_CAPTURE_LAYERS,
+    NUM_FLAGS
+} FlagId;
+
+typedef enum { FLAG_TYPE_INT, FLAG_TYPE_INT64, FLAG_TYPE_FLOAT, FLAG_TYPE_STRING, FLAG_TYPE_BOOL, FLAG_TYPE_CHOICE } FlagType;
+
+/* Every flag's effective value. Strings point at argv or at static defaults
+   (never freed). Choice flags hold the chosen name. */
+typedef struct {
+    const char* model;
+    const char* init_from;
+    const char* train_data;
+    const char* val_data;
+    const char* vocab;
+    int shuffle;
+    int batch_size;
+    int seq_len;               /* 0: the model's context length */
+    int64_t total_batch_tokens; /* 0: one micro-batch per step (no accumulation) */
+    int steps;
+    float lr;
+    float min_lr_frac;
+    int warmup_steps;
+    const char* schedule;      /* cosine|linear|constant */
+    float weight_decay;
+    float beta1;
+    float beta2;
+    float adam_eps;
+    float grad_clip;           /* 0: no clipping */
+    uint64_t seed;
+    const char* attn;          /* fp32|bf16|repair|gproj */
+    int attn_tile_max_shift;
+    int val_every;             /* 0: only at the end */
+    int val_batches;
+    int sample_every;          /* 0: never */
+    int sample_tokens;
+    int checkpoint_every;      /* 0: only at the end */
+    const char* out_dir;       /* "": a fresh runs/run_<date>_<time> */
+    const char* resume;        /* "": start fresh; "latest"; or a state file path */
+    int overwrite;
+    int log_every;
+    int recompute;
+    int zero_stage;
+    int diag_every;
+    const char* capture_steps;
+    const char* capture_layers;
+    /* which flags the command line gave (the rest are defaults) */
+    unsigned char was_set[NUM_FLAGS];
+} TrainFlags;
+
+/* A read-only view of one table row, for tests and tools. */
+typedef struct {
+    const char* name;     /* without the leading "--" */
+    FlagType type;
+    const char* def;      /* default as text (after flags_set_default) */
+    const char* choices;  /* "a|b|c" for choice flags, else NULL */
+    const char* help;
+    int gpu_only;
+} FlagInfo;
+FlagInfo flags_info(FlagId id);
+
+/* Changes a default before flags_init (each trainer picks sizes that suit it,
+   e.g. the CPU trainer a tiny model); --help then shows it. The value must
+   parse; returns 0, or -1 with a message. */
+int flags_set_default(FlagId id, const char* value, char* err, size_t errlen);
+
+/* Sets every flag to its default. */
+void flags_init(TrainFlags* f);
+
+/* Parses argv[1..argc). Returns 0 when fine, 1 when --help/-h was given (the
+   caller prints help and exits 0), -1 with a one-line message in err. */
+int flags_parse(TrainFlags* f, int argc, char** argv, char* err, size_t errlen);
+
+int flags_was_set(const TrainFlags* f, FlagId id);
+
+/* Fails (-1, message) if a GPU-only flag was given a non-default value. */
+int flags_reject_gpu_only(const TrainFlags* f, const char* program, char* err, size_t errlen);
+
+/* The table as --help text, grouped, with types, defaults and choices. */
+void flags_print_help(FILE* out, const char* program, const char* summary, int show_gpu_only);
+
+/* Every effective value, one "  --name value" per line, "(set)" marking those
+   given on the command line. */
+void flags_print_settings(FILE* out, const TrainFlags* f, int show_gpu_only);
+
+/* Writes `"name": value, ...` (a JSON object body without braces) for the log. */
+void flags_write_json(FILE* out, const TrainFlags* f);
+
+/* Writes a JSON string literal (quotes and escapes) of s to out. */
+void json_write_string(FILE* out, const char* s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRAIN_FLAGS_H */

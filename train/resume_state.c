@@ -1,0 +1,352 @@
+/*
+ * train/resume_state.c - writing, reading and checking the resume-state file
+ * (format in resume_state.h).
+ */
+#include "train/resume_state.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Header slots (int64 each). Never renumber: bump RESUME_VERSION instead. */
+enum {
+    RH_MAGIC = 0,
+    RH_VERSION,
+    RH_HEADER_BYTES,
+    RH_STEP,
+    RH_ADAM_T,
+    RH_TOKENS_SEEN,
+    RH_NUM_PARAMS,
+    RH_CONFIG_HASH,
+    RH_MAX_SEQ_LEN,
+    RH_VOCAB_SIZE,
+    RH_PADDED_VOCAB_SIZE,
+    RH_NUM_LAYERS,
+    RH_NUM_HEADS,
+    RH_CHANNELS,
+    RH_BATCH_SIZE,
+    RH_SEQ_LEN,
+    RH_GRAD_ACCUM,
+    RH_WORLD_SIZE,
+    RH_SHUFFLE,
+    RH_ATTN_MODE,
+    RH_ATTN_TILE_MAX_SHIFT,
+    RH_SEED,
+    RH_RNG_STATE,
+    RH_PARAMS_HASH,
+    RH_DATA_POS_BYTES,
+    RH_FILE_BYTES,
+    RESUME_HEADER_INTS = 64
+};
+
+#define HEADER_BYTES (RESUME_HEADER_INTS * 8)
+/* DataPosition is padded to a multiple of 8 bytes in the file. */
+#define DATA_POS_FILE_BYTES ((sizeof(DataPosition) + 7) / 8 * 8)
+
+uint64_t resume_hash(const void* data, size_t nbytes, uint64_t h) {
+    const unsigned char* p = (const unsigned char*)data;
+    const uint64_t prime = 0x100000001b3ULL;
+    size_t words = nbytes / 8;
+    for (size_t i = 0; i < words; i++) {
+        uint64_t w;
+        memcpy(&w, p + 8 * i, 8);
+        h = (h ^ w) * prime;
+        h ^= h >> 29;
+    }
+    for (size_t i = words * 8; i < nbytes; i++) h = (h ^ p[i]) * prime;
+    return h;
+}
+
+uint64_t gpt_config_hash(const GPTConfig* c) {
+    int64_t f[6] = {c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads, c->channels};
+    return resume_hash(f, sizeof(f), RESUME_HASH_INIT);
+}
+
+static uint64_t file_bytes(size_t num_params) {
+    return (uint64_t)HEADER_BYTES + DATA_POS_FILE_BYTES + 2ULL * 4ULL * (uint64_t)num_params + 8ULL;
+}
+
+/* fwrite that also feeds the checksum; 0 or -1 (errno kept). */
+static int put(FILE* fp, const void* p, size_t n, uint64_t* h) {
+    *h = resume_hash(p, n, *h);
+    return fwrite(p, 1, n, fp) == n ? 0 : -1;
+}
+
+int resume_state_write(const char* path, const ResumeState* s, char* err, size_t errlen) {
+    size_t plen = strlen(path);
+    char* tmp = (char*)malloc(plen + 5);
+    if (tmp == NULL) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    FILE* fp = fopen(tmp, "wb");
+    if (fp == NULL) {
+        snprintf(err, errlen, "cannot create the resume state '%s': %s (is the run folder writable?); the previous "
+                 "state files are untouched", tmp,
+                 strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    int64_t hdr[RESUME_HEADER_INTS];
+    memset(hdr, 0, sizeof(hdr));
+    hdr[RH_MAGIC] = RESUME_MAGIC;
+    hdr[RH_VERSION] = RESUME_VERSION;
+    hdr[RH_HEADER_BYTES] = HEADER_BYTES;
+    hdr[RH_STEP] = s->step;
+    hdr[RH_ADAM_T] = s->adam_t;
+    hdr[RH_TOKENS_SEEN] = s->tokens_seen;
+    hdr[RH_NUM_PARAMS] = (int64_t)s->num_params;
+    hdr[RH_CONFIG_HASH] = (int64_t)gpt_config_hash(&s->config);
+    hdr[RH_MAX_SEQ_LEN] = s->config.max_seq_len;
+    hdr[RH_VOCAB_SIZE] = s->config.vocab_size;
+    hdr[RH_PADDED_VOCAB_SIZE] = s->config.padded_vocab_size;
+    hdr[RH_NUM_LAYERS] = s->config.num_layers;
+    hdr[RH_NUM_HEADS] = s->config.num_heads;
+    hdr[RH_CHANNELS] = s->config.channels;
+    hdr[RH_BATCH_SIZE] = s->batch_size;
+    hdr[RH_SEQ_LEN] = s->seq_len;
+    hdr[RH_GRAD_ACCUM] = s->grad_accum;
+    hdr[RH_WORLD_SIZE] = s->world_size;
+    hdr[RH_SHUFFLE] = s->shuffle;
+    hdr[RH_ATTN_MODE] = s->attn_mode;
+    hdr[RH_ATTN_TILE_MAX_SHIFT] = s->attn_tile_max_shift;
+    hdr[RH_SEED] = (int64_t)s->seed;
+    hdr[RH_RNG_STATE] = (int64_t)s->rng_state;
+    hdr[RH_PARAMS_HASH] = (int64_t)s->params_hash;
+    hdr[RH_DATA_POS_BYTES] = (int64_t)sizeof(DataPosition);
+    hdr[RH_FILE_BYTES] = (int64_t)file_bytes(s->num_params);
+    unsigned char pos[DATA_POS_FILE_BYTES];
+    memset(pos, 0, sizeof(pos));
+    memcpy(pos, &s->data_pos, sizeof(DataPosition));
+
+    uint64_t h = RESUME_HASH_INIT;
+    int ok = put(fp, hdr, sizeof(hdr), &h) == 0 && put(fp, pos, sizeof(pos), &h) == 0 &&
+             put(fp, s->m, 4 * s->num_params, &h) == 0 && put(fp, s->v, 4 * s->num_params, &h) == 0 &&
+             fwrite(&h, 8, 1, fp) == 1 && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    int saved = errno;
+    if (fclose(fp) != 0 && ok) {
+        ok = 0;
+        saved = errno;
+    }
+    if (!ok) {
+        snprintf(err, errlen, "writing the resume state '%s' failed: %s (is the disk full?); the previous state "
+                 "files are untouched", tmp, strerror(saved));
+        remove(tmp);
+        free(tmp);
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
+        snprintf(err, errlen, "cannot rename '%s' to '%s': %s; the previous state files are untouched", tmp, path,
+                 strerror(errno));
+        remove(tmp);
+        free(tmp);
+        return -1;
+    }
+    free(tmp);
+    /* Make the rename itself durable. */
+    char* dir = strdup(path);
+    if (dir != NULL) {
+        char* slash = strrchr(dir, '/');
+        const char* d = ".";
+        if (slash == dir) d = "/";
+        else if (slash != NULL) { *slash = '\0'; d = dir; }
+        int dfd = open(d, O_RDONLY | O_DIRECTORY);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+        free(dir);
+    }
+    return 0;
+}
+
+void resume_state_free(ResumeState* s) {
+    free(s->m);
+    free(s->v);
+    s->m = s->v = NULL;
+}
+
+static int get(FILE* fp, void* p, size_t n, uint64_t* h) {
+    if (fread(p, 1, n, fp) != n) return -1;
+    *h = resume_hash(p, n, *h);
+    return 0;
+}
+
+int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen) {
+    memset(s, 0, sizeof(*s));
+    FILE* fp = fopen(path, "rb");
+    if (fp == NULL) {
+        snprintf(err, errlen, "cannot open the resume state '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0) {
+        snprintf(err, errlen, "cannot stat the resume state '%s': %s", path, strerror(errno));
+        fclose(fp);
+        return -1;
+    }
+    const uint64_t size = (uint64_t)st.st_size;
+    int64_t hdr[RESUME_HEADER_INTS];
+    uint64_t h = RESUME_HASH_INIT;
+    const char* hint = "re-create it, or resume from an older state_NNNNNNNN.bin in the run folder";
+    if (size < sizeof(hdr) || get(fp, hdr, sizeof(hdr), &h) != 0) {
+        snprintf(err, errlen, "%s: truncated resume state (%llu bytes, shorter than its %d-byte header); %s", path,
+                 (unsigned long long)size, HEADER_BYTES, hint);
+        fclose(fp);
+        return -1;
+    }
+    if (hdr[RH_MAGIC] != RESUME_MAGIC) {
+        snprintf(err, errlen, "%s: not a resume state file (magic %lld, expected %d); pass a state_NNNNNNNN.bin "
+                 "file (not a model checkpoint) to --resume", path, (long long)hdr[RH_MAGIC], RESUME_MAGIC);
+        fclose(fp);
+        return -1;
+    }
+    if (hdr[RH_VERSION] != RESUME_VERSION || hdr[RH_HEADER_BYTES] != HEADER_BYTES) {
+        snprintf(err, errlen, "%s: resume state version %lld is not supported (this build reads version %d)", path,
+                 (long long)hdr[RH_VERSION], RESUME_VERSION);
+        fclose(fp);
+        return -1;
+    }
+    if (hdr[RH_DATA_POS_BYTES] != (int64_t)sizeof(DataPosition)) {
+        snprintf(err, errlen, "%s: its data position has %lld bytes, this build's has %zu (made by another "
+                 "version of the program)", path, (long long)hdr[RH_DATA_POS_BYTES], sizeof(DataPosition));
+        fclose(fp);
+        return -1;
+    }
+    int64_t np = hdr[RH_NUM_PARAMS];
+    if (np <= 0 || np > ((int64_t)1 << 40) || hdr[RH_FILE_BYTES] != (int64_t)file_bytes((size_t)np)) {
+        snprintf(err, errlen, "%s: corrupt resume state header (parameter count %lld, recorded size %lld); %s",
+                 path, (long long)np, (long long)hdr[RH_FILE_BYTES], hint);
+        fclose(fp);
+        return -1;
+    }
+    if (size != (uint64_t)hdr[RH_FILE_BYTES]) {
+        snprintf(err, errlen, "%s: resume state is %llu bytes, its header says %lld (%s); %s", path,
+                 (unsigned long long)size, (long long)hdr[RH_FILE_BYTES],
+                 size < (uint64_t)hdr[RH_FILE_BYTES] ? "truncated" : "trailing garbage", hint);
+        fclose(fp);
+        return -1;
+    }
+    s->step = hdr[RH_STEP];
+    s->adam_t = hdr[RH_ADAM_T];
+    s->tokens_seen = hdr[RH_TOKENS_SEEN];
+    s->num_params = (size_t)np;
+    s->config.max_seq_len = (int)hdr[RH_MAX_SEQ_LEN];
+    s->config.vocab_size = (int)hdr[RH_VOCAB_SIZE];
+    s->config.padded_vocab_size = (int)hdr[RH_PADDED_VOCAB_SIZE];
+    s->config.num_layers = (int)hdr[RH_NUM_LAYERS];
+    s->config.num_heads = (int)hdr[RH_NUM_HEADS];
+    s->config.channels = (int)hdr[RH_CHANNELS];
+    s->config_hash = (uint64_t)hdr[RH_CONFIG_HASH];
+    s->batch_size = (int32_t)hdr[RH_BATCH_SIZE];
+    s->seq_len = (int32_t)hdr[RH_SEQ_LEN];
+    s->grad_accum = (int32_t)hdr[RH_GRAD_ACCUM];
+    s->world_size = (int32_t)hdr[RH_WORLD_SIZE];
+    s->shuffle = (int32_t)hdr[RH_SHUFFLE];
+    s->attn_mode = (int32_t)hdr[RH_ATTN_MODE];
+    s->attn_tile_max_shift = (int32_t)hdr[RH_ATTN_TILE_MAX_SHIFT];
+    s->seed = (uint64_t)hdr[RH_SEED];
+    s->rng_state = (uint64_t)hdr[RH_RNG_STATE];
+    s->params_hash = (uint64_t)hdr[RH_PARAMS_HASH];
+
+    unsigned char pos[DATA_POS_FILE_BYTES];
+    s->m = (float*)malloc(4 * s->num_params);
+    s->v = (float*)malloc(4 * s->num_params);
+    uint64_t stored = 0;
+    if (s->m == NULL || s->v == NULL) {
+        snprintf(err, errlen, "%s: out of memory for %zu optimizer moments", path, s->num_params);
+        resume_state_free(s);
+        fclose(fp);
+        return -1;
+    }
+    if (get(fp, pos, sizeof(pos), &h) != 0 || get(fp, s->m, 4 * s->num_params, &h) != 0 ||
+        get(fp, s->v, 4 * s->num_params, &h) != 0 || fread(&stored, 8, 1, fp) != 1) {
+        snprintf(err, errlen, "%s: read error in the resume state: %s; %s", path,
+                 ferror(fp) ? strerror(errno) : "unexpected end of file", hint);
+        resume_state_free(s);
+        fclose(fp);
+        return -1;
+    }
+    fclose(fp);
+    if (stored != h) {
+        snprintf(err, errlen, "%s: resume state is corrupt (checksum %016llx, computed %016llx); %s", path,
+                 (unsigned long long)stored, (unsigned long long)h, hint);
+        resume_state_free(s);
+        return -1;
+    }
+    memcpy(&s->data_pos, pos, sizeof(DataPosition));
+    if (gpt_config_hash(&s->config) != s->config_hash || s->step < 0 || s->adam_t < 0 || s->batch_size < 1 ||
+        s->seq_len < 1 || s->grad_accum < 1 || s->world_size < 1 || s->attn_mode < 0) {
+        snprintf(err, errlen, "%s: resume state is inconsistent (config hash or counters out of range); %s", path,
+                 hint);
+        resume_state_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+int resume_state_check(const ResumeState* saved, const ResumeState* cur, char* err, size_t errlen) {
+    const GPTConfig *a = &saved->config, *b = &cur->config;
+    if (saved->config_hash != gpt_config_hash(b) || saved->num_params != cur->num_params) {
+        snprintf(err, errlen, "the resume state is for another model (L%d C%d NH%d T%d V%d, %zu parameters), this "
+                 "run has L%d C%d NH%d T%d V%d, %zu parameters", a->num_layers, a->channels, a->num_heads,
+                 a->max_seq_len, a->padded_vocab_size, saved->num_params, b->num_layers, b->channels, b->num_heads,
+                 b->max_seq_len, b->padded_vocab_size, cur->num_params);
+        return -1;
+    }
+    struct { const char* what; const char* flag; int64_t was, now; } fields[] = {
+        {"batch size", "--batch-size", saved->batch_size, cur->batch_size},
+        {"sequence length", "--seq-len", saved->seq_len, cur->seq_len},
+        {"gradient accumulation", "--total-batch-tokens", saved->grad_accum, cur->grad_accum},
+        {"process count", "the launcher's process count", saved->world_size, cur->world_size},
+        {"data shuffling", "--shuffle", saved->shuffle, cur->shuffle},
+        {"seed", "--seed", (int64_t)saved->seed, (int64_t)cur->seed},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (fields[i].was != fields[i].now) {
+            snprintf(err, errlen, "the resume state was saved with %s %lld, this run has %lld: give %s as before "
+                     "(or start a new run with --init-from the model checkpoint)", fields[i].what,
+                     (long long)fields[i].was, (long long)fields[i].now, fields[i].flag);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void run_file_path(char* buf, size_t n, const char* dir, const char* prefix, int64_t step) {
+    snprintf(buf, n, "%s/%s_%08lld.bin", dir, prefix, (long long)step);
+}
+
+int run_find_latest_state(const char* dir, char* path, size_t n, int64_t* step, char* err, size_t errlen) {
+    DIR* d = opendir(dir);
+    if (d == NULL) {
+        snprintf(err, errlen, "cannot read the run folder '%s': %s", dir, strerror(errno));
+        return -1;
+    }
+    int64_t best = -1;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        const char* name = e->d_name;
+        /* exactly state_ + 8 digits + .bin */
+        if (strlen(name) != 18 || strncmp(name, "state_", 6) != 0 || strcmp(name + 14, ".bin") != 0) continue;
+        int64_t v = 0;
+        int digits = 1;
+        for (int i = 6; i < 14; i++) {
+            if (name[i] < '0' || name[i] > '9') { digits = 0; break; }
+            v = v * 10 + (name[i] - '0');
+        }
+        if (digits && v > best) best = v;
+    }
+    closedir(d);
+    if (best < 0) return 1;
+    *step = best;
+    run_file_path(path, n, dir, "state", best);
+    return 0;
+}

@@ -1,0 +1,112 @@
+/*
+ * train/runlog.c - JSON-lines run log and console progress line (see runlog.h).
+ */
+#include "train/runlog.h"
+#include "train/flags.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+int runlog_open(RunLog* log, const char* path, int append, char* err, size_t errlen) {
+    log->fp = NULL;
+    if (path == NULL) return 0;
+    log->fp = fopen(path, append ? "ab" : "wb");
+    if (log->fp == NULL) {
+        snprintf(err, errlen, "cannot open the run log '%s' for writing: %s (is the run folder writable?)", path,
+                 strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void runlog_close(RunLog* log) {
+    if (log->fp != NULL) fclose(log->fp);
+    log->fp = NULL;
+}
+
+void runlog_write_number(FILE* out, double x) {
+    if (isfinite(x)) fprintf(out, "%.9g", x);
+    else fputs("null", out);
+}
+
+static void end_line(RunLog* log) {
+    fputs("}\n", log->fp);
+    fflush(log->fp);
+}
+
+void runlog_step(RunLog* log, const StepRecord* r) {
+    if (log->fp == NULL) return;
+    FILE* f = log->fp;
+    fprintf(f, "{\"step\": %d, \"loss\": ", r->step);
+    runlog_write_number(f, r->loss);
+    fputs(", \"lr\": ", f);
+    runlog_write_number(f, r->lr);
+    fputs(", \"grad_norm\": ", f);
+    runlog_write_number(f, r->grad_norm);
+    fputs(", \"tokens_per_s\": ", f);
+    runlog_write_number(f, r->tokens_per_s);
+    fputs(", \"ms\": ", f);
+    runlog_write_number(f, r->ms);
+    fputs(", \"attn\": ", f);
+    json_write_string(f, r->attn ? r->attn : "");
+    end_line(log);
+}
+
+void runlog_eval(RunLog* log, int step, double val_loss, int val_batches) {
+    if (log->fp == NULL) return;
+    fprintf(log->fp, "{\"step\": %d, \"val_loss\": ", step);
+    runlog_write_number(log->fp, val_loss);
+    fprintf(log->fp, ", \"val_batches\": %d", val_batches);
+    end_line(log);
+}
+
+void runlog_sample(RunLog* log, int step, const char* text, const int* ids, int n) {
+    if (log->fp == NULL) return;
+    fprintf(log->fp, "{\"step\": %d, \"sample\": ", step);
+    json_write_string(log->fp, text ? text : "");
+    fputs(", \"tokens\": [", log->fp);
+    for (int i = 0; i < n; i++) fprintf(log->fp, "%s%d", i ? ", " : "", ids[i]);
+    fputs("]", log->fp);
+    end_line(log);
+}
+
+FILE* runlog_begin(RunLog* log, const char* event) {
+    if (log->fp == NULL) return NULL;
+    fputs("{\"event\": ", log->fp);
+    json_write_string(log->fp, event);
+    return log->fp;
+}
+
+void runlog_end(RunLog* log) {
+    if (log->fp == NULL) return;
+    end_line(log);
+}
+
+double runlog_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void runlog_format_duration(double seconds, char* buf, size_t n) {
+    if (!isfinite(seconds) || seconds < 0) {
+        snprintf(buf, n, "?");
+        return;
+    }
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600) snprintf(buf, n, "%ldh%02ldm%02lds", s / 3600, (s / 60) % 60, s % 60);
+    else if (s >= 60) snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+    else snprintf(buf, n, "%lds", s);
+}
+
+void runlog_console_step(FILE* out, const StepRecord* r, double eta_s) {
+    char eta[32];
+    runlog_format_duration(eta_s, eta, sizeof(eta));
+    int width = 1;
+    for (int t = r->total_steps; t >= 10; t /= 10) width++;
+    fprintf(out, "step %*d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n", width,
+            r->step + 1, r->total_steps, r->loss, r->lr, r->grad_norm, r->ms, r->tokens_per_s, eta);
+    fflush(out);
+}
