@@ -32,6 +32,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The trainer stores DataPosition as raw bytes in its resume-state file: keep its layout fixed. */
+_Static_assert(sizeof(DataPosition) == 64, "DataPosition must stay 8 x 64-bit fields");
+
 #define FD_CACHE_SLOTS 4
 /* Domain tags so the shard order and each shard's sample order use unrelated keys. */
 #define KEY_TAG_SHARD_ORDER 0x5348524400000000ULL  /* "SHRD" */

@@ -590,6 +590,27 @@ static void test_bad_input(void) {
     }
     CHECK(rc != 0 && strstr(err, "token index 16"), "bad id as the first sample's last target: %s", err);
 
+    /* a folder that matches the pattern */
+    path_in_dir(path, sizeof(path), "folder_000.bin");
+    if (mkdir(path, 0755) != 0) die("cannot create %s", path);
+    CHECK(open_fails_with(pattern_for("folder"), 1, 8, path, "not a regular file", err), "a folder: %s", err);
+    rmdir(path);
+
+    /* a shard cut short after the loader opened it */
+    write_ids("shrink_000.bin", ids, 200);
+    path_in_dir(path, sizeof(path), "shrink_000.bin");
+    rc = dataloader_open(&dl, pattern_for("shrink"), 2, 8, 0, 1, 0, 0, VOCAB, err, sizeof(err));
+    if (rc == 0) {
+        int in[16], tg[16];
+        if (truncate(path, SHARD_HEADER_BYTES + 2 * 50) != 0) die("cannot truncate %s", path);
+        rc = dataloader_next(dl, in, tg, err, sizeof(err));                 /* samples 0, 1: tokens 0..16 */
+        if (rc == 0) rc = dataloader_next(dl, in, tg, err, sizeof(err));    /* samples 2, 3: tokens 16..32 */
+        if (rc == 0) rc = dataloader_next(dl, in, tg, err, sizeof(err));    /* samples 4, 5: tokens 32..48 */
+        if (rc == 0) rc = dataloader_next(dl, in, tg, err, sizeof(err));    /* sample 6 needs token 56: gone */
+        dataloader_close(dl);
+    }
+    CHECK(rc != 0 && strstr(err, path) && strstr(err, "ended early"), "shard shrank during the run: %s", err);
+
     snprintf(pattern, sizeof(pattern), "%s/nothing_here_*.bin", g_dir);
     CHECK(open_fails_with(pattern, 1, 8, pattern, "no file matches", err), "glob without match: %s", err);
 
