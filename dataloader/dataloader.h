@@ -90,7 +90,8 @@ typedef struct {
  * 1 = permuted per epoch from (seed, epoch). vocab_size: ids must be below it
  * (50257 for GPT-2). Fails (returns -1, message in err) on: no match, a bad
  * shard, a shard shorter than T+1 tokens, fewer than world_size*B samples in
- * total, bad arguments. On success *out owns open files; close it.
+ * total, bad arguments. On success *out holds the validated shard list;
+ * files are opened on first read and at most 4 stay open. Close it.
  */
 int dataloader_open(DataLoader** out, const char* glob_pattern, int B, int T, int rank, int world_size,
                     int shuffle, uint64_t seed, int vocab_size, char* err, size_t errlen);
