@@ -70,6 +70,7 @@ typedef struct {
     const char* name;  /* "encoded", "ln1", ... */
     size_t count;      /* elements */
     size_t offset;     /* elements from the start of the activation buffer */
+    int layers;        /* L for per-layer tensors (layer l starts at offset + l*count/L), else 1 */
 } ActTensorInfo;
 
 /* Fills table[NUM_ACT_TENSORS] for (cfg, B, T); returns the total element count. */
@@ -128,9 +129,12 @@ void gpt_cpu_free(GPTCpu* m);
 static inline gpt_real* gpt_param_ptr(const GPTCpu* m, gpt_real* buffer, ParamId id) {
     return buffer + m->params_info[id].offset;
 }
-/* Pointer to activation tensor `id` inside an activation-shaped buffer. */
-static inline gpt_real* gpt_act_ptr(const GPTCpu* m, gpt_real* buffer, ActId id) {
-    return buffer + m->acts_info[id].offset;
+/* Pointer to layer `layer` of activation tensor `id` inside an activation-shaped buffer
+   (layer 0 for tensors that are not per layer). Within a layer the last forward's
+   (cur_B, cur_T) rows are contiguous from this pointer. */
+static inline gpt_real* gpt_act_ptr(const GPTCpu* m, gpt_real* buffer, ActId id, int layer) {
+    const ActTensorInfo* a = &m->acts_info[id];
+    return buffer + a->offset + (size_t)layer * (a->count / (size_t)a->layers);
 }
 
 #ifdef __cplusplus

@@ -1,0 +1,215 @@
+/*
+ * model/checkpoint.c - llm.c-layout model files (see checkpoint.h).
+ *
+ * Why a file of its own: reading must refuse anything odd with a message that
+ * names the file and the problem (the trainer turns it into a fatal error or
+ * a fallback; tests check each refusal), and writing must never destroy the
+ * previous checkpoint, whatever fails along the way (full disk, file-size
+ * limit, unwritable folder): write "<path>.tmp", fflush, fsync, close, then
+ * rename over <path> and fsync the folder.
+ */
+#include "model/checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "attention/attention.h"  /* float_to_bf16_bits / bf16_bits_to_float: the project's one BF16 rounding */
+
+/* Generous sanity limits: far above any model this project trains, far below garbage. */
+#define CKPT_MAX_LAYERS 1024
+#define CKPT_MAX_CHANNELS 65536
+#define CKPT_MAX_HEADS 4096
+#define CKPT_MAX_SEQ_LEN (1 << 20)
+#define CKPT_MAX_VOCAB (1 << 24)
+
+/* Elements written per fwrite/fread call when converting bf16 <-> fp32. */
+#define CKPT_CHUNK 65536
+
+static int write_all(FILE* fp, const void* data, size_t size, size_t n) {
+    return fwrite(data, size, n, fp) == n ? 0 : -1;
+}
+
+int checkpoint_write_model(const char* path, const GPTConfig* cfg, const float* params, int bf16,
+                           char* err, size_t errlen) {
+    char msg[256];
+    if (gpt_config_validate(cfg, msg, sizeof(msg)) != 0) {
+        snprintf(err, errlen, "not saving checkpoint '%s': invalid model config: %s", path, msg);
+        return -1;
+    }
+    const size_t n = gpt_num_parameters(cfg);
+    int32_t header[CHECKPOINT_HEADER_INTS];
+    memset(header, 0, sizeof(header));
+    header[0] = CHECKPOINT_MAGIC;
+    header[1] = bf16 ? CHECKPOINT_VERSION_BF16 : CHECKPOINT_VERSION_FP32;
+    header[2] = cfg->max_seq_len;
+    header[3] = cfg->vocab_size;
+    header[4] = cfg->num_layers;
+    header[5] = cfg->num_heads;
+    header[6] = cfg->channels;
+    header[7] = cfg->padded_vocab_size;
+
+    const size_t tmp_len = strlen(path) + 5;
+    char* tmp = (char*)malloc(tmp_len);
+    if (!tmp) {
+        snprintf(err, errlen, "not saving checkpoint '%s': out of memory", path);
+        return -1;
+    }
+    snprintf(tmp, tmp_len, "%s.tmp", path);
+    FILE* fp = fopen(tmp, "wb");
+    if (!fp) {
+        snprintf(err, errlen, "cannot save checkpoint: cannot create '%s': %s (is the folder writable?)", tmp,
+                 strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    int failed = write_all(fp, header, sizeof(int32_t), CHECKPOINT_HEADER_INTS);
+    if (!failed && !bf16) {
+        failed = write_all(fp, params, sizeof(float), n);
+    } else if (!failed) {
+        uint16_t* chunk = (uint16_t*)malloc(CKPT_CHUNK * sizeof(uint16_t));
+        failed = chunk == NULL;
+        for (size_t start = 0; !failed && start < n; start += CKPT_CHUNK) {
+            const size_t count = (n - start < CKPT_CHUNK) ? n - start : CKPT_CHUNK;
+            for (size_t i = 0; i < count; i++) chunk[i] = float_to_bf16_bits(params[start + i]);
+            failed = write_all(fp, chunk, sizeof(uint16_t), count);
+        }
+        free(chunk);
+    }
+    int saved_errno = errno;
+    if (!failed && (fflush(fp) != 0 || fsync(fileno(fp)) != 0)) {
+        failed = 1;
+        saved_errno = errno;
+    }
+    if (fclose(fp) != 0 && !failed) {
+        failed = 1;
+        saved_errno = errno;
+    }
+    if (!failed && rename(tmp, path) != 0) {
+        failed = 1;
+        saved_errno = errno;
+    }
+    if (failed) {
+        snprintf(err, errlen, "saving checkpoint '%s' failed: %s (disk full or file too large?); "
+                 "the previous file, if any, is unchanged", path, strerror(saved_errno));
+        unlink(tmp);
+        free(tmp);
+        return -1;
+    }
+    free(tmp);
+    /* make the rename itself durable: fsync the containing folder (best effort) */
+    char* dir = strdup(path);
+    if (dir) {
+        char* slash = strrchr(dir, '/');
+        const char* d = ".";
+        if (slash == dir) d = "/";
+        else if (slash) { *slash = '\0'; d = dir; }
+        int dfd = open(d, O_RDONLY | O_DIRECTORY);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+        free(dir);
+    }
+    return 0;
+}
+
+int checkpoint_read_model(const char* path, GPTConfig* cfg_out, float** params_out, char* err, size_t errlen) {
+    *params_out = NULL;
+    FILE* fp = fopen(path, "rb");
+    if (!fp) {
+        snprintf(err, errlen, "cannot open checkpoint '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0) {
+        snprintf(err, errlen, "cannot stat checkpoint '%s': %s", path, strerror(errno));
+        fclose(fp);
+        return -1;
+    }
+    const uint64_t file_size = (uint64_t)st.st_size;
+    int32_t header[CHECKPOINT_HEADER_INTS];
+    if (file_size < sizeof(header) || fread(header, sizeof(int32_t), CHECKPOINT_HEADER_INTS, fp) != CHECKPOINT_HEADER_INTS) {
+        snprintf(err, errlen, "checkpoint '%s' is truncated: %llu bytes, shorter than its %zu-byte header", path,
+                 (unsigned long long)file_size, sizeof(header));
+        fclose(fp);
+        return -1;
+    }
+    if (header[0] != CHECKPOINT_MAGIC) {
+        snprintf(err, errlen, "'%s' is not a model checkpoint: magic %d, expected %d (llm.c model file)", path,
+                 header[0], CHECKPOINT_MAGIC);
+        fclose(fp);
+        return -1;
+    }
+    if (header[1] != CHECKPOINT_VERSION_FP32 && header[1] != CHECKPOINT_VERSION_BF16) {
+        snprintf(err, errlen, "checkpoint '%s' has version %d; supported are %d (fp32) and %d (bf16)", path,
+                 header[1], CHECKPOINT_VERSION_FP32, CHECKPOINT_VERSION_BF16);
+        fclose(fp);
+        return -1;
+    }
+    const int bf16 = header[1] == CHECKPOINT_VERSION_BF16;
+    GPTConfig cfg;
+    cfg.max_seq_len = header[2];
+    cfg.vocab_size = header[3];
+    cfg.num_layers = header[4];
+    cfg.num_heads = header[5];
+    cfg.channels = header[6];
+    cfg.padded_vocab_size = header[7];
+    char msg[256];
+    if (cfg.num_layers > CKPT_MAX_LAYERS || cfg.channels > CKPT_MAX_CHANNELS || cfg.num_heads > CKPT_MAX_HEADS ||
+        cfg.max_seq_len > CKPT_MAX_SEQ_LEN || cfg.vocab_size > CKPT_MAX_VOCAB || cfg.padded_vocab_size > CKPT_MAX_VOCAB) {
+        snprintf(err, errlen, "checkpoint '%s' has an absurd config (maxT %d V %d L %d NH %d C %d Vp %d): corrupt header?",
+                 path, cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads, cfg.channels,
+                 cfg.padded_vocab_size);
+        fclose(fp);
+        return -1;
+    }
+    if (gpt_config_validate(&cfg, msg, sizeof(msg)) != 0) {
+        snprintf(err, errlen, "checkpoint '%s' has an invalid config: %s", path, msg);
+        fclose(fp);
+        return -1;
+    }
+    const size_t n = gpt_num_parameters(&cfg);
+    const uint64_t expected = sizeof(header) + (uint64_t)n * (bf16 ? 2u : 4u);
+    if (file_size != expected) {
+        snprintf(err, errlen, "checkpoint '%s' is %s: %llu bytes, expected %llu for %zu %s parameters "
+                 "(L %d C %d Vp %d maxT %d)", path, file_size < expected ? "truncated" : "too long (trailing bytes)",
+                 (unsigned long long)file_size, (unsigned long long)expected, n, bf16 ? "bf16" : "fp32",
+                 cfg.num_layers, cfg.channels, cfg.padded_vocab_size, cfg.max_seq_len);
+        fclose(fp);
+        return -1;
+    }
+    float* params = (float*)malloc(n * sizeof(float));
+    if (!params) {
+        snprintf(err, errlen, "out of memory reading checkpoint '%s' (%zu parameters)", path, n);
+        fclose(fp);
+        return -1;
+    }
+    int failed = 0;
+    if (!bf16) {
+        failed = fread(params, sizeof(float), n, fp) != n;
+    } else {
+        uint16_t* chunk = (uint16_t*)malloc(CKPT_CHUNK * sizeof(uint16_t));
+        failed = chunk == NULL;
+        for (size_t start = 0; !failed && start < n; start += CKPT_CHUNK) {
+            const size_t count = (n - start < CKPT_CHUNK) ? n - start : CKPT_CHUNK;
+            failed = fread(chunk, sizeof(uint16_t), count, fp) != count;
+            for (size_t i = 0; !failed && i < count; i++) params[start + i] = bf16_bits_to_float(chunk[i]);
+        }
+        free(chunk);
+    }
+    fclose(fp);
+    if (failed) {
+        snprintf(err, errlen, "reading the parameters of checkpoint '%s' failed (file changed while reading?)", path);
+        free(params);
+        return -1;
+    }
+    *cfg_out = cfg;
+    *params_out = params;
+    return 0;
+}

@@ -1,0 +1,239 @@
+/*
+ * tests/test_checkpoint.c - model checkpoint files: round trips, refusals of
+ * bad files, and the promise that a failed save loses nothing.
+ *
+ * Checks: fp32 round trip is bit-exact; bf16 round trip gives exactly the
+ * round-to-nearest-even BF16 value of each float (checked against an
+ * independent integer formula here, including ties and the exponent carry);
+ * header fields are llm.c's; refusals with a message naming the problem for a
+ * missing file, wrong magic, unknown version, truncated header, truncated
+ * body, trailing bytes, absurd and invalid configs; a save that fails (file
+ * size limit via setrlimit(RLIMIT_FSIZE) with SIGXFSZ ignored, and an
+ * unwritable folder) returns -1 and leaves the previous checkpoint intact and
+ * no .tmp behind.
+ * Files live in a fresh mkdtemp folder under /tmp, removed at the end.
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/utils.h"
+#include "model/checkpoint.h"
+#include "model/gpt_config.h"
+#include "tests/testing.h"
+
+static char g_dir[64];
+
+static GPTConfig small_config(void) {
+    GPTConfig c = {.max_seq_len = 16, .vocab_size = 50, .padded_vocab_size = 64, .num_layers = 2,
+                   .num_heads = 2, .channels = 16};
+    return c;
+}
+
+static void path_in_dir(char* out, size_t len, const char* name) { snprintf(out, len, "%s/%s", g_dir, name); }
+
+static long file_size(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static int file_exists(const char* path) { return access(path, F_OK) == 0; }
+
+/* Independent BF16 RNE: keep the top 16 bits, add half an ulp plus the tie bit (finite inputs). */
+static uint16_t reference_bf16_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint32_t lsb = (u >> 16) & 1u;
+    return (uint16_t)((u + 0x7FFFu + lsb) >> 16);
+}
+
+static void write_raw(const char* path, const void* data, size_t bytes) {
+    FILE* fp = fopenCheck(path, "wb");
+    fwriteCheck(data, 1, bytes, fp, "test file");
+    fcloseCheck(fp);
+}
+
+static void* read_raw(const char* path, size_t* bytes) {
+    const long n = file_size(path);
+    if (n < 0) die("test: cannot stat %s", path);
+    void* data = mallocCheck((size_t)n);
+    FILE* fp = fopenCheck(path, "rb");
+    freadCheck(data, 1, (size_t)n, fp, "test file");
+    fcloseCheck(fp);
+    *bytes = (size_t)n;
+    return data;
+}
+
+/* Writes a mutated copy of `good` and checks the reader refuses it with `expect` in the message. */
+static void expect_refusal(const char* name, const void* data, size_t bytes, const char* expect) {
+    char path[128], err[512];
+    path_in_dir(path, sizeof(path), name);
+    write_raw(path, data, bytes);
+    GPTConfig cfg;
+    float* params = (float*)0x1;
+    err[0] = '\0';
+    const int rc = checkpoint_read_model(path, &cfg, &params, err, sizeof(err));
+    CHECK(rc == -1 && params == NULL && strstr(err, expect) != NULL && strstr(err, path) != NULL,
+          "%s refused, message names the file and says '%s' (got rc %d: %s)", name, expect, rc, err);
+    unlink(path);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof(g_dir), "/tmp/test_checkpoint_XXXXXX");
+    if (!mkdtemp(g_dir)) die("cannot create a temporary folder under /tmp");
+
+    const GPTConfig cfg = small_config();
+    const size_t n = gpt_num_parameters(&cfg);
+    float* params = (float*)mallocCheck(n * sizeof(float));
+    uint64_t s = 88172645463325252ULL;
+    for (size_t i = 0; i < n; i++) {  /* wide range of magnitudes and signs */
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        const double u = (double)(s >> 11) * 0x1.0p-53;
+        params[i] = (float)((u - 0.5) * pow(10.0, (double)((s >> 3) % 9) - 4.0));
+    }
+    /* hand-picked BF16 rounding cases: exact tie to even (down and up), just above a tie, exponent carry */
+    const uint32_t special_bits[] = {0x3F808000u, 0x3F818000u, 0x3F808001u, 0x3F7FFFFFu, 0xBF808000u, 0x00000000u};
+    for (size_t k = 0; k < sizeof(special_bits) / sizeof(special_bits[0]); k++) memcpy(&params[k], &special_bits[k], 4);
+
+    char path[128], err[512];
+    path_in_dir(path, sizeof(path), "model.bin");
+
+    test_section("fp32 round trip");
+    CHECK(checkpoint_write_model(path, &cfg, params, 0, err, sizeof(err)) == 0, "fp32 save succeeds (%s)", err);
+    CHECK(file_size(path) == (long)(1024 + 4 * n), "file is header + 4 bytes per parameter (%ld)", file_size(path));
+    {
+        char tmp[160];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        CHECK(!file_exists(tmp), "no .tmp file left after a successful save");
+    }
+    {
+        size_t bytes;
+        int32_t* raw = (int32_t*)read_raw(path, &bytes);
+        CHECK(raw[0] == 20240326 && raw[1] == 3 && raw[2] == 16 && raw[3] == 50 && raw[4] == 2 && raw[5] == 2 &&
+                  raw[6] == 16 && raw[7] == 64 && raw[8] == 0 && raw[255] == 0,
+              "header is llm.c's: magic, version 3, maxT V L NH C Vp, rest zero");
+        free(raw);
+    }
+    GPTConfig back;
+    float* loaded = NULL;
+    CHECK(checkpoint_read_model(path, &back, &loaded, err, sizeof(err)) == 0, "fp32 read succeeds (%s)", err);
+    if (loaded) {
+        CHECK(memcmp(&back, &cfg, sizeof(cfg)) == 0, "config read back equals the config written");
+        CHECK(memcmp(loaded, params, n * sizeof(float)) == 0, "all %zu parameters bit-exact", n);
+        free(loaded);
+        loaded = NULL;
+    }
+
+    test_section("bf16 round trip = round-to-nearest-even of fp32");
+    char path_bf16[128];
+    path_in_dir(path_bf16, sizeof(path_bf16), "model_bf16.bin");
+    CHECK(checkpoint_write_model(path_bf16, &cfg, params, 1, err, sizeof(err)) == 0, "bf16 save succeeds (%s)", err);
+    CHECK(file_size(path_bf16) == (long)(1024 + 2 * n), "file is header + 2 bytes per parameter");
+    CHECK(checkpoint_read_model(path_bf16, &back, &loaded, err, sizeof(err)) == 0, "bf16 read succeeds (%s)", err);
+    if (loaded) {
+        size_t mismatches = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t got;
+            memcpy(&got, &loaded[i], 4);
+            if (got != ((uint32_t)reference_bf16_bits(params[i]) << 16)) mismatches++;
+        }
+        CHECK(mismatches == 0, "every value is the RNE BF16 of the original (%zu mismatches)", mismatches);
+        uint32_t b0, b1, b2, b3;
+        memcpy(&b0, &loaded[0], 4); memcpy(&b1, &loaded[1], 4); memcpy(&b2, &loaded[2], 4); memcpy(&b3, &loaded[3], 4);
+        CHECK(b0 == 0x3F800000u && b1 == 0x3F820000u && b2 == 0x3F810000u && b3 == 0x3F800000u,
+              "ties go to even (down and up), above-tie rounds up, mantissa carry bumps the exponent");
+        free(loaded);
+        loaded = NULL;
+    }
+
+    test_section("bad files are refused with a message");
+    {
+        char missing[128];
+        path_in_dir(missing, sizeof(missing), "does_not_exist.bin");
+        const int rc = checkpoint_read_model(missing, &back, &loaded, err, sizeof(err));
+        CHECK(rc == -1 && strstr(err, missing) != NULL, "missing file refused (%s)", err);
+    }
+    size_t good_bytes;
+    uint8_t* good = (uint8_t*)read_raw(path, &good_bytes);
+    uint8_t* bad = (uint8_t*)mallocCheck(good_bytes + 64);
+    int32_t* bad_header = (int32_t*)bad;
+
+    memcpy(bad, good, good_bytes); bad_header[0] = 20240520;  /* a data shard's magic */
+    expect_refusal("wrong_magic.bin", bad, good_bytes, "not a model checkpoint");
+    memcpy(bad, good, good_bytes); bad_header[1] = 4;
+    expect_refusal("wrong_version.bin", bad, good_bytes, "version 4");
+    expect_refusal("short_header.bin", good, 100, "truncated");
+    expect_refusal("truncated_body.bin", good, good_bytes - 4, "truncated");
+    memcpy(bad, good, good_bytes); memset(bad + good_bytes, 0, 64);
+    expect_refusal("trailing_bytes.bin", bad, good_bytes + 64, "too long");
+    memcpy(bad, good, good_bytes); bad_header[4] = 1 << 30;  /* layers */
+    expect_refusal("absurd_layers.bin", bad, good_bytes, "absurd config");
+    memcpy(bad, good, good_bytes); bad_header[5] = 3;  /* C 16 not a multiple of 3 heads */
+    expect_refusal("bad_heads.bin", bad, good_bytes, "multiple of heads");
+    memcpy(bad, good, good_bytes); bad_header[7] = 40;  /* Vp < V */
+    expect_refusal("bad_padded_vocab.bin", bad, good_bytes, "padded vocab");
+    memcpy(bad, good, good_bytes); bad_header[6] = -16;
+    expect_refusal("negative_channels.bin", bad, good_bytes, "positive");
+    free(bad);
+
+    test_section("a failed save leaves the previous checkpoint intact");
+    {
+        /* file-size limit below the checkpoint size: the write fails with EFBIG */
+        GPTConfig other = cfg;
+        for (size_t i = 0; i < n; i++) params[i] += 1.0f;  /* different content: must NOT reach the file */
+        struct rlimit old_limit, limit;
+        getrlimit(RLIMIT_FSIZE, &old_limit);
+        signal(SIGXFSZ, SIG_IGN);
+        limit = old_limit;
+        limit.rlim_cur = 4096;
+        setrlimit(RLIMIT_FSIZE, &limit);
+        err[0] = '\0';
+        const int rc = checkpoint_write_model(path, &other, params, 0, err, sizeof(err));
+        setrlimit(RLIMIT_FSIZE, &old_limit);
+        CHECK(rc == -1 && strstr(err, path) != NULL && strstr(err, "unchanged") != NULL,
+              "save over the size limit returns -1 with a message (%s)", err);
+        size_t now_bytes;
+        uint8_t* now = (uint8_t*)read_raw(path, &now_bytes);
+        CHECK(now_bytes == good_bytes && memcmp(now, good, good_bytes) == 0, "previous checkpoint byte-identical");
+        free(now);
+        char tmp[160];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        CHECK(!file_exists(tmp), "the partial .tmp file was removed");
+    }
+    if (geteuid() != 0) {  /* root ignores folder permissions */
+        char ro_dir[128], ro_path[160];
+        path_in_dir(ro_dir, sizeof(ro_dir), "readonly");
+        mkdir(ro_dir, 0755);
+        snprintf(ro_path, sizeof(ro_path), "%s/model.bin", ro_dir);
+        CHECK(checkpoint_write_model(ro_path, &cfg, params, 0, err, sizeof(err)) == 0, "save into the folder");
+        chmod(ro_dir, 0555);
+        const int rc = checkpoint_write_model(ro_path, &cfg, params, 1, err, sizeof(err));
+        chmod(ro_dir, 0755);
+        CHECK(rc == -1 && strstr(err, "writable") != NULL, "save into a read-only folder refused (%s)", err);
+        CHECK(file_size(ro_path) == (long)(1024 + 4 * n), "the earlier fp32 file there is intact");
+        unlink(ro_path);
+        rmdir(ro_dir);
+    }
+    free(good);
+
+    test_section("invalid config is not saved");
+    {
+        GPTConfig broken = cfg;
+        broken.num_heads = 5;
+        char p2[128];
+        path_in_dir(p2, sizeof(p2), "broken.bin");
+        CHECK(checkpoint_write_model(p2, &broken, params, 0, err, sizeof(err)) == -1 && !file_exists(p2),
+              "config with C %% NH != 0 refused before writing (%s)", err);
+    }
+
+    unlink(path);
+    unlink(path_bf16);
+    rmdir(g_dir);
+    free(params);
+    return test_summary();
+}
