@@ -5,3 +5,11 @@ ATTN_CAPTURE_OBJS := $(BUILD)/attention/attn_capture.o $(BUILD)/attention/attent
 $(BUILD)/tests/test_attn_capture: $(BUILD)/tests/test_attn_capture.o $(ATTN_CAPTURE_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_attn_capture
+
+# ---- attention benchmark and probe (CUDA; they compile without a GPU) ----
+# The CUDA attention objects: attention/module.mk's list if it defines one.
+ATTN_CUDA_OBJS ?= $(BUILD)/attention/attention_cuda.cu.o
+CUDA_PROGRAMS += $(BUILD)/bench_attention
+CUDA_OBJECTS += $(BUILD)/dev/bench_attention.cu.o
+$(BUILD)/bench_attention: $(BUILD)/dev/bench_attention.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
