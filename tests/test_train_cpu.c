@@ -153,8 +153,9 @@ static void test_flags(void) {
     fclose(fp);
     char* json = read_text(path);
     CHECK(strstr(json, "\"batch-size\": 8") && strstr(json, "\"out-dir\": \"a\\\"b\\\\c\"") &&
-              strstr(json, "\"attn\": \"gproj\""),
-          "flags_write_json: numbers bare, strings escaped");
+              strstr(json, "\"attn\": \"gproj\"") && strstr(json, "\"weight-decay\": 0.1,") &&
+              strstr(json, "\"adam-eps\": 1e-08,"),
+          "flags_write_json: numbers bare and shortest (0.1, not 0.100000001), strings escaped");
     free(json);
 }
 

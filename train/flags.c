@@ -343,7 +343,15 @@ static void value_text(const TrainFlags* f, const FlagRow* r, char* buf, size_t 
         case FLAG_TYPE_INT:
         case FLAG_TYPE_BOOL: snprintf(buf, n, "%d", *(const int*)base); break;
         case FLAG_TYPE_INT64: snprintf(buf, n, "%lld", (long long)*(const int64_t*)base); break;
-        case FLAG_TYPE_FLOAT: snprintf(buf, n, "%.9g", (double)*(const float*)base); break;
+        case FLAG_TYPE_FLOAT: {
+            /* The shortest text that reads back as the same float (0.1, not 0.100000001). */
+            const float x = *(const float*)base;
+            for (int digits = 1; digits <= 9; digits++) {
+                snprintf(buf, n, "%.*g", digits, (double)x);
+                if (strtof(buf, NULL) == x) break;
+            }
+            break;
+        }
         case FLAG_TYPE_CHOICE:
         case FLAG_TYPE_STRING: snprintf(buf, n, "%s", *(const char* const*)base); break;
     }

@@ -23,3 +23,9 @@ CPU_TESTS += $(BUILD)/tests/test_train_cpu
 $(BUILD)/tests/test_train_cpu: $(BUILD)/tests/test_train_cpu.o $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS) \
                                $(BUILD)/model/gpt_config.o $(BUILD)/attention/attention_common.o
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+# The CPU trainer (train_gpt_cpu.c at the top level).
+TRAIN_CPU_OBJS := $(sort $(BUILD)/train_gpt_cpu.o $(GPT_CPU_OBJS) $(DATALOADER_OBJS) $(TRAIN_INFRA_OBJS) \
+                  $(TRAIN_TOKENIZER_OBJS) $(BUILD)/train/dist.o)
+PROGRAMS += $(BUILD)/train_gpt_cpu
+$(BUILD)/train_gpt_cpu: $(TRAIN_CPU_OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)

@@ -5,6 +5,7 @@
 #include "train/flags.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -27,8 +28,21 @@ void runlog_close(RunLog* log) {
 }
 
 void runlog_write_number(FILE* out, double x) {
-    if (isfinite(x)) fprintf(out, "%.9g", x);
-    else fputs("null", out);
+    if (!isfinite(x)) {
+        fputs("null", out);
+        return;
+    }
+    /* The shortest text that reads back as exactly x (0.001, not 0.0010000000000000000208). */
+    char buf[40];
+    if (x == floor(x) && fabs(x) < 1e15) {
+        fprintf(out, "%.0f", x); /* integers as integers: 1000, not 1e+03 */
+        return;
+    }
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, sizeof(buf), "%.*g", digits, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    fputs(buf, out);
 }
 
 static void end_line(RunLog* log) {

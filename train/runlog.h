@@ -18,9 +18,10 @@
  *   {"event": "checkpoint", "step": S, "model": PATH, "state": PATH}
  *   {"event": "stop", "step": S, "reason": "..."}                  at the end
  * "step" of a training record is the 0-based index of the optimizer step it
- * made; eval/sample records carry the number of steps done before them. Floats
- * are printed with 9 significant digits (a float's exact value round-trips);
- * a non-finite value is written as null (JSON has no NaN). After a resume the
+ * made; eval/sample records carry the number of steps done before them.
+ * Numbers are printed in full precision: the shortest decimal that reads back
+ * as exactly the same double (so logs of two runs compare bit for bit); a
+ * non-finite value is written as null (JSON has no NaN). After a resume the
  * file is appended to, so a step may appear twice: readers keep the last.
  *
  * Offers: RunLog, runlog_open/close, runlog_step, runlog_eval, runlog_sample,
@@ -68,7 +69,7 @@ void runlog_sample(RunLog* log, int step, const char* text, const int* ids, int 
 FILE* runlog_begin(RunLog* log, const char* event);
 void runlog_end(RunLog* log);
 
-/* Writes a double as JSON: %.9g, or null when not finite. */
+/* Writes a double as JSON: the shortest exact decimal, or null when not finite. */
 void runlog_write_number(FILE* out, double x);
 
 /* "step   12/200 | loss 5.123456 | lr 1.00e-03 | norm 1.2345 | 12.3 ms | 4567 tok/s | ETA 1m23s" */
