@@ -1,0 +1,797 @@
+/*
+ * attention/attention_cuda.cu - causal flash attention on tensor cores for the
+ * four numerical modes of attention/attention.h (fp32, bf16, repair, gproj).
+ *
+ * Why: the project asks what the BF16 rounding inside a fused attention
+ * kernel does to training. So these kernels are a FlashAttention-2 style
+ * implementation (mma.sync BF16 operands, FP32 accumulation, online softmax,
+ * no T x T matrix in memory, Q/K/V read in place from the fused qkv buffer)
+ * whose rounding points follow docs/ATTENTION_NUMERICS.md exactly, with the
+ * mode as a template parameter picked at run time by the host dispatch.
+ * docs/attention_kernels.md describes the kernels and their measured cost.
+ *
+ * Kernels (one launch each, per call):
+ *   forward    grid (query tiles of 64, B*NH), 4 warps x 16 query rows; K/V
+ *              tiles of 64 keys double-buffered with cp.async.
+ *              bf16:   x = fma(S, c, -fl(m*c)) (explicit __fmaf_rn), stats {LSE, 0}
+ *              others: x = (S - m) * c, stats {m, l}
+ *              P V:    bf(e) as the A operand; fp32 mode adds bf(e - bf(e)).
+ *   bwd_prep   one warp per row: zeroes the fp32 dQ accumulator, D = dO . O
+ *              from the stored BF16 O (all modes but fp32).
+ *   bwd_rows   (fp32 and gproj only) query-major pass over the row:
+ *              fp32:  D_i = sum_j P_ij dP_ij in FP32 (no BF16 O in D);
+ *              gproj: lambda_i = r_i / p_i with r_i = sum_j bf(dS_ij),
+ *                     p_i = sum_j bf(P_ij) - the whole-row sums that the dK
+ *                     correction needs before any key tile is finished.
+ *   backward   grid (key tiles of 64, B*NH), 4 warps x 16 keys; loops over
+ *              query tiles: S^T, dP^T, P, dS in registers; dV += bf(P)^T dO,
+ *              dK += bf(dS)^T Q (gproj: + bf(-lambda P)^T Q); bf(dS) goes
+ *              through shared memory into dQ += bf(dS) K (gproj: - lambda bf(P) K),
+ *              atomically added to the fp32 accumulator.
+ *   bwd_dq     dQ = bf(s * accumulator) into dqkv.
+ * fp32 mode splits every FP32 operand (P, dS) into BF16 hi + lo, so each
+ * product is exact up to 2^-17 relative and the FP32 accumulation does the rest.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "attention/attention_cuda.cuh"
+#include "attention/mma_bf16.cuh"
+
+using namespace attn_mma;
+
+namespace {
+
+constexpr int kThreads = 128; /* 4 warps */
+constexpr int kWarps = kThreads / 32;
+constexpr int kPad = 8;       /* BF16 elements of padding per shared-memory row */
+constexpr int kKeyTile = 64;  /* keys per tile everywhere (also the tile-shift tile) */
+constexpr int kFwdQueryTile = 64;
+constexpr int kDqCols = 64;   /* head dims per dQ work unit in the backward */
+constexpr float kLog2e = 1.4426950408889634f;
+
+static_assert(kKeyTile == ATTN_SHIFT_TILE_KEYS, "the GPU key tile must be the tile-max-shift tile");
+
+/* Query tile of the backward: smaller for HS 128 so dK and dV accumulators
+   (2 x 16 x HS fp32 per warp) and the S/dP tiles fit in registers. */
+template <int HS> struct BwdTile { static constexpr int kQueries = (HS == 64) ? 64 : 32; };
+
+/* Everything a kernel needs to find one head in the fused layouts. */
+struct HeadPtrs {
+    long long qkv_row;  /* elements between consecutive tokens in qkv: 3*NH*HS */
+    long long out_row;  /* ... in out / dout: NH*HS */
+};
+
+/* The recomputed softmax numerator of a backward pass for one score, masked. */
+template <int MODE>
+__device__ __forceinline__ float backward_prob(float score, float row_a, float row_b, float c) {
+    if (MODE == ATTN_BF16) {
+        /* row_a = fl(LSE * log2 e): P = exp2(fma(S, c, -row_a)), already normalised */
+        return exp2f(__fmaf_rn(score, c, -row_a));
+    } else {
+        /* row_a = m, row_b = fl(1 / l): the forward's exponent bit for bit, times 1/l */
+        return exp2f((score - row_a) * c) * row_b;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* forward                                                                  */
+/* ------------------------------------------------------------------------ */
+template <int HS, int MODE>
+__global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const bf16* __restrict__ qkv, bf16* __restrict__ out,
+                                                            float* __restrict__ stats, int NH, int T, float scale,
+                                                            float c, int tile_max_shift) {
+    constexpr int BQ = kFwdQueryTile, BK = kKeyTile, LD = HS + kPad;
+    constexpr int KSTEPS = HS / 16, NT_S = BK / 8, NT_O = HS / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
+    bf16* k_s = q_s + BQ * LD;     /* 2 buffers */
+    bf16* v_s = k_s + 2 * BK * LD; /* 2 buffers */
+
+    const int q_tile = gridDim.x - 1 - blockIdx.x; /* longest rows first */
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const long long qkv_row = 3LL * NH * HS;
+    const bf16* q_base = qkv + (long long)b * T * qkv_row + (long long)h * HS;
+    const bf16* k_base = q_base + (long long)NH * HS;
+    const bf16* v_base = q_base + 2LL * NH * HS;
+    const int q0 = q_tile * BQ;
+    const int n_key_tiles = q_tile + 1; /* BQ == BK: key tiles 0..q_tile */
+
+    load_rows_async<BQ, HS, LD, kThreads>(q_s, q_base, qkv_row, q0, T, tid);
+    load_rows_async<BK, HS, LD, kThreads>(k_s, k_base, qkv_row, 0, T, tid);
+    load_rows_async<BK, HS, LD, kThreads>(v_s, v_base, qkv_row, 0, T, tid);
+    cp_async_commit();
+
+    uint32_t qf[KSTEPS][4];
+    float o[NT_O][4];
+#pragma unroll
+    for (int n = 0; n < NT_O; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY};
+    float l_part[2] = {0.f, 0.f}; /* this lane's part of the row sum */
+
+    for (int kt = 0; kt < n_key_tiles; kt++) {
+        if (kt + 1 < n_key_tiles) {
+            const int nb = (kt + 1) & 1;
+            load_rows_async<BK, HS, LD, kThreads>(k_s + nb * BK * LD, k_base, qkv_row, (kt + 1) * BK, T, tid);
+            load_rows_async<BK, HS, LD, kThreads>(v_s + nb * BK * LD, v_base, qkv_row, (kt + 1) * BK, T, tid);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (kt == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) load_a<LD>(qf[kk], q_s, warp * 16, kk * 16, lane);
+        }
+        const bf16* kb = k_s + (kt & 1) * BK * LD;
+        const bf16* vb = v_s + (kt & 1) * BK * LD;
+
+        /* S = Q K^T, 16 rows x 64 keys per warp */
+        float s[NT_S][4];
+#pragma unroll
+        for (int j = 0; j < NT_S; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+#pragma unroll
+            for (int j = 0; j < NT_S; j++) {
+                uint32_t b0, b1;
+                load_b_nk<LD>(b0, b1, kb, j * 8, kk * 16, lane);
+                mma_16816(s[j], qf[kk], b0, b1);
+            }
+        }
+        if (kt == q_tile) { /* the diagonal tile: key j visible to query i iff j <= i */
+#pragma unroll
+            for (int j = 0; j < NT_S; j++)
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int key = kt * BK + j * 8 + 2 * t + e;
+                        const int query = q0 + warp * 16 + g + 8 * r;
+                        if (key > query) s[j][2 * r + e] = -INFINITY;
+                    }
+        }
+        /* online softmax, per row r (rows g and g+8 of the warp's slice) */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < NT_S; j++) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+            mx = quad_max(mx);
+            float tile_max = mx; /* BK = ATTN_SHIFT_TILE_KEYS keys aligned at key 0: the shift arm's tile */
+            if (MODE == ATTN_REPAIR && tile_max_shift) {
+                /* Qiu & Yao tile-max shift: a tile whose max is tied by another score uses 2m~ (m~ > 0) or 0 */
+                float ties = 0.f;
+#pragma unroll
+                for (int j = 0; j < NT_S; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) ties += ((mx - s[j][2 * r + e]) * scale <= ATTN_SHIFT_TIE_TOL) ? 1.f : 0.f;
+                if (quad_sum(ties) >= 2.f) tile_max = (mx > 0.f) ? 2.f * mx : 0.f;
+            }
+            const float m_new = fmaxf(m_run[r], tile_max);
+            const float alpha = exp2f((m_run[r] - m_new) * c); /* 0 on the first tile */
+            const float m_c = m_new * c;                       /* fl(m * c), bf16 mode */
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < NT_S; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float sc = s[j][2 * r + e];
+                    const float x = (MODE == ATTN_BF16) ? __fmaf_rn(sc, c, -m_c) : (sc - m_new) * c;
+                    const float p = exp2f(x);
+                    s[j][2 * r + e] = p;
+                    sum += p;
+                }
+            l_part[r] = l_part[r] * alpha + sum;
+            m_run[r] = m_new;
+#pragma unroll
+            for (int n = 0; n < NT_O; n++) {
+                o[n][2 * r] *= alpha;
+                o[n][2 * r + 1] *= alpha;
+            }
+        }
+        /* O += bf(e) V (fp32 mode: + bf(e - bf(e)) V) */
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            uint32_t a[4], a_lo[4];
+            a[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+            a[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+            a[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            a[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            if (MODE == ATTN_FP32) {
+                a_lo[0] = pack_bf16x2(bf16_residual(s[2 * kk][0]), bf16_residual(s[2 * kk][1]));
+                a_lo[1] = pack_bf16x2(bf16_residual(s[2 * kk][2]), bf16_residual(s[2 * kk][3]));
+                a_lo[2] = pack_bf16x2(bf16_residual(s[2 * kk + 1][0]), bf16_residual(s[2 * kk + 1][1]));
+                a_lo[3] = pack_bf16x2(bf16_residual(s[2 * kk + 1][2]), bf16_residual(s[2 * kk + 1][3]));
+            }
+#pragma unroll
+            for (int n = 0; n < NT_O; n++) {
+                uint32_t b0, b1;
+                load_b_kn<LD>(b0, b1, vb, kk * 16, n * 8, lane);
+                mma_16816(o[n], a, b0, b1);
+                if (MODE == ATTN_FP32) mma_16816(o[n], a_lo, b0, b1);
+            }
+        }
+        __syncthreads(); /* the next iteration's copy overwrites this buffer */
+    }
+
+    /* O = bf(acc / l); stats */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float l = quad_sum(l_part[r]);
+        const int query = q0 + warp * 16 + g + 8 * r;
+        if (query >= T) continue;
+        bf16* orow = out + ((long long)b * T + query) * NH * HS + (long long)h * HS;
+#pragma unroll
+        for (int n = 0; n < NT_O; n++) {
+            const uint32_t v = pack_bf16x2(__fdiv_rn(o[n][2 * r], l), __fdiv_rn(o[n][2 * r + 1], l));
+            *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t) = v;
+        }
+        if (t == 0) {
+            float* st = stats + ((long long)bh * T + query) * 2;
+            if (MODE == ATTN_BF16) {
+                st[0] = m_run[r] * scale + logf(l); /* LSE in natural-log, scaled units */
+                st[1] = 0.f;
+            } else {
+                st[0] = m_run[r];
+                st[1] = l;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* backward: prep (zero dQ accumulator; D from the stored BF16 O)            */
+/* ------------------------------------------------------------------------ */
+template <int HS>
+__global__ void attn_bwd_prep_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout,
+                                     float* __restrict__ D, float* __restrict__ dq_acc, int NH, int T,
+                                     long long rows, int want_D) {
+    const long long row = (long long)blockIdx.x * kWarps + (threadIdx.x >> 5); /* (b*NH + h)*T + t */
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    float* acc = dq_acc + row * HS;
+#pragma unroll
+    for (int d = lane; d < HS; d += 32) acc[d] = 0.f;
+    if (!want_D) return;
+    const long long bh = row / T;
+    const int tok = (int)(row % T);
+    const long long b = bh / NH, h = bh % NH;
+    const long long off = (b * T + tok) * NH * HS + h * HS;
+    float sum = 0.f;
+#pragma unroll
+    for (int d = lane; d < HS; d += 32)
+        sum += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
+#pragma unroll
+    for (int k = 16; k >= 1; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
+    if (lane == 0) D[row] = sum;
+}
+
+/* ------------------------------------------------------------------------ */
+/* backward: whole-row pass (fp32: D = sum P dP; gproj: lambda = r / p)      */
+/* ------------------------------------------------------------------------ */
+template <int HS, int MODE>
+__global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __restrict__ qkv,
+                                                                 const bf16* __restrict__ dout,
+                                                                 const float* __restrict__ stats,
+                                                                 float* __restrict__ D, float* __restrict__ lambda,
+                                                                 int NH, int T, float c) {
+    constexpr int BQ = kFwdQueryTile, BK = kKeyTile, LD = HS + kPad;
+    constexpr int KSTEPS = HS / 16, NT_S = BK / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
+    bf16* do_s = q_s + BQ * LD;
+    bf16* k_s = do_s + BQ * LD;    /* 2 buffers */
+    bf16* v_s = k_s + 2 * BK * LD; /* 2 buffers */
+
+    const int q_tile = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const long long qkv_row = 3LL * NH * HS, out_row = (long long)NH * HS;
+    const bf16* q_base = qkv + (long long)b * T * qkv_row + (long long)h * HS;
+    const bf16* k_base = q_base + (long long)NH * HS;
+    const bf16* v_base = q_base + 2LL * NH * HS;
+    const bf16* do_base = dout + (long long)b * T * out_row + (long long)h * HS;
+    const int q0 = q_tile * BQ;
+    const int n_key_tiles = q_tile + 1;
+
+    load_rows_async<BQ, HS, LD, kThreads>(q_s, q_base, qkv_row, q0, T, tid);
+    load_rows_async<BQ, HS, LD, kThreads>(do_s, do_base, out_row, q0, T, tid);
+    load_rows_async<BK, HS, LD, kThreads>(k_s, k_base, qkv_row, 0, T, tid);
+    load_rows_async<BK, HS, LD, kThreads>(v_s, v_base, qkv_row, 0, T, tid);
+    cp_async_commit();
+
+    /* per-row state of rows g, g+8 of this warp's slice */
+    float row_m[2], row_l[2], row_D[2]; /* m, 1/l (bf16 mode: fl(LSE log2 e), unused), D */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int query = q0 + warp * 16 + g + 8 * r;
+        const long long idx = (long long)bh * T + (query < T ? query : 0);
+        row_m[r] = (MODE == ATTN_BF16) ? stats[idx * 2] * kLog2e : stats[idx * 2];
+        row_l[r] = __frcp_rn(stats[idx * 2 + 1]); /* fl(1 / l) */
+        row_D[r] = (MODE == ATTN_GPROJ) ? D[idx] : 0.f;
+    }
+    float acc_a[2] = {0.f, 0.f}; /* fp32: sum P dP; gproj: r = sum bf(dS) */
+    float acc_b[2] = {0.f, 0.f}; /* gproj: p = sum bf(P) */
+
+    uint32_t qf[KSTEPS][4], dof[KSTEPS][4];
+    for (int kt = 0; kt < n_key_tiles; kt++) {
+        if (kt + 1 < n_key_tiles) {
+            const int nb = (kt + 1) & 1;
+            load_rows_async<BK, HS, LD, kThreads>(k_s + nb * BK * LD, k_base, qkv_row, (kt + 1) * BK, T, tid);
+            load_rows_async<BK, HS, LD, kThreads>(v_s + nb * BK * LD, v_base, qkv_row, (kt + 1) * BK, T, tid);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (kt == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                load_a<LD>(qf[kk], q_s, warp * 16, kk * 16, lane);
+                load_a<LD>(dof[kk], do_s, warp * 16, kk * 16, lane);
+            }
+        }
+        const bf16* kb = k_s + (kt & 1) * BK * LD;
+        const bf16* vb = v_s + (kt & 1) * BK * LD;
+        float s[NT_S][4], dp[NT_S][4];
+#pragma unroll
+        for (int j = 0; j < NT_S; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+#pragma unroll
+            for (int j = 0; j < NT_S; j++) {
+                uint32_t b0, b1;
+                load_b_nk<LD>(b0, b1, kb, j * 8, kk * 16, lane);
+                mma_16816(s[j], qf[kk], b0, b1);
+                load_b_nk<LD>(b0, b1, vb, j * 8, kk * 16, lane);
+                mma_16816(dp[j], dof[kk], b0, b1);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT_S; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int key = kt * BK + j * 8 + 2 * t + e;
+                    const int query = q0 + warp * 16 + g + 8 * r;
+                    if (key > query || query >= T) continue;
+                    const float p = backward_prob<MODE>(s[j][2 * r + e], row_m[r], row_l[r], c);
+                    const float dpv = dp[j][2 * r + e];
+                    if (MODE == ATTN_FP32) {
+                        acc_a[r] += p * dpv;
+                    } else {
+                        const float ds = p * (dpv - row_D[r]);
+                        acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
+                        acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
+                    }
+                }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float a = quad_sum(acc_a[r]);
+        const float p = quad_sum(acc_b[r]);
+        const int query = q0 + warp * 16 + g + 8 * r;
+        if (t != 0 || query >= T) continue;
+        const long long idx = (long long)bh * T + query;
+        if (MODE == ATTN_FP32) D[idx] = a;
+        else lambda[idx] = (p != 0.f) ? __fdiv_rn(a, p) : 0.f;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* backward: main kernel, key-major                                          */
+/* ------------------------------------------------------------------------ */
+template <int HS, int MODE>
+__global__ void __launch_bounds__(kThreads) attn_bwd_kernel(const bf16* __restrict__ qkv,
+                                                            const bf16* __restrict__ dout,
+                                                            const float* __restrict__ stats,
+                                                            const float* __restrict__ D,
+                                                            const float* __restrict__ lambda,
+                                                            float* __restrict__ dq_acc, bf16* __restrict__ dqkv,
+                                                            int NH, int T, float scale, float c) {
+    constexpr int BK = kKeyTile, BQ = BwdTile<HS>::kQueries, LD = HS + kPad, LDS = BK + kPad;
+    constexpr int KSTEPS = HS / 16, NT_Q = BQ / 8, NT_D = HS / 8;
+    constexpr bool kSecondTile = (MODE == ATTN_FP32 || MODE == ATTN_GPROJ);
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* k_s = reinterpret_cast<bf16*>(smem_raw);
+    bf16* v_s = k_s + BK * LD;
+    bf16* q_s = v_s + BK * LD;      /* 2 buffers */
+    bf16* do_s = q_s + 2 * BQ * LD; /* 2 buffers */
+    bf16* ds_s = do_s + 2 * BQ * LD; /* bf(dS) as [query][key] */
+    bf16* x_s = ds_s + BQ * LDS;     /* fp32: bf(dS - bf(dS)); gproj: bf(P) */
+    float* row_a = reinterpret_cast<float*>(x_s + BQ * LDS); /* 2 buffers each */
+    float* row_b = row_a + 2 * BQ;
+    float* row_D = row_b + 2 * BQ;
+    float* row_lam = row_D + 2 * BQ;
+
+    const int k_tile = blockIdx.x; /* key tile 0 sees every query: first */
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const long long qkv_row = 3LL * NH * HS, out_row = (long long)NH * HS;
+    const bf16* q_base = qkv + (long long)b * T * qkv_row + (long long)h * HS;
+    const bf16* k_base = q_base + (long long)NH * HS;
+    const bf16* v_base = q_base + 2LL * NH * HS;
+    const bf16* do_base = dout + (long long)b * T * out_row + (long long)h * HS;
+    const int k0 = k_tile * BK;
+    const int qt_begin = k0 / BQ;
+    const int qt_end = (T + BQ - 1) / BQ;
+
+    /* issues the copies of query tile qt into buffer buf (async) and its row state (plain) */
+    auto stage_query_tile = [&](int qt, int buf) {
+        const int q0 = qt * BQ;
+        load_rows_async<BQ, HS, LD, kThreads>(q_s + buf * BQ * LD, q_base, qkv_row, q0, T, tid);
+        load_rows_async<BQ, HS, LD, kThreads>(do_s + buf * BQ * LD, do_base, out_row, q0, T, tid);
+        for (int i = tid; i < BQ; i += kThreads) {
+            const int query = q0 + i;
+            float a = 0.f, bb = 1.f, d = 0.f, lam = 0.f;
+            if (query < T) {
+                const long long idx = (long long)bh * T + query;
+                if (MODE == ATTN_BF16) {
+                    a = stats[idx * 2] * kLog2e; /* fl(LSE * log2 e) */
+                } else {
+                    a = stats[idx * 2];
+                    bb = __frcp_rn(stats[idx * 2 + 1]); /* fl(1 / l) */
+                }
+                d = D[idx];
+                if (MODE == ATTN_GPROJ) lam = lambda[idx];
+            }
+            row_a[buf * BQ + i] = a;
+            row_b[buf * BQ + i] = bb;
+            row_D[buf * BQ + i] = d;
+            row_lam[buf * BQ + i] = lam;
+        }
+    };
+
+    load_rows_async<BK, HS, LD, kThreads>(k_s, k_base, qkv_row, k0, T, tid);
+    load_rows_async<BK, HS, LD, kThreads>(v_s, v_base, qkv_row, k0, T, tid);
+    stage_query_tile(qt_begin, 0);
+    cp_async_commit();
+
+    float dk[NT_D][4], dv[NT_D][4];
+#pragma unroll
+    for (int n = 0; n < NT_D; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
+
+    for (int qt = qt_begin; qt < qt_end; qt++) {
+        const int buf = (qt - qt_begin) & 1;
+        if (qt + 1 < qt_end) {
+            stage_query_tile(qt + 1, buf ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int q0 = qt * BQ;
+        const bf16* qb = q_s + buf * BQ * LD;
+        const bf16* dob = do_s + buf * BQ * LD;
+        const float* ra = row_a + buf * BQ;
+        const float* rb = row_b + buf * BQ;
+        const float* rd = row_D + buf * BQ;
+        const float* rl = row_lam + buf * BQ;
+
+        /* S^T = K_w Q^T and dP^T = V_w dO^T: 16 keys x BQ queries per warp */
+        float st[NT_Q][4], dpt[NT_Q][4];
+#pragma unroll
+        for (int j = 0; j < NT_Q; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+            uint32_t ak[4], av[4];
+            load_a<LD>(ak, k_s, warp * 16, kk * 16, lane);
+            load_a<LD>(av, v_s, warp * 16, kk * 16, lane);
+#pragma unroll
+            for (int j = 0; j < NT_Q; j++) {
+                uint32_t b0, b1;
+                load_b_nk<LD>(b0, b1, qb, j * 8, kk * 16, lane);
+                mma_16816(st[j], ak, b0, b1);
+                load_b_nk<LD>(b0, b1, dob, j * 8, kk * 16, lane);
+                mma_16816(dpt[j], av, b0, b1);
+            }
+        }
+        /* P and dS in registers (st <- P, dpt <- dS); masked entries exactly 0 */
+#pragma unroll
+        for (int j = 0; j < NT_Q; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int key = k0 + warp * 16 + g + 8 * r;
+                    const int ql = j * 8 + 2 * t + e;
+                    const int query = q0 + ql;
+                    const bool visible = key <= query && query < T;
+                    float p = 0.f, ds = 0.f;
+                    if (visible) {
+                        p = backward_prob<MODE>(st[j][2 * r + e], ra[ql], rb[ql], c);
+                        ds = p * (dpt[j][2 * r + e] - rd[ql]);
+                    }
+                    st[j][2 * r + e] = p;
+                    dpt[j][2 * r + e] = ds;
+                }
+
+        /* dV += bf(P)^T dO ; dK += bf(dS)^T Q (+ gproj's bf(-lambda P)^T Q) */
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            const int j0 = 2 * kk, j1 = 2 * kk + 1;
+            uint32_t ap[4], ads[4], ap_lo[4], ads_lo[4], alp[4];
+            ap[0] = pack_bf16x2(st[j0][0], st[j0][1]);
+            ap[1] = pack_bf16x2(st[j0][2], st[j0][3]);
+            ap[2] = pack_bf16x2(st[j1][0], st[j1][1]);
+            ap[3] = pack_bf16x2(st[j1][2], st[j1][3]);
+            ads[0] = pack_bf16x2(dpt[j0][0], dpt[j0][1]);
+            ads[1] = pack_bf16x2(dpt[j0][2], dpt[j0][3]);
+            ads[2] = pack_bf16x2(dpt[j1][0], dpt[j1][1]);
+            ads[3] = pack_bf16x2(dpt[j1][2], dpt[j1][3]);
+            if (MODE == ATTN_FP32) {
+                ap_lo[0] = pack_bf16x2(bf16_residual(st[j0][0]), bf16_residual(st[j0][1]));
+                ap_lo[1] = pack_bf16x2(bf16_residual(st[j0][2]), bf16_residual(st[j0][3]));
+                ap_lo[2] = pack_bf16x2(bf16_residual(st[j1][0]), bf16_residual(st[j1][1]));
+                ap_lo[3] = pack_bf16x2(bf16_residual(st[j1][2]), bf16_residual(st[j1][3]));
+                ads_lo[0] = pack_bf16x2(bf16_residual(dpt[j0][0]), bf16_residual(dpt[j0][1]));
+                ads_lo[1] = pack_bf16x2(bf16_residual(dpt[j0][2]), bf16_residual(dpt[j0][3]));
+                ads_lo[2] = pack_bf16x2(bf16_residual(dpt[j1][0]), bf16_residual(dpt[j1][1]));
+                ads_lo[3] = pack_bf16x2(bf16_residual(dpt[j1][2]), bf16_residual(dpt[j1][3]));
+            }
+            if (MODE == ATTN_GPROJ) {
+                /* query columns of this thread: j*8 + 2t + {0,1}; lambda is per query */
+                const float l00 = rl[j0 * 8 + 2 * t], l01 = rl[j0 * 8 + 2 * t + 1];
+                const float l10 = rl[j1 * 8 + 2 * t], l11 = rl[j1 * 8 + 2 * t + 1];
+                alp[0] = pack_bf16x2(-l00 * st[j0][0], -l01 * st[j0][1]);
+                alp[1] = pack_bf16x2(-l00 * st[j0][2], -l01 * st[j0][3]);
+                alp[2] = pack_bf16x2(-l10 * st[j1][0], -l11 * st[j1][1]);
+                alp[3] = pack_bf16x2(-l10 * st[j1][2], -l11 * st[j1][3]);
+            }
+#pragma unroll
+            for (int n = 0; n < NT_D; n++) {
+                uint32_t b0, b1;
+                load_b_kn<LD>(b0, b1, dob, kk * 16, n * 8, lane);
+                mma_16816(dv[n], ap, b0, b1);
+                if (MODE == ATTN_FP32) mma_16816(dv[n], ap_lo, b0, b1);
+                load_b_kn<LD>(b0, b1, qb, kk * 16, n * 8, lane);
+                mma_16816(dk[n], ads, b0, b1);
+                if (MODE == ATTN_FP32) mma_16816(dk[n], ads_lo, b0, b1);
+                if (MODE == ATTN_GPROJ) mma_16816(dk[n], alp, b0, b1);
+            }
+        }
+
+        /* bf(dS) (and the second operand) to shared memory as [query][key] */
+#pragma unroll
+        for (int j = 0; j < NT_Q; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int ql = j * 8 + 2 * t + e;
+                    const int kl = warp * 16 + g + 8 * r;
+                    const float ds = dpt[j][2 * r + e];
+                    ds_s[ql * LDS + kl] = __float2bfloat16_rn(ds);
+                    if (MODE == ATTN_FP32) x_s[ql * LDS + kl] = __float2bfloat16_rn(bf16_residual(ds));
+                    if (MODE == ATTN_GPROJ) x_s[ql * LDS + kl] = __float2bfloat16_rn(st[j][2 * r + e]);
+                }
+        __syncthreads();
+
+        /* dQ partial = bf(dS) K over this key tile (gproj: - lambda * bf(P) K) */
+        constexpr int ROW_BLOCKS = BQ / 16, UNITS = ROW_BLOCKS * (HS / kDqCols);
+        for (int u = warp; u < UNITS; u += kWarps) {
+            const int ql0 = (u % ROW_BLOCKS) * 16;
+            const int d0 = (u / ROW_BLOCKS) * kDqCols;
+            float acc[kDqCols / 8][4], acc2[kDqCols / 8][4];
+#pragma unroll
+            for (int n = 0; n < kDqCols / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[n][e] = acc2[n][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) {
+                uint32_t a[4], a2[4];
+                load_a<LDS>(a, ds_s, ql0, kk * 16, lane);
+                if (kSecondTile) load_a<LDS>(a2, x_s, ql0, kk * 16, lane);
+#pragma unroll
+                for (int n = 0; n < kDqCols / 8; n++) {
+                    uint32_t b0, b1;
+                    load_b_kn<LD>(b0, b1, k_s, kk * 16, d0 + n * 8, lane);
+                    mma_16816(acc[n], a, b0, b1);
+                    if (MODE == ATTN_FP32) mma_16816(acc[n], a2, b0, b1);
+                    if (MODE == ATTN_GPROJ) mma_16816(acc2[n], a2, b0, b1);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int ql = ql0 + g + 8 * r;
+                const int query = q0 + ql;
+                if (query >= T) continue;
+                const float lam = (MODE == ATTN_GPROJ) ? rl[ql] : 0.f;
+                float* dst = dq_acc + ((long long)bh * T + query) * HS + d0 + 2 * t;
+#pragma unroll
+                for (int n = 0; n < kDqCols / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float v = acc[n][2 * r + e];
+                        if (MODE == ATTN_GPROJ) v -= lam * acc2[n][2 * r + e];
+                        atomicAdd(dst + n * 8 + e, v);
+                    }
+            }
+        }
+        __syncthreads(); /* ds_s, x_s and this buffer are rewritten next iteration */
+    }
+
+    /* dK = s * acc, dV = acc, for this warp's 16 keys */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = k0 + warp * 16 + g + 8 * r;
+        if (key >= T) continue;
+        bf16* dk_row = dqkv + ((long long)b * T + key) * qkv_row + (long long)NH * HS + (long long)h * HS;
+        bf16* dv_row = dk_row + (long long)NH * HS;
+#pragma unroll
+        for (int n = 0; n < NT_D; n++) {
+            *reinterpret_cast<uint32_t*>(dk_row + n * 8 + 2 * t) =
+                pack_bf16x2(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
+            *reinterpret_cast<uint32_t*>(dv_row + n * 8 + 2 * t) = pack_bf16x2(dv[n][2 * r], dv[n][2 * r + 1]);
+        }
+    }
+}
+
+/* dQ = bf(s * accumulator) into the q slot of dqkv; one thread per 2 elements */
+template <int HS>
+__global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T,
+                                   float scale, long long pairs) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= pairs) return;
+    const long long e = 2 * i; /* element of the [B*NH][T][HS] accumulator */
+    const int d = (int)(e % HS);
+    const long long row = e / HS;
+    const int tok = (int)(row % T);
+    const long long bh = row / T, b = bh / NH, h = bh % NH;
+    const float2 v = *reinterpret_cast<const float2*>(dq_acc + e);
+    bf16* dst = dqkv + (b * T + tok) * 3LL * NH * HS + h * HS + d;
+    *reinterpret_cast<uint32_t*>(dst) = pack_bf16x2(v.x * scale, v.y * scale);
+}
+
+/* ------------------------------------------------------------------------ */
+/* host side                                                                */
+/* ------------------------------------------------------------------------ */
+template <int HS> constexpr size_t fwd_smem_bytes() { return (size_t)(kFwdQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
+template <int HS> constexpr size_t rows_smem_bytes() { return (size_t)(2 * kFwdQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
+template <int HS> constexpr size_t bwd_smem_bytes() {
+    return (size_t)(2 * kKeyTile + 4 * BwdTile<HS>::kQueries) * (HS + kPad) * 2 +
+           (size_t)2 * BwdTile<HS>::kQueries * (kKeyTile + kPad) * 2 + (size_t)8 * BwdTile<HS>::kQueries * 4;
+}
+
+/* Workspace layout: dQ accumulator [B*NH*T*HS] fp32, D [B*NH*T], lambda [B*NH*T]. */
+struct Workspace {
+    float* dq_acc;
+    float* D;
+    float* lambda;
+};
+Workspace carve_workspace(AttnShape s, void* ws) {
+    const size_t rows = (size_t)s.B * s.NH * s.T;
+    Workspace w;
+    w.dq_acc = static_cast<float*>(ws);
+    w.D = w.dq_acc + rows * s.HS;
+    w.lambda = w.D + rows;
+    return w;
+}
+
+template <int HS, int MODE>
+void forward_launch(AttnShape s, const bf16* qkv, bf16* out, float* stats, int tile_max_shift, cudaStream_t stream) {
+    const size_t smem = fwd_smem_bytes<HS>();
+    cudaCheck(cudaFuncSetAttribute(attn_fwd_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)ceil_div(s.T, kFwdQueryTile), (unsigned)(s.B * s.NH));
+    attn_fwd_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, out, stats, s.NH, s.T, attn_softmax_scale(HS),
+                                                                attn_exp2_scale(HS), tile_max_shift);
+    cudaCheckLastError();
+}
+
+template <int HS, int MODE>
+void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float* stats, const bf16* dout,
+                     bf16* dqkv, void* workspace, cudaStream_t stream) {
+    const Workspace w = carve_workspace(s, workspace);
+    const long long rows = (long long)s.B * s.NH * s.T;
+    const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
+    attn_bwd_prep_kernel<HS><<<(unsigned)ceil_div(rows, kWarps), kThreads, 0, stream>>>(
+        out, dout, w.D, w.dq_acc, s.NH, s.T, rows, MODE != ATTN_FP32);
+    cudaCheckLastError();
+    if (MODE == ATTN_FP32 || MODE == ATTN_GPROJ) {
+        const size_t smem = rows_smem_bytes<HS>();
+        cudaCheck(cudaFuncSetAttribute(attn_bwd_rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+        dim3 grid((unsigned)ceil_div(s.T, kFwdQueryTile), (unsigned)(s.B * s.NH));
+        attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, s.NH,
+                                                                         s.T, c);
+        cudaCheckLastError();
+    }
+    {
+        const size_t smem = bwd_smem_bytes<HS>();
+        cudaCheck(cudaFuncSetAttribute(attn_bwd_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+        dim3 grid((unsigned)ceil_div(s.T, kKeyTile), (unsigned)(s.B * s.NH));
+        attn_bwd_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv,
+                                                                    s.NH, s.T, scale, c);
+        cudaCheckLastError();
+    }
+    const long long pairs = rows * HS / 2;
+    attn_bwd_dq_kernel<HS><<<(unsigned)ceil_div(pairs, 256), 256, 0, stream>>>(w.dq_acc, dqkv, s.NH, s.T, scale,
+                                                                               pairs);
+    cudaCheckLastError();
+}
+
+template <int HS>
+void forward_dispatch_mode(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats, int shift,
+                           cudaStream_t st) {
+    switch (mode) {
+        case ATTN_FP32: forward_launch<HS, ATTN_FP32>(s, qkv, out, stats, 0, st); break;
+        case ATTN_BF16: forward_launch<HS, ATTN_BF16>(s, qkv, out, stats, 0, st); break;
+        case ATTN_REPAIR: forward_launch<HS, ATTN_REPAIR>(s, qkv, out, stats, shift, st); break;
+        case ATTN_GPROJ: forward_launch<HS, ATTN_GPROJ>(s, qkv, out, stats, 0, st); break;
+        default: die("attention_forward_cuda: invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
+    }
+}
+
+template <int HS>
+void backward_dispatch_mode(AttnMode mode, AttnShape s, const bf16* qkv, const bf16* out, const float* stats,
+                            const bf16* dout, bf16* dqkv, void* ws, cudaStream_t st) {
+    switch (mode) {
+        case ATTN_FP32: backward_launch<HS, ATTN_FP32>(s, qkv, out, stats, dout, dqkv, ws, st); break;
+        case ATTN_BF16: backward_launch<HS, ATTN_BF16>(s, qkv, out, stats, dout, dqkv, ws, st); break;
+        case ATTN_REPAIR: backward_launch<HS, ATTN_REPAIR>(s, qkv, out, stats, dout, dqkv, ws, st); break;
+        case ATTN_GPROJ: backward_launch<HS, ATTN_GPROJ>(s, qkv, out, stats, dout, dqkv, ws, st); break;
+        default: die("attention_backward_cuda: invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
+    }
+}
+
+}  // namespace
+
+void attention_cuda_check_shape(AttnShape s, AttnMode mode) {
+    attn_shape_check(s, "attention (CUDA)");
+    if (s.HS != 64 && s.HS != 128) {
+        die("attention (CUDA): head size %d is not supported (B=%d NH=%d T=%d)\n"
+            "  hint: the CUDA kernels take head size 64 or 128; choose n_embd / n_head accordingly",
+            s.HS, s.B, s.NH, s.T);
+    }
+    if ((long long)s.B * s.NH > 65535) {
+        die("attention (CUDA): B*NH = %lld exceeds 65535 heads per launch\n"
+            "  hint: lower the batch size", (long long)s.B * s.NH);
+    }
+    if ((int)mode < 0 || mode >= ATTN_NUM_MODES) {
+        die("attention (CUDA): invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
+    }
+}
+
+size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode) {
+    attention_cuda_check_shape(s, mode);
+    const size_t rows = (size_t)s.B * s.NH * s.T;
+    return (rows * s.HS + 2 * rows) * sizeof(float);
+}
+
+void attention_forward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
+                            __nv_bfloat16* out, float* stats, void* workspace, cudaStream_t stream) {
+    (void)workspace; /* the forward needs none */
+    attention_cuda_check_shape(s, mode);
+    /* the tile-max shift arm belongs to repair mode only (attention.h) */
+    const int shift = (mode == ATTN_REPAIR && opt.tile_max_shift) ? 1 : 0;
+    if (s.HS == 64) forward_dispatch_mode<64>(mode, s, qkv, out, stats, shift, stream);
+    else forward_dispatch_mode<128>(mode, s, qkv, out, stats, shift, stream);
+}
+
+void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
+                             const __nv_bfloat16* out, const float* stats, const __nv_bfloat16* dout,
+                             __nv_bfloat16* dqkv, void* workspace, cudaStream_t stream) {
+    attention_cuda_check_shape(s, mode);
+    (void)opt; /* the backward reads the shifted max, if any, from stats */
+    if (workspace == NULL) {
+        die("attention_backward_cuda: workspace is NULL\n"
+            "  hint: allocate attention_cuda_workspace_bytes(shape, mode) bytes of device memory");
+    }
+    if (s.HS == 64) backward_dispatch_mode<64>(mode, s, qkv, out, stats, dout, dqkv, workspace, stream);
+    else backward_dispatch_mode<128>(mode, s, qkv, out, stats, dout, dqkv, workspace, stream);
+}

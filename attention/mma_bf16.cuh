@@ -1,0 +1,132 @@
+/*
+ * attention/mma_bf16.cuh - the tensor-core building blocks of the attention
+ * kernels: BF16 mma.sync m16n8k16 with FP32 accumulation, register fragments
+ * loaded from padded shared-memory tiles, cp.async tile copies.
+ *
+ * Why: every attention kernel (forward, backward, the row pre-pass) multiplies
+ * 16-row slices of small tiles held in shared memory; keeping the fragment
+ * layout in one place means the index arithmetic is written (and checked)
+ * once. Works on sm_80 and later (mma.sync, cp.async).
+ *
+ * Fragment layout of mma.m16n8k16 (PTX ISA), lane = 4*g + t:
+ *   A (16x16, row major): a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
+ *   B (16x8, "col"):      b0 = B[2t..2t+1][g],  b1 = B[2t+8..2t+9][g]
+ *   C (16x8, fp32):       c0,c1 = C[g][2t..2t+1], c2,c3 = C[g+8][2t..2t+1]
+ * Two neighbouring C tiles (columns 16k..16k+15) hold exactly the A fragment
+ * of k-step k, which is how softmax probabilities go from one GEMM into the
+ * next without touching shared memory (the FlashAttention-2 register trick).
+ *
+ * Tiles in shared memory are row major with a row stride of (columns + 8)
+ * BF16: the 8-element pad makes the 32-bit fragment loads of the 8 rows x 4
+ * column pairs of a warp hit 32 different banks.
+ */
+#ifndef ATTENTION_MMA_BF16_CUH
+#define ATTENTION_MMA_BF16_CUH
+
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+namespace attn_mma {
+
+typedef __nv_bfloat16 bf16;
+
+/* Two floats rounded to BF16 (RNE) and packed: lo in the low half (the lower
+   column index), as the fragments expect. */
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+/* The BF16 remainder of a float after rounding it to BF16: x - bf(x) is exact
+   in FP32, and bf(x) + bf(x - bf(x)) carries 16 significant bits (used by the
+   fp32 mode to make tensor-core products FP32-accurate). */
+__device__ __forceinline__ float bf16_residual(float x) {
+    return x - __bfloat162float(__float2bfloat16_rn(x));
+}
+
+__device__ __forceinline__ uint32_t pack_raw(bf16 lo, bf16 hi) {
+    return (uint32_t)__bfloat16_as_ushort(lo) | ((uint32_t)__bfloat16_as_ushort(hi) << 16);
+}
+
+/* c += a * b on tensor cores. */
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* A fragment of rows row0..row0+15, columns col0..col0+15 of a row-major tile. */
+template <int LD>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int row0, int col0, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const bf16* p = tile + (row0 + g) * LD + col0 + 2 * t;
+    a[0] = *reinterpret_cast<const uint32_t*>(p);
+    a[1] = *reinterpret_cast<const uint32_t*>(p + 8 * LD);
+    a[2] = *reinterpret_cast<const uint32_t*>(p + 8);
+    a[3] = *reinterpret_cast<const uint32_t*>(p + 8 * LD + 8);
+}
+
+/* B fragment (k0..k0+15 x n0..n0+7) from a tile that stores B transposed,
+   tile[n][k] (e.g. K for S = Q K^T: row n is key n, column k is a head dim). */
+template <int LD>
+__device__ __forceinline__ void load_b_nk(uint32_t& b0, uint32_t& b1, const bf16* tile, int n0, int k0, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const bf16* p = tile + (n0 + g) * LD + k0 + 2 * t;
+    b0 = *reinterpret_cast<const uint32_t*>(p);
+    b1 = *reinterpret_cast<const uint32_t*>(p + 8);
+}
+
+/* B fragment (k0..k0+15 x n0..n0+7) from a tile that stores B as is,
+   tile[k][n] (e.g. V for O = P V: row k is key k, column n is a head dim). */
+template <int LD>
+__device__ __forceinline__ void load_b_kn(uint32_t& b0, uint32_t& b1, const bf16* tile, int k0, int n0, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const bf16* p = tile + (k0 + 2 * t) * LD + n0 + g;
+    b0 = pack_raw(p[0], p[LD]);
+    b1 = pack_raw(p[8 * LD], p[9 * LD]);
+}
+
+/* 16-byte global -> shared copy that bypasses registers; valid == false
+   writes zeros (rows past the end of the sequence). */
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    const int bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* Copies rows row0..row0+ROWS-1 (HS BF16 each, consecutive rows row_stride
+   elements apart from `base`) into a padded tile; rows >= nrows become zeros. */
+template <int ROWS, int HS, int LD, int THREADS>
+__device__ __forceinline__ void load_rows_async(bf16* tile, const bf16* base, long long row_stride, int row0,
+                                                int nrows, int tid) {
+    constexpr int CHUNKS = HS / 8; /* 16-byte chunks per row */
+    for (int i = tid; i < ROWS * CHUNKS; i += THREADS) {
+        const int r = i / CHUNKS, ch = i % CHUNKS;
+        const int row = row0 + r;
+        const bool valid = row < nrows;
+        const bf16* src = base + (long long)(valid ? row : 0) * row_stride + ch * 8;
+        cp_async_16(tile + r * LD + ch * 8, src, valid);
+    }
+}
+
+/* Sum over the 4 lanes of a quad (the lanes that share one C-fragment row). */
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    return x;
+}
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    return x;
+}
+
+}  // namespace attn_mma
+
+#endif /* ATTENTION_MMA_BF16_CUH */
