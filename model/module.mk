@@ -33,3 +33,23 @@ $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/model/
                                 $(BUILD)/model/gpt_config.o $(BUILD)/attention/attention_common.o
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_gpt_grad $(BUILD)/tests/test_checkpoint
+# PyTorch-twin parity: tests/twin_driver runs our model, the script checks it
+# against dev/gpt_twin.py. Without torch the script fails (it never skips).
+$(BUILD)/tests/twin_driver: $(BUILD)/tests/twin_driver.o $(GPT_CPU_OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+test: $(BUILD)/tests/twin_driver
+CPU_TEST_COMMANDS += "$(or $(TORCH_PYTHON),python3) tests/test_twin_parity.py"
+
+# ---- the GPU trainer (train_gpt.cu at the top level; CUDA) ----
+# Its objects come from modules included after this one, hence $$ (second expansion).
+# The attention kernels: ATTN_CUDA_OBJS if attention/module.mk defines it, else every attention/*.cu.
+.SECONDEXPANSION:
+TRAIN_GPT_ATTN_OBJS = $(or $(ATTN_CUDA_OBJS),$(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard attention/*.cu)))
+TRAIN_GPT_HOST_OBJS = $(GPT_CPU_OBJS) $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS) $(DATALOADER_OBJS)
+$(BUILD)/train_gpt.cu.o: train_gpt.cu $(GPU_MODEL_HEADERS)
+$(BUILD)/train_gpt: $(BUILD)/train_gpt.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(sort $$(TRAIN_GPT_HOST_OBJS))
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp
+ifeq ($(HAVE_CUBLAS),1)
+CUDA_PROGRAMS += $(BUILD)/train_gpt
+endif
