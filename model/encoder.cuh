@@ -48,7 +48,9 @@ static void encoder_forward(floatX* out, const int* tokens_dev, const floatX* wt
  */
 typedef struct {
     int num_buckets;
-    int* host;          /* [3 * BT + 1]: start[num+1] | token[num] | positions[BT] (pinned) */
+    int* host;          /* [3 * BT + 2]: start[num+1] | token[num] | positions[BT] (pageable:
+                           an async upload from pageable memory is staged before it returns,
+                           so the buffer may be rebuilt at once, with no stream sync) */
     int* dev;           /* same layout on the device */
     int* count_scratch; /* [vocab] host counts for the counting sort */
     int capacity_bt, vocab;
@@ -59,23 +61,21 @@ static void encoder_buckets_init(EncoderBuckets* eb, int max_BT, int vocab) {
     eb->capacity_bt = max_BT;
     eb->vocab = vocab;
     const size_t bytes = (size_t)(3 * (size_t)max_BT + 2) * sizeof(int);
-    cudaCheck(cudaMallocHost((void**)&eb->host, bytes));
+    eb->host = (int*)mallocCheck(bytes);
     cudaCheck(cudaMalloc((void**)&eb->dev, bytes));
     eb->count_scratch = (int*)callocCheck((size_t)vocab, sizeof(int));
 }
 
 static void encoder_buckets_free(EncoderBuckets* eb) {
-    cudaCheck(cudaFreeHost(eb->host));
+    free(eb->host);
     cudaCheck(cudaFree(eb->dev));
     free(eb->count_scratch);
 }
 
-/* Counting sort of positions by token id (host), then one async upload.
-   Waits for `stream` first: the pinned host copy may still be the source of
-   the previous micro-step's pending upload. */
+/* Counting sort of positions by token id (host), then one async upload. The
+   device copy is replaced in stream order, after earlier backward passes. */
 static void encoder_buckets_build(EncoderBuckets* eb, const int* tokens_host, int BT, cudaStream_t stream) {
     if (BT > eb->capacity_bt) die("encoder buckets: %d positions > capacity %d", BT, eb->capacity_bt);
-    cudaCheck(cudaStreamSynchronize(stream));
     int* count = eb->count_scratch;
     memset(count, 0, sizeof(int) * (size_t)eb->vocab);
     int num = 0;

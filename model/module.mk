@@ -53,3 +53,11 @@ $(BUILD)/train_gpt: $(BUILD)/train_gpt.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(sort $$(T
 ifeq ($(HAVE_CUBLAS),1)
 CUDA_PROGRAMS += $(BUILD)/train_gpt
 endif
+
+# ---- run diagnostics (model/diagnostics.h, diagnostics_cpu.c, diagnostics.cuh) ----
+# Programs that use the CPU diagnostics link DIAG_CPU_OBJS (plus the attention
+# module's CPU objects, for the probe's fp64 reference and the capture file).
+DIAG_CPU_OBJS := $(BUILD)/model/diagnostics_cpu.o $(BUILD)/attention/attn_capture.o $(ATTN_CPU_OBJS)
+$(BUILD)/tests/test_diagnostics: $(BUILD)/tests/test_diagnostics.o $(DIAG_CPU_OBJS) $(GPT_CPU_OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+CPU_TESTS += $(BUILD)/tests/test_diagnostics

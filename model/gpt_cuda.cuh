@@ -1,0 +1,496 @@
+/*
+ * model/gpt_cuda.cuh - the GPT-2 model on one GPU: buffers, forward, backward,
+ * optimizer step. The GPU twin of model/gpt_cpu.h, built from the layer
+ * layer kernels (model/ *.cuh) and the switchable attention module.
+ *
+ * Why: train_gpt.cu (and dev/parity_gpu.cu, which checks this model against
+ * the CPU reference) need one object that owns every device buffer and runs
+ * a training step; the trainer stays thin wiring. The attention mode is a
+ * plain field (m->attn_mode) read at every call, so --attn and a mode switch
+ * from a checkpoint change nothing else: all modes share the activation
+ * layout and the saved state (out + stats) per layer.
+ *
+ * Precision: BF16 parameters, gradients and activations; FP32 master weights,
+ * Adam moments, LayerNorm statistics, softmax statistics and losses.
+ * Memory (each role ONE contiguous buffer, addressed through named tables):
+ *   params/grads (BF16) and master/m/v (FP32) laid out by gpt_param_table;
+ *   activations: BF16 tensors by GpuActId (gpu_act_table), FP32 ones by
+ *   GpuStatId; backward scratch (three BF16 buffers, an FP32 reduction
+ *   scratch) and the attention workspace (the largest over all modes).
+ * --recompute: 0 stores everything; 1 recomputes gelu(fch) in backward
+ * (one [N,4C] buffer instead of L); 2 also recomputes LN1/LN2 outputs from
+ * the stored residual stream and statistics (bit-identical to the forward).
+ * gpt_cuda_memory_plan() adds all of this up BEFORE anything is allocated,
+ * so the trainer can refuse sizes that do not fit, with what to lower.
+ *
+ * Determinism: no atomics anywhere (encoder backward by token buckets, column
+ * sums in fixed chunks, norms in fixed order); cuBLASLt with a fixed algorithm
+ * per shape is run-to-run reproducible, which bit-exact resume relies on.
+ *
+ * Multi-GPU seam: the step is split into zero_grad / forward / backward /
+ * (reduce gradients: the trainer's hook, a no-op on one GPU) / update; the
+ * update works per contiguous range of the flat buffers (adamw.cuh), the
+ * shape a ZeRO-1 shard takes.
+ *
+ * Offers: GPTCuda, gpt_cuda_memory_plan, gpt_cuda_init/free,
+ * gpt_cuda_set_params (from FP32 host weights), gpt_cuda_get_params,
+ * gpt_cuda_forward, gpt_cuda_backward, gpt_cuda_zero_grad, gpt_cuda_update,
+ * gpt_cuda_loss_reset/gpt_cuda_loss_read, gpt_cuda_logits_row, and the
+ * optimizer-state copies for resume (gpt_cuda_get/set_optimizer_state).
+ */
+#ifndef MODEL_GPT_CUDA_CUH
+#define MODEL_GPT_CUDA_CUH
+
+#include <math.h>
+#include "model/gpt_config.h"
+#include "attention/attention.h"
+#include "attention/attention_cuda.cuh"
+#include "model/kernel_common.cuh"
+#include "model/encoder.cuh"
+#include "model/layernorm.cuh"
+#include "model/matmul.cuh"
+#include "model/gelu.cuh"
+#include "model/fused_classifier.cuh"
+#include "model/adamw.cuh"
+#include "model/global_norm.cuh"
+
+/* BF16 activations. Per-layer tensors are stacked, layer 0 first, except
+   those that --recompute keeps for one layer only. Shapes with N = B*T. */
+typedef enum {
+    GA_ENCODED = 0, /* (N, C) */
+    GA_LN1,         /* (L, N, C), or (N, C) with recompute >= 2 */
+    GA_QKV,         /* (L, N, 3C)  attention.h qkv layout */
+    GA_ATTY,        /* (L, N, C)   attention output */
+    GA_RESIDUAL2,   /* (L, N, C) */
+    GA_LN2,         /* (L, N, C), or (N, C) with recompute >= 2 */
+    GA_FCH,         /* (L, N, 4C)  pre-GELU (the matmul epilogue's aux) */
+    GA_FCH_GELU,    /* (L, N, 4C), or (N, 4C) with recompute >= 1 */
+    GA_RESIDUAL3,   /* (L, N, C)   block outputs */
+    GA_LNF,         /* (N, C) */
+    GA_LOGITS,      /* (N, Vp)     logits; dlogits after a training forward */
+    GA_PROJ_OUT,    /* (N, C)      attproj / fcproj output before the residual add */
+    GA_DRESIDUAL,   /* (N, C)      backward: gradient of the residual stream */
+    GA_DBUF_C,      /* (N, C)      backward scratch */
+    GA_DBUF_4C,     /* (N, 4C)     backward scratch (dfch, dqkv) */
+    NUM_GPU_ACTS
+} GpuActId;
+
+/* FP32 activations. */
+typedef enum {
+    GS_LN1_MEAN = 0, GS_LN1_RSTD, /* (L, N) */
+    GS_LN2_MEAN, GS_LN2_RSTD,     /* (L, N) */
+    GS_LNF_MEAN, GS_LNF_RSTD,     /* (N) */
+    GS_ATT_STATS,                 /* (L, B, NH, T, 2) */
+    GS_LOSSES,                    /* (N) */
+    GS_REDUCE_SCRATCH,            /* column-sum partials: colreduce_scratch_floats(N, 4C) */
+    GS_NORM_SCRATCH,              /* GLOBAL_NORM_BLOCKS */
+    NUM_GPU_STATS
+} GpuStatId;
+
+typedef struct {
+    size_t count[NUM_GPU_ACTS], offset[NUM_GPU_ACTS], per_layer[NUM_GPU_ACTS];
+    size_t stat_count[NUM_GPU_STATS], stat_offset[NUM_GPU_STATS], stat_per_layer[NUM_GPU_STATS];
+    size_t total_acts, total_stats;
+} GpuActTable;
+
+static const char* const gpu_act_names[NUM_GPU_ACTS] = {
+    "encoded", "ln1", "qkv", "atty", "residual2", "ln2", "fch", "fch_gelu", "residual3", "lnf", "logits",
+    "proj_out", "dresidual", "dbuf_c", "dbuf_4c"};
+
+/* Element counts and offsets for batch (B, T). Offsets are multiples of 8
+   elements (16 bytes) so every tensor can be read with 16-byte vectors. */
+static void gpu_act_table(const GPTConfig* cfg, int B, int T, int recompute, GpuActTable* t) {
+    const size_t N = (size_t)B * T, C = cfg->channels, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
+    const size_t NH = cfg->num_heads;
+    const size_t ln_layers = recompute >= 2 ? 1 : L, gelu_layers = recompute >= 1 ? 1 : L;
+    const size_t sizes[NUM_GPU_ACTS][2] = {
+        /* {layers, per layer} */
+        {1, N * C}, {ln_layers, N * C}, {L, N * 3 * C}, {L, N * C}, {L, N * C}, {ln_layers, N * C},
+        {L, N * 4 * C}, {gelu_layers, N * 4 * C}, {L, N * C}, {1, N * C}, {1, N * Vp}, {1, N * C},
+        {1, N * C}, {1, N * C}, {1, N * 4 * C}};
+    size_t off = 0;
+    for (int i = 0; i < NUM_GPU_ACTS; i++) {
+        t->per_layer[i] = sizes[i][0] > 1 ? sizes[i][1] : 0;
+        t->count[i] = sizes[i][0] * sizes[i][1];
+        t->offset[i] = off;
+        off += (t->count[i] + 7) / 8 * 8;
+    }
+    t->total_acts = off;
+    const size_t stat_sizes[NUM_GPU_STATS][2] = {
+        {L, N}, {L, N}, {L, N}, {L, N}, {1, N}, {1, N}, {L, (size_t)B * NH * T * 2}, {1, N},
+        {1, colreduce_scratch_floats((long long)N, 4 * (long long)C)}, {1, GLOBAL_NORM_BLOCKS}};
+    off = 0;
+    for (int i = 0; i < NUM_GPU_STATS; i++) {
+        t->stat_per_layer[i] = stat_sizes[i][0] > 1 ? stat_sizes[i][1] : 0;
+        t->stat_count[i] = stat_sizes[i][0] * stat_sizes[i][1];
+        t->stat_offset[i] = off;
+        off += (t->stat_count[i] + 7) / 8 * 8;
+    }
+    t->total_stats = off;
+}
+
+typedef struct {
+    size_t params_bytes;    /* params + grads (BF16) */
+    size_t optimizer_bytes; /* master + m + v (FP32) */
+    size_t acts_bytes;      /* BF16 activations and backward scratch */
+    size_t stats_bytes;     /* FP32 activations and scratch */
+    size_t workspace_bytes; /* attention (largest mode) + cuBLASLt */
+    size_t total_bytes;
+} GpuMemoryPlan;
+
+static size_t attention_workspace_all_modes(const GPTConfig* cfg, int B, int T) {
+    const AttnShape s = {B, cfg->num_heads, T, cfg->channels / cfg->num_heads};
+    size_t most = 0;
+    for (int mode = 0; mode < ATTN_NUM_MODES; mode++) {
+        const size_t b = attention_cuda_workspace_bytes(s, (AttnMode)mode);
+        if (b > most) most = b;
+    }
+    return most;
+}
+
+/* Every byte gpt_cuda_init will allocate, computed without allocating. */
+static GpuMemoryPlan gpt_cuda_memory_plan(const GPTConfig* cfg, int B, int T, int recompute) {
+    GpuMemoryPlan p;
+    GpuActTable t;
+    gpu_act_table(cfg, B, T, recompute, &t);
+    const size_t P = gpt_num_parameters(cfg);
+    p.params_bytes = 2 * P * sizeof(floatX);
+    p.optimizer_bytes = 3 * P * sizeof(float);
+    p.acts_bytes = t.total_acts * sizeof(floatX);
+    p.stats_bytes = t.total_stats * sizeof(float);
+    p.workspace_bytes = attention_workspace_all_modes(cfg, B, T) + MATMUL_WORKSPACE_BYTES;
+    p.total_bytes = p.params_bytes + p.optimizer_bytes + p.acts_bytes + p.stats_bytes + p.workspace_bytes;
+    return p;
+}
+
+typedef struct {
+    GPTConfig config;
+    ParamTensorInfo params_info[NUM_PARAM_TENSORS];
+    size_t num_params;
+    floatX* params;  /* BF16 weights the forward reads */
+    floatX* grads;   /* BF16 gradients, accumulated over micro-steps */
+    float* master;   /* FP32 master weights (the optimizer's truth) */
+    float* adam_m;   /* FP32 first moments */
+    float* adam_v;   /* FP32 second moments */
+    GpuActTable acts_info;
+    floatX* acts;    /* all BF16 activations */
+    float* stats;    /* all FP32 activations and scratch */
+    void* attn_workspace;
+    double* scalars_dev; /* [0] loss sum, [1] gradient norm squared */
+    int* tokens_dev;     /* [2][B*T] inputs, targets */
+    int B, T;            /* allocated batch size (a forward may use smaller) */
+    int cur_B, cur_T;    /* of the last forward */
+    int recompute;
+    AttnMode attn_mode;
+    AttnOptions attn_opt;
+    MatmulContext matmul;
+    EncoderBuckets buckets;
+    cudaStream_t stream;
+} GPTCuda;
+
+static inline floatX* gpu_param(const GPTCuda* m, floatX* buffer, ParamId id, int layer) {
+    const ParamTensorInfo* p = &m->params_info[id];
+    return buffer + p->offset + (size_t)layer * (p->count / (size_t)p->layers);
+}
+static inline floatX* gpu_act(const GPTCuda* m, GpuActId id, int layer) {
+    return m->acts + m->acts_info.offset[id] + (size_t)layer * m->acts_info.per_layer[id];
+}
+static inline float* gpu_stat(const GPTCuda* m, GpuStatId id, int layer) {
+    return m->stats + m->acts_info.stat_offset[id] + (size_t)layer * m->acts_info.stat_per_layer[id];
+}
+
+/* Allocates everything for batches up to (B, T). Weights are not set (see
+   gpt_cuda_set_params). Dies with a message on bad shapes. The caller
+   checks gpt_cuda_memory_plan against free memory first. */
+static void gpt_cuda_init(GPTCuda* m, const GPTConfig* cfg, int B, int T, int recompute, AttnMode mode,
+                          cudaStream_t stream) {
+    char err[256];
+    memset(m, 0, sizeof(*m));
+    if (gpt_config_validate(cfg, err, sizeof(err)) != 0) die("model config: %s", err);
+    if (cfg->channels % 8 != 0 || cfg->padded_vocab_size % 8 != 0)
+        die("GPU model: channels (%d) and padded vocab (%d) must be multiples of 8 (16-byte vector loads)",
+            cfg->channels, cfg->padded_vocab_size);
+    if (T > cfg->max_seq_len) die("sequence length %d exceeds the model's context %d", T, cfg->max_seq_len);
+    const AttnShape shape = {B, cfg->num_heads, T, cfg->channels / cfg->num_heads};
+    for (int md = 0; md < ATTN_NUM_MODES; md++) attention_cuda_check_shape(shape, (AttnMode)md);
+    m->config = *cfg;
+    m->num_params = gpt_param_table(cfg, m->params_info);
+    m->B = B; m->T = T;
+    m->recompute = recompute;
+    m->attn_mode = mode;
+    m->stream = stream;
+    const size_t P = m->num_params;
+    cudaCheck(cudaMalloc((void**)&m->params, P * sizeof(floatX)));
+    cudaCheck(cudaMalloc((void**)&m->grads, P * sizeof(floatX)));
+    cudaCheck(cudaMalloc((void**)&m->master, P * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&m->adam_m, P * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&m->adam_v, P * sizeof(float)));
+    cudaCheck(cudaMemset(m->grads, 0, P * sizeof(floatX)));
+    cudaCheck(cudaMemset(m->adam_m, 0, P * sizeof(float)));
+    cudaCheck(cudaMemset(m->adam_v, 0, P * sizeof(float)));
+    gpu_act_table(cfg, B, T, recompute, &m->acts_info);
+    cudaCheck(cudaMalloc((void**)&m->acts, m->acts_info.total_acts * sizeof(floatX)));
+    cudaCheck(cudaMalloc((void**)&m->stats, m->acts_info.total_stats * sizeof(float)));
+    cudaCheck(cudaMemset(m->acts, 0, m->acts_info.total_acts * sizeof(floatX)));
+    cudaCheck(cudaMemset(m->stats, 0, m->acts_info.total_stats * sizeof(float)));
+    const size_t ws = attention_workspace_all_modes(cfg, B, T);
+    cudaCheck(cudaMalloc(&m->attn_workspace, ws > 0 ? ws : 16));
+    cudaCheck(cudaMalloc((void**)&m->scalars_dev, 2 * sizeof(double)));
+    cudaCheck(cudaMalloc((void**)&m->tokens_dev, 2 * (size_t)B * T * sizeof(int)));
+    matmul_context_init(&m->matmul);
+    encoder_buckets_init(&m->buckets, B * T, cfg->padded_vocab_size);
+}
+
+static void gpt_cuda_free(GPTCuda* m) {
+    cudaCheck(cudaFree(m->params)); cudaCheck(cudaFree(m->grads)); cudaCheck(cudaFree(m->master));
+    cudaCheck(cudaFree(m->adam_m)); cudaCheck(cudaFree(m->adam_v)); cudaCheck(cudaFree(m->acts));
+    cudaCheck(cudaFree(m->stats)); cudaCheck(cudaFree(m->attn_workspace)); cudaCheck(cudaFree(m->scalars_dev));
+    cudaCheck(cudaFree(m->tokens_dev));
+    matmul_context_free(&m->matmul);
+    encoder_buckets_free(&m->buckets);
+}
+
+/* FP32 host weights (gpt_param_table layout) -> master (exact) and BF16 params. */
+static void gpt_cuda_set_params(GPTCuda* m, const float* host_params) {
+    const long long P = (long long)m->num_params;
+    cudaCheck(cudaMemcpy(m->master, host_params, (size_t)P * sizeof(float), cudaMemcpyHostToDevice));
+    float_to_bf16_kernel<<<ceil_div(P, 512), 512, 0, m->stream>>>(m->params, m->master, P);
+    cudaCheckLastError();
+    cudaCheck(cudaStreamSynchronize(m->stream));
+}
+
+/* Master weights (FP32) -> host (for checkpoints). */
+static void gpt_cuda_get_params(GPTCuda* m, float* host_params) {
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaMemcpy(host_params, m->master, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+/* Optimizer moments <-> host (resume state): m then v, num_params floats each. */
+static void gpt_cuda_get_optimizer_state(GPTCuda* m, float* host_m, float* host_v) {
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaMemcpy(host_m, m->adam_m, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(host_v, m->adam_v, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
+}
+static void gpt_cuda_set_optimizer_state(GPTCuda* m, const float* host_m, const float* host_v) {
+    cudaCheck(cudaMemcpy(m->adam_m, host_m, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->adam_v, host_v, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+/* loss_sum += sum(losses[0..n)) in a fixed order (one block). */
+__global__ void loss_accumulate_kernel(double* loss_sum, const float* losses, int n) {
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += (double)losses[i];
+    __shared__ double partial[1024];
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double s = 0.0;
+        for (int i = 0; i < (int)blockDim.x; i++) s += partial[i];
+        *loss_sum += s;
+    }
+}
+
+static void gpt_cuda_loss_reset(GPTCuda* m) { cudaCheck(cudaMemsetAsync(m->scalars_dev, 0, sizeof(double), m->stream)); }
+/* Sum of per-position losses since the last reset (synchronizes). */
+static double gpt_cuda_loss_read(GPTCuda* m) {
+    double s;
+    cudaCheck(cudaMemcpyAsync(&s, m->scalars_dev, sizeof(double), cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    return s;
+}
+
+/*
+ * Forward over (B, T) tokens (host arrays, row-major). With targets, the
+ * per-position losses are added to the loss sum (gpt_cuda_loss_read); when
+ * dloss > 0 the logits are replaced by dlogits = (softmax - onehot) * dloss,
+ * ready for gpt_cuda_backward (dloss = 1 / (B*T*grad_accum_steps) for a
+ * mean over the whole batch). dloss = 0 keeps the logits (eval, sampling).
+ */
+static void gpt_cuda_forward(GPTCuda* m, const int* inputs, const int* targets, int B, int T, float dloss) {
+    const GPTConfig* cfg = &m->config;
+    if (B > m->B || T > m->T || B < 1 || T < 1) die("forward: batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
+    const int N = B * T, C = cfg->channels, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
+    const int NH = cfg->num_heads;
+    for (int i = 0; i < N; i++)
+        if (inputs[i] < 0 || inputs[i] >= cfg->vocab_size || (targets && (targets[i] < 0 || targets[i] >= cfg->vocab_size)))
+            die("forward: token id out of range [0, %d) at position %d (input %d, target %d)", cfg->vocab_size, i,
+                inputs[i], targets ? targets[i] : 0);
+    if (dloss > 0 && targets == NULL) die("forward: a training forward (dloss > 0) needs targets");
+    m->cur_B = B; m->cur_T = T;
+    cudaStream_t st = m->stream;
+    int* inputs_dev = m->tokens_dev;
+    int* targets_dev = m->tokens_dev + (size_t)m->B * m->T;
+    cudaCheck(cudaMemcpyAsync(inputs_dev, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, st));
+    if (targets) cudaCheck(cudaMemcpyAsync(targets_dev, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, st));
+    if (dloss > 0) encoder_buckets_build(&m->buckets, inputs, N, st);
+
+    const AttnShape shape = {B, NH, T, C / NH};
+    floatX* p = m->params;
+    floatX* encoded = gpu_act(m, GA_ENCODED, 0);
+    floatX* proj_out = gpu_act(m, GA_PROJ_OUT, 0);
+    encoder_forward(encoded, inputs_dev, gpu_param(m, p, P_WTE, 0), gpu_param(m, p, P_WPE, 0), B, T, C, st);
+    const int ln_layer_stride = m->recompute >= 2 ? 0 : 1;
+    const int gelu_layer_stride = m->recompute >= 1 ? 0 : 1;
+    layernorm_forward(gpu_act(m, GA_LN1, 0), gpu_stat(m, GS_LN1_MEAN, 0), gpu_stat(m, GS_LN1_RSTD, 0), encoded,
+                      gpu_param(m, p, P_LN1W, 0), gpu_param(m, p, P_LN1B, 0), N, C, st);
+    for (int l = 0; l < L; l++) {
+        const floatX* residual = l == 0 ? encoded : gpu_act(m, GA_RESIDUAL3, l - 1);
+        floatX* ln1 = gpu_act(m, GA_LN1, l * ln_layer_stride);
+        floatX* qkv = gpu_act(m, GA_QKV, l);
+        floatX* atty = gpu_act(m, GA_ATTY, l);
+        floatX* residual2 = gpu_act(m, GA_RESIDUAL2, l);
+        floatX* ln2 = gpu_act(m, GA_LN2, l * ln_layer_stride);
+        floatX* fch = gpu_act(m, GA_FCH, l);
+        floatX* fch_gelu = gpu_act(m, GA_FCH_GELU, l * gelu_layer_stride);
+        floatX* residual3 = gpu_act(m, GA_RESIDUAL3, l);
+        matmul_forward(&m->matmul, qkv, ln1, gpu_param(m, p, P_QKVW, l), gpu_param(m, p, P_QKVB, l), nullptr, N, C,
+                       3 * C, st);
+        attention_forward_cuda(m->attn_mode, m->attn_opt, shape, qkv, atty, gpu_stat(m, GS_ATT_STATS, l),
+                               m->attn_workspace, st);
+        matmul_forward(&m->matmul, proj_out, atty, gpu_param(m, p, P_ATTPROJW, l), gpu_param(m, p, P_ATTPROJB, l),
+                       nullptr, N, C, C, st);
+        fused_residual_layernorm_forward(residual2, ln2, gpu_stat(m, GS_LN2_MEAN, l), gpu_stat(m, GS_LN2_RSTD, l),
+                                         residual, proj_out, gpu_param(m, p, P_LN2W, l), gpu_param(m, p, P_LN2B, l),
+                                         N, C, st);
+        matmul_forward(&m->matmul, fch_gelu, ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l), fch, N, C,
+                       4 * C, st);
+        matmul_forward(&m->matmul, proj_out, fch_gelu, gpu_param(m, p, P_FCPROJW, l), gpu_param(m, p, P_FCPROJB, l),
+                       nullptr, N, 4 * C, C, st);
+        if (l + 1 < L) {
+            fused_residual_layernorm_forward(residual3, gpu_act(m, GA_LN1, (l + 1) * ln_layer_stride),
+                                             gpu_stat(m, GS_LN1_MEAN, l + 1), gpu_stat(m, GS_LN1_RSTD, l + 1),
+                                             residual2, proj_out, gpu_param(m, p, P_LN1W, l + 1),
+                                             gpu_param(m, p, P_LN1B, l + 1), N, C, st);
+        } else {
+            fused_residual_layernorm_forward(residual3, gpu_act(m, GA_LNF, 0), gpu_stat(m, GS_LNF_MEAN, 0),
+                                             gpu_stat(m, GS_LNF_RSTD, 0), residual2, proj_out,
+                                             gpu_param(m, p, P_LNFW, 0), gpu_param(m, p, P_LNFB, 0), N, C, st);
+        }
+    }
+    floatX* logits = gpu_act(m, GA_LOGITS, 0);
+    matmul_forward(&m->matmul, logits, gpu_act(m, GA_LNF, 0), gpu_param(m, p, P_WTE, 0), nullptr, nullptr, N, C, Vp,
+                   st);
+    if (targets) {
+        float* losses = gpu_stat(m, GS_LOSSES, 0);
+        fused_classifier(logits, losses, targets_dev, dloss, N, cfg->vocab_size, Vp, dloss > 0, st);
+        loss_accumulate_kernel<<<1, 1024, 0, st>>>(m->scalars_dev, losses, N);
+        cudaCheckLastError();
+    }
+}
+
+static void gpt_cuda_zero_grad(GPTCuda* m) {
+    cudaCheck(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(floatX), m->stream));
+}
+
+/* After a training forward (dloss > 0): ACCUMULATES the parameter gradients. */
+static void gpt_cuda_backward(GPTCuda* m) {
+    const GPTConfig* cfg = &m->config;
+    const int B = m->cur_B, T = m->cur_T, N = B * T, C = cfg->channels, L = cfg->num_layers;
+    const int Vp = cfg->padded_vocab_size, NH = cfg->num_heads;
+    const AttnShape shape = {B, NH, T, C / NH};
+    cudaStream_t st = m->stream;
+    floatX* p = m->params;
+    floatX* g = m->grads;
+    float* scratch = gpu_stat(m, GS_REDUCE_SCRATCH, 0);
+    floatX* dres = gpu_act(m, GA_DRESIDUAL, 0);
+    floatX* dbuf_c = gpu_act(m, GA_DBUF_C, 0);
+    floatX* dbuf_4c = gpu_act(m, GA_DBUF_4C, 0);
+    floatX* encoded = gpu_act(m, GA_ENCODED, 0);
+    const floatX* dlogits = gpu_act(m, GA_LOGITS, 0);
+
+    /* output head (tied wte) and the final LayerNorm */
+    matmul_backward_input(&m->matmul, dbuf_c, dlogits, gpu_param(m, p, P_WTE, 0), N, C, Vp, 0, st);
+    matmul_backward_weight(&m->matmul, gpu_param(m, g, P_WTE, 0), dlogits, gpu_act(m, GA_LNF, 0), N, C, Vp, st);
+    cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(floatX), st));
+    layernorm_backward(dres, gpu_param(m, g, P_LNFW, 0), gpu_param(m, g, P_LNFB, 0), scratch, dbuf_c,
+                       gpu_act(m, GA_RESIDUAL3, L - 1), gpu_param(m, p, P_LNFW, 0), gpu_stat(m, GS_LNF_MEAN, 0),
+                       gpu_stat(m, GS_LNF_RSTD, 0), N, C, st);
+    const int ln_layer_stride = m->recompute >= 2 ? 0 : 1;
+    const int gelu_layer_stride = m->recompute >= 1 ? 0 : 1;
+    for (int l = L - 1; l >= 0; l--) {
+        const floatX* residual = l == 0 ? encoded : gpu_act(m, GA_RESIDUAL3, l - 1);
+        floatX* ln1 = gpu_act(m, GA_LN1, l * ln_layer_stride);
+        floatX* qkv = gpu_act(m, GA_QKV, l);
+        floatX* atty = gpu_act(m, GA_ATTY, l);
+        floatX* residual2 = gpu_act(m, GA_RESIDUAL2, l);
+        floatX* ln2 = gpu_act(m, GA_LN2, l * ln_layer_stride);
+        floatX* fch = gpu_act(m, GA_FCH, l);
+        floatX* fch_gelu = gpu_act(m, GA_FCH_GELU, l * gelu_layer_stride);
+        float* ln1_mean = gpu_stat(m, GS_LN1_MEAN, l);
+        float* ln1_rstd = gpu_stat(m, GS_LN1_RSTD, l);
+        float* ln2_mean = gpu_stat(m, GS_LN2_MEAN, l);
+        float* ln2_rstd = gpu_stat(m, GS_LN2_RSTD, l);
+        /* --recompute: rebuild what the forward did not keep for this layer
+           (same kernels on the same inputs: bit-identical values) */
+        if (m->recompute >= 1) gelu_forward(fch_gelu, fch, (long long)N * 4 * C, st);
+        if (m->recompute >= 2) {
+            layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, gpu_param(m, p, P_LN1W, l),
+                              gpu_param(m, p, P_LN1B, l), N, C, st);
+            layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, gpu_param(m, p, P_LN2W, l),
+                              gpu_param(m, p, P_LN2B, l), N, C, st);
+        }
+        /* MLP: fcproj, GELU, fc, LN2 */
+        matmul_backward_input(&m->matmul, dbuf_4c, dres, gpu_param(m, p, P_FCPROJW, l), N, 4 * C, C, 0, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), dres, fch_gelu, N, 4 * C, C, st);
+        bias_backward(gpu_param(m, g, P_FCPROJB, l), dres, scratch, N, C, st);
+        gelu_backward_inplace(dbuf_4c, fch, (long long)N * 4 * C, st);
+        matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_FCW, l), N, C, 4 * C, 0, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), dbuf_4c, ln2, N, C, 4 * C, st);
+        bias_backward(gpu_param(m, g, P_FCB, l), dbuf_4c, scratch, N, 4 * C, st);
+        layernorm_backward(dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l), scratch, dbuf_c, residual2,
+                           gpu_param(m, p, P_LN2W, l), ln2_mean, ln2_rstd, N, C, st);
+        /* attention: attproj, attention, qkv, LN1 */
+        matmul_backward_input(&m->matmul, dbuf_c, dres, gpu_param(m, p, P_ATTPROJW, l), N, C, C, 0, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_ATTPROJW, l), dres, atty, N, C, C, st);
+        bias_backward(gpu_param(m, g, P_ATTPROJB, l), dres, scratch, N, C, st);
+        attention_backward_cuda(m->attn_mode, m->attn_opt, shape, qkv, atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c,
+                                dbuf_4c, m->attn_workspace, st);
+        matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_QKVW, l), N, C, 3 * C, 0, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_QKVW, l), dbuf_4c, ln1, N, C, 3 * C, st);
+        bias_backward(gpu_param(m, g, P_QKVB, l), dbuf_4c, scratch, N, 3 * C, st);
+        layernorm_backward(dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l), scratch, dbuf_c, residual,
+                           gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);
+    }
+    encoder_backward(gpu_param(m, g, P_WTE, 0), gpu_param(m, g, P_WPE, 0), dres, &m->buckets, B, T, C, st);
+}
+
+/* ||grads|| over all parameters (deterministic; synchronizes). */
+static double gpt_cuda_grad_norm(GPTCuda* m) {
+    global_norm_squared(m->scalars_dev + 1, gpu_stat(m, GS_NORM_SCRATCH, 0), m->grads, (long long)m->num_params,
+                        m->stream);
+    double sq;
+    cudaCheck(cudaMemcpyAsync(&sq, m->scalars_dev + 1, sizeof(double), cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    return sqrt(sq);
+}
+
+/*
+ * One AdamW step (h.step is 1-based) with gradient clipping to grad_clip
+ * (0 = off): grads are scaled by min(1, grad_clip / norm). Decay applies to
+ * the tensors the table marks (2-D weights). Returns the pre-clip norm.
+ */
+static double gpt_cuda_update(GPTCuda* m, AdamWHyper h, float grad_clip) {
+    const double norm = gpt_cuda_grad_norm(m);
+    const float scale = (grad_clip > 0.0f && norm > grad_clip) ? (float)(grad_clip / norm) : 1.0f;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        const ParamTensorInfo* t = &m->params_info[i];
+        adamw_update(m->params + t->offset, m->master + t->offset, m->adam_m + t->offset, m->adam_v + t->offset,
+                     m->grads + t->offset, (long long)t->count, h, t->weight_decay ? h.weight_decay : 0.0f, scale,
+                     m->stream);
+    }
+    return norm;
+}
+
+/* Logits of position (b, t) of the last forward, first V columns, as floats
+   (for sampling; valid after a forward with dloss == 0). Synchronizes. */
+static void gpt_cuda_logits_row(GPTCuda* m, int b, int t, float* out) {
+    const int V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
+    const floatX* row = gpu_act(m, GA_LOGITS, 0) + ((size_t)b * m->cur_T + t) * Vp;
+    floatX* tmp = (floatX*)mallocCheck((size_t)V * sizeof(floatX));
+    cudaCheck(cudaMemcpyAsync(tmp, row, (size_t)V * sizeof(floatX), cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    for (int i = 0; i < V; i++) out[i] = __bfloat162float(tmp[i]);
+    free(tmp);
+}
+
+#endif /* MODEL_GPT_CUDA_CUH */
