@@ -12,6 +12,9 @@
  *   S_ij = q_i . k_j,  m_i = max_j S_ij,  P_ij = exp((S_ij - m_i) s) / l_i,
  *   O_i = sum_j P_ij v_j;
  *   dP_ij = dO_i . v_j,  D_i = sum_j P_ij dP_ij  (from P, not from a stored O),
+ *   evaluated as D_i = dP_ii + sum_j P_ij (dP_ij - dP_ii): equal in exact
+ *   arithmetic (sum_j P_ij = 1), but free of cancellation when all dP_ij
+ *   share a large common part (e.g. identical values: then dS is exactly 0),
  *   dS_ij = P_ij (dP_ij - D_i),  dQ_i = s sum_j dS_ij k_j,
  *   dK_j = s sum_i dS_ij q_i,  dV_j = sum_i P_ij dO_i.
  * Loops are plain and row by row (T x T never stored); OpenMP over (b, h).
@@ -104,17 +107,18 @@ void attention_backward_ref(AttnShape s, const double* qkv, const double* dout, 
                 ref_softmax_row(s, qkv, b, h, i, P, &m, &l);
                 const double* q = qkv + qkv_part(s, b, i, PART_Q, h);
                 const double* dO = dout + out_at(s, b, i, h);
-                double D = 0;
                 for (int j = 0; j <= i; j++) {
                     const double* v = qkv + qkv_part(s, b, j, PART_V, h);
                     double dP = 0;
                     for (int d = 0; d < s.HS; d++) dP += dO[d] * v[d];
                     dS[j] = dP;
-                    D += P[j] * dP;
                 }
+                const double pivot = dS[i]; /* dP_ii */
+                double D_minus_pivot = 0;
+                for (int j = 0; j <= i; j++) D_minus_pivot += P[j] * (dS[j] - pivot);
                 double* dq = dqkv + qkv_part(s, b, i, PART_Q, h);
                 for (int j = 0; j <= i; j++) {
-                    double ds = P[j] * (dS[j] - D);
+                    double ds = P[j] * ((dS[j] - pivot) - D_minus_pivot);
                     const double* k = qkv + qkv_part(s, b, j, PART_K, h);
                     double* dk = dqkv + qkv_part(s, b, j, PART_K, h);
                     double* dv = dqkv + qkv_part(s, b, j, PART_V, h);

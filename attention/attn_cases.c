@@ -194,10 +194,13 @@ void attn_case_fill(const AttnCase* c, AttnShape s, float* qkv, float* dout) {
     for (int h = 0; h < s.NH; h++)
         for (int k = 0; k < ndirs; k++) random_unit(&rng, dirs + ((size_t)h * ndirs + k) * HS, HS);
 
-    /* Sharp case: |q| = |k| = A gives same-cluster logits A^2 / sqrt(HS) = logit;
-       a jitter sigma = sqrt(HS) / A per element spreads them by about sqrt(2). */
-    const double sharp_len = c->kind == ATTN_CASE_SHARP ? sqrt(c->logit * sqrt_d) : 0;
-    const double sharp_jitter = sharp_len > 0 ? sqrt_d / sharp_len : 0;
+    /* Sharp case: keys of length sqrt(HS) along their cluster direction plus a
+       jitter of ATTN_SHARP_KEY_JITTER per element; queries exactly along their
+       cluster direction with length logit * sqrt(HS) / |k|, so same-cluster
+       logits are about `logit` and spread by about logit * jitter / sqrt(HS). */
+    const double sharp_klen = sqrt_d;
+    const double sharp_qlen = c->kind == ATTN_CASE_SHARP ? c->logit * sqrt_d / sharp_klen : 0;
+    const double sharp_kjit = ATTN_SHARP_KEY_JITTER, sharp_qjit = 0.0;
 
     for (int b = 0; b < s.B; b++) {
         for (int t = 0; t < s.T; t++) {
@@ -216,8 +219,8 @@ void attn_case_fill(const AttnCase* c, AttnShape s, float* qkv, float* dout) {
                         v = attn_rng_normal(&rng);
                         break;
                     case ATTN_CASE_SHARP:
-                        q = sharp_len * dirs[((size_t)h * ndirs + cq) * HS + d] + sharp_jitter * attn_rng_normal(&rng);
-                        k = sharp_len * dirs[((size_t)h * ndirs + ck) * HS + d] + sharp_jitter * attn_rng_normal(&rng);
+                        q = sharp_qlen * dirs[((size_t)h * ndirs + cq) * HS + d] + sharp_qjit * attn_rng_normal(&rng);
+                        k = sharp_klen * dirs[((size_t)h * ndirs + ck) * HS + d] + sharp_kjit * attn_rng_normal(&rng);
                         v = attn_rng_normal(&rng);
                         break;
                     case ATTN_CASE_EXTREME:

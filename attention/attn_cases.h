@@ -37,10 +37,13 @@ typedef enum {
        vector per head (shared across the batch): rho = |mean key| / rms
        spread of the keys. q = qscale * N(0,1); v, dO ~ N(0,1). */
     ATTN_CASE_KEY_OFFSET = 1,
-    /* Sharp attention: ATTN_SHARP_CLUSTERS shared unit directions per head;
-       each token's q and k point along one of them (chosen at random) with
-       length sqrt(logit * sqrt(HS)), so same-cluster logits are about `logit`,
-       plus a jitter that spreads same-cluster logits by O(1). v, dO ~ N(0,1). */
+    /* Sharp attention: ATTN_SHARP_CLUSTERS shared unit directions c per head;
+       each token's q and k belong to one of them (chosen at random):
+       k = sqrt(HS) * c + ATTN_SHARP_KEY_JITTER * N(0,1) per element,
+       q = logit * c, so same-cluster logits are about `logit` (spread about
+       logit * jitter / sqrt(HS): soft at 1e2, one-hot at 1e5), other-cluster
+       logits much lower. Keys carry a common part (the cluster directions) and
+       P is nearly one-hot: D errors dominate dK. v, dO ~ N(0,1). */
     ATTN_CASE_SHARP = 2,
     /* q = k = v = ATTN_EXTREME_VALUE in every element (the input that turns the
        FMA softmax flaw into Inf/NaN); dO ~ N(0,1). All keys are equal, so the
@@ -50,6 +53,7 @@ typedef enum {
 
 #define ATTN_EXTREME_VALUE 133120.0f
 #define ATTN_SHARP_CLUSTERS 4
+#define ATTN_SHARP_KEY_JITTER 0.1
 
 typedef struct {
     AttnCaseKind kind;

@@ -1,9 +1,39 @@
 # attention/module.mk - programs and tests of attention/ (included by the top Makefile)
 
-# CPU side of the attention module: mode names and BF16 helpers, the fp64
-# reference, the hard-case generators and the error metrics (the CPU
-# emulation of the modes, attention_cpu.o, joins in the next commit).
-# Programs that use any of it link all of ATTN_CPU_OBJS.
-ATTN_CPU_OBJS := $(BUILD)/attention/attention_common.o \
+# CPU side of the attention module: mode names and BF16 helpers, the exact CPU
+# emulation of the four modes, the fp64 reference, the hard-case generators
+# and the error metrics. Programs that use any of it link all of ATTN_CPU_OBJS.
+ATTN_CPU_OBJS := $(BUILD)/attention/attention_common.o $(BUILD)/attention/attention_cpu.o \
                  $(BUILD)/attention/attention_ref.o $(BUILD)/attention/attn_cases.o \
                  $(BUILD)/attention/attn_metrics.o
+
+CPU_TESTS += $(BUILD)/tests/test_attention_cpu
+$(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(ATTN_CPU_OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# The emulation's rounding points are the contract: never let the compiler
+# fuse a multiply and an add on its own (only the explicit fmaf of bf16 mode).
+$(BUILD)/attention/attention_cpu.o: CFLAGS += -ffp-contract=off
+
+# ---- CUDA side: the tensor-core kernels of every mode (attention_cuda.cu) ----
+# Programs that call attention_forward_cuda / attention_backward_cuda link
+# ATTN_CUDA_OBJS and ATTN_CPU_OBJS (mode names, softmax constants).
+ATTN_CUDA_OBJS := $(BUILD)/attention/attention_cuda.cu.o
+CUDA_OBJECTS += $(ATTN_CUDA_OBJS)
+$(BUILD)/attention/attention_cuda.cu.o: attention/attention_cuda.cu attention/attention_cuda.cuh \
+        attention/mma_bf16.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+
+# GPU test: every mode against the CPU emulation and the fp64 reference on the hard cases.
+GPU_TESTS += $(BUILD)/tests/test_attention_gpu
+CUDA_PROGRAMS += $(BUILD)/tests/test_attention_gpu
+$(BUILD)/tests/test_attention_gpu.cu.o: tests/test_attention_gpu.cu attention/attention_cuda.cuh \
+        attention/attention.h attention/attn_cases.h attention/attn_metrics.h tests/testing.h
+$(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
+
+# Kernel lab: naive SIMT reference kernels next to the fast ones, checked and timed.
+CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/attention_lab
+$(BUILD)/dev/attention_lab/attention_lab.cu.o: dev/attention_lab/attention_lab.cu attention/attention_cuda.cuh \
+        attention/attention.h
+$(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_lab.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
