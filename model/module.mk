@@ -32,7 +32,9 @@ $(BUILD)/tests/test_gpt_grad: $(BUILD)/tests/test_gpt_grad.o $(BUILD)/model/gpt_
 $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/model/checkpoint.o \
                                 $(BUILD)/model/gpt_config.o $(BUILD)/attention/attention_common.o
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
-CPU_TESTS += $(BUILD)/tests/test_gpt_grad $(BUILD)/tests/test_checkpoint
+$(BUILD)/tests/test_gpt_cpu: $(BUILD)/tests/test_gpt_cpu.o $(GPT_CPU_OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+CPU_TESTS += $(BUILD)/tests/test_gpt_grad $(BUILD)/tests/test_checkpoint $(BUILD)/tests/test_gpt_cpu
 # PyTorch-twin parity: tests/twin_driver runs our model, the script checks it
 # against dev/gpt_twin.py. Without torch the script fails (it never skips).
 $(BUILD)/tests/twin_driver: $(BUILD)/tests/twin_driver.o $(GPT_CPU_OBJS)
@@ -61,3 +63,12 @@ DIAG_CPU_OBJS := $(BUILD)/model/diagnostics_cpu.o $(BUILD)/attention/attn_captur
 $(BUILD)/tests/test_diagnostics: $(BUILD)/tests/test_diagnostics.o $(DIAG_CPU_OBJS) $(GPT_CPU_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_diagnostics
+# dev/parity_gpu: the GPU model against the CPU reference, per attention mode (a GPU test).
+$(BUILD)/dev/parity_gpu.cu.o: dev/parity_gpu.cu $(GPU_MODEL_HEADERS)
+$(BUILD)/dev/parity_gpu: $(BUILD)/dev/parity_gpu.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(sort $$(GPT_CPU_OBJS))
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp
+ifeq ($(HAVE_CUBLAS),1)
+CUDA_PROGRAMS += $(BUILD)/dev/parity_gpu
+GPU_TESTS += $(BUILD)/dev/parity_gpu
+endif
