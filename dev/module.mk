@@ -13,3 +13,7 @@ CUDA_PROGRAMS += $(BUILD)/bench_attention
 CUDA_OBJECTS += $(BUILD)/dev/bench_attention.cu.o
 $(BUILD)/bench_attention: $(BUILD)/dev/bench_attention.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
+CUDA_PROGRAMS += $(BUILD)/attn_probe
+CUDA_OBJECTS += $(BUILD)/dev/attn_probe.cu.o
+$(BUILD)/attn_probe: $(BUILD)/dev/attn_probe.cu.o $(BUILD)/attention/attn_capture.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
