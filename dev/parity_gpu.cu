@@ -1,0 +1,208 @@
+/*
+ * dev/parity_gpu.cu - the GPU model (model/gpt_cuda.cuh) against the CPU
+ * reference model (model/gpt_cpu.h) on the same weights and batch, for every
+ * attention mode: logits, loss, every parameter gradient, and 10 AdamW steps.
+ *
+ * Why: the layer test (tests/test_layers_gpu.cu) checks each kernel alone;
+ * this checks the wiring (buffer offsets, layer order, tied head, residual
+ * stream, attention layout, optimizer) end to end. Both models start from
+ * the same weights, rounded to BF16 first so that the GPU's BF16 copy is
+ * exact and the CPU holds the identical values in FP32.
+ *
+ * Tolerances (relative Frobenius error ||gpu - cpu|| / ||cpu|| per tensor):
+ * the GPU stores every activation and gradient in BF16 (unit roundoff 2^-9,
+ * ~0.2% per rounding) and a gradient passes through ~10 roundings per layer;
+ * errors of 1-2% are the expected BF16 floor, so the checks allow 5% per
+ * gradient tensor and 2% on logits. A wiring bug (wrong offset, missing term,
+ * transposed weight) gives errors of order 100%. Losses (FP32 on both sides
+ * from BF16 vs FP32 logits) must agree within 0.01 nats; over 10 AdamW steps
+ * the per-step losses within 0.02 + 0.5%, and both must fall.
+ * Also checked: --recompute 2 gives bit-identical gradients to --recompute 0,
+ * and two backward passes give the same bits (determinism).
+ *
+ * Usage: build/dev/parity_gpu [--model small] [--batch 4] [--seq 128] [--steps 10]
+ * Prints a table per mode and ends with "N passed, N failed". Needs a GPU.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/testing.h"
+#include "model/gpt_cuda.cuh"
+extern "C" {
+#include "model/gpt_cpu.h"
+#include "train/adamw_cpu.h"
+}
+
+static float bf16_value(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+static double rel_err(const float* got, const float* want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        const double d = (double)got[i] - want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void download_bf16(float* out, const floatX* dev, size_t n) {
+    floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
+    cudaCheck(cudaMemcpy(tmp, dev, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(tmp[i]);
+    free(tmp);
+}
+
+int main(int argc, char** argv) {
+    const char* model_name = "small";
+    int B = 4, T = 128, steps = 10;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--model")) model_name = argv[i + 1];
+        else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--seq")) T = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        else die("unknown argument '%s'; usage: parity_gpu [--model NAME] [--batch B] [--seq T] [--steps N]", argv[i]);
+    }
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("parity_gpu: no CUDA device; needs an NVIDIA GPU\n0 passed, 1 failed\n");
+        return 1;
+    }
+    char err[256];
+    GPTConfig cfg;
+    if (gpt_config_from_descriptor(model_name, &cfg, err, sizeof(err)) != 0) die("%s", err);
+    const size_t P = gpt_num_parameters(&cfg);
+    const int N = B * T, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+    ParamTensorInfo table[NUM_PARAM_TENSORS];
+    gpt_param_table(&cfg, table);
+
+    /* the same weights for both, BF16-representable */
+    float* weights = (float*)mallocCheck(P * sizeof(float));
+    gpt_init_params(&cfg, weights, 1337);
+    for (size_t i = 0; i < P; i++) weights[i] = bf16_value(weights[i]);
+    int* inputs = (int*)mallocCheck(sizeof(int) * N);
+    int* targets = (int*)mallocCheck(sizeof(int) * N);
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i <= N; i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        const int tok = (int)(r % 2000); /* a small sub-vocabulary, so 10 steps can learn something */
+        if (i < N) inputs[i] = tok;
+        if (i > 0) targets[i - 1] = tok;
+    }
+    float* gpu_logits = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
+    float* gpu_grads = (float*)mallocCheck(P * sizeof(float));
+    float* gpu_grads2 = (float*)mallocCheck(P * sizeof(float));
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    printf("parity_gpu: model %s (L%d C%d NH%d), batch %d x %d, %zu parameters\n", model_name, cfg.num_layers,
+           cfg.channels, cfg.num_heads, B, T, P);
+
+    for (int mode_i = 0; mode_i < ATTN_NUM_MODES; mode_i++) {
+        const AttnMode mode = (AttnMode)mode_i;
+        char name[128];
+        snprintf(name, sizeof(name), "attention mode %s: one forward/backward", attn_mode_name(mode));
+        test_section(name);
+        GPTCpu cpu;
+        gpt_cpu_init(&cpu, &cfg, B, T, mode);
+        memcpy(cpu.params, weights, P * sizeof(float));
+        gpt_cpu_forward(&cpu, inputs, targets, B, T);
+        gpt_cpu_zero_grad(&cpu);
+        gpt_cpu_backward(&cpu);
+
+        GPTCuda gm;
+        gpt_cuda_init(&gm, &cfg, B, T, 0, mode, stream);
+        gpt_cuda_set_params(&gm, weights);
+        gpt_cuda_loss_reset(&gm);
+        gpt_cuda_forward(&gm, inputs, targets, B, T, 0.0f);
+        const double gpu_loss_eval = gpt_cuda_loss_read(&gm) / N;
+        download_bf16(gpu_logits, gpu_act(&gm, GA_LOGITS, 0), (size_t)N * Vp);
+        /* logits: compare the real vocabulary columns */
+        double num = 0, den = 0;
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < V; c++) {
+                const double d = (double)gpu_logits[(size_t)i * Vp + c] - cpu.logits[(size_t)i * Vp + c];
+                num += d * d;
+                den += (double)cpu.logits[(size_t)i * Vp + c] * cpu.logits[(size_t)i * Vp + c];
+            }
+        const double logit_err = sqrt(num / den);
+        gpt_cuda_zero_grad(&gm);
+        gpt_cuda_loss_reset(&gm);
+        gpt_cuda_forward(&gm, inputs, targets, B, T, 1.0f / N);
+        gpt_cuda_backward(&gm);
+        const double gpu_loss = gpt_cuda_loss_read(&gm) / N;
+        download_bf16(gpu_grads, gm.grads, P);
+        printf("  loss: cpu %.6f gpu %.6f (eval forward %.6f) | logits rel err %.3e\n", cpu.mean_loss, gpu_loss,
+               gpu_loss_eval, logit_err);
+        CHECK(logit_err < 2e-2, "logits rel err %.3e < 2e-2", logit_err);
+        CHECK(fabs(gpu_loss - cpu.mean_loss) < 1e-2, "loss |gpu - cpu| = %.2e < 1e-2", fabs(gpu_loss - cpu.mean_loss));
+        CHECK(gpu_loss == gpu_loss_eval, "training and eval forwards give the same loss");
+        printf("  %-10s %12s %12s %10s\n", "gradient", "|cpu|", "|gpu|", "rel err");
+        for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+            const ParamTensorInfo* pi = &table[t];
+            double nc = 0, ng = 0;
+            for (size_t i = 0; i < pi->count; i++) {
+                nc += (double)cpu.grads[pi->offset + i] * cpu.grads[pi->offset + i];
+                ng += (double)gpu_grads[pi->offset + i] * gpu_grads[pi->offset + i];
+            }
+            const double e = rel_err(gpu_grads + pi->offset, cpu.grads + pi->offset, pi->count);
+            printf("  %-10s %12.4e %12.4e %10.3e\n", pi->name, sqrt(nc), sqrt(ng), e);
+            CHECK(e < 5e-2, "gradient %s rel err %.3e < 5e-2", pi->name, e);
+        }
+        /* determinism and recompute: same bits */
+        gpt_cuda_zero_grad(&gm);
+        gpt_cuda_forward(&gm, inputs, targets, B, T, 1.0f / N);
+        gpt_cuda_backward(&gm);
+        download_bf16(gpu_grads2, gm.grads, P);
+        CHECK(memcmp(gpu_grads, gpu_grads2, P * sizeof(float)) == 0, "a second backward gives bit-identical gradients");
+        gpt_cuda_free(&gm);
+        GPTCuda gr;
+        gpt_cuda_init(&gr, &cfg, B, T, 2, mode, stream);
+        gpt_cuda_set_params(&gr, weights);
+        gpt_cuda_zero_grad(&gr);
+        gpt_cuda_forward(&gr, inputs, targets, B, T, 1.0f / N);
+        gpt_cuda_backward(&gr);
+        download_bf16(gpu_grads2, gr.grads, P);
+        CHECK(memcmp(gpu_grads, gpu_grads2, P * sizeof(float)) == 0, "--recompute 2 gives bit-identical gradients");
+
+        /* AdamW steps on the same batch: losses must match and fall */
+        snprintf(name, sizeof(name), "attention mode %s: %d AdamW steps", attn_mode_name(mode), steps);
+        test_section(name);
+        float* m_cpu = (float*)callocCheck(P, sizeof(float));
+        float* v_cpu = (float*)callocCheck(P, sizeof(float));
+        AdamWParams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+        double first_cpu = 0, first_gpu = 0, last_cpu = 0, last_gpu = 0, worst = 0;
+        int worst_ok = 1;
+        for (int s = 0; s < steps; s++) {
+            gpt_cpu_forward(&cpu, inputs, targets, B, T);
+            gpt_cpu_zero_grad(&cpu);
+            gpt_cpu_backward(&cpu);
+            const float norm_cpu = grad_global_norm_cpu(cpu.grads, P);
+            grad_clip_cpu(cpu.grads, P, norm_cpu, 1.0f);
+            adamw_cpu_step(cpu.params, cpu.grads, m_cpu, v_cpu, P, s + 1, hp, table);
+            gpt_cuda_zero_grad(&gr);
+            gpt_cuda_loss_reset(&gr);
+            gpt_cuda_forward(&gr, inputs, targets, B, T, 1.0f / N);
+            gpt_cuda_backward(&gr);
+            AdamWHyper h = {hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, s + 1};
+            const double norm_gpu = gpt_cuda_update(&gr, h, 1.0f);
+            const double loss_gpu = gpt_cuda_loss_read(&gr) / N;
+            const double diff = fabs(loss_gpu - cpu.mean_loss);
+            printf("  step %2d: loss cpu %.6f gpu %.6f |diff| %.2e | grad norm cpu %.4f gpu %.4f\n", s, cpu.mean_loss,
+                   loss_gpu, diff, norm_cpu, norm_gpu);
+            if (s == 0) { first_cpu = cpu.mean_loss; first_gpu = loss_gpu; }
+            last_cpu = cpu.mean_loss; last_gpu = loss_gpu;
+            if (diff > worst) worst = diff;
+            if (diff > 0.02 + 0.005 * fabs(cpu.mean_loss)) worst_ok = 0;
+        }
+        CHECK(worst_ok, "per-step losses agree within 0.02 + 0.5%% (worst |diff| %.3e)", worst);
+        CHECK(last_cpu < first_cpu - 0.5 && last_gpu < first_gpu - 0.5,
+              "loss falls on both (cpu %.3f -> %.3f, gpu %.3f -> %.3f)", first_cpu, last_cpu, first_gpu, last_gpu);
+        free(m_cpu); free(v_cpu);
+        gpt_cuda_free(&gr);
+        gpt_cpu_free(&cpu);
+    }
+    free(weights); free(inputs); free(targets); free(gpu_logits); free(gpu_grads); free(gpu_grads2);
+    return test_summary();
+}
