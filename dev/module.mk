@@ -17,3 +17,5 @@ CUDA_PROGRAMS += $(BUILD)/attn_probe
 CUDA_OBJECTS += $(BUILD)/dev/attn_probe.cu.o
 $(BUILD)/attn_probe: $(BUILD)/dev/attn_probe.cu.o $(BUILD)/attention/attn_capture.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
+# End-to-end CPU test of the probe on a numpy-written capture (builds build/attn_probe with nvcc; skips without it).
+CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"
