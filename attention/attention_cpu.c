@@ -91,9 +91,7 @@ static size_t qkv_part(AttnShape s, int b, int t, int part, int h) {
     return ((((size_t)b * s.T + t) * 3 + part) * s.NH + h) * s.HS;
 }
 static size_t out_at(AttnShape s, int b, int t, int h) { return (((size_t)b * s.T + t) * s.NH + h) * s.HS; }
-static float* stats_at(AttnShape s, float* stats, int b, int h, int t) {
-    return stats + (((size_t)b * s.NH + h) * s.T + t) * 2;
-}
+static size_t stats_row(AttnShape s, int b, int h, int t) { return (((size_t)b * s.NH + h) * s.T + t) * 2; }
 
 /* Copies one head of a strided tensor into a contiguous [T, HS] buffer,
    rounding to BF16 when the module boundary is BF16. */
@@ -211,7 +209,7 @@ void attention_forward_cpu(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape 
                 }
                 float* o = out + out_at(s, b, i, h);
                 for (int d = 0; d < HS; d++) o[d] = out_value(&ctx, acc[d] / l);
-                float* st = stats_at(s, stats, b, h, i);
+                float* st = stats + stats_row(s, b, h, i);
                 if (mode == ATTN_BF16) {
                     st[0] = m * ctx.s + logf(l); /* LSE in natural log, scaled units */
                     st[1] = 0.0f;
@@ -256,7 +254,7 @@ void attention_backward_cpu_diag(AttnMode mode, AttnOptions opt, AttnIO io, Attn
             gather_head(&ctx, dout, out_offset, s, b, 0, h, dO);
             for (int i = 0; i < T; i++) {
                 const int n = i + 1;
-                const float* st = stats_at(s, (float*)stats, b, h, i);
+                const float* st = stats + stats_row(s, b, h, i);
                 const float* dOi = dO + (size_t)i * HS;
                 const float* Qi = Q + (size_t)i * HS;
                 score_row(&ctx, Q, K, i, S);
@@ -265,7 +263,7 @@ void attention_backward_cpu_diag(AttnMode mode, AttnOptions opt, AttnIO io, Attn
                     float inv_l = 1.0f / st[1];
                     for (int j = 0; j < n; j++) P[j] *= inv_l;
                 }
-                /* dP into dS for now; D from the stored O, or (fp32 mode) from P and dP */
+                /* dP_ij = dO_i . V_j (held in dS until dS replaces it) */
                 for (int j = 0; j < n; j++) dS[j] = dot_f32(dOi, V + (size_t)j * HS, HS);
                 const float dO_dot_O = dot_f32(dOi, O + (size_t)i * HS, HS);
                 if (mode == ATTN_FP32) {
@@ -353,7 +351,7 @@ void attention_probs_cpu(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape s,
                 float* row = probs + (((size_t)b * s.NH + h) * T + i) * T;
                 score_row(&ctx, Q, K, i, S);
                 if (from_stats) {
-                    backward_numerators(&ctx, S, i + 1, stats_at(s, (float*)stats, b, h, i), row);
+                    backward_numerators(&ctx, S, i + 1, stats + stats_row(s, b, h, i), row);
                 } else {
                     float l;
                     forward_numerators(&ctx, S, i + 1, row, &l);
