@@ -7,9 +7,11 @@ least equal to cuDNN SDPA fwd+bwd).
 What is timed: torch.nn.functional.scaled_dot_product_attention(q, k, v,
 is_causal=True) in BF16 under torch.nn.attention.sdpa_kernel with
 SDPBackend.CUDNN_ATTENTION and with SDPBackend.FLASH_ATTENTION.
-  - q, k, v are views of one fused qkv tensor [B, T, 3, H, D] (our module's
-    layout, and what a GPT block has after its QKV matmul), transposed to
-    [B, H, T, D] without a copy; dO is [B, H, T, D]. N(0,1), non-zero.
+  - q, k, v, dO are contiguous [B, H, T, D] tensors (--layout contiguous,
+    the default: the usual SDPA benchmark, the most favourable case for the
+    fused kernels), or views of one fused qkv tensor [B, T, 3, H, D] (our
+    module's layout, what a GPT block has after its QKV matmul) transposed
+    to [B, H, T, D] without a copy (--layout fused). N(0,1), non-zero.
   - q, k, v are leaves of their own, so the backward is the SDPA backward
     kernel and nothing else (no gradient scatter into a fused qkv.grad);
     gradients come from torch.autograd.grad, not accumulated.
@@ -58,6 +60,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--layout", choices=("contiguous", "fused"), default="contiguous",
+                    help="q, k, v as contiguous [B,H,T,D] tensors (default) or as views of a fused [B,T,3,H,D] qkv")
     ap.add_argument("--jsonl", help="append one JSON object per (shape, backend) to this file")
     args = ap.parse_args()
     shapes = args.shape or [parse_shape(s) for s in DEFAULT_SHAPES]
@@ -82,7 +86,8 @@ def main():
     props = torch.cuda.get_device_properties(dev)
     l2 = getattr(props, "L2_cache_size", 50 * 2**20)
     print(f"bench_attention_torch on {props.name}, torch {torch.__version__}, cuDNN "
-          f"{torch.backends.cudnn.version()}; median of {args.repeats} launches after {args.warmup} warm-up")
+          f"{torch.backends.cudnn.version()}; q, k, v {args.layout}; median of {args.repeats} launches after "
+          f"{args.warmup} warm-up")
     print(f"{'shape':<20} {'backend':<7} {'fwd ms':>10} {'bwd ms':>10} {'f+b ms':>10} {'fwd TF/s':>11} "
           f"{'bwd TF/s':>11} {'f+b TF/s':>11} NaN/Inf")
     out_file = open(args.jsonl, "a") if args.jsonl else None
@@ -98,14 +103,17 @@ def main():
         gen.manual_seed(args.seed)
         sets = []
         for _ in range(num_sets):
-            qkv = randn_nonzero((B, T, 3, H, D))
-            q, k, v = (qkv[:, :, i].transpose(1, 2).detach().requires_grad_() for i in range(3))
+            if args.layout == "fused":
+                qkv = randn_nonzero((B, T, 3, H, D))
+                q, k, v = (qkv[:, :, i].transpose(1, 2).detach().requires_grad_() for i in range(3))
+            else:
+                q, k, v = (randn_nonzero((B, H, T, D)).requires_grad_() for _ in range(3))
             sets.append(dict(q=q, k=k, v=v, dout=randn_nonzero((B, H, T, D))))
         fwd_flops = 4.0 * B * H * T * T * D / 2.0
         name = f"B{B} H{H} T{T} D{D}"
         for b in chosen:
             record = dict(impl="torch", variant=b, B=B, H=H, T=T, D=D, input_sets=num_sets, repeats=args.repeats,
-                          device=props.name, torch=torch.__version__)
+                          device=props.name, torch=torch.__version__, layout=args.layout)
             try:
                 with sdpa_kernel(backends[b]):
                     ms = time_backend(torch, F, sets, args.warmup, args.repeats)

@@ -15,7 +15,7 @@
 #                torch.txt, bench_attention.jsonl, bench_attention.md
 #   options      passed to both programs: --shape B,H,T,D (repeatable),
 #                --repeats N, --warmup N, --seed N; to ours only: --modes LIST;
-#                to PyTorch only: --backends LIST
+#                to PyTorch only: --backends LIST, --layout contiguous|fused
 # Also copies the table to dev/results/bench_attention.md in the checkout.
 # Environment: PYTHON (a python3 that imports torch with CUDA; default: the
 # first of python3, /usr/bin/python3 that does), MAKE (default make).
@@ -37,7 +37,7 @@ torch_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --modes) ours_args+=("$1" "${2:?--modes needs a value}"); shift 2 ;;
-        --backends) torch_args+=("$1" "${2:?--backends needs a value}"); shift 2 ;;
+        --backends|--layout) torch_args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
         --shape|--repeats|--warmup|--seed)
             ours_args+=("$1" "${2:?$1 needs a value}"); torch_args+=("$1" "$2"); shift 2 ;;
         *) echo "error: unknown option '$1' (see: $0 --help)" >&2; exit 2 ;;
@@ -134,7 +134,10 @@ if torch_ok != "1":
 lines.append("")
 lines.append("Times are medians of CUDA-event-timed launches over input sets rotated beyond 3x L2. FLOPs as")
 lines.append("FlashAttention counts them: causal fwd 4*B*H*T*T*D/2, fwd+bwd 3.5x that. Our modes read q, k, v")
-lines.append("in place from the fused qkv [B,T,3,H,D]; PyTorch gets the same tensor as strided [B,H,T,D] views.")
+layouts = sorted({r["layout"] for r in rows if "layout" in r})
+lines.append("in place from the fused qkv [B,T,3,H,D]; PyTorch gets q, k, v as "
+             + (", ".join(layouts) or "?") + " [B,H,T,D] tensors (contiguous: the usual SDPA benchmark;")
+lines.append("fused: strided views of one [B,T,3,H,D] tensor).")
 lines.append("")
 lines.append("| shape | implementation | fwd ms | fwd TFLOP/s | bwd ms | fwd+bwd ms | fwd+bwd TFLOP/s | NaN/Inf |")
 lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
