@@ -17,6 +17,7 @@
 #include "model/gpt_cpu.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <tgmath.h>
 
@@ -187,19 +188,52 @@ static void layernorm_forward(gpt_real* out, gpt_real* mean, gpt_real* rstd, con
     }
 }
 
+/*
+ * Matmuls. Rows of inp are processed in tiles of MATMUL_ROW_TILE: a weight row,
+ * once loaded, is used against the whole tile of inputs (held in cache), so the
+ * weights stream from memory once per tile instead of once per row - the tied
+ * classifier's weight is Vp x C, tens of MB. Inside a tile, four rows share
+ * each weight load (register blocking). Work is split over output features,
+ * so no two threads ever write the same element.
+ */
+#define MATMUL_ROW_TILE 64
+#define MATMUL_BLOCK 4
+
+static inline size_t tile_end(size_t n0, size_t N) { return n0 + MATMUL_ROW_TILE < N ? n0 + MATMUL_ROW_TILE : N; }
+
 /* out (N, OC) = inp (N, IC) @ weight (OC, IC)^T + bias (OC) (bias may be NULL). */
 static void matmul_forward(gpt_real* out, const gpt_real* inp, const gpt_real* weight, const gpt_real* bias,
                            size_t N, int IC, int OC) {
+    for (size_t n0 = 0; n0 < N; n0 += MATMUL_ROW_TILE) {
+        const size_t n1 = tile_end(n0, N);
 #pragma omp parallel for schedule(static)
-    for (size_t n = 0; n < N; n++) {
-        const gpt_real* x = inp + n * IC;
-        gpt_real* o = out + n * OC;
         for (int oc = 0; oc < OC; oc++) {
-            const gpt_real* wrow = weight + (size_t)oc * IC;
-            gpt_real acc = bias ? bias[oc] : 0;
-#pragma omp simd reduction(+ : acc)
-            for (int i = 0; i < IC; i++) acc += x[i] * wrow[i];
-            o[oc] = acc;
+            const gpt_real* w = weight + (size_t)oc * IC;
+            const gpt_real b = bias ? bias[oc] : 0;
+            size_t n = n0;
+            for (; n + MATMUL_BLOCK <= n1; n += MATMUL_BLOCK) {
+                const gpt_real* x0 = inp + n * IC;
+                const gpt_real *x1 = x0 + IC, *x2 = x1 + IC, *x3 = x2 + IC;
+                gpt_real a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+                for (int i = 0; i < IC; i++) {
+                    a0 += x0[i] * w[i];
+                    a1 += x1[i] * w[i];
+                    a2 += x2[i] * w[i];
+                    a3 += x3[i] * w[i];
+                }
+                out[n * OC + oc] = a0 + b;
+                out[(n + 1) * OC + oc] = a1 + b;
+                out[(n + 2) * OC + oc] = a2 + b;
+                out[(n + 3) * OC + oc] = a3 + b;
+            }
+            for (; n < n1; n++) {
+                const gpt_real* x = inp + n * IC;
+                gpt_real a = 0;
+#pragma omp simd reduction(+ : a)
+                for (int i = 0; i < IC; i++) a += x[i] * w[i];
+                out[n * OC + oc] = a + b;
+            }
         }
     }
 }
@@ -302,34 +336,63 @@ static void layernorm_backward(gpt_real* dinp, gpt_real* dw, gpt_real* db, const
 }
 
 /* Backward of matmul_forward: dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum dout.
-   dinp may be NULL (not needed), dbias NULL when there is no bias. */
+   dinp may be NULL (not needed), dbias NULL when there is no bias. Same row tiling as forward. */
 static void matmul_backward(gpt_real* dinp, gpt_real* dweight, gpt_real* dbias, const gpt_real* dout,
                             const gpt_real* inp, const gpt_real* weight, size_t N, int IC, int OC) {
-    if (dinp) {
-#pragma omp parallel for schedule(static)
-        for (size_t n = 0; n < N; n++) {
-            const gpt_real* g = dout + n * OC;
-            gpt_real* dx = dinp + n * IC;
-            for (int oc = 0; oc < OC; oc++) {
-                const gpt_real go = g[oc];
-                const gpt_real* wrow = weight + (size_t)oc * IC;
+    for (size_t n0 = 0; n0 < N; n0 += MATMUL_ROW_TILE) {
+        const size_t n1 = tile_end(n0, N);
+        if (dinp) {
+            /* each thread owns a slice of input columns of the tile's dinp rows */
+#pragma omp parallel
+            {
+                const int threads = omp_get_num_threads(), tid = omp_get_thread_num();
+                const int c0 = (int)((long)IC * tid / threads), c1 = (int)((long)IC * (tid + 1) / threads);
+                int oc = 0;
+                for (; oc + MATMUL_BLOCK <= OC; oc += MATMUL_BLOCK) {
+                    const gpt_real* w0 = weight + (size_t)oc * IC;
+                    const gpt_real *w1 = w0 + IC, *w2 = w1 + IC, *w3 = w2 + IC;
+                    for (size_t n = n0; n < n1; n++) {
+                        const gpt_real* g = dout + n * OC + oc;
+                        const gpt_real g0 = g[0], g1 = g[1], g2 = g[2], g3 = g[3];
+                        gpt_real* dx = dinp + n * IC;
 #pragma omp simd
-                for (int i = 0; i < IC; i++) dx[i] += go * wrow[i];
+                        for (int c = c0; c < c1; c++) dx[c] += g0 * w0[c] + g1 * w1[c] + g2 * w2[c] + g3 * w3[c];
+                    }
+                }
+                for (; oc < OC; oc++) {
+                    const gpt_real* w = weight + (size_t)oc * IC;
+                    for (size_t n = n0; n < n1; n++) {
+                        const gpt_real g = dout[n * OC + oc];
+                        gpt_real* dx = dinp + n * IC;
+#pragma omp simd
+                        for (int c = c0; c < c1; c++) dx[c] += g * w[c];
+                    }
+                }
             }
         }
-    }
 #pragma omp parallel for schedule(static)
-    for (int oc = 0; oc < OC; oc++) {
-        gpt_real* dwrow = dweight + (size_t)oc * IC;
-        gpt_real bias_sum = 0;
-        for (size_t n = 0; n < N; n++) {
-            const gpt_real go = dout[n * OC + oc];
-            const gpt_real* x = inp + n * IC;
-            bias_sum += go;
+        for (int oc = 0; oc < OC; oc++) {
+            gpt_real* dw = dweight + (size_t)oc * IC;
+            gpt_real bias_sum = 0;
+            size_t n = n0;
+            for (; n + MATMUL_BLOCK <= n1; n += MATMUL_BLOCK) {
+                const gpt_real g0 = dout[n * OC + oc], g1 = dout[(n + 1) * OC + oc];
+                const gpt_real g2 = dout[(n + 2) * OC + oc], g3 = dout[(n + 3) * OC + oc];
+                const gpt_real* x0 = inp + n * IC;
+                const gpt_real *x1 = x0 + IC, *x2 = x1 + IC, *x3 = x2 + IC;
+                bias_sum += g0 + g1 + g2 + g3;
 #pragma omp simd
-            for (int i = 0; i < IC; i++) dwrow[i] += go * x[i];
+                for (int i = 0; i < IC; i++) dw[i] += g0 * x0[i] + g1 * x1[i] + g2 * x2[i] + g3 * x3[i];
+            }
+            for (; n < n1; n++) {
+                const gpt_real g = dout[n * OC + oc];
+                const gpt_real* x = inp + n * IC;
+                bias_sum += g;
+#pragma omp simd
+                for (int i = 0; i < IC; i++) dw[i] += g * x[i];
+            }
+            if (dbias) dbias[oc] += bias_sum;
         }
-        if (dbias) dbias[oc] += bias_sum;
     }
 }
 
