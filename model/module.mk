@@ -72,3 +72,14 @@ ifeq ($(HAVE_CUBLAS),1)
 CUDA_PROGRAMS += $(BUILD)/dev/parity_gpu
 GPU_TESTS += $(BUILD)/dev/parity_gpu
 endif
+# GPU diagnostics against the CPU ones (a GPU test; `--bench` times them at the 450m shape).
+$(BUILD)/tests/test_diagnostics_gpu.cu.o: tests/test_diagnostics_gpu.cu model/diagnostics.cuh model/diagnostics.h \
+        model/kernel_common.cuh attention/attention_cuda.cuh attention/attn_capture.h attention/attn_metrics.h \
+        attention/attn_cases.h tests/testing.h
+$(BUILD)/tests/test_diagnostics_gpu: $(BUILD)/tests/test_diagnostics_gpu.cu.o $$(TRAIN_GPT_ATTN_OBJS) \
+        $$(sort $(DIAG_CPU_OBJS) $(BUILD)/model/gpt_config.o)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
+ifeq ($(HAVE_NVCC),1)
+CUDA_PROGRAMS += $(BUILD)/tests/test_diagnostics_gpu
+GPU_TESTS += $(BUILD)/tests/test_diagnostics_gpu
+endif
