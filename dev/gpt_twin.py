@@ -245,16 +245,21 @@ def bench(argv=None):
     ap.add_argument("--fused-adamw", action="store_true")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--init-from", metavar="CKPT", help="start from this model file (ours or llm.c's); "
+                    "overrides --model")
     a = ap.parse_args(argv)
-    cfg = preset(a.model)
+    cfg = load_checkpoint(a.init_from).cfg if a.init_from else preset(a.model)
     if a.seq > cfg.max_seq_len:
         raise SystemExit(f"error: --seq {a.seq} exceeds the model's max {cfg.max_seq_len}")
     torch.manual_seed(a.seed)
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    model = GPTTwin(cfg, a.attn)
-    init_gpt2(model, a.seed)
+    if a.init_from:
+        model = load_checkpoint(a.init_from, attn_impl=a.attn)
+    else:
+        model = GPTTwin(cfg, a.attn)
+        init_gpt2(model, a.seed)
     model.to(a.device)
     nparams = sum(p.numel() for p in model.parameters())
     opt = model.configure_adamw(lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=a.fused_adamw)
@@ -280,7 +285,7 @@ def bench(argv=None):
     sync()
     dt = time.perf_counter() - t0
     tok_s = a.batch * a.seq * a.steps / dt
-    print(f"twin: model {a.model} ({nparams / 1e6:.1f}M params) B{a.batch} T{a.seq} attn={a.attn} "
+    print(f"twin: model {a.init_from or a.model} ({nparams / 1e6:.1f}M params) B{a.batch} T{a.seq} attn={a.attn} "
           f"autocast={a.autocast} compile={a.compile} fused_adamw={a.fused_adamw} torch {torch.__version__}")
     print(f"twin: {a.steps} steps in {dt:.3f} s: {dt / a.steps * 1e3:.2f} ms/step, {tok_s:.0f} tokens/s, "
           f"last loss {loss.item():.4f}")

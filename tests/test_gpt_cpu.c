@@ -8,8 +8,9 @@
  * gradients up to BF16-level noise, and the model-level signature the project
  * is about: the key-bias gradient, exactly zero in theory, is pure rounding
  * noise that is BF16-sized in bf16/repair mode and back at FP32 level in
- * gproj), forwards on a smaller (B, T) than allocated, and the portable,
- * thread-count-independent initialisation.
+ * gproj), forwards on a smaller (B, T) than allocated, the portable,
+ * thread-count-independent initialisation, and bit-identical forward and
+ * backward results for any thread count.
  */
 #include <math.h>
 #include <omp.h>
@@ -159,6 +160,28 @@ int main(void) {
               "logits identical");
         CHECK(memcmp(ref.grads, small.grads, ref.num_params * sizeof(float)) == 0, "gradients identical");
         gpt_cpu_free(&small);
+    }
+
+    test_section("results do not depend on the thread count");
+    {   /* every output element is summed by one thread in a fixed order, so a run
+           resumed on a machine with another core count continues bit for bit */
+        const size_t n = ref.num_params;
+        float* grads_many = (float*)mallocCheck(n * sizeof(float));
+        const int threads = omp_get_max_threads() > 1 ? omp_get_max_threads() : 3;
+        omp_set_num_threads(threads);
+        gpt_cpu_zero_grad(&ref);
+        gpt_cpu_forward(&ref, inputs, targets, TB, TT);
+        gpt_cpu_backward(&ref);
+        const float loss_many = ref.mean_loss;
+        memcpy(grads_many, ref.grads, n * sizeof(float));
+        omp_set_num_threads(1);
+        gpt_cpu_zero_grad(&ref);
+        gpt_cpu_forward(&ref, inputs, targets, TB, TT);
+        gpt_cpu_backward(&ref);
+        omp_set_num_threads(threads);
+        CHECK(loss_many == ref.mean_loss && memcmp(grads_many, ref.grads, n * sizeof(float)) == 0,
+              "loss and all gradients bit-identical with %d threads and with 1", threads);
+        free(grads_many);
     }
     gpt_cpu_free(&ref);
     return test_summary();
