@@ -17,9 +17,13 @@
  *   activations: BF16 tensors by GpuActId (gpu_act_table), FP32 ones by
  *   GpuStatId; backward scratch (three BF16 buffers, an FP32 reduction
  *   scratch) and the attention workspace (the largest over all modes).
- * --recompute: 0 stores everything; 1 recomputes gelu(fch) in backward
- * (one [N,4C] buffer instead of L); 2 also recomputes LN1/LN2 outputs from
- * the stored residual stream and statistics (bit-identical to the forward).
+ * --recompute: 0 stores everything (GELU fused into the fc matmul's cuBLASLt
+ * epilogue); 1 recomputes gelu(fch) in backward (one [N,4C] buffer instead of
+ * L; forward then applies GELU with the same standalone kernel the backward
+ * uses, so both see identical values); 2 also recomputes LN1/LN2 outputs from
+ * the stored residual stream (same kernel, same inputs: bit-identical).
+ * Levels 1 and 2 give bit-identical gradients; level 0 differs from them only
+ * by the epilogue's GELU rounding (BF16 last-bit differences).
  * gpt_cuda_memory_plan() adds all of this up BEFORE anything is allocated,
  * so the trainer can refuse sizes that do not fit, with what to lower.
  *
@@ -163,6 +167,24 @@ static GpuMemoryPlan gpt_cuda_memory_plan(const GPTConfig* cfg, int B, int T, in
     return p;
 }
 
+/* Optional per-kernel-kind timing (dev/profile_gpu_step.cu): CUDA events
+   recorded on the stream between kernel groups; each interval is charged to
+   the phase that started it. Off (NULL) in training: then nothing is recorded. */
+typedef enum {
+    PH_ENCODER = 0, PH_LAYERNORM, PH_MATMUL, PH_ATTENTION, PH_GELU, PH_CLASSIFIER, PH_BIAS_GRAD, PH_OPTIMIZER,
+    PH_OTHER, NUM_PHASES
+} GpuPhase;
+static const char* const gpu_phase_names[NUM_PHASES] = {
+    "encoder", "layernorm", "matmul (cuBLASLt)", "attention", "gelu", "classifier", "bias grads", "optimizer+norm",
+    "other (memsets, loss sum)"};
+#define PROFILER_MAX_MARKS 4096
+typedef struct {
+    cudaEvent_t events[PROFILER_MAX_MARKS];
+    int phase[PROFILER_MAX_MARKS];
+    int count;
+    double ms[NUM_PHASES];
+} GpuProfiler;
+
 typedef struct {
     GPTConfig config;
     ParamTensorInfo params_info[NUM_PARAM_TENSORS];
@@ -186,6 +208,7 @@ typedef struct {
     MatmulContext matmul;
     EncoderBuckets buckets;
     cudaStream_t stream;
+    GpuProfiler* profiler; /* NULL unless profiling */
 } GPTCuda;
 
 static inline floatX* gpu_param(const GPTCuda* m, floatX* buffer, ParamId id, int layer) {
@@ -197,6 +220,27 @@ static inline floatX* gpu_act(const GPTCuda* m, GpuActId id, int layer) {
 }
 static inline float* gpu_stat(const GPTCuda* m, GpuStatId id, int layer) {
     return m->stats + m->acts_info.stat_offset[id] + (size_t)layer * m->acts_info.stat_per_layer[id];
+}
+
+static inline void prof_mark(GPTCuda* m, GpuPhase phase) {
+    GpuProfiler* pr = m->profiler;
+    if (pr == NULL) return;
+    if (pr->count >= PROFILER_MAX_MARKS) die("profiler: more than %d marks in one step", PROFILER_MAX_MARKS);
+    cudaCheck(cudaEventRecord(pr->events[pr->count], m->stream));
+    pr->phase[pr->count++] = (int)phase;
+}
+/* Closes the step: waits, charges each interval to its phase, restarts. */
+static void prof_flush(GPTCuda* m) {
+    GpuProfiler* pr = m->profiler;
+    if (pr == NULL || pr->count == 0) return;
+    prof_mark(m, PH_OTHER);
+    cudaCheck(cudaEventSynchronize(pr->events[pr->count - 1]));
+    for (int i = 0; i + 1 < pr->count; i++) {
+        float ms = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&ms, pr->events[i], pr->events[i + 1]));
+        pr->ms[pr->phase[i]] += ms;
+    }
+    pr->count = 0;
 }
 
 /* Allocates everything for batches up to (B, T). Weights are not set (see
@@ -328,9 +372,11 @@ static void gpt_cuda_forward(GPTCuda* m, const int* inputs, const int* targets, 
     floatX* p = m->params;
     floatX* encoded = gpu_act(m, GA_ENCODED, 0);
     floatX* proj_out = gpu_act(m, GA_PROJ_OUT, 0);
+    prof_mark(m, PH_ENCODER);
     encoder_forward(encoded, inputs_dev, gpu_param(m, p, P_WTE, 0), gpu_param(m, p, P_WPE, 0), B, T, C, st);
     const int ln_layer_stride = m->recompute >= 2 ? 0 : 1;
     const int gelu_layer_stride = m->recompute >= 1 ? 0 : 1;
+    prof_mark(m, PH_LAYERNORM);
     layernorm_forward(gpu_act(m, GA_LN1, 0), gpu_stat(m, GS_LN1_MEAN, 0), gpu_stat(m, GS_LN1_RSTD, 0), encoded,
                       gpu_param(m, p, P_LN1W, 0), gpu_param(m, p, P_LN1B, 0), N, C, st);
     for (int l = 0; l < L; l++) {
@@ -343,42 +389,64 @@ static void gpt_cuda_forward(GPTCuda* m, const int* inputs, const int* targets, 
         floatX* fch = gpu_act(m, GA_FCH, l);
         floatX* fch_gelu = gpu_act(m, GA_FCH_GELU, l * gelu_layer_stride);
         floatX* residual3 = gpu_act(m, GA_RESIDUAL3, l);
+        prof_mark(m, PH_MATMUL);
         matmul_forward(&m->matmul, qkv, ln1, gpu_param(m, p, P_QKVW, l), gpu_param(m, p, P_QKVB, l), nullptr, N, C,
                        3 * C, st);
+        prof_mark(m, PH_ATTENTION);
         attention_forward_cuda(m->attn_mode, m->attn_opt, shape, qkv, atty, gpu_stat(m, GS_ATT_STATS, l),
                                m->attn_workspace, st);
+        prof_mark(m, PH_MATMUL);
         matmul_forward(&m->matmul, proj_out, atty, gpu_param(m, p, P_ATTPROJW, l), gpu_param(m, p, P_ATTPROJB, l),
                        nullptr, N, C, C, st);
+        prof_mark(m, PH_LAYERNORM);
         fused_residual_layernorm_forward(residual2, ln2, gpu_stat(m, GS_LN2_MEAN, l), gpu_stat(m, GS_LN2_RSTD, l),
                                          residual, proj_out, gpu_param(m, p, P_LN2W, l), gpu_param(m, p, P_LN2B, l),
                                          N, C, st);
-        matmul_forward(&m->matmul, fch_gelu, ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l), fch, N, C,
-                       4 * C, st);
+        if (m->recompute >= 1) {
+            /* backward rebuilds gelu(fch) with gelu_forward; the forward uses the same kernel, so both see
+               the same bits (cuBLASLt's GELU epilogue rounds differently in the last bit) */
+            prof_mark(m, PH_MATMUL);
+            matmul_forward(&m->matmul, fch, ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l), nullptr, N,
+                           C, 4 * C, st);
+            prof_mark(m, PH_GELU);
+            gelu_forward(fch_gelu, fch, (long long)N * 4 * C, st);
+        } else {
+            prof_mark(m, PH_MATMUL);
+            matmul_forward(&m->matmul, fch_gelu, ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l), fch,
+                           N, C, 4 * C, st);
+        }
+        prof_mark(m, PH_MATMUL);
         matmul_forward(&m->matmul, proj_out, fch_gelu, gpu_param(m, p, P_FCPROJW, l), gpu_param(m, p, P_FCPROJB, l),
                        nullptr, N, 4 * C, C, st);
         if (l + 1 < L) {
+            prof_mark(m, PH_LAYERNORM);
             fused_residual_layernorm_forward(residual3, gpu_act(m, GA_LN1, (l + 1) * ln_layer_stride),
                                              gpu_stat(m, GS_LN1_MEAN, l + 1), gpu_stat(m, GS_LN1_RSTD, l + 1),
                                              residual2, proj_out, gpu_param(m, p, P_LN1W, l + 1),
                                              gpu_param(m, p, P_LN1B, l + 1), N, C, st);
         } else {
+            prof_mark(m, PH_LAYERNORM);
             fused_residual_layernorm_forward(residual3, gpu_act(m, GA_LNF, 0), gpu_stat(m, GS_LNF_MEAN, 0),
                                              gpu_stat(m, GS_LNF_RSTD, 0), residual2, proj_out,
                                              gpu_param(m, p, P_LNFW, 0), gpu_param(m, p, P_LNFB, 0), N, C, st);
         }
     }
     floatX* logits = gpu_act(m, GA_LOGITS, 0);
+    prof_mark(m, PH_MATMUL);
     matmul_forward(&m->matmul, logits, gpu_act(m, GA_LNF, 0), gpu_param(m, p, P_WTE, 0), nullptr, nullptr, N, C, Vp,
                    st);
     if (targets) {
         float* losses = gpu_stat(m, GS_LOSSES, 0);
+        prof_mark(m, PH_CLASSIFIER);
         fused_classifier(logits, losses, targets_dev, dloss, N, cfg->vocab_size, Vp, dloss > 0, st);
+        prof_mark(m, PH_OTHER);
         loss_accumulate_kernel<<<1, 1024, 0, st>>>(m->scalars_dev, losses, N);
         cudaCheckLastError();
     }
 }
 
 static void gpt_cuda_zero_grad(GPTCuda* m) {
+    prof_mark(m, PH_OTHER);
     cudaCheck(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(floatX), m->stream));
 }
 
@@ -399,9 +467,13 @@ static void gpt_cuda_backward(GPTCuda* m) {
     const floatX* dlogits = gpu_act(m, GA_LOGITS, 0);
 
     /* output head (tied wte) and the final LayerNorm */
+    prof_mark(m, PH_MATMUL);
     matmul_backward_input(&m->matmul, dbuf_c, dlogits, gpu_param(m, p, P_WTE, 0), N, C, Vp, 0, st);
+    prof_mark(m, PH_MATMUL);
     matmul_backward_weight(&m->matmul, gpu_param(m, g, P_WTE, 0), dlogits, gpu_act(m, GA_LNF, 0), N, C, Vp, st);
+    prof_mark(m, PH_OTHER);
     cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(floatX), st));
+    prof_mark(m, PH_LAYERNORM);
     layernorm_backward(dres, gpu_param(m, g, P_LNFW, 0), gpu_param(m, g, P_LNFB, 0), scratch, dbuf_c,
                        gpu_act(m, GA_RESIDUAL3, L - 1), gpu_param(m, p, P_LNFW, 0), gpu_stat(m, GS_LNF_MEAN, 0),
                        gpu_stat(m, GS_LNF_RSTD, 0), N, C, st);
@@ -422,40 +494,63 @@ static void gpt_cuda_backward(GPTCuda* m) {
         float* ln2_rstd = gpu_stat(m, GS_LN2_RSTD, l);
         /* --recompute: rebuild what the forward did not keep for this layer
            (same kernels on the same inputs: bit-identical values) */
-        if (m->recompute >= 1) gelu_forward(fch_gelu, fch, (long long)N * 4 * C, st);
+        if (m->recompute >= 1) {
+            prof_mark(m, PH_GELU);
+            gelu_forward(fch_gelu, fch, (long long)N * 4 * C, st);
+        }
         if (m->recompute >= 2) {
+            prof_mark(m, PH_LAYERNORM);
             layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, gpu_param(m, p, P_LN1W, l),
                               gpu_param(m, p, P_LN1B, l), N, C, st);
+            prof_mark(m, PH_LAYERNORM);
             layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, gpu_param(m, p, P_LN2W, l),
                               gpu_param(m, p, P_LN2B, l), N, C, st);
         }
         /* MLP: fcproj, GELU, fc, LN2 */
+        prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_4c, dres, gpu_param(m, p, P_FCPROJW, l), N, 4 * C, C, 0, st);
+        prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), dres, fch_gelu, N, 4 * C, C, st);
+        prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_FCPROJB, l), dres, scratch, N, C, st);
+        prof_mark(m, PH_GELU);
         gelu_backward_inplace(dbuf_4c, fch, (long long)N * 4 * C, st);
+        prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_FCW, l), N, C, 4 * C, 0, st);
+        prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), dbuf_4c, ln2, N, C, 4 * C, st);
+        prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_FCB, l), dbuf_4c, scratch, N, 4 * C, st);
+        prof_mark(m, PH_LAYERNORM);
         layernorm_backward(dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l), scratch, dbuf_c, residual2,
                            gpu_param(m, p, P_LN2W, l), ln2_mean, ln2_rstd, N, C, st);
         /* attention: attproj, attention, qkv, LN1 */
+        prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dres, gpu_param(m, p, P_ATTPROJW, l), N, C, C, 0, st);
+        prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_ATTPROJW, l), dres, atty, N, C, C, st);
+        prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_ATTPROJB, l), dres, scratch, N, C, st);
+        prof_mark(m, PH_ATTENTION);
         attention_backward_cuda(m->attn_mode, m->attn_opt, shape, qkv, atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c,
                                 dbuf_4c, m->attn_workspace, st);
+        prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_QKVW, l), N, C, 3 * C, 0, st);
+        prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_QKVW, l), dbuf_4c, ln1, N, C, 3 * C, st);
+        prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_QKVB, l), dbuf_4c, scratch, N, 3 * C, st);
+        prof_mark(m, PH_LAYERNORM);
         layernorm_backward(dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l), scratch, dbuf_c, residual,
                            gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);
     }
+    prof_mark(m, PH_ENCODER);
     encoder_backward(gpu_param(m, g, P_WTE, 0), gpu_param(m, g, P_WPE, 0), dres, &m->buckets, B, T, C, st);
 }
 
 /* ||grads|| over all parameters (deterministic; synchronizes). */
 static double gpt_cuda_grad_norm(GPTCuda* m) {
+    prof_mark(m, PH_OPTIMIZER);
     global_norm_squared(m->scalars_dev + 1, gpu_stat(m, GS_NORM_SCRATCH, 0), m->grads, (long long)m->num_params,
                         m->stream);
     double sq;
@@ -474,6 +569,7 @@ static double gpt_cuda_update(GPTCuda* m, AdamWHyper h, float grad_clip) {
     const float scale = (grad_clip > 0.0f && norm > grad_clip) ? (float)(grad_clip / norm) : 1.0f;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         const ParamTensorInfo* t = &m->params_info[i];
+        prof_mark(m, PH_OPTIMIZER);
         adamw_update(m->params + t->offset, m->master + t->offset, m->adam_m + t->offset, m->adam_v + t->offset,
                      m->grads + t->offset, (long long)t->count, h, t->weight_decay ? h.weight_decay : 0.0f, scale,
                      m->stream);

@@ -83,3 +83,11 @@ ifeq ($(HAVE_NVCC),1)
 CUDA_PROGRAMS += $(BUILD)/tests/test_diagnostics_gpu
 GPU_TESTS += $(BUILD)/tests/test_diagnostics_gpu
 endif
+# dev/profile_gpu_step: tokens/s of the training step and its per-kernel-kind breakdown (a GPU tool).
+$(BUILD)/dev/profile_gpu_step.cu.o: dev/profile_gpu_step.cu $(GPU_MODEL_HEADERS)
+$(BUILD)/dev/profile_gpu_step: $(BUILD)/dev/profile_gpu_step.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(sort $$(GPT_CPU_OBJS))
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp
+ifeq ($(HAVE_CUBLAS),1)
+CUDA_PROGRAMS += $(BUILD)/dev/profile_gpu_step
+endif
