@@ -82,7 +82,7 @@ fi
 merge_python=$python_bin
 [ -n "$merge_python" ] || merge_python=python3
 git_rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git_dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | head -n 1)
+git_dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | head -n 1 || true)
 "$merge_python" - "$jsonl" "$out_dir/bench_attention.md" "$command_line" "$git_rev${git_dirty:+ (with uncommitted changes)}" \
     "$ours_ok" "$torch_ok" <<'PY'
 import datetime
