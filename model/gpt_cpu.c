@@ -65,6 +65,9 @@ size_t gpt_act_table(const GPTConfig* cfg, int B, int T, ActTensorInfo t[NUM_ACT
     return offset;
 }
 
+_Static_assert(A_PROBS == NUM_ACT_TENSORS - 2 && A_LOSSES == NUM_ACT_TENSORS - 1,
+               "probs and losses must be the last activations: grads_acts stops before them");
+
 void gpt_cpu_init(GPTCpu* m, const GPTConfig* cfg, int B, int T, AttnMode mode) {
     char err[256];
     if (gpt_config_validate(cfg, err, sizeof(err)) != 0) die("invalid model config: %s", err);
@@ -87,7 +90,9 @@ void gpt_cpu_init(GPTCpu* m, const GPTConfig* cfg, int B, int T, AttnMode mode) 
     m->params = (gpt_real*)callocCheck(m->num_params, sizeof(gpt_real));
     m->grads = (gpt_real*)callocCheck(m->num_params, sizeof(gpt_real));
     m->acts = (gpt_real*)callocCheck(m->num_acts, sizeof(gpt_real));
-    m->grads_acts = (gpt_real*)callocCheck(m->num_acts, sizeof(gpt_real));
+    /* probs and losses come last in the table and have no gradient: leave them out */
+    m->num_grads_acts = m->acts_info[A_PROBS].offset;
+    m->grads_acts = (gpt_real*)callocCheck(m->num_grads_acts, sizeof(gpt_real));
     m->inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
     m->targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
     m->logits = gpt_act_ptr(m, m->acts, A_LOGITS, 0);
@@ -544,7 +549,7 @@ void gpt_cpu_backward(GPTCpu* m) {
     gpt_real* G = m->grads;
     gpt_real* A = m->acts;
     gpt_real* dA = m->grads_acts;
-    memset(dA, 0, m->num_acts * sizeof(gpt_real));  /* layer backwards accumulate */
+    memset(dA, 0, m->num_grads_acts * sizeof(gpt_real));  /* layer backwards accumulate */
 
     gpt_real* dlogits = gpt_act_ptr(m, dA, A_LOGITS, 0);
     crossentropy_softmax_backward(dlogits, m->probs, m->targets, N, V, Vp);

@@ -61,6 +61,7 @@ typedef enum {
     A_LNF_MEAN,     /* (B, T) */
     A_LNF_RSTD,     /* (B, T) */
     A_LOGITS,       /* (B, T, Vp)      raw logits (columns >= V: computed, never in the softmax) */
+    /* the entries below have no gradient buffer: keep them last */
     A_PROBS,        /* (B, T, Vp)      softmax over the first V columns; 0 beyond */
     A_LOSSES,       /* (B, T)          per-position cross-entropy (when targets were given) */
     NUM_ACT_TENSORS
@@ -84,8 +85,11 @@ typedef struct {
     size_t num_params;
     ActTensorInfo acts_info[NUM_ACT_TENSORS];
     gpt_real* acts;        /* num_acts, ActId table */
-    gpt_real* grads_acts;  /* same layout as acts (gradients w.r.t. activations; scratch for backward) */
+    gpt_real* grads_acts;  /* gradients w.r.t. activations (scratch for backward), same layout as acts
+                              but only num_grads_acts long: the last entries (A_PROBS, A_LOSSES)
+                              need no gradient buffer */
     size_t num_acts;
+    size_t num_grads_acts;
     int B, T;              /* sizes the activations were allocated for (a forward may use smaller) */
     AttnMode attn_mode;
     AttnOptions attn_opt;  /* zero-initialised by gpt_cpu_init; set fields before forward */
