@@ -81,7 +81,8 @@ static void print_help(void) {
         "  --B N --NH N --T N --HS N   (default 1 4 1024 64)\n"
         "options:\n"
         "  --modes LIST       comma-separated subset of %s (default: all)\n"
-        "  --cpu              also run the exact CPU emulation of each mode (adds the dS row residual)\n"
+        "  --cpu              also run the exact CPU emulation of each mode (adds the dS row residual; with\n"
+        "                     the GPU, also a 'gpu vs cpu' row: the kernel against the emulation of its mode)\n"
         "  --no-gpu           skip the GPU kernels (with --cpu: CPU emulation only)\n"
         "  --tile-max-shift   run repair with its optional Qiu & Yao tile-max shift arm\n"
         "  --heads N          captures: evaluate only the first N (batch, head) pairs (the fp64\n"
@@ -278,7 +279,7 @@ static void free_input(ProbeInput* in) {
 
 /* ---- evaluation ---- */
 typedef struct {
-    char impl[8];  /* "gpu", "cpu", "run" */
+    char impl[8];  /* "gpu", "cpu", "gpu~cpu" (GPU vs the CPU emulation of the same mode), "run" */
     char mode[24];
     AttnErrors e;
 } ProbeResult;
@@ -438,19 +439,26 @@ static void evaluate(const ProbeArgs* a, const ProbeInput* in, int use_gpu, Inpu
         attn_errors_compute(s, in->run_out, out_ref, NULL, NULL, NULL, &res->e);
         attn_errors_print_row(stdout, "run's own O", &res->e);
     }
-    for (int impl = 0; impl < 2; impl++) {
-        if (impl == 0 && !use_gpu) continue;
-        if (impl == 1 && !a->use_cpu) continue;
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
-            if (!a->modes[m]) continue;
-            AttnMode mode = (AttnMode)m;
-            AttnOptions opt = options_for(mode, a);
+    /* GPU outputs of the current mode, kept (as double) to compare with the CPU emulation */
+    double* gpu_out = (use_gpu && a->use_cpu) ? (double*)mallocCheck(nout * sizeof(double)) : NULL;
+    double* gpu_dqkv = (use_gpu && a->use_cpu) ? (double*)mallocCheck(nqkv * sizeof(double)) : NULL;
+    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        if (!a->modes[m]) continue;
+        AttnMode mode = (AttnMode)m;
+        AttnOptions opt = options_for(mode, a);
+        for (int impl = 0; impl < 2; impl++) {
+            if (impl == 0 && !use_gpu) continue;
+            if (impl == 1 && !a->use_cpu) continue;
             ProbeResult* res = &r[(*nr)++];
             snprintf(res->impl, sizeof res->impl, "%s", impl == 0 ? "gpu" : "cpu");
             mode_label(mode, a, res->mode, sizeof res->mode);
             if (impl == 0) {
                 run_gpu(mode, opt, in, out, dqkv);
                 attn_errors_compute(s, out, out_ref, dqkv, dqkv_ref, NULL, &res->e);
+                if (gpu_out) {
+                    attn_float_to_double(out, gpu_out, nout);
+                    attn_float_to_double(dqkv, gpu_dqkv, nqkv);
+                }
             } else {
                 attention_forward_cpu(mode, opt, ATTN_IO_BF16, s, in->qkv, out, stats);
                 attention_backward_cpu_diag(mode, opt, ATTN_IO_BF16, s, in->qkv, out, stats, in->dout, dqkv, row_res);
@@ -459,9 +467,31 @@ static void evaluate(const ProbeArgs* a, const ProbeInput* in, int use_gpu, Inpu
             char label[48];
             snprintf(label, sizeof label, "%s %s", res->impl, res->mode);
             attn_errors_print_row(stdout, label, &res->e);
+            if (impl == 1 && gpu_out) {
+                /* how far the kernel is from the exact emulation of its own mode (same metric,
+                   the CPU emulation's outputs taken as the reference) */
+                ProbeResult* agree = &r[(*nr)++];
+                snprintf(agree->impl, sizeof agree->impl, "gpu~cpu");
+                mode_label(mode, a, agree->mode, sizeof agree->mode);
+                double* cpu_out = attn_double_copy(out, nout);
+                double* cpu_dqkv = attn_double_copy(dqkv, nqkv);
+                float* g_out = (float*)mallocCheck(nout * sizeof(float));
+                float* g_dqkv = (float*)mallocCheck(nqkv * sizeof(float));
+                attn_double_to_float(gpu_out, g_out, nout);
+                attn_double_to_float(gpu_dqkv, g_dqkv, nqkv);
+                attn_errors_compute(s, g_out, cpu_out, g_dqkv, cpu_dqkv, NULL, &agree->e);
+                snprintf(label, sizeof label, "gpu vs cpu %s", agree->mode);
+                attn_errors_print_row(stdout, label, &agree->e);
+                free(cpu_out);
+                free(cpu_dqkv);
+                free(g_out);
+                free(g_dqkv);
+            }
             fflush(stdout);
         }
     }
+    free(gpu_out);
+    free(gpu_dqkv);
     free(qkv_ref);
     free(dout_ref);
     free(out_ref);
@@ -529,7 +559,7 @@ int main(int argc, char** argv) {
                 "\"tile_max_shift\": %s, \"inputs\": [", use_gpu ? "true" : "false", a.use_cpu ? "true" : "false",
                 a.tile_max_shift ? "true" : "false");
     }
-    ProbeResult results[1 + 2 * ATTN_NUM_MODES];
+    ProbeResult results[1 + 3 * ATTN_NUM_MODES]; /* run's O; per mode gpu, cpu, gpu~cpu */
     int first = 1;
     for (int i = 0; i < num_cases + a.num_captures; i++) {
         ProbeInput in;
