@@ -124,7 +124,8 @@ for label in "${labels[@]}"; do
     command_for "$label"
     gpu=$(( ngpu > 0 ? i % ngpu : 0 ))
     if [ "$dry_run" = 1 ]; then
-        if [ "$parallel" = 1 ]; then echo "CUDA_VISIBLE_DEVICES=$gpu ${cmd[*]}"; else echo "${cmd[*]}"; fi
+        [ "$parallel" = 1 ] && printf 'CUDA_VISIBLE_DEVICES=%s ' "$gpu"
+        printf '%q ' "${cmd[@]}"; echo
     elif [ "$parallel" = 1 ]; then
         mkdir -p "$group/$label"
         echo "  $label on GPU $gpu (console: $group/$label/console.txt)"
