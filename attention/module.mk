@@ -37,3 +37,10 @@ $(BUILD)/dev/attention_lab/attention_lab.cu.o: dev/attention_lab/attention_lab.c
         attention/attention.h
 $(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_lab.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
+
+# Independent PyTorch emulation of the four modes vs the C emulation: the driver
+# runs attention_cpu.c on the script's inputs. Without torch the script fails.
+$(BUILD)/tests/attn_emul_driver: $(BUILD)/tests/attn_emul_driver.o $(ATTN_CPU_OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+test: $(BUILD)/tests/attn_emul_driver
+CPU_TEST_COMMANDS += "$(or $(TORCH_PYTHON),python3) tests/test_attention_torch.py"
