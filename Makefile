@@ -92,9 +92,9 @@ run: setup all
 # The compile check CI relies on: every CUDA source builds with nvcc, no GPU needed.
 cuda-compile-check:
 ifeq ($(HAVE_NVCC),1)
-	@$(MAKE) --no-print-directory $(CUDA_OBJECTS) $(CUDA_PROGRAMS) && echo "cuda-compile: 1 passed, 0 failed" || { echo "cuda-compile: 0 passed, 1 failed"; exit 1; }
+	@$(MAKE) --no-print-directory $(CUDA_OBJECTS) $(CUDA_PROGRAMS) && echo "cuda_compile: 1 passed, 0 failed" || { echo "cuda_compile: 0 passed, 1 failed"; exit 1; }
 else
-	@echo "cuda-compile: nvcc not found, CUDA sources not compiled"; echo "0 passed, 0 failed"
+	@echo "cuda_compile: nvcc not found, CUDA sources not compiled"; echo "0 passed, 0 failed"
 endif
 
 test: setup $(CPU_TESTS)

@@ -14,14 +14,14 @@ for cmd in "$@"; do
     log=$(mktemp)
     bash -c "$cmd" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
-    line=$(grep -E '^(\w+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    line=$(grep -E '^([-A-Za-z0-9_]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     rm -f "$log"
     if [ -z "$line" ]; then
         echo "!!!! $cmd printed no summary (exit code $rc): counted as 1 failure"
         total_fail=$((total_fail + 1)); failed_suites+=("$cmd"); continue
     fi
-    p=$(echo "$line" | sed -E 's/^(\w+: )?([0-9]+) passed, ([0-9]+) failed.*/\2/')
-    f=$(echo "$line" | sed -E 's/^(\w+: )?([0-9]+) passed, ([0-9]+) failed.*/\3/')
+    p=$(echo "$line" | sed -E 's/^([-A-Za-z0-9_]+: )?([0-9]+) passed, ([0-9]+) failed.*/\2/')
+    f=$(echo "$line" | sed -E 's/^([-A-Za-z0-9_]+: )?([0-9]+) passed, ([0-9]+) failed.*/\3/')
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "!!!! $cmd exited with code $rc after reporting no failure: counted as 1 failure"
         f=1
