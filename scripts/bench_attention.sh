@@ -32,20 +32,25 @@ mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
 cd "$repo_root"
 
-ours_args=()
-torch_args=()
+common_args=()    # to both programs
+torch_args=()     # to PyTorch only
+shapes=()
+modes=()
 while [ $# -gt 0 ]; do
     case "$1" in
-        --modes) ours_args+=("$1" "${2:?--modes needs a value}"); shift 2 ;;
+        --modes) IFS=, read -r -a modes <<<"${2:?--modes needs a value}"; shift 2 ;;
+        --shape) shapes+=("${2:?--shape needs a value}"); torch_args+=("$1" "$2"); shift 2 ;;
         --backends|--layout) torch_args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
-        --shape|--repeats|--warmup|--seed)
-            ours_args+=("$1" "${2:?$1 needs a value}"); torch_args+=("$1" "$2"); shift 2 ;;
+        --repeats|--warmup|--seed) common_args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
         *) echo "error: unknown option '$1' (see: $0 --help)" >&2; exit 2 ;;
     esac
 done
+# the defaults of both programs (the shapes of the performance targets)
+[ ${#shapes[@]} -gt 0 ] || shapes=(8,16,1024,64 4,16,2048,64 8,8,1024,128 2,16,4096,128)
+[ ${#modes[@]} -gt 0 ] || modes=(fp32 bf16 repair gproj)
 
 jsonl="$out_dir/bench_attention.jsonl"
-rm -f "$jsonl"
+rm -f "$jsonl" "$out_dir/ours.txt"
 
 echo "== building build/bench_attention (log: $out_dir/build.log)"
 if ! ${MAKE:-make} build/bench_attention >"$out_dir/build.log" 2>&1; then
@@ -54,10 +59,16 @@ if ! ${MAKE:-make} build/bench_attention >"$out_dir/build.log" 2>&1; then
     exit 1
 fi
 
-echo "== ours: build/bench_attention ${ours_args[*]:-}"
+# One process per (shape, mode): a mode or shape the kernels reject (they die
+# with a message) costs only its own row, not the rest of the table.
 ours_ok=1
-./build/bench_attention --jsonl "$jsonl" ${ours_args[@]+"${ours_args[@]}"} 2>&1 | tee "$out_dir/ours.txt" \
-    || ours_ok=0
+for shape in "${shapes[@]}"; do
+    for mode in "${modes[@]}"; do
+        echo "== ours: build/bench_attention --shape $shape --modes $mode ${common_args[*]:-}"
+        ./build/bench_attention --jsonl "$jsonl" --shape "$shape" --modes "$mode" \
+            ${common_args[@]+"${common_args[@]}"} 2>&1 | tee -a "$out_dir/ours.txt" || ours_ok=0
+    done
+done
 
 python_bin=${PYTHON:-}
 if [ -z "$python_bin" ]; then
@@ -73,8 +84,9 @@ if [ -z "$python_bin" ]; then
         | tee "$out_dir/torch.txt"
     torch_ok=0
 else
-    echo "== PyTorch: $python_bin dev/bench_attention_torch.py ${torch_args[*]:-}"
-    "$python_bin" dev/bench_attention_torch.py --jsonl "$jsonl" ${torch_args[@]+"${torch_args[@]}"} 2>&1 \
+    echo "== PyTorch: $python_bin dev/bench_attention_torch.py ${common_args[*]:-} ${torch_args[*]:-}"
+    "$python_bin" dev/bench_attention_torch.py --jsonl "$jsonl" ${common_args[@]+"${common_args[@]}"} \
+        ${torch_args[@]+"${torch_args[@]}"} 2>&1 \
         | tee "$out_dir/torch.txt" || torch_ok=0
 fi
 [ -f "$jsonl" ] || { echo "error: neither benchmark produced results; see $out_dir/*.txt" >&2; exit 1; }
