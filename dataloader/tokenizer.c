@@ -42,9 +42,13 @@
 #define CACHE_KEY_ARENA_BYTES (8u << 20)
 #define CACHE_ID_ARENA_INTS (4u << 20)
 
+/* One slot of the vocabulary hash table. It holds the token's first 8 bytes
+ * and its length, so most lookups touch this slot only (one cache miss). */
 typedef struct {
-    uint32_t id_plus_1; /* 0 = empty slot */
-    uint32_t hash_lo;   /* low 32 bits of the key's hash: rejects most mismatches without memcmp */
+    uint64_t prefix;    /* first 8 bytes of the token, zero-padded */
+    uint32_t hash_lo;   /* low 32 bits of the key's hash */
+    uint16_t id_plus_1; /* 0 = empty slot (ids < 50257 fit) */
+    uint16_t len;
 } VocabSlot;
 
 typedef struct {
@@ -83,6 +87,9 @@ struct Tokenizer {
     int* piece_ids;     /* ids of the piece being encoded */
 };
 
+/* unicode_class of U+0000..U+007F (one load instead of two on the hot path); filled by tokenizer_load */
+static uint8_t ascii_class[128];
+
 /* ---------------------------------------------------------------- hashing */
 
 static inline uint64_t mix64(uint64_t h) {
@@ -92,45 +99,54 @@ static inline uint64_t mix64(uint64_t h) {
     return h;
 }
 
-static inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ ((uint64_t)n * 0xff51afd7ed558ccdull);
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
-        h ^= h >> 29;
-        p += 8;
-        n -= 8;
-    }
+/* The first min(n, 8) bytes of p as a zero-padded little-endian word. */
+static inline uint64_t load_prefix(const uint8_t* p, size_t n) {
     uint64_t w = 0;
-    memcpy(&w, p, n);
-    return mix64((h ^ w) * 0x94d049bb133111ebull) | 1; /* never 0: 0 marks an empty cache slot */
+    if (n >= 8) { memcpy(&w, p, 8); return w; }
+    size_t off = 0; /* fixed-size loads only: a variable-length memcpy would be a library call */
+    if (n & 4) { uint32_t x; memcpy(&x, p, 4); w = x; off = 4; }
+    if (n & 2) { uint16_t x; memcpy(&x, p + off, 2); w |= (uint64_t)x << (8 * off); off += 2; }
+    if (n & 1) w |= (uint64_t)p[off] << (8 * off);
+    return w;
+}
+
+/* Hash of n bytes whose first 8 are `prefix` (from load_prefix). */
+static inline uint64_t hash_bytes(const uint8_t* p, size_t n, uint64_t prefix) {
+    uint64_t h = (prefix ^ ((uint64_t)n * 0xff51afd7ed558ccdull)) * 0x9e3779b97f4a7c15ull;
+    for (size_t i = 8; i < n; i += 8) {
+        uint64_t w = load_prefix(p + i, n - i);
+        h = ((h ^ (h >> 29)) ^ w) * 0xbf58476d1ce4e5b9ull;
+    }
+    return mix64(h) | 1; /* never 0: 0 marks an empty cache slot */
 }
 
 /* Id of the token with exactly these bytes, or -1. Never returns the EOT id (not in the table). */
-static inline int vocab_lookup_hashed(const Tokenizer* t, const uint8_t* p, size_t n, uint64_t h) {
+static inline int vocab_lookup_hashed(const Tokenizer* t, const uint8_t* p, size_t n, uint64_t prefix, uint64_t h) {
     uint32_t i = (uint32_t)h & t->vocab_mask;
     for (;;) {
-        VocabSlot s = t->vocab_slots[i];
-        if (s.id_plus_1 == 0) return -1;
-        uint32_t id = s.id_plus_1 - 1;
-        if (s.hash_lo == (uint32_t)h && t->token_len[id] == n && memcmp(t->token_bytes + t->token_off[id], p, n) == 0)
-            return (int)id;
+        const VocabSlot* s = &t->vocab_slots[i];
+        if (s->id_plus_1 == 0) return -1;
+        if (s->hash_lo == (uint32_t)h && s->len == n && s->prefix == prefix) {
+            int id = s->id_plus_1 - 1;
+            if (n <= 8 || memcmp(t->token_bytes + t->token_off[id] + 8, p + 8, n - 8) == 0) return id;
+        }
         i = (i + 1) & t->vocab_mask;
     }
 }
 
 static inline int vocab_lookup(const Tokenizer* t, const uint8_t* p, size_t n) {
-    return vocab_lookup_hashed(t, p, n, hash_bytes(p, n));
+    uint64_t prefix = load_prefix(p, n);
+    return vocab_lookup_hashed(t, p, n, prefix, hash_bytes(p, n, prefix));
 }
 
 static void vocab_insert(Tokenizer* t, int id) {
     const uint8_t* p = t->token_bytes + t->token_off[id];
-    uint64_t h = hash_bytes(p, t->token_len[id]);
+    size_t n = t->token_len[id];
+    uint64_t prefix = load_prefix(p, n);
+    uint64_t h = hash_bytes(p, n, prefix);
     uint32_t i = (uint32_t)h & t->vocab_mask;
     while (t->vocab_slots[i].id_plus_1 != 0) i = (i + 1) & t->vocab_mask;
-    t->vocab_slots[i].id_plus_1 = (uint32_t)id + 1;
-    t->vocab_slots[i].hash_lo = (uint32_t)h;
+    t->vocab_slots[i] = (VocabSlot){prefix, (uint32_t)h, (uint16_t)(id + 1), (uint16_t)n};
 }
 
 /* ---------------------------------------------------------------- loading */
@@ -285,7 +301,7 @@ static int load_encoder_json(Tokenizer* t, const char* path, char* err, size_t e
         if (endp == js + i) { problem = "expected an integer id after ':'"; goto fail; }
         if (id < 0 || id >= TOKENIZER_VOCAB_SIZE) { problem = "id out of range 0..50256 (not GPT-2's vocabulary?)"; goto fail; }
         if (t->token_len[id] != UINT32_MAX) { problem = "the same id appears twice"; goto fail; }
-        if (len == 0) { problem = "empty token string"; goto fail; }
+        if (len == 0 || len > UINT16_MAX) { problem = "empty or over-long token string"; goto fail; }
         i = (size_t)(endp - js);
         t->token_off[id] = (uint32_t)used;
         t->token_len[id] = (uint32_t)len;
@@ -388,6 +404,7 @@ int tokenizer_load(Tokenizer** out, const char* vocab_dir, char* err, size_t err
     if (err == NULL || errlen == 0) { err = dummy; errlen = sizeof(dummy); }
     err[0] = '\0';
     *out = NULL;
+    for (uint32_t c = 0; c < 128; c++) ascii_class[c] = (uint8_t)unicode_class(c);
     size_t dl = strlen(vocab_dir);
     char* path = mallocCheck(dl + 32);
     Tokenizer* t = callocCheck(1, sizeof(Tokenizer));
@@ -576,7 +593,7 @@ static inline enum UnicodeClass char_at(const uint8_t* s, size_t n, size_t i, si
     uint8_t b = s[i];
     if (b < 0x80) {
         *len = 1;
-        return unicode_class(b);
+        return (enum UnicodeClass)ascii_class[b];
     }
     size_t j = i;
     int32_t cp = utf8_next(s, n, &j);
@@ -588,6 +605,11 @@ static inline enum UnicodeClass char_at(const uint8_t* s, size_t n, size_t i, si
 /* End of the run of characters of class cls starting at i. */
 static inline size_t run_end(const uint8_t* s, size_t n, size_t i, enum UnicodeClass cls) {
     while (i < n) {
+        if (s[i] < 0x80) { /* ASCII fast path */
+            if (ascii_class[s[i]] != cls) break;
+            i++;
+            continue;
+        }
         size_t len;
         if (char_at(s, n, i, &len) != cls) break;
         i += len;
@@ -633,6 +655,7 @@ static size_t pretoken_length(const uint8_t* s, size_t n, size_t i) {
 /* ---------------------------------------------------------------- encoding */
 
 static inline void push_ids(int** ids, size_t* n, size_t* cap, const int* src, size_t k) {
+    if (k == 1 && *n < *cap) { (*ids)[(*n)++] = src[0]; return; } /* the usual case: one token */
     if (*n + k > *cap) {
         size_t c = *cap ? *cap : 1024;
         while (c < *n + k) c *= 2;
@@ -654,8 +677,9 @@ static void cache_clear(Tokenizer* t) {
 
 /* Appends the ids of one pre-token. */
 static void encode_piece(Tokenizer* t, const uint8_t* p, size_t n, int** ids, size_t* count, size_t* cap) {
-    uint64_t h = hash_bytes(p, n);
-    int whole = vocab_lookup_hashed(t, p, n, h);
+    uint64_t prefix = load_prefix(p, n);
+    uint64_t h = hash_bytes(p, n, prefix);
+    int whole = vocab_lookup_hashed(t, p, n, prefix, h);
     if (whole >= 0) { push_ids(ids, count, cap, &whole, 1); return; }
     bool cacheable = n <= CACHE_MAX_PIECE_BYTES;
     uint32_t slot = (uint32_t)(h >> 32) & (CACHE_SLOTS - 1);
