@@ -276,9 +276,24 @@ static void test_rejects(void) {
 
     memcpy(b, orig, n); b[n - 300] ^= 0x01; spit(bad, b, n);
     expect_reject("one payload bit flipped", bad, "payload checksum mismatch");
+    {
+        /* the header-only reader does not read the payload: it accepts this file and reports its header */
+        AttnCaptureInfo hi;
+        char err[512] = "";
+        int rc = attn_capture_read_info(bad, &hi, err, sizeof err);
+        CHECK(rc == 0 && hi.shape.B == 1 && hi.shape.NH == 2 && hi.shape.T == 9 && hi.shape.HS == 16 &&
+              hi.flags == ATTN_CAPTURE_HAS_STATS && hi.dtype == ATTN_CAPTURE_BF16,
+              "read_info: header of a payload-corrupt file still reads (rc %d, %s)", rc, err);
+    }
 
     memcpy(b, orig, n); b[32] ^= 0x04; spit(bad, b, n);  /* T field, CRC left stale */
     expect_reject("header bit flipped", bad, "header checksum mismatch");
+    {
+        AttnCaptureInfo hi;
+        char err[512] = "";
+        CHECK(attn_capture_read_info(bad, &hi, err, sizeof err) == -1 && strstr(err, "header checksum mismatch"),
+              "read_info rejects a corrupt header (%s)", err);
+    }
 
     memcpy(b, orig, n); put_le32(b + 8, 2); reseal_header(b); spit(bad, b, n);
     expect_reject("newer version", bad, "format version 2");
