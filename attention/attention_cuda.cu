@@ -47,7 +47,9 @@ constexpr int kThreads = 128; /* 4 warps */
 constexpr int kWarps = kThreads / 32;
 constexpr int kPad = 8;       /* BF16 elements of padding per shared-memory row */
 constexpr int kKeyTile = 64;  /* keys per tile everywhere (also the tile-shift tile) */
-constexpr int kFwdQueryTile = 64;
+constexpr int kFwdQueryTile = 128; /* forward: 8 warps x 16 query rows share each K/V tile */
+constexpr int kFwdThreads = 2 * kFwdQueryTile;
+constexpr int kRowsQueryTile = 64; /* bwd row pass: 4 warps x 16 query rows */
 constexpr int kDqCols = 64;   /* head dims per dQ work unit in the backward */
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -79,7 +81,7 @@ __device__ __forceinline__ float backward_prob(float score, float row_a, float r
 /* forward                                                                  */
 /* ------------------------------------------------------------------------ */
 template <int HS, int MODE>
-__global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const bf16* __restrict__ qkv, bf16* __restrict__ out,
+__global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __restrict__ qkv, bf16* __restrict__ out,
                                                             float* __restrict__ stats, int NH, int T, float scale,
                                                             float c, int tile_max_shift) {
     constexpr int BQ = kFwdQueryTile, BK = kKeyTile, LD = HS + kPad;
@@ -97,11 +99,14 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const bf16* __restri
     const bf16* k_base = q_base + (long long)NH * HS;
     const bf16* v_base = q_base + 2LL * NH * HS;
     const int q0 = q_tile * BQ;
-    const int n_key_tiles = q_tile + 1; /* BQ == BK: key tiles 0..q_tile */
+    /* causal: keys up to the tile's last row (and no further than T) */
+    const int last_row = min(q0 + BQ, T) - 1;
+    const int n_key_tiles = last_row / BK + 1;
+    const int warp_row0 = q0 + warp * 16; /* first query row of this warp */
 
-    load_rows_async<BQ, HS, LD, kThreads>(q_s, q_base, qkv_row, q0, T, tid);
-    load_rows_async<BK, HS, LD, kThreads>(k_s, k_base, qkv_row, 0, T, tid);
-    load_rows_async<BK, HS, LD, kThreads>(v_s, v_base, qkv_row, 0, T, tid);
+    load_rows_async<BQ, HS, LD, kFwdThreads>(q_s, q_base, qkv_row, q0, T, tid);
+    load_rows_async<BK, HS, LD, kFwdThreads>(k_s, k_base, qkv_row, 0, T, tid);
+    load_rows_async<BK, HS, LD, kFwdThreads>(v_s, v_base, qkv_row, 0, T, tid);
     cp_async_commit();
 
     uint32_t qf[KSTEPS][4];
@@ -114,8 +119,8 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const bf16* __restri
     for (int kt = 0; kt < n_key_tiles; kt++) {
         if (kt + 1 < n_key_tiles) {
             const int nb = (kt + 1) & 1;
-            load_rows_async<BK, HS, LD, kThreads>(k_s + nb * BK * LD, k_base, qkv_row, (kt + 1) * BK, T, tid);
-            load_rows_async<BK, HS, LD, kThreads>(v_s + nb * BK * LD, v_base, qkv_row, (kt + 1) * BK, T, tid);
+            load_rows_async<BK, HS, LD, kFwdThreads>(k_s + nb * BK * LD, k_base, qkv_row, (kt + 1) * BK, T, tid);
+            load_rows_async<BK, HS, LD, kFwdThreads>(v_s + nb * BK * LD, v_base, qkv_row, (kt + 1) * BK, T, tid);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -124,7 +129,11 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const bf16* __restri
         __syncthreads();
         if (kt == 0) {
 #pragma unroll
-            for (int kk = 0; kk < KSTEPS; kk++) load_a<LD>(qf[kk], q_s, warp * 16, kk * 16, lane);
+            for (int kk = 0; kk < KSTEPS; kk++) ldsm_a<LD>(qf[kk], q_s, warp * 16, kk * 16, lane);
+        }
+        if (kt * BK > warp_row0 + 15) { /* every key of this tile is in the future of all 16 rows */
+            __syncthreads();
+            continue;
         }
         const bf16* kb = k_s + (kt & 1) * BK * LD;
         const bf16* vb = v_s + (kt & 1) * BK * LD;
@@ -136,13 +145,14 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const bf16* __restri
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
 #pragma unroll
-            for (int j = 0; j < NT_S; j++) {
-                uint32_t b0, b1;
-                load_b_nk<LD>(b0, b1, kb, j * 8, kk * 16, lane);
-                mma_16816(s[j], qf[kk], b0, b1);
+            for (int j = 0; j < NT_S; j += 2) {
+                uint32_t bb[4];
+                ldsm_b_nk_x2<LD>(bb, kb, j * 8, kk * 16, lane);
+                mma_16816(s[j], qf[kk], bb[0], bb[1]);
+                mma_16816(s[j + 1], qf[kk], bb[2], bb[3]);
             }
         }
-        if (kt == q_tile) { /* the diagonal tile: key j visible to query i iff j <= i */
+        if ((kt + 1) * BK - 1 > warp_row0) { /* a tile on the diagonal: key j visible to query i iff j <= i */
 #pragma unroll
             for (int j = 0; j < NT_S; j++)
 #pragma unroll
@@ -150,7 +160,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const bf16* __restri
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         const int key = kt * BK + j * 8 + 2 * t + e;
-                        const int query = q0 + warp * 16 + g + 8 * r;
+                        const int query = warp_row0 + g + 8 * r;
                         if (key > query) s[j][2 * r + e] = -INFINITY;
                     }
         }
@@ -208,11 +218,15 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const bf16* __restri
                 a_lo[3] = pack_bf16x2(bf16_residual(s[2 * kk + 1][2]), bf16_residual(s[2 * kk + 1][3]));
             }
 #pragma unroll
-            for (int n = 0; n < NT_O; n++) {
-                uint32_t b0, b1;
-                load_b_kn<LD>(b0, b1, vb, kk * 16, n * 8, lane);
-                mma_16816(o[n], a, b0, b1);
-                if (MODE == ATTN_FP32) mma_16816(o[n], a_lo, b0, b1);
+            for (int n = 0; n < NT_O; n += 2) {
+                uint32_t bb[4];
+                ldsm_b_kn_x2<LD>(bb, vb, kk * 16, n * 8, lane);
+                mma_16816(o[n], a, bb[0], bb[1]);
+                mma_16816(o[n + 1], a, bb[2], bb[3]);
+                if (MODE == ATTN_FP32) {
+                    mma_16816(o[n], a_lo, bb[0], bb[1]);
+                    mma_16816(o[n + 1], a_lo, bb[2], bb[3]);
+                }
             }
         }
         __syncthreads(); /* the next iteration's copy overwrites this buffer */
@@ -279,7 +293,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
                                                                  const float* __restrict__ stats,
                                                                  float* __restrict__ D, float* __restrict__ lambda,
                                                                  int NH, int T, float c) {
-    constexpr int BQ = kFwdQueryTile, BK = kKeyTile, LD = HS + kPad;
+    constexpr int BQ = kRowsQueryTile, BK = kKeyTile, LD = HS + kPad;
     constexpr int KSTEPS = HS / 16, NT_S = BK / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
@@ -332,8 +346,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
         if (kt == 0) {
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; kk++) {
-                load_a<LD>(qf[kk], q_s, warp * 16, kk * 16, lane);
-                load_a<LD>(dof[kk], do_s, warp * 16, kk * 16, lane);
+                ldsm_a<LD>(qf[kk], q_s, warp * 16, kk * 16, lane);
+                ldsm_a<LD>(dof[kk], do_s, warp * 16, kk * 16, lane);
             }
         }
         const bf16* kb = k_s + (kt & 1) * BK * LD;
@@ -346,12 +360,14 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
 #pragma unroll
-            for (int j = 0; j < NT_S; j++) {
-                uint32_t b0, b1;
-                load_b_nk<LD>(b0, b1, kb, j * 8, kk * 16, lane);
-                mma_16816(s[j], qf[kk], b0, b1);
-                load_b_nk<LD>(b0, b1, vb, j * 8, kk * 16, lane);
-                mma_16816(dp[j], dof[kk], b0, b1);
+            for (int j = 0; j < NT_S; j += 2) {
+                uint32_t bb[4];
+                ldsm_b_nk_x2<LD>(bb, kb, j * 8, kk * 16, lane);
+                mma_16816(s[j], qf[kk], bb[0], bb[1]);
+                mma_16816(s[j + 1], qf[kk], bb[2], bb[3]);
+                ldsm_b_nk_x2<LD>(bb, vb, j * 8, kk * 16, lane);
+                mma_16816(dp[j], dof[kk], bb[0], bb[1]);
+                mma_16816(dp[j + 1], dof[kk], bb[2], bb[3]);
             }
         }
 #pragma unroll
@@ -408,7 +424,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kernel(const bf16* __restri
     bf16* do_s = q_s + 2 * BQ * LD; /* 2 buffers */
     bf16* ds_s = do_s + 2 * BQ * LD; /* bf(dS) as [query][key] */
     bf16* x_s = ds_s + BQ * LDS;     /* fp32: bf(dS - bf(dS)); gproj: bf(P) */
-    float* row_a = reinterpret_cast<float*>(x_s + BQ * LDS); /* 2 buffers each */
+    bf16* x2_s = x_s + BQ * LDS;     /* fp32: the third BF16 term of dS */
+    float* row_a = reinterpret_cast<float*>(x2_s + BQ * LDS); /* 2 buffers each */
     float* row_b = row_a + 2 * BQ;
     float* row_D = row_b + 2 * BQ;
     float* row_lam = row_D + 2 * BQ;
@@ -489,15 +506,17 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kernel(const bf16* __restri
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
             uint32_t ak[4], av[4];
-            load_a<LD>(ak, k_s, warp * 16, kk * 16, lane);
-            load_a<LD>(av, v_s, warp * 16, kk * 16, lane);
+            ldsm_a<LD>(ak, k_s, warp * 16, kk * 16, lane);
+            ldsm_a<LD>(av, v_s, warp * 16, kk * 16, lane);
 #pragma unroll
-            for (int j = 0; j < NT_Q; j++) {
-                uint32_t b0, b1;
-                load_b_nk<LD>(b0, b1, qb, j * 8, kk * 16, lane);
-                mma_16816(st[j], ak, b0, b1);
-                load_b_nk<LD>(b0, b1, dob, j * 8, kk * 16, lane);
-                mma_16816(dpt[j], av, b0, b1);
+            for (int j = 0; j < NT_Q; j += 2) {
+                uint32_t bb[4];
+                ldsm_b_nk_x2<LD>(bb, qb, j * 8, kk * 16, lane);
+                mma_16816(st[j], ak, bb[0], bb[1]);
+                mma_16816(st[j + 1], ak, bb[2], bb[3]);
+                ldsm_b_nk_x2<LD>(bb, dob, j * 8, kk * 16, lane);
+                mma_16816(dpt[j], av, bb[0], bb[1]);
+                mma_16816(dpt[j + 1], av, bb[2], bb[3]);
             }
         }
         /* P and dS in registers (st <- P, dpt <- dS); masked entries exactly 0 */
@@ -553,15 +572,26 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kernel(const bf16* __restri
                 alp[3] = pack_bf16x2(-l10 * st[j1][2], -l11 * st[j1][3]);
             }
 #pragma unroll
-            for (int n = 0; n < NT_D; n++) {
-                uint32_t b0, b1;
-                load_b_kn<LD>(b0, b1, dob, kk * 16, n * 8, lane);
-                mma_16816(dv[n], ap, b0, b1);
-                if (MODE == ATTN_FP32) mma_16816(dv[n], ap_lo, b0, b1);
-                load_b_kn<LD>(b0, b1, qb, kk * 16, n * 8, lane);
-                mma_16816(dk[n], ads, b0, b1);
-                if (MODE == ATTN_FP32) mma_16816(dk[n], ads_lo, b0, b1);
-                if (MODE == ATTN_GPROJ) mma_16816(dk[n], alp, b0, b1);
+            for (int n = 0; n < NT_D; n += 2) {
+                uint32_t bb[4];
+                ldsm_b_kn_x2<LD>(bb, dob, kk * 16, n * 8, lane);
+                mma_16816(dv[n], ap, bb[0], bb[1]);
+                mma_16816(dv[n + 1], ap, bb[2], bb[3]);
+                if (MODE == ATTN_FP32) {
+                    mma_16816(dv[n], ap_lo, bb[0], bb[1]);
+                    mma_16816(dv[n + 1], ap_lo, bb[2], bb[3]);
+                }
+                ldsm_b_kn_x2<LD>(bb, qb, kk * 16, n * 8, lane);
+                mma_16816(dk[n], ads, bb[0], bb[1]);
+                mma_16816(dk[n + 1], ads, bb[2], bb[3]);
+                if (MODE == ATTN_FP32) {
+                    mma_16816(dk[n], ads_lo, bb[0], bb[1]);
+                    mma_16816(dk[n + 1], ads_lo, bb[2], bb[3]);
+                }
+                if (MODE == ATTN_GPROJ) {
+                    mma_16816(dk[n], alp, bb[0], bb[1]);
+                    mma_16816(dk[n + 1], alp, bb[2], bb[3]);
+                }
             }
         }
 
@@ -576,7 +606,13 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kernel(const bf16* __restri
                     const int kl = warp * 16 + g + 8 * r;
                     const float ds = dpt[j][2 * r + e];
                     ds_s[ql * LDS + kl] = __float2bfloat16_rn(ds);
-                    if (MODE == ATTN_FP32) x_s[ql * LDS + kl] = __float2bfloat16_rn(bf16_residual(ds));
+                    if (MODE == ATTN_FP32) {
+                        /* three BF16 terms (24 significant bits): dQ sums dS against keys that may share
+                           a large common offset, so the split residual would leak like bf16 mode's */
+                        const float r1 = bf16_residual(ds);
+                        x_s[ql * LDS + kl] = __float2bfloat16_rn(r1);
+                        x2_s[ql * LDS + kl] = __float2bfloat16_rn(bf16_residual(r1));
+                    }
                     if (MODE == ATTN_GPROJ) x_s[ql * LDS + kl] = __float2bfloat16_rn(st[j][2 * r + e]);
                 }
         __syncthreads();
@@ -593,16 +629,26 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kernel(const bf16* __restri
                 for (int e = 0; e < 4; e++) acc[n][e] = acc2[n][e] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {
-                uint32_t a[4], a2[4];
-                load_a<LDS>(a, ds_s, ql0, kk * 16, lane);
-                if (kSecondTile) load_a<LDS>(a2, x_s, ql0, kk * 16, lane);
+                uint32_t a[4], a2[4], a3[4];
+                ldsm_a<LDS>(a, ds_s, ql0, kk * 16, lane);
+                if (kSecondTile) ldsm_a<LDS>(a2, x_s, ql0, kk * 16, lane);
+                if (MODE == ATTN_FP32) ldsm_a<LDS>(a3, x2_s, ql0, kk * 16, lane);
 #pragma unroll
-                for (int n = 0; n < kDqCols / 8; n++) {
-                    uint32_t b0, b1;
-                    load_b_kn<LD>(b0, b1, k_s, kk * 16, d0 + n * 8, lane);
-                    mma_16816(acc[n], a, b0, b1);
-                    if (MODE == ATTN_FP32) mma_16816(acc[n], a2, b0, b1);
-                    if (MODE == ATTN_GPROJ) mma_16816(acc2[n], a2, b0, b1);
+                for (int n = 0; n < kDqCols / 8; n += 2) {
+                    uint32_t bb[4];
+                    ldsm_b_kn_x2<LD>(bb, k_s, kk * 16, d0 + n * 8, lane);
+                    mma_16816(acc[n], a, bb[0], bb[1]);
+                    mma_16816(acc[n + 1], a, bb[2], bb[3]);
+                    if (MODE == ATTN_FP32) {
+                        mma_16816(acc[n], a2, bb[0], bb[1]);
+                        mma_16816(acc[n + 1], a2, bb[2], bb[3]);
+                        mma_16816(acc[n], a3, bb[0], bb[1]);
+                        mma_16816(acc[n + 1], a3, bb[2], bb[3]);
+                    }
+                    if (MODE == ATTN_GPROJ) {
+                        mma_16816(acc2[n], a2, bb[0], bb[1]);
+                        mma_16816(acc2[n + 1], a2, bb[2], bb[3]);
+                    }
                 }
             }
 #pragma unroll
@@ -661,10 +707,10 @@ __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __res
 /* host side                                                                */
 /* ------------------------------------------------------------------------ */
 template <int HS> constexpr size_t fwd_smem_bytes() { return (size_t)(kFwdQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
-template <int HS> constexpr size_t rows_smem_bytes() { return (size_t)(2 * kFwdQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
+template <int HS> constexpr size_t rows_smem_bytes() { return (size_t)(2 * kRowsQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
 template <int HS> constexpr size_t bwd_smem_bytes() {
     return (size_t)(2 * kKeyTile + 4 * BwdTile<HS>::kQueries) * (HS + kPad) * 2 +
-           (size_t)2 * BwdTile<HS>::kQueries * (kKeyTile + kPad) * 2 + (size_t)8 * BwdTile<HS>::kQueries * 4;
+           (size_t)3 * BwdTile<HS>::kQueries * (kKeyTile + kPad) * 2 + (size_t)8 * BwdTile<HS>::kQueries * 4;
 }
 
 /* Workspace layout: dQ accumulator [B*NH*T*HS] fp32, D [B*NH*T], lambda [B*NH*T]. */
@@ -687,7 +733,7 @@ void forward_launch(AttnShape s, const bf16* qkv, bf16* out, float* stats, int t
     const size_t smem = fwd_smem_bytes<HS>();
     cudaCheck(cudaFuncSetAttribute(attn_fwd_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)ceil_div(s.T, kFwdQueryTile), (unsigned)(s.B * s.NH));
-    attn_fwd_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, out, stats, s.NH, s.T, attn_softmax_scale(HS),
+    attn_fwd_kernel<HS, MODE><<<grid, kFwdThreads, smem, stream>>>(qkv, out, stats, s.NH, s.T, attn_softmax_scale(HS),
                                                                 attn_exp2_scale(HS), tile_max_shift);
     cudaCheckLastError();
 }
@@ -705,7 +751,7 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
         const size_t smem = rows_smem_bytes<HS>();
         cudaCheck(cudaFuncSetAttribute(attn_bwd_rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
-        dim3 grid((unsigned)ceil_div(s.T, kFwdQueryTile), (unsigned)(s.B * s.NH));
+        dim3 grid((unsigned)ceil_div(s.T, kRowsQueryTile), (unsigned)(s.B * s.NH));
         attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, s.NH,
                                                                          s.T, c);
         cudaCheckLastError();

@@ -45,10 +45,6 @@ __device__ __forceinline__ float bf16_residual(float x) {
     return x - __bfloat162float(__float2bfloat16_rn(x));
 }
 
-__device__ __forceinline__ uint32_t pack_raw(bf16 lo, bf16 hi) {
-    return (uint32_t)__bfloat16_as_ushort(lo) | ((uint32_t)__bfloat16_as_ushort(hi) << 16);
-}
-
 /* c += a * b on tensor cores. */
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile(
@@ -58,35 +54,47 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* A fragment of rows row0..row0+15, columns col0..col0+15 of a row-major tile. */
-template <int LD>
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int row0, int col0, int lane) {
-    const int g = lane >> 2, t = lane & 3;
-    const bf16* p = tile + (row0 + g) * LD + col0 + 2 * t;
-    a[0] = *reinterpret_cast<const uint32_t*>(p);
-    a[1] = *reinterpret_cast<const uint32_t*>(p + 8 * LD);
-    a[2] = *reinterpret_cast<const uint32_t*>(p + 8);
-    a[3] = *reinterpret_cast<const uint32_t*>(p + 8 * LD + 8);
+/* ---- ldmatrix versions: one instruction loads four 8x8 BF16 matrices, each
+   lane giving the shared-memory address of one matrix row (lanes 8i..8i+7:
+   rows of matrix i) and receiving, in register i, row lane/4, columns
+   2(lane%4)..+1 of matrix i (with .trans: rows 2(lane%4)..+1 of column lane/4).
+   Rows are 16-byte aligned and, with the padded stride, conflict-free. ---- */
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* row_ptr) {
+    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(row_ptr);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* row_ptr) {
+    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(row_ptr);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
 }
 
-/* B fragment (k0..k0+15 x n0..n0+7) from a tile that stores B transposed,
-   tile[n][k] (e.g. K for S = Q K^T: row n is key n, column k is a head dim). */
+/* A fragment of rows row0..row0+15, columns col0..col0+15 of a row-major tile:
+   matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) are a0..a3. */
 template <int LD>
-__device__ __forceinline__ void load_b_nk(uint32_t& b0, uint32_t& b1, const bf16* tile, int n0, int k0, int lane) {
-    const int g = lane >> 2, t = lane & 3;
-    const bf16* p = tile + (n0 + g) * LD + k0 + 2 * t;
-    b0 = *reinterpret_cast<const uint32_t*>(p);
-    b1 = *reinterpret_cast<const uint32_t*>(p + 8);
+__device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], const bf16* tile, int row0, int col0, int lane) {
+    ldmatrix_x4(a, tile + (row0 + (lane & 15)) * LD + col0 + ((lane >> 4) << 3));
 }
 
-/* B fragment (k0..k0+15 x n0..n0+7) from a tile that stores B as is,
-   tile[k][n] (e.g. V for O = P V: row k is key k, column n is a head dim). */
+/* B fragments (k0..k0+15) of the two n-tiles n0 and n0+8 from a tile that stores B
+   transposed, tile[n][k] (e.g. K for S = Q K^T): b[0], b[1] of n-tile n0, b[2], b[3] of n0+8.
+   Matrices: (n0.., k0), (n0.., k0+8), (n0+8.., k0), (n0+8.., k0+8). */
 template <int LD>
-__device__ __forceinline__ void load_b_kn(uint32_t& b0, uint32_t& b1, const bf16* tile, int k0, int n0, int lane) {
-    const int g = lane >> 2, t = lane & 3;
-    const bf16* p = tile + (k0 + 2 * t) * LD + n0 + g;
-    b0 = pack_raw(p[0], p[LD]);
-    b1 = pack_raw(p[8 * LD], p[9 * LD]);
+__device__ __forceinline__ void ldsm_b_nk_x2(uint32_t (&b)[4], const bf16* tile, int n0, int k0, int lane) {
+    const int i = lane >> 3, r = lane & 7;
+    ldmatrix_x4(b, tile + (n0 + r + ((i >> 1) << 3)) * LD + k0 + ((i & 1) << 3));
+}
+
+/* B fragments (k0..k0+15) of the two n-tiles n0 and n0+8 from a tile that stores B as
+   is, tile[k][n] (e.g. V for O = P V), by the transposing load: b[0], b[1] of n0, b[2], b[3] of n0+8.
+   Matrices (rows k, columns n): (k0.., n0), (k0+8.., n0), (k0.., n0+8), (k0+8.., n0+8). */
+template <int LD>
+__device__ __forceinline__ void ldsm_b_kn_x2(uint32_t (&b)[4], const bf16* tile, int k0, int n0, int lane) {
+    const int i = lane >> 3, r = lane & 7;
+    ldmatrix_x4_trans(b, tile + (k0 + r + ((i & 1) << 3)) * LD + n0 + ((i >> 1) << 3));
 }
 
 /* 16-byte global -> shared copy that bypasses registers; valid == false

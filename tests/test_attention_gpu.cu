@@ -27,6 +27,7 @@
  * 2^-8 relative. That is noise on the size of the mode's own rounding error,
  * never a wrong index, a missing tile or a wrong mode (those give O(1)).
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,8 +80,12 @@ static void from_device_bf16(float* x, const __nv_bfloat16* d, size_t n) {
 }
 
 /* Forward + backward on the GPU; every output and the workspace poisoned with
-   NaN (all bits set) first. */
-static void run_gpu(AttnMode mode, AttnOptions opt, AttnShape s, const float* qkv, const float* dout, Outputs* r) {
+   NaN (all bits set) first. The backward reads the GPU forward's out and stats
+   (end to end, as in training), or, when bwd_out/bwd_stats are given, those
+   (the emulation's: the backward kernel then sees exactly the emulation's
+   inputs, so a difference is the backward's own). */
+static void run_gpu(AttnMode mode, AttnOptions opt, AttnShape s, const float* qkv, const float* dout,
+                    const float* bwd_out, const float* bwd_stats, Outputs* r) {
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
     __nv_bfloat16* d_qkv = to_device_bf16(qkv, nqkv);
     __nv_bfloat16* d_dout = to_device_bf16(dout, nout);
@@ -97,11 +102,18 @@ static void run_gpu(AttnMode mode, AttnOptions opt, AttnShape s, const float* qk
     cudaCheck(cudaMemset(d_stats, 0xFF, sizeof(float) * nstats));
     cudaCheck(cudaMemset(d_ws, 0xFF, ws_bytes));
     attention_forward_cuda(mode, opt, s, d_qkv, d_out, d_stats, d_ws, 0);
-    attention_backward_cuda(mode, opt, s, d_qkv, d_out, d_stats, d_dout, d_dqkv, d_ws, 0);
     cudaCheck(cudaDeviceSynchronize());
     from_device_bf16(r->out, d_out, nout);
-    from_device_bf16(r->dqkv, d_dqkv, nqkv);
     cudaCheck(cudaMemcpy(r->stats, d_stats, sizeof(float) * nstats, cudaMemcpyDeviceToHost));
+    if (bwd_out != NULL) {
+        __nv_bfloat16* given = to_device_bf16(bwd_out, nout);
+        cudaCheck(cudaMemcpy(d_out, given, sizeof(__nv_bfloat16) * nout, cudaMemcpyDeviceToDevice));
+        cudaCheck(cudaFree(given));
+        cudaCheck(cudaMemcpy(d_stats, bwd_stats, sizeof(float) * nstats, cudaMemcpyHostToDevice));
+    }
+    attention_backward_cuda(mode, opt, s, d_qkv, d_out, d_stats, d_dout, d_dqkv, d_ws, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    from_device_bf16(r->dqkv, d_dqkv, nqkv);
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
     cudaCheck(cudaFree(d_dqkv)); cudaCheck(cudaFree(d_stats)); cudaCheck(cudaFree(d_ws));
 }
@@ -169,9 +181,10 @@ typedef struct {
    with the emulation and the stats; returns both error tables. */
 static ModeResult compare_mode(const char* label, AttnMode mode, AttnOptions opt, AttnShape s, const float* qkv,
                                const float* dout, const Reference* ref, int extreme) {
-    Outputs g = outputs_alloc(s), c = outputs_alloc(s);
-    run_gpu(mode, opt, s, qkv, dout, &g);
+    Outputs g = outputs_alloc(s), c = outputs_alloc(s), gi = outputs_alloc(s);
     run_cpu(mode, opt, s, qkv, dout, &c);
+    run_gpu(mode, opt, s, qkv, dout, NULL, NULL, &g);     /* end to end: the error tables */
+    run_gpu(mode, opt, s, qkv, dout, c.out, c.stats, &gi); /* backward on the emulation's O and stats */
     ModeResult mr;
     attn_errors_compute(s, g.out, ref->out_ref, g.dqkv, ref->dqkv_ref, NULL, &mr.gpu);
     attn_errors_compute(s, c.out, ref->out_ref, c.dqkv, ref->dqkv_ref, NULL, &mr.cpu);
@@ -190,38 +203,55 @@ static ModeResult compare_mode(const char* label, AttnMode mode, AttnOptions opt
               gpu_bad);
     } else {
         const long bad_out = count_new_nonfinite(g.out, c.out, nout);
-        const long bad_dqkv = count_new_nonfinite(g.dqkv, c.dqkv, nqkv);
+        const long bad_dqkv = count_new_nonfinite(g.dqkv, c.dqkv, nqkv) + count_new_nonfinite(gi.dqkv, c.dqkv, nqkv);
         const long bad_stats = count_new_nonfinite(g.stats, c.stats, nstats);
         CHECK(bad_out == 0 && bad_dqkv == 0 && bad_stats == 0,
               "%s: every output written and finite where the emulation is (non-finite: out %ld, dqkv %ld, stats %ld)",
               label, bad_out, bad_dqkv, bad_stats);
-        /* agreement with the emulation, tensor by tensor */
+        /* agreement with the emulation, tensor by tensor: O from the forward, the gradients from the
+           backward run on the emulation's O and stats */
         for (int t = 0; t < ATTN_NUM_TENSORS; t++) {
             const AttnErrStat own = mr.cpu.err[t];
             /* no relative scale where the exact answer is zero: dQ and dK at T = 1 and on the extreme
                input (all keys equal) are pure rounding noise of D; there only finiteness is checked */
             if (own.zero_ref_heads > 0 || (extreme && (t == ATTN_T_DQ || t == ATTN_T_DK))) continue;
-            const AttnErrStat d = gpu_vs_cpu(s, (AttnTensor)t, &g, &c);
+            /* The leak regime (bf16/repair dQ, own error > 1%): the error IS a sum of BF16 rounding
+               errors of dS, and which way each dS rounds depends on the last bits of S, which no two
+               summation orders share (at rho 256, ulp(S) moves P by 1e-3). Element by element the two
+               leaks are two draws of the same noise; their SIZE is compared instead (below). */
+            if (own.median > 0.01) continue;
+            const AttnErrStat d = gpu_vs_cpu(s, (AttnTensor)t, (t == ATTN_T_O) ? &g : &gi, &c);
             const double tol = kCloseAbs + kCloseRel * own.median;
             CHECK(d.median <= tol, "%s: %s gpu vs emulation median %.3g%% (max %.3g%%) <= %.3g%%", label,
                   attn_tensor_name((AttnTensor)t), 100 * d.median, 100 * d.max, 100 * tol);
         }
-        /* saved softmax state: bf16 {LSE, 0}; others {m, l} */
+        /* Saved softmax state: bf16 {LSE, 0}; others {m, l}. A score S = q.k summed in another
+           order moves by about sqrt(HS) ulp(|S|), which moves l (and LSE) by s times that: the
+           tolerance is 1e-4 relative plus that conditioning term (it matters only for huge scores,
+           e.g. rho 1024 where |S| ~ 1e5). */
+        const double s_scale = attn_softmax_scale(s.HS), cond = 8.0 * sqrt((double)s.HS) * FLT_EPSILON;
         long stats_off = 0;
         double worst = 0;
         for (size_t i = 0; i < nstats; i += 2) {
             const double a0 = g.stats[i], b0 = c.stats[i], a1 = g.stats[i + 1], b1 = c.stats[i + 1];
-            const double e0 = fabs(a0 - b0) / (1.0 + fabs(b0));
-            const double e1 = (mode == ATTN_BF16) ? fabs(a1 - b1) : fabs(a1 - b1) / fabs(b1);
-            const double e = e0 > e1 ? e0 : e1;
-            if (!(e <= 1e-4)) stats_off++;
+            double e0, e1;
+            if (mode == ATTN_BF16) { /* LSE ~ m s: |LSE| carries the score scale */
+                e0 = fabs(a0 - b0) / (1e-4 * (1.0 + fabs(b0)) + cond * (fabs(b0) + s_scale));
+                e1 = (a1 == 0.0 && b1 == 0.0) ? 0.0 : INFINITY;
+            } else {
+                e0 = fabs(a0 - b0) / (1e-4 * (1.0 + fabs(b0)));
+                e1 = fabs(a1 - b1) / fabs(b1) / (1e-4 + cond * s_scale * (fabs(b0) + 1.0));
+            }
+            const double e = e0 > e1 ? e0 : e1; /* in units of the tolerance */
+            if (!(e <= 1.0)) stats_off++;
             if (e > worst || isnan(e)) worst = isnan(e) ? INFINITY : e;
         }
-        CHECK(stats_off == 0, "%s: stats match the emulation to 1e-4 relative (%ld rows off, worst %.3g)", label,
-              stats_off, worst);
+        CHECK(stats_off == 0, "%s: stats match the emulation (1e-4 + conditioning; %ld rows off, worst %.3g x tol)",
+              label, stats_off, worst);
     }
     outputs_free(&g);
     outputs_free(&c);
+    outputs_free(&gi);
     return mr;
 }
 
@@ -267,8 +297,8 @@ static void test_hard_cases(int HS, int T, uint64_t seed) {
                 CHECK(r.gpu.err[ATTN_T_O].median <= kOutputFloorTarget, "%s: O accurate (%.3g%%)", label,
                       100 * r.gpu.err[ATTN_T_O].median);
             }
-            if ((mode == ATTN_BF16 || mode == ATTN_REPAIR) && cases[ci].kind == ATTN_CASE_KEY_OFFSET &&
-                cases[ci].rho >= 16) {
+            if ((mode == ATTN_BF16 || mode == ATTN_REPAIR) &&
+                ((cases[ci].kind == ATTN_CASE_KEY_OFFSET && cases[ci].rho >= 16) || cases[ci].kind == ATTN_CASE_SHARP)) {
                 /* the leak is reproduced: same size as in the emulation */
                 const double gq = r.gpu.err[ATTN_T_DQ].median, cq = r.cpu.err[ATTN_T_DQ].median;
                 CHECK(fabs(gq / cq - 1.0) <= 0.3, "%s: leak dQ %.3g%% within 30%% of the emulation's %.3g%%", label,
@@ -345,8 +375,8 @@ static void test_tile_max_shift(uint64_t seed) {
     compare_mode("paired keys repair+shift", ATTN_REPAIR, shift, s, qkv, dout, &ref, 0);
     /* the arm did act: the stored max differs from plain repair's on many rows */
     Outputs a = outputs_alloc(s), b = outputs_alloc(s);
-    run_gpu(ATTN_REPAIR, shift, s, qkv, dout, &a);
-    run_gpu(ATTN_REPAIR, plain, s, qkv, dout, &b);
+    run_gpu(ATTN_REPAIR, shift, s, qkv, dout, NULL, NULL, &a);
+    run_gpu(ATTN_REPAIR, plain, s, qkv, dout, NULL, NULL, &b);
     long shifted = 0;
     const long rows = (long)s.B * s.NH * s.T;
     for (long i = 0; i < rows; i++) shifted += fabsf(a.stats[2 * i] - b.stats[2 * i]) > 1e-3f * (1.0f + fabsf(b.stats[2 * i]));
