@@ -421,6 +421,11 @@ int main(int argc, char** argv) {
             die("--resume: the run already has %d steps and --steps is %d\n  hint: raise --steps to train longer",
                 start_step, f.steps);
     }
+    if (f.stop_at > 0 && (f.stop_at >= f.steps || f.stop_at <= start_step)) {
+        snprintf(err, sizeof(err), "--stop-at %d must lie between the first step of this invocation (%d) and "
+                 "--steps (%d)", f.stop_at, start_step, f.steps);
+        fatal_flag(err);
+    }
 
     /* ---- log and banner ---- */
     char log_path[PATH_CAP + 16];
@@ -482,11 +487,22 @@ int main(int argc, char** argv) {
     double last_val = NAN;
     for (int step = start_step;; step++) {
         const int last = step == f.steps;
-        if (step != start_step && (last || (f.checkpoint_every > 0 && step % f.checkpoint_every == 0))) {
+        /* --stop-at: checkpoint and end here; a --resume does the rest of the schedule. */
+        const int stop_here = f.stop_at > 0 && step == f.stop_at;
+        if (step != start_step &&
+            (last || stop_here || (f.checkpoint_every > 0 && step % f.checkpoint_every == 0))) {
             save.adam_t = adam_t;
             save.tokens_seen = tokens_seen;
             save_checkpoint(&save, step, &log);
             last_saved = step;
+        }
+        if (stop_here) {
+            FILE* pf = runlog_begin(&log, "stop");
+            if (pf) fprintf(pf, ", \"step\": %d, \"reason\": \"--stop-at\"", step);
+            runlog_end(&log);
+            runlog_close(&log);
+            printf("stopped at step %d (--stop-at); continue with: --resume --out-dir %s\n", step, out_dir);
+            return 0;
         }
         if (val && (last || (f.val_every > 0 && step % f.val_every == 0))) {
             last_val = evaluate(&model, val, val_batches, inputs, targets);

@@ -93,6 +93,9 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      "N", NULL, "output", 0, "write model + resume state every N steps (and at the end); 0 = only at the end"},
     {FLAG_OUT_DIR, "out-dir", FLAG_TYPE_STRING, OFF(out_dir), "", NULL, 0, 0, "DIR", NULL, "output", 0,
      "run folder for log.jsonl, model_NNNNNNNN.bin, state_NNNNNNNN.bin; \"\" = a new runs/run_DATE_TIME"},
+    {FLAG_STOP_AT, "stop-at", FLAG_TYPE_INT, OFF(stop_at), "0", NULL, 0, 2147483647.0, "STEP", NULL, "output", 0,
+     "end this invocation after STEP steps with a checkpoint, the schedule still spanning --steps (split a run into "
+     "jobs; continue with --resume); 0 = run to --steps"},
     {FLAG_RESUME, "resume", FLAG_TYPE_STRING, OFF(resume), "", NULL, 0, 0, "latest|STATE", "latest", "output", 0,
      "continue bit-exactly from the newest state in --out-dir (bare --resume), or from a state file"},
     {FLAG_OVERWRITE, "overwrite", FLAG_TYPE_BOOL, OFF(overwrite), "0", NULL, 0, 1, "0|1", "1", "output", 0,
@@ -117,7 +120,13 @@ static int g_defaults_ready = 0;
 
 static void defaults_ready(void) {
     if (g_defaults_ready) return;
-    for (int i = 0; i < NUM_FLAGS; i++) g_defaults[i] = g_rows[i].def;
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        if ((int)g_rows[i].id != i) { /* rows must follow the FlagId order: a bug in this file */
+            fprintf(stderr, "error: flag table row %d (--%s) is out of FlagId order\n", i, g_rows[i].name);
+            abort();
+        }
+        g_defaults[i] = g_rows[i].def;
+    }
     g_defaults_ready = 1;
 }
 

@@ -66,6 +66,7 @@ typedef enum {
     FLAG_SAMPLE_TOKENS,
     FLAG_CHECKPOINT_EVERY,
     FLAG_OUT_DIR,
+    FLAG_STOP_AT,
     FLAG_RESUME,
     FLAG_OVERWRITE,
     FLAG_LOG_EVERY,
@@ -111,6 +112,7 @@ typedef struct {
     int sample_tokens;
     int checkpoint_every;      /* 0: only at the end */
     const char* out_dir;       /* "": a fresh runs/run_<date>_<time> */
+    int stop_at;               /* 0: run to --steps; else stop (with a checkpoint) after this many steps */
     const char* resume;        /* "": start fresh; "latest"; or a state file path */
     int overwrite;
     int log_every;

@@ -29,3 +29,6 @@ TRAIN_CPU_OBJS := $(sort $(BUILD)/train_gpt_cpu.o $(GPT_CPU_OBJS) $(DATALOADER_O
 PROGRAMS += $(BUILD)/train_gpt_cpu
 $(BUILD)/train_gpt_cpu: $(TRAIN_CPU_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+# End-to-end trainer tests (scripts; they need the trainer and the tokenize tool built).
+CPU_TEST_COMMANDS += "bash tests/test_train_cpu.sh"
+test: $(BUILD)/train_gpt_cpu $(BUILD)/tokenize
