@@ -77,10 +77,23 @@ static void print_help(FILE* f) {
                "Each FILE is one document (or several, with --doc-separator); each document is written as\n"
                "<|endoftext|> (50256) followed by its tokens. Shards: 1024-byte header (magic 20240520,\n"
                "version 1, token count) then uint16 ids.\nflags:\n");
+    const int indent = 24, width = 100; /* "  " + 22 columns of flag names */
     for (int i = 0; i < NUM_FLAGS; i++) {
         char left[64];
         snprintf(left, sizeof(left), "--%s%s%s", flags[i].name, flags[i].arg ? " " : "", flags[i].arg ? flags[i].arg : "");
-        fprintf(f, "  %-22s %s\n", left, flags[i].help);
+        fprintf(f, "  %-22s", left);
+        /* word-wrap the help text into the right-hand column */
+        const char* h = flags[i].help;
+        int col = indent;
+        while (*h) {
+            size_t word = strcspn(h, " ");
+            if (col > indent && col + 1 + (int)word > width) { fprintf(f, "\n%*s", indent, ""); col = indent; }
+            fprintf(f, " %.*s", (int)word, h);
+            col += 1 + (int)word;
+            h += word;
+            while (*h == ' ') h++;
+        }
+        fprintf(f, "\n");
     }
 }
 
