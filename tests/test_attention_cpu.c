@@ -343,10 +343,13 @@ static void test_hard_cases(void) {
         CHECK(e1024 > 1.0, "%s: dQ error at rho 1024 is %.0f%% > 100%%", attn_mode_name(m), 100 * e1024);
         CHECK(e0 <= 0.005 && e16 >= 0.02, "%s: dQ error %.2f%% at rho 0 (floor), %.2f%% at rho 16 (leak)",
               attn_mode_name(m), 100 * e0, 100 * e16);
-        /* published emulation: 4.5% at rho 16, 116% at rho 256, 383% at rho 1024 (T1024); within a factor 2 */
-        CHECK(e16 > 0.045 / 2 && e16 < 0.045 * 2 && e256 > 1.16 / 2 && e256 < 1.16 * 2 && e1024 > 3.83 / 2 &&
-                  e1024 < 3.83 * 2, "%s: dQ %.1f%% / %.0f%% / %.0f%% at rho 16/256/1024 near the published 4.5/116/383%%",
-              attn_mode_name(m), 100 * e16, 100 * e256, 100 * e1024);
+        /* the contract's target: within 30% of PyTorch's fused BF16 backends (flash, H200, T1024):
+           4.4% at rho 16, 31% at rho 64, 115% at rho 256, 377% at rho 1024 */
+        const double torch_flash[4] = {0.044, 0.31, 1.15, 3.77}, ours[4] = {e16, e64, e256, e1024};
+        int near = 1;
+        for (int k2 = 0; k2 < 4; k2++) near &= fabs(ours[k2] - torch_flash[k2]) <= 0.3 * torch_flash[k2];
+        CHECK(near, "%s: dQ %.1f%% / %.0f%% / %.0f%% / %.0f%% at rho 16/64/256/1024 within 30%% of torch flash's "
+              "4.4/31/115/377%%", attn_mode_name(m), 100 * e16, 100 * e64, 100 * e256, 100 * e1024);
         /* dK does not see the offset: it stays near the floor */
         CHECK(sw->err[c1024][m].err[ATTN_T_DK].median < 0.01, "%s: dK error at rho 1024 %.2f%% stays < 1%%",
               attn_mode_name(m), 100 * sw->err[c1024][m].err[ATTN_T_DK].median);
