@@ -154,7 +154,8 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (parsed != 0) die("%s\n  hint: train_gpt --help lists every flag", err);
-    if (f.zero_stage != 0) die("--zero-stage %d: ZeRO-1 needs the multi-GPU trainer, not wired into this build; use 0", f.zero_stage);
+    /* ZeRO-1 on one GPU: the single shard is the whole buffer, i.e. the unsharded optimizer. */
+    if (f.zero_stage != 0) printf("note: --zero-stage %d on one GPU: one shard holds all optimizer state\n", f.zero_stage);
     if (f.diag_every != 0 || f.capture_steps[0] || f.capture_layers[0])
         die("--diag-every / --capture-steps / --capture-layers are not implemented in train_gpt yet; leave them unset");
 
@@ -301,6 +302,12 @@ int main(int argc, char** argv) {
         resume_state_free(&saved);
         printf("resumed from %s (step %d)\n", state_path, start_step);
     }
+    if (resuming && start_step >= f.steps)
+        die("--resume: the run already has %d steps and --steps is %d\n  hint: raise --steps to train longer",
+            start_step, f.steps);
+    if (f.stop_at > 0 && (f.stop_at >= f.steps || f.stop_at <= start_step))
+        die("--stop-at %d must lie between the first step of this invocation (%d) and --steps (%d)", f.stop_at,
+            start_step, f.steps);
     RunLog log;
     if (runlog_open(&log, log_path, resuming, err, sizeof(err)) != 0) die("%s", err);
     {
@@ -339,15 +346,39 @@ int main(int argc, char** argv) {
     const float dloss = 1.0f / (float)((double)B * T * grad_accum);
     double time_sum = 0.0;
     int timed_steps = 0;
-    int step = start_step;
-    for (; step < f.steps; step++) {
-        if (val_loader && f.val_every > 0 && step % f.val_every == 0 && step > 0) {
+    /* Same boundary order as train_gpt_cpu.c: at each step boundary, checkpoint (not at the start of this
+       invocation), --stop-at, evaluation, sample; then train the step. */
+    for (int step = start_step;; step++) {
+        const int last = step == f.steps;
+        const int stop_here = f.stop_at > 0 && step == f.stop_at;
+        if (step != start_step && (last || stop_here || (f.checkpoint_every > 0 && step % f.checkpoint_every == 0))) {
+            st.step = step;
+            st.adam_t = step;
+            st.tokens_seen = tokens_seen;
+            st.rng_state = rng.state;
+            st.data_pos = dataloader_position(train_loader);
+            save_checkpoint(&model, out_dir, step, &st, host_params, &log);
+        }
+        if (stop_here) {
+            FILE* pf = runlog_begin(&log, "stop");
+            if (pf) fprintf(pf, ", \"step\": %d, \"reason\": \"--stop-at\"", step);
+            runlog_end(&log);
+            printf("stopped at step %d (--stop-at); continue with: --resume --out-dir %s\n", step, out_dir);
+            break;
+        }
+        if (val_loader && (last || (f.val_every > 0 && step % f.val_every == 0))) {
             const double vl = evaluate(&model, val_loader, f.val_batches, B, T, inputs, targets);
-            printf("step %d | val loss %.6f\n", step, vl);
+            printf("val loss %.6f (step %d, %d batches)\n", vl, step, f.val_batches);
             runlog_eval(&log, step, vl, f.val_batches);
         }
-        if (f.sample_every > 0 && step % f.sample_every == 0 && step > 0)
+        if (f.sample_every > 0 && step > 0 && (last || step % f.sample_every == 0))
             sample_text(&model, tok, &rng, f.sample_tokens, T, &log, step);
+        if (last) {
+            FILE* pf = runlog_begin(&log, "stop");
+            if (pf) fprintf(pf, ", \"step\": %d, \"reason\": \"done\"", step);
+            runlog_end(&log);
+            break;
+        }
 
         const double t0 = runlog_now_s();
         gpt_cuda_zero_grad(&model);
@@ -360,41 +391,29 @@ int main(int argc, char** argv) {
         reduce_gradients(&model, world_size);
         const double lr = schedule_lr(&sched, step);
         AdamWHyper h = {(float)lr, f.beta1, f.beta2, f.adam_eps, f.weight_decay, step + 1};
-        const double norm = gpt_cuda_update(&model, h, f.grad_clip);
         const double loss = gpt_cuda_loss_read(&model) / ((double)B * T * grad_accum);
+        /* gpt_cuda_update leaves the weights alone when the gradient norm is not finite */
+        const double norm = isfinite(loss) ? gpt_cuda_update(&model, h, f.grad_clip) : NAN;
         const double dt = runlog_now_s() - t0;
         tokens_seen += tokens_per_micro * grad_accum;
         if (step > start_step) { time_sum += dt; timed_steps++; } /* the first step includes warm-up */
-        if (!isfinite(loss)) {
+        if (!isfinite(loss) || !isfinite(norm)) {
             FILE* rec = runlog_begin(&log, "stop");
-            if (rec) fprintf(rec, ", \"step\": %d, \"reason\": \"loss is not finite\"", step);
+            if (rec) fprintf(rec, ", \"step\": %d, \"reason\": \"non-finite %s\"", step, isfinite(loss) ? "gradient" : "loss");
             runlog_end(&log);
-            die("step %d: loss is %f (diverged); lower --lr or raise --warmup-steps", step, loss);
+            die("step %d: the %s is not finite; training stopped before updating the weights\n"
+                "  hint: lower --lr or raise --warmup-steps, then --resume from the last checkpoint in %s",
+                step, isfinite(loss) ? "gradient norm" : "loss", out_dir);
         }
         StepRecord r = {step, f.steps, loss, lr, norm, tokens_per_micro * grad_accum / dt, dt * 1e3,
                         attn_mode_name(attn_mode)};
         runlog_step(&log, &r);
-        if (step % f.log_every == 0 || step + 1 == f.steps) {
+        if (step == start_step || (step + 1) % f.log_every == 0 || step + 1 == f.steps) {
             const double mean_dt = timed_steps ? time_sum / timed_steps : dt;
             runlog_console_step(stdout, &r, mean_dt * (f.steps - step - 1));
             if (peak > 0) printf("      MFU %.1f%%\n", 100.0 * flops_per_token * r.tokens_per_s / peak);
         }
-        const int done = step + 1;
-        if ((f.checkpoint_every > 0 && done % f.checkpoint_every == 0) || done == f.steps) {
-            st.step = done;
-            st.adam_t = done;
-            st.tokens_seen = tokens_seen;
-            st.rng_state = rng.state;
-            st.data_pos = dataloader_position(train_loader);
-            save_checkpoint(&model, out_dir, done, &st, host_params, &log);
-        }
     }
-    if (val_loader && f.steps > start_step) {
-        const double vl = evaluate(&model, val_loader, f.val_batches, B, T, inputs, targets);
-        printf("step %d | val loss %.6f\n", f.steps, vl);
-        runlog_eval(&log, f.steps, vl, f.val_batches);
-    }
-    if (f.sample_every > 0 && f.steps > start_step) sample_text(&model, tok, &rng, f.sample_tokens, T, &log, f.steps);
     if (timed_steps > 0) {
         const double tps = tokens_per_micro * grad_accum / (time_sum / timed_steps);
         printf("mean over %d steps (first excluded): %.1f ms/step, %.0f tokens/s", timed_steps,
@@ -402,9 +421,6 @@ int main(int argc, char** argv) {
         if (peak > 0) printf(", MFU %.1f%%", 100.0 * flops_per_token * tps / peak);
         printf("\n");
     }
-    FILE* rec = runlog_begin(&log, "stop");
-    if (rec) fprintf(rec, ", \"step\": %d, \"reason\": \"done\"", f.steps);
-    runlog_end(&log);
     runlog_close(&log);
     free(inputs); free(targets); free(host_params); free(st.m); free(st.v);
     if (tok) tokenizer_free(tok);

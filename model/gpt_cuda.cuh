@@ -562,10 +562,12 @@ static double gpt_cuda_grad_norm(GPTCuda* m) {
 /*
  * One AdamW step (h.step is 1-based) with gradient clipping to grad_clip
  * (0 = off): grads are scaled by min(1, grad_clip / norm). Decay applies to
- * the tensors the table marks (2-D weights). Returns the pre-clip norm.
+ * the tensors the table marks (2-D weights). Returns the pre-clip norm; if
+ * it is not finite, nothing is updated (the caller reports and stops).
  */
 static double gpt_cuda_update(GPTCuda* m, AdamWHyper h, float grad_clip) {
     const double norm = gpt_cuda_grad_norm(m);
+    if (!isfinite(norm)) return norm; /* never write NaN/inf into the weights; the caller stops */
     const float scale = (grad_clip > 0.0f && norm > grad_clip) ? (float)(grad_clip / norm) : 1.0f;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         const ParamTensorInfo* t = &m->params_info[i];

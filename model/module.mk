@@ -3,7 +3,11 @@ MODEL_CPU_OBJS := $(BUILD)/model/gpt_config.o
 
 # ---- GPU model and its layer kernels (model/*.cuh, header-only; CUDA) ----
 GPU_MODEL_HEADERS := $(wildcard model/*.cuh) common/cuda_utils.cuh
-$(BUILD)/tests/test_layers_gpu: tests/test_layers_gpu.cu $(GPU_MODEL_HEADERS)
+# Every header a GPU program of ours may include (nvcc objects get no .d files here): a change to a
+# shared struct (e.g. TrainFlags) must rebuild them, or the binary reads fields at stale offsets.
+GPU_PROGRAM_HEADERS = $(GPU_MODEL_HEADERS) $(wildcard common/*.h model/*.h train/*.h dataloader/*.h \
+                      attention/*.h attention/*.cuh tests/testing.h)
+$(BUILD)/tests/test_layers_gpu: tests/test_layers_gpu.cu $(GPU_PROGRAM_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ -lcublasLt
 ifeq ($(HAVE_CUBLAS),1)
@@ -48,7 +52,7 @@ CPU_TEST_COMMANDS += "$(or $(TORCH_PYTHON),python3) tests/test_twin_parity.py"
 .SECONDEXPANSION:
 TRAIN_GPT_ATTN_OBJS = $(or $(ATTN_CUDA_OBJS),$(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard attention/*.cu)))
 TRAIN_GPT_HOST_OBJS = $(GPT_CPU_OBJS) $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS) $(DATALOADER_OBJS)
-$(BUILD)/train_gpt.cu.o: train_gpt.cu $(GPU_MODEL_HEADERS)
+$(BUILD)/train_gpt.cu.o: train_gpt.cu $(GPU_PROGRAM_HEADERS)
 $(BUILD)/train_gpt: $(BUILD)/train_gpt.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(sort $$(TRAIN_GPT_HOST_OBJS))
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp
@@ -64,7 +68,7 @@ $(BUILD)/tests/test_diagnostics: $(BUILD)/tests/test_diagnostics.o $(DIAG_CPU_OB
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_diagnostics
 # dev/parity_gpu: the GPU model against the CPU reference, per attention mode (a GPU test).
-$(BUILD)/dev/parity_gpu.cu.o: dev/parity_gpu.cu $(GPU_MODEL_HEADERS)
+$(BUILD)/dev/parity_gpu.cu.o: dev/parity_gpu.cu $(GPU_PROGRAM_HEADERS)
 $(BUILD)/dev/parity_gpu: $(BUILD)/dev/parity_gpu.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(sort $$(GPT_CPU_OBJS))
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp
@@ -84,7 +88,7 @@ CUDA_PROGRAMS += $(BUILD)/tests/test_diagnostics_gpu
 GPU_TESTS += $(BUILD)/tests/test_diagnostics_gpu
 endif
 # dev/profile_gpu_step: tokens/s of the training step and its per-kernel-kind breakdown (a GPU tool).
-$(BUILD)/dev/profile_gpu_step.cu.o: dev/profile_gpu_step.cu $(GPU_MODEL_HEADERS)
+$(BUILD)/dev/profile_gpu_step.cu.o: dev/profile_gpu_step.cu $(GPU_PROGRAM_HEADERS)
 $(BUILD)/dev/profile_gpu_step: $(BUILD)/dev/profile_gpu_step.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(sort $$(GPT_CPU_OBJS))
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp
