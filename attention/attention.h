@@ -6,7 +6,7 @@
  * reference, the CUDA kernels, the trainers, the probe and the tests, and all
  * modes share one memory layout and one saved state per layer: switching the
  * mode (even mid-run, from a checkpoint) changes nothing else.
- * What each mode computes is specified in docs/ATTENTION_NUMERICS.md.
+ * What each mode computes, and where it rounds, is docs/attention_numerics.md.
  *
  * Layout (the model's fused QKV buffer, no permutes):
  *   qkv   [B, T, 3, NH, HS]  row t of batch b holds q | k | v, head h at h*HS
@@ -55,7 +55,7 @@ typedef struct {
 
 typedef struct {
     /* repair mode only, off by default: the Qiu & Yao tile-max shift arm
-       (see ATTENTION_NUMERICS.md); conflicts with P_max == 1, so it is never
+       (see docs/attention_numerics.md); conflicts with P_max == 1, so it is never
        combined silently. Ignored by the other modes. */
     int tile_max_shift;
 } AttnOptions;
