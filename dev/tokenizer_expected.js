@@ -189,6 +189,49 @@ for (const r of rows) {
 }
 out += "};\n";
 
+// ---- the stress text: tests/test_tokenizer.c builds the same bytes with the same generator ----
+// splitmix64 from the seed; per step: with 1/4 probability one of STRESS_PIECES, else a code
+// point from a random range of STRESS_RANGES (surrogates skipped); with invalidBytes, 1/64 of the
+// steps instead emit one raw byte 0x80..0xff. Stops once `steps` steps are done.
+const STRESS_RANGES = [[0x20, 0x7e], [0x00, 0x1f], [0x80, 0x24f], [0x300, 0x36f], [0x370, 0x52f], [0x590, 0x6ff],
+    [0x900, 0x9ff], [0xe00, 0xe7f], [0x1680, 0x1680], [0x2000, 0x206f], [0x2100, 0x218f], [0x3000, 0x30ff],
+    [0x4e00, 0x4fff], [0xac00, 0xad00], [0xfb00, 0xffff], [0x10000, 0x1034f], [0x1d400, 0x1d7ff],
+    [0x1f300, 0x1f6ff], [0x1f900, 0x1f9ff], [0x20000, 0x2001f], [0xe0000, 0xe007f]];
+const STRESS_PIECES = [" ", "  ", "   ", "\n", "\n\n", "\t", " \n", "\r\n", "'", "'s", "'t", "'re", "'ve", "'m",
+    "'ll", "'d", " 's", "'S", "0", "123", " 42"];
+function stressText(seed, steps, invalidBytes) {
+    const M64 = (1n << 64n) - 1n;
+    let state = BigInt(seed);
+    const next = () => {
+        state = (state + 0x9e3779b97f4a7c15n) & M64;
+        let z = state;
+        z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M64;
+        z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M64;
+        return z ^ (z >> 31n);
+    };
+    const below = (k) => Number(next() % BigInt(k));
+    const parts = [];
+    for (let step = 0; step < steps; step++) {
+        if (invalidBytes && below(64) === 0) { parts.push(Buffer.from([0x80 + below(128)])); continue; }
+        if (below(4) === 0) { parts.push(S(STRESS_PIECES[below(STRESS_PIECES.length)])); continue; }
+        const [lo, hi] = STRESS_RANGES[below(STRESS_RANGES.length)];
+        const cp = lo + below(hi - lo + 1);
+        if (cp >= 0xd800 && cp <= 0xdfff) continue;
+        parts.push(S(String.fromCodePoint(cp)));
+    }
+    return Buffer.concat(parts);
+}
+const STRESS_SEED = 20240520, STRESS_STEPS = 60000;
+for (const [tag, invalid] of [["STRESS", false], ["STRESS_INVALID", true]]) {
+    const bytes = stressText(STRESS_SEED, STRESS_STEPS, invalid);
+    const ids = invalid ? encodeBytesByRule(bytes) : enc.encode(bytes.toString("utf8"), [], []);
+    if (!invalid && JSON.stringify(encodeBytesByRule(bytes)) !== JSON.stringify(ids))
+        throw new Error("by-rule path disagrees with js-tiktoken on the stress text");
+    if (invalid === isValidUtf8(bytes)) throw new Error(`${tag}: unexpected UTF-8 validity`);
+    out += `#define ${tag}_BYTES ${bytes.length}\n#define ${tag}_TOKENS ${ids.length}\n#define ${tag}_CHECKSUM ${checksum(ids)}ull\n`;
+}
+out += `#define STRESS_SEED ${STRESS_SEED}ull\n#define STRESS_STEPS ${STRESS_STEPS}\n`;
+
 let corpusNote = "";
 if (fs.existsSync(corpusPath)) {
     const bytes = fs.readFileSync(corpusPath);

@@ -11,6 +11,8 @@
  *     Unicode standard fixes);
  *   - bad vocabulary files give one error naming the file;
  *   - every awkward case: count, id checksum, full ids, decode round trip;
+ *   - a seeded stress text over 21 scripts and planes (same generator here
+ *     and in the script), with and without invalid bytes;
  *   - the two BPE routines (array scan, heap) agree on random pieces (this
  *     file includes tokenizer.c to reach them), and the cache changes nothing;
  *   - Moby Dick (.cache/corpus/mobydick.txt): exact token count and checksum,
@@ -102,6 +104,14 @@ static const TokenizerCase CASES[] = {
     {"code", "int main(void) {\012    printf(\"%d\\n\", x[i] >= 0 \077 1 : -1);\012    return 0; // done\012}\012", 81, 1, 41, 1558617ull, true,
      (const int[]){600, 1388, 7, 19382, 8, 1391, 198, 220, 220, 220, 30812, 7203, 4, 67, 59, 77, 1600, 2124, 58, 72, 60, 18189, 657, 5633, 352, 1058, 532, 16, 1776, 198, 220, 220, 220, 1441, 657, 26, 3373, 1760, 198, 92, 198}},
 };
+#define STRESS_BYTES 162280
+#define STRESS_TOKENS 133278
+#define STRESS_CHECKSUM 29607831776961ull
+#define STRESS_INVALID_BYTES 160688
+#define STRESS_INVALID_TOKENS 132214
+#define STRESS_INVALID_CHECKSUM 28147248826862ull
+#define STRESS_SEED 20240520ull
+#define STRESS_STEPS 60000
 /* mobydick.txt: 1204997 bytes, sha256 fe282a57094ed62e7144fb7c804a9748fc1c909bf3b49d06e7276015f9f67240 */
 #define CORPUS_BYTES 1204997
 #define CORPUS_TOKENS 317756
@@ -342,6 +352,84 @@ static void test_cache_overflow(Tokenizer* t) {
     free(text);
 }
 
+/* ---------------------------------------------------------------- stress text */
+
+/* The same generator as stressText() in dev/tokenizer_expected.js: splitmix64
+ * from the seed; per step, with invalid_bytes 1/64 of steps emit one raw byte
+ * 0x80..0xff; else 1/4 of steps emit one of the pieces, the rest a code point
+ * from a random range (surrogates skipped). */
+static uint64_t stress_state;
+static uint64_t stress_next(void) {
+    uint64_t z = (stress_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static uint32_t stress_below(uint32_t k) { return (uint32_t)(stress_next() % k); }
+
+static size_t put_utf8(uint32_t cp, char* out) {
+    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    if (cp < 0x800) { out[0] = (char)(0xc0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xe0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 0x3f)); out[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    out[0] = (char)(0xf0 | (cp >> 18)); out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); out[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+static char* stress_text(uint64_t seed, int steps, bool invalid_bytes, size_t* n) {
+    static const uint32_t ranges[][2] = {{0x20, 0x7e}, {0x00, 0x1f}, {0x80, 0x24f}, {0x300, 0x36f}, {0x370, 0x52f},
+        {0x590, 0x6ff}, {0x900, 0x9ff}, {0xe00, 0xe7f}, {0x1680, 0x1680}, {0x2000, 0x206f}, {0x2100, 0x218f},
+        {0x3000, 0x30ff}, {0x4e00, 0x4fff}, {0xac00, 0xad00}, {0xfb00, 0xffff}, {0x10000, 0x1034f},
+        {0x1d400, 0x1d7ff}, {0x1f300, 0x1f6ff}, {0x1f900, 0x1f9ff}, {0x20000, 0x2001f}, {0xe0000, 0xe007f}};
+    static const char* pieces[] = {" ", "  ", "   ", "\n", "\n\n", "\t", " \n", "\r\n", "'", "'s", "'t", "'re", "'ve",
+                                   "'m", "'ll", "'d", " 's", "'S", "0", "123", " 42"};
+    const uint32_t n_ranges = sizeof(ranges) / sizeof(ranges[0]), n_pieces = sizeof(pieces) / sizeof(pieces[0]);
+    char* out = mallocCheck((size_t)steps * 4 + 1);
+    size_t len = 0;
+    stress_state = seed;
+    for (int step = 0; step < steps; step++) {
+        if (invalid_bytes && stress_below(64) == 0) { out[len++] = (char)(0x80 + stress_below(128)); continue; }
+        if (stress_below(4) == 0) {
+            const char* p = pieces[stress_below(n_pieces)];
+            memcpy(out + len, p, strlen(p));
+            len += strlen(p);
+            continue;
+        }
+        const uint32_t* r = ranges[stress_below(n_ranges)];
+        uint32_t cp = r[0] + stress_below(r[1] - r[0] + 1);
+        if (cp >= 0xd800 && cp <= 0xdfff) continue;
+        len += put_utf8(cp, out + len);
+    }
+    *n = len;
+    return out;
+}
+
+static void test_stress(Tokenizer* t) {
+    test_section("stress text: 21 scripts/planes, controls, Unicode spaces, contractions (js-tiktoken)");
+    struct { bool invalid; size_t bytes, tokens; uint64_t checksum; const char* name; } runs[] = {
+        {false, STRESS_BYTES, STRESS_TOKENS, STRESS_CHECKSUM, "valid UTF-8"},
+        {true, STRESS_INVALID_BYTES, STRESS_INVALID_TOKENS, STRESS_INVALID_CHECKSUM, "with invalid bytes"},
+    };
+    for (int r = 0; r < 2; r++) {
+        size_t n;
+        char* text = stress_text(STRESS_SEED, STRESS_STEPS, runs[r].invalid, &n);
+        CHECK(n == runs[r].bytes, "%s: generator made %zu bytes, the JS twin %zu", runs[r].name, n, runs[r].bytes);
+        size_t got_n;
+        int* ids = tokenizer_encode(t, text, n, &got_n);
+        CHECK(got_n == runs[r].tokens, "%s: %zu tokens, want %zu", runs[r].name, got_n, runs[r].tokens);
+        CHECK(ids_checksum(ids, got_n) == runs[r].checksum, "%s: id checksum", runs[r].name);
+        char* back = mallocCheck(n);
+        CHECK(tokenizer_decode(t, ids, got_n, back, n) == n && memcmp(back, text, n) == 0, "%s: round trip",
+              runs[r].name);
+        free(back);
+        free(ids);
+        free(text);
+    }
+}
+
 /* ---------------------------------------------------------------- Moby Dick */
 
 static void test_corpus(Tokenizer* t) {
@@ -547,6 +635,7 @@ int main(void) {
     }
     test_cases(t);
     test_decode_api(t);
+    test_stress(t);
     test_bpe_routines(t);
     test_cache_overflow(t);
     test_corpus(t);
