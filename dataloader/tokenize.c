@@ -12,7 +12,8 @@
  * --val-fraction F holds out the last F of the documents (rounded, at least
  * one when F > 0); with a single document it holds out the last F of that
  * document's tokens instead, and the held-out part starts with its own
- * <|endoftext|>. Shards are written as NAME.tmp and renamed when complete.
+ * <|endoftext|>. Shards are written as NAME.tmp and renamed when complete;
+ * existing shards with the same names are never silently replaced (--overwrite).
  *
  * One flag table drives both the parser and --help.
  */
@@ -20,6 +21,7 @@
 #include "dataloader/shard.h"
 #include "common/utils.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -47,7 +49,7 @@ static const char* opt_name = "data";
 static int64_t opt_shard_tokens = 100000000;
 static double opt_val_fraction = 0.0;
 static const char* opt_doc_separator = NULL;
-static int opt_ids = 0, opt_decode = 0, opt_help = 0;
+static int opt_ids = 0, opt_decode = 0, opt_help = 0, opt_overwrite = 0;
 static const char* opt_bench = NULL;
 static int64_t opt_repeat = 5;
 
@@ -61,6 +63,8 @@ static Flag flags[] = {
      "their own <|endoftext|> (default 0: no validation shard)", &opt_val_fraction},
     {"doc-separator", FLAG_STRING, "STR", "split each file into documents at lines equal to STR (the line is dropped; "
      "empty documents are skipped); without it each file is one document", &opt_doc_separator},
+    {"overwrite", FLAG_SWITCH, NULL, "delete existing PREFIX_train_*.bin / PREFIX_val_*.bin in --out first (without "
+     "it, tokenize refuses to mix new shards with old ones)", &opt_overwrite},
     {"ids", FLAG_SWITCH, NULL, "read text on stdin, print its ids on one line, separated by spaces", &opt_ids},
     {"decode", FLAG_SWITCH, NULL, "read ids (separated by white space) on stdin, write their text to stdout", &opt_decode},
     {"bench", FLAG_STRING, "FILE", "encode FILE --repeat times in one thread and print MB/s", &opt_bench},
@@ -296,12 +300,47 @@ static void make_dir(const char* dir) {
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) die("--out '%s' exists but is not a folder", dir);
 }
 
+/* True if name is PREFIX_train_... or PREFIX_val_... ending in .bin or .bin.tmp. */
+static bool is_our_shard(const char* name, const char* prefix) {
+    size_t pl = strlen(prefix), nl = strlen(name);
+    if (strncmp(name, prefix, pl) != 0) return false;
+    const char* rest = name + pl;
+    if (strncmp(rest, "_train_", 7) != 0 && strncmp(rest, "_val_", 5) != 0) return false;
+    return (nl > 4 && strcmp(name + nl - 4, ".bin") == 0) || (nl > 8 && strcmp(name + nl - 8, ".bin.tmp") == 0);
+}
+
+/* Old shards with our names would mix with the new ones in a loader's glob: refuse, or delete with --overwrite. */
+static void check_existing_shards(const char* dir, const char* prefix) {
+    DIR* d = opendir(dir);
+    if (!d) die("cannot list --out folder '%s': %s", dir, strerror(errno));
+    struct dirent* e;
+    int found = 0;
+    char first[512] = "";
+    while ((e = readdir(d)) != NULL) {
+        if (!is_our_shard(e->d_name, prefix)) continue;
+        if (!opt_overwrite) {
+            if (!found) snprintf(first, sizeof(first), "%s", e->d_name);
+            found++;
+            continue;
+        }
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (unlink(path) != 0) die("--overwrite: cannot delete '%s': %s", path, strerror(errno));
+    }
+    closedir(d);
+    if (found)
+        die("--out '%s' already holds %d shard file(s) named %s_* (e.g. %s)\n"
+            "  hint: pass --overwrite to replace them, or choose another --out or --name", dir, found, prefix, first);
+}
+
 static int run_shards(Tokenizer* tok, char** files, int n_files) {
     if (!opt_out) bad_usage("no --out folder given (shards need a destination)");
     if (opt_val_fraction < 0.0 || opt_val_fraction >= 1.0)
         bad_usage("--val-fraction must be in [0, 1), got %g", opt_val_fraction);
     if (opt_shard_tokens > INT32_MAX) bad_usage("--shard-tokens must be below 2^31 (the header's count is int32)");
+    if (strchr(opt_name, '/') || opt_name[0] == '\0') bad_usage("--name must be a plain file-name prefix, got '%s'", opt_name);
     make_dir(opt_out);
+    check_existing_shards(opt_out, opt_name);
     InputFile* inputs = callocCheck((size_t)n_files, sizeof(InputFile));
     Document* docs = NULL;
     size_t n_docs = 0, cap_docs = 0, total_bytes = 0;

@@ -469,6 +469,8 @@ void tokenizer_free(Tokenizer* t) {
 
 static void ensure_scratch(Tokenizer* t, size_t n) {
     if (n <= t->scratch_cap) return;
+    if (n >= UINT32_MAX) die("tokenizer: one pre-token of %zu bytes (a 4 GiB run of one character class?) is "
+                             "too long for BPE\n  hint: split the text into documents", n);
     size_t cap = t->scratch_cap ? t->scratch_cap : 256;
     while (cap < n) cap *= 2;
     free(t->scratch_pos); free(t->scratch_rank); free(t->scratch_next); free(t->scratch_prev);

@@ -596,6 +596,22 @@ static void test_tokenize_tool(Tokenizer* t) {
     }
     CHECK(same && w == n, "3 documents split on '---' lines (empty one skipped)");
 
+    /* existing shards are not silently replaced */
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/sep --name t %s > /dev/null 2> %s/err.txt", TOKENIZE_BIN,
+             VOCAB_DIR, dir, path, dir);
+    CHECK(run_cmd(cmd) == 1, "tokenize refuses to write over existing shards");
+    snprintf(cmd, sizeof(cmd), "grep -q -- --overwrite %s/err.txt", dir);
+    CHECK(run_cmd(cmd) == 0, "the refusal names --overwrite");
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/sep --name t --overwrite %s > /dev/null", TOKENIZE_BIN,
+             VOCAB_DIR, dir, path);
+    CHECK(run_cmd(cmd) == 0, "--overwrite replaces them");
+    read_split(out, "train", got, &n, 100000000, &sizes_ok);
+    size_t whole_n;
+    int* whole = tokenizer_encode(t, multi, strlen(multi), &whole_n);
+    CHECK(n == whole_n + 1 && got[0] == TOKENIZER_EOT && memcmp(got + 1, whole, whole_n * sizeof(int)) == 0,
+          "after --overwrite only the new shard is there (one document, no separator)");
+    free(whole);
+
     /* bad input: one clear error, non-zero exit */
     snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/x --val-fraction 1.5 %s 2> %s/err.txt", TOKENIZE_BIN, VOCAB_DIR,
              dir, path, dir);
