@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/utils.h"
+#include "common/cuda_utils.cuh"
 
 struct Comm {
     DistInfo dist;
@@ -25,10 +25,6 @@ static const int kMaxScalars = 64;
         ncclResult_t r_ = (call);                                                    \
         if (r_ != ncclSuccess) die("NCCL call %s failed: %s\n  hint: NCCL_DEBUG=WARN shows why; " \
                                    "check that every rank runs and sees its GPU", #call, ncclGetErrorString(r_)); \
-    } while (0)
-#define cudaCheckComm(call) do {                                                     \
-        cudaError_t e_ = (call);                                                     \
-        if (e_ != cudaSuccess) die("CUDA call %s failed: %s", #call, cudaGetErrorString(e_)); \
     } while (0)
 
 int comm_multi_process_capable(void) { return 1; }
@@ -60,8 +56,8 @@ Comm* comm_create(const DistInfo* d, const char* id_file, char* err, size_t errl
     Comm* c = (Comm*)callocCheck(1, sizeof(Comm));
     c->dist = *d;
     ncclCheck(ncclCommInitRank(&c->nccl, d->world_size, id, d->rank));
-    cudaCheckComm(cudaMalloc(&c->d_scalars, (size_t)d->world_size * kMaxScalars * sizeof(float)));
-    cudaCheckComm(cudaMalloc(&c->d_digests, (size_t)d->world_size * sizeof(uint64_t)));
+    cudaCheck(cudaMalloc(&c->d_scalars, (size_t)d->world_size * kMaxScalars * sizeof(float)));
+    cudaCheck(cudaMalloc(&c->d_digests, (size_t)d->world_size * sizeof(uint64_t)));
     if (d->world_size > 1 && d->launch == LAUNCH_ENV && d->rank == 0) {
         /* Every rank is connected now: the id file has done its job. A stale
            one would hang the next launch on an old id. */
@@ -90,7 +86,7 @@ void comm_all_reduce_bf16(Comm* c, __nv_bfloat16* data, size_t count, cudaStream
 void comm_reduce_scatter_bf16(Comm* c, const __nv_bfloat16* send, __nv_bfloat16* recv, size_t shard_count,
                               cudaStream_t s) {
     if (c->dist.world_size == 1) {
-        if (recv != send) cudaCheckComm(cudaMemcpyAsync(recv, send, shard_count * sizeof(__nv_bfloat16),
+        if (recv != send) cudaCheck(cudaMemcpyAsync(recv, send, shard_count * sizeof(__nv_bfloat16),
                                                         cudaMemcpyDeviceToDevice, s));
         return;
     }
@@ -109,13 +105,13 @@ void comm_sum_scalars(Comm* c, const float* d_in, double* h_out, int n, cudaStre
     float host[64 * 64];
     float* gathered = W * n <= 64 * 64 ? host : (float*)mallocCheck((size_t)W * n * sizeof(float));
     if (W == 1) {
-        cudaCheckComm(cudaMemcpyAsync(gathered, d_in, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+        cudaCheck(cudaMemcpyAsync(gathered, d_in, n * sizeof(float), cudaMemcpyDeviceToHost, s));
     } else {
         ncclCheck(ncclAllGather(d_in, c->d_scalars, (size_t)n, ncclFloat32, c->nccl, s));
-        cudaCheckComm(cudaMemcpyAsync(gathered, c->d_scalars, (size_t)W * n * sizeof(float),
+        cudaCheck(cudaMemcpyAsync(gathered, c->d_scalars, (size_t)W * n * sizeof(float),
                                       cudaMemcpyDeviceToHost, s));
     }
-    cudaCheckComm(cudaStreamSynchronize(s));
+    cudaCheck(cudaStreamSynchronize(s));
     for (int i = 0; i < n; i++) {
         double sum = 0.0;
         for (int r = 0; r < W; r++) sum += (double)gathered[r * n + i];  /* rank order: deterministic */
@@ -128,9 +124,9 @@ int comm_check_agreement(Comm* c, uint64_t digest, const char* what, char* err, 
     int W = c->dist.world_size;
     if (W == 1) return 0;
     uint64_t* all = (uint64_t*)mallocCheck((size_t)W * sizeof(uint64_t));
-    cudaCheckComm(cudaMemcpy(c->d_digests + c->dist.rank, &digest, sizeof digest, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(c->d_digests + c->dist.rank, &digest, sizeof digest, cudaMemcpyHostToDevice));
     ncclCheck(ncclAllGather(c->d_digests + c->dist.rank, c->d_digests, 8, ncclUint8, c->nccl, 0));
-    cudaCheckComm(cudaMemcpy(all, c->d_digests, (size_t)W * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(all, c->d_digests, (size_t)W * sizeof(uint64_t), cudaMemcpyDeviceToHost));
     int rc = 0;
     for (int r = 0; r < W; r++) {
         if (all[r] != all[0]) {

@@ -8,16 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "common/utils.h"
+#include "common/cuda_utils.cuh"
 
 struct Comm {
     DistInfo dist;
 };
 
-#define cudaCheckComm(call) do {                                                     \
-        cudaError_t e_ = (call);                                                     \
-        if (e_ != cudaSuccess) die("CUDA call %s failed: %s", #call, cudaGetErrorString(e_)); \
-    } while (0)
 
 int comm_multi_process_capable(void) { return 0; }
 
@@ -39,7 +35,7 @@ void comm_all_reduce_bf16(Comm* c, __nv_bfloat16* data, size_t count, cudaStream
 
 void comm_reduce_scatter_bf16(Comm* c, const __nv_bfloat16* send, __nv_bfloat16* recv, size_t shard_count,
                               cudaStream_t s) {
-    if (recv != send) cudaCheckComm(cudaMemcpyAsync(recv, send, shard_count * sizeof(__nv_bfloat16),
+    if (recv != send) cudaCheck(cudaMemcpyAsync(recv, send, shard_count * sizeof(__nv_bfloat16),
                                                     cudaMemcpyDeviceToDevice, s));
 }
 
@@ -48,8 +44,8 @@ void comm_all_gather_bf16(Comm* c, __nv_bfloat16* full, size_t shard_count, cuda
 void comm_sum_scalars(Comm* c, const float* d_in, double* h_out, int n, cudaStream_t s) {
     float host[64];
     if (n > 64) die("comm_sum_scalars: %d scalars requested, at most 64", n);
-    cudaCheckComm(cudaMemcpyAsync(host, d_in, n * sizeof(float), cudaMemcpyDeviceToHost, s));
-    cudaCheckComm(cudaStreamSynchronize(s));
+    cudaCheck(cudaMemcpyAsync(host, d_in, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
     for (int i = 0; i < n; i++) h_out[i] = (double)host[i];
 }
 
