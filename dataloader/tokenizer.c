@@ -87,9 +87,6 @@ struct Tokenizer {
     int* piece_ids;     /* ids of the piece being encoded */
 };
 
-/* unicode_class of U+0000..U+007F (one load instead of two on the hot path); filled by tokenizer_load */
-static uint8_t ascii_class[128];
-
 /* ---------------------------------------------------------------- hashing */
 
 static inline uint64_t mix64(uint64_t h) {
@@ -152,23 +149,16 @@ static void vocab_insert(Tokenizer* t, int id) {
 /* ---------------------------------------------------------------- loading */
 
 /* GPT-2 writes byte b as a printable code point: bytes that are printable
- * Latin-1 (33..126, 161..172, 174..255) stand for themselves, the other 68
- * bytes map to 256, 257, ... in byte order. Returns the byte for code point
- * cp, or -1 if cp is not in that alphabet. */
+ * Latin-1 (33..126, 161..172, 174..255) stand for themselves, and the other 68
+ * (0..32, 127..160, 173, in that order) map to 256, 257, ... 323. Returns the
+ * byte for code point cp, or -1 if cp is not in that alphabet. */
 static int gpt2_codepoint_to_byte(uint32_t cp) {
-    static int table[NUM_BYTE_TOKENS + 68];
-    static bool built = false;
-    if (!built) {
-        for (int i = 0; i < NUM_BYTE_TOKENS + 68; i++) table[i] = -1;
-        int extra = 0;
-        for (int b = 0; b < NUM_BYTE_TOKENS; b++) {
-            bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-            if (printable) table[b] = b;
-            else table[NUM_BYTE_TOKENS + extra++] = b;
-        }
-        built = true;
-    }
-    return cp < (uint32_t)(NUM_BYTE_TOKENS + 68) ? table[cp] : -1;
+    if (cp < 256) return ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || cp >= 174) ? (int)cp : -1;
+    uint32_t k = cp - 256;
+    if (k < 33) return (int)k;              /* 0..32 */
+    if (k < 33 + 34) return (int)(k + 94);  /* 127..160 */
+    if (k == 67) return 173;
+    return -1;
 }
 
 static char* read_whole_file(const char* path, size_t* size, char* err, size_t errlen) {
@@ -404,7 +394,6 @@ int tokenizer_load(Tokenizer** out, const char* vocab_dir, char* err, size_t err
     if (err == NULL || errlen == 0) { err = dummy; errlen = sizeof(dummy); }
     err[0] = '\0';
     *out = NULL;
-    for (uint32_t c = 0; c < 128; c++) ascii_class[c] = (uint8_t)unicode_class(c);
     size_t dl = strlen(vocab_dir);
     char* path = mallocCheck(dl + 32);
     Tokenizer* t = callocCheck(1, sizeof(Tokenizer));
@@ -595,7 +584,7 @@ static inline enum UnicodeClass char_at(const uint8_t* s, size_t n, size_t i, si
     uint8_t b = s[i];
     if (b < 0x80) {
         *len = 1;
-        return (enum UnicodeClass)ascii_class[b];
+        return (enum UnicodeClass)unicode_ascii_class[b];
     }
     size_t j = i;
     int32_t cp = utf8_next(s, n, &j);
@@ -608,7 +597,7 @@ static inline enum UnicodeClass char_at(const uint8_t* s, size_t n, size_t i, si
 static inline size_t run_end(const uint8_t* s, size_t n, size_t i, enum UnicodeClass cls) {
     while (i < n) {
         if (s[i] < 0x80) { /* ASCII fast path */
-            if (ascii_class[s[i]] != cls) break;
+            if (unicode_ascii_class[s[i]] != cls) break;
             i++;
             continue;
         }

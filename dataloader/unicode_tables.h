@@ -27,6 +27,9 @@ enum UnicodeClass { UCLASS_OTHER = 0, UCLASS_LETTER = 1, UCLASS_NUMBER = 2, UCLA
 extern const uint8_t unicode_class_stage1[UNICODE_NUM_CODEPOINTS / UNICODE_BLOCK_SIZE];
 extern const char unicode_class_stage2[UNICODE_NUM_DISTINCT_BLOCKS * UNICODE_BLOCK_SIZE + 1];
 
+/* unicode_class of U+0000..U+007F: one load instead of two on the hot path. */
+extern const uint8_t unicode_ascii_class[128];
+
 /* Class of code point cp (cp must be < 0x110000). */
 static inline enum UnicodeClass unicode_class(uint32_t cp) {
     return (enum UnicodeClass)(unicode_class_stage2[unicode_class_stage1[cp / UNICODE_BLOCK_SIZE] * UNICODE_BLOCK_SIZE

@@ -83,6 +83,9 @@ enum UnicodeClass { UCLASS_OTHER = ${CLASS_OTHER}, UCLASS_LETTER = ${CLASS_LETTE
 extern const uint8_t unicode_class_stage1[UNICODE_NUM_CODEPOINTS / UNICODE_BLOCK_SIZE];
 extern const char unicode_class_stage2[UNICODE_NUM_DISTINCT_BLOCKS * UNICODE_BLOCK_SIZE + 1];
 
+/* unicode_class of U+0000..U+007F: one load instead of two on the hot path. */
+extern const uint8_t unicode_ascii_class[128];
+
 /* Class of code point cp (cp must be < 0x110000). */
 static inline enum UnicodeClass unicode_class(uint32_t cp) {
     return (enum UnicodeClass)(unicode_class_stage2[unicode_class_stage1[cp / UNICODE_BLOCK_SIZE] * UNICODE_BLOCK_SIZE
@@ -111,7 +114,9 @@ blocks.forEach((digits, b) => {
         c += `    "${digits.slice(i, i + 128)}"${i === 0 ? ` /* block ${b} */` : ""}\n`;
     }
 });
-c += "    ;\n";
+c += "    ;\n\nconst uint8_t unicode_ascii_class[128] = {\n";
+for (let i = 0; i < 128; i += 32) c += "    " + Array.from(cls.subarray(i, i + 32)).join(", ") + ",\n";
+c += "};\n";
 
 fs.writeFileSync(path.join(root, "dataloader/unicode_tables.h"), header);
 fs.writeFileSync(path.join(root, "dataloader/unicode_tables.c"), c);

@@ -176,6 +176,20 @@ static void test_unicode_tables(void) {
         {0x200d, UCLASS_OTHER}, {0x1f600, UCLASS_OTHER}, {0xd800, UCLASS_OTHER}, {0xe000, UCLASS_OTHER},
         {0x10ffff, UCLASS_OTHER}, {0, UCLASS_OTHER},
     };
+    int ascii_same = 0;
+    for (uint32_t c = 0; c < 128; c++) ascii_same += unicode_ascii_class[c] == unicode_class(c);
+    CHECK(ascii_same == 128, "ASCII fast table agrees with the two-stage table (%d of 128)", ascii_same);
+    /* GPT-2's byte alphabet: 256 code points below 324 map one-to-one onto the 256 bytes */
+    int seen[256] = {0}, mapped = 0;
+    for (uint32_t cp = 0; cp < 400; cp++) {
+        int b = gpt2_codepoint_to_byte(cp);
+        if (b >= 0) { seen[b]++; mapped++; }
+    }
+    int once = 0;
+    for (int b = 0; b < 256; b++) once += seen[b] == 1;
+    CHECK(mapped == 256 && once == 256 && gpt2_codepoint_to_byte('A') == 'A' && gpt2_codepoint_to_byte(0x120) == ' ' &&
+          gpt2_codepoint_to_byte(0x10a) == '\n' && gpt2_codepoint_to_byte(0x143) == 173,
+          "byte alphabet is a bijection with the known fixed points (A, Ġ=space, Ċ=newline)");
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
         CHECK(unicode_class(known[i].cp) == known[i].cls, "class of U+%04X is %d, want %d", known[i].cp,
               unicode_class(known[i].cp), known[i].cls);
