@@ -50,7 +50,10 @@ constexpr int kKeyTile = 64;  /* keys per tile everywhere (also the tile-shift t
 constexpr int kFwdQueryTile = 128; /* forward: 8 warps x 16 query rows share each K/V tile */
 constexpr int kFwdThreads = 2 * kFwdQueryTile;
 constexpr int kRowsQueryTile = 64; /* bwd row pass: 4 warps x 16 query rows */
-constexpr int kDqCols = 64;   /* head dims per dQ work unit in the backward */
+constexpr int kBwdKeyTile = 128; /* backward: 8 warps x 16 keys share each Q/dO tile and its dQ atomics */
+constexpr int kBwdThreads = 2 * kBwdKeyTile;
+constexpr int kBwdWarps = kBwdThreads / 32;
+constexpr int kDqCols = 32;   /* head dims per dQ work unit in the backward */
 constexpr float kLog2e = 1.4426950408889634f;
 
 static_assert(kKeyTile == ATTN_SHIFT_TILE_KEYS, "the GPU key tile must be the tile-max-shift tile");
@@ -75,6 +78,17 @@ __device__ __forceinline__ float backward_prob(float score, float row_a, float r
         /* row_a = m, row_b = fl(1 / l): the forward's exponent bit for bit, times 1/l */
         return exp2f((score - row_a) * c) * row_b;
     }
+}
+
+/* dst[0] += v0, dst[1] += v1 in global memory (8-byte aligned): one vector
+   atomic on sm_90, two scalar ones before it. */
+__device__ __forceinline__ void atomic_add_pair(float* dst, float v0, float v1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(v0, v1));
+#else
+    atomicAdd(dst, v0);
+    atomicAdd(dst + 1, v1);
+#endif
 }
 
 /* ------------------------------------------------------------------------ */
@@ -407,14 +421,14 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
 /* backward: main kernel, key-major                                          */
 /* ------------------------------------------------------------------------ */
 template <int HS, int MODE>
-__global__ void __launch_bounds__(kThreads) attn_bwd_kernel(const bf16* __restrict__ qkv,
+__global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __restrict__ qkv,
                                                             const bf16* __restrict__ dout,
                                                             const float* __restrict__ stats,
                                                             const float* __restrict__ D,
                                                             const float* __restrict__ lambda,
                                                             float* __restrict__ dq_acc, bf16* __restrict__ dqkv,
                                                             int NH, int T, float scale, float c) {
-    constexpr int BK = kKeyTile, BQ = BwdTile<HS>::kQueries, LD = HS + kPad, LDS = BK + kPad;
+    constexpr int BK = kBwdKeyTile, BQ = BwdTile<HS>::kQueries, LD = HS + kPad, LDS = BK + kPad;
     constexpr int KSTEPS = HS / 16, NT_Q = BQ / 8, NT_D = HS / 8;
     constexpr bool kSecondTile = (MODE == ATTN_FP32 || MODE == ATTN_GPROJ);
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -445,9 +459,9 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kernel(const bf16* __restri
     /* issues the copies of query tile qt into buffer buf (async) and its row state (plain) */
     auto stage_query_tile = [&](int qt, int buf) {
         const int q0 = qt * BQ;
-        load_rows_async<BQ, HS, LD, kThreads>(q_s + buf * BQ * LD, q_base, qkv_row, q0, T, tid);
-        load_rows_async<BQ, HS, LD, kThreads>(do_s + buf * BQ * LD, do_base, out_row, q0, T, tid);
-        for (int i = tid; i < BQ; i += kThreads) {
+        load_rows_async<BQ, HS, LD, kBwdThreads>(q_s + buf * BQ * LD, q_base, qkv_row, q0, T, tid);
+        load_rows_async<BQ, HS, LD, kBwdThreads>(do_s + buf * BQ * LD, do_base, out_row, q0, T, tid);
+        for (int i = tid; i < BQ; i += kBwdThreads) {
             const int query = q0 + i;
             float a = 0.f, bb = 1.f, d = 0.f, lam = 0.f;
             if (query < T) {
@@ -468,8 +482,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kernel(const bf16* __restri
         }
     };
 
-    load_rows_async<BK, HS, LD, kThreads>(k_s, k_base, qkv_row, k0, T, tid);
-    load_rows_async<BK, HS, LD, kThreads>(v_s, v_base, qkv_row, k0, T, tid);
+    load_rows_async<BK, HS, LD, kBwdThreads>(k_s, k_base, qkv_row, k0, T, tid);
+    load_rows_async<BK, HS, LD, kBwdThreads>(v_s, v_base, qkv_row, k0, T, tid);
     stage_query_tile(qt_begin, 0);
     cp_async_commit();
 
@@ -619,7 +633,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kernel(const bf16* __restri
 
         /* dQ partial = bf(dS) K over this key tile (gproj: - lambda * bf(P) K) */
         constexpr int ROW_BLOCKS = BQ / 16, UNITS = ROW_BLOCKS * (HS / kDqCols);
-        for (int u = warp; u < UNITS; u += kWarps) {
+        for (int u = warp; u < UNITS; u += kBwdWarps) {
             const int ql0 = (u % ROW_BLOCKS) * 16;
             const int d0 = (u / ROW_BLOCKS) * kDqCols;
             float acc[kDqCols / 8][4], acc2[kDqCols / 8][4];
@@ -659,13 +673,14 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_kernel(const bf16* __restri
                 const float lam = (MODE == ATTN_GPROJ) ? rl[ql] : 0.f;
                 float* dst = dq_acc + ((long long)bh * T + query) * HS + d0 + 2 * t;
 #pragma unroll
-                for (int n = 0; n < kDqCols / 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float v = acc[n][2 * r + e];
-                        if (MODE == ATTN_GPROJ) v -= lam * acc2[n][2 * r + e];
-                        atomicAdd(dst + n * 8 + e, v);
+                for (int n = 0; n < kDqCols / 8; n++) {
+                    float v0 = acc[n][2 * r], v1 = acc[n][2 * r + 1];
+                    if (MODE == ATTN_GPROJ) {
+                        v0 -= lam * acc2[n][2 * r];
+                        v1 -= lam * acc2[n][2 * r + 1];
                     }
+                    atomic_add_pair(dst + n * 8, v0, v1);
+                }
             }
         }
         __syncthreads(); /* ds_s, x_s and this buffer are rewritten next iteration */
@@ -709,8 +724,8 @@ __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __res
 template <int HS> constexpr size_t fwd_smem_bytes() { return (size_t)(kFwdQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
 template <int HS> constexpr size_t rows_smem_bytes() { return (size_t)(2 * kRowsQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
 template <int HS> constexpr size_t bwd_smem_bytes() {
-    return (size_t)(2 * kKeyTile + 4 * BwdTile<HS>::kQueries) * (HS + kPad) * 2 +
-           (size_t)3 * BwdTile<HS>::kQueries * (kKeyTile + kPad) * 2 + (size_t)8 * BwdTile<HS>::kQueries * 4;
+    return (size_t)(2 * kBwdKeyTile + 4 * BwdTile<HS>::kQueries) * (HS + kPad) * 2 +
+           (size_t)3 * BwdTile<HS>::kQueries * (kBwdKeyTile + kPad) * 2 + (size_t)8 * BwdTile<HS>::kQueries * 4;
 }
 
 /* Workspace layout: dQ accumulator [B*NH*T*HS] fp32, D [B*NH*T], lambda [B*NH*T]. */
@@ -760,8 +775,8 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
         const size_t smem = bwd_smem_bytes<HS>();
         cudaCheck(cudaFuncSetAttribute(attn_bwd_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
-        dim3 grid((unsigned)ceil_div(s.T, kKeyTile), (unsigned)(s.B * s.NH));
-        attn_bwd_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv,
+        dim3 grid((unsigned)ceil_div(s.T, kBwdKeyTile), (unsigned)(s.B * s.NH));
+        attn_bwd_kernel<HS, MODE><<<grid, kBwdThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv,
                                                                     s.NH, s.T, scale, c);
         cudaCheckLastError();
     }

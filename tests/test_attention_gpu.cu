@@ -26,6 +26,11 @@
  * the output) can land one ulp apart; each such flip moves an element by up to
  * 2^-8 relative. That is noise on the size of the mode's own rounding error,
  * never a wrong index, a missing tile or a wrong mode (those give O(1)).
+ * The gradients are compared on a backward run fed the emulation's O and
+ * stats (so forward differences do not propagate), except in fp32 mode (see
+ * compare_mode). Where the emulation's own error exceeds 1% (the bf16/repair
+ * dQ leak) the leak is rounding noise whose realisation depends on the last
+ * bits of S, so its size is compared (within 30%) instead of its elements.
  */
 #include <float.h>
 #include <math.h>
@@ -185,6 +190,11 @@ static ModeResult compare_mode(const char* label, AttnMode mode, AttnOptions opt
     run_cpu(mode, opt, s, qkv, dout, &c);
     run_gpu(mode, opt, s, qkv, dout, NULL, NULL, &g);     /* end to end: the error tables */
     run_gpu(mode, opt, s, qkv, dout, c.out, c.stats, &gi); /* backward on the emulation's O and stats */
+    /* fp32 mode's backward is exact only with its own stats: its dS rows sum to D (1 - sum_j P_ij),
+       zero only when l is the sum of the very P it recomputes; the emulation's l, summed from
+       scores in another order, leaves a residual that a large key offset turns into a dQ leak. So
+       fp32 mode is compared end to end; the other modes take the emulation's O and stats. */
+    const Outputs* gb = (mode == ATTN_FP32) ? &g : &gi;
     ModeResult mr;
     attn_errors_compute(s, g.out, ref->out_ref, g.dqkv, ref->dqkv_ref, NULL, &mr.gpu);
     attn_errors_compute(s, c.out, ref->out_ref, c.dqkv, ref->dqkv_ref, NULL, &mr.cpu);
@@ -203,7 +213,7 @@ static ModeResult compare_mode(const char* label, AttnMode mode, AttnOptions opt
               gpu_bad);
     } else {
         const long bad_out = count_new_nonfinite(g.out, c.out, nout);
-        const long bad_dqkv = count_new_nonfinite(g.dqkv, c.dqkv, nqkv) + count_new_nonfinite(gi.dqkv, c.dqkv, nqkv);
+        const long bad_dqkv = count_new_nonfinite(g.dqkv, c.dqkv, nqkv) + count_new_nonfinite(gb->dqkv, c.dqkv, nqkv);
         const long bad_stats = count_new_nonfinite(g.stats, c.stats, nstats);
         CHECK(bad_out == 0 && bad_dqkv == 0 && bad_stats == 0,
               "%s: every output written and finite where the emulation is (non-finite: out %ld, dqkv %ld, stats %ld)",
@@ -220,16 +230,17 @@ static ModeResult compare_mode(const char* label, AttnMode mode, AttnOptions opt
                summation orders share (at rho 256, ulp(S) moves P by 1e-3). Element by element the two
                leaks are two draws of the same noise; their SIZE is compared instead (below). */
             if (own.median > 0.01) continue;
-            const AttnErrStat d = gpu_vs_cpu(s, (AttnTensor)t, (t == ATTN_T_O) ? &g : &gi, &c);
+            const AttnErrStat d = gpu_vs_cpu(s, (AttnTensor)t, (t == ATTN_T_O) ? &g : gb, &c);
             const double tol = kCloseAbs + kCloseRel * own.median;
             CHECK(d.median <= tol, "%s: %s gpu vs emulation median %.3g%% (max %.3g%%) <= %.3g%%", label,
                   attn_tensor_name((AttnTensor)t), 100 * d.median, 100 * d.max, 100 * tol);
         }
         /* Saved softmax state: bf16 {LSE, 0}; others {m, l}. A score S = q.k summed in another
            order moves by about sqrt(HS) ulp(|S|), which moves l (and LSE) by s times that: the
-           tolerance is 1e-4 relative plus that conditioning term (it matters only for huge scores,
-           e.g. rho 1024 where |S| ~ 1e5). */
-        const double s_scale = attn_softmax_scale(s.HS), cond = 8.0 * sqrt((double)s.HS) * FLT_EPSILON;
+           tolerance is 1e-4 relative plus 32x that conditioning term (4 sigma of a random walk of
+           8 ulp steps: the worst of thousands of rows; it matters only for huge scores, e.g. rho
+           1024 where |S| ~ 1e5). */
+        const double s_scale = attn_softmax_scale(s.HS), cond = 32.0 * sqrt((double)s.HS) * FLT_EPSILON;
         long stats_off = 0;
         double worst = 0;
         for (size_t i = 0; i < nstats; i += 2) {

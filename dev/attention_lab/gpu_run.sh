@@ -42,8 +42,9 @@ else
     echo "compute-sanitizer not found" | tee "$out/memcheck.log"
 fi
 
-echo "== build/dev/attention_lab/attention_lab"
-./build/dev/attention_lab/attention_lab 2>&1 | tee "$out/lab.log"
+echo "== build/dev/attention_lab/attention_lab (default shapes, then T 8192 and 8191)"
+{ ./build/dev/attention_lab/attention_lab; ./build/dev/attention_lab/attention_lab 1 2 8192 128;
+  ./build/dev/attention_lab/attention_lab 1 3 8191 64; } 2>&1 | tee "$out/lab.log"
 
 if [ $bench = 1 ]; then
     echo "== scripts/bench_attention.sh"
