@@ -194,17 +194,8 @@ int main(int argc, char** argv) {
     const GpuMemoryPlan plan = gpt_cuda_memory_plan(&cfg, B, T, f.recompute);
     size_t free_bytes = 0, total_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const size_t headroom = 512ull << 20; /* CUDA/cuBLAS internals */
     const double GiB = 1024.0 * 1024.0 * 1024.0;
-    if (plan.total_bytes + headroom > free_bytes) {
-        die("this run needs %.2f GiB on the GPU (weights+grads %.2f, optimizer %.2f, activations %.2f + %.2f, "
-            "workspaces %.2f) but only %.2f GiB are free on %s\n"
-            "  hint: lower --batch-size (now %d; use --total-batch-tokens to keep the batch via accumulation), "
-            "--seq-len (now %d), or raise --recompute (now %d, max 2)",
-            (plan.total_bytes + headroom) / GiB, plan.params_bytes / GiB, plan.optimizer_bytes / GiB,
-            plan.acts_bytes / GiB, plan.stats_bytes / GiB, plan.workspace_bytes / GiB, free_bytes / GiB, prop.name, B,
-            T, f.recompute);
-    }
+    if (gpt_cuda_memory_check(&plan, free_bytes, B, T, f.recompute, prop.name, err, sizeof(err)) != 0) die("%s", err);
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     GPTCuda model;

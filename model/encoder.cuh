@@ -10,7 +10,8 @@
  * row, summing its positions in a fixed order. wpe rows are owned by one
  * thread per (t, channel chunk), summing over the batch in order.
  *
- * Offers: encoder_forward, EncoderBuckets (+ encoder_buckets_build/free),
+ * Offers: encoder_forward, EncoderBuckets (+ encoder_buckets_init/build/free,
+ * encoder_buckets_sort: the host counting sort alone),
  * encoder_backward (accumulates into dwte and dwpe).
  */
 #ifndef MODEL_ENCODER_CUH
@@ -72,33 +73,42 @@ static void encoder_buckets_free(EncoderBuckets* eb) {
     free(eb->count_scratch);
 }
 
-/* Counting sort of positions by token id (host), then one async upload. The
-   device copy is replaced in stream order, after earlier backward passes. */
-static void encoder_buckets_build(EncoderBuckets* eb, const int* tokens_host, int BT, cudaStream_t stream) {
-    if (BT > eb->capacity_bt) die("encoder buckets: %d positions > capacity %d", BT, eb->capacity_bt);
-    int* count = eb->count_scratch;
-    memset(count, 0, sizeof(int) * (size_t)eb->vocab);
+/* The host half of the bucketing, no CUDA calls (tested on the CPU): counting
+   sort of positions 0..BT-1 by token id into out = start[num+1] | token[num] |
+   positions[BT] (buckets in ascending token order, positions ascending in each
+   bucket). count_scratch: vocab ints. Returns num, the number of distinct
+   tokens. Dies on an id outside [0, vocab). */
+static int encoder_buckets_sort(int* out, const int* tokens_host, int BT, int vocab, int* count_scratch) {
+    int* count = count_scratch;
+    memset(count, 0, sizeof(int) * (size_t)vocab);
     int num = 0;
     for (int i = 0; i < BT; i++) {
         const int tok = tokens_host[i];
-        if (tok < 0 || tok >= eb->vocab) die("encoder: token id %d at position %d outside [0, %d)", tok, i, eb->vocab);
+        if (tok < 0 || tok >= vocab) die("encoder: token id %d at position %d outside [0, %d)", tok, i, vocab);
         if (count[tok]++ == 0) num++;
     }
-    /* Buckets in ascending token order: start offsets via a prefix sum. */
-    int* start = eb->host;
-    int* token = eb->host + (num + 1);
-    int* positions = eb->host + (2 * num + 1);
+    int* start = out;
+    int* token = out + (num + 1);
+    int* positions = out + (2 * num + 1);
     int k = 0, running = 0;
-    for (int tok = 0; tok < eb->vocab; tok++) {
+    for (int tok = 0; tok < vocab; tok++) {
         if (count[tok] == 0) continue;
         start[k] = running;
         token[k] = tok;
         running += count[tok];
-        count[tok] = start[k];  /* reuse as the fill cursor */
+        count[tok] = start[k]; /* reuse as the fill cursor */
         k++;
     }
     start[num] = running;
     for (int i = 0; i < BT; i++) positions[count[tokens_host[i]]++] = i;
+    return num;
+}
+
+/* Sorts on the host, then one async upload. The device copy is replaced in
+   stream order, after earlier backward passes. */
+static void encoder_buckets_build(EncoderBuckets* eb, const int* tokens_host, int BT, cudaStream_t stream) {
+    if (BT > eb->capacity_bt) die("encoder buckets: %d positions > capacity %d", BT, eb->capacity_bt);
+    const int num = encoder_buckets_sort(eb->host, tokens_host, BT, eb->vocab, eb->count_scratch);
     eb->num_buckets = num;
     cudaCheck(cudaMemcpyAsync(eb->dev, eb->host, sizeof(int) * (size_t)(2 * num + 1 + BT),
                               cudaMemcpyHostToDevice, stream));

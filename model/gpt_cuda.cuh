@@ -36,7 +36,7 @@
  * update works per contiguous range of the flat buffers (adamw.cuh), the
  * shape a ZeRO-1 shard takes.
  *
- * Offers: GPTCuda, gpt_cuda_memory_plan, gpt_cuda_init/free,
+ * Offers: GPTCuda, gpt_cuda_memory_plan, gpt_cuda_memory_check, gpt_cuda_init/free,
  * gpt_cuda_set_params (from FP32 host weights), gpt_cuda_get_params,
  * gpt_cuda_forward, gpt_cuda_backward, gpt_cuda_zero_grad, gpt_cuda_update,
  * gpt_cuda_loss_reset/gpt_cuda_loss_read, gpt_cuda_logits_row, and the
@@ -184,6 +184,25 @@ typedef struct {
     int count;
     double ms[NUM_PHASES];
 } GpuProfiler;
+
+/* Does the plan fit in free_bytes (less a fixed headroom for the CUDA context
+   and cuBLAS)? 0 if it does; else 1 with a message that says what to lower. */
+#define GPU_MEMORY_HEADROOM_BYTES (512ull << 20)
+static int gpt_cuda_memory_check(const GpuMemoryPlan* plan, size_t free_bytes, int B, int T, int recompute,
+                                 const char* device_name, char* msg, size_t n) {
+    const double GiB = 1024.0 * 1024.0 * 1024.0;
+    if (plan->total_bytes + GPU_MEMORY_HEADROOM_BYTES <= free_bytes) return 0;
+    snprintf(msg, n,
+             "this run needs %.2f GiB on the GPU (weights+grads %.2f, optimizer %.2f, activations %.2f + %.2f, "
+             "workspaces %.2f, headroom 0.50) but only %.2f GiB are free on %s\n"
+             "  hint: lower --batch-size (now %d; --total-batch-tokens keeps the batch through accumulation), "
+             "--seq-len (now %d)%s",
+             (plan->total_bytes + GPU_MEMORY_HEADROOM_BYTES) / GiB, plan->params_bytes / GiB,
+             plan->optimizer_bytes / GiB, plan->acts_bytes / GiB, plan->stats_bytes / GiB,
+             plan->workspace_bytes / GiB, free_bytes / GiB, device_name, B, T,
+             recompute < 2 ? ", or raise --recompute (max 2)" : "");
+    return 1;
+}
 
 typedef struct {
     GPTConfig config;

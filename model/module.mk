@@ -95,3 +95,13 @@ $(BUILD)/dev/profile_gpu_step: $(BUILD)/dev/profile_gpu_step.cu.o $$(TRAIN_GPT_A
 ifeq ($(HAVE_CUBLAS),1)
 CUDA_PROGRAMS += $(BUILD)/dev/profile_gpu_step
 endif
+# tests/test_gpu_host: host-side logic of the GPU model (bucketing, memory plan, OOM message); runs on the
+# CPU but includes CUDA headers, so it is built with nvcc and registered only where nvcc and cuBLAS exist.
+$(BUILD)/tests/test_gpu_host.cu.o: tests/test_gpu_host.cu $(GPU_PROGRAM_HEADERS)
+$(BUILD)/tests/test_gpu_host: $(BUILD)/tests/test_gpu_host.cu.o $$(TRAIN_GPT_ATTN_OBJS) $(BUILD)/model/gpt_config.o \
+                              $(BUILD)/attention/attention_common.o
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp
+ifeq ($(HAVE_CUBLAS),1)
+CPU_TESTS += $(BUILD)/tests/test_gpu_host
+endif

@@ -1,0 +1,119 @@
+/*
+ * tests/test_gpu_host.cu - the host-side logic of the GPU model, checked on
+ * the CPU (no GPU needed; compiled with nvcc because it includes the model's
+ * CUDA headers, and registered only where nvcc exists).
+ *
+ * Why: three pieces of the model's CUDA headers decide things before any kernel runs and
+ * can be wrong without a GPU ever noticing: the token bucketing that makes
+ * the embedding backward deterministic (a wrong bucket = a silently wrong
+ * wte gradient), the memory plan that the trainer compares with free GPU
+ * memory (a wrong plan = an out-of-memory crash mid-run or a refused run
+ * that would fit), and the message the user gets when it does not fit.
+ * References here are brute force or written from the buffer list by hand.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "tests/testing.h"
+#include "model/gpt_cuda.cuh"
+
+static uint64_t g_state = 88172645463325252ull;
+static int rand_below(int n) {
+    g_state ^= g_state << 13; g_state ^= g_state >> 7; g_state ^= g_state << 17;
+    return (int)(g_state % (uint64_t)n);
+}
+
+static void test_bucket_sort(int BT, int vocab, int distinct) {
+    char name[96];
+    snprintf(name, sizeof(name), "encoder bucket sort: %d positions, ids below %d", BT, distinct);
+    test_section(name);
+    std::vector<int> tokens(BT), out(3 * BT + 2), count(vocab);
+    for (int i = 0; i < BT; i++) tokens[i] = rand_below(distinct);
+    const int num = encoder_buckets_sort(out.data(), tokens.data(), BT, vocab, count.data());
+    const int* start = out.data();
+    const int* token = out.data() + num + 1;
+    const int* pos = out.data() + 2 * num + 1;
+    /* brute force: the distinct ids in order, each with its positions in order */
+    std::vector<int> want_tokens;
+    for (int t = 0; t < vocab; t++)
+        for (int i = 0; i < BT; i++)
+            if (tokens[i] == t) { want_tokens.push_back(t); break; }
+    CHECK(num == (int)want_tokens.size(), "bucket count %d == distinct ids %zu", num, want_tokens.size());
+    int ok = start[0] == 0 && start[num] == BT;
+    for (int k = 0; k < num && ok; k++) {
+        if (token[k] != want_tokens[k]) ok = 0;
+        int p = start[k];
+        for (int i = 0; i < BT && ok; i++)
+            if (tokens[i] == token[k]) {
+                if (p >= start[k + 1] || pos[p] != i) ok = 0;
+                p++;
+            }
+        if (p != start[k + 1]) ok = 0;
+    }
+    CHECK(ok, "every bucket lists exactly its token's positions, ascending, buckets in token order");
+}
+
+static void test_memory_plan(const char* model, int B, int T) {
+    char name[96], err[256];
+    snprintf(name, sizeof(name), "memory plan %s B%d T%d", model, B, T);
+    test_section(name);
+    GPTConfig cfg;
+    CHECK(gpt_config_from_descriptor(model, &cfg, err, sizeof(err)) == 0, "preset %s exists", model);
+    const size_t P = gpt_num_parameters(&cfg);
+    const size_t N = (size_t)B * T, C = cfg.channels, L = cfg.num_layers, Vp = cfg.padded_vocab_size;
+    GpuMemoryPlan plan[3];
+    for (int r = 0; r < 3; r++) plan[r] = gpt_cuda_memory_plan(&cfg, B, T, r);
+    CHECK(plan[0].params_bytes == 4 * P, "params + grads = 2 x 2 bytes per parameter");
+    CHECK(plan[0].optimizer_bytes == 12 * P, "master + m + v = 3 x 4 bytes per parameter");
+    /* BF16 activations by hand: encoded, ln1, qkv, atty, residual2, ln2, fch, fch_gelu, residual3, lnf,
+       logits, proj_out, dresidual, dbuf_c, dbuf_4c (each rounded up to 8 elements; all are multiples here) */
+    const size_t acts0 = N * C * (1 + L + 3 * L + L + L + L + 4 * L + 4 * L + L + 1 + 1 + 1 + 1 + 4) + N * Vp;
+    CHECK(plan[0].acts_bytes == 2 * acts0, "recompute 0: BF16 activations %zu == hand count %zu", plan[0].acts_bytes,
+          2 * acts0);
+    CHECK(plan[0].acts_bytes - plan[1].acts_bytes == 2 * (L - 1) * N * 4 * C,
+          "recompute 1 keeps one fch_gelu buffer instead of L");
+    CHECK(plan[1].acts_bytes - plan[2].acts_bytes == 2 * 2 * (L - 1) * N * C,
+          "recompute 2 also keeps one ln1 and one ln2 buffer instead of L");
+    GpuActTable t;
+    gpu_act_table(&cfg, B, T, 1, &t);
+    int aligned = 1, disjoint = 1;
+    for (int i = 0; i < NUM_GPU_ACTS; i++) {
+        if (t.offset[i] % 8) aligned = 0;
+        if (i + 1 < NUM_GPU_ACTS && t.offset[i] + t.count[i] > t.offset[i + 1]) disjoint = 0;
+    }
+    CHECK(aligned && disjoint, "activation offsets are 16-byte aligned and tensors do not overlap");
+    CHECK(t.count[GA_LOGITS] == N * Vp, "logits hold N x padded vocab");
+    CHECK(t.stat_count[GS_ATT_STATS] == L * (size_t)B * cfg.num_heads * T * 2,
+          "attention stats: 2 floats per (layer, batch, head, row)");
+}
+
+static void test_memory_check(void) {
+    test_section("out-of-memory check before the first step");
+    GPTConfig cfg;
+    char err[256], msg[1024];
+    gpt_config_from_descriptor("d12", &cfg, err, sizeof(err));
+    const GpuMemoryPlan plan = gpt_cuda_memory_plan(&cfg, 32, 1024, 1);
+    CHECK(gpt_cuda_memory_check(&plan, plan.total_bytes + GPU_MEMORY_HEADROOM_BYTES, 32, 1024, 1, "GPU", msg,
+                                sizeof(msg)) == 0, "exactly enough memory is accepted");
+    CHECK(gpt_cuda_memory_check(&plan, plan.total_bytes, 32, 1024, 1, "TestGPU", msg, sizeof(msg)) == 1,
+          "less than plan + headroom is refused");
+    CHECK(strstr(msg, "--batch-size (now 32") && strstr(msg, "--seq-len (now 1024") && strstr(msg, "--recompute") &&
+              strstr(msg, "TestGPU"),
+          "the message names the device and what to lower: %s", msg);
+    const GpuMemoryPlan plan2 = gpt_cuda_memory_plan(&cfg, 32, 1024, 2);
+    gpt_cuda_memory_check(&plan2, 1ull << 30, 32, 1024, 2, "TestGPU", msg, sizeof(msg));
+    CHECK(strstr(msg, "--recompute") == NULL, "at --recompute 2 it does not suggest raising --recompute");
+    CHECK(plan2.total_bytes < plan.total_bytes, "recompute 2 plans less memory than recompute 1");
+}
+
+int main(void) {
+    test_bucket_sort(1, 50304, 50257);
+    test_bucket_sort(4096, 50304, 50257);
+    test_bucket_sort(5000, 1000, 17);
+    test_memory_plan("d12", 4, 64);
+    test_memory_plan("450m", 2, 128);
+    test_memory_check();
+    return test_summary();
+}
