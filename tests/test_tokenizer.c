@@ -648,6 +648,11 @@ static void test_tokenize_tool(Tokenizer* t) {
     char* text = read_file(path, &n);
     CHECK(text && strcmp(text, "Hello world<|endoftext|>") == 0, "--decode prints the text");
     free(text);
+    snprintf(cmd, sizeof(cmd), "echo '15496 50257' | %s --vocab %s --decode > /dev/null 2> %s/err.txt", TOKENIZE_BIN,
+             VOCAB_DIR, dir);
+    CHECK(run_cmd(cmd) == 1, "--decode refuses id 50257");
+    snprintf(cmd, sizeof(cmd), "grep -q \"'50257' is not a token id\" %s/err.txt", dir);
+    CHECK(run_cmd(cmd) == 0, "--decode names the bad id");
 
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     run_cmd(cmd);
