@@ -401,7 +401,7 @@ void flags_print_help(FILE* out, const char* program, const char* summary, int s
         if (r->implicit != NULL) snprintf(left, sizeof(left), "--%s [%s]", r->name, meta);
         else snprintf(left, sizeof(left), "--%s %s", r->name, meta);
         const char* d = g_defaults[i];
-        fprintf(out, "  %-32s %s (default: %s)\n", left, r->help, *d ? d : "\"\"");
+        fprintf(out, "  %-34s %s (default: %s)\n", left, r->help, *d ? d : "\"\"");
     }
     if (!show_gpu_only) {
         fprintf(out, "\nThe GPU trainer's own flags (");
