@@ -11,26 +11,31 @@
  * docs/attention_kernels.md describes the kernels and their measured cost.
  *
  * Kernels (one launch each, per call):
- *   forward    grid (query tiles of 64, B*NH), 4 warps x 16 query rows; K/V
- *              tiles of 64 keys double-buffered with cp.async.
+ *   forward    grid (query tiles of 128, B*NH), 8 warps x 16 query rows; K/V
+ *              tiles of 64 keys double-buffered with cp.async (also the tile
+ *              of repair's optional tile-max shift arm).
  *              bf16:   x = fma(S, c, -fl(m*c)) (explicit __fmaf_rn), stats {LSE, 0}
  *              others: x = (S - m) * c, stats {m, l}
  *              P V:    bf(e) as the A operand; fp32 mode adds bf(e - bf(e)).
  *   bwd_prep   one warp per row: zeroes the fp32 dQ accumulator, D = dO . O
  *              from the stored BF16 O (all modes but fp32).
- *   bwd_rows   (fp32 and gproj only) query-major pass over the row:
+ *   bwd_rows   (fp32 and gproj only) query-major pass over the row, 4 warps x
+ *              16 query rows, S and dP on tensor cores:
  *              fp32:  D_i = sum_j P_ij dP_ij in FP32 (no BF16 O in D);
  *              gproj: lambda_i = r_i / p_i with r_i = sum_j bf(dS_ij),
  *                     p_i = sum_j bf(P_ij) - the whole-row sums that the dK
  *                     correction needs before any key tile is finished.
- *   backward   grid (key tiles of 64, B*NH), 4 warps x 16 keys; loops over
- *              query tiles: S^T, dP^T, P, dS in registers; dV += bf(P)^T dO,
+ *   backward   grid (key tiles of 128, B*NH), 8 warps x 16 keys; loops over
+ *              query tiles (64 rows for HS 64, 32 for HS 128, double-buffered):
+ *              S^T, dP^T, P, dS in registers; dV += bf(P)^T dO,
  *              dK += bf(dS)^T Q (gproj: + bf(-lambda P)^T Q); bf(dS) goes
  *              through shared memory into dQ += bf(dS) K (gproj: - lambda bf(P) K),
- *              atomically added to the fp32 accumulator.
+ *              atomically added (float2 atomics on sm_90) to the fp32 accumulator.
  *   bwd_dq     dQ = bf(s * accumulator) into dqkv.
  * fp32 mode splits every FP32 operand (P, dS) into BF16 hi + lo, so each
- * product is exact up to 2^-17 relative and the FP32 accumulation does the rest.
+ * product is exact up to 2^-17 relative and the FP32 accumulation does the
+ * rest; in the dQ GEMM dS gets a third term (24 bits), see there.
+ * Fragments come from shared memory through ldmatrix (attention/mma_bf16.cuh).
  */
 #include <math.h>
 #include <stdint.h>

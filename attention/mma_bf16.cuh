@@ -1,7 +1,7 @@
 /*
  * attention/mma_bf16.cuh - the tensor-core building blocks of the attention
  * kernels: BF16 mma.sync m16n8k16 with FP32 accumulation, register fragments
- * loaded from padded shared-memory tiles, cp.async tile copies.
+ * loaded by ldmatrix from padded shared-memory tiles, cp.async tile copies.
  *
  * Why: every attention kernel (forward, backward, the row pre-pass) multiplies
  * 16-row slices of small tiles held in shared memory; keeping the fragment
@@ -17,8 +17,8 @@
  * next without touching shared memory (the FlashAttention-2 register trick).
  *
  * Tiles in shared memory are row major with a row stride of (columns + 8)
- * BF16: the 8-element pad makes the 32-bit fragment loads of the 8 rows x 4
- * column pairs of a warp hit 32 different banks.
+ * BF16: with the 8-element (16-byte) pad, the 8 row addresses of one ldmatrix
+ * phase fall into 8 different 16-byte bank groups (no conflicts).
  */
 #ifndef ATTENTION_MMA_BF16_CUH
 #define ATTENTION_MMA_BF16_CUH

@@ -27,14 +27,15 @@ $(BUILD)/attention/attention_cuda.cu.o: attention/attention_cuda.cu attention/at
 GPU_TESTS += $(BUILD)/tests/test_attention_gpu
 CUDA_PROGRAMS += $(BUILD)/tests/test_attention_gpu
 $(BUILD)/tests/test_attention_gpu.cu.o: tests/test_attention_gpu.cu attention/attention_cuda.cuh \
-        attention/attention.h attention/attn_cases.h attention/attn_metrics.h tests/testing.h
+        attention/attention.h attention/attn_cases.h attention/attn_metrics.h tests/testing.h \
+        common/cuda_utils.cuh common/utils.h
 $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 
 # Kernel lab: naive SIMT reference kernels next to the fast ones, checked and timed.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/attention_lab
 $(BUILD)/dev/attention_lab/attention_lab.cu.o: dev/attention_lab/attention_lab.cu attention/attention_cuda.cuh \
-        attention/attention.h
+        attention/attention.h tests/testing.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_lab.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 
