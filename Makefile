@@ -80,7 +80,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 # Set-up: fetch and verify the vocab and default corpus, tokenize it.
 setup: $(BUILD)/tokenize
