@@ -9,7 +9,7 @@ error per run into PNG files, and prints a table of final losses and their gap
 to the fp32 run (or to the first run when none is fp32).
 
 Usage: scripts/compare_runs.py RUN_DIR [RUN_DIR ...] [--out DIR] [--smooth N]
-Labels come from each log's "attn" field (else the folder name).
+Labels are the run folders' names (the logged mode for bare .jsonl files).
 """
 import argparse
 import json
@@ -45,10 +45,15 @@ def read_log(run_dir):
     return path, rows
 
 
+def mode_of(rows):
+    return next((r["attn"] for r in rows if isinstance(r.get("attn"), str)), None)
+
+
 def label_of(run_dir, rows):
-    for r in rows:
-        if isinstance(r.get("attn"), str):
-            return r["attn"]
+    """The run folder's name (matched_runs.sh names folders by mode, and extra
+    arms such as bf16_zkbg by mode plus arm); the logged mode for bare .jsonl files."""
+    if run_dir.endswith(".jsonl"):
+        return mode_of(rows) or os.path.basename(run_dir)
     return os.path.basename(os.path.normpath(run_dir))
 
 
@@ -86,7 +91,8 @@ def main():
         path, rows = read_log(d)
         runs.append((label_of(d, rows), path, rows))
 
-    ref = next((r for r in runs if r[0] == "fp32"), runs[0])
+    ref = next((r for r in runs if r[0] == "fp32"), None) or \
+        next((r for r in runs if mode_of(r[2]) == "fp32"), runs[0])
     ref_train = final_mean(series(ref[2], "loss"))
     ref_val = (series(ref[2], "val_loss") or [(0, float("nan"))])[-1][1]
     print(f"{'run':<12} {'steps':>7} {'train loss (last 20)':>21} {'gap':>8} {'final val':>10} {'gap':>8}"
