@@ -14,7 +14,8 @@
  * ATTN_TEST_SEED to repeat one), fills every GPU output and the workspace with
  * NaN before each call (an element the kernels forget to write shows up as a
  * NaN where the emulation has a number), and covers: the published table of
- * hard cases (key-offset sweep, sharp, extreme) at head sizes 64 and 128;
+ * hard cases (key-offset sweep, sharp, extreme) plus rho 4/64/1024 at q x4,
+ * at head sizes 64 and 128;
  * odd sequence lengths (1, 77, 1000, 4097); 1 to 192 heads; the repair
  * tile-max shift arm; the saved softmax stats.
  *
@@ -298,7 +299,11 @@ static void test_hard_cases(int HS, int T, uint64_t seed) {
     test_section(title);
     const AttnShape s = {1, 4, T, HS};
     AttnCase cases[16];
-    const int ncases = attn_case_table(cases, 16, seed);
+    int ncases = attn_case_table(cases, 12, seed);
+    /* the sweep's middle query scale, x4, on top of the published rows (x1, x8) */
+    cases[ncases++] = attn_case_key_offset(4, 4, seed);
+    cases[ncases++] = attn_case_key_offset(64, 4, seed);
+    cases[ncases++] = attn_case_key_offset(1024, 4, seed);
     float* qkv = (float*)mallocCheck(sizeof(float) * attn_qkv_count(s));
     float* dout = (float*)mallocCheck(sizeof(float) * attn_out_count(s));
     double leak_dq[ATTN_NUM_MODES][16];
