@@ -112,6 +112,17 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      "GPU trainer only", 1, "steps at which to write attention inputs (Q, K, V, dO) for the probe"},
     {FLAG_CAPTURE_LAYERS, "capture-layers", FLAG_TYPE_STRING, OFF(capture_layers), "", NULL, 0, 0, "L1,L2,...",
      NULL, "GPU trainer only", 1, "layers to capture at --capture-steps; \"\" = all"},
+    {FLAG_CAPTURE_ATTN, "capture-attn", FLAG_TYPE_STRING, OFF(capture_attn), "", NULL, 0, 0, "STEPS:LAYERS", NULL,
+     "GPU trainer only", 1, "the two flags above in one, e.g. 1000,2000:0,5,11 (\":LAYERS\" left out = all layers)"},
+    {FLAG_PROBE_EVERY, "probe-every", FLAG_TYPE_INT, OFF(probe_every), "0", NULL, 0, 2147483647.0, "N", NULL,
+     "GPU trainer only", 1, "every N steps replay one layer's attention backward (round robin) against fp32 mode "
+     "and log the dQ/dK error; 0 = never"},
+    {FLAG_ZERO_KEY_BIAS_GRAD, "zero-key-bias-grad", FLAG_TYPE_BOOL, OFF(zero_key_bias_grad), "0", NULL, 0, 1, "0|1",
+     "1", "GPU trainer only", 1, "gauge arm: zero the key-bias gradient (exactly zero in exact arithmetic) before "
+     "the optimizer"},
+    {FLAG_NCCL_ID_FILE, "nccl-id-file", FLAG_TYPE_STRING, OFF(nccl_id_file), "", NULL, 0, 0, "PATH", NULL,
+     "GPU trainer only", 1, "multi-GPU launch through RANK/WORLD_SIZE/LOCAL_RANK: a path all ranks share, where "
+     "rank 0 writes the NCCL id (not needed under mpirun)"},
 };
 
 /* Defaults as text; flags_set_default may replace them. */

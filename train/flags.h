@@ -76,6 +76,10 @@ typedef enum {
     FLAG_DIAG_EVERY,
     FLAG_CAPTURE_STEPS,
     FLAG_CAPTURE_LAYERS,
+    FLAG_CAPTURE_ATTN,
+    FLAG_PROBE_EVERY,
+    FLAG_ZERO_KEY_BIAS_GRAD,
+    FLAG_NCCL_ID_FILE,
     NUM_FLAGS
 } FlagId;
 
@@ -121,6 +125,10 @@ typedef struct {
     int diag_every;
     const char* capture_steps;
     const char* capture_layers;
+    const char* capture_attn;  /* "STEPS:LAYERS", the combined form of the two above */
+    int probe_every;           /* 0: never */
+    int zero_key_bias_grad;    /* the gauge arm: zero the key-bias gradient before the optimizer */
+    const char* nccl_id_file;  /* env-var multi-GPU launch: where rank 0 publishes the NCCL id */
     /* which flags the command line gave (the rest are defaults) */
     unsigned char was_set[NUM_FLAGS];
 } TrainFlags;
