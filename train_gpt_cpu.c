@@ -69,10 +69,14 @@ static void make_dirs(const char* path) {
         die("--out-dir '%s' exists but is not a folder\n  hint: choose another --out-dir", path);
 }
 
-/* Is name one of the files a run writes (log.jsonl, model_N.bin, state_N.bin and their .tmp)? */
+/* Is name one of the files a run writes: log.jsonl, model_NNNNNNNN.bin, state_NNNNNNNN.bin (8 digits),
+   or a .tmp of those? Nothing else in the folder is ever counted or deleted. */
 static int is_run_file(const char* name) {
     if (strcmp(name, "log.jsonl") == 0) return 1;
-    return (strncmp(name, "model_", 6) == 0 || strncmp(name, "state_", 6) == 0) && strstr(name, ".bin") != NULL;
+    if (strncmp(name, "model_", 6) != 0 && strncmp(name, "state_", 6) != 0) return 0;
+    for (int i = 6; i < 14; i++)
+        if (name[i] < '0' || name[i] > '9') return 0;
+    return strcmp(name + 14, ".bin") == 0 || strcmp(name + 14, ".bin.tmp") == 0;
 }
 
 /* Counts (and with remove_them deletes) the run files in dir. */

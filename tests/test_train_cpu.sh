@@ -15,6 +15,8 @@
 #            each with its reason; a failed save (the temp name is blocked)
 #            stops the run and leaves the previous checkpoint intact and
 #            resumable (and the result still bit-exact);
+#   folder   --overwrite deletes only the run's own files (log.jsonl,
+#            model_/state_NNNNNNNN.bin), never anything else in the folder;
 #   NaN      a diverging run stops with a message naming the last good
 #            checkpoint, and writes none after it.
 # The short real run (loss vs unigram entropy) is tests/test_train_cpu_run.sh.
@@ -109,6 +111,15 @@ check "no state_00000020.bin appeared" test ! -e "$TMP/F/state_00000020.bin"
 rmdir "$TMP/F/state_00000020.bin.tmp"
 run_ok "resume again after the failure" "${COMMON[@]}" --steps 20 --out-dir "$TMP/F" --resume
 check "and the result is still bit-exact" cmp -s "$TMP/A/model_00000020.bin" "$TMP/F/model_00000020.bin"
+
+section "--overwrite: starts over, deleting only the run's own files"
+run_ok "O: a first run" "${COMMON[@]}" --steps 2 --out-dir "$TMP/O"
+echo "mine" >"$TMP/O/notes.txt"; cp "$TMP/O/model_00000002.bin" "$TMP/O/model_best.bin"
+run_ok "O: again with --overwrite" "${COMMON[@]}" --steps 1 --out-dir "$TMP/O" --overwrite
+check "the user's files (notes.txt, model_best.bin) are kept" test -f "$TMP/O/notes.txt" -a -f "$TMP/O/model_best.bin"
+check "the old run's checkpoint is gone, the new one there" \
+    test ! -e "$TMP/O/model_00000002.bin" -a -e "$TMP/O/model_00000001.bin"
+check "the log holds only the new run" test "$(grep -c '"event": "config"' "$TMP/O/log.jsonl")" -eq 1
 
 # ---------------------------------------------------------------- NaN
 section "divergence: stop, keep the last good checkpoint"
