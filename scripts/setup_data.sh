@@ -109,7 +109,8 @@ fi
 [ $tokenize = 1 ] || exit 0
 [ -x build/tokenize ] || fail "build/tokenize is missing; run 'make build/tokenize' (or 'make setup') first"
 stamp="$DATA_DIR/.source"
-want="$(sha_of "$corpus") $(sha_of "$VOCAB_DIR/encoder.json")"
+# Re-tokenize when the corpus, the vocab or the tokenizer's code changes.
+want="$(sha_of "$corpus") $(sha_of "$VOCAB_DIR/encoder.json") $(cat dataloader/tokenizer.c dataloader/tokenize.c | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && ls "$DATA_DIR"/default_train_*.bin >/dev/null 2>&1; then
     echo "setup: shards up to date in $DATA_DIR"
     exit 0
