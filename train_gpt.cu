@@ -1,26 +1,47 @@
 /*
- * train_gpt.cu - the GPU trainer: GPT-2 pretraining on one NVIDIA GPU with
- * the attention numerics switchable at run time (--attn fp32|bf16|repair|gproj).
+ * train_gpt.cu - the GPU trainer: GPT-2 pretraining on one or many NVIDIA
+ * GPUs (one process per GPU) with the attention numerics switchable at run
+ * time (--attn fp32|bf16|repair|gproj), and the run diagnostics that show
+ * whether the BF16 attention backward spoils training.
  *
  * Why: this is the program users run. It is thin wiring: flags
  * (train/flags.h, the table shared with the CPU trainer), model presets and
  * checkpoints (model/), the data loader and tokenizer (dataloader/), the lr
- * schedule, run log, resume state and sampler (train/), and the GPU model
- * (model/gpt_cuda.cuh). The loop mirrors train_gpt_cpu.c step for step, so a
- * run's log reads the same whichever trainer made it.
+ * schedule, run log, resume state and sampler (train/), the GPU model
+ * (model/gpt_cuda.cuh), the launcher/collectives (train/dist.h, train/comm.h)
+ * and the diagnostics (model/diagnostics.cuh). The loop mirrors
+ * train_gpt_cpu.c step for step, so a run's log reads the same whichever
+ * trainer made it.
  *
- * One optimizer step = grad_accum micro-steps of B x T tokens
- * (grad_accum = --total-batch-tokens / (B*T)), a gradient norm, clipping,
- * AdamW on FP32 master weights. Before the first step the memory the run
- * needs is added up and compared with the GPU's free memory; if it does not
- * fit, the run stops with what to lower. Checkpoints: model_NNNNNNNN.bin
- * (llm.c layout, FP32 master weights, exact) + state_NNNNNNNN.bin (moments,
- * data position, RNG, attention mode) in --out-dir; --resume continues
- * bit-exactly.
+ * One optimizer step = grad_accum micro-steps of B x T tokens per process
+ * (grad_accum = --total-batch-tokens / (B*T*processes)), the gradients
+ * summed over processes, a global gradient norm, clipping, AdamW on FP32
+ * master weights. Before the first step the memory the run needs is added up
+ * and compared with the GPU's free memory; if it does not fit, the run stops
+ * with what to lower.
  *
- * Multi-GPU seam: dist rank/world size are fixed at 0/1 here; the gradient
- * reduce point is reduce_gradients() between backward and update, and the
- * optimizer already updates per contiguous range (the ZeRO-1 shard shape).
+ * Data parallelism (docs/multi_gpu.md): launched by mpirun, by RANK /
+ * WORLD_SIZE / LOCAL_RANK (+ --nccl-id-file), or plainly (one process).
+ * Every rank reads its slice of each global batch (dataloader.h). On the last
+ * micro-step of a step, gpt_cuda_backward's grad hook hands each layer's
+ * gradients to a second CUDA stream as soon as they are final, where NCCL
+ * reduces them while backward goes on (events order the two streams):
+ *   --zero-stage 0: all-reduce; every rank runs AdamW on every parameter;
+ *   --zero-stage 1: each gradient slice is reduced to the rank whose ZeRO-1
+ *     shard holds it (zero_shard of the flat buffer; a bucketed
+ *     reduce-scatter); each rank keeps master weights and moments for its
+ *     shard only, updates it, and the BF16 parameters are all-gathered.
+ * The loss and the squared gradient norm (each rank's shard of the reduced
+ * gradients) are summed over ranks in rank order (comm_sum_scalars), so all
+ * ranks clip with the same global norm. Only rank 0 prints, logs and writes
+ * checkpoints; checkpoints hold the full model and full moments in table
+ * order (the ZeRO-1 shards are gathered first), exactly what a one-GPU run
+ * writes, so any process count can resume them. A failing rank names itself
+ * and, under mpirun, ends the job.
+ *
+ * Checkpoints: model_NNNNNNNN.bin (llm.c layout, FP32 master weights, exact)
+ * + state_NNNNNNNN.bin (moments, data position, RNG, attention mode) in
+ * --out-dir; --resume continues bit-exactly with the same process count.
  */
 #include <errno.h>
 #include <math.h>
@@ -31,11 +52,14 @@
 #include <time.h>
 
 #include "model/gpt_cuda.cuh"
+#include "model/diagnostics.cuh"
+#include "train/comm.h"
 extern "C" {
 #include "model/checkpoint.h"
 #include "model/gpt_cpu.h"
 #include "dataloader/dataloader.h"
 #include "dataloader/tokenizer.h"
+#include "train/dist.h"
 #include "train/flags.h"
 #include "train/schedule.h"
 #include "train/runlog.h"
@@ -79,14 +103,212 @@ static int file_exists(const char* path) {
     return stat(path, &st) == 0;
 }
 
-/* The gradient reduce point of data parallelism: a no-op on one GPU. */
-static void reduce_gradients(GPTCuda* model, int world_size) {
-    if (world_size != 1) die("this build of train_gpt drives one GPU; multi-GPU data parallelism is not wired in yet");
-    (void)model;
+/* ------------------------------------------------------------------ failing ranks */
+
+/* die() prints the error and exits; with more than one process this hook then
+   says which rank it was and, under mpirun, ends every rank of the job (the
+   others would otherwise wait forever in their next collective). */
+static DistInfo g_dist = {0, 1, 0, LAUNCH_SINGLE};
+static void rank_exit_hook(int status, void* unused) {
+    (void)unused;
+    if (status == 0 || g_dist.world_size == 1) return;
+    fprintf(stderr, "error: rank %d of %d stopped with the error above%s\n", g_dist.rank, g_dist.world_size,
+            g_dist.launch == LAUNCH_MPI ? "; ending every rank of the job" :
+                                          "; the other ranks stop when their launcher ends them");
+    fflush(stderr);
+    if (g_dist.launch == LAUNCH_MPI) dist_mpi_abort(status);
 }
 
-/* Mean loss over val_batches batches of the validation loader. */
-static double evaluate(GPTCuda* model, DataLoader* val, int batches, int B, int T, int* inputs, int* targets) {
+/* ------------------------------------------------------------------ data parallelism */
+
+/* (hi, lo) float pairs of doubles: comm_sum_scalars moves floats, so each
+   double travels as hi = float(x), lo = float(x - hi) (about 48 bits). */
+__global__ void split_doubles_kernel(float* out, const double* in, int n) {
+    const int i = threadIdx.x;
+    if (i >= n) return;
+    const float hi = (float)in[i];
+    out[2 * i] = hi;
+    out[2 * i + 1] = (float)(in[i] - (double)hi);
+}
+
+typedef struct {
+    DistInfo dist;
+    Comm* comm;
+    int zero_stage;
+    ZeroShard shard;          /* this rank's part of the flat buffer: its ZeRO-1 shard, and its share of the norm */
+    GPTCuda* model;
+    cudaStream_t comm_stream; /* gradient reductions, overlapped with backward */
+    cudaEvent_t ready;        /* compute stream: "gradients of the bucket are final" (reused per bucket) */
+    cudaEvent_t comm_done;    /* comm stream: last reduction issued for the step is done */
+    int reduce_now;           /* set on the last micro-step of a step */
+    float* d_split;           /* [8] split_doubles_kernel output */
+    /* per-step timing of the last micro-step (world_size > 1) */
+    cudaEvent_t ev_bwd_start, ev_bwd_end, ev_comm_start, ev_waited, ev_gather_start, ev_gather_end;
+    int comm_started;
+    double sum_bwd_ms, sum_comm_ms, sum_exposed_ms, sum_gather_ms;
+    int timed;
+} DataParallel;
+
+/* Sends flat range [a, b) of the gradients to be summed: all-reduce (stage
+   0), or reduced onto the rank(s) whose ZeRO-1 shards it falls in (stage 1). */
+static void dp_reduce_range(DataParallel* dp, size_t a, size_t b) {
+    floatX* g = dp->model->grads;
+    if (dp->zero_stage == 0) {
+        comm_all_reduce_bf16(dp->comm, g + a, b - a, dp->comm_stream);
+        return;
+    }
+    const size_t S = dp->shard.shard_size;
+    while (a < b) {
+        const int owner = (int)(a / S);
+        const size_t end = ((size_t)owner + 1) * S < b ? ((size_t)owner + 1) * S : b;
+        comm_reduce_bf16(dp->comm, g + a, end - a, owner, dp->comm_stream);
+        a = end;
+    }
+}
+
+/* gpt_cuda_backward's grad hook: the bucket of `layer` (or the rest) is final. */
+static void dp_grad_hook(void* ctx, int layer, cudaStream_t compute) {
+    DataParallel* dp = (DataParallel*)ctx;
+    if (!dp->reduce_now || dp->dist.world_size == 1) return;
+    const GPTCuda* m = dp->model;
+    cudaCheck(cudaEventRecord(dp->ready, compute));
+    cudaCheck(cudaStreamWaitEvent(dp->comm_stream, dp->ready, 0));
+    if (!dp->comm_started) {
+        cudaCheck(cudaEventRecord(dp->ev_comm_start, dp->comm_stream));
+        dp->comm_started = 1;
+    }
+    comm_group_begin(dp->comm);
+    if (layer == GRAD_HOOK_REST) {
+        const ParamId rest[] = {P_WTE, P_WPE, P_LNFW, P_LNFB};
+        for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++) {
+            const ParamTensorInfo* t = &m->params_info[rest[i]];
+            dp_reduce_range(dp, t->offset, t->offset + t->count);
+        }
+    } else {
+        for (int id = P_LN1W; id <= P_FCPROJB; id++) {
+            const ParamTensorInfo* t = &m->params_info[id];
+            const size_t per = t->count / (size_t)t->layers;
+            dp_reduce_range(dp, t->offset + (size_t)layer * per, t->offset + (size_t)(layer + 1) * per);
+        }
+    }
+    comm_group_end(dp->comm);
+    if (layer == GRAD_HOOK_REST) cudaCheck(cudaEventRecord(dp->comm_done, dp->comm_stream));
+}
+
+/* After the last backward of a step: the compute stream waits for the reductions. */
+static void dp_wait_gradients(DataParallel* dp, cudaStream_t compute) {
+    if (dp->dist.world_size == 1) return;
+    cudaCheck(cudaEventRecord(dp->ev_bwd_end, compute));
+    cudaCheck(cudaStreamWaitEvent(compute, dp->comm_done, 0));
+    cudaCheck(cudaEventRecord(dp->ev_waited, compute));
+}
+
+/* Sum over ranks, in rank order, of n <= 4 device doubles (bit-identical on
+   every rank). Synchronizes the compute stream. */
+static void dp_sum_doubles(DataParallel* dp, const double* d_values, int n, double* out, cudaStream_t compute) {
+    double h[8];
+    split_doubles_kernel<<<1, 32, 0, compute>>>(dp->d_split, d_values, n);
+    cudaCheckLastError();
+    comm_sum_scalars(dp->comm, dp->d_split, h, 2 * n, compute);
+    for (int i = 0; i < n; i++) out[i] = h[2 * i] + h[2 * i + 1];
+}
+
+/* ZeRO-1: every rank updated its shard of the BF16 parameters; gather them. */
+static void dp_gather_params(DataParallel* dp, cudaStream_t compute) {
+    if (dp->zero_stage == 0 || dp->dist.world_size == 1) return;
+    cudaCheck(cudaEventRecord(dp->ev_gather_start, compute));
+    comm_all_gather_bf16(dp->comm, dp->model->params, dp->shard.shard_size, compute);
+    cudaCheck(cudaEventRecord(dp->ev_gather_end, compute));
+}
+
+/* After a step's host sync: adds the step's phase times. */
+static void dp_account_timing(DataParallel* dp) {
+    if (dp->dist.world_size == 1 || !dp->comm_started) return;
+    float bwd = 0, comm = 0, exposed = 0, gather = 0;
+    cudaCheck(cudaEventElapsedTime(&bwd, dp->ev_bwd_start, dp->ev_bwd_end));
+    cudaCheck(cudaEventElapsedTime(&comm, dp->ev_comm_start, dp->comm_done));
+    cudaCheck(cudaEventElapsedTime(&exposed, dp->ev_bwd_end, dp->ev_waited));
+    if (dp->zero_stage == 1) cudaCheck(cudaEventElapsedTime(&gather, dp->ev_gather_start, dp->ev_gather_end));
+    dp->sum_bwd_ms += bwd;
+    dp->sum_comm_ms += comm;
+    dp->sum_exposed_ms += exposed;
+    dp->sum_gather_ms += gather;
+    dp->timed++;
+}
+
+/* Gathers a ZeRO-1-sharded FP32 array (shard_size elements per rank, this
+   rank's at `mine`) into host[num_params] on every rank, staging through the
+   BF16 gradient buffer (2 * alloc_params bytes; the gradients are not needed
+   between steps). Only rank 0's host copy is filled (the others only send).
+   Without sharding, rank 0 copies its own. */
+static void dp_gather_f32(DataParallel* dp, const float* mine, float* host, cudaStream_t compute) {
+    GPTCuda* m = dp->model;
+    const int W = dp->dist.world_size;
+    if (gpt_cuda_opt_is_whole(m)) {
+        if (dp->dist.rank != 0) return;
+        cudaCheck(cudaStreamSynchronize(compute));
+        cudaCheck(cudaMemcpy(host, mine, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
+        return;
+    }
+    const size_t S = dp->shard.shard_size, chunk = m->alloc_params / 2 / (size_t)W;
+    float* stage = (float*)m->grads;
+    for (size_t at = 0; at < S; at += chunk) {
+        const size_t n = S - at < chunk ? S - at : chunk;
+        cudaCheck(cudaMemcpyAsync(stage + (size_t)dp->dist.rank * n, mine + at, n * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, compute));
+        comm_all_gather_bf16(dp->comm, (__nv_bfloat16*)stage, 2 * n, compute);
+        cudaCheck(cudaStreamSynchronize(compute));
+        for (int r = 0; r < W && dp->dist.rank == 0; r++) {
+            const size_t first = (size_t)r * S + at;
+            if (first >= m->num_params) break;
+            const size_t take = m->num_params - first < n ? m->num_params - first : n;
+            cudaCheck(cudaMemcpy(host + first, stage + (size_t)r * n, take * sizeof(float), cudaMemcpyDeviceToHost));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ diagnostics */
+
+typedef struct {
+    DiagCuda diag;
+    int active;               /* diag_cuda_init done */
+    DiagCaptureSpec capture;
+    int probe_layer;          /* layer to probe in this step's last backward, -1: none */
+    int capture_step;         /* -1: no capture in this step */
+    AttnMode mode;
+    AttnOptions opt;
+    const char* out_dir;
+    LayerDiag* host_layers;
+    char* json;
+    cudaEvent_t ev_a, ev_b;   /* cost of the diagnostics: hook work and the end-of-step measurements */
+    double step_ms;           /* diagnostics time of the current step */
+    double sum_ms;
+    int steps_with_diag;
+} TrainDiag;
+
+/* attn_hook: the probe and captures read the layer's dO right after its attention backward. */
+static void diag_attn_hook(void* ctx, int layer, AttnShape s, const floatX* qkv, const floatX* out,
+                           const float* stats, const floatX* dout, cudaStream_t st) {
+    TrainDiag* td = (TrainDiag*)ctx;
+    const int probe = layer == td->probe_layer;
+    const int capture = td->capture_step >= 0 && diag_capture_wanted(&td->capture, td->capture_step, layer);
+    if (!probe && !capture) return;
+    cudaCheck(cudaEventRecord(td->ev_a, st));
+    if (probe) diag_probe_cuda(&td->diag, td->mode, td->opt, layer, qkv, out, stats, dout, s.B, s.T, st);
+    if (capture) diag_capture_layer_cuda(td->out_dir, td->capture_step, layer, td->mode, s, qkv, out, stats, dout, st);
+    cudaCheck(cudaEventRecord(td->ev_b, st));
+    cudaCheck(cudaEventSynchronize(td->ev_b));
+    float ms = 0;
+    cudaCheck(cudaEventElapsedTime(&ms, td->ev_a, td->ev_b));
+    td->step_ms += ms;
+}
+
+/* ------------------------------------------------------------------ evaluation, sampling, checkpoints */
+
+/* Mean loss over val_batches global batches of the validation loader (each
+   rank its slice; the sums meet in rank order). */
+static double evaluate(GPTCuda* model, DataParallel* dp, DataLoader* val, int batches, int B, int T, int* inputs,
+                       int* targets) {
     char err[512];
     dataloader_reset(val);
     gpt_cuda_loss_reset(model);
@@ -94,11 +316,13 @@ static double evaluate(GPTCuda* model, DataLoader* val, int batches, int B, int 
         if (dataloader_next(val, inputs, targets, err, sizeof(err)) != 0) die("validation data: %s", err);
         gpt_cuda_forward(model, inputs, targets, B, T, 0.0f);
     }
-    return gpt_cuda_loss_read(model) / ((double)batches * B * T);
+    double sum;
+    dp_sum_doubles(dp, model->scalars_dev, 1, &sum, model->stream);
+    return sum / ((double)batches * B * T * dp->dist.world_size);
 }
 
 /* Draws n tokens after <|endoftext|>, one forward per token over the growing
-   context (capped at T), batch 1. */
+   context (capped at T), batch 1. Rank 0 only. */
 static void sample_text(GPTCuda* model, Tokenizer* tok, SamplerRng* rng, int n, int T, RunLog* log, int step) {
     const int V = model->config.vocab_size;
     int* ids = (int*)mallocCheck(sizeof(int) * (size_t)(n + 1));
@@ -121,16 +345,20 @@ static void sample_text(GPTCuda* model, Tokenizer* tok, SamplerRng* rng, int n, 
     free(logits);
 }
 
-static void save_checkpoint(GPTCuda* model, const char* out_dir, int step, ResumeState* st, float* host_params,
-                            RunLog* log) {
+/* Every rank takes part (the ZeRO-1 shards are gathered); rank 0 writes the
+   same two files a one-GPU run writes. */
+static void save_checkpoint(GPTCuda* model, DataParallel* dp, const char* out_dir, int step, ResumeState* st,
+                            float* host_params, RunLog* log) {
     char model_path[4096], state_path[4096], err[1024];
+    dp_gather_f32(dp, model->master, host_params, model->stream);
+    dp_gather_f32(dp, model->adam_m, st->m, model->stream);
+    dp_gather_f32(dp, model->adam_v, st->v, model->stream);
+    if (dp->dist.rank != 0) return;
     run_file_path(model_path, sizeof(model_path), out_dir, "model", step);
     run_file_path(state_path, sizeof(state_path), out_dir, "state", step);
-    gpt_cuda_get_params(model, host_params);
     if (checkpoint_write_model(model_path, &model->config, host_params, 0, err, sizeof(err)) != 0)
         die("saving the checkpoint: %s", err);
     st->params_hash = resume_hash(host_params, model->num_params * sizeof(float), RESUME_HASH_INIT);
-    gpt_cuda_get_optimizer_state(model, st->m, st->v);
     if (resume_state_write(state_path, st, err, sizeof(err)) != 0) die("saving the resume state: %s", err);
     FILE* rec = runlog_begin(log, "checkpoint");
     if (rec) {
@@ -143,6 +371,38 @@ static void save_checkpoint(GPTCuda* model, const char* out_dir, int step, Resum
     printf("saved %s and %s\n", model_path, state_path);
 }
 
+/* ------------------------------------------------------------------ agreement before the first step */
+
+static uint64_t digest_flags(const TrainFlags* f) {
+    char* buf = NULL;
+    size_t len = 0;
+    FILE* mem = open_memstream(&buf, &len);
+    if (mem == NULL) die("open_memstream failed: %s", strerror(errno));
+    flags_write_json(mem, f);
+    fclose(mem);
+    const uint64_t h = dist_digest(buf, len, 0);
+    free(buf);
+    return h;
+}
+static uint64_t digest_shards(const DataLoader* dl, uint64_t h) {
+    if (dl == NULL) return dist_digest("none", 4, h);
+    for (int i = 0; i < dataloader_num_shards(dl); i++) {
+        const char* path = dataloader_shard_path(dl, i);
+        struct stat sb;
+        const int64_t size = stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+        h = dist_digest(path, strlen(path) + 1, h);
+        h = dist_digest(&size, sizeof size, h);
+    }
+    const int64_t tokens = dataloader_num_tokens(dl);
+    return dist_digest(&tokens, sizeof tokens, h);
+}
+static void check_agreement(Comm* comm, uint64_t digest, const char* what) {
+    char err[1024];
+    if (comm_check_agreement(comm, digest, what, err, sizeof(err)) != 0) die("%s", err);
+}
+
+/* ------------------------------------------------------------------ main */
+
 int main(int argc, char** argv) {
     char err[1024];
     TrainFlags f;
@@ -150,14 +410,29 @@ int main(int argc, char** argv) {
     const int parsed = flags_parse(&f, argc, argv, err, sizeof(err));
     if (parsed == 1) {
         flags_print_help(stdout, "train_gpt",
-                         "GPT-2 pretraining on one NVIDIA GPU, attention numerics switchable with --attn.", 1);
+                         "GPT-2 pretraining on NVIDIA GPUs (one process per GPU: mpirun, or RANK/WORLD_SIZE), "
+                         "attention numerics switchable with --attn.", 1);
         return 0;
     }
     if (parsed != 0) die("%s\n  hint: train_gpt --help lists every flag", err);
-    /* ZeRO-1 on one GPU: the single shard is the whole buffer, i.e. the unsharded optimizer. */
-    if (f.zero_stage != 0) printf("note: --zero-stage %d on one GPU: one shard holds all optimizer state\n", f.zero_stage);
-    if (f.diag_every != 0 || f.capture_steps[0] || f.capture_layers[0])
-        die("--diag-every / --capture-steps / --capture-layers are not implemented in train_gpt yet; leave them unset");
+
+    /* ---- who am I: launcher, GPU, communicator ---- */
+    DistInfo dist;
+    if (dist_detect(&dist, err, sizeof(err)) != 0) die("%s", err);
+    g_dist = dist;
+    on_exit(rank_exit_hook, NULL);
+    const int world_size = dist.world_size, rank = dist.rank, master_rank = rank == 0;
+    if (!master_rank && freopen("/dev/null", "w", stdout) == NULL) die("cannot silence stdout of rank %d", rank);
+    int device_count = 0;
+    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
+        die("no CUDA GPU found; train on the CPU with build/train_gpt_cpu");
+    if (dist.local_rank >= device_count)
+        die("rank %d has local rank %d but this node shows %d GPU(s)\n  hint: start at most one process per GPU "
+            "(mpirun -np N with N <= GPUs per node; check CUDA_VISIBLE_DEVICES)", rank, dist.local_rank, device_count);
+    cudaCheck(cudaSetDevice(dist.local_rank));
+    Comm* comm = comm_create(&dist, f.nccl_id_file, err, sizeof(err));
+    if (comm == NULL) die("starting the communicator (rank %d of %d, %s): %s", rank, world_size,
+                          dist_launch_name(dist.launch), err);
 
     /* ---- model shape and weights source ---- */
     GPTConfig cfg;
@@ -174,41 +449,68 @@ int main(int argc, char** argv) {
     if (attn_mode_parse(f.attn, &attn_mode) != 0) die("--attn '%s': choose one of %s", f.attn, attn_mode_choices());
     ScheduleKind sched_kind;
     if (schedule_parse(f.schedule, &sched_kind) != 0) die("--schedule '%s': choose cosine|linear|constant", f.schedule);
-    const int world_size = 1, rank = 0;
-    const long long tokens_per_micro = (long long)B * T * world_size;
+    const long long tokens_per_micro = (long long)B * T * world_size; /* over all ranks */
     int grad_accum = 1;
     if (f.total_batch_tokens > 0) {
-        if (f.total_batch_tokens % tokens_per_micro != 0)
-            die("--total-batch-tokens %lld is not a multiple of batch-size x seq-len = %lld; pick a multiple",
-                (long long)f.total_batch_tokens, tokens_per_micro);
-        grad_accum = (int)(f.total_batch_tokens / tokens_per_micro);
+        const int64_t ga = dist_grad_accum_steps(f.total_batch_tokens, B, T, world_size, err, sizeof(err));
+        if (ga < 0) die("%s", err);
+        grad_accum = (int)ga;
     }
+    /* diagnostics, probe, captures, the gauge arm */
+    DiagCaptureSpec capture_spec;
+    memset(&capture_spec, 0, sizeof capture_spec);
+    if (f.capture_attn[0] && (f.capture_steps[0] || f.capture_layers[0]))
+        die("--capture-attn and --capture-steps/--capture-layers say the same thing twice; give one of them");
+    if (f.capture_attn[0] ? diag_capture_spec_parse(f.capture_attn, cfg.num_layers, &capture_spec, err, sizeof(err))
+                          : diag_capture_spec_from_flags(f.capture_steps, f.capture_layers, cfg.num_layers,
+                                                         &capture_spec, err, sizeof(err)))
+        die("%s", err);
+    if (capture_spec.num_steps == 0 && f.capture_layers[0])
+        die("--capture-layers without --capture-steps captures nothing; add --capture-steps S1,S2,...");
 
-    /* ---- GPU and the memory check, before anything large is allocated ---- */
-    int device_count = 0;
-    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
-        die("no CUDA GPU found; train on the CPU with build/train_gpt_cpu");
-    cudaCheck(cudaSetDevice(0));
+    /* ---- data-parallel layout and the memory check, before anything large is allocated ---- */
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    const GpuMemoryPlan plan = gpt_cuda_memory_plan(&cfg, B, T, f.recompute);
+    cudaCheck(cudaGetDeviceProperties(&prop, dist.local_rank));
+    const size_t num_params = gpt_num_parameters(&cfg);
+    /* shard alignment: 128 elements (256 bytes) keeps every shard start aligned for vector loads and NCCL */
+    const ZeroShard shard = zero_shard(num_params, world_size, rank, 128);
+    const size_t opt_offset = f.zero_stage == 1 ? shard.offset : 0;
+    const size_t opt_count = f.zero_stage == 1 ? shard.shard_size : num_params;
+    const GpuMemoryPlan plan =
+        gpt_cuda_memory_plan_dist(&cfg, B, T, f.recompute, shard.padded_total, opt_count, 0);
     size_t free_bytes = 0, total_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     const double GiB = 1024.0 * 1024.0 * 1024.0;
-    if (gpt_cuda_memory_check(&plan, free_bytes, B, T, f.recompute, prop.name, err, sizeof(err)) != 0) die("%s", err);
+    if (gpt_cuda_memory_check(&plan, free_bytes, B, T, f.recompute, prop.name, err, sizeof(err)) != 0)
+        die("rank %d: %s%s", rank, err, f.zero_stage == 0 && world_size > 1 ? ", or --zero-stage 1" : "");
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     GPTCuda model;
-    gpt_cuda_init(&model, &cfg, B, T, f.recompute, attn_mode, stream);
+    gpt_cuda_init_dist(&model, &cfg, B, T, f.recompute, attn_mode, stream, shard.padded_total, opt_offset, opt_count);
     model.attn_opt.tile_max_shift = f.attn_tile_max_shift;
-    float* host_params = (float*)mallocCheck(model.num_params * sizeof(float));
+
+    DataParallel dp;
+    memset(&dp, 0, sizeof dp);
+    dp.dist = dist;
+    dp.comm = comm;
+    dp.zero_stage = f.zero_stage;
+    dp.shard = shard;
+    dp.model = &model;
+    cudaCheck(cudaStreamCreateWithFlags(&dp.comm_stream, cudaStreamNonBlocking));
+    cudaEvent_t* evs[] = {&dp.ready, &dp.comm_done, &dp.ev_bwd_start, &dp.ev_bwd_end, &dp.ev_comm_start,
+                          &dp.ev_waited, &dp.ev_gather_start, &dp.ev_gather_end};
+    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) cudaCheck(cudaEventCreate(evs[i]));
+    cudaCheck(cudaMalloc((void**)&dp.d_split, 8 * sizeof(float)));
+    model.grad_hook = dp_grad_hook;
+    model.grad_hook_ctx = &dp;
+
+    float* host_params = (float*)mallocCheck(num_params * sizeof(float));
     if (init_params) {
-        memcpy(host_params, init_params, model.num_params * sizeof(float));
+        memcpy(host_params, init_params, num_params * sizeof(float));
         free(init_params);
     } else {
         gpt_init_params(&cfg, host_params, f.seed);
     }
-    gpt_cuda_set_params(&model, host_params);
 
     /* ---- data, tokenizer ---- */
     DataLoader* train_loader = NULL;
@@ -220,7 +522,7 @@ int main(int argc, char** argv) {
                                          err, sizeof(err)) != 0)
         die("--val-data: %s\n  hint: pass --val-data '' to train without validation", err);
     Tokenizer* tok = NULL;
-    if (tokenizer_load(&tok, f.vocab, err, sizeof(err)) != 0) {
+    if (master_rank && tokenizer_load(&tok, f.vocab, err, sizeof(err)) != 0) {
         printf("note: no tokenizer (%s); samples are printed as token ids\n", err);
         tok = NULL;
     }
@@ -230,18 +532,21 @@ int main(int argc, char** argv) {
     if (f.out_dir[0]) {
         snprintf(out_dir, sizeof(out_dir), "%s", f.out_dir);
     } else {
+        if (world_size > 1) die("with %d processes give --out-dir (a path every rank sees the same)", world_size);
         time_t now = time(NULL);
         struct tm tmv;
         localtime_r(&now, &tmv);
         strftime(out_dir, sizeof(out_dir), "runs/run_%Y%m%d_%H%M%S", &tmv);
     }
-    make_dirs(out_dir);
     char log_path[4096];
     snprintf(log_path, sizeof(log_path), "%s/log.jsonl", out_dir);
     const int resuming = f.resume[0] != 0;
-    if (!resuming && file_exists(log_path) && !f.overwrite)
-        die("'%s' already holds a run (%s)\n  hint: --resume latest to continue it, --overwrite 1 to start over, "
-            "or another --out-dir", out_dir, log_path);
+    if (master_rank) {
+        make_dirs(out_dir);
+        if (!resuming && file_exists(log_path) && !f.overwrite)
+            die("'%s' already holds a run (%s)\n  hint: --resume latest to continue it, --overwrite 1 to start over, "
+                "or another --out-dir", out_dir, log_path);
+    }
 
     ResumeState st;
     memset(&st, 0, sizeof(st));
@@ -249,13 +554,15 @@ int main(int argc, char** argv) {
     st.config_hash = gpt_config_hash(&cfg);
     st.batch_size = B; st.seq_len = T; st.grad_accum = grad_accum; st.world_size = world_size;
     st.shuffle = f.shuffle; st.attn_mode = attn_mode; st.attn_tile_max_shift = f.attn_tile_max_shift;
-    st.seed = f.seed; st.num_params = model.num_params;
-    st.m = (float*)mallocCheck(model.num_params * sizeof(float));
-    st.v = (float*)mallocCheck(model.num_params * sizeof(float));
+    st.seed = f.seed; st.num_params = num_params;
+    st.m = (float*)mallocCheck(num_params * sizeof(float));
+    st.v = (float*)mallocCheck(num_params * sizeof(float));
     SamplerRng rng;
     sampler_seed(&rng, f.seed);
     int start_step = 0;
     long long tokens_seen = 0;
+    ResumeState saved;
+    memset(&saved, 0, sizeof saved);
     if (resuming) {
         char state_path[4096];
         int64_t found_step = 0;
@@ -266,9 +573,22 @@ int main(int argc, char** argv) {
         } else {
             snprintf(state_path, sizeof(state_path), "%s", f.resume);
         }
-        ResumeState saved;
         if (resume_state_read(state_path, &saved, err, sizeof(err)) != 0) die("--resume: %s", err);
-        if (resume_state_check(&saved, &st, err, sizeof(err)) != 0) die("--resume: %s", err);
+        /* Another process count continues the same run when the step's token count is unchanged: the data
+           stream does not depend on the process count, only the order of the gradient sums does. */
+        ResumeState expect = st;
+        const long long saved_tokens = (long long)saved.batch_size * saved.seq_len * saved.grad_accum * saved.world_size;
+        const int other_world = saved.world_size != world_size && saved.batch_size == B && saved.seq_len == T &&
+                                saved_tokens == tokens_per_micro * grad_accum;
+        if (other_world) {
+            expect.world_size = saved.world_size;
+            expect.grad_accum = saved.grad_accum;
+        }
+        if (resume_state_check(&saved, &expect, err, sizeof(err)) != 0) die("--resume: %s", err);
+        if (other_world)
+            printf("note: resuming a run of %d process(es) x %d accumulation steps on %d x %d (same %lld tokens per "
+                   "step; sums are ordered differently, so not bit-exact)\n", saved.world_size, saved.grad_accum,
+                   world_size, grad_accum, saved_tokens);
         char model_path[4096], dir[4096];
         snprintf(dir, sizeof(dir), "%s", state_path);
         char* slash = strrchr(dir, '/');
@@ -278,10 +598,10 @@ int main(int argc, char** argv) {
         float* saved_params = NULL;
         if (checkpoint_read_model(model_path, &saved_cfg, &saved_params, err, sizeof(err)) != 0)
             die("--resume: the model file beside the state: %s", err);
-        if (resume_hash(saved_params, model.num_params * sizeof(float), RESUME_HASH_INIT) != saved.params_hash)
+        if (resume_hash(saved_params, num_params * sizeof(float), RESUME_HASH_INIT) != saved.params_hash)
             die("--resume: '%s' is not the model saved with '%s' (parameter hash differs)", model_path, state_path);
-        gpt_cuda_set_params(&model, saved_params);
-        gpt_cuda_set_optimizer_state(&model, saved.m, saved.v);
+        memcpy(host_params, saved_params, num_params * sizeof(float));
+        free(saved_params);
         if (dataloader_seek(train_loader, &saved.data_pos, err, sizeof(err)) != 0) die("--resume: %s", err);
         rng.state = saved.rng_state;
         start_step = (int)saved.step;
@@ -289,9 +609,12 @@ int main(int argc, char** argv) {
         if (saved.attn_mode != (int32_t)attn_mode)
             printf("note: resuming a run trained with --attn %s under --attn %s\n",
                    attn_mode_name((AttnMode)saved.attn_mode), attn_mode_name(attn_mode));
-        free(saved_params);
-        resume_state_free(&saved);
         printf("resumed from %s (step %d)\n", state_path, start_step);
+    }
+    gpt_cuda_set_params(&model, host_params);
+    if (resuming) {
+        gpt_cuda_set_optimizer_state(&model, saved.m, saved.v);
+        resume_state_free(&saved);
     }
     if (resuming && start_step >= f.steps)
         die("--resume: the run already has %d steps and --steps is %d\n  hint: raise --steps to train longer",
@@ -299,18 +622,53 @@ int main(int argc, char** argv) {
     if (f.stop_at > 0 && (f.stop_at >= f.steps || f.stop_at <= start_step))
         die("--stop-at %d must lie between the first step of this invocation (%d) and --steps (%d)", f.stop_at,
             start_step, f.steps);
+
+    /* ---- every rank must run the same thing: compare digests before the first step ---- */
+    if (world_size > 1) {
+        check_agreement(comm, digest_flags(&f), "the flags");
+        const int32_t shape[] = {B, T, grad_accum, f.zero_stage, (int32_t)attn_mode, start_step};
+        check_agreement(comm, dist_digest(shape, sizeof shape, dist_digest(&cfg, sizeof cfg, 0)),
+                        "the model config and batch shape");
+        check_agreement(comm, digest_shards(val_loader, digest_shards(train_loader, 1)),
+                        "the data shards (names, sizes, token counts)");
+        const DataPosition pos = dataloader_position(train_loader);
+        check_agreement(comm, resume_hash(host_params, num_params * sizeof(float), dist_digest(&pos, sizeof pos, 2)),
+                        "the initial weights and data position");
+    }
+
     RunLog log;
-    if (runlog_open(&log, log_path, resuming, err, sizeof(err)) != 0) die("%s", err);
+    if (runlog_open(&log, master_rank ? log_path : NULL, resuming, err, sizeof(err)) != 0) die("%s", err);
     {
         FILE* rec = runlog_begin(&log, resuming ? "resume" : "config");
         if (rec) {
             fprintf(rec, ", \"trainer\": \"train_gpt\", \"device\": ");
             json_write_string(rec, prop.name);
-            fprintf(rec, ", \"step\": %d, \"grad_accum\": %d, \"num_params\": %zu, ", start_step, grad_accum,
-                    model.num_params);
+            fprintf(rec, ", \"step\": %d, \"grad_accum\": %d, \"num_params\": %zu, \"world_size\": %d, "
+                    "\"launch\": ", start_step, grad_accum, num_params, world_size);
+            json_write_string(rec, dist_launch_name(dist.launch));
+            fprintf(rec, ", ");
             flags_write_json(rec, &f);
         }
         runlog_end(&log);
+    }
+
+    /* ---- diagnostics (rank 0 measures its own micro-batch; all ranks join the collectives) ---- */
+    TrainDiag td;
+    memset(&td, 0, sizeof td);
+    td.capture = capture_spec;
+    td.mode = attn_mode;
+    td.opt = model.attn_opt;
+    td.out_dir = out_dir;
+    td.probe_layer = -1;
+    td.capture_step = -1;
+    const int want_diag = f.diag_every > 0 || f.probe_every > 0 || capture_spec.num_steps > 0;
+    if (master_rank && want_diag) {
+        diag_cuda_init(&td.diag, &cfg, B, T, DIAG_DEFAULT_ROWS_PER_HEAD);
+        td.active = 1;
+        td.host_layers = (LayerDiag*)mallocCheck((size_t)cfg.num_layers * sizeof(LayerDiag));
+        td.json = (char*)mallocCheck(diag_json_bytes(cfg.num_layers));
+        cudaCheck(cudaEventCreate(&td.ev_a));
+        cudaCheck(cudaEventCreate(&td.ev_b));
     }
 
     /* ---- banner ---- */
@@ -318,23 +676,31 @@ int main(int argc, char** argv) {
     const double flops_per_token = training_flops_per_token(&cfg, T);
     printf("train_gpt: %s, %.1f GiB free of %.1f\n", prop.name, free_bytes / GiB, total_bytes / GiB);
     flags_print_settings(stdout, &f, 1);
+    printf("processes: %d (%s launch, %s)%s\n", world_size, dist_launch_name(dist.launch),
+           comm_multi_process_capable() ? "NCCL" : "no NCCL in this build: one GPU only",
+           world_size > 1 ? (f.zero_stage == 1 ? ", ZeRO-1: optimizer state sharded, gradients reduced to owners"
+                                               : ", gradients all-reduced, optimizer state replicated")
+                          : "");
     printf("model: L%d C%d NH%d T%d V%d (padded %d), %zu parameters\n", cfg.num_layers, cfg.channels, cfg.num_heads,
-           T, cfg.vocab_size, cfg.padded_vocab_size, model.num_params);
-    printf("batch: %d x %d tokens x %d accumulation steps = %lld tokens per step\n", B, T, grad_accum,
-           tokens_per_micro * grad_accum);
-    printf("memory plan: %.2f GiB (weights+grads %.2f, optimizer %.2f, activations %.2f + %.2f, workspaces %.2f)\n",
-           plan.total_bytes / GiB, plan.params_bytes / GiB, plan.optimizer_bytes / GiB, plan.acts_bytes / GiB,
-           plan.stats_bytes / GiB, plan.workspace_bytes / GiB);
+           T, cfg.vocab_size, cfg.padded_vocab_size, num_params);
+    printf("batch: %d x %d tokens x %d processes x %d accumulation steps = %lld tokens per step\n", B, T, world_size,
+           grad_accum, tokens_per_micro * grad_accum);
+    printf("memory plan (per GPU): %.2f GiB (weights+grads %.2f, optimizer %.2f, activations %.2f + %.2f, "
+           "workspaces %.2f)\n", plan.total_bytes / GiB, plan.params_bytes / GiB, plan.optimizer_bytes / GiB,
+           plan.acts_bytes / GiB, plan.stats_bytes / GiB, plan.workspace_bytes / GiB);
     printf("attention: %s | data: %lld train tokens in %d shard(s)%s | out: %s\n", attn_mode_name(attn_mode),
            (long long)dataloader_num_tokens(train_loader), dataloader_num_shards(train_loader),
            val_loader ? "" : " (no validation)", out_dir);
+    if (want_diag)
+        printf("diagnostics: every %d steps | probe every %d steps | %d capture step(s) | gauge arm %s\n",
+               f.diag_every, f.probe_every, capture_spec.num_steps, f.zero_key_bias_grad ? "on" : "off");
     if (peak == 0.0) printf("note: no peak FLOP/s entry for '%s': MFU not reported\n", prop.name);
 
     /* ---- training loop ---- */
     LRSchedule sched = {sched_kind, f.lr, f.min_lr_frac, f.warmup_steps, f.steps};
     int* inputs = (int*)mallocCheck(sizeof(int) * (size_t)B * T);
     int* targets = (int*)mallocCheck(sizeof(int) * (size_t)B * T);
-    const float dloss = 1.0f / (float)((double)B * T * grad_accum);
+    const float dloss = 1.0f / (float)((double)B * T * grad_accum * world_size);
     double time_sum = 0.0;
     int timed_steps = 0;
     /* Same boundary order as train_gpt_cpu.c: at each step boundary, checkpoint (not at the start of this
@@ -348,7 +714,7 @@ int main(int argc, char** argv) {
             st.tokens_seen = tokens_seen;
             st.rng_state = rng.state;
             st.data_pos = dataloader_position(train_loader);
-            save_checkpoint(&model, out_dir, step, &st, host_params, &log);
+            save_checkpoint(&model, &dp, out_dir, step, &st, host_params, &log);
         }
         if (stop_here) {
             FILE* pf = runlog_begin(&log, "stop");
@@ -358,11 +724,11 @@ int main(int argc, char** argv) {
             break;
         }
         if (val_loader && (last || (f.val_every > 0 && step % f.val_every == 0))) {
-            const double vl = evaluate(&model, val_loader, f.val_batches, B, T, inputs, targets);
+            const double vl = evaluate(&model, &dp, val_loader, f.val_batches, B, T, inputs, targets);
             printf("val loss %.6f (step %d, %d batches)\n", vl, step, f.val_batches);
             runlog_eval(&log, step, vl, f.val_batches);
         }
-        if (f.sample_every > 0 && step > 0 && (last || step % f.sample_every == 0))
+        if (master_rank && f.sample_every > 0 && step > 0 && (last || step % f.sample_every == 0))
             sample_text(&model, tok, &rng, f.sample_tokens, T, &log, step);
         if (last) {
             FILE* pf = runlog_begin(&log, "stop");
@@ -371,21 +737,60 @@ int main(int argc, char** argv) {
             break;
         }
 
+        /* what this step measures (decided the same way on every rank) */
+        const int diag_step = f.diag_every > 0 && step % f.diag_every == 0;
+        const int probe_step = f.probe_every > 0 && step % f.probe_every == 0;
+        const int capture_step = diag_capture_step_wanted(&capture_spec, step);
+        if (td.active) {
+            td.probe_layer = probe_step ? (step / f.probe_every) % cfg.num_layers : -1;
+            td.capture_step = capture_step ? step : -1;
+            td.step_ms = 0.0;
+            if (diag_step || probe_step) diag_cuda_clear(&td.diag, stream);
+        }
+
         const double t0 = runlog_now_s();
         gpt_cuda_zero_grad(&model);
         gpt_cuda_loss_reset(&model);
+        dp.comm_started = 0;
         for (int micro = 0; micro < grad_accum; micro++) {
+            const int last_micro = micro + 1 == grad_accum;
             if (dataloader_next(train_loader, inputs, targets, err, sizeof(err)) != 0) die("training data: %s", err);
             gpt_cuda_forward(&model, inputs, targets, B, T, dloss);
+            dp.reduce_now = last_micro;
+            if (last_micro && world_size > 1) cudaCheck(cudaEventRecord(dp.ev_bwd_start, stream));
+            if (last_micro && td.active && (probe_step || capture_step)) {
+                model.attn_hook = diag_attn_hook;
+                model.attn_hook_ctx = &td;
+            }
             gpt_cuda_backward(&model);
+            model.attn_hook = NULL;
         }
-        reduce_gradients(&model, world_size);
+        dp_wait_gradients(&dp, stream);
+        if (f.zero_key_bias_grad) diag_zero_key_bias_grad_cuda(&cfg, model.params_info, model.grads, stream);
+        if (diag_step) {
+            /* the per-layer gradient norms need every reduced gradient on rank 0 */
+            if (f.zero_stage == 1 && world_size > 1) comm_all_gather_bf16(comm, model.grads, shard.shard_size, stream);
+            if (td.active) {
+                cudaCheck(cudaEventRecord(td.ev_a, stream));
+                for (int l = 0; l < cfg.num_layers; l++)
+                    diag_attention_cuda(&td.diag, l, gpu_act(&model, GA_QKV, l), B, T, stream);
+                diag_params_cuda(&td.diag, model.params, model.grads, stream);
+                cudaCheck(cudaEventRecord(td.ev_b, stream));
+            }
+        }
         const double lr = schedule_lr(&sched, step);
         AdamWHyper h = {(float)lr, f.beta1, f.beta2, f.adam_eps, f.weight_decay, step + 1};
-        const double loss = gpt_cuda_loss_read(&model) / ((double)B * T * grad_accum);
-        /* gpt_cuda_update leaves the weights alone when the gradient norm is not finite */
-        const double norm = isfinite(loss) ? gpt_cuda_update(&model, h, f.grad_clip) : NAN;
+        gpt_cuda_grad_norm_sq_enqueue(&model, shard.offset, shard.shard_size);
+        double sums[2];
+        dp_sum_doubles(&dp, model.scalars_dev, 2, sums, stream); /* [0] loss sum, [1] squared norm */
+        const double loss = sums[0] / ((double)tokens_per_micro * grad_accum);
+        const double norm = isfinite(loss) ? sqrt(sums[1]) : NAN;
+        /* gpt_cuda_update_with_norm leaves the weights alone when the gradient norm is not finite */
+        gpt_cuda_update_with_norm(&model, h, f.grad_clip, norm);
+        if (isfinite(norm)) dp_gather_params(&dp, stream);
+        cudaCheck(cudaStreamSynchronize(stream));
         const double dt = runlog_now_s() - t0;
+        dp_account_timing(&dp);
         tokens_seen += tokens_per_micro * grad_accum;
         if (step > start_step) { time_sum += dt; timed_steps++; } /* the first step includes warm-up */
         if (!isfinite(loss) || !isfinite(norm)) {
@@ -399,25 +804,84 @@ int main(int argc, char** argv) {
         StepRecord r = {step, f.steps, loss, lr, norm, tokens_per_micro * grad_accum / dt, dt * 1e3,
                         attn_mode_name(attn_mode)};
         runlog_step(&log, &r);
+        if (td.active && (diag_step || probe_step || capture_step)) {
+            if (diag_step) {
+                float ms = 0;
+                cudaCheck(cudaEventElapsedTime(&ms, td.ev_a, td.ev_b));
+                td.step_ms += ms;
+            }
+            td.sum_ms += td.step_ms;
+            td.steps_with_diag++;
+            if (diag_step || probe_step) {
+                DiagProbe probe;
+                diag_cuda_fetch(&td.diag, td.host_layers, &probe, NULL, stream);
+                diag_write_json(td.json, diag_json_bytes(cfg.num_layers), td.host_layers, cfg.num_layers, &probe);
+                FILE* df = runlog_begin(&log, "diag");
+                if (df) {
+                    fprintf(df, ", \"step\": %d, %s, \"diag_ms\": ", step, td.json);
+                    runlog_write_number(df, td.step_ms);
+                }
+                runlog_end(&log);
+            }
+        }
         if (step == start_step || (step + 1) % f.log_every == 0 || step + 1 == f.steps) {
             const double mean_dt = timed_steps ? time_sum / timed_steps : dt;
             runlog_console_step(stdout, &r, mean_dt * (f.steps - step - 1));
-            if (peak > 0) printf("      MFU %.1f%%\n", 100.0 * flops_per_token * r.tokens_per_s / peak);
+            if (peak > 0) printf("      MFU %.1f%% (per GPU)\n", 100.0 * flops_per_token * r.tokens_per_s / world_size / peak);
         }
     }
     if (timed_steps > 0) {
+        const double step_ms = 1e3 * time_sum / timed_steps;
         const double tps = tokens_per_micro * grad_accum / (time_sum / timed_steps);
-        printf("mean over %d steps (first excluded): %.1f ms/step, %.0f tokens/s", timed_steps,
-               1e3 * time_sum / timed_steps, tps);
-        if (peak > 0) printf(", MFU %.1f%%", 100.0 * flops_per_token * tps / peak);
+        printf("mean over %d steps (first excluded): %.1f ms/step, %.0f tokens/s", timed_steps, step_ms, tps);
+        if (peak > 0) printf(", MFU %.1f%%", 100.0 * flops_per_token * tps / world_size / peak);
         printf("\n");
+        FILE* rec = runlog_begin(&log, "summary");
+        if (rec) {
+            fprintf(rec, ", \"timed_steps\": %d, \"ms_per_step\": ", timed_steps);
+            runlog_write_number(rec, step_ms);
+            fprintf(rec, ", \"tokens_per_s\": ");
+            runlog_write_number(rec, tps);
+            fprintf(rec, ", \"world_size\": %d", world_size);
+            if (dp.timed > 0) {
+                fprintf(rec, ", \"backward_ms\": ");
+                runlog_write_number(rec, dp.sum_bwd_ms / dp.timed);
+                fprintf(rec, ", \"reduce_span_ms\": ");
+                runlog_write_number(rec, dp.sum_comm_ms / dp.timed);
+                fprintf(rec, ", \"reduce_exposed_ms\": ");
+                runlog_write_number(rec, dp.sum_exposed_ms / dp.timed);
+                fprintf(rec, ", \"param_gather_ms\": ");
+                runlog_write_number(rec, dp.sum_gather_ms / dp.timed);
+            }
+            if (td.steps_with_diag > 0) {
+                fprintf(rec, ", \"diag_ms_per_diag_step\": ");
+                runlog_write_number(rec, td.sum_ms / td.steps_with_diag);
+            }
+        }
+        runlog_end(&log);
+        if (dp.timed > 0)
+            printf("data parallel, per step (mean of %d): backward of the last micro-step %.2f ms | gradient "
+                   "reduction span %.2f ms, exposed after backward %.2f ms | parameter all-gather %.2f ms\n",
+                   dp.timed, dp.sum_bwd_ms / dp.timed, dp.sum_comm_ms / dp.timed, dp.sum_exposed_ms / dp.timed,
+                   dp.sum_gather_ms / dp.timed);
+        if (td.steps_with_diag > 0)
+            printf("diagnostics: %.2f ms per measured step (%d steps), %.2f%% of a mean step\n",
+                   td.sum_ms / td.steps_with_diag, td.steps_with_diag, 100.0 * td.sum_ms / td.steps_with_diag / step_ms);
     }
     runlog_close(&log);
     free(inputs); free(targets); free(host_params); free(st.m); free(st.v);
     if (tok) tokenizer_free(tok);
     dataloader_close(train_loader);
     dataloader_close(val_loader);
+    if (td.active) {
+        diag_cuda_free(&td.diag);
+        free(td.host_layers);
+        free(td.json);
+    }
     gpt_cuda_free(&model);
+    cudaCheck(cudaFree(dp.d_split));
+    cudaCheck(cudaStreamDestroy(dp.comm_stream));
     cudaCheck(cudaStreamDestroy(stream));
+    comm_destroy(comm);
     return 0;
 }

@@ -31,16 +31,27 @@
  * sums in fixed chunks, norms in fixed order); cuBLASLt with a fixed algorithm
  * per shape is run-to-run reproducible, which bit-exact resume relies on.
  *
- * Multi-GPU seam: the step is split into zero_grad / forward / backward /
- * (reduce gradients: the trainer's hook, a no-op on one GPU) / update; the
- * update works per contiguous range of the flat buffers (adamw.cuh), the
- * shape a ZeRO-1 shard takes.
+ * Data parallelism (train_gpt.cu drives it): the params/grads buffers may be
+ * allocated longer than the parameter count (padded to the ZeRO-1 shard
+ * multiple), and the FP32 optimizer state (master, m, v) may cover only one
+ * contiguous range of the flat buffer, [opt_offset, opt_offset + opt_count):
+ * the whole buffer for one GPU or --zero-stage 0, this rank's shard for
+ * ZeRO-1. Two hooks let the trainer act in the middle of backward without
+ * this file knowing about NCCL: grad_hook(layer) fires as soon as a layer's
+ * gradients are final (the trainer starts reducing them on its own stream,
+ * overlapped with the rest of backward), and attn_hook fires right after each
+ * attention backward while that layer's dO is still in the scratch buffer
+ * (the in-run probe and attention captures). Both NULL = plain training.
  *
  * Offers: GPTCuda, gpt_cuda_memory_plan, gpt_cuda_memory_check, gpt_cuda_init/free,
  * gpt_cuda_set_params (from FP32 host weights), gpt_cuda_get_params,
  * gpt_cuda_forward, gpt_cuda_backward, gpt_cuda_zero_grad, gpt_cuda_update,
  * gpt_cuda_loss_reset/gpt_cuda_loss_read, gpt_cuda_logits_row, and the
- * optimizer-state copies for resume (gpt_cuda_get/set_optimizer_state).
+ * optimizer-state copies for resume (gpt_cuda_get/set_optimizer_state);
+ * for data parallelism gpt_cuda_init_dist, gpt_cuda_memory_plan_dist,
+ * gpt_cuda_grad_norm_sq_enqueue (a range's squared norm, left on the device)
+ * and gpt_cuda_update_with_norm (AdamW on the optimizer range, given the
+ * global norm).
  */
 #ifndef MODEL_GPT_CUDA_CUH
 #define MODEL_GPT_CUDA_CUH
@@ -152,19 +163,27 @@ static size_t attention_workspace_all_modes(const GPTConfig* cfg, int B, int T) 
     return most;
 }
 
-/* Every byte gpt_cuda_init will allocate, computed without allocating. */
-static GpuMemoryPlan gpt_cuda_memory_plan(const GPTConfig* cfg, int B, int T, int recompute) {
+/* Every byte gpt_cuda_init_dist will allocate, computed without allocating:
+   params/grads of padded_params elements (>= the parameter count), optimizer
+   state of opt_count elements, plus extra_workspace_bytes the caller needs
+   besides (e.g. data parallelism's checkpoint gather buffer). */
+static GpuMemoryPlan gpt_cuda_memory_plan_dist(const GPTConfig* cfg, int B, int T, int recompute, size_t padded_params,
+                                               size_t opt_count, size_t extra_workspace_bytes) {
     GpuMemoryPlan p;
     GpuActTable t;
     gpu_act_table(cfg, B, T, recompute, &t);
-    const size_t P = gpt_num_parameters(cfg);
-    p.params_bytes = 2 * P * sizeof(floatX);
-    p.optimizer_bytes = 3 * P * sizeof(float);
+    p.params_bytes = 2 * padded_params * sizeof(floatX);
+    p.optimizer_bytes = 3 * opt_count * sizeof(float);
     p.acts_bytes = t.total_acts * sizeof(floatX);
     p.stats_bytes = t.total_stats * sizeof(float);
-    p.workspace_bytes = attention_workspace_all_modes(cfg, B, T) + MATMUL_WORKSPACE_BYTES;
+    p.workspace_bytes = attention_workspace_all_modes(cfg, B, T) + MATMUL_WORKSPACE_BYTES + extra_workspace_bytes;
     p.total_bytes = p.params_bytes + p.optimizer_bytes + p.acts_bytes + p.stats_bytes + p.workspace_bytes;
     return p;
+}
+/* One GPU, whole optimizer state. */
+static GpuMemoryPlan gpt_cuda_memory_plan(const GPTConfig* cfg, int B, int T, int recompute) {
+    const size_t P = gpt_num_parameters(cfg);
+    return gpt_cuda_memory_plan_dist(cfg, B, T, recompute, P, P, 0);
 }
 
 /* Optional per-kernel-kind timing (dev/profile_gpu_step.cu): CUDA events
@@ -204,15 +223,29 @@ static int gpt_cuda_memory_check(const GpuMemoryPlan* plan, size_t free_bytes, i
     return 1;
 }
 
+/* Called by gpt_cuda_backward on its stream as soon as gradients are final:
+   layer = l after layer l's tensors (the 12 per-layer tensors' slices of
+   layer l), GRAD_HOOK_REST after the last kernel (wte, wpe, lnf). */
+#define GRAD_HOOK_REST (-1)
+typedef void (*GradReadyHook)(void* ctx, int layer, cudaStream_t stream);
+/* Called right after layer `layer`'s attention backward, with that call's
+   inputs: dout is the gradient w.r.t. the attention output, valid only
+   until the backward goes on (the probe and captures read it here). */
+typedef void (*AttnBackwardHook)(void* ctx, int layer, AttnShape s, const floatX* qkv, const floatX* out,
+                                 const float* stats, const floatX* dout, cudaStream_t stream);
+
 typedef struct {
     GPTConfig config;
     ParamTensorInfo params_info[NUM_PARAM_TENSORS];
     size_t num_params;
+    size_t alloc_params; /* elements allocated for params and grads (>= num_params; the tail stays zero) */
+    size_t opt_offset;   /* the optimizer range: master/adam_m/adam_v element i is flat element */
+    size_t opt_count;    /*   opt_offset + i; the whole buffer unless ZeRO-1 shards it */
     floatX* params;  /* BF16 weights the forward reads */
     floatX* grads;   /* BF16 gradients, accumulated over micro-steps */
-    float* master;   /* FP32 master weights (the optimizer's truth) */
-    float* adam_m;   /* FP32 first moments */
-    float* adam_v;   /* FP32 second moments */
+    float* master;   /* FP32 master weights (the optimizer's truth), opt_count */
+    float* adam_m;   /* FP32 first moments, opt_count */
+    float* adam_v;   /* FP32 second moments, opt_count */
     GpuActTable acts_info;
     floatX* acts;    /* all BF16 activations */
     float* stats;    /* all FP32 activations and scratch */
@@ -228,6 +261,8 @@ typedef struct {
     EncoderBuckets buckets;
     cudaStream_t stream;
     GpuProfiler* profiler; /* NULL unless profiling */
+    GradReadyHook grad_hook; void* grad_hook_ctx;     /* NULL: none */
+    AttnBackwardHook attn_hook; void* attn_hook_ctx;  /* NULL: none */
 } GPTCuda;
 
 static inline floatX* gpu_param(const GPTCuda* m, floatX* buffer, ParamId id, int layer) {
@@ -262,11 +297,13 @@ static void prof_flush(GPTCuda* m) {
     pr->count = 0;
 }
 
-/* Allocates everything for batches up to (B, T). Weights are not set (see
+/* Allocates everything for batches up to (B, T): params/grads of
+   padded_params elements, the optimizer state for [opt_offset, opt_offset +
+   opt_count) of the flat buffer. Weights are not set (see
    gpt_cuda_set_params). Dies with a message on bad shapes. The caller
-   checks gpt_cuda_memory_plan against free memory first. */
-static void gpt_cuda_init(GPTCuda* m, const GPTConfig* cfg, int B, int T, int recompute, AttnMode mode,
-                          cudaStream_t stream) {
+   checks gpt_cuda_memory_plan_dist against free memory first. */
+static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, int recompute, AttnMode mode,
+                               cudaStream_t stream, size_t padded_params, size_t opt_offset, size_t opt_count) {
     char err[256];
     memset(m, 0, sizeof(*m));
     if (gpt_config_validate(cfg, err, sizeof(err)) != 0) die("model config: %s", err);
@@ -278,19 +315,27 @@ static void gpt_cuda_init(GPTCuda* m, const GPTConfig* cfg, int B, int T, int re
     for (int md = 0; md < ATTN_NUM_MODES; md++) attention_cuda_check_shape(shape, (AttnMode)md);
     m->config = *cfg;
     m->num_params = gpt_param_table(cfg, m->params_info);
+    if (padded_params < m->num_params || opt_offset + opt_count > padded_params)
+        die("GPU model: buffer of %zu elements / optimizer range [%zu, %zu) do not fit %zu parameters", padded_params,
+            opt_offset, opt_offset + opt_count, m->num_params);
+    m->alloc_params = padded_params;
+    m->opt_offset = opt_offset;
+    m->opt_count = opt_count;
     m->B = B; m->T = T;
     m->recompute = recompute;
     m->attn_mode = mode;
     m->stream = stream;
-    const size_t P = m->num_params;
-    cudaCheck(cudaMalloc((void**)&m->params, P * sizeof(floatX)));
-    cudaCheck(cudaMalloc((void**)&m->grads, P * sizeof(floatX)));
-    cudaCheck(cudaMalloc((void**)&m->master, P * sizeof(float)));
-    cudaCheck(cudaMalloc((void**)&m->adam_m, P * sizeof(float)));
-    cudaCheck(cudaMalloc((void**)&m->adam_v, P * sizeof(float)));
-    cudaCheck(cudaMemset(m->grads, 0, P * sizeof(floatX)));
-    cudaCheck(cudaMemset(m->adam_m, 0, P * sizeof(float)));
-    cudaCheck(cudaMemset(m->adam_v, 0, P * sizeof(float)));
+    const size_t PA = m->alloc_params, O = opt_count > 0 ? opt_count : 1;
+    cudaCheck(cudaMalloc((void**)&m->params, PA * sizeof(floatX)));
+    cudaCheck(cudaMalloc((void**)&m->grads, PA * sizeof(floatX)));
+    cudaCheck(cudaMalloc((void**)&m->master, O * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&m->adam_m, O * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&m->adam_v, O * sizeof(float)));
+    cudaCheck(cudaMemset(m->params, 0, PA * sizeof(floatX)));
+    cudaCheck(cudaMemset(m->grads, 0, PA * sizeof(floatX)));
+    cudaCheck(cudaMemset(m->master, 0, O * sizeof(float)));
+    cudaCheck(cudaMemset(m->adam_m, 0, O * sizeof(float)));
+    cudaCheck(cudaMemset(m->adam_v, 0, O * sizeof(float)));
     gpu_act_table(cfg, B, T, recompute, &m->acts_info);
     cudaCheck(cudaMalloc((void**)&m->acts, m->acts_info.total_acts * sizeof(floatX)));
     cudaCheck(cudaMalloc((void**)&m->stats, m->acts_info.total_stats * sizeof(float)));
@@ -303,6 +348,23 @@ static void gpt_cuda_init(GPTCuda* m, const GPTConfig* cfg, int B, int T, int re
     matmul_context_init(&m->matmul);
     encoder_buckets_init(&m->buckets, B * T, cfg->padded_vocab_size);
 }
+/* One GPU: the whole optimizer state. */
+static void gpt_cuda_init(GPTCuda* m, const GPTConfig* cfg, int B, int T, int recompute, AttnMode mode,
+                          cudaStream_t stream) {
+    const size_t P = gpt_num_parameters(cfg);
+    gpt_cuda_init_dist(m, cfg, B, T, recompute, mode, stream, P, 0, P);
+}
+
+/* Elements of the optimizer range that are real parameters (the rest of a
+   ZeRO-1 shard past num_params is padding, never updated). */
+static inline size_t gpt_cuda_opt_valid(const GPTCuda* m) {
+    if (m->opt_offset >= m->num_params) return 0;
+    const size_t left = m->num_params - m->opt_offset;
+    return left < m->opt_count ? left : m->opt_count;
+}
+static inline int gpt_cuda_opt_is_whole(const GPTCuda* m) {
+    return m->opt_offset == 0 && m->opt_count >= m->num_params;
+}
 
 static void gpt_cuda_free(GPTCuda* m) {
     cudaCheck(cudaFree(m->params)); cudaCheck(cudaFree(m->grads)); cudaCheck(cudaFree(m->master));
@@ -313,30 +375,58 @@ static void gpt_cuda_free(GPTCuda* m) {
     encoder_buckets_free(&m->buckets);
 }
 
-/* FP32 host weights (gpt_param_table layout) -> master (exact) and BF16 params. */
+/* FP32 host weights (all num_params, gpt_param_table layout) -> the master
+   weights of the optimizer range (exact) and ALL BF16 params (every rank
+   holds every parameter). The BF16 conversion runs on the device, staged in
+   chunks through the grads buffer's bytes when the master range does not
+   cover everything (grads are zeroed again afterwards). */
 static void gpt_cuda_set_params(GPTCuda* m, const float* host_params) {
-    const long long P = (long long)m->num_params;
-    cudaCheck(cudaMemcpy(m->master, host_params, (size_t)P * sizeof(float), cudaMemcpyHostToDevice));
-    float_to_bf16_kernel<<<ceil_div(P, 512), 512, 0, m->stream>>>(m->params, m->master, P);
-    cudaCheckLastError();
+    const size_t P = m->num_params, valid = gpt_cuda_opt_valid(m);
+    if (gpt_cuda_opt_is_whole(m)) {
+        cudaCheck(cudaMemcpy(m->master, host_params, P * sizeof(float), cudaMemcpyHostToDevice));
+        float_to_bf16_kernel<<<ceil_div((long long)P, 512), 512, 0, m->stream>>>(m->params, m->master, (long long)P);
+        cudaCheckLastError();
+    } else {
+        if (valid > 0)
+            cudaCheck(cudaMemcpy(m->master, host_params + m->opt_offset, valid * sizeof(float), cudaMemcpyHostToDevice));
+        /* the grads buffer (alloc_params BF16 = alloc_params/2 floats) stages the FP32 values chunk by chunk */
+        float* stage = (float*)m->grads;
+        const size_t chunk = m->alloc_params / 2;
+        for (size_t at = 0; at < P; at += chunk) {
+            const size_t n = P - at < chunk ? P - at : chunk;
+            cudaCheck(cudaMemcpy(stage, host_params + at, n * sizeof(float), cudaMemcpyHostToDevice));
+            float_to_bf16_kernel<<<ceil_div((long long)n, 512), 512, 0, m->stream>>>(m->params + at, stage,
+                                                                                      (long long)n);
+            cudaCheckLastError();
+            cudaCheck(cudaStreamSynchronize(m->stream));
+        }
+        cudaCheck(cudaMemset(m->grads, 0, m->alloc_params * sizeof(floatX)));
+    }
     cudaCheck(cudaStreamSynchronize(m->stream));
 }
 
-/* Master weights (FP32) -> host (for checkpoints). */
+/* Master weights (FP32) -> host (for checkpoints). Needs the whole optimizer
+   range (the ZeRO-1 trainer gathers the shards itself). */
 static void gpt_cuda_get_params(GPTCuda* m, float* host_params) {
+    if (!gpt_cuda_opt_is_whole(m)) die("gpt_cuda_get_params: this process holds one ZeRO-1 shard only; gather first");
     cudaCheck(cudaStreamSynchronize(m->stream));
     cudaCheck(cudaMemcpy(host_params, m->master, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
-/* Optimizer moments <-> host (resume state): m then v, num_params floats each. */
+/* Optimizer moments <-> host (resume state): m then v, num_params floats
+   each, full table order. get needs the whole range; set copies the
+   optimizer range's part of the full host arrays. */
 static void gpt_cuda_get_optimizer_state(GPTCuda* m, float* host_m, float* host_v) {
+    if (!gpt_cuda_opt_is_whole(m)) die("gpt_cuda_get_optimizer_state: this process holds one ZeRO-1 shard only");
     cudaCheck(cudaStreamSynchronize(m->stream));
     cudaCheck(cudaMemcpy(host_m, m->adam_m, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(host_v, m->adam_v, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
 }
 static void gpt_cuda_set_optimizer_state(GPTCuda* m, const float* host_m, const float* host_v) {
-    cudaCheck(cudaMemcpy(m->adam_m, host_m, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(m->adam_v, host_v, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
+    const size_t valid = gpt_cuda_opt_valid(m);
+    if (valid == 0) return;
+    cudaCheck(cudaMemcpy(m->adam_m, host_m + m->opt_offset, valid * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->adam_v, host_v + m->opt_offset, valid * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 /* loss_sum += sum(losses[0..n)) in a fixed order (one block). */
@@ -466,7 +556,7 @@ static void gpt_cuda_forward(GPTCuda* m, const int* inputs, const int* targets, 
 
 static void gpt_cuda_zero_grad(GPTCuda* m) {
     prof_mark(m, PH_OTHER);
-    cudaCheck(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(floatX), m->stream));
+    cudaCheck(cudaMemsetAsync(m->grads, 0, m->alloc_params * sizeof(floatX), m->stream));
 }
 
 /* After a training forward (dloss > 0): ACCUMULATES the parameter gradients. */
@@ -553,6 +643,10 @@ static void gpt_cuda_backward(GPTCuda* m) {
         prof_mark(m, PH_ATTENTION);
         attention_backward_cuda(m->attn_mode, m->attn_opt, shape, qkv, atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c,
                                 dbuf_4c, m->attn_workspace, st);
+        if (m->attn_hook) {
+            prof_mark(m, PH_OTHER);
+            m->attn_hook(m->attn_hook_ctx, l, shape, qkv, atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c, st);
+        }
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_QKVW, l), N, C, 3 * C, 0, st);
         prof_mark(m, PH_MATMUL);
@@ -562,39 +656,60 @@ static void gpt_cuda_backward(GPTCuda* m) {
         prof_mark(m, PH_LAYERNORM);
         layernorm_backward(dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l), scratch, dbuf_c, residual,
                            gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);
+        if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, l, st); /* layer l's gradients are final */
     }
     prof_mark(m, PH_ENCODER);
     encoder_backward(gpu_param(m, g, P_WTE, 0), gpu_param(m, g, P_WPE, 0), dres, &m->buckets, B, T, C, st);
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, GRAD_HOOK_REST, st);
+}
+
+/* Enqueues the sum of squares of grads[offset, offset + count) into the
+   device double scalars_dev[1] (deterministic order; no sync). A data
+   parallel trainer passes its ZeRO shard of the reduced gradients and sums
+   the ranks' values. */
+static void gpt_cuda_grad_norm_sq_enqueue(GPTCuda* m, size_t offset, size_t count) {
+    prof_mark(m, PH_OPTIMIZER);
+    global_norm_squared(m->scalars_dev + 1, gpu_stat(m, GS_NORM_SCRATCH, 0), m->grads + offset, (long long)count,
+                        m->stream);
 }
 
 /* ||grads|| over all parameters (deterministic; synchronizes). */
 static double gpt_cuda_grad_norm(GPTCuda* m) {
-    prof_mark(m, PH_OPTIMIZER);
-    global_norm_squared(m->scalars_dev + 1, gpu_stat(m, GS_NORM_SCRATCH, 0), m->grads, (long long)m->num_params,
-                        m->stream);
+    gpt_cuda_grad_norm_sq_enqueue(m, 0, m->num_params);
     double sq;
     cudaCheck(cudaMemcpyAsync(&sq, m->scalars_dev + 1, sizeof(double), cudaMemcpyDeviceToHost, m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
     return sqrt(sq);
 }
 
+/* AdamW on the optimizer range given the global pre-clip gradient norm:
+   grads scaled by min(1, grad_clip / norm) (grad_clip 0 = off); decay on the
+   tensors the table marks. The BF16 params of the range are rewritten; the
+   rest (other ranks' shards) is the caller's all-gather. Nothing happens
+   when norm is not finite. */
+static void gpt_cuda_update_with_norm(GPTCuda* m, AdamWHyper h, float grad_clip, double norm) {
+    if (!isfinite(norm)) return; /* never write NaN/inf into the weights; the caller stops */
+    const float scale = (grad_clip > 0.0f && norm > grad_clip) ? (float)(grad_clip / norm) : 1.0f;
+    const size_t lo = m->opt_offset, hi = m->opt_offset + gpt_cuda_opt_valid(m);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        const ParamTensorInfo* t = &m->params_info[i];
+        const size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->count < hi ? t->offset + t->count : hi;
+        if (a >= b) continue; /* this tensor lies outside the range */
+        prof_mark(m, PH_OPTIMIZER);
+        adamw_update(m->params + a, m->master + (a - lo), m->adam_m + (a - lo), m->adam_v + (a - lo), m->grads + a,
+                     (long long)(b - a), h, t->weight_decay ? h.weight_decay : 0.0f, scale, m->stream);
+    }
+}
+
 /*
- * One AdamW step (h.step is 1-based) with gradient clipping to grad_clip
- * (0 = off): grads are scaled by min(1, grad_clip / norm). Decay applies to
- * the tensors the table marks (2-D weights). Returns the pre-clip norm; if
- * it is not finite, nothing is updated (the caller reports and stops).
+ * One AdamW step on one GPU (h.step is 1-based) with gradient clipping to
+ * grad_clip (0 = off): grads are scaled by min(1, grad_clip / norm). Decay
+ * applies to the tensors the table marks (2-D weights). Returns the pre-clip
+ * norm; if it is not finite, nothing is updated (the caller reports and stops).
  */
 static double gpt_cuda_update(GPTCuda* m, AdamWHyper h, float grad_clip) {
     const double norm = gpt_cuda_grad_norm(m);
-    if (!isfinite(norm)) return norm; /* never write NaN/inf into the weights; the caller stops */
-    const float scale = (grad_clip > 0.0f && norm > grad_clip) ? (float)(grad_clip / norm) : 1.0f;
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        const ParamTensorInfo* t = &m->params_info[i];
-        prof_mark(m, PH_OPTIMIZER);
-        adamw_update(m->params + t->offset, m->master + t->offset, m->adam_m + t->offset, m->adam_v + t->offset,
-                     m->grads + t->offset, (long long)t->count, h, t->weight_decay ? h.weight_decay : 0.0f, scale,
-                     m->stream);
-    }
+    gpt_cuda_update_with_norm(m, h, grad_clip, norm);
     return norm;
 }
 

@@ -51,11 +51,14 @@ CPU_TEST_COMMANDS += "$(or $(TORCH_PYTHON),python3) tests/test_twin_parity.py"
 # The attention kernels: ATTN_CUDA_OBJS if attention/module.mk defines it, else every attention/*.cu.
 .SECONDEXPANSION:
 TRAIN_GPT_ATTN_OBJS = $(or $(ATTN_CUDA_OBJS),$(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard attention/*.cu)))
-TRAIN_GPT_HOST_OBJS = $(GPT_CPU_OBJS) $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS) $(DATALOADER_OBJS)
+# Multi-GPU: the communicator (NCCL, or the one-GPU stand-in) and the launcher code (MPI when found),
+# from train/module.mk; the diagnostics' CPU side (JSON record, capture writer, probe summary).
+TRAIN_GPT_HOST_OBJS = $(GPT_CPU_OBJS) $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS) $(DATALOADER_OBJS) $(DIST_OBJS) \
+                      $(DIAG_CPU_OBJS)
 $(BUILD)/train_gpt.cu.o: train_gpt.cu $(GPU_PROGRAM_HEADERS)
-$(BUILD)/train_gpt: $(BUILD)/train_gpt.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(sort $$(TRAIN_GPT_HOST_OBJS))
+$(BUILD)/train_gpt: $(BUILD)/train_gpt.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(COMM_CUDA_OBJS) $$(sort $$(TRAIN_GPT_HOST_OBJS))
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp $(COMM_LDLIBS) $(DIST_LDLIBS)
 ifeq ($(HAVE_CUBLAS),1)
 CUDA_PROGRAMS += $(BUILD)/train_gpt
 endif

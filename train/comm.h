@@ -36,6 +36,15 @@ int comm_multi_process_capable(void);
 
 /* Sum over ranks of `count` BF16 elements, in place. */
 void comm_all_reduce_bf16(Comm* c, __nv_bfloat16* data, size_t count, cudaStream_t s);
+/* Sum over ranks of `count` BF16 elements, in place, delivered to rank
+   `root` only (the other ranks' data is left as it was). ZeRO-1 with
+   overlap: a layer's gradient slices are reduced to the ranks whose shards
+   they fall in as soon as backward finishes that layer. */
+void comm_reduce_bf16(Comm* c, __nv_bfloat16* data, size_t count, int root, cudaStream_t s);
+/* Brackets several collectives so the library launches them together
+   (ncclGroupStart/End); no-ops without NCCL. */
+void comm_group_begin(Comm* c);
+void comm_group_end(Comm* c);
 /* ZeRO-1: send holds world_size * shard_count elements; recv gets this
    rank's shard of the sum. send and recv may not overlap (recv may be
    send + rank * shard_count, NCCL's in-place form). */

@@ -83,6 +83,18 @@ void comm_all_reduce_bf16(Comm* c, __nv_bfloat16* data, size_t count, cudaStream
     ncclCheck(ncclAllReduce(data, data, count, ncclBfloat16, ncclSum, c->nccl, s));
 }
 
+void comm_reduce_bf16(Comm* c, __nv_bfloat16* data, size_t count, int root, cudaStream_t s) {
+    if (c->dist.world_size == 1 || count == 0) return;
+    ncclCheck(ncclReduce(data, data, count, ncclBfloat16, ncclSum, root, c->nccl, s));
+}
+
+void comm_group_begin(Comm* c) {
+    if (c->dist.world_size > 1) ncclCheck(ncclGroupStart());
+}
+void comm_group_end(Comm* c) {
+    if (c->dist.world_size > 1) ncclCheck(ncclGroupEnd());
+}
+
 void comm_reduce_scatter_bf16(Comm* c, const __nv_bfloat16* send, __nv_bfloat16* recv, size_t shard_count,
                               cudaStream_t s) {
     if (c->dist.world_size == 1) {

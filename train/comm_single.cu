@@ -33,6 +33,10 @@ int comm_world_size(const Comm* c) { return 1; }
 int comm_rank(const Comm* c) { return 0; }
 void comm_all_reduce_bf16(Comm* c, __nv_bfloat16* data, size_t count, cudaStream_t s) {}
 
+void comm_reduce_bf16(Comm* c, __nv_bfloat16* data, size_t count, int root, cudaStream_t s) {}
+void comm_group_begin(Comm* c) {}
+void comm_group_end(Comm* c) {}
+
 void comm_reduce_scatter_bf16(Comm* c, const __nv_bfloat16* send, __nv_bfloat16* recv, size_t shard_count,
                               cudaStream_t s) {
     if (recv != send) cudaCheck(cudaMemcpyAsync(recv, send, shard_count * sizeof(__nv_bfloat16),

@@ -85,6 +85,9 @@ int dist_mpi_broadcast(void* data, size_t nbytes, char* err, size_t errlen);
 /* Every rank contributes nbytes; out receives world_size * nbytes in rank order. */
 int dist_mpi_allgather(const void* in, void* out, size_t nbytes, char* err, size_t errlen);
 void dist_mpi_finalize(void);
+/* Ends every process of the MPI job (a failing rank calls it so the others do
+   not wait forever in a collective); returns only without MPI. */
+void dist_mpi_abort(int code);
 
 #ifdef __cplusplus
 }

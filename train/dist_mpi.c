@@ -37,6 +37,13 @@ int dist_mpi_allgather(const void* in, void* out, size_t nbytes, char* err, size
     return rc == MPI_SUCCESS ? 0 : mpi_fail(rc, "allgather", err, errlen);
 }
 
+void dist_mpi_abort(int code) {
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 void dist_mpi_finalize(void) {
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);

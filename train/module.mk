@@ -12,7 +12,9 @@ CPU_TESTS += $(BUILD)/tests/test_dist
 # comm_single.cu (one GPU only, says so when asked for more).
 COMM_CUDA_OBJS := $(if $(HAVE_NCCL),$(BUILD)/train/comm_nccl.cu.o,$(BUILD)/train/comm_single.cu.o)
 COMM_LDLIBS := $(if $(HAVE_NCCL),-lnccl)
-CUDA_OBJECTS += $(BUILD)/train/comm_nccl.cu.o $(BUILD)/train/comm_single.cu.o
+CUDA_OBJECTS += $(BUILD)/train/comm_single.cu.o $(if $(HAVE_NCCL),$(BUILD)/train/comm_nccl.cu.o)
+$(BUILD)/train/comm_nccl.cu.o $(BUILD)/train/comm_single.cu.o: train/comm.h train/dist.h common/cuda_utils.cuh \
+                                                                common/utils.h
 
 # ---- training infrastructure shared by both trainers (flags, schedule, run log,
 # resume state, sampler) and the CPU trainer train_gpt_cpu ----
