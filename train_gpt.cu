@@ -423,16 +423,18 @@ int main(int argc, char** argv) {
     on_exit(rank_exit_hook, NULL);
     const int world_size = dist.world_size, rank = dist.rank, master_rank = rank == 0;
     if (!master_rank && freopen("/dev/null", "w", stdout) == NULL) die("cannot silence stdout of rank %d", rank);
-    int device_count = 0;
-    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
-        die("no CUDA GPU found; train on the CPU with build/train_gpt_cpu");
-    if (dist.local_rank >= device_count)
-        die("rank %d has local rank %d but this node shows %d GPU(s)\n  hint: start at most one process per GPU "
-            "(mpirun -np N with N <= GPUs per node; check CUDA_VISIBLE_DEVICES)", rank, dist.local_rank, device_count);
-    cudaCheck(cudaSetDevice(dist.local_rank));
-    Comm* comm = comm_create(&dist, f.nccl_id_file, err, sizeof(err));
-    if (comm == NULL) die("starting the communicator (rank %d of %d, %s): %s", rank, world_size,
-                          dist_launch_name(dist.launch), err);
+    /* launch problems that need no GPU to find (checked before anything waits on another rank) */
+    if (world_size > 1 && !comm_multi_process_capable())
+        die("this build has no NCCL, so it runs one process only (%d were started)\n  hint: install NCCL's "
+            "development files and rebuild (make prints what it found)", world_size);
+    if (world_size > 1 && dist.launch == LAUNCH_MPI && !dist_mpi_available())
+        die("started by mpirun with %d processes, but this build has no MPI\n  hint: install OpenMPI's development "
+            "files and rebuild, or launch with RANK/WORLD_SIZE/LOCAL_RANK and --nccl-id-file", world_size);
+    if (world_size > 1 && dist.launch == LAUNCH_ENV && !f.nccl_id_file[0])
+        die("a launch through RANK/WORLD_SIZE with %d processes needs --nccl-id-file PATH on a path every rank "
+            "shares (rank 0 writes the NCCL id there)", world_size);
+    if (world_size > 1 && !f.out_dir[0])
+        die("with %d processes give --out-dir (a path every rank sees the same)", world_size);
 
     /* ---- model shape and weights source ---- */
     GPTConfig cfg;
@@ -467,6 +469,18 @@ int main(int argc, char** argv) {
         die("%s", err);
     if (capture_spec.num_steps == 0 && f.capture_layers[0])
         die("--capture-layers without --capture-steps captures nothing; add --capture-steps S1,S2,...");
+
+    /* ---- the GPU of this rank and the communicator ---- */
+    int device_count = 0;
+    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
+        die("no CUDA GPU found; train on the CPU with build/train_gpt_cpu");
+    if (dist.local_rank >= device_count)
+        die("rank %d has local rank %d but this node shows %d GPU(s)\n  hint: start at most one process per GPU "
+            "(mpirun -np N with N <= GPUs per node; check CUDA_VISIBLE_DEVICES)", rank, dist.local_rank, device_count);
+    cudaCheck(cudaSetDevice(dist.local_rank));
+    Comm* comm = comm_create(&dist, f.nccl_id_file, err, sizeof(err));
+    if (comm == NULL) die("starting the communicator (rank %d of %d, %s): %s", rank, world_size,
+                          dist_launch_name(dist.launch), err);
 
     /* ---- data-parallel layout and the memory check, before anything large is allocated ---- */
     cudaDeviceProp prop;
@@ -532,7 +546,6 @@ int main(int argc, char** argv) {
     if (f.out_dir[0]) {
         snprintf(out_dir, sizeof(out_dir), "%s", f.out_dir);
     } else {
-        if (world_size > 1) die("with %d processes give --out-dir (a path every rank sees the same)", world_size);
         time_t now = time(NULL);
         struct tm tmv;
         localtime_r(&now, &tmv);

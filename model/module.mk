@@ -61,6 +61,9 @@ $(BUILD)/train_gpt: $(BUILD)/train_gpt.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(COMM_CUDA
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp $(COMM_LDLIBS) $(DIST_LDLIBS)
 ifeq ($(HAVE_CUBLAS),1)
 CUDA_PROGRAMS += $(BUILD)/train_gpt
+# launch refusals that need no GPU (bad launcher variables, batch vs process count, diagnostics flags)
+CPU_TEST_COMMANDS += "bash tests/test_train_gpt_launch.sh"
+test: $(BUILD)/train_gpt
 endif
 
 # ---- run diagnostics (model/diagnostics.h, diagnostics_cpu.c, diagnostics.cuh) ----

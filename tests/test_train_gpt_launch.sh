@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tests/test_train_gpt_launch.sh - the GPU trainer's launch checks that need no GPU (CPU test).
+#
+# Why: a multi-GPU launch that is set up wrong must stop at once with one message that says what to fix,
+# before any rank waits on another. train_gpt checks launcher variables, the process count against the
+# batch, the id file of the env-var launch, the run folder and the diagnostics flags before it touches a
+# GPU or starts NCCL; this test runs those refusals (and --help) on the CPU machine. The GPU side of
+# multi-GPU training is checked by scripts/check_multi_gpu.sh on a GPU machine.
+# Ends with "N passed, N failed".
+set -u
+TRAIN=build/train_gpt
+pass=0
+fail=0
+if [ ! -x "$TRAIN" ]; then echo "missing $TRAIN (make $TRAIN)"; echo "0 passed, 1 failed"; exit 1; fi
+TMP=$(mktemp -d /tmp/train_gpt_launch.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+# refuses DESCRIPTION EXPECTED_TEXT ENV... -- ARGS...: the run must fail (non-zero, within 20 s, no GPU
+# work) and its stderr must contain EXPECTED_TEXT.
+refuses() {
+    local desc=$1 expect=$2; shift 2
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    env -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u RANK -u WORLD_SIZE -u LOCAL_RANK "${envs[@]}" \
+        timeout 20 "$TRAIN" "$@" > "$TMP/out" 2> "$TMP/err"
+    local rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF -- "$expect" "$TMP/err"; then
+        pass=$((pass + 1)); echo "  ok   $desc"
+    else
+        fail=$((fail + 1)); echo "  FAIL $desc (exit $rc; wanted '$expect' in:)"; sed 's/^/       /' "$TMP/err"
+    fi
+}
+
+echo "== launcher variables"
+refuses "RANK without WORLD_SIZE" "are incomplete or not numbers" RANK=0 -- --model small
+refuses "RANK not below WORLD_SIZE" "RANK=2 must be smaller than WORLD_SIZE=2" RANK=2 WORLD_SIZE=2 -- --model small
+refuses "OMPI rank not a number" "are incomplete or not numbers" OMPI_COMM_WORLD_RANK=x OMPI_COMM_WORLD_SIZE=2 -- --model small
+refuses "env launch of 2 without --nccl-id-file" "needs --nccl-id-file PATH" RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 -- \
+    --model small --out-dir "$TMP/run"
+refuses "a failing rank names itself" "rank 1 of 2 stopped with the error above" RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 -- \
+    --model small --out-dir "$TMP/run"
+refuses "2 processes without --out-dir" "give --out-dir" RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 -- \
+    --model small --nccl-id-file "$TMP/id"
+
+echo "== batch arithmetic counts the processes"
+refuses "total batch not a multiple of B*T*processes" "is not a multiple of B*T*GPUs = 4*64*2 = 512" \
+    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 -- --model small --batch-size 4 --seq-len 64 --total-batch-tokens 768 \
+    --nccl-id-file "$TMP/id" --out-dir "$TMP/run"
+
+echo "== diagnostics flags"
+refuses "--capture-attn together with --capture-steps" "say the same thing twice" -- \
+    --model small --capture-attn 10:0 --capture-steps 5
+refuses "--capture-attn layer past the model" "layer 9 does not exist" -- --model small --capture-attn 10:9
+refuses "--capture-attn malformed" "--capture" -- --model small --capture-attn 10x:0
+refuses "--capture-layers alone" "captures nothing" -- --model small --capture-layers 1
+refuses "--probe-every negative" "--probe-every" -- --model small --probe-every -1
+refuses "--zero-key-bias-grad=2" "--zero-key-bias-grad" -- --model small --zero-key-bias-grad=2
+
+echo "== --help lists the multi-GPU and diagnostics flags"
+if "$TRAIN" --help > "$TMP/help" 2>&1 && grep -q -- "--nccl-id-file" "$TMP/help" && grep -q -- "--zero-stage" "$TMP/help" \
+    && grep -q -- "--probe-every" "$TMP/help" && grep -q -- "--capture-attn" "$TMP/help" \
+    && grep -q -- "--zero-key-bias-grad" "$TMP/help"; then
+    pass=$((pass + 1)); echo "  ok   --help"
+else
+    fail=$((fail + 1)); echo "  FAIL --help"
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
