@@ -458,7 +458,8 @@ int main(int argc, char** argv) {
         if (ga < 0) die("%s", err);
         grad_accum = (int)ga;
     }
-    /* diagnostics, probe, captures, the gauge arm */
+    /* diagnostics, probe, captures, the gauge arm; the probe runs with the diagnostics unless told otherwise */
+    const int probe_every = flags_was_set(&f, FLAG_PROBE_EVERY) ? f.probe_every : f.diag_every;
     DiagCaptureSpec capture_spec;
     memset(&capture_spec, 0, sizeof capture_spec);
     if (f.capture_attn[0] && (f.capture_steps[0] || f.capture_layers[0]))
@@ -674,7 +675,7 @@ int main(int argc, char** argv) {
     td.out_dir = out_dir;
     td.probe_layer = -1;
     td.capture_step = -1;
-    const int want_diag = f.diag_every > 0 || f.probe_every > 0 || capture_spec.num_steps > 0;
+    const int want_diag = f.diag_every > 0 || probe_every > 0 || capture_spec.num_steps > 0;
     if (master_rank && want_diag) {
         diag_cuda_init(&td.diag, &cfg, B, T, DIAG_DEFAULT_ROWS_PER_HEAD);
         td.active = 1;
@@ -706,7 +707,7 @@ int main(int argc, char** argv) {
            val_loader ? "" : " (no validation)", out_dir);
     if (want_diag)
         printf("diagnostics: every %d steps | probe every %d steps | %d capture step(s) | gauge arm %s\n",
-               f.diag_every, f.probe_every, capture_spec.num_steps, f.zero_key_bias_grad ? "on" : "off");
+               f.diag_every, probe_every, capture_spec.num_steps, f.zero_key_bias_grad ? "on" : "off");
     if (peak == 0.0) printf("note: no peak FLOP/s entry for '%s': MFU not reported\n", prop.name);
 
     /* ---- training loop ---- */
@@ -752,10 +753,10 @@ int main(int argc, char** argv) {
 
         /* what this step measures (decided the same way on every rank) */
         const int diag_step = f.diag_every > 0 && step % f.diag_every == 0;
-        const int probe_step = f.probe_every > 0 && step % f.probe_every == 0;
+        const int probe_step = probe_every > 0 && step % probe_every == 0;
         const int capture_step = diag_capture_step_wanted(&capture_spec, step);
         if (td.active) {
-            td.probe_layer = probe_step ? (step / f.probe_every) % cfg.num_layers : -1;
+            td.probe_layer = probe_step ? (step / probe_every) % cfg.num_layers : -1;
             td.capture_step = capture_step ? step : -1;
             td.step_ms = 0.0;
             if (diag_step || probe_step) diag_cuda_clear(&td.diag, stream);

@@ -116,7 +116,7 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      "GPU trainer only", 1, "the two flags above in one, e.g. 1000,2000:0,5,11 (\":LAYERS\" left out = all layers)"},
     {FLAG_PROBE_EVERY, "probe-every", FLAG_TYPE_INT, OFF(probe_every), "0", NULL, 0, 2147483647.0, "N", NULL,
      "GPU trainer only", 1, "every N steps replay one layer's attention backward (round robin) against fp32 mode "
-     "and log the dQ/dK error; 0 = never"},
+     "and log the dQ/dK error; not given = at every --diag-every step; 0 = never"},
     {FLAG_ZERO_KEY_BIAS_GRAD, "zero-key-bias-grad", FLAG_TYPE_BOOL, OFF(zero_key_bias_grad), "0", NULL, 0, 1, "0|1",
      "1", "GPU trainer only", 1, "gauge arm: zero the key-bias gradient (exactly zero in exact arithmetic) before "
      "the optimizer"},
