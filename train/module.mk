@@ -34,3 +34,4 @@ $(BUILD)/train_gpt_cpu: $(TRAIN_CPU_OBJS)
 # End-to-end trainer tests (scripts; they need the trainer and the tokenize tool built).
 CPU_TEST_COMMANDS += "bash tests/test_train_cpu.sh"
 test: $(BUILD)/train_gpt_cpu $(BUILD)/tokenize
+CPU_TEST_COMMANDS += "bash tests/test_train_cpu_run.sh"
