@@ -157,12 +157,14 @@ static void dp_reduce_range(DataParallel* dp, size_t a, size_t b) {
         comm_all_reduce_bf16(dp->comm, g + a, b - a, dp->comm_stream);
         return;
     }
-    const size_t S = dp->shard.shard_size;
-    while (a < b) {
-        const int owner = (int)(a / S);
-        const size_t end = ((size_t)owner + 1) * S < b ? ((size_t)owner + 1) * S : b;
-        comm_reduce_bf16(dp->comm, g + a, end - a, owner, dp->comm_stream);
-        a = end;
+    enum { MAX_PIECES = 64 };
+    ParamRange pieces[MAX_PIECES];
+    while (a < b) { /* a range spans at most a few shards; more than MAX_PIECES takes another round */
+        const int n = param_split_by_owner(a, b, dp->shard.shard_size, pieces, MAX_PIECES);
+        for (int i = 0; i < n; i++)
+            comm_reduce_bf16(dp->comm, g + pieces[i].start, pieces[i].end - pieces[i].start, pieces[i].tag,
+                             dp->comm_stream);
+        a = pieces[n - 1].end;
     }
 }
 
@@ -177,20 +179,10 @@ static void dp_grad_hook(void* ctx, int layer, cudaStream_t compute) {
         cudaCheck(cudaEventRecord(dp->ev_comm_start, dp->comm_stream));
         dp->comm_started = 1;
     }
+    ParamRange bucket[PARAM_BUCKET_MAX_RANGES];
+    const int n = param_bucket_ranges(m->params_info, layer, bucket);
     comm_group_begin(dp->comm);
-    if (layer == GRAD_HOOK_REST) {
-        const ParamId rest[] = {P_WTE, P_WPE, P_LNFW, P_LNFB};
-        for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++) {
-            const ParamTensorInfo* t = &m->params_info[rest[i]];
-            dp_reduce_range(dp, t->offset, t->offset + t->count);
-        }
-    } else {
-        for (int id = P_LN1W; id <= P_FCPROJB; id++) {
-            const ParamTensorInfo* t = &m->params_info[id];
-            const size_t per = t->count / (size_t)t->layers;
-            dp_reduce_range(dp, t->offset + (size_t)layer * per, t->offset + (size_t)(layer + 1) * per);
-        }
-    }
+    for (int i = 0; i < n; i++) dp_reduce_range(dp, bucket[i].start, bucket[i].end);
     comm_group_end(dp->comm);
     if (layer == GRAD_HOOK_REST) cudaCheck(cudaEventRecord(dp->comm_done, dp->comm_stream));
 }

@@ -58,6 +58,7 @@
 
 #include <math.h>
 #include "model/gpt_config.h"
+#include "model/param_ranges.h"
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
 #include "model/kernel_common.cuh"
@@ -224,9 +225,10 @@ static int gpt_cuda_memory_check(const GpuMemoryPlan* plan, size_t free_bytes, i
 }
 
 /* Called by gpt_cuda_backward on its stream as soon as gradients are final:
-   layer = l after layer l's tensors (the 12 per-layer tensors' slices of
-   layer l), GRAD_HOOK_REST after the last kernel (wte, wpe, lnf). */
-#define GRAD_HOOK_REST (-1)
+   layer = l after layer l's tensors (param_bucket_ranges(l): the per-layer
+   tensors' slices of layer l), GRAD_HOOK_REST after the last kernel (wte,
+   wpe, lnf: param_bucket_ranges(PARAM_BUCKET_REST)). */
+#define GRAD_HOOK_REST PARAM_BUCKET_REST
 typedef void (*GradReadyHook)(void* ctx, int layer, cudaStream_t stream);
 /* Called right after layer `layer`'s attention backward, with that call's
    inputs: dout is the gradient w.r.t. the attention output, valid only
@@ -690,14 +692,15 @@ static double gpt_cuda_grad_norm(GPTCuda* m) {
 static void gpt_cuda_update_with_norm(GPTCuda* m, AdamWHyper h, float grad_clip, double norm) {
     if (!isfinite(norm)) return; /* never write NaN/inf into the weights; the caller stops */
     const float scale = (grad_clip > 0.0f && norm > grad_clip) ? (float)(grad_clip / norm) : 1.0f;
-    const size_t lo = m->opt_offset, hi = m->opt_offset + gpt_cuda_opt_valid(m);
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        const ParamTensorInfo* t = &m->params_info[i];
-        const size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->count < hi ? t->offset + t->count : hi;
-        if (a >= b) continue; /* this tensor lies outside the range */
+    const size_t lo = m->opt_offset;
+    ParamRange pieces[NUM_PARAM_TENSORS];
+    const int n = param_opt_pieces(m->params_info, lo, lo + gpt_cuda_opt_valid(m), pieces);
+    for (int i = 0; i < n; i++) {
+        const size_t a = pieces[i].start, b = pieces[i].end;
+        const float decay = m->params_info[pieces[i].tag].weight_decay ? h.weight_decay : 0.0f;
         prof_mark(m, PH_OPTIMIZER);
         adamw_update(m->params + a, m->master + (a - lo), m->adam_m + (a - lo), m->adam_v + (a - lo), m->grads + a,
-                     (long long)(b - a), h, t->weight_decay ? h.weight_decay : 0.0f, scale, m->stream);
+                     (long long)(b - a), h, decay, scale, m->stream);
     }
 }
 

@@ -111,3 +111,7 @@ $(BUILD)/tests/test_gpu_host: $(BUILD)/tests/test_gpu_host.cu.o $$(TRAIN_GPT_ATT
 ifeq ($(HAVE_CUBLAS),1)
 CPU_TESTS += $(BUILD)/tests/test_gpu_host
 endif
+# Data-parallel range arithmetic (model/param_ranges.h: gradient buckets, ZeRO-1 owner pieces, optimizer pieces).
+$(BUILD)/tests/test_param_ranges: $(BUILD)/tests/test_param_ranges.o $(BUILD)/model/gpt_config.o $(BUILD)/train/dist.o
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+CPU_TESTS += $(BUILD)/tests/test_param_ranges
