@@ -109,14 +109,17 @@ static int file_exists(const char* path) {
    says which rank it was and, under mpirun, ends every rank of the job (the
    others would otherwise wait forever in their next collective). */
 static DistInfo g_dist = {0, 1, 0, LAUNCH_SINGLE};
+static Comm* g_comm = NULL; /* set once the communicator exists */
 static void rank_exit_hook(int status, void* unused) {
     (void)unused;
     if (status == 0 || g_dist.world_size == 1) return;
     fprintf(stderr, "error: rank %d of %d stopped with the error above%s\n", g_dist.rank, g_dist.world_size,
-            g_dist.launch == LAUNCH_MPI ? "; ending every rank of the job" :
-                                          "; the other ranks stop when their launcher ends them");
+            g_dist.launch == LAUNCH_MPI ? "; ending every rank of the job"
+            : g_comm ? "; the other ranks stop at their next wait for this one"
+                     : "; the other ranks stop when their launcher ends them");
     fflush(stderr);
     if (g_dist.launch == LAUNCH_MPI) dist_mpi_abort(status);
+    comm_report_failure(g_comm);
 }
 
 /* ------------------------------------------------------------------ data parallelism */
@@ -249,7 +252,7 @@ static void dp_gather_f32(DataParallel* dp, const float* mine, float* host, cuda
         cudaCheck(cudaMemcpyAsync(stage + (size_t)dp->dist.rank * n, mine + at, n * sizeof(float),
                                   cudaMemcpyDeviceToDevice, compute));
         comm_all_gather_bf16(dp->comm, (__nv_bfloat16*)stage, 2 * n, compute);
-        cudaCheck(cudaStreamSynchronize(compute));
+        comm_synchronize(dp->comm, compute);
         for (int r = 0; r < W && dp->dist.rank == 0; r++) {
             const size_t first = (size_t)r * S + at;
             if (first >= m->num_params) break;
@@ -474,6 +477,7 @@ int main(int argc, char** argv) {
     Comm* comm = comm_create(&dist, f.nccl_id_file, err, sizeof(err));
     if (comm == NULL) die("starting the communicator (rank %d of %d, %s): %s", rank, world_size,
                           dist_launch_name(dist.launch), err);
+    g_comm = comm;
 
     /* ---- data-parallel layout and the memory check, before anything large is allocated ---- */
     cudaDeviceProp prop;
@@ -794,7 +798,7 @@ int main(int argc, char** argv) {
         /* gpt_cuda_update_with_norm leaves the weights alone when the gradient norm is not finite */
         gpt_cuda_update_with_norm(&model, h, f.grad_clip, norm);
         if (isfinite(norm)) dp_gather_params(&dp, stream);
-        cudaCheck(cudaStreamSynchronize(stream));
+        comm_synchronize(comm, stream);
         const double dt = runlog_now_s() - t0;
         dp_account_timing(&dp);
         tokens_seen += tokens_per_micro * grad_accum;
@@ -888,6 +892,7 @@ int main(int argc, char** argv) {
     cudaCheck(cudaFree(dp.d_split));
     cudaCheck(cudaStreamDestroy(dp.comm_stream));
     cudaCheck(cudaStreamDestroy(stream));
+    g_comm = NULL;
     comm_destroy(comm);
     return 0;
 }

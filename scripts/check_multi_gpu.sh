@@ -248,6 +248,29 @@ PY
         judge $(( rc || $? )) "$N GPUs ZeRO-1 with --diag-every: diag records with per-layer gradient norms"
     fi
 
+    echo "== a rank that disagrees or fails stops every rank, named"
+    if [ $HAVE_MPIRUN = 1 ]; then
+        # rank 1 gets another --seed: the agreement check must stop both ranks and name rank 1
+        timeout 120 "${MPI[@]}" -np 2 bash -c 'extra=(); [ "$OMPI_COMM_WORLD_RANK" = 1 ] && extra=(--seed 7); exec "$0" "$@" "${extra[@]}"' \
+            "$TRAIN" "${SMALL[@]}" --steps 5 --out-dir "$RUNS/disagree" > "$RUNS/disagree.log" 2>&1
+        rc=$?
+        [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1 disagrees with rank 0 on the flags" "$RUNS/disagree.log"
+        judge $? "mpirun -np 2, rank 1 with another --seed: both stop, rank 1 named (exit $rc)" \
+            "$(grep -m1 -o 'rank 1 disagrees[^(]*' "$RUNS/disagree.log")"
+    fi
+    # env-var launch: rank 1 cannot open its data after the communicator is up; rank 0 must stop too
+    id_file="$OUT/nccl_id_fail.$$"; rm -f "$id_file" "$id_file.failed"
+    RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 timeout 120 "$TRAIN" "${SMALL[@]}" --steps 5 --nccl-id-file "$id_file" \
+        --out-dir "$RUNS/envfail" --train-data "$OUT/no_such_shard_*.bin" > "$RUNS/envfail_rank1.log" 2>&1 &
+    p1=$!
+    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 timeout 120 "$TRAIN" "${SMALL[@]}" --steps 5 --nccl-id-file "$id_file" \
+        --out-dir "$RUNS/envfail" > "$RUNS/envfail_rank0.log" 2>&1
+    rc0=$?; wait $p1; rc1=$?
+    [ $rc0 -ne 0 ] && [ $rc0 -ne 124 ] && [ $rc1 -ne 0 ] && grep -q "rank 1 of 2 failed" "$RUNS/envfail_rank0.log"
+    judge $? "env-var launch, rank 1 without data: rank 0 stops too, naming rank 1 (exits $rc0 / $rc1)" \
+        "$(grep -m1 -o 'rank 0 stops: .*failed' "$RUNS/envfail_rank0.log")"
+    rm -f "$id_file.failed"
+
     if [ "${SKIP_SCALING:-0}" != 1 ] && [ $HAVE_MPIRUN = 1 ]; then
         echo "== weak scaling: 450m, micro-batch 16 x 1024 per GPU, $SCALING_STEPS steps"
         BIG=(--model 450m --batch-size 16 --seq-len 1024 --steps "$SCALING_STEPS" --val-data "" --vocab ""

@@ -60,4 +60,17 @@ void comm_sum_scalars(Comm* c, const float* d_in, double* h_out, int n, cudaStre
    else -1 with a message naming the first rank that differs. */
 int comm_check_agreement(Comm* c, uint64_t digest, const char* what, char* err, size_t errlen);
 
+/* A rank that fails says so to the others. Under the env-var launch with
+   more than one process, it writes "<id_file>.failed" (rank 0 deletes a stale
+   one before publishing the NCCL id); every rank's host waits in
+   comm_sum_scalars and comm_check_agreement poll for that file (and for NCCL
+   errors) and then stop with a message naming the failed rank, after
+   ncclCommAbort, instead of waiting forever in a collective whose peer is
+   gone. Under mpirun the trainer uses MPI_Abort instead; elsewhere a no-op.
+   c may be NULL (failure before the communicator existed: nothing to say). */
+void comm_report_failure(Comm* c);
+/* cudaStreamSynchronize(s) that also stops (as above) when a peer failed:
+   use it wherever the host waits on a stream with collectives in flight. */
+void comm_synchronize(Comm* c, cudaStream_t s);
+
 #endif /* TRAIN_COMM_H */

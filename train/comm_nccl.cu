@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/cuda_utils.cuh"
 
@@ -17,6 +19,8 @@ struct Comm {
     ncclComm_t nccl;
     float* d_scalars;      /* world_size * kMaxScalars, gather target */
     uint64_t* d_digests;   /* world_size digests */
+    char failure_path[4096]; /* env-var launch: "<id_file>.failed"; "" = none */
+    int stopping;            /* this rank is already stopping (do not report again) */
 };
 
 static const int kMaxScalars = 64;
@@ -44,6 +48,9 @@ Comm* comm_create(const DistInfo* d, const char* id_file, char* err, size_t errl
                 return NULL;
             }
             if (d->rank == 0) {
+                char stale[4096];
+                snprintf(stale, sizeof stale, "%s.failed", id_file);
+                remove(stale); /* a failure marker of an earlier run would stop this one */
                 ncclCheck(ncclGetUniqueId(&id));
                 if (dist_id_file_publish(id_file, &id, sizeof id, err, errlen) != 0) return NULL;
             } else if (dist_id_file_wait(id_file, &id, sizeof id, 300.0, err, errlen) != 0) {
@@ -55,6 +62,7 @@ Comm* comm_create(const DistInfo* d, const char* id_file, char* err, size_t errl
     }
     Comm* c = (Comm*)callocCheck(1, sizeof(Comm));
     c->dist = *d;
+    if (d->world_size > 1 && d->launch == LAUNCH_ENV) snprintf(c->failure_path, sizeof c->failure_path, "%s.failed", id_file);
     ncclCheck(ncclCommInitRank(&c->nccl, d->world_size, id, d->rank));
     cudaCheck(cudaMalloc(&c->d_scalars, (size_t)d->world_size * kMaxScalars * sizeof(float)));
     cudaCheck(cudaMalloc(&c->d_digests, (size_t)d->world_size * sizeof(uint64_t)));
@@ -64,6 +72,51 @@ Comm* comm_create(const DistInfo* d, const char* id_file, char* err, size_t errl
         remove(id_file);
     }
     return c;
+}
+
+void comm_report_failure(Comm* c) {
+    if (c == NULL || c->stopping || c->failure_path[0] == '\0') return;
+    c->stopping = 1;
+    FILE* fp = fopen(c->failure_path, "w");
+    if (fp == NULL) return; /* nothing more to do on the way out */
+    fprintf(fp, "rank %d of %d\n", c->dist.rank, c->dist.world_size);
+    fclose(fp);
+}
+
+/* Waits for stream s like cudaStreamSynchronize, but under the env-var launch
+   also watches for a failed peer (its marker file) and NCCL errors, so a dead
+   rank cannot leave this one waiting forever. */
+void comm_synchronize(Comm* c, cudaStream_t s) {
+    if (c->failure_path[0] == '\0') {
+        cudaCheck(cudaStreamSynchronize(s));
+        return;
+    }
+    const struct timespec nap = {0, 50 * 1000}; /* 50 us: negligible next to a training step */
+    for (long spins = 0;; spins++) {
+        const cudaError_t q = cudaStreamQuery(s);
+        if (q == cudaSuccess) return;
+        if (q != cudaErrorNotReady) cudaCheck(q);
+        if (spins % 2000 == 0) { /* about every 0.1 s */
+            ncclResult_t async = ncclSuccess;
+            ncclCommGetAsyncError(c->nccl, &async);
+            char who[128] = "";
+            FILE* fp = fopen(c->failure_path, "r");
+            if (fp != NULL) {
+                if (fgets(who, sizeof who, fp) == NULL) snprintf(who, sizeof who, "another rank");
+                fclose(fp);
+                who[strcspn(who, "\n")] = 0;
+            }
+            if (who[0] != '\0' || (async != ncclSuccess && async != ncclInProgress)) {
+                c->stopping = 1;
+                ncclCommAbort(c->nccl);
+                if (who[0] != '\0')
+                    die("rank %d stops: %s failed (see its output; marker %s)", c->dist.rank, who, c->failure_path);
+                die("rank %d stops: NCCL reports %s\n  hint: NCCL_DEBUG=WARN shows why", c->dist.rank,
+                    ncclGetErrorString(async));
+            }
+        }
+        nanosleep(&nap, NULL);
+    }
 }
 
 void comm_destroy(Comm* c) {
@@ -123,7 +176,7 @@ void comm_sum_scalars(Comm* c, const float* d_in, double* h_out, int n, cudaStre
         cudaCheck(cudaMemcpyAsync(gathered, c->d_scalars, (size_t)W * n * sizeof(float),
                                       cudaMemcpyDeviceToHost, s));
     }
-    cudaCheck(cudaStreamSynchronize(s));
+    comm_synchronize(c, s);
     for (int i = 0; i < n; i++) {
         double sum = 0.0;
         for (int r = 0; r < W; r++) sum += (double)gathered[r * n + i];  /* rank order: deterministic */
@@ -138,6 +191,7 @@ int comm_check_agreement(Comm* c, uint64_t digest, const char* what, char* err, 
     uint64_t* all = (uint64_t*)mallocCheck((size_t)W * sizeof(uint64_t));
     cudaCheck(cudaMemcpy(c->d_digests + c->dist.rank, &digest, sizeof digest, cudaMemcpyHostToDevice));
     ncclCheck(ncclAllGather(c->d_digests + c->dist.rank, c->d_digests, 8, ncclUint8, c->nccl, 0));
+    comm_synchronize(c, 0);
     cudaCheck(cudaMemcpy(all, c->d_digests, (size_t)W * sizeof(uint64_t), cudaMemcpyDeviceToHost));
     int rc = 0;
     for (int r = 0; r < W; r++) {

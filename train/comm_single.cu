@@ -53,4 +53,6 @@ void comm_sum_scalars(Comm* c, const float* d_in, double* h_out, int n, cudaStre
     for (int i = 0; i < n; i++) h_out[i] = (double)host[i];
 }
 
+void comm_report_failure(Comm* c) {}
+void comm_synchronize(Comm* c, cudaStream_t s) { cudaCheck(cudaStreamSynchronize(s)); }
 int comm_check_agreement(Comm* c, uint64_t digest, const char* what, char* err, size_t errlen) { return 0; }
