@@ -6,7 +6,8 @@
 #   (a) launchers: a plain run, `mpirun -np 1` and the env-var launch (RANK=0 WORLD_SIZE=1) give the same
 #       losses and the same final checkpoint;
 #   (b) --zero-stage 1 vs 0 on one GPU: bit-exact (losses and final model + state files);
-#   diagnostics: --diag-every/--probe-every/--capture-attn/--zero-key-bias-grad write their records and files;
+#   diagnostics: --diag-every/--probe-every/--capture-attn/--zero-key-bias-grad write their records and files,
+#       and their cost per measured step at the 450m shape;
 #   (c) with N > 1 GPUs: N-GPU runs vs a 1-GPU run with the same global batch (accumulation on 1 GPU), losses
 #       within BF16 tolerance for 50 steps, ZeRO off and on; the env-var launch on N GPUs; bit-exact resume
 #       on N GPUs; an N-GPU checkpoint resumed on 1 GPU; weak scaling of the 450m preset (tokens/s at 1..N
@@ -179,6 +180,16 @@ PY
 rc2=$?
 judge $(( rc || rc2 )) "--diag-every 5 --probe-every 5 --capture-attn 10:0,3 --zero-key-bias-grad 1" "$diag_msg"
 grep -h "^diagnostics:" "$RUNS/diag1.log" | tail -n1 | while read -r line; do note_row "diagnostics cost (small model, 1 GPU)" "$line"; done
+
+if [ "${SKIP_SCALING:-0}" != 1 ]; then
+    echo "== cost of the diagnostics at the 450m shape (1 GPU, B16 T1024, diagnostics + probe every 3 steps)"
+    run diag450 "$TRAIN" --model 450m --batch-size 16 --seq-len 1024 --steps 10 --val-data "" --vocab "" \
+        --train-data "$DATA/*train_*.bin" --overwrite 1 --attn gproj --log-every 100 --diag-every 3
+    rc=$?
+    grep -q "^diagnostics:" "$RUNS/diag450.log"
+    judge $(( rc || $? )) "450m with --diag-every 3: diagnostics cost measured" \
+        "$(grep -h '^diagnostics:' "$RUNS/diag450.log" | tail -n1); $(mean_line diag450)"
+fi
 
 if [ "$NGPU" -gt 1 ]; then
     N=$NGPU
