@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# dev/device_session.sh - everything one lent GPU session checks, in one call.
+#
+# Why: device time is scarce (minutes per session) and each call pays for a
+# machine start, so the GPU evidence of every module is gathered by one script
+# that builds once (sm_90a only, all cores), runs each phase under its own time
+# limit, keeps going when a phase fails, and writes every log under OUTDIR.
+# The results files in dev/results/ name this script and the phases they came from.
+#
+# Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
+#   phases: build gputest multigpu tokenizer trainer matched modecost
+#   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
+#           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
+set -u
+OUT=${1:?usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]}
+shift
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+phase_start=0
+begin() { phase_start=$(date +%s); say "== $1 ($(date -u +%H:%M:%S))"; }
+end() { say "   -> rc $1 in $(( $(date +%s) - phase_start )) s"; }
+ARCH='-gencode arch=compute_90a,code=sm_90a'
+DATA=/tmp/data
+MATCHED_STEPS=${MATCHED_STEPS:-12000}
+
+prepare_data() {
+    [ -d "$DATA" ] && return
+    mkdir -p "$DATA"
+    for f in "${GUTENBERG_XZ:-.carry/data}"/gutenberg_*.bin.xz; do
+        [ -f "$f" ] && xz -dc "$f" > "$DATA/$(basename "${f%.xz}")" &
+    done
+    wait
+    ls -la "$DATA" >> "$OUT/data.txt"
+}
+
+for phase in "$@"; do
+    case "$phase" in
+    build)
+        begin build
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
+        make -j"$(nproc)" NVCC_ARCH="$ARCH" build/train_gpt build/tokenize build/attn_probe \
+            build/tests/test_attention_gpu build/tests/test_layers_gpu build/tests/test_diagnostics_gpu \
+            build/dev/parity_gpu build/dev/profile_gpu_step > "$OUT/build.log" 2>&1
+        rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build.log"; end $rc ;;
+    gputest)
+        begin "GPU tests"
+        for t in test_attention_gpu test_layers_gpu test_diagnostics_gpu; do
+            timeout 150 build/tests/$t > "$OUT/$t.log" 2>&1
+            rc=$?; say "   $t: rc $rc, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$t.log" | tail -1)"
+            grep -m 12 FAIL "$OUT/$t.log" | tee -a "$SUMMARY"
+        done
+        timeout 60 build/tests/test_diagnostics_gpu --bench > "$OUT/diag_bench.log" 2>&1
+        tail -5 "$OUT/diag_bench.log" | tee -a "$SUMMARY"
+        end 0 ;;
+    multigpu)
+        begin "multi-GPU checks (scripts/check_multi_gpu.sh)"
+        SKIP_BUILD=1 timeout 300 bash scripts/check_multi_gpu.sh "$OUT/multi" data/default > "$OUT/multi.log" 2>&1
+        rc=$?; grep -E "^(PASS|FAIL|info)|passed, " "$OUT/multi.log" | tee -a "$SUMMARY"; end $rc ;;
+    tokenizer)
+        begin "tokenizer vs tiktoken (dev/bench_tokenizer.sh)"
+        for i in $(seq 20); do cat .cache/corpus/mobydick.txt; done > /tmp/moby20.txt
+        timeout 120 bash dev/bench_tokenizer.sh /tmp/moby20.txt 3 > "$OUT/bench_tokenizer.log" 2>&1
+        rc=$?; tail -8 "$OUT/bench_tokenizer.log" | tee -a "$SUMMARY"; end $rc ;;
+    trainer)
+        begin "GPU trainer checks (dev/gpu_trainer_checks.sh)"
+        prepare_data
+        timeout 400 bash dev/gpu_trainer_checks.sh "$DATA" .cache/gpt2 build "$OUT/trainer" > "$OUT/trainer.log" 2>&1
+        rc=$?; grep -E "^(ok|FAILED)|passed, |mean over|losses" "$OUT/trainer.log" | tee -a "$SUMMARY"; end $rc ;;
+    matched)
+        # issue 8: the small-scale reproduction. Four modes plus the two gauge arms, matched
+        # (same seed, weights, data order), diagnostics and the in-run probe every 200 steps,
+        # captures of every layer of each run late in training.
+        begin "matched runs ($MATCHED_STEPS steps per run)"
+        prepare_data
+        late=$(( MATCHED_STEPS - 1000 ))
+        flags=(--train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" --vocab .cache/gpt2
+               --steps "$MATCHED_STEPS" --val-every 1000 --val-batches 20 --log-every 1000 --probe-every 200
+               --capture-attn "$late" --overwrite 1)
+        rm -rf runs/repro
+        timeout 480 bash scripts/matched_runs.sh --name repro --sequential --diag-every 200 --gauge-arm bf16 \
+            -- "${flags[@]}" > "$OUT/matched.log" 2>&1
+        rc=$?
+        timeout 200 bash scripts/matched_runs.sh --name repro --sequential --diag-every 200 --modes "" \
+            --gauge-arm gproj -- "${flags[@]}" >> "$OUT/matched.log" 2>&1
+        rc=$(( rc || $? ))
+        python3 scripts/compare_runs.py runs/repro/{fp32,bf16,repair,gproj,bf16_zkbg,gproj_zkbg} \
+            --out "$OUT/plots" --smooth 5 > "$OUT/compare.txt" 2>&1
+        cat "$OUT/compare.txt" | tee -a "$SUMMARY"
+        cp runs/repro/*/log.jsonl "$OUT/plots/" 2>/dev/null
+        for m in fp32 bf16 repair gproj bf16_zkbg gproj_zkbg; do cp "runs/repro/$m/log.jsonl" "$OUT/plots/log_$m.jsonl"; done
+        # the captures from late in the bf16 run, every mode against fp64
+        caps=(runs/repro/bf16/attn_step$(printf %08d "$late")_layer*.bin)
+        timeout 240 build/attn_probe $(printf -- '--capture %s ' "${caps[@]}") --heads 16 \
+            --json "$OUT/plots/probe_bf16_late.json" > "$OUT/probe_bf16_late.txt" 2>&1
+        tail -40 "$OUT/probe_bf16_late.txt" >> "$SUMMARY"
+        end $rc ;;
+    modecost)
+        # issue 5: each attention mode's cost in a whole 450m training step (B16 T1024)
+        begin "450m step time per attention mode"
+        for m in bf16 repair gproj fp32; do
+            timeout 90 build/train_gpt --model 450m --batch-size 16 --seq-len 1024 --steps 12 --val-data "" \
+                --train-data "data/default/default_train_*.bin" --vocab "" --attn "$m" --overwrite 1 \
+                --out-dir "/tmp/modecost_$m" > "$OUT/modecost_$m.log" 2>&1
+            say "   $m: $(grep -h 'mean over' "$OUT/modecost_$m.log")"
+        done
+        end 0 ;;
+    *) say "unknown phase '$phase'"; exit 2 ;;
+    esac
+done
+say "== done $(date -u +%H:%M:%S)"
