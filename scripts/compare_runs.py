@@ -74,6 +74,14 @@ def smooth(values, n):
     return out
 
 
+def median(values):
+    """Median (NaN for none): step times, robust to the slow steps that run diagnostics or evals."""
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
+
+
 def final_mean(pts, last=20):
     vals = [v for _, v in pts[-last:]]
     return sum(vals) / len(vals) if vals else float("nan")
@@ -96,7 +104,7 @@ def main():
     ref_train = final_mean(series(ref[2], "loss"))
     ref_val = (series(ref[2], "val_loss") or [(0, float("nan"))])[-1][1]
     print(f"{'run':<12} {'steps':>7} {'train loss (last 20)':>21} {'gap':>8} {'final val':>10} {'gap':>8}"
-          f" {'max rho':>8} {'grad norm':>10}")
+          f" {'max rho':>8} {'grad norm':>10} {'ms/step':>8}")
     for label, path, rows in runs:
         tr = series(rows, "loss")
         va = series(rows, "val_loss")
@@ -106,8 +114,9 @@ def main():
         v = va[-1][1] if va else float("nan")
         print(f"{label:<12} {tr[-1][0] if tr else 0:>7} {t:>21.4f} {t - ref_train:>+8.4f} {v:>10.4f}"
               f" {v - ref_val:>+8.4f} {rho[-1][1] if rho else float('nan'):>8.3g}"
-              f" {final_mean(gn):>10.4g}")
-    print(f"(gaps are relative to the '{ref[0]}' run: {ref[1]})")
+              f" {final_mean(gn):>10.4g} {median([v for _, v in series(rows, 'ms')[1:]]):>8.2f}")
+    print(f"(gaps are relative to the '{ref[0]}' run: {ref[1]}; ms/step is the median over logged steps"
+          " after the first)")
 
     try:
         import matplotlib
