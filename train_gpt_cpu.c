@@ -265,19 +265,18 @@ int main(int argc, char** argv) {
         snprintf(out_dir, sizeof(out_dir), "runs/run_%s", stamp);
         for (int k = 2; access(out_dir, F_OK) == 0; k++) snprintf(out_dir, sizeof(out_dir), "runs/run_%s_%d", stamp, k);
     }
-    make_dirs(out_dir);
-    if (!resuming) {
-        int existing = run_files_in(out_dir, 0);
-        if (existing > 0 && !f.overwrite)
-            die("the run folder '%s' already holds a run (%d log/checkpoint files)\n  hint: continue it with "
-                "--resume, start over in it with --overwrite (deletes those files), or choose another --out-dir",
-                out_dir, existing);
-        if (existing > 0) {
-            run_files_in(out_dir, 1);
-            printf("--overwrite: deleted %d log/checkpoint files of the previous run in %s\n", existing, out_dir);
-        }
-    } else if (state_path[0] == '\0') {
+    /* The folder is created (and with --overwrite emptied of the old run) only once every
+       setting has been checked, so a refused command line changes nothing on disk. */
+    const int existing = resuming ? 0 : run_files_in(out_dir, 0);
+    if (existing > 0 && !f.overwrite)
+        die("the run folder '%s' already holds a run (%d log/checkpoint files)\n  hint: continue it with "
+            "--resume, start over in it with --overwrite (deletes those files), or choose another --out-dir",
+            out_dir, existing);
+    if (resuming && state_path[0] == '\0') {
         int64_t latest;
+        if (access(out_dir, F_OK) != 0)
+            die("--resume: the run folder '%s' does not exist: nothing to continue\n  hint: check --out-dir, or "
+                "drop --resume to start a new run there", out_dir);
         int found = run_find_latest_state(out_dir, state_path, sizeof(state_path), &latest, err, sizeof(err));
         if (found < 0) die("--resume: %s", err);
         if (found > 0)
@@ -432,6 +431,11 @@ int main(int argc, char** argv) {
     }
 
     /* ---- log and banner ---- */
+    make_dirs(out_dir);
+    if (existing > 0) {
+        run_files_in(out_dir, 1);
+        printf("--overwrite: deleted %d log/checkpoint files of the previous run in %s\n", existing, out_dir);
+    }
     char log_path[PATH_CAP + 16];
     snprintf(log_path, sizeof(log_path), "%s/log.jsonl", out_dir);
     RunLog log;

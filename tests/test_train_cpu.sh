@@ -56,7 +56,10 @@ expect_refusal "unknown model" "unknown model 'huge'" "${COMMON[@]}" --model hug
 expect_refusal "missing data" "--train-data" "${COMMON[@]}" --train-data "$TMP/none_*.bin" --out-dir "$TMP/x"
 expect_refusal "tile-max shift outside repair" "--attn-tile-max-shift 1 is an arm of --attn repair only" \
     "${COMMON[@]}" --attn-tile-max-shift 1 --out-dir "$TMP/x"
-expect_refusal "--resume in an empty folder" "nothing to continue" "${COMMON[@]}" --resume --out-dir "$TMP/empty"
+expect_refusal "--resume with a missing folder" "nothing to continue" "${COMMON[@]}" --resume --out-dir "$TMP/empty"
+mkdir -p "$TMP/empty2"
+expect_refusal "--resume in an empty folder" "nothing to continue" "${COMMON[@]}" --resume --out-dir "$TMP/empty2"
+check "refused command lines created no run folder" test ! -e "$TMP/x" -a ! -e "$TMP/empty"
 
 # ---------------------------------------------------------------- bit-exact resume
 section "resume: 20 steps == 10 + resume + 10, bit for bit"
