@@ -15,6 +15,7 @@
 #            each with its reason; a failed save (the temp name is blocked)
 #            stops the run and leaves the previous checkpoint intact and
 #            resumable (and the result still bit-exact);
+#   init     --init-from loads the weights exactly (same val loss);
 #   folder   --overwrite deletes only the run's own files (log.jsonl,
 #            model_/state_NNNNNNNN.bin), never anything else in the folder;
 #   NaN      a diverging run stops with a message naming the last good
@@ -77,6 +78,14 @@ check "state_00000020.bin identical (moments, data position, RNG)" \
     cmp -s "$TMP/A/state_00000020.bin" "$TMP/B/state_00000020.bin"
 grep '"step": 1[0-9], "loss"' "$TMP/A/log.jsonl" | head -n 2 | sed 's/^/    A: /'
 grep '"step": 1[0-9], "loss"' "$TMP/B/log.jsonl" | tail -n 10 | head -n 2 | sed 's/^/    B: /'
+
+section "--init-from: a new run from trained weights"
+run_ok "I: 2 steps from A's final model" "${COMMON[@]}" --steps 2 --init-from "$TMP/A/model_00000020.bin" \
+    --out-dir "$TMP/I"
+val_of() { python3 -c 'import json,sys
+print([r for r in map(json.loads, open(sys.argv[1])) if r.get("step") == int(sys.argv[2]) and "val_loss" in r][-1]["val_loss"])' "$1" "$2"; }
+check "its first validation loss equals A's last one exactly ($(val_of "$TMP/A/log.jsonl" 20))" \
+    test "$(val_of "$TMP/I/log.jsonl" 0)" = "$(val_of "$TMP/A/log.jsonl" 20)"
 
 # ---------------------------------------------------------------- damaged inputs
 section "damage: refused with a reason"
