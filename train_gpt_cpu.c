@@ -386,7 +386,11 @@ int main(int argc, char** argv) {
         tok = NULL;
     }
     int sample_tokens = f.sample_tokens;
-    if (sample_tokens > T - 1) sample_tokens = T - 1;
+    if (f.sample_every > 0 && sample_tokens > T - 1) {
+        printf("note: --sample-tokens %d lowered to %d (a sample must fit the sequence length %d after its "
+               "<|endoftext|>)\n", sample_tokens, T - 1, T);
+        sample_tokens = T - 1;
+    }
 
     /* ---- optimizer and run state ---- */
     float* m = (float*)callocCheck(n, sizeof(float));
