@@ -8,7 +8,7 @@
 # The results files in dev/results/ name this script and the phases they came from.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest multigpu tokenizer trainer matched modecost
+#   phases: build gputest multigpu tokenizer trainer matched modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 set -u
@@ -109,6 +109,13 @@ for phase in "$@"; do
             say "   $m: $(grep -h 'mean over' "$OUT/modecost_$m.log")"
         done
         end 0 ;;
+    makerun)
+        # the README's first command on a GPU machine (set-up is cached: the machine has no network)
+        begin "make run"
+        make -j"$(nproc)" NVCC_ARCH="$ARCH" all > "$OUT/make_all.log" 2>&1 || tail -20 "$OUT/make_all.log"
+        timeout 120 make run NVCC_ARCH="$ARCH" > "$OUT/make_run.log" 2>&1
+        rc=$?; grep -E "run_default|^step +(1|100|200|299) |val loss|sample|mean over" "$OUT/make_run.log" | head -30 | tee -a "$SUMMARY"
+        end $rc ;;
     *) say "unknown phase '$phase'"; exit 2 ;;
     esac
 done
