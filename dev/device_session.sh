@@ -114,7 +114,7 @@ for phase in "$@"; do
         begin "make run"
         make -j"$(nproc)" NVCC_ARCH="$ARCH" all > "$OUT/make_all.log" 2>&1 || tail -20 "$OUT/make_all.log"
         timeout 120 make run NVCC_ARCH="$ARCH" > "$OUT/make_run.log" 2>&1
-        rc=$?; grep -E "run_default|^step +(1|100|200|299) |val loss|sample|mean over" "$OUT/make_run.log" | head -30 | tee -a "$SUMMARY"
+        rc=$?; { grep -m1 run_default "$OUT/make_run.log"; tail -n 25 "$OUT/make_run.log"; } | tee -a "$SUMMARY"
         end $rc ;;
     *) say "unknown phase '$phase'"; exit 2 ;;
     esac
