@@ -778,10 +778,10 @@ int main(int argc, char** argv) {
         dp_wait_gradients(&dp, stream);
         if (f.zero_key_bias_grad) diag_zero_key_bias_grad_cuda(&cfg, model.params_info, model.grads, stream);
         if (diag_step) {
+            if (td.active) cudaCheck(cudaEventRecord(td.ev_a, stream)); /* the cost includes the gather below */
             /* the per-layer gradient norms need every reduced gradient on rank 0 */
             if (f.zero_stage == 1 && world_size > 1) comm_all_gather_bf16(comm, model.grads, shard.shard_size, stream);
             if (td.active) {
-                cudaCheck(cudaEventRecord(td.ev_a, stream));
                 for (int l = 0; l < cfg.num_layers; l++)
                     diag_attention_cuda(&td.diag, l, gpu_act(&model, GA_QKV, l), B, T, stream);
                 diag_params_cuda(&td.diag, model.params, model.grads, stream);
