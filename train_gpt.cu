@@ -275,10 +275,12 @@ typedef struct {
     const char* out_dir;
     LayerDiag* host_layers;
     char* json;
-    cudaEvent_t ev_a, ev_b;   /* cost of the diagnostics: hook work and the end-of-step measurements */
-    double step_ms;           /* diagnostics time of the current step */
-    double sum_ms;
-    int steps_with_diag;
+    cudaEvent_t ev_a, ev_b;   /* GPU time of the end-of-step measurements (and ZeRO-1's gradient gather) */
+    cudaEvent_t ev_pa, ev_pb; /* GPU time of the probe in backward */
+    int probed;               /* the probe ran in this step */
+    double step_ms;           /* diagnostics time of the current step (captures, which are file writes, excluded) */
+    double sum_ms;            /* over measured steps after the first (which pays the probe's allocations) */
+    int steps_with_diag, steps_summed;
 } TrainDiag;
 
 /* attn_hook: the probe and captures read the layer's dO right after its attention backward. */
@@ -287,15 +289,13 @@ static void diag_attn_hook(void* ctx, int layer, AttnShape s, const floatX* qkv,
     TrainDiag* td = (TrainDiag*)ctx;
     const int probe = layer == td->probe_layer;
     const int capture = td->capture_step >= 0 && diag_capture_wanted(&td->capture, td->capture_step, layer);
-    if (!probe && !capture) return;
-    cudaCheck(cudaEventRecord(td->ev_a, st));
-    if (probe) diag_probe_cuda(&td->diag, td->mode, td->opt, layer, qkv, out, stats, dout, s.B, s.T, st);
+    if (probe) {
+        cudaCheck(cudaEventRecord(td->ev_pa, st));
+        diag_probe_cuda(&td->diag, td->mode, td->opt, layer, qkv, out, stats, dout, s.B, s.T, st);
+        cudaCheck(cudaEventRecord(td->ev_pb, st));
+        td->probed = 1;
+    }
     if (capture) diag_capture_layer_cuda(td->out_dir, td->capture_step, layer, td->mode, s, qkv, out, stats, dout, st);
-    cudaCheck(cudaEventRecord(td->ev_b, st));
-    cudaCheck(cudaEventSynchronize(td->ev_b));
-    float ms = 0;
-    cudaCheck(cudaEventElapsedTime(&ms, td->ev_a, td->ev_b));
-    td->step_ms += ms;
 }
 
 /* ------------------------------------------------------------------ evaluation, sampling, checkpoints */
@@ -677,8 +677,8 @@ int main(int argc, char** argv) {
         td.active = 1;
         td.host_layers = (LayerDiag*)mallocCheck((size_t)cfg.num_layers * sizeof(LayerDiag));
         td.json = (char*)mallocCheck(diag_json_bytes(cfg.num_layers));
-        cudaCheck(cudaEventCreate(&td.ev_a));
-        cudaCheck(cudaEventCreate(&td.ev_b));
+        cudaEvent_t* tevs[] = {&td.ev_a, &td.ev_b, &td.ev_pa, &td.ev_pb};
+        for (size_t i = 0; i < sizeof(tevs) / sizeof(tevs[0]); i++) cudaCheck(cudaEventCreate(tevs[i]));
     }
 
     /* ---- banner ---- */
@@ -755,6 +755,7 @@ int main(int argc, char** argv) {
             td.probe_layer = probe_step ? (step / probe_every) % cfg.num_layers : -1;
             td.capture_step = capture_step ? step : -1;
             td.step_ms = 0.0;
+            td.probed = 0;
             if (diag_step || probe_step) diag_cuda_clear(&td.diag, stream);
         }
 
@@ -814,25 +815,29 @@ int main(int argc, char** argv) {
         StepRecord r = {step, f.steps, loss, lr, norm, tokens_per_micro * grad_accum / dt, dt * 1e3,
                         attn_mode_name(attn_mode)};
         runlog_step(&log, &r);
-        if (td.active && (diag_step || probe_step || capture_step)) {
+        if (td.active && (diag_step || probe_step)) {
+            float ms = 0;
             if (diag_step) {
-                float ms = 0;
                 cudaCheck(cudaEventElapsedTime(&ms, td.ev_a, td.ev_b));
                 td.step_ms += ms;
             }
-            td.sum_ms += td.step_ms;
-            td.steps_with_diag++;
-            if (diag_step || probe_step) {
-                DiagProbe probe;
-                diag_cuda_fetch(&td.diag, td.host_layers, &probe, NULL, stream);
-                diag_write_json(td.json, diag_json_bytes(cfg.num_layers), td.host_layers, cfg.num_layers, &probe);
-                FILE* df = runlog_begin(&log, "diag");
-                if (df) {
-                    fprintf(df, ", \"step\": %d, %s, \"diag_ms\": ", step, td.json);
-                    runlog_write_number(df, td.step_ms);
-                }
-                runlog_end(&log);
+            if (td.probed) {
+                cudaCheck(cudaEventElapsedTime(&ms, td.ev_pa, td.ev_pb));
+                td.step_ms += ms;
             }
+            if (td.steps_with_diag++ > 0) {
+                td.sum_ms += td.step_ms;
+                td.steps_summed++;
+            }
+            DiagProbe probe;
+            diag_cuda_fetch(&td.diag, td.host_layers, &probe, NULL, stream);
+            diag_write_json(td.json, diag_json_bytes(cfg.num_layers), td.host_layers, cfg.num_layers, &probe);
+            FILE* df = runlog_begin(&log, "diag");
+            if (df) {
+                fprintf(df, ", \"step\": %d, %s, \"diag_ms\": ", step, td.json);
+                runlog_write_number(df, td.step_ms);
+            }
+            runlog_end(&log);
         }
         if (step == start_step || (step + 1) % f.log_every == 0 || step + 1 == f.steps) {
             const double mean_dt = timed_steps ? time_sum / timed_steps : dt;
@@ -863,9 +868,9 @@ int main(int argc, char** argv) {
                 fprintf(rec, ", \"param_gather_ms\": ");
                 runlog_write_number(rec, dp.sum_gather_ms / dp.timed);
             }
-            if (td.steps_with_diag > 0) {
+            if (td.steps_summed > 0) {
                 fprintf(rec, ", \"diag_ms_per_diag_step\": ");
-                runlog_write_number(rec, td.sum_ms / td.steps_with_diag);
+                runlog_write_number(rec, td.sum_ms / td.steps_summed);
             }
         }
         runlog_end(&log);
@@ -874,9 +879,10 @@ int main(int argc, char** argv) {
                    "reduction span %.2f ms, exposed after backward %.2f ms | parameter all-gather %.2f ms\n",
                    dp.timed, dp.sum_bwd_ms / dp.timed, dp.sum_comm_ms / dp.timed, dp.sum_exposed_ms / dp.timed,
                    dp.sum_gather_ms / dp.timed);
-        if (td.steps_with_diag > 0)
-            printf("diagnostics: %.2f ms per measured step (%d steps), %.2f%% of a mean step\n",
-                   td.sum_ms / td.steps_with_diag, td.steps_with_diag, 100.0 * td.sum_ms / td.steps_with_diag / step_ms);
+        if (td.steps_summed > 0)
+            printf("diagnostics: %.2f ms GPU time per measured step (%d steps, first excluded; captures not "
+                   "counted), %.2f%% of a mean step\n", td.sum_ms / td.steps_summed, td.steps_summed,
+                   100.0 * td.sum_ms / td.steps_summed / step_ms);
     }
     runlog_close(&log);
     free(inputs); free(targets); free(host_params); free(st.m); free(st.v);
