@@ -15,6 +15,7 @@
 # Usage: scripts/check_multi_gpu.sh OUTDIR [DATA_DIR]
 #   DATA_DIR holds llm.c shards *train_*.bin (default data/default, made by `make setup`).
 #   Env: BIN (default build; built with make -j first unless SKIP_BUILD=1), NGPU (default: all visible),
+#        GIT_COMMIT (named in the table when the tree has no .git),
 #        MPIRUN (default mpirun), SCALING_STEPS (default 10), SKIP_SCALING=1 to leave out the 450m runs.
 # Prints PASS/FAIL lines, the table (also OUTDIR/results.md) and finally "N passed, N failed".
 set -u
@@ -34,7 +35,7 @@ export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off (train_gpt also forces i
 
 pass=0; fail=0
 TABLE="$OUT/results.md"
-echo "# multi-GPU checks ($(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'))" > "$TABLE"
+echo "# multi-GPU checks ($(date -u '+%Y-%m-%d %H:%M UTC'), commit ${GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "? (set GIT_COMMIT)")})" > "$TABLE"
 echo "" >> "$TABLE"
 echo "| check | result | numbers |" >> "$TABLE"
 echo "|---|---|---|" >> "$TABLE"
