@@ -59,7 +59,7 @@ for phase in "$@"; do
         end 0 ;;
     multigpu)
         begin "multi-GPU checks (scripts/check_multi_gpu.sh)"
-        SKIP_BUILD=1 timeout 300 bash scripts/check_multi_gpu.sh "$OUT/multi" data/default > "$OUT/multi.log" 2>&1
+        SKIP_BUILD=1 timeout "${MULTI_TIMEOUT:-300}" bash scripts/check_multi_gpu.sh "$OUT/multi" data/default > "$OUT/multi.log" 2>&1
         rc=$?; grep -E "^(PASS|FAIL|info)|passed, " "$OUT/multi.log" | tee -a "$SUMMARY"; end $rc ;;
     tokenizer)
         begin "tokenizer vs tiktoken (dev/bench_tokenizer.sh)"
@@ -80,7 +80,7 @@ for phase in "$@"; do
         late=$(( MATCHED_STEPS - 1000 ))
         flags=(--train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" --vocab .cache/gpt2
                --steps "$MATCHED_STEPS" --val-every 1000 --val-batches 20 --log-every 1000 --probe-every 200
-               --capture-attn "$late" --overwrite 1)
+               --capture-attn "10,$late" --overwrite 1)
         rm -rf runs/repro
         timeout 480 bash scripts/matched_runs.sh --name repro --sequential --diag-every 200 --gauge-arm bf16 \
             -- "${flags[@]}" > "$OUT/matched.log" 2>&1
@@ -93,11 +93,13 @@ for phase in "$@"; do
         cat "$OUT/compare.txt" | tee -a "$SUMMARY"
         cp runs/repro/*/log.jsonl "$OUT/plots/" 2>/dev/null
         for m in fp32 bf16 repair gproj bf16_zkbg gproj_zkbg; do cp "runs/repro/$m/log.jsonl" "$OUT/plots/log_$m.jsonl"; done
-        # the captures from late in the bf16 run, every mode against fp64
-        caps=(runs/repro/bf16/attn_step$(printf %08d "$late")_layer*.bin)
-        timeout 240 build/attn_probe $(printf -- '--capture %s ' "${caps[@]}") --heads 16 \
-            --json "$OUT/plots/probe_bf16_late.json" > "$OUT/probe_bf16_late.txt" 2>&1
-        tail -40 "$OUT/probe_bf16_late.txt" >> "$SUMMARY"
+        # the bf16 run's captures (step 10 and late), every mode against fp64
+        for st in 10 "$late"; do
+            caps=(runs/repro/bf16/attn_step$(printf %08d "$st")_layer*.bin)
+            timeout 150 build/attn_probe $(printf -- '--capture %s ' "${caps[@]}") --heads 16 \
+                --json "$OUT/plots/probe_bf16_step$st.json" > "$OUT/plots/probe_bf16_step$st.txt" 2>&1
+            tail -n 45 "$OUT/plots/probe_bf16_step$st.txt" >> "$SUMMARY"
+        done
         end $rc ;;
     modecost)
         # issue 5: each attention mode's cost in a whole 450m training step (B16 T1024)
