@@ -194,52 +194,85 @@ static void layernorm_forward(gpt_real* out, gpt_real* mean, gpt_real* rstd, con
 }
 
 /*
- * Matmuls. Rows of inp are processed in tiles of MATMUL_ROW_TILE: a weight row,
- * once loaded, is used against the whole tile of inputs (held in cache), so the
- * weights stream from memory once per tile instead of once per row - the tied
- * classifier's weight is Vp x C, tens of MB. Inside a tile, four rows share
- * each weight load (register blocking). Work is split over output features,
- * so no two threads ever write the same element.
+ * Matmuls. All three products of a linear layer (out = inp W^T, dinp = dout W,
+ * dW = dout^T inp) run through small register-blocked kernels: a block of
+ * MM_ROWS x MM_COLS results lives in vector registers (GNU C vector types,
+ * 32 bytes = one AVX2 register; with narrower hardware the compiler splits
+ * them) while the reduction runs, so every value loaded from memory feeds
+ * several multiply-adds. For the tied classifier (Vp x C: 12.9 MB for tiny)
+ * this is most of the model's work.
+ *
+ * Determinism: every output element is owned by one thread and summed in a
+ * fixed order (the reduction index ascending, starting from the value already
+ * there or 0), whatever the thread count, the row count or which code (the
+ * blocked kernel or the scalar tail) computes it - so results are
+ * bit-identical with 1 or N threads and for a forward on fewer rows than
+ * allocated.
  */
-#define MATMUL_ROW_TILE 64
-#define MATMUL_BLOCK 4
+typedef gpt_real mm_vec __attribute__((vector_size(32)));
+#define MM_LANES ((int)(sizeof(mm_vec) / sizeof(gpt_real)))
+#define MM_ROWS 4                   /* rows per register block (one weight load serves MM_ROWS rows) */
+#define MM_VECS 2                   /* vectors per row of a register block */
+#define MM_COLS (MM_VECS * MM_LANES) /* output features per register block (16 floats) */
+/* dinp streams the weight in blocks of about this many bytes, which stay in the
+   core's L2 cache while every row block of the thread is multiplied by them */
+#define MM_WEIGHT_BLOCK_BYTES (64 * 1024)
 
-static inline size_t tile_end(size_t n0, size_t N) { return n0 + MATMUL_ROW_TILE < N ? n0 + MATMUL_ROW_TILE : N; }
+/* unaligned vector load and store (macros: a function taking or returning a
+   vector would change its ABI with the -march level, which gcc warns about) */
+#define mm_load(vec, ptr) memcpy(&(vec), (ptr), sizeof(mm_vec))
+#define mm_store(ptr, vec) memcpy((ptr), &(vec), sizeof(mm_vec))
 
-/* out (N, OC) = inp (N, IC) @ weight (OC, IC)^T + bias (OC) (bias may be NULL). */
+/* out (N, OC) = inp (N, IC) @ weight (OC, IC)^T + bias (OC) (bias may be NULL).
+   Parallel over chunks of MM_COLS output features: a chunk's weight rows are
+   transposed into wt (IC x MM_COLS, in L1/L2), then every input row is run
+   against it, so the weight is read from memory once per call. */
 static void matmul_forward(gpt_real* out, const gpt_real* inp, const gpt_real* weight, const gpt_real* bias,
                            size_t N, int IC, int OC) {
-    for (size_t n0 = 0; n0 < N; n0 += MATMUL_ROW_TILE) {
-        const size_t n1 = tile_end(n0, N);
-#pragma omp parallel for schedule(static)
-        for (int oc = 0; oc < OC; oc++) {
-            const gpt_real* w = weight + (size_t)oc * IC;
-            const gpt_real b = bias ? bias[oc] : 0;
-            size_t n = n0;
-            for (; n + MATMUL_BLOCK <= n1; n += MATMUL_BLOCK) {
-                const gpt_real* x0 = inp + n * IC;
-                const gpt_real *x1 = x0 + IC, *x2 = x1 + IC, *x3 = x2 + IC;
-                gpt_real a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-                for (int i = 0; i < IC; i++) {
-                    a0 += x0[i] * w[i];
-                    a1 += x1[i] * w[i];
-                    a2 += x2[i] * w[i];
-                    a3 += x3[i] * w[i];
-                }
-                out[n * OC + oc] = a0 + b;
-                out[(n + 1) * OC + oc] = a1 + b;
-                out[(n + 2) * OC + oc] = a2 + b;
-                out[(n + 3) * OC + oc] = a3 + b;
+    const int chunks = (OC + MM_COLS - 1) / MM_COLS;
+#pragma omp parallel
+    {
+        gpt_real* wt = (gpt_real*)mallocCheck((size_t)IC * MM_COLS * sizeof(gpt_real));
+#pragma omp for schedule(static)
+        for (int chunk = 0; chunk < chunks; chunk++) {
+            const int oc0 = chunk * MM_COLS;
+            const int width = OC - oc0 < MM_COLS ? OC - oc0 : MM_COLS;
+            for (int j = 0; j < MM_COLS; j++) {
+                const gpt_real* w = weight + (size_t)(oc0 + j) * IC;
+                for (int i = 0; i < IC; i++) wt[(size_t)i * MM_COLS + j] = j < width ? w[i] : 0;
             }
-            for (; n < n1; n++) {
+            gpt_real b[MM_COLS];
+            for (int j = 0; j < MM_COLS; j++) b[j] = (bias && j < width) ? bias[oc0 + j] : 0;
+            size_t n = 0;
+            for (; n + MM_ROWS <= N; n += MM_ROWS) {
                 const gpt_real* x = inp + n * IC;
-                gpt_real a = 0;
-#pragma omp simd reduction(+ : a)
-                for (int i = 0; i < IC; i++) a += x[i] * w[i];
-                out[n * OC + oc] = a + b;
+                mm_vec acc[MM_ROWS][MM_VECS] = {{{0}}};
+                for (int i = 0; i < IC; i++) {
+                    mm_vec w[MM_VECS];
+                    for (int k = 0; k < MM_VECS; k++) mm_load(w[k], wt + (size_t)i * MM_COLS + k * MM_LANES);
+#pragma GCC unroll 8
+                    for (int r = 0; r < MM_ROWS; r++) {
+                        const gpt_real a = x[(size_t)r * IC + i];
+                        for (int k = 0; k < MM_VECS; k++) acc[r][k] += a * w[k];
+                    }
+                }
+                for (int r = 0; r < MM_ROWS; r++) {
+                    gpt_real res[MM_COLS];
+                    for (int k = 0; k < MM_VECS; k++) mm_store(res + k * MM_LANES, acc[r][k]);
+                    gpt_real* o = out + (n + r) * OC + oc0;
+                    for (int j = 0; j < width; j++) o[j] = res[j] + b[j];
+                }
+            }
+            for (; n < N; n++) {  /* row tail: the same sums, one row at a time */
+                const gpt_real* x = inp + n * IC;
+                gpt_real acc[MM_COLS] = {0};
+                for (int i = 0; i < IC; i++) {
+                    for (int j = 0; j < MM_COLS; j++) acc[j] += x[i] * wt[(size_t)i * MM_COLS + j];
+                }
+                for (int j = 0; j < width; j++) out[n * OC + oc0 + j] = acc[j] + b[j];
             }
         }
+        free(wt);
     }
 }
 
@@ -261,8 +294,63 @@ static void gelu_forward(gpt_real* out, const gpt_real* inp, size_t n) {
     }
 }
 
+/* e^x for the softmax, whose arguments z - max(z) are <= 0. In float it is
+   written out (Cody-Waite reduction x = k ln2 + r with |r| <= ln2/2, then a
+   degree-7 Taylor polynomial; about 1 ulp from the exact value, 3e-7 relative
+   at most) on 8-lane GNU C vectors, because glibc's expf is a call the compiler
+   cannot vectorise and the softmax over the vocabulary needs 50257 of them per
+   token. Arguments below -87 are taken as -87 (e^-87 = 1.6e-38 instead of a
+   smaller number or 0), which keeps 2^k a normal float. The double build keeps
+   the library exp: it exists for the finite-difference test. */
+typedef float exp_vec __attribute__((vector_size(32)));
+typedef int32_t exp_ivec __attribute__((vector_size(32)));
+#define EXP_LANES ((int)(sizeof(exp_vec) / sizeof(float)))
+
+/* out[0..EXP_LANES) = e^(in[i] - shift) */
+static inline void exp_lanes_nonpositive(float* out, const float* in, float shift) {
+    const float log2e = 1.44269504088896341f;
+    const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;  /* ln2_hi + ln2_lo = ln 2; k * ln2_hi is exact */
+    const float round_magic = 0x1.8p23f;                            /* adding it rounds to an integer */
+    exp_vec x;
+    memcpy(&x, in, sizeof(x));
+    x -= shift;
+    const exp_vec lowest = x * 0 - 87.0f;
+    const exp_ivec below = x < lowest;                              /* lanes of -1 where x < -87 */
+    x = (exp_vec)(((exp_ivec)x & ~below) | ((exp_ivec)lowest & below));
+    const exp_vec k = (x * log2e + round_magic) - round_magic;
+    const exp_vec r = (x - k * ln2_hi) - k * ln2_lo;
+    exp_vec p = r * (1.0f / 5040) + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const exp_ivec scale_bits = (__builtin_convertvector(k, exp_ivec) + 127) << 23;  /* 2^k */
+    p *= (exp_vec)scale_bits;
+    memcpy(out, &p, sizeof(p));
+}
+
+/* p[v] = e^(z[v] - shift) for v < n: whole vectors, then the tail through one padded vector. */
+static void softmax_exp_row_float(float* p, const float* z, float shift, int n) {
+    int v = 0;
+    for (; v + EXP_LANES <= n; v += EXP_LANES) exp_lanes_nonpositive(p + v, z + v, shift);
+    if (v < n) {
+        float tail[EXP_LANES] = {0};
+        memcpy(tail, z + v, (size_t)(n - v) * sizeof(float));
+        exp_lanes_nonpositive(tail, tail, shift);
+        memcpy(p + v, tail, (size_t)(n - v) * sizeof(float));
+    }
+}
+static void softmax_exp_row_double(double* p, const double* z, double shift, int n) {
+    for (int v = 0; v < n; v++) p[v] = exp(z[v] - shift);
+}
+#define softmax_exp_row(p, z, shift, n) \
+    _Generic((p), float*: softmax_exp_row_float, double*: softmax_exp_row_double)(p, z, shift, n)
+
 /* Softmax over the first V of Vp logits per row and cross-entropy against targets
-   (NULL: probabilities only). Columns >= V get probability 0. */
+   (NULL: probabilities only). Columns >= V get probability 0. Four vectorised
+   passes over the row, which stays in L2: max; exp; sum (in double); scale. */
 static void softmax_crossentropy_forward(gpt_real* probs, gpt_real* losses, const gpt_real* logits,
                                          const int* targets, size_t N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
@@ -270,13 +358,14 @@ static void softmax_crossentropy_forward(gpt_real* probs, gpt_real* losses, cons
         const gpt_real* z = logits + n * Vp;
         gpt_real* p = probs + n * Vp;
         gpt_real maxz = z[0];
+#pragma omp simd reduction(max : maxz)
         for (int v = 1; v < V; v++) maxz = z[v] > maxz ? z[v] : maxz;
+        softmax_exp_row(p, z, maxz, V);
         double sum = 0.0;
-        for (int v = 0; v < V; v++) {
-            p[v] = exp(z[v] - maxz);
-            sum += p[v];
-        }
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < V; v++) sum += p[v];
         const gpt_real inv = (gpt_real)(1.0 / sum);
+#pragma omp simd
         for (int v = 0; v < V; v++) p[v] *= inv;
         for (int v = V; v < Vp; v++) p[v] = 0;
         /* loss = logsumexp - z[target], computed without the rounded probability */
@@ -340,65 +429,133 @@ static void layernorm_backward(gpt_real* dinp, gpt_real* dw, gpt_real* db, const
     }
 }
 
-/* Backward of matmul_forward: dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum dout.
-   dinp may be NULL (not needed), dbias NULL when there is no bias. Same row tiling as forward. */
-static void matmul_backward(gpt_real* dinp, gpt_real* dweight, gpt_real* dbias, const gpt_real* dout,
-                            const gpt_real* inp, const gpt_real* weight, size_t N, int IC, int OC) {
-    for (size_t n0 = 0; n0 < N; n0 += MATMUL_ROW_TILE) {
-        const size_t n1 = tile_end(n0, N);
-        if (dinp) {
-            /* each thread owns a slice of input columns of the tile's dinp rows */
-#pragma omp parallel
-            {
-                const int threads = omp_get_num_threads(), tid = omp_get_thread_num();
-                const int c0 = (int)((long)IC * tid / threads), c1 = (int)((long)IC * (tid + 1) / threads);
-                int oc = 0;
-                for (; oc + MATMUL_BLOCK <= OC; oc += MATMUL_BLOCK) {
-                    const gpt_real* w0 = weight + (size_t)oc * IC;
-                    const gpt_real *w1 = w0 + IC, *w2 = w1 + IC, *w3 = w2 + IC;
-                    for (size_t n = n0; n < n1; n++) {
-                        const gpt_real* g = dout + n * OC + oc;
-                        const gpt_real g0 = g[0], g1 = g[1], g2 = g[2], g3 = g[3];
-                        gpt_real* dx = dinp + n * IC;
-#pragma omp simd
-                        for (int c = c0; c < c1; c++) dx[c] += g0 * w0[c] + g1 * w1[c] + g2 * w2[c] + g3 * w3[c];
-                    }
+/* dw rows [0, width) (each IC long) += g^T @ inp, with g (N x MM_COLS) a chunk of
+   dout's columns (zero beyond width): MM_ROWS weight rows x MM_COLS input features
+   at a time, summed over n ascending; the input features past the last full
+   MM_COLS block one at a time, in the same order. */
+static void accumulate_weight_chunk(gpt_real* dw, const gpt_real* g, const gpt_real* inp, size_t N, int IC,
+                                    int width) {
+    const int full_cols = IC - IC % MM_COLS;
+    for (int j0 = 0; j0 < width; j0 += MM_ROWS) {
+        const int rows = width - j0 < MM_ROWS ? width - j0 : MM_ROWS;
+        for (int c0 = 0; c0 < full_cols; c0 += MM_COLS) {
+            mm_vec acc[MM_ROWS][MM_VECS] = {{{0}}};
+            for (int r = 0; r < rows; r++) {
+                for (int k = 0; k < MM_VECS; k++) mm_load(acc[r][k], dw + (size_t)(j0 + r) * IC + c0 + k * MM_LANES);
+            }
+            for (size_t n = 0; n < N; n++) {
+                mm_vec x[MM_VECS];
+                for (int k = 0; k < MM_VECS; k++) mm_load(x[k], inp + n * IC + c0 + k * MM_LANES);
+                const gpt_real* gn = g + n * MM_COLS + j0;
+#pragma GCC unroll 8
+                for (int r = 0; r < MM_ROWS; r++) {
+                    for (int k = 0; k < MM_VECS; k++) acc[r][k] += gn[r] * x[k];
                 }
-                for (; oc < OC; oc++) {
-                    const gpt_real* w = weight + (size_t)oc * IC;
-                    for (size_t n = n0; n < n1; n++) {
-                        const gpt_real g = dout[n * OC + oc];
-                        gpt_real* dx = dinp + n * IC;
-#pragma omp simd
-                        for (int c = c0; c < c1; c++) dx[c] += g * w[c];
-                    }
-                }
+            }
+            for (int r = 0; r < rows; r++) {
+                for (int k = 0; k < MM_VECS; k++) mm_store(dw + (size_t)(j0 + r) * IC + c0 + k * MM_LANES, acc[r][k]);
             }
         }
-#pragma omp parallel for schedule(static)
-        for (int oc = 0; oc < OC; oc++) {
-            gpt_real* dw = dweight + (size_t)oc * IC;
-            gpt_real bias_sum = 0;
-            size_t n = n0;
-            for (; n + MATMUL_BLOCK <= n1; n += MATMUL_BLOCK) {
-                const gpt_real g0 = dout[n * OC + oc], g1 = dout[(n + 1) * OC + oc];
-                const gpt_real g2 = dout[(n + 2) * OC + oc], g3 = dout[(n + 3) * OC + oc];
-                const gpt_real* x0 = inp + n * IC;
-                const gpt_real *x1 = x0 + IC, *x2 = x1 + IC, *x3 = x2 + IC;
-                bias_sum += g0 + g1 + g2 + g3;
-#pragma omp simd
-                for (int i = 0; i < IC; i++) dw[i] += g0 * x0[i] + g1 * x1[i] + g2 * x2[i] + g3 * x3[i];
+        for (int r = 0; r < rows; r++) {
+            for (int c = full_cols; c < IC; c++) {
+                gpt_real s = dw[(size_t)(j0 + r) * IC + c];
+                for (size_t n = 0; n < N; n++) s += g[n * MM_COLS + j0 + r] * inp[n * IC + c];
+                dw[(size_t)(j0 + r) * IC + c] = s;
             }
-            for (; n < n1; n++) {
-                const gpt_real g = dout[n * OC + oc];
-                const gpt_real* x = inp + n * IC;
-                bias_sum += g;
-#pragma omp simd
-                for (int i = 0; i < IC; i++) dw[i] += g * x[i];
-            }
-            if (dbias) dbias[oc] += bias_sum;
         }
     }
+}
+
+/* dinp (N, IC) += dout (N, OC) @ weight (OC, IC). Parallel over blocks of
+   MM_ROWS rows (a thread owns whole rows); each thread walks the weight in
+   L2-sized blocks of output features, and for each block updates all its rows
+   MM_ROWS x MM_COLS at a time. */
+static void matmul_backward_inputs(gpt_real* dinp, const gpt_real* dout, const gpt_real* weight, size_t N, int IC,
+                                   int OC) {
+    const size_t row_blocks = (N + MM_ROWS - 1) / MM_ROWS;
+    int ocb = (int)(MM_WEIGHT_BLOCK_BYTES / (sizeof(gpt_real) * (size_t)IC));
+    ocb = ocb < MM_COLS ? MM_COLS : ocb;
+    const int full_cols = IC - IC % MM_COLS;
+#pragma omp parallel
+    {
+        const size_t threads = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
+        const size_t rb0 = row_blocks * tid / threads, rb1 = row_blocks * (tid + 1) / threads;
+        for (int ob0 = 0; ob0 < OC; ob0 += ocb) {
+            const int ob1 = ob0 + ocb < OC ? ob0 + ocb : OC;
+            for (size_t rb = rb0; rb < rb1; rb++) {
+                const size_t n = rb * MM_ROWS;
+                const int full_rows = n + MM_ROWS <= N;
+                if (full_rows) {
+                    const gpt_real* g = dout + n * OC;
+                    for (int c0 = 0; c0 < full_cols; c0 += MM_COLS) {
+                        mm_vec acc[MM_ROWS][MM_VECS];
+                        for (int r = 0; r < MM_ROWS; r++) {
+                            for (int k = 0; k < MM_VECS; k++) mm_load(acc[r][k], dinp + (n + r) * IC + c0 + k * MM_LANES);
+                        }
+                        for (int oc = ob0; oc < ob1; oc++) {
+                            mm_vec w[MM_VECS];
+                            for (int k = 0; k < MM_VECS; k++) mm_load(w[k], weight + (size_t)oc * IC + c0 + k * MM_LANES);
+#pragma GCC unroll 8
+                            for (int r = 0; r < MM_ROWS; r++) {
+                                const gpt_real a = g[(size_t)r * OC + oc];
+                                for (int k = 0; k < MM_VECS; k++) acc[r][k] += a * w[k];
+                            }
+                        }
+                        for (int r = 0; r < MM_ROWS; r++) {
+                            for (int k = 0; k < MM_VECS; k++) mm_store(dinp + (n + r) * IC + c0 + k * MM_LANES, acc[r][k]);
+                        }
+                    }
+                }
+                /* the column tail of a full row block, or every column of a last partial one:
+                   one element at a time, in the same order */
+                const size_t n_end = full_rows ? n + MM_ROWS : N;
+                for (size_t row = n; row < n_end; row++) {
+                    for (int c = full_rows ? full_cols : 0; c < IC; c++) {
+                        gpt_real s = dinp[row * IC + c];
+                        for (int oc = ob0; oc < ob1; oc++) s += dout[row * OC + oc] * weight[(size_t)oc * IC + c];
+                        dinp[row * IC + c] = s;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* dweight (OC, IC) += dout^T @ inp and dbias (OC) += column sums of dout (dbias may be NULL).
+   Parallel over chunks of MM_COLS output features (a thread owns whole weight rows):
+   a chunk's dout columns are packed into g (N x MM_COLS), then accumulate_weight_chunk. */
+static void matmul_backward_weights(gpt_real* dweight, gpt_real* dbias, const gpt_real* dout, const gpt_real* inp,
+                                    size_t N, int IC, int OC) {
+    const int chunks = (OC + MM_COLS - 1) / MM_COLS;
+#pragma omp parallel
+    {
+        gpt_real* g = (gpt_real*)mallocCheck(N * MM_COLS * sizeof(gpt_real));
+#pragma omp for schedule(static)
+        for (int chunk = 0; chunk < chunks; chunk++) {
+            const int oc0 = chunk * MM_COLS;
+            const int width = OC - oc0 < MM_COLS ? OC - oc0 : MM_COLS;
+            for (size_t n = 0; n < N; n++) {
+                for (int j = 0; j < MM_COLS; j++) g[n * MM_COLS + j] = j < width ? dout[n * OC + oc0 + j] : 0;
+            }
+            if (dbias) {
+                for (int j = 0; j < width; j++) {
+                    gpt_real s = dbias[oc0 + j];
+                    for (size_t n = 0; n < N; n++) s += g[n * MM_COLS + j];
+                    dbias[oc0 + j] = s;
+                }
+            }
+            accumulate_weight_chunk(dweight + (size_t)oc0 * IC, g, inp, N, IC, width);
+        }
+        free(g);
+    }
+}
+
+/* Backward of matmul_forward: dinp += dout @ weight (skipped when dinp is NULL);
+   dweight += dout^T @ inp; dbias += sum over rows of dout (when dbias is not NULL). */
+static void matmul_backward(gpt_real* dinp, gpt_real* dweight, gpt_real* dbias, const gpt_real* dout,
+                            const gpt_real* inp, const gpt_real* weight, size_t N, int IC, int OC) {
+    if (dinp) matmul_backward_inputs(dinp, dout, weight, N, IC, OC);
+    matmul_backward_weights(dweight, dbias, dout, inp, N, IC, OC);
 }
 
 static void gelu_backward(gpt_real* dinp, const gpt_real* inp, const gpt_real* dout, size_t n) {
@@ -414,7 +571,9 @@ static void gelu_backward(gpt_real* dinp, const gpt_real* inp, const gpt_real* d
     }
 }
 
-/* d(mean loss)/d(logits) = (probs - onehot(target)) / N on the first V columns, 0 beyond. */
+/* d(mean loss)/d(logits) = (probs - onehot(target)) / N on the first V columns, 0 beyond.
+   Unlike the other backwards it WRITES dlogits (the largest activation gradient,
+   B*T*Vp), so backward need not clear it first. */
 static void crossentropy_softmax_backward(gpt_real* dlogits, const gpt_real* probs, const int* targets,
                                           size_t N, int V, int Vp) {
     const gpt_real inv_n = (gpt_real)(1.0 / (double)N);
@@ -422,7 +581,10 @@ static void crossentropy_softmax_backward(gpt_real* dlogits, const gpt_real* pro
     for (size_t n = 0; n < N; n++) {
         const gpt_real* p = probs + n * Vp;
         gpt_real* d = dlogits + n * Vp;
-        for (int v = 0; v < V; v++) d[v] += (p[v] - (v == targets[n] ? 1 : 0)) * inv_n;
+#pragma omp simd
+        for (int v = 0; v < V; v++) d[v] = p[v] * inv_n;
+        d[targets[n]] = (p[targets[n]] - 1) * inv_n;
+        for (int v = V; v < Vp; v++) d[v] = 0;
     }
 }
 
@@ -549,7 +711,8 @@ void gpt_cpu_backward(GPTCpu* m) {
     gpt_real* G = m->grads;
     gpt_real* A = m->acts;
     gpt_real* dA = m->grads_acts;
-    memset(dA, 0, m->num_grads_acts * sizeof(gpt_real));  /* layer backwards accumulate */
+    /* layer backwards accumulate, except the last one (dlogits), which writes all of its rows */
+    memset(dA, 0, m->acts_info[A_LOGITS].offset * sizeof(gpt_real));
 
     gpt_real* dlogits = gpt_act_ptr(m, dA, A_LOGITS, 0);
     crossentropy_softmax_backward(dlogits, m->probs, m->targets, N, V, Vp);
