@@ -6,6 +6,9 @@
 # that builds once (sm_90a only, all cores), runs each phase under its own time
 # limit, keeps going when a phase fails, and writes every log under OUTDIR.
 # The results files in dev/results/ name this script and the phases they came from.
+# Keep OUTDIR small (logs, tables, plots): the device tool returns at most 8 files of 16 MiB, and
+# a tar of run folders with checkpoints (450m: gigabytes) can outlast the call. Run folders stay
+# under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest multigpu tokenizer trainer matched modecost makerun
