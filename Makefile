@@ -19,7 +19,9 @@ BUILD := build
 # softmax kernels are written for 8-lane float vectors and run ~2x slower on
 # SSE-only x86-64-v2. A fixed level, not -march=native, so a given compiler makes
 # the same code (and bit-identical results) on every machine that runs it.
-CFLAGS ?= -O3 -march=x86-64-v3
+# -fno-math-errno: no program here reads errno after a math call, and without it
+# gcc cannot vectorise sqrtf (the CPU AdamW step runs 3x faster with it).
+CFLAGS ?= -O3 -march=x86-64-v3 -fno-math-errno
 CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
 LDLIBS += -lm -fopenmp
 PYTHON ?= python3

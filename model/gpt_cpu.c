@@ -204,15 +204,15 @@ static void layernorm_forward(gpt_real* out, gpt_real* mean, gpt_real* rstd, con
  *
  * Determinism: every output element is owned by one thread and summed in a
  * fixed order (the reduction index ascending, starting from the value already
- * there or 0), whatever the thread count, the row count or which code (the
- * blocked kernel or the scalar tail) computes it - so results are
- * bit-identical with 1 or N threads and for a forward on fewer rows than
- * allocated.
+ * there or 0) whatever the thread count, so results are bit-identical with 1
+ * or N threads. Rows past the last full register block go through the same
+ * vector operations one row at a time, so a forward on the first n rows gives
+ * those rows bit for bit (tests/test_gpt_cpu_kernels.c checks both).
  */
 typedef gpt_real mm_vec __attribute__((vector_size(32)));
 #define MM_LANES ((int)(sizeof(mm_vec) / sizeof(gpt_real)))
-#define MM_ROWS 4                   /* rows per register block (one weight load serves MM_ROWS rows) */
-#define MM_VECS 2                   /* vectors per row of a register block */
+#define MM_ROWS 4                    /* rows per register block (one weight load serves MM_ROWS rows) */
+#define MM_VECS 2                    /* vectors per row of a register block */
 #define MM_COLS (MM_VECS * MM_LANES) /* output features per register block (16 floats) */
 /* dinp streams the weight in blocks of about this many bytes, which stay in the
    core's L2 cache while every row block of the thread is multiplied by them */
@@ -249,27 +249,37 @@ static void matmul_forward(gpt_real* out, const gpt_real* inp, const gpt_real* w
                 mm_vec acc[MM_ROWS][MM_VECS] = {{{0}}};
                 for (int i = 0; i < IC; i++) {
                     mm_vec w[MM_VECS];
+#pragma GCC unroll 8
                     for (int k = 0; k < MM_VECS; k++) mm_load(w[k], wt + (size_t)i * MM_COLS + k * MM_LANES);
 #pragma GCC unroll 8
                     for (int r = 0; r < MM_ROWS; r++) {
                         const gpt_real a = x[(size_t)r * IC + i];
+#pragma GCC unroll 8
                         for (int k = 0; k < MM_VECS; k++) acc[r][k] += a * w[k];
                     }
                 }
+#pragma GCC unroll 8
                 for (int r = 0; r < MM_ROWS; r++) {
                     gpt_real res[MM_COLS];
+#pragma GCC unroll 8
                     for (int k = 0; k < MM_VECS; k++) mm_store(res + k * MM_LANES, acc[r][k]);
                     gpt_real* o = out + (n + r) * OC + oc0;
                     for (int j = 0; j < width; j++) o[j] = res[j] + b[j];
                 }
             }
-            for (; n < N; n++) {  /* row tail: the same sums, one row at a time */
+            for (; n < N; n++) {  /* row tail: the same vector operations, one row at a time */
                 const gpt_real* x = inp + n * IC;
-                gpt_real acc[MM_COLS] = {0};
+                mm_vec acc[MM_VECS] = {{0}};
                 for (int i = 0; i < IC; i++) {
-                    for (int j = 0; j < MM_COLS; j++) acc[j] += x[i] * wt[(size_t)i * MM_COLS + j];
+                    mm_vec w[MM_VECS];
+#pragma GCC unroll 8
+                    for (int k = 0; k < MM_VECS; k++) mm_load(w[k], wt + (size_t)i * MM_COLS + k * MM_LANES);
+#pragma GCC unroll 8
+                    for (int k = 0; k < MM_VECS; k++) acc[k] += x[i] * w[k];
                 }
-                for (int j = 0; j < width; j++) out[n * OC + oc0 + j] = acc[j] + b[j];
+                gpt_real res[MM_COLS];
+                for (int k = 0; k < MM_VECS; k++) mm_store(res + k * MM_LANES, acc[k]);
+                for (int j = 0; j < width; j++) out[n * OC + oc0 + j] = res[j] + b[j];
             }
         }
         free(wt);
@@ -441,18 +451,22 @@ static void accumulate_weight_chunk(gpt_real* dw, const gpt_real* g, const gpt_r
         for (int c0 = 0; c0 < full_cols; c0 += MM_COLS) {
             mm_vec acc[MM_ROWS][MM_VECS] = {{{0}}};
             for (int r = 0; r < rows; r++) {
+#pragma GCC unroll 8
                 for (int k = 0; k < MM_VECS; k++) mm_load(acc[r][k], dw + (size_t)(j0 + r) * IC + c0 + k * MM_LANES);
             }
             for (size_t n = 0; n < N; n++) {
                 mm_vec x[MM_VECS];
+#pragma GCC unroll 8
                 for (int k = 0; k < MM_VECS; k++) mm_load(x[k], inp + n * IC + c0 + k * MM_LANES);
                 const gpt_real* gn = g + n * MM_COLS + j0;
 #pragma GCC unroll 8
                 for (int r = 0; r < MM_ROWS; r++) {
+#pragma GCC unroll 8
                     for (int k = 0; k < MM_VECS; k++) acc[r][k] += gn[r] * x[k];
                 }
             }
             for (int r = 0; r < rows; r++) {
+#pragma GCC unroll 8
                 for (int k = 0; k < MM_VECS; k++) mm_store(dw + (size_t)(j0 + r) * IC + c0 + k * MM_LANES, acc[r][k]);
             }
         }
@@ -489,28 +503,50 @@ static void matmul_backward_inputs(gpt_real* dinp, const gpt_real* dout, const g
                     const gpt_real* g = dout + n * OC;
                     for (int c0 = 0; c0 < full_cols; c0 += MM_COLS) {
                         mm_vec acc[MM_ROWS][MM_VECS];
+#pragma GCC unroll 8
                         for (int r = 0; r < MM_ROWS; r++) {
+#pragma GCC unroll 8
                             for (int k = 0; k < MM_VECS; k++) mm_load(acc[r][k], dinp + (n + r) * IC + c0 + k * MM_LANES);
                         }
                         for (int oc = ob0; oc < ob1; oc++) {
                             mm_vec w[MM_VECS];
+#pragma GCC unroll 8
                             for (int k = 0; k < MM_VECS; k++) mm_load(w[k], weight + (size_t)oc * IC + c0 + k * MM_LANES);
 #pragma GCC unroll 8
                             for (int r = 0; r < MM_ROWS; r++) {
                                 const gpt_real a = g[(size_t)r * OC + oc];
+#pragma GCC unroll 8
                                 for (int k = 0; k < MM_VECS; k++) acc[r][k] += a * w[k];
                             }
                         }
+#pragma GCC unroll 8
                         for (int r = 0; r < MM_ROWS; r++) {
+#pragma GCC unroll 8
                             for (int k = 0; k < MM_VECS; k++) mm_store(dinp + (n + r) * IC + c0 + k * MM_LANES, acc[r][k]);
                         }
                     }
                 }
-                /* the column tail of a full row block, or every column of a last partial one:
-                   one element at a time, in the same order */
                 const size_t n_end = full_rows ? n + MM_ROWS : N;
+                for (size_t row = n; !full_rows && row < n_end; row++) {  /* a last partial block, row by row */
+                    for (int c0 = 0; c0 < full_cols; c0 += MM_COLS) {
+                        mm_vec acc[MM_VECS];
+#pragma GCC unroll 8
+                        for (int k = 0; k < MM_VECS; k++) mm_load(acc[k], dinp + row * IC + c0 + k * MM_LANES);
+                        for (int oc = ob0; oc < ob1; oc++) {
+                            mm_vec w[MM_VECS];
+#pragma GCC unroll 8
+                            for (int k = 0; k < MM_VECS; k++) mm_load(w[k], weight + (size_t)oc * IC + c0 + k * MM_LANES);
+                            const gpt_real a = dout[row * OC + oc];
+#pragma GCC unroll 8
+                            for (int k = 0; k < MM_VECS; k++) acc[k] += a * w[k];
+                        }
+#pragma GCC unroll 8
+                        for (int k = 0; k < MM_VECS; k++) mm_store(dinp + row * IC + c0 + k * MM_LANES, acc[k]);
+                    }
+                }
+                /* input features past the last full block: one element at a time, in the same order */
                 for (size_t row = n; row < n_end; row++) {
-                    for (int c = full_rows ? full_cols : 0; c < IC; c++) {
+                    for (int c = full_cols; c < IC; c++) {
                         gpt_real s = dinp[row * IC + c];
                         for (int oc = ob0; oc < ob1; oc++) s += dout[row * OC + oc] * weight[(size_t)oc * IC + c];
                         dinp[row * IC + c] = s;

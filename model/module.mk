@@ -39,6 +39,11 @@ $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/model/
 $(BUILD)/tests/test_gpt_cpu: $(BUILD)/tests/test_gpt_cpu.o $(GPT_CPU_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_gpt_grad $(BUILD)/tests/test_checkpoint $(BUILD)/tests/test_gpt_cpu
+# The model's matmul and softmax kernels on awkward shapes (the test includes model/gpt_cpu.c).
+$(BUILD)/tests/test_gpt_cpu_kernels: $(BUILD)/tests/test_gpt_cpu_kernels.o $(BUILD)/model/gpt_config.o \
+                                     $(ATTN_FOR_MODEL_OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+CPU_TESTS += $(BUILD)/tests/test_gpt_cpu_kernels
 # PyTorch-twin parity: tests/twin_driver runs our model, the script checks it
 # against dev/gpt_twin.py. Without torch the script fails (it never skips).
 $(BUILD)/tests/twin_driver: $(BUILD)/tests/twin_driver.o $(GPT_CPU_OBJS)
