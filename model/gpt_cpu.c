@@ -446,9 +446,11 @@ static void layernorm_backward(gpt_real* dinp, gpt_real* dw, gpt_real* db, const
 static void accumulate_weight_chunk(gpt_real* dw, const gpt_real* g, const gpt_real* inp, size_t N, int IC,
                                     int width) {
     const int full_cols = IC - IC % MM_COLS;
-    for (int j0 = 0; j0 < width; j0 += MM_ROWS) {
-        const int rows = width - j0 < MM_ROWS ? width - j0 : MM_ROWS;
-        for (int c0 = 0; c0 < full_cols; c0 += MM_COLS) {
+    /* input-feature blocks outermost: one block of inp (N x MM_COLS) stays in L1 while
+       every group of MM_ROWS weight rows of the chunk runs over it */
+    for (int c0 = 0; c0 < full_cols; c0 += MM_COLS) {
+        for (int j0 = 0; j0 < width; j0 += MM_ROWS) {
+            const int rows = width - j0 < MM_ROWS ? width - j0 : MM_ROWS;
             mm_vec acc[MM_ROWS][MM_VECS] = {{{0}}};
             for (int r = 0; r < rows; r++) {
 #pragma GCC unroll 8
@@ -470,20 +472,16 @@ static void accumulate_weight_chunk(gpt_real* dw, const gpt_real* g, const gpt_r
                 for (int k = 0; k < MM_VECS; k++) mm_store(dw + (size_t)(j0 + r) * IC + c0 + k * MM_LANES, acc[r][k]);
             }
         }
-        for (int r = 0; r < rows; r++) {
-            for (int c = full_cols; c < IC; c++) {
-                gpt_real s = dw[(size_t)(j0 + r) * IC + c];
-                for (size_t n = 0; n < N; n++) s += g[n * MM_COLS + j0 + r] * inp[n * IC + c];
-                dw[(size_t)(j0 + r) * IC + c] = s;
-            }
+    }
+    for (int j = 0; j < width; j++) {
+        for (int c = full_cols; c < IC; c++) {
+            gpt_real s = dw[(size_t)j * IC + c];
+            for (size_t n = 0; n < N; n++) s += g[n * MM_COLS + j] * inp[n * IC + c];
+            dw[(size_t)j * IC + c] = s;
         }
     }
 }
 
-/* dinp (N, IC) += dout (N, OC) @ weight (OC, IC). Parallel over blocks of
-   MM_ROWS rows (a thread owns whole rows); each thread walks the weight in
-   L2-sized blocks of output features, and for each block updates all its rows
-   MM_ROWS x MM_COLS at a time. */
 static void matmul_backward_inputs(gpt_real* dinp, const gpt_real* dout, const gpt_real* weight, size_t N, int IC,
                                    int OC) {
     const size_t row_blocks = (N + MM_ROWS - 1) / MM_ROWS;
@@ -607,21 +605,39 @@ static void gelu_backward(gpt_real* dinp, const gpt_real* inp, const gpt_real* d
     }
 }
 
-/* d(mean loss)/d(logits) = (probs - onehot(target)) / N on the first V columns, 0 beyond.
-   Unlike the other backwards it WRITES dlogits (the largest activation gradient,
-   B*T*Vp), so backward need not clear it first. */
-static void crossentropy_softmax_backward(gpt_real* dlogits, const gpt_real* probs, const int* targets,
-                                          size_t N, int V, int Vp) {
+/* Backward of the tied classifier and the cross-entropy in one pass over the
+   vocabulary. d(mean loss)/d(logits) = (probs - onehot(target)) / N on the first
+   V columns, 0 beyond: each chunk of MM_COLS columns of it is computed from
+   probs straight into the packed buffer matmul_backward_weights would have
+   made (and also written to dlogits, which backward does not need to clear),
+   then dwte += dlogits^T lnf for the chunk; finally dlnf += dlogits @ wte.
+   This saves a separate pass that reads probs and writes dlogits. */
+static void classifier_backward(gpt_real* dlnf, gpt_real* dwte, gpt_real* dlogits, const gpt_real* probs,
+                                const int* targets, const gpt_real* lnf, const gpt_real* wte, size_t N, int C,
+                                int V, int Vp) {
     const gpt_real inv_n = (gpt_real)(1.0 / (double)N);
-#pragma omp parallel for schedule(static)
-    for (size_t n = 0; n < N; n++) {
-        const gpt_real* p = probs + n * Vp;
-        gpt_real* d = dlogits + n * Vp;
-#pragma omp simd
-        for (int v = 0; v < V; v++) d[v] = p[v] * inv_n;
-        d[targets[n]] = (p[targets[n]] - 1) * inv_n;
-        for (int v = V; v < Vp; v++) d[v] = 0;
+    const int chunks = (Vp + MM_COLS - 1) / MM_COLS;
+#pragma omp parallel
+    {
+        gpt_real* g = (gpt_real*)mallocCheck(N * MM_COLS * sizeof(gpt_real));
+#pragma omp for schedule(static)
+        for (int chunk = 0; chunk < chunks; chunk++) {
+            const int v0 = chunk * MM_COLS;
+            const int width = Vp - v0 < MM_COLS ? Vp - v0 : MM_COLS;
+            const int live = V - v0 < 0 ? 0 : (V - v0 < width ? V - v0 : width);  /* columns < V */
+            for (size_t n = 0; n < N; n++) {
+                const gpt_real* p = probs + n * Vp + v0;
+                gpt_real* gn = g + n * MM_COLS;
+                for (int j = 0; j < MM_COLS; j++) gn[j] = j < live ? p[j] * inv_n : 0;
+                const int t = targets[n] - v0;
+                if (t >= 0 && t < live) gn[t] = (p[t] - 1) * inv_n;
+                memcpy(dlogits + n * Vp + v0, gn, (size_t)width * sizeof(gpt_real));
+            }
+            accumulate_weight_chunk(dwte + (size_t)v0 * C, g, lnf, N, C, width);
+        }
+        free(g);
     }
+    matmul_backward_inputs(dlnf, dlogits, wte, N, C, Vp);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -751,10 +767,9 @@ void gpt_cpu_backward(GPTCpu* m) {
     memset(dA, 0, m->acts_info[A_LOGITS].offset * sizeof(gpt_real));
 
     gpt_real* dlogits = gpt_act_ptr(m, dA, A_LOGITS, 0);
-    crossentropy_softmax_backward(dlogits, m->probs, m->targets, N, V, Vp);
     gpt_real* dlnf = gpt_act_ptr(m, dA, A_LNF, 0);
-    matmul_backward(dlnf, gpt_param_ptr(m, G, P_WTE), NULL, dlogits, gpt_act_ptr(m, A, A_LNF, 0),
-                    gpt_param_ptr(m, P, P_WTE), N, C, Vp);
+    classifier_backward(dlnf, gpt_param_ptr(m, G, P_WTE), dlogits, m->probs, m->targets,
+                        gpt_act_ptr(m, A, A_LNF, 0), gpt_param_ptr(m, P, P_WTE), N, C, V, Vp);
     layernorm_backward(gpt_act_ptr(m, dA, A_RESIDUAL3, L - 1), gpt_param_ptr(m, G, P_LNFW),
                        gpt_param_ptr(m, G, P_LNFB), dlnf, gpt_act_ptr(m, A, A_RESIDUAL3, L - 1),
                        gpt_param_ptr(m, P, P_LNFW), gpt_act_ptr(m, A, A_LNF_MEAN, 0),
