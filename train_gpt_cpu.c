@@ -14,9 +14,15 @@
  *   3. sample if due                          (advances only the sampler RNG)
  *   4. stop if step == steps
  *   5. one optimizer step: grad_accum micro-batches (forward + backward),
- *      grads averaged, global norm, clip, lr from the schedule, AdamW.
+ *      grads averaged, [gauge arm: key-bias gradient zeroed], global norm,
+ *      [diagnostics, probe, captures: read-only], clip, lr from the schedule,
+ *      AdamW.
  * The state saved at (1) is the state before (2)-(5) of that step, so a run
- * resumed from it replays exactly the same sequence.
+ * resumed from it replays exactly the same sequence. The diagnostics
+ * (--diag-every, --probe-every, --capture-attn; model/diagnostics.h,
+ * docs/diagnostics.md) only read the model's buffers and write the log and
+ * capture files: they touch no weights, gradients, RNG or data position, so
+ * a run with them on trains bit-identically to one without.
  *
  * Flags: train/flags.c (run with --help). Run folder and file formats:
  * docs/training.md.
@@ -26,6 +32,7 @@
 #include "dataloader/dataloader.h"
 #include "dataloader/tokenizer.h"
 #include "model/checkpoint.h"
+#include "model/diagnostics.h"
 #include "model/gpt_config.h"
 #include "model/gpt_cpu.h"
 #include "train/adamw_cpu.h"
@@ -207,6 +214,78 @@ static void save_checkpoint(const SaveArgs* a, int64_t step, RunLog* log) {
     printf("checkpoint: %s + %s\n", model_path, state_path);
 }
 
+/* ---------------------------------------------------------------- diagnostics */
+
+typedef struct {
+    int diag_every, probe_every;  /* 0: never */
+    DiagCaptureSpec capture;
+    LayerDiag* layers;            /* [L] */
+    char* json;                   /* diag_json_bytes(L) */
+    int pending;                  /* json holds this step's record, not yet logged */
+    double pending_ms;            /* its wall time (captures excluded) */
+    double sum_ms;                /* over every measured step */
+    int measured_steps;
+} CpuDiag;
+
+/* The diagnostics of one step, after backward (the activations are the last
+   micro-batch's) and after the gauge arm, before clipping and the optimizer:
+   per-layer attention statistics and gradient/key-bias norms (diag step), one
+   layer's backward replayed against the fp64 reference (probe step, round
+   robin over layers), the attention captures asked for at this step. Reads
+   the model only; writes the capture files now and leaves the "diag" record
+   in d->json for log_diagnostics (after the step record, as the GPU trainer). */
+static void run_diagnostics(CpuDiag* d, GPTCpu* model, AttnMode mode, int step, const char* out_dir) {
+    const GPTConfig* cfg = &model->config;
+    const int L = cfg->num_layers, NH = cfg->num_heads, HS = cfg->channels / cfg->num_heads;
+    const AttnShape shape = {.B = model->cur_B, .NH = NH, .T = model->cur_T, .HS = HS};
+    const int diag_step = d->diag_every > 0 && step % d->diag_every == 0;
+    const int probe_step = d->probe_every > 0 && step % d->probe_every == 0;
+    d->pending = 0;
+    if (diag_step || probe_step) {
+        const double t0 = runlog_now_s();
+        diag_layers_clear(d->layers, L);
+        if (diag_step) {
+            for (int l = 0; l < L; l++)
+                diag_attention_cpu(gpt_act_ptr(model, model->acts, A_QKV, l), shape.B, shape.T, NH, HS,
+                                   DIAG_DEFAULT_ROWS_PER_HEAD, &d->layers[l]);
+            diag_params_cpu(cfg, model->params_info, model->params, model->grads, d->layers, NULL);
+        }
+        DiagProbe probe;
+        diag_probe_clear(&probe);
+        if (probe_step) {
+            const int pl = (step / d->probe_every) % L;
+            diag_probe_cpu(mode, model->attn_opt, ATTN_IO_FP32, shape, pl, gpt_act_ptr(model, model->acts, A_QKV, pl),
+                           gpt_act_ptr(model, model->acts, A_ATTY, pl),
+                           gpt_act_ptr(model, model->acts, A_ATT_STATS, pl),
+                           gpt_act_ptr(model, model->grads_acts, A_ATTY, pl), NULL, NULL, &probe);
+        }
+        diag_write_json(d->json, diag_json_bytes(L), d->layers, L, &probe);
+        d->pending_ms = 1000.0 * (runlog_now_s() - t0);
+        d->pending = 1;
+        d->sum_ms += d->pending_ms;
+        d->measured_steps++;
+    }
+    if (diag_capture_step_wanted(&d->capture, step))
+        for (int l = 0; l < L; l++)
+            if (diag_capture_wanted(&d->capture, step, l))
+                diag_capture_write_cpu(out_dir, step, l, mode, shape, gpt_act_ptr(model, model->acts, A_QKV, l),
+                                       gpt_act_ptr(model, model->acts, A_ATTY, l),
+                                       gpt_act_ptr(model, model->acts, A_ATT_STATS, l),
+                                       gpt_act_ptr(model, model->grads_acts, A_ATTY, l));
+}
+
+/* {"event": "diag", "step": S, <diag_write_json body>, "diag_ms": ...} when this step measured anything. */
+static void log_diagnostics(CpuDiag* d, int step, RunLog* log) {
+    if (!d->pending) return;
+    FILE* df = runlog_begin(log, "diag");
+    if (df) {
+        fprintf(df, ", \"step\": %d, %s, \"diag_ms\": ", step, d->json);
+        runlog_write_number(df, d->pending_ms);
+    }
+    runlog_end(log);
+    d->pending = 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char** argv) {
@@ -344,6 +423,20 @@ int main(int argc, char** argv) {
     if (f.attn_tile_max_shift && attn_mode != ATTN_REPAIR)
         fatal_flag("--attn-tile-max-shift 1 is an arm of --attn repair only (it conflicts with the other modes)");
 
+    /* Diagnostics (as in the GPU trainer): the probe runs with --diag-every unless --probe-every is given. */
+    CpuDiag diag;
+    memset(&diag, 0, sizeof(diag));
+    diag.diag_every = f.diag_every;
+    diag.probe_every = flags_was_set(&f, FLAG_PROBE_EVERY) ? f.probe_every : f.diag_every;
+    if (f.capture_attn[0] && (f.capture_steps[0] || f.capture_layers[0]))
+        fatal_flag("--capture-attn and --capture-steps/--capture-layers say the same thing twice; give one of them");
+    if ((f.capture_attn[0] ? diag_capture_spec_parse(f.capture_attn, cfg.num_layers, &diag.capture, err, sizeof(err))
+                           : diag_capture_spec_from_flags(f.capture_steps, f.capture_layers, cfg.num_layers,
+                                                          &diag.capture, err, sizeof(err))) != 0)
+        fatal_flag(err);
+    if (diag.capture.num_steps == 0 && f.capture_layers[0])
+        fatal_flag("--capture-layers without --capture-steps captures nothing; add --capture-steps S1,S2,...");
+
     /* Attention mode on resume: the saved one unless --attn says otherwise. */
     if (resuming && !flags_was_set(&f, FLAG_ATTN)) {
         if (saved.attn_mode < 0 || saved.attn_mode >= ATTN_NUM_MODES) die("--resume: bad attention mode in state");
@@ -464,6 +557,10 @@ int main(int argc, char** argv) {
     printf("| optimizer  AdamW beta1 %g beta2 %g eps %g, weight decay %g (2-D weights), grad clip %g\n", f.beta1,
            f.beta2, f.adam_eps, f.weight_decay, f.grad_clip);
     printf("| attention  %s%s\n", attn_mode_name(attn_mode), f.attn_tile_max_shift ? " + tile-max shift" : "");
+    if (diag.diag_every > 0 || diag.probe_every > 0 || diag.capture.num_steps > 0 || f.zero_key_bias_grad)
+        printf("| diagnostics every %d steps | probe (fp64 reference) every %d steps | %d capture step(s) | gauge "
+               "arm (--zero-key-bias-grad) %s\n", diag.diag_every, diag.probe_every, diag.capture.num_steps,
+               f.zero_key_bias_grad ? "on" : "off");
     printf("| run folder %s (log.jsonl; checkpoints %s)\n", out_dir,
            f.checkpoint_every ? "every --checkpoint-every steps and at the end" : "at the end");
     printf("| threads    %d (OpenMP)\n| all flags:\n", omp_get_max_threads());
@@ -495,6 +592,8 @@ int main(int argc, char** argv) {
     char* sample_text = (char*)mallocCheck(65536);
     SaveArgs save = {out_dir, &f, &model, m, v, 0, 0, grad_accum, attn_mode, &rng, train};
     double ema_step_s = -1.0;
+    diag.layers = (LayerDiag*)mallocCheck((size_t)cfg.num_layers * sizeof(LayerDiag));
+    diag.json = (char*)mallocCheck(diag_json_bytes(cfg.num_layers));
     int last_saved = resuming ? start_step : -1;
     double last_val = NAN;
     for (int step = start_step;; step++) {
@@ -543,7 +642,11 @@ int main(int argc, char** argv) {
             const float scale = 1.0f / (float)grad_accum;
             for (size_t i = 0; i < n; i++) model.grads[i] *= scale;
         }
+        /* the gauge arm: the key bias's exact gradient is zero; drop the rounding noise before Adam sees it */
+        if (f.zero_key_bias_grad) diag_zero_key_bias_grad_cpu(&cfg, model.params_info, model.grads);
         const float norm = grad_global_norm_cpu(model.grads, n);
+        /* diagnostics read the gradients before clipping and the weights before the update (as the GPU trainer) */
+        run_diagnostics(&diag, &model, attn_mode, step, out_dir);
         if (!isfinite(loss) || !isfinite(norm)) {
             FILE* sf = runlog_begin(&log, "stop");
             if (sf) {
@@ -567,6 +670,7 @@ int main(int argc, char** argv) {
         ema_step_s = ema_step_s < 0 ? dt : 0.9 * ema_step_s + 0.1 * dt;
         StepRecord rec = {step, f.steps, loss, lr, norm, (double)total_tokens / dt, 1000.0 * dt, f.attn};
         runlog_step(&log, &rec);
+        log_diagnostics(&diag, step, &log);
         if (step == start_step || (step + 1) % f.log_every == 0 || step + 1 == f.steps)
             runlog_console_step(stdout, &rec, ema_step_s * (f.steps - step - 1));
     }
@@ -578,7 +682,12 @@ int main(int argc, char** argv) {
     runlog_end(&log);
     runlog_close(&log);
     printf("done: %d steps; run folder %s\n", f.steps, out_dir);
+    if (diag.measured_steps > 0)
+        printf("diagnostics: %.1f ms per measured step (%d steps; captures not counted)\n",
+               diag.sum_ms / diag.measured_steps, diag.measured_steps);
 
+    free(diag.layers);
+    free(diag.json);
     free(sample_text);
     free(sample_ids);
     free(inputs);

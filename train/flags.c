@@ -107,18 +107,18 @@ static const FlagRow g_rows[NUM_FLAGS] = {
     {FLAG_ZERO_STAGE, "zero-stage", FLAG_TYPE_INT, OFF(zero_stage), "0", NULL, 0, 1, "0|1", NULL,
      "GPU trainer only", 1, "1 = shard the optimizer state across processes (ZeRO-1)"},
     {FLAG_DIAG_EVERY, "diag-every", FLAG_TYPE_INT, OFF(diag_every), "0", NULL, 0, 2147483647.0, "N", NULL,
-     "GPU trainer only", 1, "per-layer attention diagnostics (rho, max |q|, |k|, logit, entropy) every N steps"},
+     "diagnostics", 0, "per-layer attention diagnostics (rho, max |q|, |k|, logit, entropy) every N steps"},
     {FLAG_CAPTURE_STEPS, "capture-steps", FLAG_TYPE_STRING, OFF(capture_steps), "", NULL, 0, 0, "S1,S2,...", NULL,
-     "GPU trainer only", 1, "steps at which to write attention inputs (Q, K, V, dO) for the probe"},
+     "diagnostics", 0, "steps at which to write attention inputs (Q, K, V, dO) for the probe"},
     {FLAG_CAPTURE_LAYERS, "capture-layers", FLAG_TYPE_STRING, OFF(capture_layers), "", NULL, 0, 0, "L1,L2,...",
-     NULL, "GPU trainer only", 1, "layers to capture at --capture-steps; \"\" = all"},
+     NULL, "diagnostics", 0, "layers to capture at --capture-steps; \"\" = all"},
     {FLAG_CAPTURE_ATTN, "capture-attn", FLAG_TYPE_STRING, OFF(capture_attn), "", NULL, 0, 0, "STEPS:LAYERS", NULL,
-     "GPU trainer only", 1, "the two flags above in one, e.g. 1000,2000:0,5,11 (\":LAYERS\" left out = all layers)"},
+     "diagnostics", 0, "the two flags above in one, e.g. 1000,2000:0,5,11 (\":LAYERS\" left out = all layers)"},
     {FLAG_PROBE_EVERY, "probe-every", FLAG_TYPE_INT, OFF(probe_every), "0", NULL, 0, 2147483647.0, "N", NULL,
-     "GPU trainer only", 1, "every N steps replay one layer's attention backward (round robin) against fp32 mode "
-     "and log the dQ/dK error; not given = at every --diag-every step; 0 = never"},
+     "diagnostics", 0, "every N steps replay one layer's attention backward (round robin) against a more accurate "
+     "recomputation (GPU: fp32 mode; CPU: fp64) and log the dQ/dK error; not given = at every --diag-every step; 0 = never"},
     {FLAG_ZERO_KEY_BIAS_GRAD, "zero-key-bias-grad", FLAG_TYPE_BOOL, OFF(zero_key_bias_grad), "0", NULL, 0, 1, "0|1",
-     "1", "GPU trainer only", 1, "gauge arm: zero the key-bias gradient (exactly zero in exact arithmetic) before "
+     "1", "diagnostics", 0, "gauge arm: zero the key-bias gradient (exactly zero in exact arithmetic) before "
      "the optimizer"},
     {FLAG_NCCL_ID_FILE, "nccl-id-file", FLAG_TYPE_STRING, OFF(nccl_id_file), "", NULL, 0, 0, "PATH", NULL,
      "GPU trainer only", 1, "multi-GPU launch through RANK/WORLD_SIZE/LOCAL_RANK: a path all ranks share, where "

@@ -35,3 +35,7 @@ $(BUILD)/train_gpt_cpu: $(TRAIN_CPU_OBJS)
 CPU_TEST_COMMANDS += "bash tests/test_train_cpu.sh"
 test: $(BUILD)/train_gpt_cpu $(BUILD)/tokenize
 CPU_TEST_COMMANDS += "bash tests/test_train_cpu_run.sh"
+# The CPU trainer's diagnostics (--diag-every, --probe-every, --capture-attn, --zero-key-bias-grad).
+$(BUILD)/train_gpt_cpu: $(DIAG_CPU_OBJS)
+# Its diagnostics end to end: records, captures, the gauge arm, resume with them on, matched_runs --cpu.
+CPU_TEST_COMMANDS += "bash tests/test_train_cpu_diag.sh"

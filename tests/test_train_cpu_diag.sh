@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# tests/test_train_cpu_diag.sh - end-to-end tests of the CPU trainer's run
+# diagnostics (--diag-every, --probe-every, --capture-attn, --zero-key-bias-grad;
+# model/diagnostics.h, docs/diagnostics.md).
+#
+# Why: the diagnostics library is unit-tested in tests/test_diagnostics.c;
+# this checks what only the wired-up trainer shows, on the default corpus:
+#   records   "diag" records at exactly the diag and probe steps, with the GPU
+#             trainer's field names, per-layer arrays of L numbers, the probe
+#             (fp64 reference) on the round-robin layer, measured values in
+#             range (rho >= 0, entropy <= ln T, norms > 0);
+#   probe     fp32 mode reads ~1e-7 against fp64, bf16 mode reads > 1e-3;
+#   gauge     --zero-key-bias-grad 1: key-bias gradient norm exactly 0 in
+#             every layer; without it (bf16) > 0;
+#   read-only diagnostics on or off: the same losses and byte-identical model
+#             and resume-state files (they touch no weights, RNG or data);
+#   resume    with diagnostics on: 8 steps == 4 + --resume + 4, bit for bit,
+#             the diag records included;
+#   captures  the files asked for exist, and their header/size fit the shape
+#             (attention/attn_capture.h), none at other steps or layers;
+#   refusals  --capture-attn with --capture-steps, a layer past the model,
+#             --capture-layers alone;
+#   recipe    scripts/matched_runs.sh --cpu --gauge-arm bf16 runs end to end
+#             (compare_runs.py needs matplotlib: PYTHON picks the interpreter).
+#
+# Usage: tests/test_train_cpu_diag.sh   (from anywhere; needs build/train_gpt_cpu,
+# build/tokenize and .cache/ from scripts/setup_data.sh - `make test` does all)
+set -u
+cd "$(dirname "$0")/.."
+source tests/train_test_lib.sh
+
+train_test_setup
+COMMON=(--train-data "$DATA/moby_train_*.bin" --val-data "$DATA/moby_val_*.bin" --batch-size 2
+        --seq-len 32 --lr 3e-3 --warmup-steps 2 --val-every 4 --val-batches 2
+        --sample-every 4 --sample-tokens 4 --checkpoint-every 4 --log-every 4 --attn bf16)
+DIAG=(--diag-every 2 --probe-every 3 --capture-attn 4:1)
+
+# check_log DESCRIPTION LOG PYTHON_CONDITION_BODY: runs the body with `recs`
+# (every record), `diag` (the diag records, last per step) and `L` in scope;
+# it must print nothing and exit 0 to pass (it prints what was wrong).
+check_log() {
+    local desc=$1 log=$2 body=$3
+    local msg
+    msg=$(python3 - "$log" "$body" <<'EOF' 2>&1
+import json, math, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+cfg = [r for r in recs if r.get("event") == "config"][0]
+L = cfg["model_config"]["num_layers"]
+T = cfg["T"]
+diag = {}
+for r in recs:
+    if r.get("event") == "diag":
+        diag[r["step"]] = r
+problems = []
+def need(cond, what):
+    if not cond: problems.append(what)
+exec(sys.argv[2])
+print("; ".join(problems))
+sys.exit(1 if problems else 0)
+EOF
+)
+    if [ $? -eq 0 ]; then pass=$((pass + 1)); echo "  ok   $desc"
+    else fail=$((fail + 1)); echo "  FAIL $desc: $msg"; fi
+}
+
+# ---------------------------------------------------------------- records
+section "records: --diag-every 2 --probe-every 3 --capture-attn 4:1 --zero-key-bias-grad 1 (bf16, 6 steps)"
+run_ok "train 6 steps with diagnostics and the gauge arm" "${COMMON[@]}" "${DIAG[@]}" --zero-key-bias-grad 1 \
+    --steps 6 --out-dir "$TMP/arm"
+check_log "diag records at steps 0, 2, 3, 4 (diag: 0, 2, 4; probe: 0, 3), each after its step record" \
+    "$TMP/arm/log.jsonl" '
+need(sorted(diag) == [0, 2, 3, 4], "diag steps %s" % sorted(diag))
+for i, r in enumerate(recs):
+    if r.get("event") == "diag":
+        prev = recs[i - 1]
+        need("loss" in prev and prev.get("step") == r["step"], "diag record of step %d does not follow its step record" % r["step"])'
+check_log "field names and per-layer arrays as the GPU trainer writes them" "$TMP/arm/log.jsonl" '
+keys = ["rho_max", "rho_median", "q_absmax", "k_absmax", "logit_max", "entropy_mean", "key_bias_norm",
+        "key_bias_grad_norm"]
+arrays = ["layer_rho_max", "layer_rho_median", "layer_q_absmax", "layer_k_absmax", "layer_logit_max",
+          "layer_entropy", "layer_grad_norm", "layer_key_bias_norm", "layer_key_bias_grad_norm"]
+for s in (0, 2, 4):
+    r = diag[s]
+    for k in keys: need(isinstance(r.get(k), (int, float)), "step %d: %s = %r" % (s, k, r.get(k)))
+    for k in arrays:
+        need(isinstance(r.get(k), list) and len(r[k]) == L and all(isinstance(x, (int, float)) for x in r[k]),
+             "step %d: %s = %r" % (s, k, r.get(k)))
+    need(isinstance(r.get("diag_ms"), (int, float)), "step %d: diag_ms" % s)
+for k in keys + arrays:
+    need(diag[3].get(k) is None or (isinstance(diag[3][k], list) and all(x is None for x in diag[3][k])),
+         "probe-only step 3 has a measured %s" % k)'
+check_log "measured values in range (rho >= 0, rho_median <= rho_max, 0 < entropy <= ln T, norms > 0, run-level = max over layers)" \
+    "$TMP/arm/log.jsonl" '
+for s in (0, 2, 4):
+    r = diag[s]
+    for l in range(L):
+        need(0 <= r["layer_rho_median"][l] <= r["layer_rho_max"][l], "step %d layer %d rho" % (s, l))
+        need(0 < r["layer_entropy"][l] <= math.log(T) + 1e-5, "step %d layer %d entropy %r" % (s, l, r["layer_entropy"][l]))
+        need(r["layer_grad_norm"][l] > 0 and r["layer_q_absmax"][l] > 0, "step %d layer %d norms" % (s, l))
+    need(r["rho_max"] == max(r["layer_rho_max"]), "step %d run-level rho_max" % s)
+    need(r["q_absmax"] == max(r["layer_q_absmax"]), "step %d run-level q_absmax" % s)'
+check_log "probe on steps 0 and 3 only: layer (step / 3) mod L, mode bf16, fp64 reference, 1e-3 < dQ error < 1, median <= max" \
+    "$TMP/arm/log.jsonl" '
+for s in (0, 3):
+    r = diag[s]
+    need(r.get("probe_layer") == (s // 3) % L, "step %d probe_layer %r" % (s, r.get("probe_layer")))
+    need(r.get("probe_mode") == "bf16" and r.get("probe_ref") == "fp64", "step %d probe mode/ref" % s)
+    need(1e-3 < r.get("probe_dq_err", 0) < 1 and 1e-3 < r.get("probe_dk_err", 0) < 1,
+         "step %d bf16 probe errors %r %r" % (s, r.get("probe_dq_err"), r.get("probe_dk_err")))
+    need(r["probe_dq_err"] <= r["probe_dq_err_max"] and r["probe_dk_err"] <= r["probe_dk_err_max"], "median > max")
+for s in (2, 4):
+    need("probe_layer" not in diag[s], "step %d has a probe" % s)'
+check_log "gauge arm: the key-bias gradient norm is exactly 0 in every layer" "$TMP/arm/log.jsonl" '
+for s in (0, 2, 4):
+    need(diag[s]["key_bias_grad_norm"] == 0 and all(x == 0 for x in diag[s]["layer_key_bias_grad_norm"]),
+         "step %d key-bias grad %r" % (s, diag[s]["layer_key_bias_grad_norm"]))
+need(diag[4]["key_bias_norm"] == 0, "the key bias moved under the arm: %r" % diag[4]["key_bias_norm"])'
+
+# ---------------------------------------------------------------- captures
+section "captures: --capture-attn 4:1 -> attn_step00000004_layer01.bin only"
+caps=$(cd "$TMP/arm" && ls attn_*.bin 2>/dev/null | tr '\n' ' ')
+check "exactly one capture file, the one asked for (found: ${caps:-none})" test "$caps" = "attn_step00000004_layer01.bin "
+check "capture = magic + 128-byte header + Q, K, V, dO, O in fp32 + stats, for B2 T32 C64 NH4" python3 - \
+    "$TMP/arm/attn_step00000004_layer01.bin" <<'EOF'
+import os, sys
+B, T, C, NH = 2, 32, 64, 4
+want = 128 + 4 * (5 * B * T * C + B * NH * T * 2)
+size = os.path.getsize(sys.argv[1])
+magic = open(sys.argv[1], "rb").read(8)
+print("    %s: %d bytes (expected %d)" % (magic, size, want))
+sys.exit(0 if size == want and magic == b"ATTNCAPT" else 1)
+EOF
+
+# ---------------------------------------------------------------- probe floor in fp32
+section "probe: fp32 mode against the fp64 reference"
+run_ok "fp32, probe every step, 2 steps" "${COMMON[@]}" --attn fp32 --probe-every 1 --steps 2 --out-dir "$TMP/fp32"
+check_log "fp32 probe dQ/dK errors < 1e-5 (fp32 rounding only), on layers 0 and 1" "$TMP/fp32/log.jsonl" '
+need(sorted(diag) == [0, 1], "probe steps %s" % sorted(diag))
+for s in diag:
+    r = diag[s]
+    need(r["probe_layer"] == s % L and r["probe_mode"] == "fp32", "step %d probe layer/mode" % s)
+    need(0 < r["probe_dq_err_max"] < 1e-5 and 0 < r["probe_dk_err_max"] < 1e-5,
+         "step %d fp32 errors %r %r" % (s, r["probe_dq_err_max"], r["probe_dk_err_max"]))
+    need(r.get("rho_max") is None, "a probe-only record measured rho")'
+
+# ---------------------------------------------------------------- read-only
+section "read-only: the same run with and without diagnostics (bf16, no gauge arm)"
+run_ok "plain: 8 steps, no diagnostics" "${COMMON[@]}" --steps 8 --out-dir "$TMP/plain"
+run_ok "diag: 8 steps, diagnostics + probe + capture" "${COMMON[@]}" "${DIAG[@]}" --steps 8 --out-dir "$TMP/diag"
+check "same losses, val losses and samples (exact numbers)" same_records "$TMP/plain/log.jsonl" "$TMP/diag/log.jsonl" 8
+check "model_00000008.bin identical byte for byte" cmp -s "$TMP/plain/model_00000008.bin" "$TMP/diag/model_00000008.bin"
+check "state_00000008.bin identical (moments, data position, RNG)" \
+    cmp -s "$TMP/plain/state_00000008.bin" "$TMP/diag/state_00000008.bin"
+check_log "without the arm the bf16 key-bias gradient is not zero (rounding noise) and the key bias moves" \
+    "$TMP/diag/log.jsonl" '
+for s in (0, 2, 4, 6):
+    need(diag[s]["key_bias_grad_norm"] > 0, "step %d key-bias grad norm %r" % (s, diag[s]["key_bias_grad_norm"]))
+need(diag[6]["key_bias_norm"] > 0, "key bias still zero at step 6")'
+
+# ---------------------------------------------------------------- resume
+section "resume with diagnostics on: 8 steps == 4 + --resume + 4, bit for bit"
+run_ok "first 4 steps (--stop-at 4)" "${COMMON[@]}" "${DIAG[@]}" --steps 8 --stop-at 4 --out-dir "$TMP/res"
+run_ok "--resume to 8 steps" "${COMMON[@]}" "${DIAG[@]}" --steps 8 --out-dir "$TMP/res" --resume
+check "same losses, val losses and samples" same_records "$TMP/diag/log.jsonl" "$TMP/res/log.jsonl" 8
+check "model_00000008.bin identical" cmp -s "$TMP/diag/model_00000008.bin" "$TMP/res/model_00000008.bin"
+check "state_00000008.bin identical" cmp -s "$TMP/diag/state_00000008.bin" "$TMP/res/state_00000008.bin"
+check "the same diag records (every number, diag_ms aside)" python3 - "$TMP/diag/log.jsonl" "$TMP/res/log.jsonl" <<'EOF'
+import json, sys
+def diags(p):
+    d = {}
+    for l in open(p):
+        r = json.loads(l)
+        if r.get("event") == "diag":
+            r.pop("diag_ms", None)
+            d[r["step"]] = r
+    return d
+a, b = diags(sys.argv[1]), diags(sys.argv[2])
+print("    diag steps %s vs %s" % (sorted(a), sorted(b)))
+sys.exit(0 if a == b and sorted(a) == [0, 2, 3, 4, 6] else 1)
+EOF
+check "the capture of step 4 identical" cmp -s "$TMP/diag/attn_step00000004_layer01.bin" \
+    "$TMP/res/attn_step00000004_layer01.bin"
+
+# ---------------------------------------------------------------- refusals
+section "refusals"
+expect_refusal "--capture-attn with --capture-steps" "say the same thing twice" \
+    "${COMMON[@]}" --capture-attn 4:0 --capture-steps 4 --out-dir "$TMP/x"
+expect_refusal "--capture-attn layer past the model" "--capture" "${COMMON[@]}" --capture-attn 4:2 --out-dir "$TMP/x"
+expect_refusal "--capture-layers alone" "captures nothing" "${COMMON[@]}" --capture-layers 1 --out-dir "$TMP/x"
+expect_refusal "--probe-every negative" "--probe-every" "${COMMON[@]}" --probe-every -1 --out-dir "$TMP/x"
+check "refused command lines created no run folder" test ! -e "$TMP/x"
+
+# ---------------------------------------------------------------- the matched-runs recipe
+section "scripts/matched_runs.sh --cpu --gauge-arm bf16 --diag-every 5 -- --steps 20"
+# compare_runs.py plots with matplotlib; use the first python3 that has it
+PY=""
+for cand in "${PYTHON:-}" python3 /usr/bin/python3; do
+    [ -n "$cand" ] && "$cand" -c "import matplotlib" 2>/dev/null && { PY=$cand; break; }
+done
+NAME="test_cpu_diag_$$"
+trap 'rm -rf "$TMP" "runs/$NAME"' EXIT
+if [ -z "$PY" ]; then
+    fail=$((fail + 1)); echo "  FAIL no python3 with matplotlib (set PYTHON=...) for compare_runs.py"
+else
+    t0=$SECONDS
+    if PYTHON=$PY scripts/matched_runs.sh --cpu --name "$NAME" --gauge-arm bf16 --diag-every 5 -- --steps 20 \
+            --batch-size 2 --seq-len 32 --val-every 10 --val-batches 2 --sample-every 0 \
+            --train-data "$DATA/moby_train_*.bin" --val-data "$DATA/moby_val_*.bin" >"$TMP/matched.log" 2>&1; then
+        pass=$((pass + 1)); echo "  ok   matched_runs.sh finished ($((SECONDS - t0)) s)"
+    else
+        fail=$((fail + 1)); echo "  FAIL matched_runs.sh:"; tail -n 15 "$TMP/matched.log" | sed 's/^/    /'
+    fi
+    for label in fp32 bf16 repair gproj bf16_zkbg; do
+        check_log "$label: 20 steps, diag records at 0, 5, 10, 15 with probes" "runs/$NAME/$label/log.jsonl" '
+need(sorted(diag) == [0, 5, 10, 15], "diag steps %s" % sorted(diag))
+need(all("probe_dq_err" in diag[s] for s in diag), "a diag step without probe")
+need(len([r for r in recs if "loss" in r and r.get("event") is None]) == 20, "step records")'
+    done
+    check_log "bf16_zkbg: key-bias gradient norm 0 at every diag step" "runs/$NAME/bf16_zkbg/log.jsonl" '
+need(all(diag[s]["key_bias_grad_norm"] == 0 for s in diag), "nonzero key-bias grad")'
+    check "compare_runs.py wrote its table and plots into runs/$NAME/compare/" \
+        bash -c "ls runs/$NAME/compare/ | grep -q '\.png$' && ls runs/$NAME/compare/ | grep -qv '\.png$'"
+    ls "runs/$NAME/compare/" 2>/dev/null | sed 's/^/    /'
+fi
+
+train_test_summary
