@@ -218,9 +218,12 @@ need(len([r for r in recs if "loss" in r and r.get("event") is None]) == 20, "st
     done
     check_log "bf16_zkbg: key-bias gradient norm 0 at every diag step" "runs/$NAME/bf16_zkbg/log.jsonl" '
 need(all(diag[s]["key_bias_grad_norm"] == 0 for s in diag), "nonzero key-bias grad")'
-    check "compare_runs.py wrote its table and plots into runs/$NAME/compare/" \
-        bash -c "ls runs/$NAME/compare/ | grep -q '\.png$' && ls runs/$NAME/compare/ | grep -qv '\.png$'"
-    ls "runs/$NAME/compare/" 2>/dev/null | sed 's/^/    /'
+    check "compare_runs.py plotted rho_max, probe_dq_err and key_bias_norm into runs/$NAME/compare/" \
+        test -s "runs/$NAME/compare/rho_max.png" -a -s "runs/$NAME/compare/probe_dq_err.png" \
+             -a -s "runs/$NAME/compare/key_bias_norm.png"
+    check "compare_runs.py printed its table with all 5 runs" \
+        bash -c "for r in fp32 bf16 repair gproj bf16_zkbg; do grep -q \"^\$r \" '$TMP/matched.log' || exit 1; done"
+    grep -A7 "^run " "$TMP/matched.log" | sed 's/^/    /'
 fi
 
 train_test_summary
