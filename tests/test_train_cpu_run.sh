@@ -11,10 +11,15 @@
 # unigram model of the training tokens gets on the validation tokens (6.72):
 # frequencies alone cannot get there, so the model uses context. The loss
 # curve is printed for the reader.
-# Budget: 300 steps of 256 tokens (77k tokens) take about 2.5 minutes of CPU
-# time on 2 cores and reach about 6.61; the margins below (0.1 and 0.05 nats)
-# are what that budget allows. A larger margin needs more tokens, i.e. a
-# faster CPU model.
+# Budget: 400 steps of 8 x 64 tokens (205k tokens, about 1.3 passes over the
+# training text) take about 70 s on this project's 2-core CI machine when it
+# is otherwise idle (the CPU model trains tiny at ~3000 tokens/s there; `make
+# test` may share the cores with other work, hence the room left in its ~2
+# minute budget; with three such runs sharing the cores it took 6 minutes)
+# and reach a validation loss of 6.15: 0.62 nats under the unigram entropy
+# and 0.58 under the unigram model (lr 2e-2; 3e-2 reached 6.25, and 800 steps
+# of 4 x 64 at 2e-2 reached 6.21). The margins asserted below, 0.5 and 0.45
+# nats, leave ~0.12 nats for other compilers and libms.
 #
 # Usage: tests/test_train_cpu_run.sh   (needs what `make test` builds and fetches)
 set -u
@@ -38,9 +43,9 @@ EOF
 )"
 echo "  unigram entropy of the training tokens: $entropy nats;" \
      "a unigram model of them scores $unigram_val nats on the validation tokens"
-STEPS=300
+STEPS=400
 run_ok "train $STEPS steps" --train-data "$DATA/moby_train_*.bin" --val-data "$DATA/moby_val_*.bin" \
-    --model tiny --batch-size 4 --seq-len 64 --steps $STEPS --lr 2e-2 --warmup-steps 20 \
+    --model tiny --batch-size 8 --seq-len 64 --steps $STEPS --lr 2e-2 --warmup-steps 20 \
     --val-every $STEPS --val-batches 24 --sample-every $STEPS --sample-tokens 24 --log-every 50 --out-dir "$TMP/run"
 grep -E '^(step|val loss|sample)' "$TMP/last.log" | sed 's/^/    /'
 read -r first last <<<"$(python3 - "$TMP/run/log.jsonl" <<'EOF'
@@ -53,8 +58,8 @@ EOF
 echo "  validation loss: $first at initialisation -> $last after $STEPS steps"
 check "initial validation loss is near ln(50257) = 10.825 (|diff| < 0.1)" \
     python3 -c "import math,sys; sys.exit(0 if abs($first - math.log(50257)) < 0.1 else 1)"
-check "final validation loss $last is below the unigram entropy $entropy by more than 0.1 nats" \
-    python3 -c "import sys; sys.exit(0 if $last < $entropy - 0.1 else 1)"
-check "and below the unigram model's validation loss $unigram_val by more than 0.05 nats" \
-    python3 -c "import sys; sys.exit(0 if $last < $unigram_val - 0.05 else 1)"
+check "final validation loss $last is below the unigram entropy $entropy by more than 0.5 nats" \
+    python3 -c "import sys; sys.exit(0 if $last < $entropy - 0.5 else 1)"
+check "and below the unigram model's validation loss $unigram_val by more than 0.45 nats" \
+    python3 -c "import sys; sys.exit(0 if $last < $unigram_val - 0.45 else 1)"
 train_test_summary
