@@ -11,9 +11,16 @@ CPU_TESTS += $(BUILD)/tests/test_attention_cpu
 $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(ATTN_CPU_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-# The emulation's rounding points are the contract: never let the compiler
-# fuse a multiply and an add on its own (only the explicit fmaf of bf16 mode).
-$(BUILD)/attention/attention_cpu.o: CFLAGS += -ffp-contract=off
+# The emulation must be one fixed function whatever the top CFLAGS say:
+# - its rounding points are the contract, so the compiler may not fuse a
+#   multiply and an add on its own (only the explicit fmaf of bf16 mode);
+# - expf/exp2f stay the scalar libm calls (-fmath-errno keeps -O3 from
+#   switching to the vector math library);
+# - the ISA is pinned: its `omp simd` dot products sum in the target's vector
+#   width (4 lanes with SSE, 8 with AVX2), and that order moves the emulated
+#   BF16 roundings enough to matter on the sharp and offset cases checked
+#   against the PyTorch emulation (tests/test_attention_torch.py).
+$(BUILD)/attention/attention_cpu.o: CFLAGS += -ffp-contract=off -fmath-errno -march=x86-64-v2 -mtune=generic
 
 # ---- CUDA side: the tensor-core kernels of every mode (attention_cuda.cu) ----
 # Programs that call attention_forward_cuda / attention_backward_cuda link
