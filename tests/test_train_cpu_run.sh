@@ -11,8 +11,8 @@
 # unigram model of the training tokens gets on the validation tokens (6.72):
 # frequencies alone cannot get there, so the model uses context. The loss
 # curve is printed for the reader.
-# Budget: 400 steps of 8 x 64 tokens (205k tokens, about 1.3 passes over the
-# training text) take about 70 s on this project's 2-core CI machine when it
+# Budget: 400 steps of 8 x 64 tokens (205k tokens, two thirds of the 302k
+# training tokens) take about 70 s on this project's 2-core CI machine when it
 # is otherwise idle (the CPU model trains tiny at ~3000 tokens/s there; `make
 # test` may share the cores with other work, hence the room left in its ~2
 # minute budget; with three such runs sharing the cores it took 6 minutes)
