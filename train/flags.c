@@ -102,10 +102,6 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      "allow starting over in a run folder that holds a previous run (its log and checkpoints are deleted)"},
     {FLAG_LOG_EVERY, "log-every", FLAG_TYPE_INT, OFF(log_every), "1", NULL, 1, 2147483647.0, "N", NULL, "output", 0,
      "print the console progress line every N steps (log.jsonl gets every step)"},
-    {FLAG_RECOMPUTE, "recompute", FLAG_TYPE_INT, OFF(recompute), "1", NULL, 0, 2, "0|1|2", NULL, "GPU trainer only",
-     1, "activation recomputation in backward: 0 none, 1 GELU, 2 GELU + layernorm"},
-    {FLAG_ZERO_STAGE, "zero-stage", FLAG_TYPE_INT, OFF(zero_stage), "0", NULL, 0, 1, "0|1", NULL,
-     "GPU trainer only", 1, "1 = shard the optimizer state across processes (ZeRO-1)"},
     {FLAG_DIAG_EVERY, "diag-every", FLAG_TYPE_INT, OFF(diag_every), "0", NULL, 0, 2147483647.0, "N", NULL,
      "diagnostics", 0, "per-layer attention diagnostics (rho, max |q|, |k|, logit, entropy) every N steps"},
     {FLAG_CAPTURE_STEPS, "capture-steps", FLAG_TYPE_STRING, OFF(capture_steps), "", NULL, 0, 0, "S1,S2,...", NULL,
@@ -120,6 +116,10 @@ static const FlagRow g_rows[NUM_FLAGS] = {
     {FLAG_ZERO_KEY_BIAS_GRAD, "zero-key-bias-grad", FLAG_TYPE_BOOL, OFF(zero_key_bias_grad), "0", NULL, 0, 1, "0|1",
      "1", "diagnostics", 0, "gauge arm: zero the key-bias gradient (exactly zero in exact arithmetic) before "
      "the optimizer"},
+    {FLAG_RECOMPUTE, "recompute", FLAG_TYPE_INT, OFF(recompute), "1", NULL, 0, 2, "0|1|2", NULL, "GPU trainer only",
+     1, "activation recomputation in backward: 0 none, 1 GELU, 2 GELU + layernorm"},
+    {FLAG_ZERO_STAGE, "zero-stage", FLAG_TYPE_INT, OFF(zero_stage), "0", NULL, 0, 1, "0|1", NULL,
+     "GPU trainer only", 1, "1 = shard the optimizer state across processes (ZeRO-1)"},
     {FLAG_NCCL_ID_FILE, "nccl-id-file", FLAG_TYPE_STRING, OFF(nccl_id_file), "", NULL, 0, 0, "PATH", NULL,
      "GPU trainer only", 1, "multi-GPU launch through RANK/WORLD_SIZE/LOCAL_RANK: a path all ranks share, where "
      "rank 0 writes the NCCL id (not needed under mpirun)"},

@@ -70,15 +70,16 @@ typedef enum {
     FLAG_RESUME,
     FLAG_OVERWRITE,
     FLAG_LOG_EVERY,
-    /* GPU trainer only */
-    FLAG_RECOMPUTE,
-    FLAG_ZERO_STAGE,
+    /* diagnostics (both trainers) */
     FLAG_DIAG_EVERY,
     FLAG_CAPTURE_STEPS,
     FLAG_CAPTURE_LAYERS,
     FLAG_CAPTURE_ATTN,
     FLAG_PROBE_EVERY,
     FLAG_ZERO_KEY_BIAS_GRAD,
+    /* GPU trainer only */
+    FLAG_RECOMPUTE,
+    FLAG_ZERO_STAGE,
     FLAG_NCCL_ID_FILE,
     NUM_FLAGS
 } FlagId;
