@@ -488,6 +488,10 @@ static void accumulate_weight_chunk(gpt_real* dw, const gpt_real* g, const gpt_r
     }
 }
 
+/* dinp (N, IC) += dout (N, OC) @ weight (OC, IC). Parallel over blocks of
+   MM_ROWS rows (a thread owns whole rows); each thread walks the weight in
+   L2-sized blocks of output features, and for each block updates all its rows
+   MM_ROWS x MM_COLS at a time. */
 static void matmul_backward_inputs(gpt_real* dinp, const gpt_real* dout, const gpt_real* weight, size_t N, int IC,
                                    int OC) {
     const size_t row_blocks = (N + MM_ROWS - 1) / MM_ROWS;
@@ -531,7 +535,8 @@ static void matmul_backward_inputs(gpt_real* dinp, const gpt_real* dout, const g
                     }
                 }
                 const size_t n_end = full_rows ? n + MM_ROWS : N;
-                for (size_t row = n; !full_rows && row < n_end; row++) {  /* a last partial block, row by row */
+                /* a last partial block: the same vector operations, row by row */
+                for (size_t row = n; !full_rows && row < n_end; row++) {
                     for (int c0 = 0; c0 < full_cols; c0 += MM_COLS) {
                         mm_vec acc[MM_VECS];
 #pragma GCC unroll 8
