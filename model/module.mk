@@ -41,7 +41,7 @@ $(BUILD)/tests/test_gpt_cpu: $(BUILD)/tests/test_gpt_cpu.o $(GPT_CPU_OBJS)
 CPU_TESTS += $(BUILD)/tests/test_gpt_grad $(BUILD)/tests/test_checkpoint $(BUILD)/tests/test_gpt_cpu
 # The model's matmul and softmax kernels on awkward shapes (the test includes model/gpt_cpu.c).
 $(BUILD)/tests/test_gpt_cpu_kernels: $(BUILD)/tests/test_gpt_cpu_kernels.o $(BUILD)/model/gpt_config.o \
-                                     $(ATTN_FOR_MODEL_OBJS)
+                                     $(BUILD)/train/adamw_cpu.o $(ATTN_FOR_MODEL_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_gpt_cpu_kernels
 # PyTorch-twin parity: tests/twin_driver runs our model, the script checks it

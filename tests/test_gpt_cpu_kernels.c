@@ -22,6 +22,7 @@
 #include <stdio.h>
 
 #include "tests/testing.h"
+#include "train/adamw_cpu.h"
 
 static uint32_t rng_state = 2463534242u;
 static float uniform_pm1(void) {  /* xorshift32 -> [-1, 1) */
@@ -157,9 +158,30 @@ static void check_matmul(MatShape s, int with_bias) {
     free(dbias);
 }
 
+/* The global gradient norm feeds clipping, so it must not depend on the thread count either. */
+static void check_grad_norm_threads(void) {
+    test_section("global gradient norm: fp64 value, same bits for 1 and N threads");
+    const size_t n = 1000003;  /* several fixed chunks plus a tail */
+    float* g = (float*)mallocCheck(n * sizeof(float));
+    double ref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        g[i] = (float)(((i * 2654435761u) % 2001) - 1000) * 1e-3f;
+        ref += (double)g[i] * (double)g[i];
+    }
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const float one = grad_global_norm_cpu(g, n);
+    omp_set_num_threads(threads);
+    const float many = grad_global_norm_cpu(g, n);
+    CHECK_CLOSE("norm vs fp64", one, sqrt(ref), 1e-6, 0.0);
+    CHECK(memcmp(&one, &many, sizeof one) == 0, "1 thread %.9g vs %d threads %.9g: identical bits", one, threads, many);
+    free(g);
+}
+
 int main(void) {
     /* at least 3 threads, so the thread-count check means something on any machine */
     if (omp_get_max_threads() < 3) omp_set_num_threads(3);
+    check_grad_norm_threads();
 
     test_section("matmuls against fp64, on sizes that are not multiples of the register blocks");
     printf("  (MM_ROWS %d rows x MM_COLS %d features per register block)\n", MM_ROWS, MM_COLS);

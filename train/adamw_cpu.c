@@ -43,10 +43,23 @@ void adamw_cpu_step(float* params, const float* grads, float* m, float* v, size_
     }
 }
 
+/* Sum of squares in fixed chunks, each summed in order and the chunk sums added
+   in order: the same bits for any thread count (an OpenMP reduction's order
+   depends on it, and the norm feeds clipping, so the weights would too). */
+#define NORM_CHUNK ((size_t)1 << 16)
 float grad_global_norm_cpu(const float* grads, size_t n) {
+    const size_t chunks = (n + NORM_CHUNK - 1) / NORM_CHUNK;
+    double* partial = (double*)mallocCheck((chunks ? chunks : 1) * sizeof(double));
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < chunks; c++) {
+        const size_t end = (c + 1) * NORM_CHUNK < n ? (c + 1) * NORM_CHUNK : n;
+        double sum = 0.0;
+        for (size_t i = c * NORM_CHUNK; i < end; i++) sum += (double)grads[i] * (double)grads[i];
+        partial[c] = sum;
+    }
     double sum = 0.0;
-#pragma omp parallel for reduction(+ : sum) schedule(static)
-    for (size_t i = 0; i < n; i++) sum += (double)grads[i] * (double)grads[i];
+    for (size_t c = 0; c < chunks; c++) sum += partial[c];
+    free(partial);
     return (float)sqrt(sum);
 }
 
