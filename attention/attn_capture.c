@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/atomic_file.h"
 #include "common/utils.h"
 
 /* ---- header field offsets (the byte-for-byte table of the format doc) ---- */
@@ -344,17 +345,26 @@ void attn_capture_load(const char* path, AttnCapture* cap) {
 
 /* A writer streams elements into a buffer, CRCs and writes it in chunks. */
 typedef struct {
-    FILE* fp;
+    AtomicFile file; /* PATH.tmp until sink_close renames it */
     const char* path;
     unsigned char* buf;
     size_t used, cap;
     uint32_t crc;
 } Sink;
 
+/* Any write failure removes PATH.tmp (the previous PATH stays) and dies. */
+static void sink_write_or_die(Sink* s, const void* data, size_t n) {
+    if (fwrite(data, 1, n, s->file.fp) != n) {
+        int saved = errno;
+        atomic_file_abort(&s->file);
+        die("writing capture file '%s' failed: %s\n  hint: is the disk full?", s->path, strerror(saved));
+    }
+}
+
 static void sink_flush(Sink* s) {
     if (s->used == 0) return;
     s->crc = attn_crc32(s->crc, s->buf, s->used);
-    fwriteCheck(s->buf, 1, s->used, s->fp, s->path);
+    sink_write_or_die(s, s->buf, s->used);
     s->used = 0;
 }
 static void sink_u16(Sink* s, uint16_t v) {
@@ -375,27 +385,32 @@ static void sink_value(Sink* s, AttnCaptureDtype d, float x) {
 }
 
 /* Opens PATH.tmp and reserves the header (written last, once the CRC is known). */
-static void sink_open(Sink* s, const char* path, char* tmp_path, size_t tmp_size) {
-    snprintf(tmp_path, tmp_size, "%s.tmp", path);
+static void sink_open(Sink* s, const char* path) {
     memset(s, 0, sizeof *s);
-    s->fp = fopenCheck(tmp_path, "wb");
+    char err[1024];
+    if (atomic_file_open(&s->file, path, err, sizeof err) == NULL)
+        die("cannot write capture file '%s': %s\n  hint: check the folder exists and is writable", path, err);
     s->path = path;
     s->cap = 1 << 20;
     s->buf = (unsigned char*)mallocCheck(s->cap);
     unsigned char zeros[ATTN_CAPTURE_HEADER_BYTES] = {0};
-    fwriteCheck(zeros, 1, sizeof zeros, s->fp, path);
+    sink_write_or_die(s, zeros, sizeof zeros);
 }
 
-static void sink_close(Sink* s, const AttnCaptureInfo* info, const char* tmp_path, const char* path) {
+static void sink_close(Sink* s, const AttnCaptureInfo* info) {
     sink_flush(s);
+    free(s->buf);
     unsigned char h[ATTN_CAPTURE_HEADER_BYTES];
     pack_header(h, info, s->crc);
-    fseekCheck(s->fp, 0, SEEK_SET);
-    fwriteCheck(h, 1, sizeof h, s->fp, path);
-    fcloseCheck(s->fp);
-    free(s->buf);
-    if (rename(tmp_path, path) != 0)
-        die("cannot rename '%s' to '%s': %s\n  hint: check the folder is writable", tmp_path, path, strerror(errno));
+    if (fseek(s->file.fp, 0, SEEK_SET) != 0) {
+        int saved = errno;
+        atomic_file_abort(&s->file);
+        die("cannot seek in capture file '%s': %s", s->path, strerror(saved));
+    }
+    sink_write_or_die(s, h, sizeof h);
+    char err[1024];
+    if (atomic_file_commit(&s->file, err, sizeof err) != 0)
+        die("cannot finish capture file '%s': %s\n  hint: is the disk full, is the folder writable?", s->path, err);
 }
 
 static void check_info_or_die(const AttnCaptureInfo* info, const char* path) {
@@ -414,9 +429,8 @@ void attn_capture_write(const char* path, const AttnCapture* cap) {
         die("attn_capture_write('%s'): flags say O is present but cap->out is NULL", path);
     if ((info->flags & ATTN_CAPTURE_HAS_STATS) && !cap->stats)
         die("attn_capture_write('%s'): flags say stats are present but cap->stats is NULL", path);
-    char tmp_path[4096];
     Sink s;
-    sink_open(&s, path, tmp_path, sizeof tmp_path);
+    sink_open(&s, path);
     size_t n = attn_capture_tensor_elems(info->shape);
     const float* tensors[5] = {cap->q, cap->k, cap->v, cap->dout, cap->out};
     int ntensors = (info->flags & ATTN_CAPTURE_HAS_OUT) ? 5 : 4;
@@ -426,7 +440,7 @@ void attn_capture_write(const char* path, const AttnCapture* cap) {
         size_t ns = attn_stats_count(info->shape);
         for (size_t i = 0; i < ns; i++) sink_f32(&s, cap->stats[i]);
     }
-    sink_close(&s, info, tmp_path, path);
+    sink_close(&s, info);
 }
 
 /* ---- module layout <-> capture layout ---- */
@@ -452,9 +466,8 @@ void attn_capture_write_module_bf16(const char* path, const AttnCaptureInfo* inf
     check_info_or_die(&info, path);
     if (!qkv || !dout) die("attn_capture_write_module_bf16('%s'): qkv and dout are required", path);
     const AttnShape s = info.shape;
-    char tmp_path[4096];
     Sink sink;
-    sink_open(&sink, path, tmp_path, sizeof tmp_path);
+    sink_open(&sink, path);
     /* Q, K, V, dO, [O] in that order, each walked in [B, NH, T, HS] order. */
     const uint16_t* sources[5] = {qkv, qkv, qkv, dout, out};
     int ntensors = out ? 5 : 4;
@@ -470,7 +483,7 @@ void attn_capture_write_module_bf16(const char* path, const AttnCaptureInfo* inf
         size_t ns = attn_stats_count(s);
         for (size_t i = 0; i < ns; i++) sink_f32(&sink, stats[i]);
     }
-    sink_close(&sink, &info, tmp_path, path);
+    sink_close(&sink, &info);
 }
 
 void attn_capture_to_module(const AttnCapture* cap, float* qkv, float* out, float* dout) {

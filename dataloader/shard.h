@@ -24,6 +24,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "common/atomic_file.h" /* shard_write: programs calling it link common/atomic_file.o */
+
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
 #define SHARD_HEADER_INTS 256
@@ -59,7 +61,7 @@ static inline const char* shard_header_check(const int32_t header[SHARD_HEADER_I
 /*
  * Writes a complete shard: header for n ids, then the ids. Goes to
  * "<path>.tmp" first and is renamed to path only when fully written and
- * closed. Returns 0, or -1 with a message naming the file in err.
+ * fsync'ed (common/atomic_file). Returns 0, or -1 with a message naming the file in err.
  */
 static inline int shard_write(const char* path, const uint16_t* ids, int64_t n, char* err, size_t errlen) {
     if (n < 0 || n > INT32_MAX) {
@@ -67,40 +69,25 @@ static inline int shard_write(const char* path, const uint16_t* ids, int64_t n, 
                  "the limit is %d): split the data into more shards", path, (long long)n, INT32_MAX);
         return -1;
     }
-    size_t len = strlen(path);
-    char* tmp = (char*)malloc(len + 5);
-    if (tmp == NULL) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
-    }
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-    FILE* fp = fopen(tmp, "wb");
+    char msg[512];
+    AtomicFile af;
+    FILE* fp = atomic_file_open(&af, path, msg, sizeof(msg));
     if (fp == NULL) {
-        snprintf(err, errlen, "%s: cannot create: %s (does its folder exist and is it writable?)", tmp,
-                 strerror(errno));
-        free(tmp);
+        snprintf(err, errlen, "%s: %s (does its folder exist and is it writable?)", path, msg);
         return -1;
     }
     int32_t header[SHARD_HEADER_INTS];
     shard_header_init(header, n);
     int ok = fwrite(header, sizeof(int32_t), SHARD_HEADER_INTS, fp) == SHARD_HEADER_INTS;
     if (ok && n > 0) ok = fwrite(ids, sizeof(uint16_t), (size_t)n, fp) == (size_t)n;
-    int saved_errno = errno;
-    if (fclose(fp) != 0 && ok) { ok = 0; saved_errno = errno; }
     if (!ok) {
-        snprintf(err, errlen, "%s: write failed: %s (is the disk full?)", tmp, strerror(saved_errno));
-        remove(tmp);
-        free(tmp);
+        snprintf(msg, sizeof(msg), "writing '%s' failed: %s", af.tmp_path, strerror(errno));
+        atomic_file_abort(&af);
+    }
+    if (!ok || atomic_file_commit(&af, msg, sizeof(msg)) != 0) {
+        snprintf(err, errlen, "%s: %s (is the disk full?)", path, msg);
         return -1;
     }
-    if (rename(tmp, path) != 0) {
-        snprintf(err, errlen, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-        remove(tmp);
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
     return 0;
 }
 

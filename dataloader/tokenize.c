@@ -217,41 +217,54 @@ typedef struct {
     const char* prefix;
     const char* split; /* "train" or "val" */
     int64_t max_tokens;
-    FILE* f;
-    char path[4096], tmp_path[4160];
+    AtomicFile file; /* file.fp non-NULL while a shard is open (as NAME.tmp) */
+    char path[4096];
     int64_t in_shard, total;
     int shards;
     uint16_t buf[8192];
     int buf_n;
 } ShardWriter;
 
+/* Any write failure removes the shard's .tmp and dies: no half-written shard is ever left. */
+static void writer_write_or_die(ShardWriter* w, const void* data, size_t size, size_t n) {
+    if (fwrite(data, size, n, w->file.fp) != n) {
+        int saved = errno;
+        atomic_file_abort(&w->file);
+        die("writing shard '%s' failed: %s\n  hint: is the disk full?", w->path, strerror(saved));
+    }
+}
+
 static void writer_flush_buf(ShardWriter* w) {
-    if (w->buf_n) fwriteCheck(w->buf, sizeof(uint16_t), (size_t)w->buf_n, w->f, "shard tokens");
+    if (w->buf_n) writer_write_or_die(w, w->buf, sizeof(uint16_t), (size_t)w->buf_n);
     w->buf_n = 0;
 }
 
 static void writer_finish_shard(ShardWriter* w) {
-    if (!w->f) return;
+    if (!w->file.fp) return;
     writer_flush_buf(w);
     int32_t header[SHARD_HEADER_INTS];
     shard_header_init(header, w->in_shard);
-    fseekCheck(w->f, 0, SEEK_SET);
-    fwriteCheck(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f, "shard header");
-    fcloseCheck(w->f);
-    w->f = NULL;
-    if (rename(w->tmp_path, w->path) != 0)
-        die("cannot rename '%s' to '%s': %s", w->tmp_path, w->path, strerror(errno));
+    if (fseek(w->file.fp, 0, SEEK_SET) != 0) {
+        int saved = errno;
+        atomic_file_abort(&w->file);
+        die("cannot seek in shard '%s': %s", w->path, strerror(saved));
+    }
+    writer_write_or_die(w, header, sizeof(int32_t), SHARD_HEADER_INTS);
+    char err[8400];
+    if (atomic_file_commit(&w->file, err, sizeof(err)) != 0)
+        die("cannot finish shard '%s': %s\n  hint: is the disk full, is the folder writable?", w->path, err);
     w->shards++;
 }
 
 static void writer_put(ShardWriter* w, int id) {
     if (id < 0 || id > UINT16_MAX) die("token id %d does not fit the uint16 shard format", id);
-    if (!w->f) {
+    if (!w->file.fp) {
         snprintf(w->path, sizeof(w->path), "%s/%s_%s_%06d.bin", w->dir, w->prefix, w->split, w->shards);
-        snprintf(w->tmp_path, sizeof(w->tmp_path), "%s.tmp", w->path);
-        w->f = fopenCheck(w->tmp_path, "wb");
+        char err[4400];
+        if (atomic_file_open(&w->file, w->path, err, sizeof(err)) == NULL)
+            die("cannot write shard: %s\n  hint: check that the output folder exists and is writable", err);
         int32_t header[SHARD_HEADER_INTS] = {0}; /* placeholder until the count is known */
-        fwriteCheck(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f, "shard header");
+        writer_write_or_die(w, header, sizeof(int32_t), SHARD_HEADER_INTS);
         w->in_shard = 0;
     }
     w->buf[w->buf_n++] = (uint16_t)id;

@@ -1,7 +1,7 @@
 # dev/module.mk - programs and tests of dev/ (included by the top Makefile)
 
 # ---- attention capture file (attention/attn_capture.c) and its test ----
-ATTN_CAPTURE_OBJS := $(BUILD)/attention/attn_capture.o $(BUILD)/attention/attention_common.o
+ATTN_CAPTURE_OBJS := $(BUILD)/attention/attn_capture.o $(BUILD)/attention/attention_common.o $(COMMON_OBJS)
 $(BUILD)/tests/test_attn_capture: $(BUILD)/tests/test_attn_capture.o $(ATTN_CAPTURE_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_attn_capture
@@ -15,7 +15,7 @@ $(BUILD)/bench_attention: $(BUILD)/dev/bench_attention.cu.o $(ATTN_CUDA_OBJS) $(
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
 CUDA_PROGRAMS += $(BUILD)/attn_probe
 CUDA_OBJECTS += $(BUILD)/dev/attn_probe.cu.o
-$(BUILD)/attn_probe: $(BUILD)/dev/attn_probe.cu.o $(BUILD)/attention/attn_capture.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
+$(BUILD)/attn_probe: $(BUILD)/dev/attn_probe.cu.o $(BUILD)/attention/attn_capture.o $(COMMON_OBJS) $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
 # End-to-end CPU test of the probe on a numpy-written capture (builds build/attn_probe with nvcc; skips without it).
 CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"

@@ -5,20 +5,19 @@
  * names the file and the problem (the trainer turns it into a fatal error or
  * a fallback; tests check each refusal), and writing must never destroy the
  * previous checkpoint, whatever fails along the way (full disk, file-size
- * limit, unwritable folder): write "<path>.tmp", fflush, fsync, close, then
- * rename over <path> and fsync the folder.
+ * limit, unwritable folder): common/atomic_file writes "<path>.tmp", fflushes,
+ * fsyncs, closes, then renames over <path> and fsyncs the folder.
  */
 #include "model/checkpoint.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include "common/atomic_file.h"
 #include "attention/attention.h"  /* float_to_bf16_bits / bf16_bits_to_float: the project's one BF16 rounding */
 
 /* Generous sanity limits: far above any model this project trains, far below garbage. */
@@ -54,18 +53,10 @@ int checkpoint_write_model(const char* path, const GPTConfig* cfg, const float* 
     header[6] = cfg->channels;
     header[7] = cfg->padded_vocab_size;
 
-    const size_t tmp_len = strlen(path) + 5;
-    char* tmp = (char*)malloc(tmp_len);
-    if (!tmp) {
-        snprintf(err, errlen, "not saving checkpoint '%s': out of memory", path);
-        return -1;
-    }
-    snprintf(tmp, tmp_len, "%s.tmp", path);
-    FILE* fp = fopen(tmp, "wb");
+    AtomicFile af;
+    FILE* fp = atomic_file_open(&af, path, msg, sizeof(msg));
     if (!fp) {
-        snprintf(err, errlen, "cannot save checkpoint: cannot create '%s': %s (is the folder writable?)", tmp,
-                 strerror(errno));
-        free(tmp);
+        snprintf(err, errlen, "cannot save checkpoint: %s (is the folder writable?)", msg);
         return -1;
     }
     int failed = write_all(fp, header, sizeof(int32_t), CHECKPOINT_HEADER_INTS);
@@ -81,40 +72,17 @@ int checkpoint_write_model(const char* path, const GPTConfig* cfg, const float* 
         }
         free(chunk);
     }
-    int saved_errno = errno;
-    if (!failed && (fflush(fp) != 0 || fsync(fileno(fp)) != 0)) {
-        failed = 1;
-        saved_errno = errno;
-    }
-    if (fclose(fp) != 0 && !failed) {
-        failed = 1;
-        saved_errno = errno;
-    }
-    if (!failed && rename(tmp, path) != 0) {
-        failed = 1;
-        saved_errno = errno;
-    }
     if (failed) {
+        const int saved_errno = errno;
+        atomic_file_abort(&af);
         snprintf(err, errlen, "saving checkpoint '%s' failed: %s (disk full or file too large?); "
                  "the previous file, if any, is unchanged", path, strerror(saved_errno));
-        unlink(tmp);
-        free(tmp);
         return -1;
     }
-    free(tmp);
-    /* make the rename itself durable: fsync the containing folder (best effort) */
-    char* dir = strdup(path);
-    if (dir) {
-        char* slash = strrchr(dir, '/');
-        const char* d = ".";
-        if (slash == dir) d = "/";
-        else if (slash) { *slash = '\0'; d = dir; }
-        int dfd = open(d, O_RDONLY | O_DIRECTORY);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-        free(dir);
+    if (atomic_file_commit(&af, msg, sizeof(msg)) != 0) {
+        snprintf(err, errlen, "saving checkpoint '%s' failed: %s (disk full or file too large?); "
+                 "the previous file, if any, is unchanged", path, msg);
+        return -1;
     }
     return 0;
 }

@@ -21,7 +21,7 @@ endif
 ATTN_FOR_MODEL_OBJS := $(sort $(ATTN_CPU_OBJS) $(BUILD)/attention/attention_common.o \
                        $(BUILD)/attention/attention_ref.o $(BUILD)/attention/attention_cpu.o)
 GPT_CPU_OBJS := $(BUILD)/model/gpt_cpu.o $(BUILD)/model/checkpoint.o $(BUILD)/model/gpt_config.o \
-                $(BUILD)/train/adamw_cpu.o $(ATTN_FOR_MODEL_OBJS)
+                $(BUILD)/train/adamw_cpu.o $(ATTN_FOR_MODEL_OBJS) $(COMMON_OBJS)
 # The same model source compiled with double as its element type, for the
 # finite-difference test only (see model/gpt_cpu.h).
 $(BUILD)/model/gpt_cpu_f64.o: model/gpt_cpu.c
@@ -34,7 +34,7 @@ $(BUILD)/tests/test_gpt_grad: $(BUILD)/tests/test_gpt_grad.o $(BUILD)/model/gpt_
                               $(BUILD)/model/gpt_config.o $(ATTN_FOR_MODEL_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/test_checkpoint: $(BUILD)/tests/test_checkpoint.o $(BUILD)/model/checkpoint.o \
-                                $(BUILD)/model/gpt_config.o $(BUILD)/attention/attention_common.o
+                                $(BUILD)/model/gpt_config.o $(BUILD)/attention/attention_common.o $(COMMON_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/test_gpt_cpu: $(BUILD)/tests/test_gpt_cpu.o $(GPT_CPU_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
@@ -74,7 +74,7 @@ endif
 # ---- run diagnostics (model/diagnostics.h, diagnostics_cpu.c, diagnostics.cuh) ----
 # Programs that use the CPU diagnostics link DIAG_CPU_OBJS (plus the attention
 # module's CPU objects, for the probe's fp64 reference and the capture file).
-DIAG_CPU_OBJS := $(BUILD)/model/diagnostics_cpu.o $(BUILD)/attention/attn_capture.o $(ATTN_CPU_OBJS)
+DIAG_CPU_OBJS := $(BUILD)/model/diagnostics_cpu.o $(BUILD)/attention/attn_capture.o $(ATTN_CPU_OBJS) $(COMMON_OBJS)
 $(BUILD)/tests/test_diagnostics: $(BUILD)/tests/test_diagnostics.o $(DIAG_CPU_OBJS) $(GPT_CPU_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_diagnostics
@@ -117,6 +117,7 @@ ifeq ($(HAVE_CUBLAS),1)
 CPU_TESTS += $(BUILD)/tests/test_gpu_host
 endif
 # Data-parallel range arithmetic (model/param_ranges.h: gradient buckets, ZeRO-1 owner pieces, optimizer pieces).
-$(BUILD)/tests/test_param_ranges: $(BUILD)/tests/test_param_ranges.o $(BUILD)/model/gpt_config.o $(BUILD)/train/dist.o
+$(BUILD)/tests/test_param_ranges: $(BUILD)/tests/test_param_ranges.o $(BUILD)/model/gpt_config.o $(BUILD)/train/dist.o \
+                                  $(COMMON_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_param_ranges

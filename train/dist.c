@@ -5,6 +5,8 @@
  */
 #include "train/dist.h"
 
+#include "common/atomic_file.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,22 +105,23 @@ int64_t dist_grad_accum_steps(int64_t total_tokens, int B, int T, int world_size
 }
 
 int dist_id_file_publish(const char* path, const void* id, size_t nbytes, char* err, size_t errlen) {
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    FILE* fp = fopen(tmp, "wb");
+    /* a per-process tmp name: two launches sharing one id path never write into each other's tmp */
+    char msg[4200];
+    AtomicFile af;
+    FILE* fp = atomic_file_open_unique(&af, path, msg, sizeof(msg));
     if (fp == NULL) {
-        snprintf(err, errlen, "cannot write the NCCL id file '%s': %s\n"
-                 "  hint: --nccl-id-file must be on a path every node can read and rank 0 can write", tmp,
-                 strerror(errno));
+        snprintf(err, errlen, "cannot write the NCCL id file: %s\n"
+                 "  hint: --nccl-id-file must be on a path every node can read and rank 0 can write", msg);
         return -1;
     }
-    int ok = fwrite(id, 1, nbytes, fp) == nbytes;
-    ok = (fflush(fp) == 0) && ok;
-    ok = (fsync(fileno(fp)) == 0) && ok;
-    ok = (fclose(fp) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "writing the NCCL id file '%s' failed: %s", path, strerror(errno));
-        remove(tmp);
+    if (fwrite(id, 1, nbytes, fp) != nbytes) {
+        snprintf(msg, sizeof(msg), "%s", strerror(errno));
+        atomic_file_abort(&af);
+        snprintf(err, errlen, "writing the NCCL id file '%s' failed: %s", path, msg);
+        return -1;
+    }
+    if (atomic_file_commit(&af, msg, sizeof(msg)) != 0) {
+        snprintf(err, errlen, "writing the NCCL id file '%s' failed: %s", path, msg);
         return -1;
     }
     return 0;

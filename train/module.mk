@@ -2,10 +2,10 @@
 
 # ---- multi-process arithmetic and start-up handshake (train/dist*.c) ----
 # dist_mpi.c when MPI is found, else dist_nompi.c (its calls fail with a hint).
-DIST_OBJS := $(BUILD)/train/dist.o $(if $(HAVE_MPI),$(BUILD)/train/dist_mpi.o,$(BUILD)/train/dist_nompi.o)
+DIST_OBJS := $(BUILD)/train/dist.o $(COMMON_OBJS) $(if $(HAVE_MPI),$(BUILD)/train/dist_mpi.o,$(BUILD)/train/dist_nompi.o)
 DIST_LDLIBS := $(if $(HAVE_MPI),$(MPI_LDFLAGS))
 $(BUILD)/train/dist_mpi.o: CFLAGS += $(MPI_CFLAGS)
-$(BUILD)/tests/test_dist: $(BUILD)/tests/test_dist.o $(BUILD)/train/dist.o
+$(BUILD)/tests/test_dist: $(BUILD)/tests/test_dist.o $(BUILD)/train/dist.o $(COMMON_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_dist
 # NCCL communicator for the GPU trainer: comm_nccl.cu when NCCL is found, else
@@ -19,7 +19,7 @@ $(BUILD)/train/comm_nccl.cu.o $(BUILD)/train/comm_single.cu.o: train/comm.h trai
 # ---- training infrastructure shared by both trainers (flags, schedule, run log,
 # resume state, sampler) and the CPU trainer train_gpt_cpu ----
 TRAIN_INFRA_OBJS := $(BUILD)/train/flags.o $(BUILD)/train/schedule.o $(BUILD)/train/runlog.o \
-                    $(BUILD)/train/resume_state.o $(BUILD)/train/sampler.o
+                    $(BUILD)/train/resume_state.o $(BUILD)/train/sampler.o $(COMMON_OBJS)
 TRAIN_TOKENIZER_OBJS := $(BUILD)/dataloader/tokenizer.o $(BUILD)/dataloader/unicode_tables.o
 CPU_TESTS += $(BUILD)/tests/test_train_cpu
 $(BUILD)/tests/test_train_cpu: $(BUILD)/tests/test_train_cpu.o $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS) \
@@ -27,7 +27,7 @@ $(BUILD)/tests/test_train_cpu: $(BUILD)/tests/test_train_cpu.o $(TRAIN_INFRA_OBJ
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 # The CPU trainer (train_gpt_cpu.c at the top level).
 TRAIN_CPU_OBJS := $(sort $(BUILD)/train_gpt_cpu.o $(GPT_CPU_OBJS) $(DATALOADER_OBJS) $(TRAIN_INFRA_OBJS) \
-                  $(TRAIN_TOKENIZER_OBJS) $(BUILD)/train/dist.o)
+                  $(TRAIN_TOKENIZER_OBJS) $(BUILD)/train/dist.o $(COMMON_OBJS))
 PROGRAMS += $(BUILD)/train_gpt_cpu
 $(BUILD)/train_gpt_cpu: $(TRAIN_CPU_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)

@@ -4,9 +4,10 @@
  */
 #include "train/resume_state.h"
 
+#include "common/atomic_file.h"
+
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,20 +79,12 @@ static int put(FILE* fp, const void* p, size_t n, uint64_t* h) {
 }
 
 int resume_state_write(const char* path, const ResumeState* s, char* err, size_t errlen) {
-    size_t plen = strlen(path);
-    char* tmp = (char*)malloc(plen + 5);
-    if (tmp == NULL) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
-    }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    FILE* fp = fopen(tmp, "wb");
+    char msg[512];
+    AtomicFile af;
+    FILE* fp = atomic_file_open(&af, path, msg, sizeof(msg));
     if (fp == NULL) {
-        snprintf(err, errlen, "cannot create the resume state '%s': %s (is the run folder writable?); the previous "
-                 "state files are untouched", tmp,
-                 strerror(errno));
-        free(tmp);
+        snprintf(err, errlen, "cannot write the resume state: %s (is the run folder writable?); the previous "
+                 "state files are untouched", msg);
         return -1;
     }
     int64_t hdr[RESUME_HEADER_INTS];
@@ -129,40 +122,15 @@ int resume_state_write(const char* path, const ResumeState* s, char* err, size_t
     uint64_t h = RESUME_HASH_INIT;
     int ok = put(fp, hdr, sizeof(hdr), &h) == 0 && put(fp, pos, sizeof(pos), &h) == 0 &&
              put(fp, s->m, 4 * s->num_params, &h) == 0 && put(fp, s->v, 4 * s->num_params, &h) == 0 &&
-             fwrite(&h, 8, 1, fp) == 1 && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    int saved = errno;
-    if (fclose(fp) != 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
+             fwrite(&h, 8, 1, fp) == 1;
     if (!ok) {
+        snprintf(msg, sizeof(msg), "writing '%s' failed: %s", af.tmp_path, strerror(errno));
+        atomic_file_abort(&af);
+    }
+    if (!ok || atomic_file_commit(&af, msg, sizeof(msg)) != 0) {
         snprintf(err, errlen, "writing the resume state '%s' failed: %s (is the disk full?); the previous state "
-                 "files are untouched", tmp, strerror(saved));
-        remove(tmp);
-        free(tmp);
+                 "files are untouched", path, msg);
         return -1;
-    }
-    if (rename(tmp, path) != 0) {
-        snprintf(err, errlen, "cannot rename '%s' to '%s': %s; the previous state files are untouched", tmp, path,
-                 strerror(errno));
-        remove(tmp);
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
-    /* Make the rename itself durable. */
-    char* dir = strdup(path);
-    if (dir != NULL) {
-        char* slash = strrchr(dir, '/');
-        const char* d = ".";
-        if (slash == dir) d = "/";
-        else if (slash != NULL) { *slash = '\0'; d = dir; }
-        int dfd = open(d, O_RDONLY | O_DIRECTORY);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-        free(dir);
     }
     return 0;
 }
