@@ -564,7 +564,7 @@ int main(int argc, char** argv) {
     st.config_hash = gpt_config_hash(&cfg);
     st.batch_size = B; st.seq_len = T; st.grad_accum = grad_accum; st.world_size = world_size;
     st.shuffle = f.shuffle; st.attn_mode = attn_mode; st.attn_tile_max_shift = f.attn_tile_max_shift;
-    st.seed = f.seed; st.num_params = num_params;
+    st.seed = f.seed; st.num_params = num_params; st.zero_key_bias_grad = f.zero_key_bias_grad;
     st.m = (float*)mallocCheck(num_params * sizeof(float));
     st.v = (float*)mallocCheck(num_params * sizeof(float));
     SamplerRng rng;
@@ -584,6 +584,12 @@ int main(int argc, char** argv) {
             snprintf(state_path, sizeof(state_path), "%s", f.resume);
         }
         if (resume_state_read(state_path, &saved, err, sizeof(err)) != 0) die("--resume: %s", err);
+        /* The gauge arm: the saved one; a --zero-key-bias-grad that differs is refused. */
+        const int arm = resume_zero_key_bias_grad(&saved, f.zero_key_bias_grad,
+                                                  flags_was_set(&f, FLAG_ZERO_KEY_BIAS_GRAD), err, sizeof(err));
+        if (arm < 0) die("--resume %s: %s", state_path, err);
+        f.zero_key_bias_grad = arm;
+        st.zero_key_bias_grad = arm;
         /* Another process count continues the same run when the step's token count is unchanged: the data
            stream does not depend on the process count, only the order of the gradient sums does. */
         ResumeState expect = st;

@@ -193,6 +193,7 @@ static void save_checkpoint(const SaveArgs* a, int64_t step, RunLog* log) {
     s.shuffle = a->flags->shuffle;
     s.attn_mode = (int32_t)a->attn_mode;
     s.attn_tile_max_shift = a->flags->attn_tile_max_shift;
+    s.zero_key_bias_grad = a->flags->zero_key_bias_grad;
     s.seed = a->flags->seed;
     s.rng_state = a->rng->state;
     s.params_hash = params_digest(a->model->params, a->model->num_params);
@@ -443,6 +444,13 @@ int main(int argc, char** argv) {
         attn_mode = (AttnMode)saved.attn_mode;
         f.attn = attn_mode_name(attn_mode);
         if (!flags_was_set(&f, FLAG_ATTN_TILE_MAX_SHIFT)) f.attn_tile_max_shift = saved.attn_tile_max_shift;
+    }
+    /* The gauge arm on resume: the saved one; a --zero-key-bias-grad that differs is refused. */
+    if (resuming) {
+        const int arm = resume_zero_key_bias_grad(&saved, f.zero_key_bias_grad,
+                                                  flags_was_set(&f, FLAG_ZERO_KEY_BIAS_GRAD), err, sizeof(err));
+        if (arm < 0) die("--resume %s: %s", state_path, err);
+        f.zero_key_bias_grad = arm;
     }
 
     GPTCpu model;

@@ -16,6 +16,10 @@
 #             and resume-state files (they touch no weights, RNG or data);
 #   resume    with diagnostics on: 8 steps == 4 + --resume + 4, bit for bit,
 #             the diag records included;
+#   gauge arm across a resume: --zero-key-bias-grad is stored in the state;
+#             resuming with the other value is refused (both ways), with the
+#             same value or without the flag it continues bit for bit; a
+#             version-1 state (arm not recorded) is refused;
 #   captures  the files asked for exist, and their header/size fit the shape
 #             (attention/attn_capture.h), none at other steps or layers;
 #   refusals  --capture-attn with --capture-steps, a layer past the model,
@@ -180,6 +184,40 @@ sys.exit(0 if a == b and sorted(a) == [0, 2, 3, 4, 6] else 1)
 EOF
 check "the capture of step 4 identical" cmp -s "$TMP/diag/attn_step00000004_layer01.bin" \
     "$TMP/res/attn_step00000004_layer01.bin"
+
+# ---------------------------------------------------------------- the gauge arm across a resume
+section "the gauge arm survives resume (--zero-key-bias-grad is in the resume state)"
+run_ok "arm on: first 4 of 6 steps (--stop-at 4)" "${COMMON[@]}" "${DIAG[@]}" --zero-key-bias-grad 1 --steps 6 \
+    --stop-at 4 --out-dir "$TMP/armres"
+cp -r "$TMP/armres" "$TMP/armres2"
+expect_refusal "resume with --zero-key-bias-grad 0 refused, naming both values and the fix" \
+    "saved with --zero-key-bias-grad 1 (gauge arm on) and this resume asks for --zero-key-bias-grad 0" \
+    "${COMMON[@]}" "${DIAG[@]}" --zero-key-bias-grad 0 --steps 6 --out-dir "$TMP/armres" --resume
+check "  ... with the hint" grep -qF "hint: resume with --zero-key-bias-grad 1" "$TMP/last.log"
+check "the refused resume trained nothing" test ! -e "$TMP/armres/model_00000006.bin"
+run_ok "resume with --zero-key-bias-grad 1" "${COMMON[@]}" "${DIAG[@]}" --zero-key-bias-grad 1 --steps 6 \
+    --out-dir "$TMP/armres" --resume
+check "same losses, val losses and samples as the uninterrupted arm run" \
+    same_records "$TMP/arm/log.jsonl" "$TMP/armres/log.jsonl" 6
+check "model_00000006.bin identical to the uninterrupted arm run" \
+    cmp -s "$TMP/arm/model_00000006.bin" "$TMP/armres/model_00000006.bin"
+check "state_00000006.bin identical too" cmp -s "$TMP/arm/state_00000006.bin" "$TMP/armres/state_00000006.bin"
+run_ok "resume without the flag" "${COMMON[@]}" "${DIAG[@]}" --steps 6 --out-dir "$TMP/armres2" --resume
+check "keeps the saved arm: model_00000006.bin identical to the arm run" \
+    cmp -s "$TMP/arm/model_00000006.bin" "$TMP/armres2/model_00000006.bin"
+expect_refusal "an arm-off run resumed with --zero-key-bias-grad 1 refused" \
+    "saved with --zero-key-bias-grad 0 (gauge arm off) and this resume asks for --zero-key-bias-grad 1" \
+    "${COMMON[@]}" "${DIAG[@]}" --zero-key-bias-grad 1 --steps 12 --out-dir "$TMP/res" --resume
+mkdir -p "$TMP/v1"
+cp "$TMP/armres2/state_00000004.bin" "$TMP/armres2/model_00000004.bin" "$TMP/v1/"
+python3 -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(8); f.write(struct.pack('<q', 1))   # header slot 1: the version
+" "$TMP/v1/state_00000004.bin"
+expect_refusal "a version-1 state (no arm recorded) refused with the way out" \
+    "version 1 does not record --zero-key-bias-grad" \
+    "${COMMON[@]}" "${DIAG[@]}" --steps 6 --out-dir "$TMP/v1" --resume
 
 # ---------------------------------------------------------------- refusals
 section "refusals"

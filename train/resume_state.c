@@ -42,6 +42,7 @@ enum {
     RH_PARAMS_HASH,
     RH_DATA_POS_BYTES,
     RH_FILE_BYTES,
+    RH_ZERO_KEY_BIAS_GRAD, /* version 2 */
     RESUME_HEADER_INTS = 64
 };
 
@@ -115,6 +116,7 @@ int resume_state_write(const char* path, const ResumeState* s, char* err, size_t
     hdr[RH_PARAMS_HASH] = (int64_t)s->params_hash;
     hdr[RH_DATA_POS_BYTES] = (int64_t)sizeof(DataPosition);
     hdr[RH_FILE_BYTES] = (int64_t)file_bytes(s->num_params);
+    hdr[RH_ZERO_KEY_BIAS_GRAD] = s->zero_key_bias_grad;
     unsigned char pos[DATA_POS_FILE_BYTES];
     memset(pos, 0, sizeof(pos));
     memcpy(pos, &s->data_pos, sizeof(DataPosition));
@@ -176,6 +178,14 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
         fclose(fp);
         return -1;
     }
+    if (hdr[RH_VERSION] == 1) {
+        snprintf(err, errlen, "%s: resume state version 1 does not record --zero-key-bias-grad (the gauge arm), so "
+                 "this build (version %d) cannot tell which arm the run was; continue it with the build that wrote "
+                 "it, or start a new run from its weights with --init-from model_NNNNNNNN.bin and the arm you "
+                 "mean", path, RESUME_VERSION);
+        fclose(fp);
+        return -1;
+    }
     if (hdr[RH_VERSION] != RESUME_VERSION || hdr[RH_HEADER_BYTES] != HEADER_BYTES) {
         snprintf(err, errlen, "%s: resume state version %lld is not supported (this build reads version %d)", path,
                  (long long)hdr[RH_VERSION], RESUME_VERSION);
@@ -220,6 +230,7 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
     s->shuffle = (int32_t)hdr[RH_SHUFFLE];
     s->attn_mode = (int32_t)hdr[RH_ATTN_MODE];
     s->attn_tile_max_shift = (int32_t)hdr[RH_ATTN_TILE_MAX_SHIFT];
+    s->zero_key_bias_grad = (int32_t)hdr[RH_ZERO_KEY_BIAS_GRAD];
     s->seed = (uint64_t)hdr[RH_SEED];
     s->rng_state = (uint64_t)hdr[RH_RNG_STATE];
     s->params_hash = (uint64_t)hdr[RH_PARAMS_HASH];
@@ -251,13 +262,25 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
     }
     memcpy(&s->data_pos, pos, sizeof(DataPosition));
     if (gpt_config_hash(&s->config) != s->config_hash || s->step < 0 || s->adam_t < 0 || s->batch_size < 1 ||
-        s->seq_len < 1 || s->grad_accum < 1 || s->world_size < 1 || s->attn_mode < 0) {
+        s->seq_len < 1 || s->grad_accum < 1 || s->world_size < 1 || s->attn_mode < 0 ||
+        (s->zero_key_bias_grad != 0 && s->zero_key_bias_grad != 1)) {
         snprintf(err, errlen, "%s: resume state is inconsistent (config hash or counters out of range); %s", path,
                  hint);
         resume_state_free(s);
         return -1;
     }
     return 0;
+}
+
+int resume_zero_key_bias_grad(const ResumeState* saved, int flag_value, int flag_given, char* err, size_t errlen) {
+    if (!flag_given || flag_value == saved->zero_key_bias_grad) return saved->zero_key_bias_grad;
+    snprintf(err, errlen, "the run was saved with --zero-key-bias-grad %d (gauge arm %s) and this resume asks for "
+             "--zero-key-bias-grad %d: switching the arm mid-run mixes two experiment arms\n"
+             "  hint: resume with --zero-key-bias-grad %d (or leave the flag out to keep the saved value); to train "
+             "the other arm, start a new run (--init-from the model file for the same starting weights)",
+             saved->zero_key_bias_grad, saved->zero_key_bias_grad ? "on" : "off", flag_value,
+             saved->zero_key_bias_grad);
+    return -1;
 }
 
 int resume_state_check(const ResumeState* saved, const ResumeState* cur, char* err, size_t errlen) {

@@ -13,9 +13,10 @@
  *
  * File layout (little-endian; 64-bit offsets):
  *   header   RESUME_HEADER_INTS int64 values (see the RH_* indices in
- *            resume_state.c): magic 20261129, version 1, step, AdamW t,
+ *            resume_state.c): magic 20261129, version 2, step, AdamW t,
  *            num_params, config hash and the six config fields, batch shape,
- *            attention mode/options, seeds, RNG state, params hash, ...
+ *            attention mode/options, seeds, RNG state, params hash, ...,
+ *            the gauge arm (--zero-key-bias-grad)
  *   data     the DataPosition struct as bytes (sizeof recorded in header)
  *   m, v     num_params float32 each (AdamW first and second moments)
  *   trailer  uint64 checksum (resume_hash) of every byte before it
@@ -40,7 +41,11 @@ extern "C" {
 #endif
 
 #define RESUME_MAGIC 20261129
-#define RESUME_VERSION 1
+/* Version 2 added the gauge arm (--zero-key-bias-grad). Version 1 files are
+   refused: they do not say whether the arm was on, and guessing would either
+   silently switch an arm-on run off (the bug version 2 fixes) or switch an
+   arm-off run on; no run worth keeping predates version 2. */
+#define RESUME_VERSION 2
 
 typedef struct {
     int64_t step;          /* optimizer steps completed */
@@ -50,6 +55,7 @@ typedef struct {
     uint64_t config_hash;  /* gpt_config_hash(&config) */
     int32_t batch_size, seq_len, grad_accum, world_size, shuffle;
     int32_t attn_mode, attn_tile_max_shift;
+    int32_t zero_key_bias_grad; /* the gauge arm (--zero-key-bias-grad): 0 or 1 */
     uint64_t seed;         /* the run's --seed */
     uint64_t rng_state;    /* sampler RNG state (SamplerRng.state) */
     uint64_t params_hash;  /* resume_hash of the fp32 parameters saved with this state */
@@ -74,6 +80,12 @@ void resume_state_free(ResumeState* s);
    shuffling and seed (refused too: the data stream and the sums would differ,
    so the run would not be a continuation). 0, or -1 with a message. */
 int resume_state_check(const ResumeState* saved, const ResumeState* current, char* err, size_t errlen);
+
+/* The gauge arm on resume: the saved value when the flag was not given, the
+   flag's value when it equals the saved one. A given value that differs is
+   refused (-1 with a message naming both values and the fix): switching the
+   arm mid-run turns one experiment arm into a mix of two without a trace. */
+int resume_zero_key_bias_grad(const ResumeState* saved, int flag_value, int flag_given, char* err, size_t errlen);
 
 /* 64-bit FNV-1a-style hash over 8-byte words (fast enough for GB of moments),
    chained through h (start with RESUME_HASH_INIT). */
