@@ -622,9 +622,19 @@ int main(int argc, char** argv) {
         rng.state = saved.rng_state;
         start_step = (int)saved.step;
         tokens_seen = saved.tokens_seen;
-        if (saved.attn_mode != (int32_t)attn_mode)
-            printf("note: resuming a run trained with --attn %s under --attn %s\n",
-                   attn_mode_name((AttnMode)saved.attn_mode), attn_mode_name(attn_mode));
+        if (saved.attn_mode != (int32_t)attn_mode) {
+            /* A mode switch on resume is allowed, but only when asked for: the CPU trainer takes the saved
+               mode when --attn is left out; here the model (and its attention workspace) is already planned
+               for the flag's mode, so a left-out --attn that differs from the run's mode is refused. */
+            const char* saved_name = saved.attn_mode >= 0 && saved.attn_mode < ATTN_NUM_MODES
+                                         ? attn_mode_name((AttnMode)saved.attn_mode) : "(invalid)";
+            if (!flags_was_set(&f, FLAG_ATTN))
+                die("--resume: this run was trained with --attn %s, and --attn was not given (its default is %s)\n"
+                    "  hint: pass --attn %s to continue it, or another --attn to switch modes from here on",
+                    saved_name, attn_mode_name(attn_mode), saved_name);
+            printf("note: attention mode switched from %s (saved) to %s at step %d: from here on the run differs "
+                   "from one that kept %s\n", saved_name, attn_mode_name(attn_mode), start_step, saved_name);
+        }
         printf("resumed from %s (step %d)\n", state_path, start_step);
     }
     gpt_cuda_set_params(&model, host_params);
