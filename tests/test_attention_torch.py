@@ -45,6 +45,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.testing import check, fail, summary  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(REPO, "build", "tests", "attn_emul_driver")
 TILE = 64          # ATTN_SHIFT_TILE_KEYS
@@ -60,28 +63,12 @@ MOVED_REL = 1e-5
 HARD_TOL_FP32_IO = 2e-4
 HARD_TOL_BF16_IO = 2e-3
 
-passed = 0
-failed = 0
-
-
-def check(ok, msg):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"  ok   {msg}")
-    else:
-        failed += 1
-        print(f"  FAIL {msg}")
-    sys.stdout.flush()
-
-
 try:
     import numpy as np
     import torch
 except ImportError as exc:  # never skip: a missing dependency is a failure
-    print(f"  FAIL cannot import torch/numpy ({exc}); install python3-torch and python3-numpy")
-    print("0 passed, 1 failed")
-    sys.exit(1)
+    fail(f"cannot import torch/numpy ({exc}); install python3-torch and python3-numpy")
+    sys.exit(summary())
 
 torch.set_num_threads(2)
 
@@ -273,9 +260,8 @@ def make_inputs(kind, B, NH, T, HS, seed):
 
 def main():
     if not os.path.exists(DRIVER):
-        print(f"  FAIL {DRIVER} missing; run: make {os.path.relpath(DRIVER, REPO)}")
-        print(f"{passed} passed, {failed + 1} failed")
-        return 1
+        fail(f"{DRIVER} missing; run: make {os.path.relpath(DRIVER, REPO)}")
+        return summary()
     modes = ["fp32", "bf16", "repair", "gproj"]
     with tempfile.TemporaryDirectory() as tmp:
         print("== exactness on random inputs: C vs torch emulation (relative Frobenius differences)")
@@ -338,8 +324,7 @@ def main():
         same_nan = bool(torch.equal(torch.isfinite(c_out), torch.isfinite(t_out)))
         check(same_nan and not bool(torch.isfinite(c_out).all()) and bool(torch.isfinite(t_nofma).all()),
               "extreme 133120, bf16: C and torch FMA both non-finite in the same places; without the FMA it is finite")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return summary()
 
 
 if __name__ == "__main__":

@@ -46,38 +46,20 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.testing import check, fail, summary  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(REPO, "build", "tests", "twin_driver")
-
-passed = 0
-failed = 0
-
-
-def check(ok, msg):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"  ok   {msg}")
-    else:
-        failed += 1
-        print(f"  FAIL {msg}")
-    sys.stdout.flush()
-
-
-def finish():
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(0 if failed == 0 else 1)
-
 
 try:
     import numpy as np
     import torch
 except ImportError as e:
-    print(f"FAIL: cannot import torch/numpy with {sys.executable}: {e}\n"
-          "  hint: install PyTorch (Debian: apt install python3-torch) or run with a Python that has it "
-          "(make test uses $(TORCH_PYTHON))")
-    failed += 1
-    finish()
+    fail(f"cannot import torch/numpy with {sys.executable}: {e}\n"
+         "  hint: install PyTorch (Debian: apt install python3-torch) or run with a Python that has it "
+         "(make test uses $(TORCH_PYTHON))")
+    sys.exit(summary())
 
 sys.path.insert(0, os.path.join(REPO, "dev"))
 import gpt_twin  # noqa: E402
@@ -114,7 +96,7 @@ def main():
     torch.manual_seed(0)
     if not os.access(DRIVER, os.X_OK):
         check(False, f"driver {DRIVER} exists (hint: make {os.path.relpath(DRIVER, REPO)})")
-        finish()
+        sys.exit(summary())
     with tempfile.TemporaryDirectory(prefix="twin_parity_") as d:
         g = torch.Generator().manual_seed(SEED)
         tokens = torch.randint(0, CFG["V"], (STEPS, 2, B, T), generator=g, dtype=torch.int32)
@@ -125,7 +107,7 @@ def main():
         print(r.stdout + r.stderr, end="")
         check(r.returncode == 0, f"twin_driver ran (exit code {r.returncode})")
         if r.returncode != 0:
-            finish()
+            sys.exit(summary())
 
         print("== checkpoints")
         model = gpt_twin.load_checkpoint(os.path.join(d, "model.bin"), attn_impl="math")
@@ -215,7 +197,7 @@ def main():
                   f"max {diff.max().item() / HP['lr']:.2f} lr")
         wd_decay = final_c[wte[0]:wte[1]].view(CFG["Vp"], C)[CFG["V"]:]
         check(bool((wd_decay == 0).all()), "padded wte rows stay zero (zero gradient, decay of 0 is 0)")
-    finish()
+    sys.exit(summary())
 
 
 if __name__ == "__main__":
