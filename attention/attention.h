@@ -45,6 +45,10 @@ const char* attn_mode_name(AttnMode mode);
 int attn_mode_parse(const char* name, AttnMode* mode);
 /* "fp32|bf16|repair|gproj", for help texts and error messages. */
 const char* attn_mode_choices(void);
+/* Parses a comma-separated list of mode names ("bf16,gproj") and sets
+   selected[mode] = 1 for each (others are left as they are). Returns the
+   number of modes named, or -1 with a message naming the unknown one. */
+int attn_mode_parse_list(const char* list, int selected[ATTN_NUM_MODES], char* err, size_t errlen);
 
 typedef struct {
     int B;   /* batch */

@@ -35,6 +35,25 @@ int attn_mode_parse(const char* name, AttnMode* mode) {
 
 const char* attn_mode_choices(void) { return "fp32|bf16|repair|gproj"; }
 
+int attn_mode_parse_list(const char* list, int selected[ATTN_NUM_MODES], char* err, size_t errlen) {
+    char* copy = (char*)mallocCheck(strlen(list) + 1);
+    strcpy(copy, list);
+    int named = 0;
+    char* save = NULL;
+    for (char* tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        AttnMode m;
+        if (attn_mode_parse(tok, &m) != 0) {
+            snprintf(err, errlen, "unknown mode '%s'; choose from %s", tok, attn_mode_choices());
+            free(copy);
+            return -1;
+        }
+        selected[m] = 1;
+        named++;
+    }
+    free(copy);
+    return named;
+}
+
 size_t attn_stats_count(AttnShape s) { return (size_t)s.B * s.NH * s.T * 2; }
 size_t attn_qkv_count(AttnShape s) { return (size_t)s.B * s.T * 3 * s.NH * s.HS; }
 size_t attn_out_count(AttnShape s) { return (size_t)s.B * s.T * s.NH * s.HS; }

@@ -140,14 +140,10 @@ static void parse_args(int argc, char** argv, ProbeArgs* a) {
         } else if (!strcmp(flag, "--json")) {
             a->json_path = val;
         } else if (!strcmp(flag, "--modes")) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", val);
-            for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                AttnMode m;
-                if (attn_mode_parse(tok, &m) != 0) die("--modes: unknown mode '%s'; choose from %s", tok, attn_mode_choices());
-                a->modes[m] = 1;
-                any_mode = 1;
-            }
+            char err[256];
+            const int named = attn_mode_parse_list(val, a->modes, err, sizeof err);
+            if (named < 0) die("--modes: %s", err);
+            if (named > 0) any_mode = 1;
         } else {
             die("unknown option '%s' (see --help)", flag);
         }

@@ -107,14 +107,10 @@ static void parse_args(int argc, char** argv, BenchArgs* a) {
                 die("--shape %s: expected B,H,T,D with four positive integers, e.g. --shape 8,16,1024,64", val);
             a->shapes[a->num_shapes++] = s;
         } else if (strcmp(flag, "--modes") == 0) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", val);
-            for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                AttnMode m;
-                if (attn_mode_parse(tok, &m) != 0) die("--modes: unknown mode '%s'; choose from %s", tok, attn_mode_choices());
-                a->modes[m] = 1;
-                any_mode = 1;
-            }
+            char err[256];
+            const int named = attn_mode_parse_list(val, a->modes, err, sizeof err);
+            if (named < 0) die("--modes: %s", err);
+            if (named > 0) any_mode = 1;
         } else if (strcmp(flag, "--warmup") == 0) {
             a->warmup = parse_positive(flag, val);
         } else if (strcmp(flag, "--repeats") == 0) {

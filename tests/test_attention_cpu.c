@@ -151,6 +151,15 @@ static void test_mode_names(void) {
     AttnMode dummy;
     CHECK(attn_mode_parse("bf32", &dummy) == -1 && attn_mode_parse("", &dummy) == -1 &&
               attn_mode_parse(NULL, &dummy) == -1, "unknown names are rejected");
+    {
+        int sel[ATTN_NUM_MODES] = {0, 0, 0, 0};
+        char err[128] = "";
+        const int named = attn_mode_parse_list("gproj,bf16", sel, err, sizeof err);
+        CHECK(named == 2 && sel[ATTN_GPROJ] && sel[ATTN_BF16] && !sel[ATTN_FP32] && !sel[ATTN_REPAIR],
+              "a mode list selects exactly the modes it names (got %d)", named);
+        CHECK(attn_mode_parse_list("bf16,fp64", sel, err, sizeof err) == -1 && strstr(err, "'fp64'"),
+              "a list with an unknown mode is rejected, naming it: %s", err);
+    }
     CHECK(strcmp(attn_mode_choices(), "fp32|bf16|repair|gproj") == 0, "choices string");
 }
 
