@@ -11,7 +11,7 @@
 # under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest multigpu tokenizer trainer matched modecost makerun
+#   phases: build gputest multigpu tokenizer trainer matched ncu sweep modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 set -u
@@ -104,6 +104,64 @@ for phase in "$@"; do
             tail -n 45 "$OUT/plots/probe_bf16_step$st.txt" >> "$SUMMARY"
         done
         end $rc ;;
+    ncu)
+        # where the attention backward's time goes (issue 4): Nsight Compute on one launch per mode
+        begin "ncu: attention kernels at B8 H16 T1024 D64"
+        for m in bf16 gproj; do
+            timeout 120 ncu --kernel-name regex:'attn_(bwd|fwd)' --launch-count 4 \
+                --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+                --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy \
+                build/bench_attention --shape 8,16,1024,64 --modes "$m" --warmup 0 --repeats 1 \
+                > "$OUT/ncu_$m.txt" 2>&1
+            say "   ncu $m: rc $? ($(grep -c 'attn_' "$OUT/ncu_$m.txt") kernel lines)"
+        done
+        end 0 ;;
+    sweep)
+        # issue 8: when does bf16 attention change training? Matched arms at two constant learning
+        # rates, long enough for the keys to drift, several runs sharing the GPU (MPS when present).
+        begin "gap sweep (${SWEEP_STEPS:=30000} steps per run, ${SWEEP_TIMEOUT:=330} s at most)"
+        prepare_data
+        mps=0
+        if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d 2>/dev/null; then mps=1; fi
+        say "   MPS: $([ $mps = 1 ] && echo on || echo off)"
+        flags=(--train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" --vocab .cache/gpt2
+               --steps "$SWEEP_STEPS" --schedule constant --val-every 2500 --val-batches 20 --log-every 2500
+               --sample-every 0 --probe-every 500 --capture-attn "10,$((SWEEP_STEPS / 2)),$((SWEEP_STEPS - 1000))"
+               --overwrite 1)
+        rm -rf runs/sweep_lr2e-3 runs/sweep_lr6e-3
+        timeout "$SWEEP_TIMEOUT" bash scripts/matched_runs.sh --name sweep_lr2e-3 --per-gpu 3 --modes "fp32 bf16 gproj" \
+            --diag-every 500 -- "${flags[@]}" --lr 2e-3 > "$OUT/sweep_lr2e-3.log" 2>&1 &
+        timeout "$SWEEP_TIMEOUT" bash scripts/matched_runs.sh --name sweep_lr6e-3 --per-gpu 4 --modes "fp32 bf16 gproj" \
+            --gauge-arm bf16 --diag-every 500 -- "${flags[@]}" --lr 6e-3 > "$OUT/sweep_lr6e-3.log" 2>&1 &
+        wait
+        # a time-limited matched_runs.sh leaves its trainers running: stop them (their logs end there)
+        pkill -TERM -f 'build/train_gpt ' ; sleep 3
+        [ $mps = 1 ] && echo quit | nvidia-cuda-mps-control
+        mkdir -p /tmp/sweep
+        for g in sweep_lr2e-3 sweep_lr6e-3; do
+            say "-- $g"
+            python3 scripts/compare_runs.py $(ls -d runs/$g/*/ | grep -v /compare/) --out /tmp/sweep/$g --smooth 20 2>&1 | grep -v '^wrote' \
+                | tee /tmp/sweep/$g/compare.txt | tee -a "$SUMMARY"
+            # thinned logs for the repo: every 25th step record plus every diagnostic/validation record
+            for r in runs/$g/*/; do
+                python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    rec = json.loads(line)
+    if len(rec) > 8 or rec.get("step", 0) % 25 == 0 or "val_loss" in rec: sys.stdout.write(line)
+' "$r/log.jsonl" > "/tmp/sweep/$g/log_$(basename "$r").jsonl" 2>/dev/null
+            done
+            # the latest bf16 captures, every mode against fp64
+            cap_step=$(ls runs/$g/bf16/attn_step*_layer*.bin 2>/dev/null | sed 's/.*attn_step0*\([0-9]*\)_layer.*/\1/' | sort -n | tail -1)
+            if [ -n "$cap_step" ]; then
+                timeout 90 build/attn_probe $(printf -- '--capture %s ' runs/$g/bf16/attn_step$(printf %08d "$cap_step")_layer*.bin) \
+                    --heads 16 --json "/tmp/sweep/$g/probe_bf16_step$cap_step.json" > "/tmp/sweep/$g/probe_bf16_step$cap_step.txt" 2>&1
+                say "   attn_probe on $g bf16 captures at step $cap_step: rc $?"
+                tail -n 30 "/tmp/sweep/$g/probe_bf16_step$cap_step.txt" >> "$SUMMARY"
+            fi
+        done
+        tar czf "$OUT/sweep.tgz" -C /tmp sweep
+        end 0 ;;
     modecost)
         # issue 5: each attention mode's cost in a whole 450m training step (B16 T1024)
         begin "450m step time per attention mode"

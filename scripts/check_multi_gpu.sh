@@ -152,6 +152,26 @@ cmp -s "$RUNS/plain/model_00000020.bin" "$RUNS/resume1/model_00000020.bin" && \
     cmp -s "$RUNS/plain/state_00000020.bin" "$RUNS/resume1/state_00000020.bin"; rc2=$?
 judge $(( rc || rc2 )) "1 GPU: 10 steps + --resume 10 = 20 straight (model and state files)"
 
+# the attention mode on resume: a left-out --attn that differs from the saved mode is refused (the
+# flag's default would silently switch the run); an explicit --attn switches with a note
+no_attn=(); skip_next=0
+for a in "${SMALL[@]}"; do
+    if [ $skip_next = 1 ]; then skip_next=0; continue; fi
+    [ "$a" = "--attn" ] && { skip_next=1; continue; }
+    no_attn+=("$a")
+done
+for d in resume_noattn resume_switch; do
+    mkdir -p "$RUNS/$d" && cp "$RUNS/plain/log.jsonl" "$RUNS/plain/model_00000010.bin" "$RUNS/plain/state_00000010.bin" "$RUNS/$d/"
+done
+run resume_noattn "$TRAIN" "${no_attn[@]}" --steps 12 --resume latest 2>/dev/null
+rc=$?; grep -q "trained with --attn bf16, and --attn was not given" "$RUNS/resume_noattn.log"; rc2=$?
+judge $(( rc == 0 || rc2 )) "resume of a bf16 run with --attn left out is refused with the flag to pass" \
+    "$(grep -m1 -o 'trained with --attn [a-z0-9]*, and --attn was not given' "$RUNS/resume_noattn.log")"
+run resume_switch "$TRAIN" "${no_attn[@]}" --attn gproj --steps 12 --resume latest
+rc=$?; grep -qi "bf16" "$RUNS/resume_switch.log"; rc2=$?
+judge $(( rc || rc2 )) "resume of a bf16 run with an explicit --attn gproj switches with a note" \
+    "$(grep -m1 -i 'switch\|kept bf16' "$RUNS/resume_switch.log")"
+
 echo "== diagnostics wiring"
 run diag1 "$TRAIN" "${SMALL[@]}" --steps 12 --diag-every 5 --probe-every 5 --capture-attn 10:0,3 --zero-key-bias-grad 1
 rc=$?

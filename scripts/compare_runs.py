@@ -8,8 +8,11 @@ plots loss, validation loss, gradient norm, key offset rho and the in-run dQ
 error per run into PNG files, and prints a table of final losses and their gap
 to the fp32 run (or to the first run when none is fp32).
 
-Usage: scripts/compare_runs.py RUN_DIR [RUN_DIR ...] [--out DIR] [--smooth N]
+Usage: scripts/compare_runs.py RUN_DIR [RUN_DIR ...] [--out DIR] [--smooth N] [--at-step N]
 Labels are the run folders' names (the logged mode for bare .jsonl files).
+The table compares every run at the same step: --at-step, or by default the
+last step that all runs reached (a run stopped early, e.g. by a time limit,
+would otherwise be compared at a different point of its schedule).
 """
 import argparse
 import json
@@ -34,14 +37,20 @@ def read_log(run_dir):
         sys.exit(f"compare_runs: error: no log at {path} (expected a run folder written with --out-dir)")
     rows = []
     with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                sys.exit(f"compare_runs: error: {path}:{lineno} is not JSON ({e}); is the log truncated?")
+        lines = f.read().split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    for lineno, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if lineno == len(lines):  # a run stopped while writing its last record
+                print(f"note: {path}:{lineno}: last record cut short; ignored", file=sys.stderr)
+                break
+            sys.exit(f"compare_runs: error: {path}:{lineno} is not JSON ({e}); is the log damaged?")
     return path, rows
 
 
@@ -87,11 +96,22 @@ def final_mean(pts, last=20):
     return sum(vals) / len(vals) if vals else float("nan")
 
 
+def upto(pts, step):
+    """The points logged at or before step (all of them for step None)."""
+    return pts if step is None else [p for p in pts if p[0] <= step]
+
+
+def last_value(pts):
+    return pts[-1][1] if pts else float("nan")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", help="run folders (each with log.jsonl) or .jsonl files")
     ap.add_argument("--out", default="compare", help="folder for the PNG plots (default: compare)")
     ap.add_argument("--smooth", type=int, default=1, help="moving average over N logged steps for plots")
+    ap.add_argument("--at-step", type=int, default=None,
+                    help="compare the runs at this step (default: the last step every run reached)")
     args = ap.parse_args()
 
     runs = []
@@ -101,22 +121,29 @@ def main():
 
     ref = next((r for r in runs if r[0] == "fp32"), None) or \
         next((r for r in runs if mode_of(r[2]) == "fp32"), runs[0])
-    ref_train = final_mean(series(ref[2], "loss"))
-    ref_val = (series(ref[2], "val_loss") or [(0, float("nan"))])[-1][1]
+    ends = [series(rows, "loss")[-1][0] for _, _, rows in runs if series(rows, "loss")]
+    at = args.at_step
+    if at is None and ends and min(ends) != max(ends):
+        at = min(ends)
+        print(f"note: the runs end at different steps ({min(ends)}..{max(ends)}); all are compared at step {at}")
+    ref_train = final_mean(upto(series(ref[2], "loss"), at))
+    ref_val = last_value(upto(series(ref[2], "val_loss"), at))
     print(f"{'run':<12} {'steps':>7} {'train loss (last 20)':>21} {'gap':>8} {'final val':>10} {'gap':>8}"
-          f" {'max rho':>8} {'grad norm':>10} {'ms/step':>8}")
+          f" {'max rho':>8} {'grad norm':>10} {'dQ err':>8} {'ms/step':>8}")
     for label, path, rows in runs:
-        tr = series(rows, "loss")
-        va = series(rows, "val_loss")
-        rho = series(rows, "rho_max")
-        gn = series(rows, "grad_norm")
+        tr = upto(series(rows, "loss"), at)
+        va = upto(series(rows, "val_loss"), at)
+        rho = upto(series(rows, "rho_max"), at)
+        gn = upto(series(rows, "grad_norm"), at)
+        probe = upto(series(rows, "probe_dq_err"), at)
         t = final_mean(tr)
-        v = va[-1][1] if va else float("nan")
+        v = last_value(va)
         print(f"{label:<12} {tr[-1][0] if tr else 0:>7} {t:>21.4f} {t - ref_train:>+8.4f} {v:>10.4f}"
-              f" {v - ref_val:>+8.4f} {rho[-1][1] if rho else float('nan'):>8.3g}"
-              f" {final_mean(gn):>10.4g} {median([v for _, v in series(rows, 'ms')[1:]]):>8.2f}")
-    print(f"(gaps are relative to the '{ref[0]}' run: {ref[1]}; ms/step is the median over logged steps"
-          " after the first)")
+              f" {v - ref_val:>+8.4f} {last_value(rho):>8.3g}"
+              f" {final_mean(gn):>10.4g} {final_mean(probe, 5):>8.3g}"
+              f" {median([v for _, v in series(rows, 'ms')[1:]]):>8.2f}")
+    print(f"(gaps are relative to the '{ref[0]}' run: {ref[1]}; max rho is the last logged value, dQ err the"
+          " mean of the last 5 in-run probes; ms/step is the median over logged steps after the first)")
 
     try:
         import matplotlib

@@ -16,13 +16,16 @@
 #                         config, so the recipe can be tried without a GPU
 #   --name NAME           run group name (default: matched_gpu / matched_cpu)
 #   --modes "M1 M2 ..."   attention modes (default: "fp32 bf16 repair gproj")
-#   --gauge-arm MODE      add one more run, MODE with --zero-key-bias-grad 1,
-#                         named MODE_zkbg (needs a trainer with that flag)
+#   --gauge-arm "M ..."   add one more run per mode M, with --zero-key-bias-grad 1,
+#                         named M_zkbg (needs a trainer with that flag)
 #   --diag-every N        pass --diag-every N to every run (needs a trainer
 #                         with the diagnostics wired in; default: not passed)
 #   --parallel            GPU only: one mode per GPU at once (the default when
 #                         more than one GPU is visible); --sequential forces
 #                         one after the other on GPU 0
+#   --per-gpu N           GPU only: N runs at once on each GPU (implies
+#                         --parallel; small models leave most of an H200 idle,
+#                         so 4-8 runs share one well; default 1)
 #   --dry-run             print the commands, run nothing
 # Everything after "--" is appended to every trainer command line (a later flag
 # overrides an earlier one), e.g. -- --model d12 --steps 5000.
@@ -46,6 +49,7 @@ modes="fp32 bf16 repair gproj"
 gauge_mode=""
 diag_every=""
 parallel=""
+per_gpu=1
 dry_run=0
 extra=()
 while [ $# -gt 0 ]; do
@@ -57,6 +61,7 @@ while [ $# -gt 0 ]; do
         --diag-every) [ $# -ge 2 ] || die "--diag-every needs a value"; diag_every="$2"; shift ;;
         --parallel) parallel=1 ;;
         --sequential) parallel=0 ;;
+        --per-gpu) [ $# -ge 2 ] || die "--per-gpu needs a value"; per_gpu="$2"; parallel=1; shift ;;
         --dry-run) dry_run=1 ;;
         --) shift; extra=("$@"); break ;;
         -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
@@ -65,10 +70,11 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-for m in $modes ${gauge_mode:+$gauge_mode}; do
+for m in $modes $gauge_mode; do
     case "$m" in fp32|bf16|repair|gproj) ;; *) die "unknown attention mode '$m' (fp32|bf16|repair|gproj)" ;; esac
 done
 case "$name" in */*|.|..) die "--name '$name': a plain folder name, please" ;; esac
+[[ "$per_gpu" =~ ^[1-9][0-9]*$ ]] || die "--per-gpu '$per_gpu': a positive number of runs per GPU"
 if [ -n "$diag_every" ] && ! [[ "$diag_every" =~ ^[0-9]+$ ]]; then die "--diag-every '$diag_every': not a number"; fi
 
 if [ "$use_cpu" = 1 ]; then
@@ -97,7 +103,7 @@ group="runs/$name"
 # runs: label, mode, extra flag
 labels=()
 for m in $modes; do labels+=("$m"); done
-[ -n "$gauge_mode" ] && labels+=("${gauge_mode}_zkbg")
+for m in $gauge_mode; do labels+=("${m}_zkbg"); done
 
 command_for() {  # label -> the trainer command line (as an array in cmd)
     local label="$1" mode="${1%_zkbg}"
@@ -115,7 +121,8 @@ for label in "${labels[@]}"; do
     fi
 done
 
-echo "matched_runs: ${#labels[@]} runs (${labels[*]}) into $group/, $([ "$parallel" = 1 ] && echo "one per GPU ($ngpu GPUs)" || echo "one after the other")"
+slots=$(( ngpu > 0 ? ngpu * per_gpu : 1 ))
+echo "matched_runs: ${#labels[@]} runs (${labels[*]}) into $group/, $([ "$parallel" = 1 ] && echo "$per_gpu at a time per GPU ($ngpu GPUs)" || echo "one after the other")"
 mkdir -p "$group"
 pids=()
 failed=0
@@ -131,8 +138,8 @@ for label in "${labels[@]}"; do
         echo "  $label on GPU $gpu (console: $group/$label/console.txt)"
         CUDA_VISIBLE_DEVICES=$gpu "${cmd[@]}" >"$group/$label/console.txt" 2>&1 &
         pids+=($!)
-        # more runs than GPUs: wait for this GPU's batch before reusing it
-        if [ $(( (i + 1) % ngpu )) -eq 0 ]; then
+        # more runs than slots: wait for this batch before reusing the GPUs
+        if [ $(( (i + 1) % slots )) -eq 0 ]; then
             for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
             pids=()
         fi
