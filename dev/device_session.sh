@@ -46,7 +46,7 @@ for phase in "$@"; do
     build)
         begin build
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
-        make -j"$(nproc)" NVCC_ARCH="$ARCH" build/train_gpt build/tokenize build/attn_probe \
+        make -j"$(nproc)" NVCC_ARCH="$ARCH" build/train_gpt build/tokenize build/attn_probe build/bench_attention \
             build/tests/test_attention_gpu build/tests/test_layers_gpu build/tests/test_diagnostics_gpu \
             build/dev/parity_gpu build/dev/profile_gpu_step > "$OUT/build.log" 2>&1
         rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build.log"; end $rc ;;
