@@ -17,21 +17,28 @@
  *              bf16:   x = fma(S, c, -fl(m*c)) (explicit __fmaf_rn), stats {LSE, 0}
  *              others: x = (S - m) * c, stats {m, l}
  *              P V:    bf(e) as the A operand; fp32 mode adds bf(e - bf(e)).
- *   bwd_prep   one warp per row: zeroes the fp32 dQ accumulator, D = dO . O
+ *   bwd_prep   one warp per row: zeroes the fp32 dQ accumulator (not in gproj
+ *              mode, whose row pass writes its starting value), D = dO . O
  *              from the stored BF16 O (all modes but fp32).
  *   bwd_rows   (fp32 and gproj only) query-major pass over the row, 4 warps x
  *              16 query rows, S and dP on tensor cores:
  *              fp32:  D_i = sum_j P_ij dP_ij in FP32 (no BF16 O in D);
  *              gproj: lambda_i = r_i / p_i with r_i = sum_j bf(dS_ij),
  *                     p_i = sum_j bf(P_ij) - the whole-row sums that the dK
- *                     correction needs before any key tile is finished.
+ *                     correction needs before any key tile is finished - and
+ *                     PK_i = sum_j bf(P_ij) K_j (a third GEMM), written as the
+ *                     dQ accumulator's starting value -lambda_i PK_i.
  *   backward   grid (key tiles of 128, B*NH), 8 warps x 16 keys; loops over
  *              query tiles (64 rows for HS 64, 32 for HS 128, double-buffered):
  *              S^T, dP^T, P, dS in registers; dV += bf(P)^T dO,
  *              dK += bf(dS)^T Q (gproj: + bf(-lambda P)^T Q); bf(dS) goes
- *              through shared memory into dQ += bf(dS) K (gproj: - lambda bf(P) K),
- *              atomically added (float2 atomics on sm_90) to the fp32 accumulator.
+ *              through shared memory into dQ += bf(dS) K, atomically added
+ *              (float2 atomics on sm_90) to the fp32 accumulator.
  *   bwd_dq     dQ = bf(s * accumulator) into dqkv.
+ * gproj's dQ_i = s (sum_j bf(dS_ij) K_j - lambda_i sum_j bf(P_ij) K_j) is thus
+ * the definition of docs/ATTENTION_NUMERICS.md up to the order of the FP32
+ * sums: the correction term is summed whole in the row pass and the bf(dS) K
+ * tiles are added to it by the key-major kernel's atomics.
  * fp32 mode splits every FP32 operand (P, dS) into BF16 hi + lo, so each
  * product is exact up to 2^-17 relative and the FP32 accumulation does the
  * rest; in the dQ GEMM dS gets a third term (24 bits), see there.
@@ -66,6 +73,9 @@ static_assert(kKeyTile == ATTN_SHIFT_TILE_KEYS, "the GPU key tile must be the ti
 /* Query tile of the backward: smaller for HS 128 so dK and dV accumulators
    (2 x 16 x HS fp32 per warp) and the S/dP tiles fit in registers. */
 template <int HS> struct BwdTile { static constexpr int kQueries = (HS == 64) ? 64 : 32; };
+/* BF16 dS tiles the backward stages in shared memory for its dQ GEMM: bf(dS), and in fp32 mode
+   the two further BF16 terms of dS. */
+template <int MODE> struct BwdDsTiles { static constexpr int kTiles = (MODE == ATTN_FP32) ? 3 : 1; };
 
 /* Everything a kernel needs to find one head in the fused layouts. */
 struct HeadPtrs {
@@ -282,13 +292,15 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
 template <int HS>
 __global__ void attn_bwd_prep_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout,
                                      float* __restrict__ D, float* __restrict__ dq_acc, int NH, int T,
-                                     long long rows, int want_D) {
+                                     long long rows, int zero_dq, int want_D) {
     const long long row = (long long)blockIdx.x * kWarps + (threadIdx.x >> 5); /* (b*NH + h)*T + t */
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;
-    float* acc = dq_acc + row * HS;
+    if (zero_dq) {
+        float* acc = dq_acc + row * HS;
 #pragma unroll
-    for (int d = lane; d < HS; d += 32) acc[d] = 0.f;
+        for (int d = lane; d < HS; d += 32) acc[d] = 0.f;
+    }
     if (!want_D) return;
     const long long bh = row / T;
     const int tok = (int)(row % T);
@@ -311,9 +323,9 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
                                                                  const bf16* __restrict__ dout,
                                                                  const float* __restrict__ stats,
                                                                  float* __restrict__ D, float* __restrict__ lambda,
-                                                                 int NH, int T, float c) {
+                                                                 float* __restrict__ dq_acc, int NH, int T, float c) {
     constexpr int BQ = kRowsQueryTile, BK = kKeyTile, LD = HS + kPad;
-    constexpr int KSTEPS = HS / 16, NT_S = BK / 8;
+    constexpr int KSTEPS = HS / 16, NT_S = BK / 8, NT_O = HS / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
     bf16* do_s = q_s + BQ * LD;
@@ -349,6 +361,10 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
     }
     float acc_a[2] = {0.f, 0.f}; /* fp32: sum P dP; gproj: r = sum bf(dS) */
     float acc_b[2] = {0.f, 0.f}; /* gproj: p = sum bf(P) */
+    /* gproj: PK_i = sum_j bf(P_ij) K_j for rows g, g+8 (the dQ correction, finished as -lambda_i PK_i) */
+    float pk[NT_O][4];
+#pragma unroll
+    for (int n = 0; n < NT_O; n++) pk[n][0] = pk[n][1] = pk[n][2] = pk[n][3] = 0.f;
 
     uint32_t qf[KSTEPS][4], dof[KSTEPS][4];
     for (int kt = 0; kt < n_key_tiles; kt++) {
@@ -397,28 +413,66 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
                 for (int e = 0; e < 2; e++) {
                     const int key = kt * BK + j * 8 + 2 * t + e;
                     const int query = q0 + warp * 16 + g + 8 * r;
-                    if (key > query || query >= T) continue;
-                    const float p = backward_prob<MODE>(s[j][2 * r + e], row_m[r], row_l[r], c);
-                    const float dpv = dp[j][2 * r + e];
-                    if (MODE == ATTN_FP32) {
-                        acc_a[r] += p * dpv;
-                    } else {
-                        const float ds = p * (dpv - row_D[r]);
-                        acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
-                        acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
+                    float p = 0.f; /* masked: exactly 0 (gproj's P operand below) */
+                    if (key <= query && query < T) {
+                        p = backward_prob<MODE>(s[j][2 * r + e], row_m[r], row_l[r], c);
+                        const float dpv = dp[j][2 * r + e];
+                        if (MODE == ATTN_FP32) {
+                            acc_a[r] += p * dpv;
+                        } else {
+                            const float ds = p * (dpv - row_D[r]);
+                            acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
+                            acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
+                        }
                     }
+                    s[j][2 * r + e] = p;
                 }
+        if (MODE == ATTN_GPROJ) {
+            /* PK += bf(P) K: P repacked from the C fragments as the A operand, K as the [key][dim]
+               B operand (the forward's P V with K in place of V) */
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) {
+                uint32_t a[4];
+                a[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+                a[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+                a[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                a[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+                for (int n = 0; n < NT_O; n += 2) {
+                    uint32_t bb[4];
+                    ldsm_b_kn_x2<LD>(bb, kb, kk * 16, n * 8, lane);
+                    mma_16816(pk[n], a, bb[0], bb[1]);
+                    mma_16816(pk[n + 1], a, bb[2], bb[3]);
+                }
+            }
+        }
         __syncthreads();
     }
+    float row_lambda[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const float a = quad_sum(acc_a[r]);
+        const float a = quad_sum(acc_a[r]); /* every lane of the quad gets the whole-row sums */
         const float p = quad_sum(acc_b[r]);
+        row_lambda[r] = (p != 0.f) ? __fdiv_rn(a, p) : 0.f;
         const int query = q0 + warp * 16 + g + 8 * r;
         if (t != 0 || query >= T) continue;
         const long long idx = (long long)bh * T + query;
         if (MODE == ATTN_FP32) D[idx] = a;
-        else lambda[idx] = (p != 0.f) ? __fdiv_rn(a, p) : 0.f;
+        else lambda[idx] = row_lambda[r];
+    }
+    if (MODE == ATTN_GPROJ) {
+        /* the dQ accumulator starts at -lambda_i PK_i (the prep kernel leaves gproj's untouched); the
+           main kernel then adds sum_j bf(dS_ij) K_j exactly as in bf16 mode */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float lam = row_lambda[r];
+            const int query = q0 + warp * 16 + g + 8 * r;
+            if (query >= T) continue;
+            float* dst = dq_acc + ((long long)bh * T + query) * HS + 2 * t;
+#pragma unroll
+            for (int n = 0; n < NT_O; n++)
+                *reinterpret_cast<float2*>(dst + n * 8) = make_float2(-lam * pk[n][2 * r], -lam * pk[n][2 * r + 1]);
+        }
     }
 }
 
@@ -435,16 +489,16 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                                                             int NH, int T, float scale, float c) {
     constexpr int BK = kBwdKeyTile, BQ = BwdTile<HS>::kQueries, LD = HS + kPad, LDS = BK + kPad;
     constexpr int KSTEPS = HS / 16, NT_Q = BQ / 8, NT_D = HS / 8;
-    constexpr bool kSecondTile = (MODE == ATTN_FP32 || MODE == ATTN_GPROJ);
+    constexpr int kDsTiles = BwdDsTiles<MODE>::kTiles;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* k_s = reinterpret_cast<bf16*>(smem_raw);
     bf16* v_s = k_s + BK * LD;
     bf16* q_s = v_s + BK * LD;      /* 2 buffers */
     bf16* do_s = q_s + 2 * BQ * LD; /* 2 buffers */
     bf16* ds_s = do_s + 2 * BQ * LD; /* bf(dS) as [query][key] */
-    bf16* x_s = ds_s + BQ * LDS;     /* fp32: bf(dS - bf(dS)); gproj: bf(P) */
-    bf16* x2_s = x_s + BQ * LDS;     /* fp32: the third BF16 term of dS */
-    float* row_a = reinterpret_cast<float*>(x2_s + BQ * LDS); /* 2 buffers each */
+    bf16* x_s = ds_s + BQ * LDS;     /* fp32 only: bf(dS - bf(dS)) */
+    bf16* x2_s = x_s + BQ * LDS;     /* fp32 only: the third BF16 term of dS */
+    float* row_a = reinterpret_cast<float*>(ds_s + kDsTiles * BQ * LDS); /* 2 buffers each */
     float* row_b = row_a + 2 * BQ;
     float* row_D = row_b + 2 * BQ;
     float* row_lam = row_D + 2 * BQ;
@@ -632,26 +686,28 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                         x_s[ql * LDS + kl] = __float2bfloat16_rn(r1);
                         x2_s[ql * LDS + kl] = __float2bfloat16_rn(bf16_residual(r1));
                     }
-                    if (MODE == ATTN_GPROJ) x_s[ql * LDS + kl] = __float2bfloat16_rn(st[j][2 * r + e]);
                 }
         __syncthreads();
 
-        /* dQ partial = bf(dS) K over this key tile (gproj: - lambda * bf(P) K) */
+        /* dQ partial = bf(dS) K over this key tile (gproj's - lambda bf(P) K is in the accumulator's
+           starting value, written by the row pass) */
         constexpr int ROW_BLOCKS = BQ / 16, UNITS = ROW_BLOCKS * (HS / kDqCols);
         for (int u = warp; u < UNITS; u += kBwdWarps) {
             const int ql0 = (u % ROW_BLOCKS) * 16;
             const int d0 = (u / ROW_BLOCKS) * kDqCols;
-            float acc[kDqCols / 8][4], acc2[kDqCols / 8][4];
+            float acc[kDqCols / 8][4];
 #pragma unroll
             for (int n = 0; n < kDqCols / 8; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[n][e] = acc2[n][e] = 0.f;
+                for (int e = 0; e < 4; e++) acc[n][e] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {
                 uint32_t a[4], a2[4], a3[4];
                 ldsm_a<LDS>(a, ds_s, ql0, kk * 16, lane);
-                if (kSecondTile) ldsm_a<LDS>(a2, x_s, ql0, kk * 16, lane);
-                if (MODE == ATTN_FP32) ldsm_a<LDS>(a3, x2_s, ql0, kk * 16, lane);
+                if (MODE == ATTN_FP32) {
+                    ldsm_a<LDS>(a2, x_s, ql0, kk * 16, lane);
+                    ldsm_a<LDS>(a3, x2_s, ql0, kk * 16, lane);
+                }
 #pragma unroll
                 for (int n = 0; n < kDqCols / 8; n += 2) {
                     uint32_t bb[4];
@@ -664,10 +720,6 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                         mma_16816(acc[n], a3, bb[0], bb[1]);
                         mma_16816(acc[n + 1], a3, bb[2], bb[3]);
                     }
-                    if (MODE == ATTN_GPROJ) {
-                        mma_16816(acc2[n], a2, bb[0], bb[1]);
-                        mma_16816(acc2[n + 1], a2, bb[2], bb[3]);
-                    }
                 }
             }
 #pragma unroll
@@ -675,17 +727,9 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                 const int ql = ql0 + g + 8 * r;
                 const int query = q0 + ql;
                 if (query >= T) continue;
-                const float lam = (MODE == ATTN_GPROJ) ? rl[ql] : 0.f;
                 float* dst = dq_acc + ((long long)bh * T + query) * HS + d0 + 2 * t;
 #pragma unroll
-                for (int n = 0; n < kDqCols / 8; n++) {
-                    float v0 = acc[n][2 * r], v1 = acc[n][2 * r + 1];
-                    if (MODE == ATTN_GPROJ) {
-                        v0 -= lam * acc2[n][2 * r];
-                        v1 -= lam * acc2[n][2 * r + 1];
-                    }
-                    atomic_add_pair(dst + n * 8, v0, v1);
-                }
+                for (int n = 0; n < kDqCols / 8; n++) atomic_add_pair(dst + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
             }
         }
         __syncthreads(); /* ds_s, x_s and this buffer are rewritten next iteration */
@@ -728,9 +772,10 @@ __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __res
 /* ------------------------------------------------------------------------ */
 template <int HS> constexpr size_t fwd_smem_bytes() { return (size_t)(kFwdQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
 template <int HS> constexpr size_t rows_smem_bytes() { return (size_t)(2 * kRowsQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
-template <int HS> constexpr size_t bwd_smem_bytes() {
+template <int HS, int MODE> constexpr size_t bwd_smem_bytes() {
     return (size_t)(2 * kBwdKeyTile + 4 * BwdTile<HS>::kQueries) * (HS + kPad) * 2 +
-           (size_t)3 * BwdTile<HS>::kQueries * (kBwdKeyTile + kPad) * 2 + (size_t)8 * BwdTile<HS>::kQueries * 4;
+           (size_t)BwdDsTiles<MODE>::kTiles * BwdTile<HS>::kQueries * (kBwdKeyTile + kPad) * 2 +
+           (size_t)8 * BwdTile<HS>::kQueries * 4;
 }
 
 /* Workspace layout: dQ accumulator [B*NH*T*HS] fp32, D [B*NH*T], lambda [B*NH*T]. */
@@ -764,20 +809,21 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
     const Workspace w = carve_workspace(s, workspace);
     const long long rows = (long long)s.B * s.NH * s.T;
     const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
+    /* gproj's row pass (launched next) writes the accumulator's starting value -lambda PK itself */
     attn_bwd_prep_kernel<HS><<<(unsigned)ceil_div(rows, kWarps), kThreads, 0, stream>>>(
-        out, dout, w.D, w.dq_acc, s.NH, s.T, rows, MODE != ATTN_FP32);
+        out, dout, w.D, w.dq_acc, s.NH, s.T, rows, MODE != ATTN_GPROJ, MODE != ATTN_FP32);
     cudaCheckLastError();
     if (MODE == ATTN_FP32 || MODE == ATTN_GPROJ) {
         const size_t smem = rows_smem_bytes<HS>();
         cudaCheck(cudaFuncSetAttribute(attn_bwd_rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
         dim3 grid((unsigned)ceil_div(s.T, kRowsQueryTile), (unsigned)(s.B * s.NH));
-        attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, s.NH,
-                                                                         s.T, c);
+        attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda,
+                                                                         w.dq_acc, s.NH, s.T, c);
         cudaCheckLastError();
     }
     {
-        const size_t smem = bwd_smem_bytes<HS>();
+        const size_t smem = bwd_smem_bytes<HS, MODE>();
         cudaCheck(cudaFuncSetAttribute(attn_bwd_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
         dim3 grid((unsigned)ceil_div(s.T, kBwdKeyTile), (unsigned)(s.B * s.NH));
