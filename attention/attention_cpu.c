@@ -50,6 +50,7 @@
 #include <math.h>
 #include <string.h>
 #include "attention/attention.h"
+#include "attention/attention_cpu_rows.h"
 #include "common/utils.h"
 
 enum { PART_Q = 0, PART_K = 1, PART_V = 2 };
@@ -180,6 +181,25 @@ static void backward_numerators(const ModeCtx* ctx, const float* S, int n, const
     }
 }
 
+/* The backward's normalised P of one row: bf16 mode recomputes P from the
+   LSE directly; the other modes recompute e from the stored m and multiply by
+   fl(1/l). */
+static void backward_probs(const ModeCtx* ctx, const float* S, int n, const float* st, float* P) {
+    backward_numerators(ctx, S, n, st, P);
+    if (ctx->mode != ATTN_BF16) {
+        float inv_l = 1.0f / st[1];
+        for (int j = 0; j < n; j++) P[j] *= inv_l;
+    }
+}
+
+/* fp32 mode's D around the pivot c = dO . O (stored O): returns D - c =
+   sum_j P_j (dP_j - c), so that dP - D = (dP - c) - (D - c). */
+static float pivoted_D_minus_c(const float* P, const float* dP, float c, int n) {
+    float D_minus_c = 0.0f;
+    for (int j = 0; j < n; j++) D_minus_c += P[j] * (dP[j] - c);
+    return D_minus_c;
+}
+
 /* ---- forward ---- */
 
 void attention_forward_cpu(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape s, const float* qkv, float* out,
@@ -258,18 +278,13 @@ void attention_backward_cpu_diag(AttnMode mode, AttnOptions opt, AttnIO io, Attn
                 const float* dOi = dO + (size_t)i * HS;
                 const float* Qi = Q + (size_t)i * HS;
                 score_row(&ctx, Q, K, i, S);
-                backward_numerators(&ctx, S, n, st, P);
-                if (mode != ATTN_BF16) {
-                    float inv_l = 1.0f / st[1];
-                    for (int j = 0; j < n; j++) P[j] *= inv_l;
-                }
+                backward_probs(&ctx, S, n, st, P);
                 /* dP_ij = dO_i . V_j (held in dS until dS replaces it) */
                 for (int j = 0; j < n; j++) dS[j] = dot_f32(dOi, V + (size_t)j * HS, HS);
                 const float dO_dot_O = dot_f32(dOi, O + (size_t)i * HS, HS);
                 if (mode == ATTN_FP32) {
                     /* D - c with the pivot c = dO . O; dP - D = (dP - c) - (D - c) */
-                    float D_minus_c = 0.0f;
-                    for (int j = 0; j < n; j++) D_minus_c += P[j] * (dS[j] - dO_dot_O);
+                    const float D_minus_c = pivoted_D_minus_c(P, dS, dO_dot_O, n);
                     for (int j = 0; j < n; j++) dS[j] = P[j] * ((dS[j] - dO_dot_O) - D_minus_c);
                 } else {
                     /* D = dO . O with the stored O; dS = P o (dP - D), operand bf(dS) */
@@ -362,3 +377,35 @@ void attention_probs_cpu(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape s,
         }
     }
 }
+
+/* ---- per-row building blocks (attention_cpu_rows.h) ---- */
+
+void attn_cpu_load_head(AttnIO io, AttnShape s, const float* src, AttnHeadPart part, int b, int h, float* dst) {
+    ModeCtx ctx = make_ctx(ATTN_REPAIR, (AttnOptions){0}, io, s, "attn_cpu_load_head");
+    if (part == ATTN_HEAD_OUT)
+        gather_head(&ctx, src, out_offset, s, b, 0, h, dst);
+    else
+        gather_head(&ctx, src, qkv_part, s, b, (int)part, h, dst);
+}
+
+float attn_cpu_forward_numerators_row(AttnMode mode, AttnShape s, const float* Q, const float* K, int i, float* S,
+                                      float* e, float* l) {
+    ModeCtx ctx = make_ctx(mode, (AttnOptions){0}, ATTN_IO_FP32, s, "attn_cpu_forward_numerators_row");
+    score_row(&ctx, Q, K, i, S);
+    return forward_numerators(&ctx, S, i + 1, e, l);
+}
+
+void attn_cpu_backward_probs_row(AttnMode mode, AttnShape s, const float* Q, const float* K, const float* stats,
+                                 int b, int h, int i, float* S, float* P) {
+    ModeCtx ctx = make_ctx(mode, (AttnOptions){0}, ATTN_IO_FP32, s, "attn_cpu_backward_probs_row");
+    score_row(&ctx, Q, K, i, S);
+    backward_probs(&ctx, S, i + 1, stats + stats_row(s, b, h, i), P);
+}
+
+float attn_cpu_pivoted_D_minus_c(const float* P, const float* dP, float c, int n) {
+    return pivoted_D_minus_c(P, dP, c, n);
+}
+
+float attn_cpu_dot(const float* a, const float* b, int n) { return dot_f32(a, b, n); }
+
+void attn_cpu_axpy(float w, const float* x, float* y, int n) { axpy_f32(w, x, y, n); }

@@ -19,3 +19,16 @@ $(BUILD)/attn_probe: $(BUILD)/dev/attn_probe.cu.o $(BUILD)/attention/attn_captur
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
 # End-to-end CPU test of the probe on a numpy-written capture (builds build/attn_probe with nvcc; skips without it).
 CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"
+
+# ---- gproj variants study (docs/gproj_variants.md): CPU emulation of cheaper gproj forms ----
+# The engine rounds where the emulation does, so it is compiled with the
+# emulation's pinned flags (no fused multiply-add the contract does not name,
+# scalar libm, fixed vector width): see attention/module.mk.
+GPROJ_VARIANTS_OBJS := $(BUILD)/dev/gproj_variants.o $(ATTN_CPU_OBJS)
+$(BUILD)/dev/gproj_variants.o: CFLAGS += -ffp-contract=off -fmath-errno -march=x86-64-v2 -mtune=generic
+$(BUILD)/gproj_variants: $(BUILD)/dev/gproj_variants_main.o $(GPROJ_VARIANTS_OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+PROGRAMS += $(BUILD)/gproj_variants
+CPU_TESTS += $(BUILD)/tests/test_gproj_variants
+$(BUILD)/tests/test_gproj_variants: $(BUILD)/tests/test_gproj_variants.o $(GPROJ_VARIANTS_OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)

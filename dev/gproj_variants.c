@@ -1,0 +1,268 @@
+/*
+ * dev/gproj_variants.c - the emulation of the cheaper gproj variants declared
+ * in dev/gproj_variants.h (the engine of the study tool
+ * dev/gproj_variants_main.c and of tests/test_gproj_variants.c).
+ *
+ * Why: see the header. In short: which cheaper formulation of the gproj
+ * backward keeps gproj's accuracy, measured with the rounding points a GPU
+ * kernel for it would have, before any CUDA is written.
+ *
+ * How: per (b, h), one row loop computes what every variant shares (the
+ * backward's P from repair's stats, bf(P), dP, the three D values and the
+ * three bf(dS) rows) with the emulation's own building blocks
+ * (attention/attention_cpu_rows.h), then feeds each variant's fp32
+ * accumulators in the same order as attention_backward_cpu, so that the
+ * engine's "repair" and "gproj" rows equal the library's bit for bit (the test
+ * checks it); the other variants differ from those only where they must.
+ * Post-passes (uniform corrections, deferred dK) run after the row loop, on
+ * the fp32 accumulators, as a separate kernel would.
+ * Compiled with the emulation's flags (-ffp-contract=off: no fused
+ * multiply-add the contract does not name; see dev/module.mk).
+ */
+#include <math.h>
+#include <string.h>
+#include "attention/attention_cpu_rows.h"
+#include "common/utils.h"
+#include "dev/gproj_variants.h"
+
+const GvVariant gv_variants[GV_NUM_VARIANTS] = {
+    [GV_REPAIR] = {"repair", GV_D_STORED_O, GV_DQ_NONE, GV_DK_NONE,
+                   "none", "none"},
+    [GV_GPROJ] = {"gproj", GV_D_STORED_O, GV_DQ_PWEIGHTED, GV_DK_PWEIGHTED,
+                  "row pre-pass (S, dP: 2 GEMMs) + 2 GEMMs in the main kernel (bf(-lambda P)^T Q, bf(P) K): 9 bwd GEMMs",
+                  "none"},
+    [GV_A_PDQ] = {"a:pdq", GV_D_STORED_O, GV_DQ_PWEIGHTED, GV_DK_NONE,
+                  "+1 GEMM bf(P) K into a 2nd fp32 dQ accumulator (dQ atomics x2), r_i, p_i atomics; "
+                  "lambda applied in the dQ post-process",
+                  "none"},
+    [GV_B_PDQ_D32] = {"b:pdq+D32", GV_D_FP32, GV_DQ_PWEIGHTED, GV_DK_NONE,
+                      "(a) + FP32 D, i.e. the row pre-pass (2 GEMMs): 8 bwd GEMMs", "none"},
+    [GV_B_PDQ_DRES] = {"b':pdq+Dres", GV_D_O_RESIDUAL, GV_DQ_PWEIGHTED, GV_DK_NONE,
+                       "(a) + the D prep kernel also reads O_lo", "O_lo [B,T,NH,HS] BF16 (1x O)"},
+    [GV_C_UNIF_D32] = {"c:unif+D32", GV_D_FP32, GV_DQ_UNIFORM, GV_DK_UNIFORM,
+                       "r_i atomics, two O(T d) post-passes (prefix / suffix sums), fp32 dK workspace; "
+                       "FP32 D = the row pre-pass (2 GEMMs)",
+                       "none"},
+    [GV_C_UNIF] = {"c':unif", GV_D_STORED_O, GV_DQ_UNIFORM, GV_DK_UNIFORM,
+                   "r_i atomics, two O(T d) post-passes, fp32 dK workspace; no extra GEMM", "none"},
+    [GV_D_DEFER] = {"d:deferred", GV_D_STORED_O, GV_DQ_PWEIGHTED, GV_DK_DEFERRED,
+                    "(a) + key-major post-pass recomputing S (1 GEMM) and adding bf(-lambda P)^T Q (1 GEMM) "
+                    "to an fp32 dK workspace: 8 bwd GEMMs",
+                    "none"},
+    [GV_D_DEFER_BF16] = {"d':deferred/bf16", GV_D_STORED_O, GV_DQ_PWEIGHTED, GV_DK_DEFERRED_ON_BF16,
+                         "as (d), the post-pass adds to the BF16 dK (no fp32 dK workspace)", "none"},
+    [GV_E_PDQ_UDK] = {"e1:pdq+udk", GV_D_STORED_O, GV_DQ_PWEIGHTED, GV_DK_UNIFORM,
+                      "(a) + suffix-sum post-pass on an fp32 dK workspace: 6 bwd GEMMs", "none"},
+    [GV_E_PDQ_DRES_UDK] = {"e2:pdq+Dres+udk", GV_D_O_RESIDUAL, GV_DQ_PWEIGHTED, GV_DK_UNIFORM,
+                           "(e1) + the D prep kernel also reads O_lo: 6 bwd GEMMs", "O_lo [B,T,NH,HS] BF16 (1x O)"},
+    [GV_E_FPK_DRES_UDK] = {"e3:fpk+Dres+udk", GV_D_O_RESIDUAL, GV_DQ_FORWARD_PK, GV_DK_UNIFORM,
+                           "fwd +1 GEMM bf(e) K (K tile already in smem) + row sum of bf(e); bwd: r_i atomics, "
+                           "two O(T d) post-passes, fp32 dK workspace: 5 bwd GEMMs",
+                           "PK [B,NH,T,HS] fp32 (2x O) + O_lo BF16 (1x O)"},
+    [GV_E_FPKB_DRES_UDK] = {"e4:fpkb+Dres+udk", GV_D_O_RESIDUAL, GV_DQ_FORWARD_PK_BF16, GV_DK_UNIFORM,
+                            "as (e3) + a prefix-sum pass over K before the forward (O(T d)): 5 bwd GEMMs",
+                            "bf(PK - prefix mean K) [B,NH,T,HS] BF16 (1x O) + O_lo BF16 (1x O)"},
+};
+
+static size_t qkv_at(AttnShape s, int b, int t, int part, int h) {
+    return ((((size_t)b * s.T + t) * 3 + part) * s.NH + h) * s.HS;
+}
+
+/* One variant's fp32 accumulators for one head. */
+typedef struct {
+    float* dK;       /* [T, HS] sum_i bf(dS') Q_i (plus gproj's inline correction) */
+    float* dK_corr;  /* [T, HS] deferred correction sum_i bf(-lambda P) Q_i (deferred only) */
+    float* acc_dq;   /* [HS] */
+    float* r;        /* [T] row sums r_i = sum_j bf(dS_ij) (uniform dK post-pass) */
+} VariantAcc;
+
+void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, float* const dqkv[GV_NUM_VARIANTS],
+                          float* const row_residual[GV_NUM_VARIANTS]) {
+    attn_shape_check(s, "gv_backward_variants");
+    const AttnOptions no_opts = {0};
+    const int T = s.T, HS = s.HS;
+    const float scale = attn_softmax_scale(HS);
+    /* the repair forward: stored BF16 O and stats {m, l}; and its fp32 O (the
+       inputs are BF16-representable, so ATTN_IO_FP32 only skips the output
+       rounding) for the residual O_lo = bf(O_f32 - bf(O_f32)) */
+    size_t nout = attn_out_count(s);
+    float* out = (float*)mallocCheck(sizeof(float) * nout);
+    float* out_f32 = (float*)mallocCheck(sizeof(float) * nout);
+    float* out_lo = (float*)mallocCheck(sizeof(float) * nout);
+    float* stats = (float*)mallocCheck(sizeof(float) * attn_stats_count(s));
+    attention_forward_cpu(ATTN_REPAIR, no_opts, ATTN_IO_FP32, s, qkv, out_f32, stats);
+    attention_forward_cpu(ATTN_REPAIR, no_opts, ATTN_IO_BF16, s, qkv, out, stats);
+    for (size_t k = 0; k < nout; k++) {
+        if (bf16_round(out_f32[k]) != out[k] && !(isnan(out[k]) && isnan(out_f32[k])))
+            die("gv_backward_variants: the BF16 forward's O is not bf(fp32 forward's O) at element %zu\n"
+                "  hint: the inputs must be BF16-representable (attn_case_fill makes them so)", k);
+        out_lo[k] = bf16_round(out_f32[k] - out[k]);
+    }
+
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int b = 0; b < s.B; b++) {
+        for (int h = 0; h < s.NH; h++) {
+            size_t head = (size_t)T * HS;
+            float* Q = (float*)mallocCheck(sizeof(float) * head);
+            float* K = (float*)mallocCheck(sizeof(float) * head);
+            float* V = (float*)mallocCheck(sizeof(float) * head);
+            float* O = (float*)mallocCheck(sizeof(float) * head);
+            float* Olo = (float*)mallocCheck(sizeof(float) * head);
+            float* dO = (float*)mallocCheck(sizeof(float) * head);
+            float* dV = (float*)callocCheck(head, sizeof(float));
+            float* S = (float*)mallocCheck(sizeof(float) * (size_t)T);
+            float* P = (float*)mallocCheck(sizeof(float) * (size_t)T);
+            float* Pb = (float*)mallocCheck(sizeof(float) * (size_t)T);
+            float* e = (float*)mallocCheck(sizeof(float) * (size_t)T);
+            float* dP = (float*)mallocCheck(sizeof(float) * (size_t)T);
+            float* dS[GV_NUM_D];
+            for (int k = 0; k < GV_NUM_D; k++) dS[k] = (float*)mallocCheck(sizeof(float) * (size_t)T);
+            float* acc_pk = (float*)mallocCheck(sizeof(float) * (size_t)HS);  /* sum_j bf(P_ij) K_j */
+            float* fwd_pk = (float*)mallocCheck(sizeof(float) * (size_t)HS);  /* forward's weighted key mean */
+            float* fwd_pk_bf = (float*)mallocCheck(sizeof(float) * (size_t)HS); /* as saved in BF16 */
+            float* sum_k = (float*)callocCheck((size_t)HS, sizeof(float));    /* prefix sum of K */
+            float* suffix = (float*)mallocCheck(sizeof(float) * (size_t)HS);
+            VariantAcc acc[GV_NUM_VARIANTS];
+            for (int v = 0; v < GV_NUM_VARIANTS; v++) {
+                acc[v].dK = (float*)callocCheck(head, sizeof(float));
+                acc[v].dK_corr = (float*)callocCheck(head, sizeof(float));
+                acc[v].acc_dq = (float*)mallocCheck(sizeof(float) * (size_t)HS);
+                acc[v].r = (float*)mallocCheck(sizeof(float) * (size_t)T);
+            }
+            attn_cpu_load_head(ATTN_IO_BF16, s, qkv, ATTN_HEAD_Q, b, h, Q);
+            attn_cpu_load_head(ATTN_IO_BF16, s, qkv, ATTN_HEAD_K, b, h, K);
+            attn_cpu_load_head(ATTN_IO_BF16, s, qkv, ATTN_HEAD_V, b, h, V);
+            attn_cpu_load_head(ATTN_IO_BF16, s, out, ATTN_HEAD_OUT, b, h, O);
+            attn_cpu_load_head(ATTN_IO_FP32, s, out_lo, ATTN_HEAD_OUT, b, h, Olo);
+            attn_cpu_load_head(ATTN_IO_BF16, s, dout, ATTN_HEAD_OUT, b, h, dO);
+
+            for (int i = 0; i < T; i++) {
+                const int n = i + 1;
+                const float* Qi = Q + (size_t)i * HS;
+                const float* dOi = dO + (size_t)i * HS;
+                attn_cpu_backward_probs_row(ATTN_REPAIR, s, Q, K, stats, b, h, i, S, P);
+                for (int j = 0; j < n; j++) {
+                    dP[j] = attn_cpu_dot(dOi, V + (size_t)j * HS, HS);
+                    Pb[j] = bf16_round(P[j]);
+                }
+                /* the three D values, each giving its own bf(dS) row */
+                const float c = attn_cpu_dot(dOi, O + (size_t)i * HS, HS); /* stored BF16 O */
+                const float D_minus_c = attn_cpu_pivoted_D_minus_c(P, dP, c, n);
+                const float D_res = c + attn_cpu_dot(dOi, Olo + (size_t)i * HS, HS);
+                for (int j = 0; j < n; j++) {
+                    dS[GV_D_STORED_O][j] = bf16_round(P[j] * (dP[j] - c));
+                    dS[GV_D_FP32][j] = bf16_round(P[j] * ((dP[j] - c) - D_minus_c));
+                    dS[GV_D_O_RESIDUAL][j] = bf16_round(P[j] * (dP[j] - D_res));
+                }
+                float r[GV_NUM_D];
+                float p = 0.0f;
+                for (int k = 0; k < GV_NUM_D; k++) r[k] = 0.0f;
+                for (int j = 0; j < n; j++) {
+                    for (int k = 0; k < GV_NUM_D; k++) r[k] += dS[k][j];
+                    p += Pb[j];
+                }
+                /* forward-PK: the forward's weighted key mean sum_j bf(e_j) K_j / sum_j bf(e_j),
+                   saved in fp32 by the forward (recomputed here from Q, K: it depends on nothing else) */
+                float l_unused, sum_be = 0.0f;
+                attn_cpu_forward_numerators_row(ATTN_REPAIR, s, Q, K, i, S, e, &l_unused);
+                memset(fwd_pk, 0, sizeof(float) * (size_t)HS);
+                for (int j = 0; j < n; j++) {
+                    float be = bf16_round(e[j]);
+                    sum_be += be;
+                    attn_cpu_axpy(be, K + (size_t)j * HS, fwd_pk, HS);
+                }
+                for (int d = 0; d < HS; d++) fwd_pk[d] /= sum_be;
+                /* prefix mean of the keys (uniform dQ correction); the forward's key mean
+                   as saved in BF16 relative to it (both sides recompute the same prefix mean) */
+                attn_cpu_axpy(1.0f, K + (size_t)i * HS, sum_k, HS);
+                for (int d = 0; d < HS; d++) {
+                    float mean_k = sum_k[d] / (float)n;
+                    fwd_pk_bf[d] = mean_k + bf16_round(fwd_pk[d] - mean_k);
+                }
+
+                float lambda[GV_NUM_VARIANTS];
+                double res_sum[GV_NUM_VARIANTS], res_abs[GV_NUM_VARIANTS];
+                for (int v = 0; v < GV_NUM_VARIANTS; v++) {
+                    const float rv = r[gv_variants[v].D];
+                    lambda[v] = (p != 0.0f) ? rv / p : 0.0f;
+                    acc[v].r[i] = rv;
+                    memset(acc[v].acc_dq, 0, sizeof(float) * (size_t)HS);
+                    res_sum[v] = res_abs[v] = 0.0;
+                }
+                memset(acc_pk, 0, sizeof(float) * (size_t)HS);
+                /* the main kernel's accumulations, in attention_backward_cpu's order per accumulator */
+                for (int j = 0; j < n; j++) {
+                    const float* Kj = K + (size_t)j * HS;
+                    attn_cpu_axpy(Pb[j], dOi, dV + (size_t)j * HS, HS);
+                    attn_cpu_axpy(Pb[j], Kj, acc_pk, HS);
+                    for (int v = 0; v < GV_NUM_VARIANTS; v++) {
+                        const GvVariant* var = &gv_variants[v];
+                        const float ds = dS[var->D][j];
+                        float* dKj = acc[v].dK + (size_t)j * HS;
+                        attn_cpu_axpy(ds, Kj, acc[v].acc_dq, HS);
+                        attn_cpu_axpy(ds, Qi, dKj, HS);
+                        if (var->dk == GV_DK_PWEIGHTED)
+                            attn_cpu_axpy(bf16_round(-lambda[v] * P[j]), Qi, dKj, HS);
+                        else if (var->dk == GV_DK_DEFERRED || var->dk == GV_DK_DEFERRED_ON_BF16)
+                            attn_cpu_axpy(bf16_round(-lambda[v] * P[j]), Qi, acc[v].dK_corr + (size_t)j * HS, HS);
+                        /* the effective dQ operand dS'_ij */
+                        double eff = ds;
+                        if (var->dq == GV_DQ_PWEIGHTED) eff -= (double)lambda[v] * Pb[j];
+                        else if (var->dq == GV_DQ_UNIFORM) eff -= (double)acc[v].r[i] / n;
+                        else if (var->dq == GV_DQ_FORWARD_PK || var->dq == GV_DQ_FORWARD_PK_BF16)
+                            eff -= (double)acc[v].r[i] * bf16_round(e[j]) / sum_be;
+                        res_sum[v] += eff;
+                        res_abs[v] += fabs(eff);
+                    }
+                }
+                /* dQ post-process: the correction on the fp32 accumulator, then s, then BF16 */
+                for (int v = 0; v < GV_NUM_VARIANTS; v++) {
+                    const GvVariant* var = &gv_variants[v];
+                    float* dq = dqkv[v] + qkv_at(s, b, i, 0, h);
+                    const float rv = acc[v].r[i];
+                    for (int d = 0; d < HS; d++) {
+                        float g = acc[v].acc_dq[d];
+                        if (var->dq == GV_DQ_PWEIGHTED) g = g - lambda[v] * acc_pk[d];
+                        else if (var->dq == GV_DQ_UNIFORM) g = g - rv * (sum_k[d] / (float)n);
+                        else if (var->dq == GV_DQ_FORWARD_PK) g = g - rv * fwd_pk[d];
+                        else if (var->dq == GV_DQ_FORWARD_PK_BF16) g = g - rv * fwd_pk_bf[d];
+                        dq[d] = bf16_round(scale * g);
+                    }
+                    if (row_residual != NULL && row_residual[v] != NULL)
+                        row_residual[v][((size_t)b * s.NH + h) * T + i] =
+                            res_abs[v] > 0 ? (float)(fabs(res_sum[v]) / res_abs[v]) : 0.0f;
+                }
+            }
+            /* dK: uniform post-pass (suffix sums of r_i / n_i Q_i), deferred post-pass, output rounding */
+            for (int v = 0; v < GV_NUM_VARIANTS; v++) {
+                const GvVariant* var = &gv_variants[v];
+                memset(suffix, 0, sizeof(float) * (size_t)HS);
+                for (int j = T - 1; j >= 0; j--) {
+                    const float* dKj = acc[v].dK + (size_t)j * HS;
+                    const float* corr = acc[v].dK_corr + (size_t)j * HS;
+                    float* dk = dqkv[v] + qkv_at(s, b, j, 1, h);
+                    float* dv = dqkv[v] + qkv_at(s, b, j, 2, h);
+                    if (var->dk == GV_DK_UNIFORM)
+                        attn_cpu_axpy(acc[v].r[j] / (float)(j + 1), Q + (size_t)j * HS, suffix, HS);
+                    for (int d = 0; d < HS; d++) {
+                        float g;
+                        if (var->dk == GV_DK_UNIFORM) g = scale * (dKj[d] - suffix[d]);
+                        else if (var->dk == GV_DK_DEFERRED) g = scale * dKj[d] + scale * corr[d];
+                        else if (var->dk == GV_DK_DEFERRED_ON_BF16) g = bf16_round(scale * dKj[d]) + scale * corr[d];
+                        else g = scale * dKj[d];
+                        dk[d] = bf16_round(g);
+                        dv[d] = bf16_round(dV[(size_t)j * HS + d]);
+                    }
+                }
+            }
+            for (int v = 0; v < GV_NUM_VARIANTS; v++) {
+                free(acc[v].dK); free(acc[v].dK_corr); free(acc[v].acc_dq); free(acc[v].r);
+            }
+            for (int k = 0; k < GV_NUM_D; k++) free(dS[k]);
+            free(Q); free(K); free(V); free(O); free(Olo); free(dO); free(dV);
+            free(S); free(P); free(Pb); free(e); free(dP);
+            free(acc_pk); free(fwd_pk); free(fwd_pk_bf); free(sum_k); free(suffix);
+        }
+    }
+    free(out); free(out_f32); free(out_lo); free(stats);
+}

@@ -1,0 +1,93 @@
+/*
+ * dev/gproj_variants.h - CPU emulation of cheaper variants of the gproj
+ * attention backward, for the study in docs/gproj_variants.md.
+ *
+ * Why: exact gproj (docs/ATTENTION_NUMERICS.md) needs whole-row sums
+ * r_i = sum_j bf(dS_ij), p_i = sum_j bf(P_ij) before any dK contribution, so
+ * its CUDA kernel runs a query-major pre-pass plus two extra GEMMs (1.5x bf16
+ * mode). Before anyone writes CUDA for a cheaper, separately named mode we
+ * need to know which formulation keeps gproj's accuracy on the hard cases.
+ * This module emulates each candidate with the rounding points a real kernel
+ * would have, on top of the repair forward (stats {m, l}, BF16 O), using the
+ * emulation's own building blocks (attention/attention_cpu_rows.h).
+ *
+ * A variant is three choices:
+ *   D    where D_i comes from: the stored BF16 O (dO . O, as bf16/repair/
+ *        gproj), FP32 (sum_j P dP, pivoted, as fp32 mode: needs the row
+ *        pre-pass), or the stored O plus its BF16 rounding residual
+ *        O_lo = bf(O_f32 - O) (dO . O + dO . O_lo: one extra saved tensor);
+ *   dQ   correction: none, P-weighted (gproj's exact lambda_i = r_i / p_i and
+ *        a second accumulator sum_j bf(P_ij) K_j), uniform (r_i times the
+ *        prefix mean of the keys), or forward-PK (r_i times the forward's
+ *        weighted key mean sum_j bf(e_ij) K_j / sum_j bf(e_ij), saved in fp32,
+ *        or saved in BF16 as its difference to the prefix key mean, which the
+ *        backward recomputes: the key offset cancels in the difference);
+ *   dK   correction: none, P-weighted inline (gproj: bf(-lambda_i P_ij) as
+ *        its own operand in the same accumulator), P-weighted deferred (the
+ *        same operand in a post-pass, added to an fp32 dK workspace, or to
+ *        the BF16-rounded dK), or uniform (dK_j -= s sum_{i>=j} r_i/n_i Q_i).
+ * Outputs are what the training step sees: BF16 dQ, dK, dV in the qkv
+ * layout (dV is repair's in every variant), plus the per-row residual
+ * |sum_j dS'_ij| / sum_j |dS'_ij| of the operand the dQ GEMM effectively uses.
+ *
+ * Offers: the variant table gv_variants (names, definitions, extra cost and
+ * saved state relative to bf16 mode) and gv_backward_variants.
+ */
+#ifndef DEV_GPROJ_VARIANTS_H
+#define DEV_GPROJ_VARIANTS_H
+
+#include "attention/attention.h"
+
+typedef enum { GV_D_STORED_O = 0, GV_D_FP32 = 1, GV_D_O_RESIDUAL = 2, GV_NUM_D = 3 } GvDSource;
+typedef enum {
+    GV_DQ_NONE = 0,
+    GV_DQ_PWEIGHTED,
+    GV_DQ_UNIFORM,
+    GV_DQ_FORWARD_PK,       /* the forward's weighted key mean, saved in fp32 */
+    GV_DQ_FORWARD_PK_BF16,  /* the same, saved in BF16 relative to the prefix key mean */
+} GvDqFix;
+typedef enum {
+    GV_DK_NONE = 0,
+    GV_DK_PWEIGHTED,            /* inline, as gproj */
+    GV_DK_DEFERRED,             /* post-pass into an fp32 dK workspace */
+    GV_DK_DEFERRED_ON_BF16,     /* post-pass added to the BF16-rounded dK */
+    GV_DK_UNIFORM,
+} GvDkFix;
+
+typedef struct {
+    const char* name;   /* short label used in tables and on the command line */
+    GvDSource D;
+    GvDqFix dq;
+    GvDkFix dk;
+    const char* extra_work;  /* relative to bf16 mode (fwd 2 GEMMs, bwd 5 GEMMs) */
+    const char* extra_state; /* beyond the one stats tensor [B, NH, T, 2] */
+} GvVariant;
+
+/* Index of each variant in gv_variants (the table the tool and the test share). */
+enum {
+    GV_REPAIR = 0,      /* engine's repair: must equal attention_backward_cpu bit for bit */
+    GV_GPROJ,           /* engine's gproj: must equal attention_backward_cpu bit for bit */
+    GV_A_PDQ,           /* (a) P-weighted dQ only */
+    GV_B_PDQ_D32,       /* (b) (a) + FP32 D */
+    GV_B_PDQ_DRES,      /* (b') (a) + D from O and its stored residual */
+    GV_C_UNIF_D32,      /* (c) uniform dQ and dK with FP32 D */
+    GV_C_UNIF,          /* (c') uniform dQ and dK, D from the BF16 O */
+    GV_D_DEFER,         /* (d) deferred dK correction, fp32 dK workspace */
+    GV_D_DEFER_BF16,    /* (d') deferred dK correction on the BF16 dK */
+    GV_E_PDQ_UDK,       /* (e1) P-weighted dQ + uniform dK, D from the BF16 O */
+    GV_E_PDQ_DRES_UDK,  /* (e2) P-weighted dQ + uniform dK, D from O + residual */
+    GV_E_FPK_DRES_UDK,  /* (e3) forward-PK dQ + uniform dK, D from O + residual */
+    GV_E_FPKB_DRES_UDK, /* (e4) (e3) with the forward's key mean saved in BF16 relative to the prefix mean */
+    GV_NUM_VARIANTS
+};
+extern const GvVariant gv_variants[GV_NUM_VARIANTS];
+
+/* Runs the repair forward (ATTN_IO_BF16; and once with ATTN_IO_FP32 for the
+   fp32 O whose rounding residual some variants store) and the backward of
+   every variant on the same BF16-representable inputs. dqkv[v] (qkv layout)
+   gets variant v's BF16 dQ, dK and dV; row_residual[v] [B, NH, T] (may be
+   NULL) the residual of its effective dQ operand. */
+void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, float* const dqkv[GV_NUM_VARIANTS],
+                          float* const row_residual[GV_NUM_VARIANTS]);
+
+#endif /* DEV_GPROJ_VARIANTS_H */
