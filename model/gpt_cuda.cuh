@@ -17,13 +17,17 @@
  *   activations: BF16 tensors by GpuActId (gpu_act_table), FP32 ones by
  *   GpuStatId; backward scratch (three BF16 buffers, an FP32 reduction
  *   scratch) and the attention workspace (the largest over all modes).
- * --recompute: 0 stores everything (GELU fused into the fc matmul's cuBLASLt
- * epilogue); 1 recomputes gelu(fch) in backward (one [N,4C] buffer instead of
- * L; forward then applies GELU with the same standalone kernel the backward
- * uses, so both see identical values); 2 also recomputes LN1/LN2 outputs from
- * the stored residual stream (same kernel, same inputs: bit-identical).
- * Levels 1 and 2 give bit-identical gradients; level 0 differs from them only
- * by the epilogue's GELU rounding (BF16 last-bit differences).
+ * GELU and matmul biases live in cuBLASLt epilogues (model/matmul.cuh): the
+ * fc matmul writes fch (pre-activation) and gelu(fch) in one pass, the fcproj
+ * input-gradient matmul applies gelu'(fch) (DGELU), and each weight-gradient
+ * matmul also yields its bias gradient (BGRADB) into GS_REDUCE_SCRATCH.
+ * --recompute: 0 stores everything; 1 keeps gelu(fch) for one layer only and
+ * rebuilds it in backward with gelu.cuh's kernel (one [N,4C] buffer instead
+ * of L); 2 also recomputes LN1/LN2 outputs from the stored residual stream
+ * (same kernel, same inputs: bit-identical). Levels 1 and 2 give
+ * bit-identical gradients; they differ from level 0 only where the rebuilt
+ * gelu(fch) differs from the epilogue's in the last BF16 bit (it feeds the
+ * fcproj weight gradient only; tests/test_layers_gpu bounds it to 1 ulp).
  * gpt_cuda_memory_plan() adds all of this up BEFORE anything is allocated,
  * so the trainer can refuse sizes that do not fit, with what to lower.
  *
@@ -513,19 +517,11 @@ static void gpt_cuda_forward(GPTCuda* m, const int* inputs, const int* targets, 
         fused_residual_layernorm_forward(residual2, ln2, gpu_stat(m, GS_LN2_MEAN, l), gpu_stat(m, GS_LN2_RSTD, l),
                                          residual, proj_out, gpu_param(m, p, P_LN2W, l), gpu_param(m, p, P_LN2B, l),
                                          N, C, st);
-        if (m->recompute >= 1) {
-            /* backward rebuilds gelu(fch) with gelu_forward; the forward uses the same kernel, so both see
-               the same bits (cuBLASLt's GELU epilogue rounds differently in the last bit) */
-            prof_mark(m, PH_MATMUL);
-            matmul_forward(&m->matmul, fch, ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l), nullptr, N,
-                           C, 4 * C, st);
-            prof_mark(m, PH_GELU);
-            gelu_forward(fch_gelu, fch, (long long)N * 4 * C, st);
-        } else {
-            prof_mark(m, PH_MATMUL);
-            matmul_forward(&m->matmul, fch_gelu, ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l), fch,
-                           N, C, 4 * C, st);
-        }
+        /* fch = ln2 Wfc^T + bfc and fch_gelu = gelu(fch) from one GEMM (GELU_AUX_BIAS epilogue); with
+           --recompute, fch_gelu is one layer's buffer that backward rebuilds from fch */
+        prof_mark(m, PH_MATMUL);
+        matmul_forward(&m->matmul, fch_gelu, ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l), fch, N, C,
+                       4 * C, st);
         prof_mark(m, PH_MATMUL);
         matmul_forward(&m->matmul, proj_out, fch_gelu, gpu_param(m, p, P_FCPROJW, l), gpu_param(m, p, P_FCPROJB, l),
                        nullptr, N, 4 * C, C, st);
@@ -570,7 +566,7 @@ static void gpt_cuda_backward(GPTCuda* m) {
     cudaStream_t st = m->stream;
     floatX* p = m->params;
     floatX* g = m->grads;
-    float* scratch = gpu_stat(m, GS_REDUCE_SCRATCH, 0);
+    float* scratch = gpu_stat(m, GS_REDUCE_SCRATCH, 0); /* LayerNorm column sums; bias-gradient sums (4C floats) */
     floatX* dres = gpu_act(m, GA_DRESIDUAL, 0);
     floatX* dbuf_c = gpu_act(m, GA_DBUF_C, 0);
     floatX* dbuf_4c = gpu_act(m, GA_DBUF_4C, 0);
@@ -581,7 +577,8 @@ static void gpt_cuda_backward(GPTCuda* m) {
     prof_mark(m, PH_MATMUL);
     matmul_backward_input(&m->matmul, dbuf_c, dlogits, gpu_param(m, p, P_WTE, 0), N, C, Vp, 0, st);
     prof_mark(m, PH_MATMUL);
-    matmul_backward_weight(&m->matmul, gpu_param(m, g, P_WTE, 0), dlogits, gpu_act(m, GA_LNF, 0), N, C, Vp, st);
+    matmul_backward_weight(&m->matmul, gpu_param(m, g, P_WTE, 0), nullptr, nullptr, dlogits, gpu_act(m, GA_LNF, 0), N,
+                           C, Vp, st);
     prof_mark(m, PH_OTHER);
     cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(floatX), st));
     prof_mark(m, PH_LAYERNORM);
@@ -604,7 +601,8 @@ static void gpt_cuda_backward(GPTCuda* m) {
         float* ln2_mean = gpu_stat(m, GS_LN2_MEAN, l);
         float* ln2_rstd = gpu_stat(m, GS_LN2_RSTD, l);
         /* --recompute: rebuild what the forward did not keep for this layer
-           (same kernels on the same inputs: bit-identical values) */
+           (gelu(fch): the forward's values up to the last BF16 bit, see the top
+           comment; LN outputs: same kernel, same inputs, bit-identical) */
         if (m->recompute >= 1) {
             prof_mark(m, PH_GELU);
             gelu_forward(fch_gelu, fch, (long long)N * 4 * C, st);
@@ -617,21 +615,18 @@ static void gpt_cuda_backward(GPTCuda* m) {
             layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, gpu_param(m, p, P_LN2W, l),
                               gpu_param(m, p, P_LN2B, l), N, C, st);
         }
-        /* MLP: fcproj, GELU, fc, LN2 */
+        /* MLP: fcproj (through the GELU: dbuf_4c = d fch), fc, LN2. Bias gradients come out of the
+           weight-gradient GEMMs (BGRADB). */
         prof_mark(m, PH_MATMUL);
-        matmul_backward_input(&m->matmul, dbuf_4c, dres, gpu_param(m, p, P_FCPROJW, l), N, 4 * C, C, 0, st);
+        matmul_backward_input_dgelu(&m->matmul, dbuf_4c, dres, gpu_param(m, p, P_FCPROJW, l), fch, N, 4 * C, C, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), dres, fch_gelu, N, 4 * C, C, st);
-        prof_mark(m, PH_BIAS_GRAD);
-        bias_backward(gpu_param(m, g, P_FCPROJB, l), dres, scratch, N, C, st);
-        prof_mark(m, PH_GELU);
-        gelu_backward_inplace(dbuf_4c, fch, (long long)N * 4 * C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), gpu_param(m, g, P_FCPROJB, l), scratch,
+                               dres, fch_gelu, N, 4 * C, C, st);
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_FCW, l), N, C, 4 * C, 0, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), dbuf_4c, ln2, N, C, 4 * C, st);
-        prof_mark(m, PH_BIAS_GRAD);
-        bias_backward(gpu_param(m, g, P_FCB, l), dbuf_4c, scratch, N, 4 * C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), gpu_param(m, g, P_FCB, l), scratch, dbuf_4c,
+                               ln2, N, C, 4 * C, st);
         prof_mark(m, PH_LAYERNORM);
         layernorm_backward(dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l), scratch, dbuf_c, residual2,
                            gpu_param(m, p, P_LN2W, l), ln2_mean, ln2_rstd, N, C, st);
@@ -639,9 +634,8 @@ static void gpt_cuda_backward(GPTCuda* m) {
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dres, gpu_param(m, p, P_ATTPROJW, l), N, C, C, 0, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_ATTPROJW, l), dres, atty, N, C, C, st);
-        prof_mark(m, PH_BIAS_GRAD);
-        bias_backward(gpu_param(m, g, P_ATTPROJB, l), dres, scratch, N, C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_ATTPROJW, l), gpu_param(m, g, P_ATTPROJB, l), scratch,
+                               dres, atty, N, C, C, st);
         prof_mark(m, PH_ATTENTION);
         attention_backward_cuda(m->attn_mode, m->attn_opt, shape, qkv, atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c,
                                 dbuf_4c, m->attn_workspace, st);
@@ -652,9 +646,8 @@ static void gpt_cuda_backward(GPTCuda* m) {
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_QKVW, l), N, C, 3 * C, 0, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_QKVW, l), dbuf_4c, ln1, N, C, 3 * C, st);
-        prof_mark(m, PH_BIAS_GRAD);
-        bias_backward(gpu_param(m, g, P_QKVB, l), dbuf_4c, scratch, N, 3 * C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_QKVW, l), gpu_param(m, g, P_QKVB, l), scratch, dbuf_4c,
+                               ln1, N, C, 3 * C, st);
         prof_mark(m, PH_LAYERNORM);
         layernorm_backward(dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l), scratch, dbuf_c, residual,
                            gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);

@@ -3,20 +3,43 @@
  *
  * Why: the four projections per layer and the tied output head are almost
  * all of the FLOPs. cuBLASLt runs them on tensor cores (BF16 in, FP32
- * accumulate, BF16 out) and fuses the bias add (and, for the MLP's first
- * projection, the GELU with the pre-activation kept in an aux buffer for
- * backward) into the GEMM's epilogue, so no extra pass over the output.
+ * accumulate, BF16 out) and fuses the elementwise work around them into the
+ * GEMM's epilogue, so none of it costs an extra pass over memory:
+ *   forward   the bias add; for the MLP's first projection also the GELU,
+ *             with the pre-activation written to an aux buffer (GELU_AUX_BIAS);
+ *   backward  the bias gradient (the column sums of dout) out of the weight-
+ *             gradient GEMM, which reads dout anyway (BGRADB); the GELU
+ *             backward (multiply by gelu'(pre-activation), read from the aux
+ *             buffer) on the input-gradient GEMM that produces d(gelu output)
+ *             (DGELU).
  *
  * Layout convention (row-major, like the rest of the model):
  *   forward   out[N, OC] = inp[N, K] @ W[OC, K]^T (+ bias[OC]) (-> GELU)
- *   backward  dinp[N, K] (+)= dout[N, OC] @ W[OC, K]
- *             dW[OC, K]  += dout^T @ inp        (always accumulates: grad accumulation)
- * Bias gradients are column sums (layernorm.cuh: bias_backward,
- * deterministic). cuBLAS sees these as column-major products; the mapping is
- * written out once in matmul_forward/matmul_backward below.
+ *   backward  dinp[N, K] (+)= dout[N, OC] @ W[OC, K]    (optionally * gelu'(pre[N, K]))
+ *             dW[OC, K]  += dout^T @ inp                (always accumulates: grad accumulation)
+ *             dbias[OC]  += sum over rows of dout       (with dW, from the same GEMM)
+ * cuBLAS sees these as column-major products; the mapping is written out once
+ * in each wrapper below.
+ *
+ * Bias gradients and gradient accumulation: the epilogue WRITES its bias
+ * gradient (there is no beta for it), while the model's BF16 gradients must
+ * ADD over micro-batches. So the epilogue writes this micro-batch's sums in
+ * FP32 into a caller-provided scratch vector, and a tiny kernel (OC threads)
+ * does dbias = bf16(dbias + sum): one rounding per micro-batch, exactly the
+ * arithmetic of the column-sum kernel (layernorm.cuh: bias_backward) this
+ * replaces. cuBLASLt sums in FP32 (compute type 32F) with a fixed order per
+ * algorithm, and the algorithm is a fixed function of the shape: reproducible.
+ *
+ * Where the unfused path stays: nowhere in matmuls. gelu.cuh's standalone
+ * forward is still needed for --recompute (rebuilding gelu(pre) in backward
+ * has no GEMM to ride on).
+ *
+ * Alignment (checked, with a message): every pointer 16 bytes; channel counts
+ * (m of the aux epilogues: the aux leading dimension) multiples of 8.
  *
  * Offers: MatmulContext (+ init/free), matmul_forward (bias / GELU epilogues),
- * matmul_backward_input, matmul_backward_weight, cublasCheck.
+ * matmul_backward_input, matmul_backward_input_dgelu, matmul_backward_weight
+ * (dW and optionally dbias), cublasCheck.
  */
 #ifndef MODEL_MATMUL_CUH
 #define MODEL_MATMUL_CUH
@@ -53,22 +76,55 @@ static void matmul_context_free(MatmulContext* ctx) {
 
 typedef enum {
     MATMUL_EPILOGUE_NONE = 0,
-    MATMUL_EPILOGUE_BIAS = 1,          /* D = A B + bias */
-    MATMUL_EPILOGUE_GELU_AUX_BIAS = 2, /* aux = A B + bias; D = gelu(aux) */
+    MATMUL_EPILOGUE_BIAS,          /* D = A B + bias[m] */
+    MATMUL_EPILOGUE_GELU_AUX_BIAS, /* aux = A B + bias[m]; D = gelu(aux) */
+    MATMUL_EPILOGUE_BGRADB,        /* D (+)= A B; bias_grad[n] = sum over k of op(B)[k, n] (FP32) */
+    MATMUL_EPILOGUE_DGELU,         /* D = (A B) * gelu'(aux) */
 } MatmulEpilogue;
+
+static const char* matmul_epilogue_name(MatmulEpilogue e) {
+    switch (e) {
+        case MATMUL_EPILOGUE_NONE: return "none";
+        case MATMUL_EPILOGUE_BIAS: return "bias";
+        case MATMUL_EPILOGUE_GELU_AUX_BIAS: return "gelu_aux_bias";
+        case MATMUL_EPILOGUE_BGRADB: return "bgradb";
+        case MATMUL_EPILOGUE_DGELU: return "dgelu";
+    }
+    return "?";
+}
+
+/* What an epilogue reads or writes besides A, B and D (NULL where unused). */
+typedef struct {
+    const floatX* bias; /* BIAS, GELU_AUX_BIAS: m entries */
+    float* bias_grad;   /* BGRADB: n entries, written (not accumulated), FP32 */
+    floatX* aux;        /* GELU_AUX_BIAS: written; DGELU: read. [m, n], ld m */
+} MatmulEpilogueArgs;
 
 /*
  * Column-major D[m, n] (ld m) = op(A) op(B) (+ D if accumulate) with the
  * epilogue. A is stored [k, m] (ld k) if trans_a else [m, k] (ld m); B is
- * stored [n, k] (ld n) if trans_b else [k, n] (ld k). bias has m entries;
- * aux (GELU) is [m, n] with ld m.
+ * stored [n, k] (ld n) if trans_b else [k, n] (ld k).
  */
-static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, const floatX* b, const floatX* bias,
-                            floatX* aux, int m, int n, int k, int trans_a, int trans_b, int accumulate,
-                            MatmulEpilogue epilogue, cudaStream_t stream) {
-    if (m <= 0 || n <= 0 || k <= 0) die("matmul: bad shape m=%d n=%d k=%d", m, n, k);
-    if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)bias | (uintptr_t)aux) % 16 != 0)
-        die("matmul: a pointer is not 16-byte aligned (m=%d n=%d k=%d)", m, n, k);
+static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, const floatX* b, int m, int n, int k,
+                            int trans_a, int trans_b, int accumulate, MatmulEpilogue epilogue,
+                            MatmulEpilogueArgs args, cudaStream_t stream) {
+    const char* epi_name = matmul_epilogue_name(epilogue);
+    if (m <= 0 || n <= 0 || k <= 0) die("matmul: bad shape m=%d n=%d k=%d (epilogue %s)", m, n, k, epi_name);
+    if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)args.bias | (uintptr_t)args.bias_grad |
+         (uintptr_t)args.aux) % 16 != 0)
+        die("matmul: a pointer is not 16-byte aligned (m=%d n=%d k=%d, epilogue %s)", m, n, k, epi_name);
+    const int needs_bias = epilogue == MATMUL_EPILOGUE_BIAS || epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS;
+    const int needs_aux = epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS || epilogue == MATMUL_EPILOGUE_DGELU;
+    const int needs_bias_grad = epilogue == MATMUL_EPILOGUE_BGRADB;
+    if (needs_bias != (args.bias != nullptr) || needs_aux != (args.aux != nullptr) ||
+        needs_bias_grad != (args.bias_grad != nullptr))
+        die("matmul: epilogue %s got the wrong set of bias / bias_grad / aux pointers (bias %s, bias_grad %s, aux %s)",
+            epi_name, args.bias ? "set" : "NULL", args.bias_grad ? "set" : "NULL", args.aux ? "set" : "NULL");
+    /* cuBLASLt: the GELU aux leading dimension must be a multiple of 8 */
+    if (needs_aux && m % 8 != 0) die("matmul: epilogue %s needs m %% 8 == 0 (m=%d)", epi_name, m);
+    /* DGELU multiplies the whole result by gelu'(aux); with beta = 1 the old D would be multiplied too */
+    if (epilogue == MATMUL_EPILOGUE_DGELU && accumulate) die("matmul: the DGELU epilogue cannot accumulate into D");
+
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -76,21 +132,33 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (epilogue == MATMUL_EPILOGUE_BIAS) epi = CUBLASLT_EPILOGUE_BIAS;
-    if (epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS) epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    switch (epilogue) {
+        case MATMUL_EPILOGUE_NONE: epi = CUBLASLT_EPILOGUE_DEFAULT; break;
+        case MATMUL_EPILOGUE_BIAS: epi = CUBLASLT_EPILOGUE_BIAS; break;
+        case MATMUL_EPILOGUE_GELU_AUX_BIAS: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
+        case MATMUL_EPILOGUE_BGRADB: epi = CUBLASLT_EPILOGUE_BGRADB; break;
+        case MATMUL_EPILOGUE_DGELU: epi = CUBLASLT_EPILOGUE_DGELU; break;
+    }
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    if (epilogue != MATMUL_EPILOGUE_NONE) {
-        if (bias == nullptr) die("matmul: the bias epilogue needs a bias pointer");
+    if (needs_bias) {
         const cudaDataType_t bias_type = CUDA_R_16BF;
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                    sizeof(bias_type)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias,
+                                                   sizeof(args.bias)));
     }
-    if (epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS) {
-        if (aux == nullptr) die("matmul: the GELU epilogue needs an aux buffer for the pre-activation");
-        const int64_t aux_ld = m;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                                   sizeof(aux)));
+    if (needs_bias_grad) {
+        /* FP32 sums out: the accumulation into the BF16 gradient happens after, with one rounding */
+        const cudaDataType_t bias_type = CUDA_R_32F;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                   sizeof(bias_type)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias_grad,
+                                                   sizeof(args.bias_grad)));
+    }
+    if (needs_aux) {
+        const int64_t aux_ld = m; /* aux has D's shape and layout */
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &args.aux,
+                                                   sizeof(args.aux)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                                    sizeof(aux_ld)));
     }
@@ -110,8 +178,8 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, layout_a, layout_b, layout_d, layout_d, pref, 1,
                                                &heuristic, &found));
     if (found == 0) {
-        die("matmul: cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d\n"
-            "  hint: channel counts must be multiples of 8", m, n, k, trans_a, trans_b, (int)epilogue);
+        die("matmul: cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue %s\n"
+            "  hint: channel counts must be multiples of 8", m, n, k, trans_a, trans_b, epi_name);
     }
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_d, d, layout_d,
@@ -128,28 +196,61 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
  * out^T[OC, N] = W^T... i.e. m = OC, n = N, k = K, A = W (stored [K, OC]
  * column-major, transposed), B = inp (stored [K, N], not transposed).
  * With gelu_preact non-NULL (requires bias): gelu_preact = inp W^T + bias and
- * out = gelu(gelu_preact).
+ * out = gelu(gelu_preact) (gelu_preact [N, OC] row-major = aux [OC, N] ld OC).
  */
 static void matmul_forward(MatmulContext* ctx, floatX* out, const floatX* inp, const floatX* weight,
                            const floatX* bias, floatX* gelu_preact, int N, int K, int OC, cudaStream_t stream) {
     MatmulEpilogue epi = bias ? MATMUL_EPILOGUE_BIAS : MATMUL_EPILOGUE_NONE;
     if (gelu_preact) epi = MATMUL_EPILOGUE_GELU_AUX_BIAS;
-    matmul_cublaslt(ctx, out, weight, inp, bias, gelu_preact, OC, N, K, 1, 0, 0, epi, stream);
+    const MatmulEpilogueArgs args = {bias, nullptr, gelu_preact};
+    matmul_cublaslt(ctx, out, weight, inp, OC, N, K, 1, 0, 0, epi, args, stream);
 }
 
 /* dinp[N, K] = dout[N, OC] @ W[OC, K] (accumulate: +=). Column-major:
    dinp^T[K, N] = W^T[K, OC] dout^T[OC, N]: m = K, n = N, k = OC, no transposes. */
 static void matmul_backward_input(MatmulContext* ctx, floatX* dinp, const floatX* dout, const floatX* weight, int N,
                                   int K, int OC, int accumulate, cudaStream_t stream) {
-    matmul_cublaslt(ctx, dinp, weight, dout, nullptr, nullptr, K, N, OC, 0, 0, accumulate, MATMUL_EPILOGUE_NONE,
-                    stream);
+    const MatmulEpilogueArgs args = {nullptr, nullptr, nullptr};
+    matmul_cublaslt(ctx, dinp, weight, dout, K, N, OC, 0, 0, accumulate, MATMUL_EPILOGUE_NONE, args, stream);
+}
+
+/* The input gradient of a matmul whose input was gelu(gelu_preact), taken
+   through the GELU: dinp[N, K] = (dout[N, OC] @ W[OC, K]) * gelu'(gelu_preact[N, K]),
+   overwritten. Same mapping as matmul_backward_input (m = K, n = N, k = OC);
+   gelu_preact [N, K] row-major is the aux [K, N] with ld K = m, the layout
+   matmul_forward's GELU epilogue wrote it in. */
+static void matmul_backward_input_dgelu(MatmulContext* ctx, floatX* dinp, const floatX* dout, const floatX* weight,
+                                        const floatX* gelu_preact, int N, int K, int OC, cudaStream_t stream) {
+    if (gelu_preact == nullptr) die("matmul_backward_input_dgelu: needs the GELU pre-activation");
+    const MatmulEpilogueArgs args = {nullptr, nullptr, (floatX*)gelu_preact}; /* read only (DGELU) */
+    matmul_cublaslt(ctx, dinp, weight, dout, K, N, OC, 0, 0, 0, MATMUL_EPILOGUE_DGELU, args, stream);
+}
+
+/* dbias[i] = bf16(dbias[i] + sums[i]): adds one micro-batch's FP32 bias
+   gradient (written by the BGRADB epilogue) to the accumulated BF16 one. */
+__global__ void bias_grad_accumulate_kernel(floatX* dbias, const float* sums, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dbias[i] = from_float(to_float(dbias[i]) + sums[i]);
 }
 
 /* dW[OC, K] += dout[N, OC]^T @ inp[N, K]. Column-major:
-   dW^T[K, OC] = inp^T[K, N] dout[N, OC]: m = K, n = OC, k = N, B transposed. */
-static void matmul_backward_weight(MatmulContext* ctx, floatX* dweight, const floatX* dout, const floatX* inp, int N,
-                                   int K, int OC, cudaStream_t stream) {
-    matmul_cublaslt(ctx, dweight, inp, dout, nullptr, nullptr, K, OC, N, 0, 1, 1, MATMUL_EPILOGUE_NONE, stream);
+   dW^T[K, OC] = inp^T[K, N] dout[N, OC]: m = K, n = OC, k = N, B transposed.
+   With dbias non-NULL also dbias[OC] += sum over the N rows of dout: the
+   BGRADB epilogue reduces op(B) = dout over k = N into one FP32 sum per
+   column n = oc, written to bias_scratch (OC floats, 16-byte aligned), then
+   added into dbias. */
+static void matmul_backward_weight(MatmulContext* ctx, floatX* dweight, floatX* dbias, float* bias_scratch,
+                                   const floatX* dout, const floatX* inp, int N, int K, int OC, cudaStream_t stream) {
+    if (dbias == nullptr) {
+        const MatmulEpilogueArgs args = {nullptr, nullptr, nullptr};
+        matmul_cublaslt(ctx, dweight, inp, dout, K, OC, N, 0, 1, 1, MATMUL_EPILOGUE_NONE, args, stream);
+        return;
+    }
+    if (bias_scratch == nullptr) die("matmul_backward_weight: a bias gradient needs an FP32 scratch of OC=%d floats", OC);
+    const MatmulEpilogueArgs args = {nullptr, bias_scratch, nullptr};
+    matmul_cublaslt(ctx, dweight, inp, dout, K, OC, N, 0, 1, 1, MATMUL_EPILOGUE_BGRADB, args, stream);
+    bias_grad_accumulate_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, bias_scratch, OC);
+    cudaCheckLastError();
 }
 
 #endif /* MODEL_MATMUL_CUH */

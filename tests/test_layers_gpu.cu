@@ -16,6 +16,14 @@
  * weights) are held to 1e-5..1e-4. Determinism: kernels that reduce (encoder
  * backward, column sums, global norm) are run twice and must give the same
  * bits. Needs an NVIDIA GPU (make gputest); ends with "N passed, N failed".
+ *
+ * The cuBLASLt epilogues (matmul.cuh) get two kinds of checks: on random
+ * data against fp64 (including a weight+bias gradient accumulated over two
+ * micro-batches, and against the unfused column-sum kernel), and on a 0/1
+ * permutation weight, where the GEMM itself is exact, so the epilogue's
+ * GELU / GELU' can be held element by element to the fp64 value (a wrong
+ * aux layout or formula shows there even where a Frobenius norm would hide
+ * it), and the epilogue's GELU to the standalone kernel --recompute uses.
  */
 #include <math.h>
 #include <stdio.h>
@@ -253,19 +261,26 @@ static double gelu_grad_ref(double x) {
 }
 static void test_gelu(size_t n) {
     test_section("gelu");
-    Tensor x = tensor_new(n, 2.0f), d = tensor_new(n, 1.0f);
+    Tensor x = tensor_new(n, 2.0f);
     floatX* out;
     cudaCheck(cudaMalloc(&out, n * sizeof(floatX)));
     gelu_forward(out, x.dev, (long long)n, 0);
-    gelu_backward_inplace(d.dev, x.dev, (long long)n, 0);
-    std::vector<double> want(n), want_d(n);
-    for (size_t i = 0; i < n; i++) {
-        want[i] = gelu_ref(x.host[i]);
-        want_d[i] = d.host[i] * gelu_grad_ref(x.host[i]);
-    }
+    std::vector<double> want(n);
+    for (size_t i = 0; i < n; i++) want[i] = gelu_ref(x.host[i]);
     check_rel("forward", download(out, n), want, REL_TOL_BF16);
-    check_rel("backward (in place)", download(d.dev, n), want_d, REL_TOL_BF16);
-    cudaFree(out); cudaFree(x.dev); cudaFree(d.dev);
+    cudaFree(out); cudaFree(x.dev);
+}
+
+/* Distance of got from want in BF16 ulps at want's magnitude (the spacing of
+   BF16 numbers there: 8 significant bits), with magnitudes below `floor`
+   counted as `floor`: in GELU's negative tail 1 + tanh(u) cancels, and FP32
+   itself keeps only an absolute accuracy there. */
+static double bf16_ulps(float got, double want, double floor) {
+    const double mag = fmax(fabs(want), floor);
+    int e;
+    frexp(mag, &e); /* mag = f * 2^e, f in [0.5, 1) */
+    const double ulp = ldexp(1.0, e - 8);
+    return fabs((double)got - want) / ulp;
 }
 
 /* ---- matmuls through cuBLASLt ---- */
@@ -314,10 +329,131 @@ static void test_matmul(MatmulContext* ctx, int N, int K, int OC) {
     check_rel("backward dinp, accumulate", download(dinp.dev, (size_t)N * K), want_dinp_acc, REL_TOL_BF16);
     matmul_backward_input(ctx, dinp.dev, dout.dev, w.dev, N, K, OC, 0, 0);
     check_rel("backward dinp, overwrite", download(dinp.dev, (size_t)N * K), want_dinp, REL_TOL_BF16);
-    matmul_backward_weight(ctx, dw.dev, dout.dev, inp.dev, N, K, OC, 0);
+    matmul_backward_weight(ctx, dw.dev, nullptr, nullptr, dout.dev, inp.dev, N, K, OC, 0);
     check_rel("backward dweight (accumulates)", download(dw.dev, (size_t)OC * K), want_dw, REL_TOL_BF16);
-    cudaFree(out); cudaFree(pre);
-    for (Tensor* t : {&inp, &w, &bias, &dout, &dinp, &dw}) cudaFree(t->dev);
+
+    /* input gradient through a GELU (DGELU epilogue): dinp = (dout @ W) * gelu'(pre), pre [N, K] */
+    Tensor gpre = tensor_new((size_t)N * K, 2.0f);
+    std::vector<double> want_dgelu((size_t)N * K);
+    for (size_t i = 0; i < want_dgelu.size(); i++) want_dgelu[i] = want_dinp[i] * gelu_grad_ref(gpre.host[i]);
+    matmul_backward_input_dgelu(ctx, dinp.dev, dout.dev, w.dev, gpre.dev, N, K, OC, 0);
+    check_rel("backward dinp through GELU (DGELU epilogue)", download(dinp.dev, (size_t)N * K), want_dgelu,
+              REL_TOL_BF16);
+
+    /* weight + bias gradient (BGRADB epilogue) accumulated over two micro-batches onto existing gradients,
+       run twice on copies (determinism), and the same bias gradient from the unfused column-sum kernel */
+    Tensor dout2 = tensor_new((size_t)N * OC, 1.0f), inp2 = tensor_new((size_t)N * K, 1.0f);
+    Tensor dwa = tensor_new((size_t)OC * K, 1.0f), dba = tensor_new(OC, 1.0f);
+    floatX *dwb, *dbb, *db_unfused;
+    float *bias_scratch, *colsum_scratch;
+    cudaCheck(cudaMalloc(&dwb, (size_t)OC * K * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&dbb, OC * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&db_unfused, OC * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&bias_scratch, OC * sizeof(float)));
+    cudaCheck(cudaMalloc(&colsum_scratch, colreduce_scratch_floats(N, OC) * sizeof(float)));
+    cudaCheck(cudaMemcpy(dwb, dwa.dev, (size_t)OC * K * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpy(dbb, dba.dev, OC * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpy(db_unfused, dba.dev, OC * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    std::vector<double> want_dwa(dwa.host.begin(), dwa.host.end()), want_dba(dba.host.begin(), dba.host.end());
+    for (const Tensor* mb_dout : {&dout, &dout2}) {
+        const Tensor* mb_inp = mb_dout == &dout ? &inp : &inp2;
+        for (int o = 0; o < OC; o++) {
+            for (int r = 0; r < N; r++) want_dba[o] += mb_dout->host[(size_t)r * OC + o];
+            for (int k = 0; k < K; k++) {
+                double s = 0;
+                for (int r = 0; r < N; r++) s += (double)mb_dout->host[(size_t)r * OC + o] * mb_inp->host[(size_t)r * K + k];
+                want_dwa[(size_t)o * K + k] += s;
+            }
+        }
+        matmul_backward_weight(ctx, dwa.dev, dba.dev, bias_scratch, mb_dout->dev, mb_inp->dev, N, K, OC, 0);
+        matmul_backward_weight(ctx, dwb, dbb, bias_scratch, mb_dout->dev, mb_inp->dev, N, K, OC, 0);
+        bias_backward(db_unfused, mb_dout->dev, colsum_scratch, N, OC, 0);
+    }
+    std::vector<float> got_dwa = download(dwa.dev, (size_t)OC * K), got_dba = download(dba.dev, OC);
+    check_rel("dweight with BGRADB, 2 micro-batches accumulated", got_dwa, want_dwa, REL_TOL_BF16);
+    check_rel("dbias from BGRADB, 2 micro-batches accumulated", got_dba, want_dba, REL_TOL_BF16);
+    /* the bias is small next to the sums (|dbias| ~ sqrt(2N)); 1% of it would hide a dropped micro-batch,
+       so also hold the increment alone: got - initial vs the two column sums */
+    std::vector<float> got_inc(OC);
+    std::vector<double> want_inc(OC);
+    for (int o = 0; o < OC; o++) { got_inc[o] = got_dba[o] - dba.host[o]; want_inc[o] = want_dba[o] - dba.host[o]; }
+    check_rel("dbias increment over the 2 micro-batches", got_inc, want_inc, 2 * REL_TOL_BF16);
+    CHECK(same_bits(got_dwa, download(dwb, (size_t)OC * K)) && same_bits(got_dba, download(dbb, OC)),
+          "BGRADB weight and bias gradients are deterministic (two runs, same bits)");
+    std::vector<float> got_unfused = download(db_unfused, OC);
+    std::vector<double> unfused_d(got_unfused.begin(), got_unfused.end());
+    check_rel("dbias: BGRADB vs the unfused column-sum kernel", got_dba, unfused_d, REL_TOL_BF16);
+    cudaFree(out); cudaFree(pre); cudaFree(dwb); cudaFree(dbb); cudaFree(db_unfused); cudaFree(bias_scratch);
+    cudaFree(colsum_scratch);
+    for (Tensor* t : {&inp, &w, &bias, &dout, &dinp, &dw, &gpre, &dout2, &inp2, &dwa, &dba}) cudaFree(t->dev);
+}
+
+/* ---- the GELU epilogues element by element, on an exact GEMM ----
+   W is a 0/1 permutation matrix (W[o][k] = 1 iff o = perm(k), C x C), so
+   inp @ W^T and dout @ W are exact permutations of BF16 numbers and all that
+   is left to compare is the epilogue's own arithmetic and the final rounding. */
+#define GELU_ULP_FLOOR (1.0 / 1024) /* below |value| 2^-10, errors count in ulps of 2^-10 */
+static void test_gelu_epilogues_exact(MatmulContext* ctx, int N, int C) {
+    char name[128];
+    snprintf(name, sizeof(name), "GELU epilogues on a permutation GEMM N%d C%d", N, C);
+    test_section(name);
+    std::vector<int> perm(C);
+    for (int k = 0; k < C; k++) perm[k] = (int)(((long long)k * 7 + 3) % C); /* a bijection when gcd(7, C) = 1 */
+    Tensor inp = tensor_new((size_t)N * C, 2.0f), dout = tensor_new((size_t)N * C, 1.0f);
+    Tensor pre = tensor_new((size_t)N * C, 2.0f);
+    std::vector<floatX> w_host((size_t)C * C, __float2bfloat16(0.0f)), zeros(C, __float2bfloat16(0.0f));
+    for (int k = 0; k < C; k++) w_host[(size_t)perm[k] * C + k] = __float2bfloat16(1.0f);
+    floatX *w, *zero_bias, *out, *aux, *kernel_gelu, *dinp;
+    cudaCheck(cudaMalloc(&w, (size_t)C * C * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&zero_bias, C * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&out, (size_t)N * C * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&aux, (size_t)N * C * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&kernel_gelu, (size_t)N * C * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&dinp, (size_t)N * C * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(w, w_host.data(), (size_t)C * C * sizeof(floatX), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(zero_bias, zeros.data(), C * sizeof(floatX), cudaMemcpyHostToDevice));
+
+    /* forward: out[r][o] = gelu(inp[r][k]) with o = perm(k); aux = the exact pre-activation */
+    matmul_forward(ctx, out, inp.dev, w, zero_bias, aux, N, C, C, 0);
+    gelu_forward(kernel_gelu, aux, (long long)N * C, 0);
+    std::vector<float> got_aux = download(aux, (size_t)N * C), got_out = download(out, (size_t)N * C);
+    std::vector<float> got_kernel = download(kernel_gelu, (size_t)N * C);
+    int aux_exact = 1;
+    double worst_ref = 0, worst_kernel = 0;
+    size_t differ_kernel = 0;
+    for (int r = 0; r < N; r++)
+        for (int k = 0; k < C; k++) {
+            const size_t i = (size_t)r * C + perm[k];
+            const float x = inp.host[(size_t)r * C + k];
+            if (got_aux[i] != x) aux_exact = 0;
+            worst_ref = fmax(worst_ref, bf16_ulps(got_out[i], gelu_ref(x), GELU_ULP_FLOOR));
+            worst_kernel = fmax(worst_kernel, bf16_ulps(got_out[i], got_kernel[i], GELU_ULP_FLOOR));
+            differ_kernel += got_out[i] != got_kernel[i];
+        }
+    CHECK(aux_exact, "GELU_AUX_BIAS: aux holds the pre-activation exactly, in the [N, OC] layout");
+    CHECK(worst_ref <= 1.0, "GELU_AUX_BIAS: gelu within 1 BF16 ulp of fp64 tanh-GELU everywhere (worst %.2f ulp)",
+          worst_ref);
+    CHECK(worst_kernel <= 1.0,
+          "epilogue GELU vs gelu_forward kernel (what --recompute rebuilds): worst %.2f ulp, %.3f%% of elements differ",
+          worst_kernel, 100.0 * differ_kernel / ((double)N * C));
+
+    /* backward: dinp[r][k] = dout[r][perm(k)] * gelu'(pre[r][k]) */
+    matmul_backward_input_dgelu(ctx, dinp, dout.dev, w, pre.dev, N, C, C, 0);
+    std::vector<float> got_dinp = download(dinp, (size_t)N * C);
+    double worst_d = 0;
+    size_t differ_d = 0;
+    for (int r = 0; r < N; r++)
+        for (int k = 0; k < C; k++) {
+            const size_t i = (size_t)r * C + k;
+            const double want = (double)dout.host[(size_t)r * C + perm[k]] * gelu_grad_ref(pre.host[i]);
+            worst_d = fmax(worst_d, bf16_ulps(got_dinp[i], want, GELU_ULP_FLOOR * fabs(dout.host[(size_t)r * C + perm[k]])));
+            differ_d += got_dinp[i] != bf((float)want);
+        }
+    CHECK(worst_d <= 1.0,
+          "DGELU: dout * gelu'(pre) within 1 BF16 ulp of fp64 everywhere (worst %.2f ulp, %.3f%% not correctly rounded)",
+          worst_d, 100.0 * differ_d / ((double)N * C));
+    cudaFree(w); cudaFree(zero_bias); cudaFree(out); cudaFree(aux); cudaFree(kernel_gelu); cudaFree(dinp);
+    for (Tensor* t : {&inp, &dout, &pre}) cudaFree(t->dev);
 }
 
 /* ---- fused classifier ---- */
@@ -440,6 +576,7 @@ int main(void) {
     test_matmul(&ctx, 128, 64, 192);
     test_matmul(&ctx, 256, 768, 3072);
     test_matmul(&ctx, 64, 3072, 768);
+    test_gelu_epilogues_exact(&ctx, 256, 768);
     test_classifier(16, 1000, 1024);
     test_classifier(4, 50257, 50304);
     test_adamw(100000);
