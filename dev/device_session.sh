@@ -111,7 +111,7 @@ for phase in "$@"; do
             timeout 120 ncu --kernel-name regex:'attn_(bwd|fwd)' --launch-count 4 \
                 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
                 --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy \
-                build/bench_attention --shape 8,16,1024,64 --modes "$m" --warmup 0 --repeats 1 \
+                build/bench_attention --shape 8,16,1024,64 --modes "$m" --warmup 1 --repeats 1 \
                 > "$OUT/ncu_$m.txt" 2>&1
             say "   ncu $m: rc $? ($(grep -c 'attn_' "$OUT/ncu_$m.txt") kernel lines)"
         done
@@ -140,6 +140,7 @@ for phase in "$@"; do
         mkdir -p /tmp/sweep
         for g in sweep_lr2e-3 sweep_lr6e-3; do
             say "-- $g"
+            mkdir -p /tmp/sweep/$g
             python3 scripts/compare_runs.py $(ls -d runs/$g/*/ | grep -v /compare/) --out /tmp/sweep/$g --smooth 20 2>&1 | grep -v '^wrote' \
                 | tee /tmp/sweep/$g/compare.txt | tee -a "$SUMMARY"
             # thinned logs for the repo: every 25th step record plus every diagnostic/validation record
