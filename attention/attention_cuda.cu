@@ -46,6 +46,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <type_traits>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention_cuda.cuh"
@@ -405,28 +406,35 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
                 mma_16816(dp[j + 1], dof[kk], bb[2], bb[3]);
             }
         }
+        /* the mask only where it can bite: tiles before the block's diagonal tile, in a query tile that
+           lies wholly before T, see every score (the same values and sums either way) */
+        auto row_sums = [&](auto masked_tag) {
+            constexpr bool kMasked = decltype(masked_tag)::value;
 #pragma unroll
-        for (int j = 0; j < NT_S; j++)
+            for (int j = 0; j < NT_S; j++)
 #pragma unroll
-            for (int r = 0; r < 2; r++)
+                for (int r = 0; r < 2; r++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int key = kt * BK + j * 8 + 2 * t + e;
-                    const int query = q0 + warp * 16 + g + 8 * r;
-                    float p = 0.f; /* masked: exactly 0 (gproj's P operand below) */
-                    if (key <= query && query < T) {
-                        p = backward_prob<MODE>(s[j][2 * r + e], row_m[r], row_l[r], c);
-                        const float dpv = dp[j][2 * r + e];
-                        if (MODE == ATTN_FP32) {
-                            acc_a[r] += p * dpv;
-                        } else {
-                            const float ds = p * (dpv - row_D[r]);
-                            acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
-                            acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
+                    for (int e = 0; e < 2; e++) {
+                        const int key = kt * BK + j * 8 + 2 * t + e;
+                        const int query = q0 + warp * 16 + g + 8 * r;
+                        float p = 0.f; /* masked: exactly 0 (gproj's P operand below) */
+                        if (!kMasked || (key <= query && query < T)) {
+                            p = backward_prob<MODE>(s[j][2 * r + e], row_m[r], row_l[r], c);
+                            const float dpv = dp[j][2 * r + e];
+                            if (MODE == ATTN_FP32) {
+                                acc_a[r] += p * dpv;
+                            } else {
+                                const float ds = p * (dpv - row_D[r]);
+                                acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
+                                acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
+                            }
                         }
+                        s[j][2 * r + e] = p;
                     }
-                    s[j][2 * r + e] = p;
-                }
+        };
+        if (kt < q_tile && q0 + BQ <= T) row_sums(std::false_type{});
+        else row_sums(std::true_type{});
         if (MODE == ATTN_GPROJ) {
             /* PK += bf(P) K: P repacked from the C fragments as the A operand, K as the [key][dim]
                B operand (the forward's P V with K in place of V) */
@@ -487,21 +495,22 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                                                             const float* __restrict__ lambda,
                                                             float* __restrict__ dq_acc, bf16* __restrict__ dqkv,
                                                             int NH, int T, float scale, float c) {
-    constexpr int BK = kBwdKeyTile, BQ = BwdTile<HS>::kQueries, LD = HS + kPad, LDS = BK + kPad;
+    constexpr int BK = kBwdKeyTile, BQ = BwdTile<HS>::kQueries, LD = HS + kPad, LDQ = BQ + kPad;
     constexpr int KSTEPS = HS / 16, NT_Q = BQ / 8, NT_D = HS / 8;
     constexpr int kDsTiles = BwdDsTiles<MODE>::kTiles;
+    static_assert(BQ <= kBwdThreads, "one thread per query row stages the row state");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* k_s = reinterpret_cast<bf16*>(smem_raw);
     bf16* v_s = k_s + BK * LD;
     bf16* q_s = v_s + BK * LD;      /* 2 buffers */
     bf16* do_s = q_s + 2 * BQ * LD; /* 2 buffers */
-    bf16* ds_s = do_s + 2 * BQ * LD; /* bf(dS) as [query][key] */
-    bf16* x_s = ds_s + BQ * LDS;     /* fp32 only: bf(dS - bf(dS)) */
-    bf16* x2_s = x_s + BQ * LDS;     /* fp32 only: the third BF16 term of dS */
-    float* row_a = reinterpret_cast<float*>(ds_s + kDsTiles * BQ * LDS); /* 2 buffers each */
-    float* row_b = row_a + 2 * BQ;
-    float* row_D = row_b + 2 * BQ;
-    float* row_lam = row_D + 2 * BQ;
+    /* bf(dS) as [key][query], the layout of the registers (a thread holds two neighbouring queries of
+       one key, stored as one 32-bit word); the dQ GEMM reads it back transposed (ldsm_a_t) */
+    bf16* ds_s = do_s + 2 * BQ * LD;
+    bf16* x_s = ds_s + BK * LDQ;     /* fp32 only: bf(dS - bf(dS)) */
+    bf16* x2_s = x_s + BK * LDQ;     /* fp32 only: the third BF16 term of dS */
+    /* per query row, 2 buffers: {fl(LSE log2 e) (bf16) or m, 1 (bf16) or fl(1/l), D, lambda (gproj)} */
+    float4* row_state = reinterpret_cast<float4*>(ds_s + kDsTiles * BK * LDQ);
 
     const int k_tile = blockIdx.x; /* key tile 0 sees every query: first */
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
@@ -514,37 +523,44 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
     const int k0 = k_tile * BK;
     const int qt_begin = k0 / BQ;
     const int qt_end = (T + BQ - 1) / BQ;
+    const int warp_key0 = k0 + warp * 16; /* first of this warp's 16 keys */
 
-    /* issues the copies of query tile qt into buffer buf (async) and its row state (plain) */
-    auto stage_query_tile = [&](int qt, int buf) {
-        const int q0 = qt * BQ;
-        load_rows_async<BQ, HS, LD, kBwdThreads>(q_s + buf * BQ * LD, q_base, qkv_row, q0, T, tid);
-        load_rows_async<BQ, HS, LD, kBwdThreads>(do_s + buf * BQ * LD, do_base, out_row, q0, T, tid);
-        for (int i = tid; i < BQ; i += kBwdThreads) {
-            const int query = q0 + i;
-            float a = 0.f, bb = 1.f, d = 0.f, lam = 0.f;
-            if (query < T) {
-                const long long idx = (long long)bh * T + query;
-                if (MODE == ATTN_BF16) {
-                    a = stats[idx * 2] * kLog2e; /* fl(LSE * log2 e) */
-                } else {
-                    a = stats[idx * 2];
-                    bb = __frcp_rn(stats[idx * 2 + 1]); /* fl(1 / l) */
-                }
-                d = D[idx];
-                if (MODE == ATTN_GPROJ) lam = lambda[idx];
-            }
-            row_a[buf * BQ + i] = a;
-            row_b[buf * BQ + i] = bb;
-            row_D[buf * BQ + i] = d;
-            row_lam[buf * BQ + i] = lam;
+    /* The row state of query tile qt as stored in memory (thread tid < BQ: row qt*BQ + tid; rows past
+       T get values that leave their masked P at 0). Loaded one tile ahead into registers and only
+       stored to shared memory (store_row_state) after the current tile's work, so the load latency
+       hides behind it instead of holding every warp at the next barrier. */
+    auto fetch_row_state = [&](int qt) {
+        float4 raw = make_float4(0.f, 1.f, 0.f, 0.f);
+        const int query = qt * BQ + tid;
+        if (tid < BQ && query < T) {
+            const long long idx = (long long)bh * T + query;
+            raw.x = stats[idx * 2];
+            if (MODE != ATTN_BF16) raw.y = stats[idx * 2 + 1];
+            raw.z = D[idx];
+            if (MODE == ATTN_GPROJ) raw.w = lambda[idx];
         }
+        return raw;
+    };
+    auto store_row_state = [&](float4 raw, int buf) {
+        if (tid < BQ) {
+            float4 st;
+            st.x = (MODE == ATTN_BF16) ? raw.x * kLog2e : raw.x;  /* fl(LSE * log2 e) or m */
+            st.y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(raw.y); /* fl(1 / l) */
+            st.z = raw.z;
+            st.w = raw.w;
+            row_state[buf * BQ + tid] = st;
+        }
+    };
+    auto stage_query_tile = [&](int qt, int buf) {
+        load_rows_async<BQ, HS, LD, kBwdThreads>(q_s + buf * BQ * LD, q_base, qkv_row, qt * BQ, T, tid);
+        load_rows_async<BQ, HS, LD, kBwdThreads>(do_s + buf * BQ * LD, do_base, out_row, qt * BQ, T, tid);
     };
 
     load_rows_async<BK, HS, LD, kBwdThreads>(k_s, k_base, qkv_row, k0, T, tid);
     load_rows_async<BK, HS, LD, kBwdThreads>(v_s, v_base, qkv_row, k0, T, tid);
     stage_query_tile(qt_begin, 0);
     cp_async_commit();
+    store_row_state(fetch_row_state(qt_begin), 0);
 
     float dk[NT_D][4], dv[NT_D][4];
 #pragma unroll
@@ -554,9 +570,12 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
 
     for (int qt = qt_begin; qt < qt_end; qt++) {
         const int buf = (qt - qt_begin) & 1;
-        if (qt + 1 < qt_end) {
+        const bool has_next = qt + 1 < qt_end;
+        float4 next_raw = make_float4(0.f, 1.f, 0.f, 0.f);
+        if (has_next) {
             stage_query_tile(qt + 1, buf ^ 1);
             cp_async_commit();
+            next_raw = fetch_row_state(qt + 1);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -565,10 +584,7 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
         const int q0 = qt * BQ;
         const bf16* qb = q_s + buf * BQ * LD;
         const bf16* dob = do_s + buf * BQ * LD;
-        const float* ra = row_a + buf * BQ;
-        const float* rb = row_b + buf * BQ;
-        const float* rd = row_D + buf * BQ;
-        const float* rl = row_lam + buf * BQ;
+        const float4* rs = row_state + buf * BQ;
 
         /* S^T = K_w Q^T and dP^T = V_w dO^T: 16 keys x BQ queries per warp */
         float st[NT_Q][4], dpt[NT_Q][4];
@@ -592,27 +608,37 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                 mma_16816(dpt[j + 1], av, bb[2], bb[3]);
             }
         }
-        /* P and dS in registers (st <- P, dpt <- dS); masked entries exactly 0 */
+        /* P and dS in registers (st <- P, dpt <- dS); masked entries exactly 0. The mask is only
+           evaluated where it can bite: a warp whose 16 keys all precede the tile's first query, in a
+           tile that lies wholly before T, sees every score (the same values either way). */
+        auto probs_and_grads = [&](auto masked_tag) {
+            constexpr bool kMasked = decltype(masked_tag)::value;
 #pragma unroll
-        for (int j = 0; j < NT_Q; j++)
-#pragma unroll
-            for (int r = 0; r < 2; r++)
+            for (int j = 0; j < NT_Q; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const int key = k0 + warp * 16 + g + 8 * r;
                     const int ql = j * 8 + 2 * t + e;
-                    const int query = q0 + ql;
-                    const bool visible = key <= query && query < T;
-                    float p = 0.f, ds = 0.f;
-                    if (visible) {
-                        p = backward_prob<MODE>(st[j][2 * r + e], ra[ql], rb[ql], c);
-                        ds = p * (dpt[j][2 * r + e] - rd[ql]);
+                    const float4 row = rs[ql];
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int key = warp_key0 + g + 8 * r;
+                        const int query = q0 + ql;
+                        float p = 0.f, ds = 0.f;
+                        if (!kMasked || (key <= query && query < T)) {
+                            p = backward_prob<MODE>(st[j][2 * r + e], row.x, row.y, c);
+                            ds = p * (dpt[j][2 * r + e] - row.z);
+                        }
+                        st[j][2 * r + e] = p;
+                        dpt[j][2 * r + e] = ds;
                     }
-                    st[j][2 * r + e] = p;
-                    dpt[j][2 * r + e] = ds;
                 }
+        };
+        if (warp_key0 + 15 <= q0 && q0 + BQ <= T) probs_and_grads(std::false_type{});
+        else probs_and_grads(std::true_type{});
 
-        /* dV += bf(P)^T dO ; dK += bf(dS)^T Q (+ gproj's bf(-lambda P)^T Q) */
+        /* dV += bf(P)^T dO ; dK += bf(dS)^T Q (+ gproj's bf(-lambda P)^T Q); the packed bf(dS) (and
+           fp32's further terms) also go to shared memory as [key][query] for the dQ GEMM */
+        bf16* ds_row = ds_s + (warp * 16 + g) * LDQ + 2 * t; /* key g of this warp, query 2t; key g+8: + 8 LDQ */
 #pragma unroll
         for (int kk = 0; kk < BQ / 16; kk++) {
             const int j0 = 2 * kk, j1 = 2 * kk + 1;
@@ -625,20 +651,47 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
             ads[1] = pack_bf16x2(dpt[j0][2], dpt[j0][3]);
             ads[2] = pack_bf16x2(dpt[j1][0], dpt[j1][1]);
             ads[3] = pack_bf16x2(dpt[j1][2], dpt[j1][3]);
+            /* a[0]: (key g, queries j0*8+2t..+1), a[1]: key g+8, a[2], a[3]: the same for j1 */
+            *reinterpret_cast<uint32_t*>(ds_row + j0 * 8) = ads[0];
+            *reinterpret_cast<uint32_t*>(ds_row + 8 * LDQ + j0 * 8) = ads[1];
+            *reinterpret_cast<uint32_t*>(ds_row + j1 * 8) = ads[2];
+            *reinterpret_cast<uint32_t*>(ds_row + 8 * LDQ + j1 * 8) = ads[3];
             if (MODE == ATTN_FP32) {
                 ap_lo[0] = pack_bf16x2(bf16_residual(st[j0][0]), bf16_residual(st[j0][1]));
                 ap_lo[1] = pack_bf16x2(bf16_residual(st[j0][2]), bf16_residual(st[j0][3]));
                 ap_lo[2] = pack_bf16x2(bf16_residual(st[j1][0]), bf16_residual(st[j1][1]));
                 ap_lo[3] = pack_bf16x2(bf16_residual(st[j1][2]), bf16_residual(st[j1][3]));
-                ads_lo[0] = pack_bf16x2(bf16_residual(dpt[j0][0]), bf16_residual(dpt[j0][1]));
-                ads_lo[1] = pack_bf16x2(bf16_residual(dpt[j0][2]), bf16_residual(dpt[j0][3]));
-                ads_lo[2] = pack_bf16x2(bf16_residual(dpt[j1][0]), bf16_residual(dpt[j1][1]));
-                ads_lo[3] = pack_bf16x2(bf16_residual(dpt[j1][2]), bf16_residual(dpt[j1][3]));
+                float r1[2][4]; /* dS - bf(dS) of this k-step's two n-tiles */
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    r1[0][e] = bf16_residual(dpt[j0][e]);
+                    r1[1][e] = bf16_residual(dpt[j1][e]);
+                }
+                ads_lo[0] = pack_bf16x2(r1[0][0], r1[0][1]);
+                ads_lo[1] = pack_bf16x2(r1[0][2], r1[0][3]);
+                ads_lo[2] = pack_bf16x2(r1[1][0], r1[1][1]);
+                ads_lo[3] = pack_bf16x2(r1[1][2], r1[1][3]);
+                /* three BF16 terms (24 significant bits) for dQ: it sums dS against keys that may share a
+                   large common offset, so the split residual would leak like bf16 mode's rounding */
+                bf16* x_row = x_s + (ds_row - ds_s);
+                bf16* x2_row = x2_s + (ds_row - ds_s);
+                *reinterpret_cast<uint32_t*>(x_row + j0 * 8) = ads_lo[0];
+                *reinterpret_cast<uint32_t*>(x_row + 8 * LDQ + j0 * 8) = ads_lo[1];
+                *reinterpret_cast<uint32_t*>(x_row + j1 * 8) = ads_lo[2];
+                *reinterpret_cast<uint32_t*>(x_row + 8 * LDQ + j1 * 8) = ads_lo[3];
+                *reinterpret_cast<uint32_t*>(x2_row + j0 * 8) =
+                    pack_bf16x2(bf16_residual(r1[0][0]), bf16_residual(r1[0][1]));
+                *reinterpret_cast<uint32_t*>(x2_row + 8 * LDQ + j0 * 8) =
+                    pack_bf16x2(bf16_residual(r1[0][2]), bf16_residual(r1[0][3]));
+                *reinterpret_cast<uint32_t*>(x2_row + j1 * 8) =
+                    pack_bf16x2(bf16_residual(r1[1][0]), bf16_residual(r1[1][1]));
+                *reinterpret_cast<uint32_t*>(x2_row + 8 * LDQ + j1 * 8) =
+                    pack_bf16x2(bf16_residual(r1[1][2]), bf16_residual(r1[1][3]));
             }
             if (MODE == ATTN_GPROJ) {
                 /* query columns of this thread: j*8 + 2t + {0,1}; lambda is per query */
-                const float l00 = rl[j0 * 8 + 2 * t], l01 = rl[j0 * 8 + 2 * t + 1];
-                const float l10 = rl[j1 * 8 + 2 * t], l11 = rl[j1 * 8 + 2 * t + 1];
+                const float l00 = rs[j0 * 8 + 2 * t].w, l01 = rs[j0 * 8 + 2 * t + 1].w;
+                const float l10 = rs[j1 * 8 + 2 * t].w, l11 = rs[j1 * 8 + 2 * t + 1].w;
                 alp[0] = pack_bf16x2(-l00 * st[j0][0], -l01 * st[j0][1]);
                 alp[1] = pack_bf16x2(-l00 * st[j0][2], -l01 * st[j0][3]);
                 alp[2] = pack_bf16x2(-l10 * st[j1][0], -l11 * st[j1][1]);
@@ -667,26 +720,6 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                 }
             }
         }
-
-        /* bf(dS) (and the second operand) to shared memory as [query][key] */
-#pragma unroll
-        for (int j = 0; j < NT_Q; j++)
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int ql = j * 8 + 2 * t + e;
-                    const int kl = warp * 16 + g + 8 * r;
-                    const float ds = dpt[j][2 * r + e];
-                    ds_s[ql * LDS + kl] = __float2bfloat16_rn(ds);
-                    if (MODE == ATTN_FP32) {
-                        /* three BF16 terms (24 significant bits): dQ sums dS against keys that may share
-                           a large common offset, so the split residual would leak like bf16 mode's */
-                        const float r1 = bf16_residual(ds);
-                        x_s[ql * LDS + kl] = __float2bfloat16_rn(r1);
-                        x2_s[ql * LDS + kl] = __float2bfloat16_rn(bf16_residual(r1));
-                    }
-                }
         __syncthreads();
 
         /* dQ partial = bf(dS) K over this key tile (gproj's - lambda bf(P) K is in the accumulator's
@@ -703,10 +736,10 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {
                 uint32_t a[4], a2[4], a3[4];
-                ldsm_a<LDS>(a, ds_s, ql0, kk * 16, lane);
+                ldsm_a_t<LDQ>(a, ds_s, ql0, kk * 16, lane);
                 if (MODE == ATTN_FP32) {
-                    ldsm_a<LDS>(a2, x_s, ql0, kk * 16, lane);
-                    ldsm_a<LDS>(a3, x2_s, ql0, kk * 16, lane);
+                    ldsm_a_t<LDQ>(a2, x_s, ql0, kk * 16, lane);
+                    ldsm_a_t<LDQ>(a3, x2_s, ql0, kk * 16, lane);
                 }
 #pragma unroll
                 for (int n = 0; n < kDqCols / 8; n += 2) {
@@ -732,6 +765,7 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                 for (int n = 0; n < kDqCols / 8; n++) atomic_add_pair(dst + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
             }
         }
+        if (has_next) store_row_state(next_raw, buf ^ 1); /* buf ^ 1 was last read before the previous barrier */
         __syncthreads(); /* ds_s, x_s and this buffer are rewritten next iteration */
     }
 
@@ -773,9 +807,9 @@ __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __res
 template <int HS> constexpr size_t fwd_smem_bytes() { return (size_t)(kFwdQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
 template <int HS> constexpr size_t rows_smem_bytes() { return (size_t)(2 * kRowsQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
 template <int HS, int MODE> constexpr size_t bwd_smem_bytes() {
-    return (size_t)(2 * kBwdKeyTile + 4 * BwdTile<HS>::kQueries) * (HS + kPad) * 2 +
-           (size_t)BwdDsTiles<MODE>::kTiles * BwdTile<HS>::kQueries * (kBwdKeyTile + kPad) * 2 +
-           (size_t)8 * BwdTile<HS>::kQueries * 4;
+    return (size_t)(2 * kBwdKeyTile + 4 * BwdTile<HS>::kQueries) * (HS + kPad) * 2 +          /* K, V, 2x Q, dO */
+           (size_t)BwdDsTiles<MODE>::kTiles * kBwdKeyTile * (BwdTile<HS>::kQueries + kPad) * 2 + /* dS terms */
+           (size_t)2 * BwdTile<HS>::kQueries * sizeof(float4);                                 /* row state */
 }
 
 /* Workspace layout: dQ accumulator [B*NH*T*HS] fp32, D [B*NH*T], lambda [B*NH*T]. */
@@ -813,7 +847,7 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
     attn_bwd_prep_kernel<HS><<<(unsigned)ceil_div(rows, kWarps), kThreads, 0, stream>>>(
         out, dout, w.D, w.dq_acc, s.NH, s.T, rows, MODE != ATTN_GPROJ, MODE != ATTN_FP32);
     cudaCheckLastError();
-    if (MODE == ATTN_FP32 || MODE == ATTN_GPROJ) {
+    if constexpr (MODE == ATTN_FP32 || MODE == ATTN_GPROJ) { /* (no row-pass kernels for the other modes) */
         const size_t smem = rows_smem_bytes<HS>();
         cudaCheck(cudaFuncSetAttribute(attn_bwd_rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));

@@ -79,6 +79,16 @@ __device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], const bf16* tile, int r
     ldmatrix_x4(a, tile + (row0 + (lane & 15)) * LD + col0 + ((lane >> 4) << 3));
 }
 
+/* The same A fragment from a tile that stores A transposed, tile[k][m] (e.g. dS^T as the
+   backward's registers hold it, read back as the A operand of dQ = dS K), by the transposing
+   load: matrix i covers m0 + 8(i & 1).., k0 + 8(i >> 1).., so lane 4g + t receives
+   tile[k0 + 2t..+1][m0 + g] = A[g][2t..+1] in a0 (and likewise a1..a3). */
+template <int LD>
+__device__ __forceinline__ void ldsm_a_t(uint32_t (&a)[4], const bf16* tile, int m0, int k0, int lane) {
+    const int i = lane >> 3, r = lane & 7;
+    ldmatrix_x4_trans(a, tile + (k0 + r + ((i >> 1) << 3)) * LD + m0 + ((i & 1) << 3));
+}
+
 /* B fragments (k0..k0+15) of the two n-tiles n0 and n0+8 from a tile that stores B
    transposed, tile[n][k] (e.g. K for S = Q K^T): b[0], b[1] of n-tile n0, b[2], b[3] of n0+8.
    Matrices: (n0.., k0), (n0.., k0+8), (n0+8.., k0), (n0+8.., k0+8). */
