@@ -62,6 +62,9 @@ const GvVariant gv_variants[GV_NUM_VARIANTS] = {
     [GV_E_FPKB_DRES_UDK] = {"e4:fpkb+Dres+udk", GV_D_O_RESIDUAL, GV_DQ_FORWARD_PK_BF16, GV_DK_UNIFORM,
                             "as (e3) + a prefix-sum pass over K before the forward (O(T d)): 5 bwd GEMMs",
                             "bf(PK - prefix mean K) [B,NH,T,HS] BF16 (1x O) + O_lo BF16 (1x O)"},
+    [GV_E_PDQ_D32F_UDK] = {"e5:pdq+D32f+udk", GV_D_FP32P_FORWARD, GV_DQ_PWEIGHTED, GV_DK_UNIFORM,
+                           "(e2) + fwd P V on hi + lo parts of e (+1 fwd GEMM): 6 bwd GEMMs, 3 fwd",
+                           "O_lo BF16 (1x O)"},
 };
 
 static size_t qkv_at(AttnShape s, int b, int t, int part, int h) {
@@ -90,6 +93,16 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
     float* out_f32 = (float*)mallocCheck(sizeof(float) * nout);
     float* out_lo = (float*)mallocCheck(sizeof(float) * nout);
     float* stats = (float*)mallocCheck(sizeof(float) * attn_stats_count(s));
+    /* an fp32-P forward (fp32 mode's: same exponent and stats {m, l} as repair,
+       O = sum_j e_j V_j / l with fp32 e): its O and O_lo for variant (e5) */
+    float* outp = (float*)mallocCheck(sizeof(float) * nout);
+    float* outp_lo = (float*)mallocCheck(sizeof(float) * nout);
+    attention_forward_cpu(ATTN_FP32, no_opts, ATTN_IO_FP32, s, qkv, outp, stats);
+    for (size_t k = 0; k < nout; k++) {
+        float hi = bf16_round(outp[k]);
+        outp_lo[k] = bf16_round(outp[k] - hi);
+        outp[k] = hi;
+    }
     attention_forward_cpu(ATTN_REPAIR, no_opts, ATTN_IO_FP32, s, qkv, out_f32, stats);
     attention_forward_cpu(ATTN_REPAIR, no_opts, ATTN_IO_BF16, s, qkv, out, stats);
     for (size_t k = 0; k < nout; k++) {
@@ -108,6 +121,8 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
             float* V = (float*)mallocCheck(sizeof(float) * head);
             float* O = (float*)mallocCheck(sizeof(float) * head);
             float* Olo = (float*)mallocCheck(sizeof(float) * head);
+            float* Op = (float*)mallocCheck(sizeof(float) * head);
+            float* Oplo = (float*)mallocCheck(sizeof(float) * head);
             float* dO = (float*)mallocCheck(sizeof(float) * head);
             float* dV = (float*)callocCheck(head, sizeof(float));
             float* S = (float*)mallocCheck(sizeof(float) * (size_t)T);
@@ -134,6 +149,8 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
             attn_cpu_load_head(ATTN_IO_BF16, s, qkv, ATTN_HEAD_V, b, h, V);
             attn_cpu_load_head(ATTN_IO_BF16, s, out, ATTN_HEAD_OUT, b, h, O);
             attn_cpu_load_head(ATTN_IO_FP32, s, out_lo, ATTN_HEAD_OUT, b, h, Olo);
+            attn_cpu_load_head(ATTN_IO_FP32, s, outp, ATTN_HEAD_OUT, b, h, Op);
+            attn_cpu_load_head(ATTN_IO_FP32, s, outp_lo, ATTN_HEAD_OUT, b, h, Oplo);
             attn_cpu_load_head(ATTN_IO_BF16, s, dout, ATTN_HEAD_OUT, b, h, dO);
 
             for (int i = 0; i < T; i++) {
@@ -149,10 +166,13 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                 const float c = attn_cpu_dot(dOi, O + (size_t)i * HS, HS); /* stored BF16 O */
                 const float D_minus_c = attn_cpu_pivoted_D_minus_c(P, dP, c, n);
                 const float D_res = c + attn_cpu_dot(dOi, Olo + (size_t)i * HS, HS);
+                const float D_res_p = attn_cpu_dot(dOi, Op + (size_t)i * HS, HS) +
+                                      attn_cpu_dot(dOi, Oplo + (size_t)i * HS, HS);
                 for (int j = 0; j < n; j++) {
                     dS[GV_D_STORED_O][j] = bf16_round(P[j] * (dP[j] - c));
                     dS[GV_D_FP32][j] = bf16_round(P[j] * ((dP[j] - c) - D_minus_c));
                     dS[GV_D_O_RESIDUAL][j] = bf16_round(P[j] * (dP[j] - D_res));
+                    dS[GV_D_FP32P_FORWARD][j] = bf16_round(P[j] * (dP[j] - D_res_p));
                 }
                 float r[GV_NUM_D];
                 float p = 0.0f;
@@ -259,10 +279,10 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                 free(acc[v].dK); free(acc[v].dK_corr); free(acc[v].acc_dq); free(acc[v].r);
             }
             for (int k = 0; k < GV_NUM_D; k++) free(dS[k]);
-            free(Q); free(K); free(V); free(O); free(Olo); free(dO); free(dV);
+            free(Q); free(K); free(V); free(O); free(Olo); free(Op); free(Oplo); free(dO); free(dV);
             free(S); free(P); free(Pb); free(e); free(dP);
             free(acc_pk); free(fwd_pk); free(fwd_pk_bf); free(sum_k); free(suffix);
         }
     }
-    free(out); free(out_f32); free(out_lo); free(stats);
+    free(out); free(out_f32); free(out_lo); free(outp); free(outp_lo); free(stats);
 }

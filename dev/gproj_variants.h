@@ -15,7 +15,10 @@
  *   D    where D_i comes from: the stored BF16 O (dO . O, as bf16/repair/
  *        gproj), FP32 (sum_j P dP, pivoted, as fp32 mode: needs the row
  *        pre-pass), or the stored O plus its BF16 rounding residual
- *        O_lo = bf(O_f32 - O) (dO . O + dO . O_lo: one extra saved tensor);
+ *        O_lo = bf(O_f32 - O) (dO . O + dO . O_lo: one extra saved tensor),
+ *        the latter also from a forward that forms O with fp32 P (the P V
+ *        GEMM on BF16 hi + lo parts of e, as fp32 mode's forward does), so
+ *        that D matches the backward's P and not only the forward's bf(e);
  *   dQ   correction: none, P-weighted (gproj's exact lambda_i = r_i / p_i and
  *        a second accumulator sum_j bf(P_ij) K_j), uniform (r_i times the
  *        prefix mean of the keys), or forward-PK (r_i times the forward's
@@ -38,7 +41,13 @@
 
 #include "attention/attention.h"
 
-typedef enum { GV_D_STORED_O = 0, GV_D_FP32 = 1, GV_D_O_RESIDUAL = 2, GV_NUM_D = 3 } GvDSource;
+typedef enum {
+    GV_D_STORED_O = 0,    /* dO . O, the stored BF16 O of the repair forward */
+    GV_D_FP32 = 1,        /* sum_j P dP (pivoted), needs the row pre-pass */
+    GV_D_O_RESIDUAL = 2,  /* dO . O + dO . O_lo, O_lo = bf(O_f32 - O) of the repair forward */
+    GV_D_FP32P_FORWARD = 3, /* the same, from a forward whose P V product uses fp32 P (hi + lo) */
+    GV_NUM_D = 4
+} GvDSource;
 typedef enum {
     GV_DQ_NONE = 0,
     GV_DQ_PWEIGHTED,
@@ -78,6 +87,7 @@ enum {
     GV_E_PDQ_DRES_UDK,  /* (e2) P-weighted dQ + uniform dK, D from O + residual */
     GV_E_FPK_DRES_UDK,  /* (e3) forward-PK dQ + uniform dK, D from O + residual */
     GV_E_FPKB_DRES_UDK, /* (e4) (e3) with the forward's key mean saved in BF16 relative to the prefix mean */
+    GV_E_PDQ_D32F_UDK,  /* (e5) (e2) with O and O_lo from an fp32-P forward */
     GV_NUM_VARIANTS
 };
 extern const GvVariant gv_variants[GV_NUM_VARIANTS];

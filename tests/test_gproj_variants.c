@@ -14,7 +14,7 @@
  *  - (d) the deferred dK correction is the definition up to fp32 order:
  *    dQ bit-equal to gproj, dK within 2e-4 (BF16 rounding flips) of gproj's;
  *  - the variants with an accurate D and a P-weighted (or forward-PK) dQ
- *    correction, (b), (b'), (d), (d'), (e2), (e3), (e4), meet the target
+ *    correction, (b), (b'), (d), (d'), (e2) .. (e5), meet the target
  *    (<= 0.35% median dQ AND dK) on every case here, like fp32 and gproj;
  *  - the uniform dQ correction fails on sharp attention even with FP32 D
  *    (c: > 1% dQ at logits 1e2), and (e1) (uniform dK with D from the BF16
@@ -155,7 +155,7 @@ int main(void) {
 
     /* variants expected at the floor on every case, and the ones expected to fail somewhere */
     const int good[] = {GV_GPROJ, GV_B_PDQ_D32, GV_B_PDQ_DRES, GV_D_DEFER, GV_D_DEFER_BF16,
-                        GV_E_PDQ_DRES_UDK, GV_E_FPK_DRES_UDK, GV_E_FPKB_DRES_UDK};
+                        GV_E_PDQ_DRES_UDK, GV_E_FPK_DRES_UDK, GV_E_FPKB_DRES_UDK, GV_E_PDQ_D32F_UDK};
     const int ngood = (int)(sizeof good / sizeof good[0]);
     const AttnCase cases[] = {
         attn_case_key_offset(0, 1, seed),    attn_case_key_offset(16, 1, seed), attn_case_key_offset(64, 4, seed),
@@ -188,8 +188,9 @@ int main(void) {
         CHECK(m[GV_REPAIR].res >= 1e-4, "%s: repair's bf(dS) row residual %.2e at BF16 level", name,
               m[GV_REPAIR].res);
         /* the uniform dK post-pass restores the identity to gproj's level */
-        const int udk[] = {GV_C_UNIF_D32, GV_E_PDQ_DRES_UDK, GV_E_FPK_DRES_UDK, GV_E_FPKB_DRES_UDK};
-        for (int k = 0; k < 4; k++)
+        const int udk[] = {GV_C_UNIF_D32, GV_E_PDQ_DRES_UDK, GV_E_FPK_DRES_UDK, GV_E_FPKB_DRES_UDK,
+                           GV_E_PDQ_D32F_UDK};
+        for (int k = 0; k < (int)(sizeof udk / sizeof udk[0]); k++)
             CHECK(m[udk[k]].dksum <= 1.35 * m[GV_GPROJ].dksum, "%s: %s ||sum dK||/||dK|| %.2e <= 1.35 x gproj's %.2e",
                   name, gv_variants[udk[k]].name, m[udk[k]].dksum, m[GV_GPROJ].dksum);
         if (m[GV_A_PDQ].dk > worst_a_dk) worst_a_dk = m[GV_A_PDQ].dk;
