@@ -11,7 +11,8 @@
 # under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest multigpu tokenizer trainer matched ncu sweep modecost makerun
+#   phases: build gputest multigpu tokenizer trainer matched ncu sweep attnbench trainbench diagcost
+#           finalruns modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 set -u
@@ -162,6 +163,78 @@ for line in open(sys.argv[1]):
             fi
         done
         tar czf "$OUT/sweep.tgz" -C /tmp sweep
+        end 0 ;;
+    attnbench)
+        # issue 4: our kernels vs PyTorch SDPA (cuDNN, flash), side by side (scripts/bench_attention.sh)
+        begin "attention benchmark vs PyTorch SDPA"
+        timeout 240 bash scripts/bench_attention.sh "$OUT/attn" --shape 8,16,1024,64 --shape 4,16,2048,64 \
+            --shape 8,8,1024,128 --shape 2,16,4096,128 > "$OUT/attnbench.log" 2>&1
+        rc=$?; tail -n 12 "$OUT/attnbench.log" | tee -a "$SUMMARY"; end $rc ;;
+    trainbench)
+        # issue 5: our training step (every mode, per-kernel breakdown) vs the PyTorch twin, side by side
+        begin "training step vs the PyTorch twin (scripts/bench_train.sh)"
+        STEPS=8 TWIN_STEPS=12 TWIN_TIMEOUT=150 timeout 400 bash scripts/bench_train.sh "$OUT/bench_train.md" \
+            d12:32 450m:16 > "$OUT/trainbench.log" 2>&1
+        rc=$?; grep -A4 '^| model' "$OUT/bench_train.md" | tee -a "$SUMMARY"; end $rc ;;
+    diagcost)
+        # issue 8: what the diagnostics cost at 450m (B16 T1024), measured by the trainer itself
+        begin "diagnostics cost at 450m"
+        timeout 90 build/train_gpt --model 450m --batch-size 16 --seq-len 1024 --steps 10 --val-data "" \
+            --train-data "data/default/default_train_*.bin" --vocab "" --attn bf16 --diag-every 3 --overwrite 1 \
+            --out-dir /tmp/diagcost > "$OUT/diagcost.log" 2>&1
+        rc=$?; grep -h -E "^diagnostics:|mean over" "$OUT/diagcost.log" | tee -a "$SUMMARY"; end $rc ;;
+    finalruns)
+        # issue 5: the 450m preset on the Gutenberg shards for about 9 minutes (the device call limit is 10),
+        # and, sharing the GPU under MPS, issue 8's longer matched runs (lr 2e-3 continued, lr 4e-3).
+        begin "450m run (${RUN_SECONDS:=520} s) + longer matched runs"
+        prepare_data
+        mps=0
+        if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d 2>/dev/null; then mps=1; fi
+        say "   MPS: $([ $mps = 1 ] && echo on || echo off)"
+        rm -rf runs/450m_gutenberg runs/long_lr2e-3 runs/long_lr4e-3
+        timeout "$RUN_SECONDS" bash scripts/preset_450m.sh --mode gproj --no-diag \
+            --data "$DATA/gutenberg_train_*.bin:$DATA/gutenberg_val_*.bin" -- --out-dir runs/450m_gutenberg \
+            --total-batch-tokens 65536 --steps "${RUN_STEPS:-480}" --lr 6e-4 --warmup-steps 60 --val-every 100 \
+            --val-batches 20 --checkpoint-every 0 --sample-every "${RUN_STEPS:-480}" \
+            --sample-tokens 64 --diag-every 100 > "$OUT/run450m.log" 2>&1 &
+        flags=(--train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" --vocab .cache/gpt2
+               --steps 60000 --schedule constant --val-every 2500 --val-batches 20 --log-every 5000
+               --sample-every 0 --probe-every 500 --capture-attn "10,35000" --overwrite 1)
+        timeout "$((RUN_SECONDS - 10))" bash scripts/matched_runs.sh --name long_lr2e-3 --per-gpu 3 \
+            --modes "fp32 bf16 gproj" --diag-every 500 -- "${flags[@]}" --lr 2e-3 > "$OUT/long_lr2e-3.log" 2>&1 &
+        timeout "$((RUN_SECONDS - 10))" bash scripts/matched_runs.sh --name long_lr4e-3 --per-gpu 3 \
+            --modes "fp32 bf16 gproj" --diag-every 500 -- "${flags[@]}" --lr 4e-3 > "$OUT/long_lr4e-3.log" 2>&1 &
+        wait
+        pkill -TERM -f 'build/train_gpt ' ; sleep 5
+        [ $mps = 1 ] && echo quit | nvidia-cuda-mps-control
+        mkdir -p /tmp/final/run450m
+        grep -E "^(step|val|---- sample|mean over|saved|note|error)" "$OUT/run450m.log" | tail -n 40 | tee -a "$SUMMARY"
+        cp runs/450m_gutenberg/log.jsonl /tmp/final/run450m/ 2>/dev/null
+        cp "$OUT/run450m.log" /tmp/final/run450m/console.txt
+        python3 scripts/compare_runs.py runs/450m_gutenberg --out /tmp/final/run450m --smooth 5 >> "$SUMMARY" 2>&1
+        for g in long_lr2e-3 long_lr4e-3; do
+            mkdir -p /tmp/final/$g
+            say "-- $g"
+            python3 scripts/compare_runs.py $(ls -d runs/$g/*/ | grep -v /compare/) --out /tmp/final/$g --smooth 20 2>&1 \
+                | grep -v '^wrote' | tee /tmp/final/$g/compare.txt | tee -a "$SUMMARY"
+            for r in runs/$g/*/; do
+                [ -f "$r/log.jsonl" ] || continue
+                python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    try: rec = json.loads(line)
+    except ValueError: break
+    if rec.get("event") is not None or "val_loss" in rec or rec.get("step", 0) % 100 == 0: sys.stdout.write(line)
+' "$r/log.jsonl" > "/tmp/final/$g/log_$(basename "$r").jsonl"
+            done
+            cap_step=$(ls runs/$g/bf16/attn_step*_layer*.bin 2>/dev/null | sed 's/.*attn_step0*\([0-9]*\)_layer.*/\1/' | sort -n | tail -1)
+            if [ -n "$cap_step" ] && [ "$cap_step" -gt 10 ]; then
+                timeout 60 build/attn_probe $(printf -- '--capture %s ' runs/$g/bf16/attn_step$(printf %08d "$cap_step")_layer*.bin) \
+                    --heads 16 --json "/tmp/final/$g/probe_bf16_step$cap_step.json" > "/tmp/final/$g/probe_bf16_step$cap_step.txt" 2>&1
+                say "   attn_probe on $g bf16 captures at step $cap_step: rc $?"
+            fi
+        done
+        tar czf "$OUT/final.tgz" -C /tmp final
         end 0 ;;
     modecost)
         # issue 5: each attention mode's cost in a whole 450m training step (B16 T1024)
