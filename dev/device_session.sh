@@ -42,6 +42,39 @@ prepare_data() {
     ls -la "$DATA" >> "$OUT/data.txt"
 }
 
+# MPS lets the kernels of several small runs sharing one GPU overlap
+mps_start() { mps=0; command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d 2>/dev/null && mps=1
+              say "   MPS: $([ $mps = 1 ] && echo on || echo off)"; }
+# a time-limited matched_runs.sh leaves its trainers running: stop them (their logs end there), then MPS
+stop_runs() { pkill -TERM -f 'build/train_gpt ' ; sleep 5; [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control; }
+
+# summarize_group GROUP DEST: compare table and plots, logs thinned for the repo (every 100th step
+# record plus every diagnostics/validation record), attn_probe on the bf16 run's latest captures
+summarize_group() {
+    local g=$1 dest=$2/$1 r cap_step
+    mkdir -p "$dest"
+    say "-- $g"
+    python3 scripts/compare_runs.py $(ls -d runs/$g/*/ | grep -v /compare/) --out "$dest" --smooth 20 2>&1 \
+        | grep -v '^wrote' | tee "$dest/compare.txt" | tee -a "$SUMMARY"
+    for r in runs/$g/*/; do
+        [ -f "$r/log.jsonl" ] || continue
+        python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    try: rec = json.loads(line)
+    except ValueError: break
+    if rec.get("event") is not None or "val_loss" in rec or rec.get("step", 0) % 100 == 0: sys.stdout.write(line)
+' "$r/log.jsonl" > "$dest/log_$(basename "$r").jsonl"
+    done
+    cap_step=$(ls runs/$g/bf16/attn_step*_layer*.bin 2>/dev/null | sed 's/.*attn_step0*\([0-9]*\)_layer.*/\1/' | sort -n | tail -1)
+    if [ -n "$cap_step" ] && [ "$cap_step" -gt 10 ]; then
+        timeout 90 build/attn_probe $(printf -- '--capture %s ' runs/$g/bf16/attn_step$(printf %08d "$cap_step")_layer*.bin) \
+            --heads 16 --json "$dest/probe_bf16_step$cap_step.json" > "$dest/probe_bf16_step$cap_step.txt" 2>&1
+        say "   attn_probe on $g bf16 captures at step $cap_step: rc $?"
+        tail -n 30 "$dest/probe_bf16_step$cap_step.txt" >> "$SUMMARY"
+    fi
+}
+
 for phase in "$@"; do
     case "$phase" in
     build)
@@ -122,9 +155,7 @@ for phase in "$@"; do
         # rates, long enough for the keys to drift, several runs sharing the GPU (MPS when present).
         begin "gap sweep (${SWEEP_STEPS:=30000} steps per run, ${SWEEP_TIMEOUT:=330} s at most)"
         prepare_data
-        mps=0
-        if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d 2>/dev/null; then mps=1; fi
-        say "   MPS: $([ $mps = 1 ] && echo on || echo off)"
+        mps_start
         flags=(--train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" --vocab .cache/gpt2
                --steps "$SWEEP_STEPS" --schedule constant --val-every 2500 --val-batches 20 --log-every 2500
                --sample-every 0 --probe-every 500 --capture-attn "10,$((SWEEP_STEPS / 2)),$((SWEEP_STEPS - 1000))"
@@ -135,33 +166,8 @@ for phase in "$@"; do
         timeout "$SWEEP_TIMEOUT" bash scripts/matched_runs.sh --name sweep_lr6e-3 --per-gpu 4 --modes "fp32 bf16 gproj" \
             --gauge-arm bf16 --diag-every 500 -- "${flags[@]}" --lr 6e-3 > "$OUT/sweep_lr6e-3.log" 2>&1 &
         wait
-        # a time-limited matched_runs.sh leaves its trainers running: stop them (their logs end there)
-        pkill -TERM -f 'build/train_gpt ' ; sleep 3
-        [ $mps = 1 ] && echo quit | nvidia-cuda-mps-control
-        mkdir -p /tmp/sweep
-        for g in sweep_lr2e-3 sweep_lr6e-3; do
-            say "-- $g"
-            mkdir -p /tmp/sweep/$g
-            python3 scripts/compare_runs.py $(ls -d runs/$g/*/ | grep -v /compare/) --out /tmp/sweep/$g --smooth 20 2>&1 | grep -v '^wrote' \
-                | tee /tmp/sweep/$g/compare.txt | tee -a "$SUMMARY"
-            # thinned logs for the repo: every 25th step record plus every diagnostic/validation record
-            for r in runs/$g/*/; do
-                python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    rec = json.loads(line)
-    if len(rec) > 8 or rec.get("step", 0) % 25 == 0 or "val_loss" in rec: sys.stdout.write(line)
-' "$r/log.jsonl" > "/tmp/sweep/$g/log_$(basename "$r").jsonl" 2>/dev/null
-            done
-            # the latest bf16 captures, every mode against fp64
-            cap_step=$(ls runs/$g/bf16/attn_step*_layer*.bin 2>/dev/null | sed 's/.*attn_step0*\([0-9]*\)_layer.*/\1/' | sort -n | tail -1)
-            if [ -n "$cap_step" ]; then
-                timeout 90 build/attn_probe $(printf -- '--capture %s ' runs/$g/bf16/attn_step$(printf %08d "$cap_step")_layer*.bin) \
-                    --heads 16 --json "/tmp/sweep/$g/probe_bf16_step$cap_step.json" > "/tmp/sweep/$g/probe_bf16_step$cap_step.txt" 2>&1
-                say "   attn_probe on $g bf16 captures at step $cap_step: rc $?"
-                tail -n 30 "/tmp/sweep/$g/probe_bf16_step$cap_step.txt" >> "$SUMMARY"
-            fi
-        done
+        stop_runs
+        for g in sweep_lr2e-3 sweep_lr6e-3; do summarize_group "$g" /tmp/sweep; done
         tar czf "$OUT/sweep.tgz" -C /tmp sweep
         end 0 ;;
     attnbench)
@@ -188,9 +194,7 @@ for line in open(sys.argv[1]):
         # and, sharing the GPU under MPS, issue 8's longer matched runs (lr 2e-3 continued, lr 4e-3).
         begin "450m run (${RUN_SECONDS:=520} s) + longer matched runs"
         prepare_data
-        mps=0
-        if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d 2>/dev/null; then mps=1; fi
-        say "   MPS: $([ $mps = 1 ] && echo on || echo off)"
+        mps_start
         rm -rf runs/450m_gutenberg runs/long_lr2e-3 runs/long_lr4e-3
         timeout "$RUN_SECONDS" bash scripts/preset_450m.sh --mode gproj --no-diag \
             --data "$DATA/gutenberg_train_*.bin:$DATA/gutenberg_val_*.bin" -- --out-dir runs/450m_gutenberg \
@@ -205,35 +209,13 @@ for line in open(sys.argv[1]):
         timeout "$((RUN_SECONDS - 10))" bash scripts/matched_runs.sh --name long_lr4e-3 --per-gpu 3 \
             --modes "fp32 bf16 gproj" --diag-every 500 -- "${flags[@]}" --lr 4e-3 > "$OUT/long_lr4e-3.log" 2>&1 &
         wait
-        pkill -TERM -f 'build/train_gpt ' ; sleep 5
-        [ $mps = 1 ] && echo quit | nvidia-cuda-mps-control
+        stop_runs
         mkdir -p /tmp/final/run450m
         grep -E "^(step|val|---- sample|mean over|saved|note|error)" "$OUT/run450m.log" | tail -n 40 | tee -a "$SUMMARY"
         cp runs/450m_gutenberg/log.jsonl /tmp/final/run450m/ 2>/dev/null
         cp "$OUT/run450m.log" /tmp/final/run450m/console.txt
         python3 scripts/compare_runs.py runs/450m_gutenberg --out /tmp/final/run450m --smooth 5 >> "$SUMMARY" 2>&1
-        for g in long_lr2e-3 long_lr4e-3; do
-            mkdir -p /tmp/final/$g
-            say "-- $g"
-            python3 scripts/compare_runs.py $(ls -d runs/$g/*/ | grep -v /compare/) --out /tmp/final/$g --smooth 20 2>&1 \
-                | grep -v '^wrote' | tee /tmp/final/$g/compare.txt | tee -a "$SUMMARY"
-            for r in runs/$g/*/; do
-                [ -f "$r/log.jsonl" ] || continue
-                python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    try: rec = json.loads(line)
-    except ValueError: break
-    if rec.get("event") is not None or "val_loss" in rec or rec.get("step", 0) % 100 == 0: sys.stdout.write(line)
-' "$r/log.jsonl" > "/tmp/final/$g/log_$(basename "$r").jsonl"
-            done
-            cap_step=$(ls runs/$g/bf16/attn_step*_layer*.bin 2>/dev/null | sed 's/.*attn_step0*\([0-9]*\)_layer.*/\1/' | sort -n | tail -1)
-            if [ -n "$cap_step" ] && [ "$cap_step" -gt 10 ]; then
-                timeout 60 build/attn_probe $(printf -- '--capture %s ' runs/$g/bf16/attn_step$(printf %08d "$cap_step")_layer*.bin) \
-                    --heads 16 --json "/tmp/final/$g/probe_bf16_step$cap_step.json" > "/tmp/final/$g/probe_bf16_step$cap_step.txt" 2>&1
-                say "   attn_probe on $g bf16 captures at step $cap_step: rc $?"
-            fi
-        done
+        for g in long_lr2e-3 long_lr4e-3; do summarize_group "$g" /tmp/final; done
         tar czf "$OUT/final.tgz" -C /tmp final
         end 0 ;;
     modecost)
