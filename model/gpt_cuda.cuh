@@ -17,10 +17,10 @@
  *   activations: BF16 tensors by GpuActId (gpu_act_table), FP32 ones by
  *   GpuStatId; backward scratch (three BF16 buffers, an FP32 reduction
  *   scratch) and the attention workspace (the largest over all modes).
- * GELU and matmul biases live in cuBLASLt epilogues (model/matmul.cuh): the
- * fc matmul writes fch (pre-activation) and gelu(fch) in one pass, the fcproj
- * input-gradient matmul applies gelu'(fch) (DGELU), and each weight-gradient
- * matmul also yields its bias gradient (BGRADB) into GS_REDUCE_SCRATCH.
+ * GELU lives in cuBLASLt epilogues (model/matmul.cuh): the fc matmul writes
+ * fch (pre-activation) and gelu(fch) in one pass (GELU_AUX_BIAS), and the
+ * fcproj input-gradient matmul applies gelu'(fch) (DGELU). Bias gradients are
+ * column sums (bias_backward; matmul.cuh says why not an epilogue).
  * --recompute: 0 stores everything; 1 keeps gelu(fch) for one layer only and
  * rebuilds it in backward with gelu.cuh's kernel (one [N,4C] buffer instead
  * of L); 2 also recomputes LN1/LN2 outputs from the stored residual stream
@@ -566,7 +566,7 @@ static void gpt_cuda_backward(GPTCuda* m) {
     cudaStream_t st = m->stream;
     floatX* p = m->params;
     floatX* g = m->grads;
-    float* scratch = gpu_stat(m, GS_REDUCE_SCRATCH, 0); /* LayerNorm column sums; bias-gradient sums (4C floats) */
+    float* scratch = gpu_stat(m, GS_REDUCE_SCRATCH, 0);
     floatX* dres = gpu_act(m, GA_DRESIDUAL, 0);
     floatX* dbuf_c = gpu_act(m, GA_DBUF_C, 0);
     floatX* dbuf_4c = gpu_act(m, GA_DBUF_4C, 0);
@@ -577,8 +577,7 @@ static void gpt_cuda_backward(GPTCuda* m) {
     prof_mark(m, PH_MATMUL);
     matmul_backward_input(&m->matmul, dbuf_c, dlogits, gpu_param(m, p, P_WTE, 0), N, C, Vp, 0, st);
     prof_mark(m, PH_MATMUL);
-    matmul_backward_weight(&m->matmul, gpu_param(m, g, P_WTE, 0), nullptr, nullptr, dlogits, gpu_act(m, GA_LNF, 0), N,
-                           C, Vp, st);
+    matmul_backward_weight(&m->matmul, gpu_param(m, g, P_WTE, 0), dlogits, gpu_act(m, GA_LNF, 0), N, C, Vp, st);
     prof_mark(m, PH_OTHER);
     cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(floatX), st));
     prof_mark(m, PH_LAYERNORM);
@@ -615,18 +614,19 @@ static void gpt_cuda_backward(GPTCuda* m) {
             layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, gpu_param(m, p, P_LN2W, l),
                               gpu_param(m, p, P_LN2B, l), N, C, st);
         }
-        /* MLP: fcproj (through the GELU: dbuf_4c = d fch), fc, LN2. Bias gradients come out of the
-           weight-gradient GEMMs (BGRADB). */
+        /* MLP: fcproj (its input gradient taken through the GELU: dbuf_4c = d fch), fc, LN2 */
         prof_mark(m, PH_MATMUL);
         matmul_backward_input_dgelu(&m->matmul, dbuf_4c, dres, gpu_param(m, p, P_FCPROJW, l), fch, N, 4 * C, C, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), gpu_param(m, g, P_FCPROJB, l), scratch,
-                               dres, fch_gelu, N, 4 * C, C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), dres, fch_gelu, N, 4 * C, C, st);
+        prof_mark(m, PH_BIAS_GRAD);
+        bias_backward(gpu_param(m, g, P_FCPROJB, l), dres, scratch, N, C, st);
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_FCW, l), N, C, 4 * C, 0, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), gpu_param(m, g, P_FCB, l), scratch, dbuf_4c,
-                               ln2, N, C, 4 * C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), dbuf_4c, ln2, N, C, 4 * C, st);
+        prof_mark(m, PH_BIAS_GRAD);
+        bias_backward(gpu_param(m, g, P_FCB, l), dbuf_4c, scratch, N, 4 * C, st);
         prof_mark(m, PH_LAYERNORM);
         layernorm_backward(dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l), scratch, dbuf_c, residual2,
                            gpu_param(m, p, P_LN2W, l), ln2_mean, ln2_rstd, N, C, st);
@@ -634,8 +634,9 @@ static void gpt_cuda_backward(GPTCuda* m) {
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dres, gpu_param(m, p, P_ATTPROJW, l), N, C, C, 0, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_ATTPROJW, l), gpu_param(m, g, P_ATTPROJB, l), scratch,
-                               dres, atty, N, C, C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_ATTPROJW, l), dres, atty, N, C, C, st);
+        prof_mark(m, PH_BIAS_GRAD);
+        bias_backward(gpu_param(m, g, P_ATTPROJB, l), dres, scratch, N, C, st);
         prof_mark(m, PH_ATTENTION);
         attention_backward_cuda(m->attn_mode, m->attn_opt, shape, qkv, atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c,
                                 dbuf_4c, m->attn_workspace, st);
@@ -646,8 +647,9 @@ static void gpt_cuda_backward(GPTCuda* m) {
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_QKVW, l), N, C, 3 * C, 0, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_QKVW, l), gpu_param(m, g, P_QKVB, l), scratch, dbuf_4c,
-                               ln1, N, C, 3 * C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_QKVW, l), dbuf_4c, ln1, N, C, 3 * C, st);
+        prof_mark(m, PH_BIAS_GRAD);
+        bias_backward(gpu_param(m, g, P_QKVB, l), dbuf_4c, scratch, N, 3 * C, st);
         prof_mark(m, PH_LAYERNORM);
         layernorm_backward(dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l), scratch, dbuf_c, residual,
                            gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);

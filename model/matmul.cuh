@@ -4,42 +4,39 @@
  * Why: the four projections per layer and the tied output head are almost
  * all of the FLOPs. cuBLASLt runs them on tensor cores (BF16 in, FP32
  * accumulate, BF16 out) and fuses the elementwise work around them into the
- * GEMM's epilogue, so none of it costs an extra pass over memory:
+ * GEMM's epilogue, so it costs no extra pass over memory:
  *   forward   the bias add; for the MLP's first projection also the GELU,
  *             with the pre-activation written to an aux buffer (GELU_AUX_BIAS);
- *   backward  the bias gradient (the column sums of dout) out of the weight-
- *             gradient GEMM, which reads dout anyway (BGRADB); the GELU
- *             backward (multiply by gelu'(pre-activation), read from the aux
- *             buffer) on the input-gradient GEMM that produces d(gelu output)
- *             (DGELU).
+ *   backward  the GELU backward (multiply by gelu'(pre-activation), read from
+ *             that aux buffer) on the input-gradient GEMM that produces
+ *             d(gelu output) (DGELU).
  *
  * Layout convention (row-major, like the rest of the model):
  *   forward   out[N, OC] = inp[N, K] @ W[OC, K]^T (+ bias[OC]) (-> GELU)
  *   backward  dinp[N, K] (+)= dout[N, OC] @ W[OC, K]    (optionally * gelu'(pre[N, K]))
  *             dW[OC, K]  += dout^T @ inp                (always accumulates: grad accumulation)
- *             dbias[OC]  += sum over rows of dout       (with dW, from the same GEMM)
  * cuBLAS sees these as column-major products; the mapping is written out once
  * in each wrapper below.
  *
- * Bias gradients and gradient accumulation: the epilogue WRITES its bias
- * gradient (there is no beta for it), while the model's BF16 gradients must
- * ADD over micro-batches. So the epilogue writes this micro-batch's sums in
- * FP32 into a caller-provided scratch vector, and a tiny kernel (OC threads)
- * does dbias = bf16(dbias + sum): one rounding per micro-batch, exactly the
- * arithmetic of the column-sum kernel (layernorm.cuh: bias_backward) this
- * replaces. cuBLASLt sums in FP32 (compute type 32F) with a fixed order per
- * algorithm, and the algorithm is a fixed function of the shape: reproducible.
+ * Where the unfused path stays, and why (measured on the H200, cuBLASLt of
+ * CUDA 13.0, d12 shapes N = 32768, C = 768; dev/results/gpu_trainer.md):
+ *  - Bias gradients stay a separate deterministic column sum (layernorm.cuh:
+ *    bias_backward). cuBLASLt's BGRADB epilogue on the weight-gradient GEMM
+ *    computes them, but (1) it only writes them as BF16 (an FP32 bias-gradient
+ *    type is refused with CUBLAS_STATUS_INVALID_VALUE), so accumulating over
+ *    micro-batches would round twice, and (2) it made the four weight-gradient
+ *    GEMMs of a layer 0.23 ms slower (0.64 -> 0.87 ms), more than the four
+ *    column sums cost (0.17 ms). DGELU_BGRAD (fc's bias gradient out of the
+ *    DGELU GEMM) was slower still (0.30 -> 0.84 ms).
+ *  - gelu.cuh's standalone forward serves --recompute: rebuilding gelu(pre)
+ *    in backward has no GEMM to ride on.
  *
- * Where the unfused path stays: nowhere in matmuls. gelu.cuh's standalone
- * forward is still needed for --recompute (rebuilding gelu(pre) in backward
- * has no GEMM to ride on).
- *
- * Alignment (checked, with a message): every pointer 16 bytes; channel counts
- * (m of the aux epilogues: the aux leading dimension) multiples of 8.
+ * Alignment (checked, with a message): every pointer 16 bytes; m of the aux
+ * epilogues (the aux leading dimension) a multiple of 8.
  *
  * Offers: MatmulContext (+ init/free), matmul_forward (bias / GELU epilogues),
- * matmul_backward_input, matmul_backward_input_dgelu, matmul_backward_weight
- * (dW and optionally dbias), cublasCheck.
+ * matmul_backward_input, matmul_backward_input_dgelu, matmul_backward_weight,
+ * cublasCheck.
  */
 #ifndef MODEL_MATMUL_CUH
 #define MODEL_MATMUL_CUH
@@ -78,7 +75,6 @@ typedef enum {
     MATMUL_EPILOGUE_NONE = 0,
     MATMUL_EPILOGUE_BIAS,          /* D = A B + bias[m] */
     MATMUL_EPILOGUE_GELU_AUX_BIAS, /* aux = A B + bias[m]; D = gelu(aux) */
-    MATMUL_EPILOGUE_BGRADB,        /* D (+)= A B; bias_grad[n] = sum over k of op(B)[k, n] (FP32) */
     MATMUL_EPILOGUE_DGELU,         /* D = (A B) * gelu'(aux) */
 } MatmulEpilogue;
 
@@ -87,7 +83,6 @@ static const char* matmul_epilogue_name(MatmulEpilogue e) {
         case MATMUL_EPILOGUE_NONE: return "none";
         case MATMUL_EPILOGUE_BIAS: return "bias";
         case MATMUL_EPILOGUE_GELU_AUX_BIAS: return "gelu_aux_bias";
-        case MATMUL_EPILOGUE_BGRADB: return "bgradb";
         case MATMUL_EPILOGUE_DGELU: return "dgelu";
     }
     return "?";
@@ -96,7 +91,6 @@ static const char* matmul_epilogue_name(MatmulEpilogue e) {
 /* What an epilogue reads or writes besides A, B and D (NULL where unused). */
 typedef struct {
     const floatX* bias; /* BIAS, GELU_AUX_BIAS: m entries */
-    float* bias_grad;   /* BGRADB: n entries, written (not accumulated), FP32 */
     floatX* aux;        /* GELU_AUX_BIAS: written; DGELU: read. [m, n], ld m */
 } MatmulEpilogueArgs;
 
@@ -110,16 +104,13 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
                             MatmulEpilogueArgs args, cudaStream_t stream) {
     const char* epi_name = matmul_epilogue_name(epilogue);
     if (m <= 0 || n <= 0 || k <= 0) die("matmul: bad shape m=%d n=%d k=%d (epilogue %s)", m, n, k, epi_name);
-    if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)args.bias | (uintptr_t)args.bias_grad |
-         (uintptr_t)args.aux) % 16 != 0)
+    if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)args.bias | (uintptr_t)args.aux) % 16 != 0)
         die("matmul: a pointer is not 16-byte aligned (m=%d n=%d k=%d, epilogue %s)", m, n, k, epi_name);
     const int needs_bias = epilogue == MATMUL_EPILOGUE_BIAS || epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS;
     const int needs_aux = epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS || epilogue == MATMUL_EPILOGUE_DGELU;
-    const int needs_bias_grad = epilogue == MATMUL_EPILOGUE_BGRADB;
-    if (needs_bias != (args.bias != nullptr) || needs_aux != (args.aux != nullptr) ||
-        needs_bias_grad != (args.bias_grad != nullptr))
-        die("matmul: epilogue %s got the wrong set of bias / bias_grad / aux pointers (bias %s, bias_grad %s, aux %s)",
-            epi_name, args.bias ? "set" : "NULL", args.bias_grad ? "set" : "NULL", args.aux ? "set" : "NULL");
+    if (needs_bias != (args.bias != nullptr) || needs_aux != (args.aux != nullptr))
+        die("matmul: epilogue %s got the wrong set of bias / aux pointers (bias %s, aux %s)", epi_name,
+            args.bias ? "set" : "NULL", args.aux ? "set" : "NULL");
     /* cuBLASLt: the GELU aux leading dimension must be a multiple of 8 */
     if (needs_aux && m % 8 != 0) die("matmul: epilogue %s needs m %% 8 == 0 (m=%d)", epi_name, m);
     /* DGELU multiplies the whole result by gelu'(aux); with beta = 1 the old D would be multiplied too */
@@ -136,7 +127,6 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
         case MATMUL_EPILOGUE_NONE: epi = CUBLASLT_EPILOGUE_DEFAULT; break;
         case MATMUL_EPILOGUE_BIAS: epi = CUBLASLT_EPILOGUE_BIAS; break;
         case MATMUL_EPILOGUE_GELU_AUX_BIAS: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
-        case MATMUL_EPILOGUE_BGRADB: epi = CUBLASLT_EPILOGUE_BGRADB; break;
         case MATMUL_EPILOGUE_DGELU: epi = CUBLASLT_EPILOGUE_DGELU; break;
     }
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
@@ -146,14 +136,6 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
                                                    sizeof(bias_type)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias,
                                                    sizeof(args.bias)));
-    }
-    if (needs_bias_grad) {
-        /* FP32 sums out: the accumulation into the BF16 gradient happens after, with one rounding */
-        const cudaDataType_t bias_type = CUDA_R_32F;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                   sizeof(bias_type)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias_grad,
-                                                   sizeof(args.bias_grad)));
     }
     if (needs_aux) {
         const int64_t aux_ld = m; /* aux has D's shape and layout */
@@ -202,7 +184,7 @@ static void matmul_forward(MatmulContext* ctx, floatX* out, const floatX* inp, c
                            const floatX* bias, floatX* gelu_preact, int N, int K, int OC, cudaStream_t stream) {
     MatmulEpilogue epi = bias ? MATMUL_EPILOGUE_BIAS : MATMUL_EPILOGUE_NONE;
     if (gelu_preact) epi = MATMUL_EPILOGUE_GELU_AUX_BIAS;
-    const MatmulEpilogueArgs args = {bias, nullptr, gelu_preact};
+    const MatmulEpilogueArgs args = {bias, gelu_preact};
     matmul_cublaslt(ctx, out, weight, inp, OC, N, K, 1, 0, 0, epi, args, stream);
 }
 
@@ -210,7 +192,7 @@ static void matmul_forward(MatmulContext* ctx, floatX* out, const floatX* inp, c
    dinp^T[K, N] = W^T[K, OC] dout^T[OC, N]: m = K, n = N, k = OC, no transposes. */
 static void matmul_backward_input(MatmulContext* ctx, floatX* dinp, const floatX* dout, const floatX* weight, int N,
                                   int K, int OC, int accumulate, cudaStream_t stream) {
-    const MatmulEpilogueArgs args = {nullptr, nullptr, nullptr};
+    const MatmulEpilogueArgs args = {nullptr, nullptr};
     matmul_cublaslt(ctx, dinp, weight, dout, K, N, OC, 0, 0, accumulate, MATMUL_EPILOGUE_NONE, args, stream);
 }
 
@@ -222,35 +204,17 @@ static void matmul_backward_input(MatmulContext* ctx, floatX* dinp, const floatX
 static void matmul_backward_input_dgelu(MatmulContext* ctx, floatX* dinp, const floatX* dout, const floatX* weight,
                                         const floatX* gelu_preact, int N, int K, int OC, cudaStream_t stream) {
     if (gelu_preact == nullptr) die("matmul_backward_input_dgelu: needs the GELU pre-activation");
-    const MatmulEpilogueArgs args = {nullptr, nullptr, (floatX*)gelu_preact}; /* read only (DGELU) */
+    const MatmulEpilogueArgs args = {nullptr, (floatX*)gelu_preact}; /* read only (DGELU) */
     matmul_cublaslt(ctx, dinp, weight, dout, K, N, OC, 0, 0, 0, MATMUL_EPILOGUE_DGELU, args, stream);
-}
-
-/* dbias[i] = bf16(dbias[i] + sums[i]): adds one micro-batch's FP32 bias
-   gradient (written by the BGRADB epilogue) to the accumulated BF16 one. */
-__global__ void bias_grad_accumulate_kernel(floatX* dbias, const float* sums, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dbias[i] = from_float(to_float(dbias[i]) + sums[i]);
 }
 
 /* dW[OC, K] += dout[N, OC]^T @ inp[N, K]. Column-major:
    dW^T[K, OC] = inp^T[K, N] dout[N, OC]: m = K, n = OC, k = N, B transposed.
-   With dbias non-NULL also dbias[OC] += sum over the N rows of dout: the
-   BGRADB epilogue reduces op(B) = dout over k = N into one FP32 sum per
-   column n = oc, written to bias_scratch (OC floats, 16-byte aligned), then
-   added into dbias. */
-static void matmul_backward_weight(MatmulContext* ctx, floatX* dweight, floatX* dbias, float* bias_scratch,
-                                   const floatX* dout, const floatX* inp, int N, int K, int OC, cudaStream_t stream) {
-    if (dbias == nullptr) {
-        const MatmulEpilogueArgs args = {nullptr, nullptr, nullptr};
-        matmul_cublaslt(ctx, dweight, inp, dout, K, OC, N, 0, 1, 1, MATMUL_EPILOGUE_NONE, args, stream);
-        return;
-    }
-    if (bias_scratch == nullptr) die("matmul_backward_weight: a bias gradient needs an FP32 scratch of OC=%d floats", OC);
-    const MatmulEpilogueArgs args = {nullptr, bias_scratch, nullptr};
-    matmul_cublaslt(ctx, dweight, inp, dout, K, OC, N, 0, 1, 1, MATMUL_EPILOGUE_BGRADB, args, stream);
-    bias_grad_accumulate_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, bias_scratch, OC);
-    cudaCheckLastError();
+   (The bias gradient is layernorm.cuh's bias_backward: see the top comment.) */
+static void matmul_backward_weight(MatmulContext* ctx, floatX* dweight, const floatX* dout, const floatX* inp, int N,
+                                   int K, int OC, cudaStream_t stream) {
+    const MatmulEpilogueArgs args = {nullptr, nullptr};
+    matmul_cublaslt(ctx, dweight, inp, dout, K, OC, N, 0, 1, 1, MATMUL_EPILOGUE_NONE, args, stream);
 }
 
 #endif /* MODEL_MATMUL_CUH */
