@@ -18,27 +18,30 @@
  *              others: x = (S - m) * c, stats {m, l}
  *              P V:    bf(e) as the A operand; fp32 mode adds bf(e - bf(e)).
  *   bwd_prep   one warp per row: zeroes the fp32 dQ accumulator (not in gproj
- *              mode, whose row pass writes its starting value), D = dO . O
- *              from the stored BF16 O (all modes but fp32).
+ *              mode, whose row pass computes dQ), D = dO . O from the stored
+ *              BF16 O (all modes but fp32).
  *   bwd_rows   (fp32 and gproj only) query-major pass over the row, 4 warps x
  *              16 query rows, S and dP on tensor cores:
  *              fp32:  D_i = sum_j P_ij dP_ij in FP32 (no BF16 O in D);
  *              gproj: lambda_i = r_i / p_i with r_i = sum_j bf(dS_ij),
  *                     p_i = sum_j bf(P_ij) - the whole-row sums that the dK
  *                     correction needs before any key tile is finished - and
- *                     PK_i = sum_j bf(P_ij) K_j (a third GEMM), written as the
- *                     dQ accumulator's starting value -lambda_i PK_i.
+ *                     all of dQ: DSK_i = sum_j bf(dS_ij) K_j and
+ *                     PK_i = sum_j bf(P_ij) K_j (two more GEMMs, P and dS from
+ *                     registers), dQ_i = bf(s (DSK_i - lambda_i PK_i)).
  *   backward   grid (key tiles of 128, B*NH), 8 warps x 16 keys; loops over
  *              query tiles (64 rows for HS 64, 32 for HS 128, double-buffered):
  *              S^T, dP^T, P, dS in registers; dV += bf(P)^T dO,
- *              dK += bf(dS)^T Q (gproj: + bf(-lambda P)^T Q); bf(dS) goes
- *              through shared memory into dQ += bf(dS) K, atomically added
- *              (float2 atomics on sm_90) to the fp32 accumulator.
- *   bwd_dq     dQ = bf(s * accumulator) into dqkv.
- * gproj's dQ_i = s (sum_j bf(dS_ij) K_j - lambda_i sum_j bf(P_ij) K_j) is thus
- * the definition of docs/ATTENTION_NUMERICS.md up to the order of the FP32
- * sums: the correction term is summed whole in the row pass and the bf(dS) K
- * tiles are added to it by the key-major kernel's atomics.
+ *              dK += bf(dS)^T Q (gproj: + bf(-lambda P)^T Q); except in gproj
+ *              mode bf(dS) goes through shared memory into dQ += bf(dS) K,
+ *              atomically added (float2 atomics on sm_90) to the fp32
+ *              accumulator.
+ *   bwd_dq     dQ = bf(s * accumulator) into dqkv (not gproj).
+ * gproj's dQ_i = s (sum_j bf(dS_ij) K_j - lambda_i sum_j bf(P_ij) K_j) is the
+ * definition of docs/ATTENTION_NUMERICS.md up to the order of the FP32 sums:
+ * both sums run over the row in the row pass, key tile after key tile, and
+ * are combined once at the end (until 2026-11-29 the key-major kernel summed
+ * both per key tile, combined them there and added the tiles by atomics).
  * fp32 mode splits every FP32 operand (P, dS) into BF16 hi + lo, so each
  * product is exact up to 2^-17 relative and the FP32 accumulation does the
  * rest; in the dQ GEMM dS gets a third term (24 bits), see there.
@@ -74,9 +77,13 @@ static_assert(kKeyTile == ATTN_SHIFT_TILE_KEYS, "the GPU key tile must be the ti
 /* Query tile of the backward: smaller for HS 128 so dK and dV accumulators
    (2 x 16 x HS fp32 per warp) and the S/dP tiles fit in registers. */
 template <int HS> struct BwdTile { static constexpr int kQueries = (HS == 64) ? 64 : 32; };
-/* BF16 dS tiles the backward stages in shared memory for its dQ GEMM: bf(dS), and in fp32 mode
-   the two further BF16 terms of dS. */
-template <int MODE> struct BwdDsTiles { static constexpr int kTiles = (MODE == ATTN_FP32) ? 3 : 1; };
+/* Where dQ is computed: gproj's row pass computes it whole (it has the whole rows); the other
+   modes in the key-major backward, from BF16 dS tiles staged in shared memory: bf(dS), and in
+   fp32 mode the two further BF16 terms of dS. */
+template <int MODE> struct BwdDsTiles {
+    static constexpr bool kDqHere = (MODE != ATTN_GPROJ);
+    static constexpr int kTiles = (MODE == ATTN_FP32) ? 3 : kDqHere ? 1 : 0;
+};
 
 /* Everything a kernel needs to find one head in the fused layouts. */
 struct HeadPtrs {
@@ -324,9 +331,15 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
                                                                  const bf16* __restrict__ dout,
                                                                  const float* __restrict__ stats,
                                                                  float* __restrict__ D, float* __restrict__ lambda,
-                                                                 float* __restrict__ dq_acc, int NH, int T, float c) {
+                                                                 bf16* __restrict__ dqkv, int NH, int T, float scale,
+                                                                 float c) {
     constexpr int BQ = kRowsQueryTile, BK = kKeyTile, LD = HS + kPad;
     constexpr int KSTEPS = HS / 16, NT_S = BK / 8, NT_O = HS / 8;
+    /* Q and dO fragments stay in registers across key tiles, except where gproj's two HS-wide dQ
+       accumulators need those registers (HS 128): there they are reloaded from shared memory per tile */
+    constexpr bool kHoldFrags = !(MODE == ATTN_GPROJ && HS == 128);
+    /* ... and there the S and dP accumulators cover half a key tile at a time */
+    constexpr int KSPLIT = (MODE == ATTN_GPROJ && HS == 128) ? 4 : 1, NT_SUB = NT_S / KSPLIT;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
     bf16* do_s = q_s + BQ * LD;
@@ -362,10 +375,13 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
     }
     float acc_a[2] = {0.f, 0.f}; /* fp32: sum P dP; gproj: r = sum bf(dS) */
     float acc_b[2] = {0.f, 0.f}; /* gproj: p = sum bf(P) */
-    /* gproj: PK_i = sum_j bf(P_ij) K_j for rows g, g+8 (the dQ correction, finished as -lambda_i PK_i) */
-    float pk[NT_O][4];
+    /* gproj, rows g and g+8: DSK_i = sum_j bf(dS_ij) K_j and PK_i = sum_j bf(P_ij) K_j; at the end
+       dQ_i = s (DSK_i - lambda_i PK_i) */
+    float dsk[NT_O][4], pk[NT_O][4];
 #pragma unroll
-    for (int n = 0; n < NT_O; n++) pk[n][0] = pk[n][1] = pk[n][2] = pk[n][3] = 0.f;
+    for (int n = 0; n < NT_O; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dsk[n][e] = pk[n][e] = 0.f;
 
     uint32_t qf[KSTEPS][4], dof[KSTEPS][4];
     for (int kt = 0; kt < n_key_tiles; kt++) {
@@ -379,7 +395,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (kt == 0) {
+        if (kHoldFrags && kt == 0) {
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; kk++) {
                 ldsm_a<LD>(qf[kk], q_s, warp * 16, kk * 16, lane);
@@ -388,69 +404,92 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
         }
         const bf16* kb = k_s + (kt & 1) * BK * LD;
         const bf16* vb = v_s + (kt & 1) * BK * LD;
-        float s[NT_S][4], dp[NT_S][4];
+        /* the key tile in KSPLIT sub-tiles, one after the other (the same keys in the same order) */
+#pragma unroll 1
+        for (int sub = 0; sub < KSPLIT; sub++) {
+            const int sub_key0 = sub * (BK / KSPLIT);
+            float s[NT_SUB][4], dp[NT_SUB][4];
 #pragma unroll
-        for (int j = 0; j < NT_S; j++)
+            for (int j = 0; j < NT_SUB; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
+                for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < KSTEPS; kk++) {
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                uint32_t qa[4], doa[4];
+                if (kHoldFrags) {
 #pragma unroll
-            for (int j = 0; j < NT_S; j += 2) {
-                uint32_t bb[4];
-                ldsm_b_nk_x2<LD>(bb, kb, j * 8, kk * 16, lane);
-                mma_16816(s[j], qf[kk], bb[0], bb[1]);
-                mma_16816(s[j + 1], qf[kk], bb[2], bb[3]);
-                ldsm_b_nk_x2<LD>(bb, vb, j * 8, kk * 16, lane);
-                mma_16816(dp[j], dof[kk], bb[0], bb[1]);
-                mma_16816(dp[j + 1], dof[kk], bb[2], bb[3]);
-            }
-        }
-        /* the mask only where it can bite: tiles before the block's diagonal tile, in a query tile that
-           lies wholly before T, see every score (the same values and sums either way) */
-        auto row_sums = [&](auto masked_tag) {
-            constexpr bool kMasked = decltype(masked_tag)::value;
-#pragma unroll
-            for (int j = 0; j < NT_S; j++)
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int key = kt * BK + j * 8 + 2 * t + e;
-                        const int query = q0 + warp * 16 + g + 8 * r;
-                        float p = 0.f; /* masked: exactly 0 (gproj's P operand below) */
-                        if (!kMasked || (key <= query && query < T)) {
-                            p = backward_prob<MODE>(s[j][2 * r + e], row_m[r], row_l[r], c);
-                            const float dpv = dp[j][2 * r + e];
-                            if (MODE == ATTN_FP32) {
-                                acc_a[r] += p * dpv;
-                            } else {
-                                const float ds = p * (dpv - row_D[r]);
-                                acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
-                                acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
-                            }
-                        }
-                        s[j][2 * r + e] = p;
+                    for (int e = 0; e < 4; e++) {
+                        qa[e] = qf[kk][e];
+                        doa[e] = dof[kk][e];
                     }
-        };
-        if (kt < q_tile && q0 + BQ <= T) row_sums(std::false_type{});
-        else row_sums(std::true_type{});
-        if (MODE == ATTN_GPROJ) {
-            /* PK += bf(P) K: P repacked from the C fragments as the A operand, K as the [key][dim]
-               B operand (the forward's P V with K in place of V) */
+                } else {
+                    ldsm_a<LD>(qa, q_s, warp * 16, kk * 16, lane);
+                    ldsm_a<LD>(doa, do_s, warp * 16, kk * 16, lane);
+                }
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++) {
-                uint32_t a[4];
-                a[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-                a[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-                a[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                a[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-                for (int n = 0; n < NT_O; n += 2) {
+                for (int j = 0; j < NT_SUB; j += 2) {
                     uint32_t bb[4];
-                    ldsm_b_kn_x2<LD>(bb, kb, kk * 16, n * 8, lane);
-                    mma_16816(pk[n], a, bb[0], bb[1]);
-                    mma_16816(pk[n + 1], a, bb[2], bb[3]);
+                    ldsm_b_nk_x2<LD>(bb, kb, sub_key0 + j * 8, kk * 16, lane);
+                    mma_16816(s[j], qa, bb[0], bb[1]);
+                    mma_16816(s[j + 1], qa, bb[2], bb[3]);
+                    ldsm_b_nk_x2<LD>(bb, vb, sub_key0 + j * 8, kk * 16, lane);
+                    mma_16816(dp[j], doa, bb[0], bb[1]);
+                    mma_16816(dp[j + 1], doa, bb[2], bb[3]);
+                }
+            }
+            /* the mask only where it can bite: tiles before the block's diagonal tile, in a query tile that
+               lies wholly before T, see every score (the same values and sums either way) */
+            auto row_sums = [&](auto masked_tag) {
+                constexpr bool kMasked = decltype(masked_tag)::value;
+#pragma unroll
+                for (int j = 0; j < NT_SUB; j++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int key = kt * BK + sub_key0 + j * 8 + 2 * t + e;
+                            const int query = q0 + warp * 16 + g + 8 * r;
+                            float p = 0.f, ds = 0.f; /* masked: exactly 0 (gproj's GEMM operands below) */
+                            if (!kMasked || (key <= query && query < T)) {
+                                p = backward_prob<MODE>(s[j][2 * r + e], row_m[r], row_l[r], c);
+                                const float dpv = dp[j][2 * r + e];
+                                if (MODE == ATTN_FP32) {
+                                    acc_a[r] += p * dpv;
+                                } else {
+                                    ds = p * (dpv - row_D[r]);
+                                    acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
+                                    acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
+                                }
+                            }
+                            s[j][2 * r + e] = p;
+                            dp[j][2 * r + e] = ds;
+                        }
+            };
+            if (kt < q_tile && q0 + BQ <= T) row_sums(std::false_type{});
+            else row_sums(std::true_type{});
+            if (MODE == ATTN_GPROJ) {
+                /* DSK += bf(dS) K and PK += bf(P) K: dS and P repacked from the C fragments as A operands,
+                   K as the [key][dim] B operand (the forward's P V with K in place of V) */
+#pragma unroll
+                for (int kk = 0; kk < NT_SUB / 2; kk++) {
+                    uint32_t ap[4], ads[4];
+                    ap[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+                    ap[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+                    ap[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                    ap[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                    ads[0] = pack_bf16x2(dp[2 * kk][0], dp[2 * kk][1]);
+                    ads[1] = pack_bf16x2(dp[2 * kk][2], dp[2 * kk][3]);
+                    ads[2] = pack_bf16x2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+                    ads[3] = pack_bf16x2(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+                    for (int n = 0; n < NT_O; n += 2) {
+                        uint32_t bb[4];
+                        ldsm_b_kn_x2<LD>(bb, kb, sub_key0 + kk * 16, n * 8, lane);
+                        mma_16816(dsk[n], ads, bb[0], bb[1]);
+                        mma_16816(dsk[n + 1], ads, bb[2], bb[3]);
+                        mma_16816(pk[n], ap, bb[0], bb[1]);
+                        mma_16816(pk[n + 1], ap, bb[2], bb[3]);
+                    }
                 }
             }
         }
@@ -469,17 +508,20 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
         else lambda[idx] = row_lambda[r];
     }
     if (MODE == ATTN_GPROJ) {
-        /* the dQ accumulator starts at -lambda_i PK_i (the prep kernel leaves gproj's untouched); the
-           main kernel then adds sum_j bf(dS_ij) K_j exactly as in bf16 mode */
+        /* dQ_i = bf(s * (DSK_i - lambda_i PK_i)), the combination in one FP32 fma per element, into
+           the q slot of dqkv (the main kernel writes only the k and v slots in gproj mode) */
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const float lam = row_lambda[r];
             const int query = q0 + warp * 16 + g + 8 * r;
             if (query >= T) continue;
-            float* dst = dq_acc + ((long long)bh * T + query) * HS + 2 * t;
+            bf16* dq_row = dqkv + ((long long)b * T + query) * qkv_row + (long long)h * HS + 2 * t;
 #pragma unroll
-            for (int n = 0; n < NT_O; n++)
-                *reinterpret_cast<float2*>(dst + n * 8) = make_float2(-lam * pk[n][2 * r], -lam * pk[n][2 * r + 1]);
+            for (int n = 0; n < NT_O; n++) {
+                const float v0 = __fmaf_rn(-lam, pk[n][2 * r], dsk[n][2 * r]);
+                const float v1 = __fmaf_rn(-lam, pk[n][2 * r + 1], dsk[n][2 * r + 1]);
+                *reinterpret_cast<uint32_t*>(dq_row + n * 8) = pack_bf16x2(v0 * scale, v1 * scale);
+            }
         }
     }
 }
@@ -498,6 +540,7 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
     constexpr int BK = kBwdKeyTile, BQ = BwdTile<HS>::kQueries, LD = HS + kPad, LDQ = BQ + kPad;
     constexpr int KSTEPS = HS / 16, NT_Q = BQ / 8, NT_D = HS / 8;
     constexpr int kDsTiles = BwdDsTiles<MODE>::kTiles;
+    constexpr bool kDqHere = BwdDsTiles<MODE>::kDqHere;
     static_assert(BQ <= kBwdThreads, "one thread per query row stages the row state");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* k_s = reinterpret_cast<bf16*>(smem_raw);
@@ -651,11 +694,12 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
             ads[1] = pack_bf16x2(dpt[j0][2], dpt[j0][3]);
             ads[2] = pack_bf16x2(dpt[j1][0], dpt[j1][1]);
             ads[3] = pack_bf16x2(dpt[j1][2], dpt[j1][3]);
-            /* a[0]: (key g, queries j0*8+2t..+1), a[1]: key g+8, a[2], a[3]: the same for j1 */
-            *reinterpret_cast<uint32_t*>(ds_row + j0 * 8) = ads[0];
-            *reinterpret_cast<uint32_t*>(ds_row + 8 * LDQ + j0 * 8) = ads[1];
-            *reinterpret_cast<uint32_t*>(ds_row + j1 * 8) = ads[2];
-            *reinterpret_cast<uint32_t*>(ds_row + 8 * LDQ + j1 * 8) = ads[3];
+            if (kDqHere) { /* a[0]: (key g, queries j0*8+2t..+1), a[1]: key g+8, a[2], a[3]: the same for j1 */
+                *reinterpret_cast<uint32_t*>(ds_row + j0 * 8) = ads[0];
+                *reinterpret_cast<uint32_t*>(ds_row + 8 * LDQ + j0 * 8) = ads[1];
+                *reinterpret_cast<uint32_t*>(ds_row + j1 * 8) = ads[2];
+                *reinterpret_cast<uint32_t*>(ds_row + 8 * LDQ + j1 * 8) = ads[3];
+            }
             if (MODE == ATTN_FP32) {
                 ap_lo[0] = pack_bf16x2(bf16_residual(st[j0][0]), bf16_residual(st[j0][1]));
                 ap_lo[1] = pack_bf16x2(bf16_residual(st[j0][2]), bf16_residual(st[j0][3]));
@@ -720,49 +764,50 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                 }
             }
         }
-        __syncthreads();
+        if (kDqHere) { /* (gproj's row pass computed dQ) */
+            __syncthreads();
 
-        /* dQ partial = bf(dS) K over this key tile (gproj's - lambda bf(P) K is in the accumulator's
-           starting value, written by the row pass) */
-        constexpr int ROW_BLOCKS = BQ / 16, UNITS = ROW_BLOCKS * (HS / kDqCols);
-        for (int u = warp; u < UNITS; u += kBwdWarps) {
-            const int ql0 = (u % ROW_BLOCKS) * 16;
-            const int d0 = (u / ROW_BLOCKS) * kDqCols;
-            float acc[kDqCols / 8][4];
+            /* dQ partial = bf(dS) K over this key tile */
+            constexpr int ROW_BLOCKS = BQ / 16, UNITS = ROW_BLOCKS * (HS / kDqCols);
+            for (int u = warp; u < UNITS; u += kBwdWarps) {
+                const int ql0 = (u % ROW_BLOCKS) * 16;
+                const int d0 = (u / ROW_BLOCKS) * kDqCols;
+                float acc[kDqCols / 8][4];
 #pragma unroll
-            for (int n = 0; n < kDqCols / 8; n++)
+                for (int n = 0; n < kDqCols / 8; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[n][e] = 0.f;
+                    for (int e = 0; e < 4; e++) acc[n][e] = 0.f;
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++) {
-                uint32_t a[4], a2[4], a3[4];
-                ldsm_a_t<LDQ>(a, ds_s, ql0, kk * 16, lane);
-                if (MODE == ATTN_FP32) {
-                    ldsm_a_t<LDQ>(a2, x_s, ql0, kk * 16, lane);
-                    ldsm_a_t<LDQ>(a3, x2_s, ql0, kk * 16, lane);
-                }
-#pragma unroll
-                for (int n = 0; n < kDqCols / 8; n += 2) {
-                    uint32_t bb[4];
-                    ldsm_b_kn_x2<LD>(bb, k_s, kk * 16, d0 + n * 8, lane);
-                    mma_16816(acc[n], a, bb[0], bb[1]);
-                    mma_16816(acc[n + 1], a, bb[2], bb[3]);
+                for (int kk = 0; kk < BK / 16; kk++) {
+                    uint32_t a[4], a2[4], a3[4];
+                    ldsm_a_t<LDQ>(a, ds_s, ql0, kk * 16, lane);
                     if (MODE == ATTN_FP32) {
-                        mma_16816(acc[n], a2, bb[0], bb[1]);
-                        mma_16816(acc[n + 1], a2, bb[2], bb[3]);
-                        mma_16816(acc[n], a3, bb[0], bb[1]);
-                        mma_16816(acc[n + 1], a3, bb[2], bb[3]);
+                        ldsm_a_t<LDQ>(a2, x_s, ql0, kk * 16, lane);
+                        ldsm_a_t<LDQ>(a3, x2_s, ql0, kk * 16, lane);
+                    }
+#pragma unroll
+                    for (int n = 0; n < kDqCols / 8; n += 2) {
+                        uint32_t bb[4];
+                        ldsm_b_kn_x2<LD>(bb, k_s, kk * 16, d0 + n * 8, lane);
+                        mma_16816(acc[n], a, bb[0], bb[1]);
+                        mma_16816(acc[n + 1], a, bb[2], bb[3]);
+                        if (MODE == ATTN_FP32) {
+                            mma_16816(acc[n], a2, bb[0], bb[1]);
+                            mma_16816(acc[n + 1], a2, bb[2], bb[3]);
+                            mma_16816(acc[n], a3, bb[0], bb[1]);
+                            mma_16816(acc[n + 1], a3, bb[2], bb[3]);
+                        }
                     }
                 }
-            }
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int ql = ql0 + g + 8 * r;
-                const int query = q0 + ql;
-                if (query >= T) continue;
-                float* dst = dq_acc + ((long long)bh * T + query) * HS + d0 + 2 * t;
+                for (int r = 0; r < 2; r++) {
+                    const int ql = ql0 + g + 8 * r;
+                    const int query = q0 + ql;
+                    if (query >= T) continue;
+                    float* dst = dq_acc + ((long long)bh * T + query) * HS + d0 + 2 * t;
 #pragma unroll
-                for (int n = 0; n < kDqCols / 8; n++) atomic_add_pair(dst + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
+                    for (int n = 0; n < kDqCols / 8; n++) atomic_add_pair(dst + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
+                }
             }
         }
         if (has_next) store_row_state(next_raw, buf ^ 1); /* buf ^ 1 was last read before the previous barrier */
@@ -843,7 +888,7 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
     const Workspace w = carve_workspace(s, workspace);
     const long long rows = (long long)s.B * s.NH * s.T;
     const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
-    /* gproj's row pass (launched next) writes the accumulator's starting value -lambda PK itself */
+    /* gproj's row pass (launched next) computes dQ whole, without the accumulator */
     attn_bwd_prep_kernel<HS><<<(unsigned)ceil_div(rows, kWarps), kThreads, 0, stream>>>(
         out, dout, w.D, w.dq_acc, s.NH, s.T, rows, MODE != ATTN_GPROJ, MODE != ATTN_FP32);
     cudaCheckLastError();
@@ -852,8 +897,8 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
         cudaCheck(cudaFuncSetAttribute(attn_bwd_rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
         dim3 grid((unsigned)ceil_div(s.T, kRowsQueryTile), (unsigned)(s.B * s.NH));
-        attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda,
-                                                                         w.dq_acc, s.NH, s.T, c);
+        attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, dqkv,
+                                                                         s.NH, s.T, scale, c);
         cudaCheckLastError();
     }
     {
@@ -865,10 +910,12 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
                                                                     s.NH, s.T, scale, c);
         cudaCheckLastError();
     }
-    const long long pairs = rows * HS / 2;
-    attn_bwd_dq_kernel<HS><<<(unsigned)ceil_div(pairs, 256), 256, 0, stream>>>(w.dq_acc, dqkv, s.NH, s.T, scale,
-                                                                               pairs);
-    cudaCheckLastError();
+    if constexpr (MODE != ATTN_GPROJ) { /* gproj's row pass wrote dQ */
+        const long long pairs = rows * HS / 2;
+        attn_bwd_dq_kernel<HS><<<(unsigned)ceil_div(pairs, 256), 256, 0, stream>>>(w.dq_acc, dqkv, s.NH, s.T, scale,
+                                                                                   pairs);
+        cudaCheckLastError();
+    }
 }
 
 template <int HS>
