@@ -25,9 +25,11 @@
  * rebuilds it in backward with gelu.cuh's kernel (one [N,4C] buffer instead
  * of L); 2 also recomputes LN1/LN2 outputs from the stored residual stream
  * (same kernel, same inputs: bit-identical). Levels 1 and 2 give
- * bit-identical gradients; they differ from level 0 only where the rebuilt
- * gelu(fch) differs from the epilogue's in the last BF16 bit (it feeds the
- * fcproj weight gradient only; tests/test_layers_gpu bounds it to 1 ulp).
+ * bit-identical gradients. They differ from level 0 only in the rebuilt
+ * gelu(fch), which feeds the fcproj weight gradient alone: the epilogue took
+ * GELU of the FP32 pre-activation, the rebuild takes it of the stored BF16
+ * fch, so elements differ in the last bit where that rounding moved the input
+ * (on the same input the two GELUs agree bit for bit: tests/test_layers_gpu).
  * gpt_cuda_memory_plan() adds all of this up BEFORE anything is allocated,
  * so the trainer can refuse sizes that do not fit, with what to lower.
  *

@@ -18,16 +18,23 @@
  * cuBLAS sees these as column-major products; the mapping is written out once
  * in each wrapper below.
  *
- * Where the unfused path stays, and why (measured on the H200, cuBLASLt of
- * CUDA 13.0, d12 shapes N = 32768, C = 768; dev/results/gpu_trainer.md):
+ * What it buys (H200, cuBLASLt of CUDA 13.0, d12 shapes N = 32768, C = 768,
+ * timed 2026-11-29): DGELU makes the fcproj input-gradient GEMM ~0.07 ms
+ * slower but removes a ~0.14 ms elementwise pass per layer; GELU_AUX_BIAS
+ * likewise replaces the forward GELU pass. A d12 step went from 66.8 to
+ * 65.6 ms (--recompute 1) and 65.5 to 64.5 ms (--recompute 0).
+ *
+ * Where the unfused path stays, and why (same machine and shapes):
  *  - Bias gradients stay a separate deterministic column sum (layernorm.cuh:
  *    bias_backward). cuBLASLt's BGRADB epilogue on the weight-gradient GEMM
  *    computes them, but (1) it only writes them as BF16 (an FP32 bias-gradient
- *    type is refused with CUBLAS_STATUS_INVALID_VALUE), so accumulating over
- *    micro-batches would round twice, and (2) it made the four weight-gradient
- *    GEMMs of a layer 0.23 ms slower (0.64 -> 0.87 ms), more than the four
- *    column sums cost (0.17 ms). DGELU_BGRAD (fc's bias gradient out of the
- *    DGELU GEMM) was slower still (0.30 -> 0.84 ms).
+ *    type is refused: CUBLAS_STATUS_INVALID_VALUE from the heuristic), so
+ *    accumulating over micro-batches would round twice, and (2) it made the
+ *    four weight-gradient GEMMs of a layer ~0.2 ms slower (0.64 -> 0.87 ms
+ *    with the heuristic's first algorithm, 0.83 ms with the fastest of its
+ *    first 8), more than the four column sums cost (0.17 ms). DGELU_BGRAD
+ *    (fc's bias gradient out of the DGELU GEMM) was slower still (0.30 ->
+ *    0.84 ms).
  *  - gelu.cuh's standalone forward serves --recompute: rebuilding gelu(pre)
  *    in backward has no GEMM to ride on.
  *

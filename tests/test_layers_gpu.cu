@@ -20,9 +20,10 @@
  * The cuBLASLt GELU epilogues (matmul.cuh) get two kinds of checks: on
  * random data against fp64, and on a 0/1 permutation weight, where the GEMM
  * itself is exact, so the epilogue's
- * GELU / GELU' can be held element by element to the fp64 value (a wrong
- * aux layout or formula shows there even where a Frobenius norm would hide
- * it), and the epilogue's GELU to the standalone kernel --recompute uses.
+ * GELU / GELU' can be held element by element to the fp64 value in BF16
+ * ulps (a wrong aux layout or formula shows there even where a Frobenius norm
+ * would hide it), and the epilogue's GELU to the standalone kernel that
+ * --recompute uses.
  */
 #include <math.h>
 #include <stdio.h>
@@ -428,8 +429,10 @@ static void test_gelu_epilogues_exact(MatmulContext* ctx, int N, int C) {
     CHECK(aux_exact, "GELU_AUX_BIAS: aux holds the pre-activation exactly, in the [N, OC] layout");
     CHECK(worst_ref <= 1.0, "GELU_AUX_BIAS: gelu within 1 BF16 ulp of fp64 tanh-GELU everywhere (worst %.2f ulp)",
           worst_ref);
+    /* H200: bit-identical. --recompute's rebuilt gelu(fch) still differs from the forward's in the last bit
+       where rounding fch to BF16 moved the input (the epilogue sees the FP32 pre-activation). */
     CHECK(worst_kernel <= 1.0,
-          "epilogue GELU vs gelu_forward kernel (what --recompute rebuilds): worst %.2f ulp, %.3f%% of elements differ",
+          "epilogue GELU vs gelu_forward kernel on the same input: worst %.2f ulp, %.3f%% of elements differ",
           worst_kernel, 100.0 * differ_kernel / ((double)N * C));
 
     /* backward: dinp[r][k] = dout[r][perm(k)] * gelu'(pre[r][k]) */
@@ -448,9 +451,15 @@ static void test_gelu_epilogues_exact(MatmulContext* ctx, int N, int C) {
         }
     printf("  info: DGELU worst %.2f ulp at pre = %.4f; worst for pre >= -1: %.2f ulp; %.3f%% not correctly rounded\n",
            worst_d, worst_d_x, worst_d_central, 100.0 * differ_d / ((double)N * C));
-    CHECK(worst_d <= 1.0,
-          "DGELU: dout * gelu'(pre) within 1 BF16 ulp of fp64 everywhere (worst %.2f ulp, %.3f%% not correctly rounded)",
-          worst_d, 100.0 * differ_d / ((double)N * C));
+    /* For pre >= -1 cuBLASLt's gelu' is as good as a correctly rounded one can be (H200: worst 0.53 ulp).
+       Below, gelu' = 0.5 (1 + tanh u) + ... cancels and its FP32 evaluation (a fast tanh) keeps only an
+       absolute accuracy: H200 measured 2.19 ulp at pre = -3.53, 3.6% of all elements not correctly
+       rounded. A wrong formula or aux layout misses by tens of ulps on most elements. */
+    CHECK(worst_d_central <= 1.0, "DGELU for pre >= -1: within 1 BF16 ulp of fp64 (worst %.2f ulp)", worst_d_central);
+    CHECK(worst_d <= 4.0, "DGELU everywhere (tail pre < -1 included): within 4 BF16 ulps of fp64 (worst %.2f ulp)",
+          worst_d);
+    CHECK(differ_d <= (size_t)N * C / 10, "DGELU: at most 10%% of elements not correctly rounded (%.3f%%)",
+          100.0 * differ_d / ((double)N * C));
     cudaFree(w); cudaFree(zero_bias); cudaFree(out); cudaFree(aux); cudaFree(kernel_gelu); cudaFree(dinp);
     for (Tensor* t : {&inp, &dout, &pre}) cudaFree(t->dev);
 }
