@@ -22,6 +22,7 @@
 #include <math.h>
 #include <string.h>
 #include "attention/attention_cpu_rows.h"
+#include "attention/attn_cases.h"
 #include "common/utils.h"
 #include "dev/gproj_variants.h"
 
@@ -65,7 +66,13 @@ const GvVariant gv_variants[GV_NUM_VARIANTS] = {
     [GV_E_PDQ_D32F_UDK] = {"e5:pdq+D32f+udk", GV_D_FP32P_FORWARD, GV_DQ_PWEIGHTED, GV_DK_UNIFORM,
                            "(e2) + fwd P V on hi + lo parts of e (+1 fwd GEMM): 6 bwd GEMMs, 3 fwd",
                            "O_lo BF16 (1x O)"},
+    [GV_E_PDQ_DSUM_UDK] = {"e6:pdq+Dsum+udk", GV_D_SUMBE_FORWARD, GV_DQ_PWEIGHTED, GV_DK_UNIFORM,
+                           "(e2) + the forward sums bf(e) per row and divides by it instead of l: 6 bwd GEMMs",
+                           "O_lo BF16 (1x O)"},
 };
+
+/* Largest head size the row scratch of the engine takes (the module runs 64 and 128). */
+#define GV_MAX_HS 1024
 
 static size_t qkv_at(AttnShape s, int b, int t, int part, int h) {
     return ((((size_t)b * s.T + t) * 3 + part) * s.NH + h) * s.HS;
@@ -80,8 +87,11 @@ typedef struct {
 } VariantAcc;
 
 void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, float* const dqkv[GV_NUM_VARIANTS],
-                          float* const row_residual[GV_NUM_VARIANTS]) {
+                          float* const row_residual[GV_NUM_VARIANTS], float* const out_v[GV_NUM_VARIANTS]) {
     attn_shape_check(s, "gv_backward_variants");
+    if (s.HS > GV_MAX_HS)
+        die("gv_backward_variants: head size %d over %d\n  hint: the module runs head sizes 64 and 128", s.HS,
+            GV_MAX_HS);
     const AttnOptions no_opts = {0};
     const int T = s.T, HS = s.HS;
     const float scale = attn_softmax_scale(HS);
@@ -123,6 +133,7 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
             float* Olo = (float*)mallocCheck(sizeof(float) * head);
             float* Op = (float*)mallocCheck(sizeof(float) * head);
             float* Oplo = (float*)mallocCheck(sizeof(float) * head);
+            float* Osum = (float*)mallocCheck(sizeof(float) * (size_t)HS); /* row i, sum-bf(e) forward, fp32 */
             float* dO = (float*)mallocCheck(sizeof(float) * head);
             float* dV = (float*)callocCheck(head, sizeof(float));
             float* S = (float*)mallocCheck(sizeof(float) * (size_t)T);
@@ -157,6 +168,23 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                 const int n = i + 1;
                 const float* Qi = Q + (size_t)i * HS;
                 const float* dOi = dO + (size_t)i * HS;
+                /* forward quantities of row i (they depend on Q, K, V only): the forward's weighted
+                   key mean sum_j bf(e_j) K_j / sum_j bf(e_j) (forward-PK, saved in fp32 by the
+                   forward), and the O of a forward normalising by sum_j bf(e_j) */
+                float l_unused, sum_be = 0.0f;
+                attn_cpu_forward_numerators_row(ATTN_REPAIR, s, Q, K, i, S, e, &l_unused);
+                memset(fwd_pk, 0, sizeof(float) * (size_t)HS);
+                memset(Osum, 0, sizeof(float) * (size_t)HS);
+                for (int j = 0; j < n; j++) {
+                    float be = bf16_round(e[j]);
+                    sum_be += be;
+                    attn_cpu_axpy(be, K + (size_t)j * HS, fwd_pk, HS);
+                    attn_cpu_axpy(be, V + (size_t)j * HS, Osum, HS);
+                }
+                for (int d = 0; d < HS; d++) {
+                    fwd_pk[d] /= sum_be;
+                    Osum[d] /= sum_be;
+                }
                 attn_cpu_backward_probs_row(ATTN_REPAIR, s, Q, K, stats, b, h, i, S, P);
                 for (int j = 0; j < n; j++) {
                     dP[j] = attn_cpu_dot(dOi, V + (size_t)j * HS, HS);
@@ -168,11 +196,28 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                 const float D_res = c + attn_cpu_dot(dOi, Olo + (size_t)i * HS, HS);
                 const float D_res_p = attn_cpu_dot(dOi, Op + (size_t)i * HS, HS) +
                                       attn_cpu_dot(dOi, Oplo + (size_t)i * HS, HS);
+                float D_res_sum = 0.0f; /* dO . O + dO . O_lo of the sum-bf(e) forward, as two dots */
+                {
+                    float hi[GV_MAX_HS], lo[GV_MAX_HS];
+                    for (int d = 0; d < HS; d++) {
+                        hi[d] = bf16_round(Osum[d]);
+                        lo[d] = bf16_round(Osum[d] - hi[d]);
+                    }
+                    D_res_sum = attn_cpu_dot(dOi, hi, HS) + attn_cpu_dot(dOi, lo, HS);
+                    for (int v = 0; v < GV_NUM_VARIANTS; v++) {
+                        if (out_v == NULL || out_v[v] == NULL) continue;
+                        const GvDSource src = gv_variants[v].D;
+                        const float* o = src == GV_D_SUMBE_FORWARD ? hi
+                                         : src == GV_D_FP32P_FORWARD ? Op + (size_t)i * HS : O + (size_t)i * HS;
+                        memcpy(out_v[v] + (((size_t)b * T + i) * s.NH + h) * HS, o, sizeof(float) * (size_t)HS);
+                    }
+                }
                 for (int j = 0; j < n; j++) {
                     dS[GV_D_STORED_O][j] = bf16_round(P[j] * (dP[j] - c));
                     dS[GV_D_FP32][j] = bf16_round(P[j] * ((dP[j] - c) - D_minus_c));
                     dS[GV_D_O_RESIDUAL][j] = bf16_round(P[j] * (dP[j] - D_res));
                     dS[GV_D_FP32P_FORWARD][j] = bf16_round(P[j] * (dP[j] - D_res_p));
+                    dS[GV_D_SUMBE_FORWARD][j] = bf16_round(P[j] * (dP[j] - D_res_sum));
                 }
                 float r[GV_NUM_D];
                 float p = 0.0f;
@@ -181,17 +226,6 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                     for (int k = 0; k < GV_NUM_D; k++) r[k] += dS[k][j];
                     p += Pb[j];
                 }
-                /* forward-PK: the forward's weighted key mean sum_j bf(e_j) K_j / sum_j bf(e_j),
-                   saved in fp32 by the forward (recomputed here from Q, K: it depends on nothing else) */
-                float l_unused, sum_be = 0.0f;
-                attn_cpu_forward_numerators_row(ATTN_REPAIR, s, Q, K, i, S, e, &l_unused);
-                memset(fwd_pk, 0, sizeof(float) * (size_t)HS);
-                for (int j = 0; j < n; j++) {
-                    float be = bf16_round(e[j]);
-                    sum_be += be;
-                    attn_cpu_axpy(be, K + (size_t)j * HS, fwd_pk, HS);
-                }
-                for (int d = 0; d < HS; d++) fwd_pk[d] /= sum_be;
                 /* prefix mean of the keys (uniform dQ correction); the forward's key mean
                    as saved in BF16 relative to it (both sides recompute the same prefix mean) */
                 attn_cpu_axpy(1.0f, K + (size_t)i * HS, sum_k, HS);
@@ -279,10 +313,32 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                 free(acc[v].dK); free(acc[v].dK_corr); free(acc[v].acc_dq); free(acc[v].r);
             }
             for (int k = 0; k < GV_NUM_D; k++) free(dS[k]);
-            free(Q); free(K); free(V); free(O); free(Olo); free(Op); free(Oplo); free(dO); free(dV);
+            free(Q); free(K); free(V); free(O); free(Olo); free(Op); free(Oplo); free(Osum); free(dO); free(dV);
             free(S); free(P); free(Pb); free(e); free(dP);
             free(acc_pk); free(fwd_pk); free(fwd_pk_bf); free(sum_k); free(suffix);
         }
     }
     free(out); free(out_f32); free(out_lo); free(outp); free(outp_lo); free(stats);
+}
+
+/* V += rho_v * sqrt(HS) * u_h per head (u_h a random unit vector shared by the
+   batch), rounded to BF16: a common value vector rho_v times the spread. */
+void gv_add_value_offset(AttnShape s, float* qkv, double rho_v, uint64_t seed) {
+    AttnRng rng;
+    attn_rng_init(&rng, seed ^ 0x76616c75656f6666ull); /* "valueoff" */
+    double* u = (double*)mallocCheck(sizeof(double) * (size_t)s.HS);
+    for (int h = 0; h < s.NH; h++) {
+        double norm2 = 0;
+        for (int d = 0; d < s.HS; d++) {
+            u[d] = attn_rng_normal(&rng);
+            norm2 += u[d] * u[d];
+        }
+        double scale = rho_v * sqrt((double)s.HS) / sqrt(norm2);
+        for (int b = 0; b < s.B; b++)
+            for (int t = 0; t < s.T; t++) {
+                float* v = qkv + ((((size_t)b * s.T + t) * 3 + 2) * s.NH + h) * s.HS;
+                for (int d = 0; d < s.HS; d++) v[d] = bf16_round((float)((double)v[d] + scale * u[d]));
+            }
+    }
+    free(u);
 }

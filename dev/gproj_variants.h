@@ -18,7 +18,10 @@
  *        O_lo = bf(O_f32 - O) (dO . O + dO . O_lo: one extra saved tensor),
  *        the latter also from a forward that forms O with fp32 P (the P V
  *        GEMM on BF16 hi + lo parts of e, as fp32 mode's forward does), so
- *        that D matches the backward's P and not only the forward's bf(e);
+ *        that D matches the backward's P and not only the forward's bf(e),
+ *        or from a forward that divides sum_j bf(e_j) V_j by sum_j bf(e_j)
+ *        instead of l (its weights then sum to 1, so a common value vector
+ *        passes through O exactly and does not enter D's error);
  *   dQ   correction: none, P-weighted (gproj's exact lambda_i = r_i / p_i and
  *        a second accumulator sum_j bf(P_ij) K_j), uniform (r_i times the
  *        prefix mean of the keys), or forward-PK (r_i times the forward's
@@ -34,11 +37,13 @@
  * |sum_j dS'_ij| / sum_j |dS'_ij| of the operand the dQ GEMM effectively uses.
  *
  * Offers: the variant table gv_variants (names, definitions, extra cost and
- * saved state relative to bf16 mode) and gv_backward_variants.
+ * saved state relative to bf16 mode), gv_backward_variants, and
+ * gv_add_value_offset (a common value vector on top of a generated case).
  */
 #ifndef DEV_GPROJ_VARIANTS_H
 #define DEV_GPROJ_VARIANTS_H
 
+#include <stdint.h>
 #include "attention/attention.h"
 
 typedef enum {
@@ -46,7 +51,8 @@ typedef enum {
     GV_D_FP32 = 1,        /* sum_j P dP (pivoted), needs the row pre-pass */
     GV_D_O_RESIDUAL = 2,  /* dO . O + dO . O_lo, O_lo = bf(O_f32 - O) of the repair forward */
     GV_D_FP32P_FORWARD = 3, /* the same, from a forward whose P V product uses fp32 P (hi + lo) */
-    GV_NUM_D = 4
+    GV_D_SUMBE_FORWARD = 4, /* the same, from a forward normalising by sum_j bf(e_j) instead of l */
+    GV_NUM_D = 5
 } GvDSource;
 typedef enum {
     GV_DQ_NONE = 0,
@@ -88,6 +94,7 @@ enum {
     GV_E_FPK_DRES_UDK,  /* (e3) forward-PK dQ + uniform dK, D from O + residual */
     GV_E_FPKB_DRES_UDK, /* (e4) (e3) with the forward's key mean saved in BF16 relative to the prefix mean */
     GV_E_PDQ_D32F_UDK,  /* (e5) (e2) with O and O_lo from an fp32-P forward */
+    GV_E_PDQ_DSUM_UDK,  /* (e6) (e2) with O and O_lo from a forward normalised by sum_j bf(e_j) */
     GV_NUM_VARIANTS
 };
 extern const GvVariant gv_variants[GV_NUM_VARIANTS];
@@ -96,8 +103,18 @@ extern const GvVariant gv_variants[GV_NUM_VARIANTS];
    fp32 O whose rounding residual some variants store) and the backward of
    every variant on the same BF16-representable inputs. dqkv[v] (qkv layout)
    gets variant v's BF16 dQ, dK and dV; row_residual[v] [B, NH, T] (may be
-   NULL) the residual of its effective dQ operand. */
+   NULL) the residual of its effective dQ operand; out[v] (may be NULL; out
+   layout) the BF16 O its forward would return (repair's, except for the
+   variants whose D needs a different forward). */
 void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, float* const dqkv[GV_NUM_VARIANTS],
-                          float* const row_residual[GV_NUM_VARIANTS]);
+                          float* const row_residual[GV_NUM_VARIANTS], float* const out[GV_NUM_VARIANTS]);
+
+/* Adds a common value vector to every value of qkv (BF16-rounded after the
+   addition): V += rho_v * sqrt(HS) * u_h, u_h a random unit vector per head
+   shared by the batch (rho_v = |mean v| / rms spread for N(0,1) values). Real
+   runs have such offsets (docs/diagnostics.md: rho_v 17.6 at step 10); the
+   contract's hard cases do not, and they decide whether a D taken from the
+   forward's O is good enough. */
+void gv_add_value_offset(AttnShape s, float* qkv, double rho_v, uint64_t seed);
 
 #endif /* DEV_GPROJ_VARIANTS_H */

@@ -14,7 +14,7 @@
  *  - (d) the deferred dK correction is the definition up to fp32 order:
  *    dQ bit-equal to gproj, dK within 2e-4 (BF16 rounding flips) of gproj's;
  *  - the variants with an accurate D and a P-weighted (or forward-PK) dQ
- *    correction, (b), (b'), (d), (d'), (e2) .. (e5), meet the target
+ *    correction, (b), (b'), (d), (d'), (e2) .. (e6), meet the target
  *    (<= 0.35% median dQ AND dK) on every case here, like fp32 and gproj;
  *  - the uniform dQ correction fails on sharp attention even with FP32 D
  *    (c: > 1% dQ at logits 1e2), and (e1) (uniform dK with D from the BF16
@@ -23,6 +23,9 @@
  *    level, which the variants without a dK fix do not;
  *  - the dQ operand's row residual is at fp32 level for every corrected
  *    variant, at BF16 level for repair;
+ *  - with a common value vector (value offset 64, as real runs have), a D
+ *    from the repair forward's O (e2) fails dK (> 1%), while gproj, (b),
+ *    (d), (e5) and (e6) (a forward normalised by sum_j bf(e_j)) hold 0.35%;
  *  - on the extreme input every variant is finite with dQ = dK = 0 exactly.
  */
 #include <math.h>
@@ -88,7 +91,7 @@ static void bench_run(Bench* b, const AttnCase* c) {
     attention_backward_cpu(ATTN_REPAIR, no_opts, ATTN_IO_BF16, s, b->qkv, b->out, b->stats, b->dout, b->lib_repair);
     attention_forward_cpu(ATTN_GPROJ, no_opts, ATTN_IO_BF16, s, b->qkv, b->out, b->stats);
     attention_backward_cpu(ATTN_GPROJ, no_opts, ATTN_IO_BF16, s, b->qkv, b->out, b->stats, b->dout, b->lib_gproj);
-    gv_backward_variants(s, b->qkv, b->dout, b->var, b->var_res);
+    gv_backward_variants(s, b->qkv, b->dout, b->var, b->var_res, NULL);
 }
 
 static double median_of(const double* x, int n) { return attn_err_stat_of(x, n).median; }
@@ -155,7 +158,8 @@ int main(void) {
 
     /* variants expected at the floor on every case, and the ones expected to fail somewhere */
     const int good[] = {GV_GPROJ, GV_B_PDQ_D32, GV_B_PDQ_DRES, GV_D_DEFER, GV_D_DEFER_BF16,
-                        GV_E_PDQ_DRES_UDK, GV_E_FPK_DRES_UDK, GV_E_FPKB_DRES_UDK, GV_E_PDQ_D32F_UDK};
+                        GV_E_PDQ_DRES_UDK, GV_E_FPK_DRES_UDK, GV_E_FPKB_DRES_UDK, GV_E_PDQ_D32F_UDK,
+                        GV_E_PDQ_DSUM_UDK};
     const int ngood = (int)(sizeof good / sizeof good[0]);
     const AttnCase cases[] = {
         attn_case_key_offset(0, 1, seed),    attn_case_key_offset(16, 1, seed), attn_case_key_offset(64, 4, seed),
@@ -189,7 +193,7 @@ int main(void) {
               m[GV_REPAIR].res);
         /* the uniform dK post-pass restores the identity to gproj's level */
         const int udk[] = {GV_C_UNIF_D32, GV_E_PDQ_DRES_UDK, GV_E_FPK_DRES_UDK, GV_E_FPKB_DRES_UDK,
-                           GV_E_PDQ_D32F_UDK};
+                           GV_E_PDQ_D32F_UDK, GV_E_PDQ_DSUM_UDK};
         for (int k = 0; k < (int)(sizeof udk / sizeof udk[0]); k++)
             CHECK(m[udk[k]].dksum <= 1.35 * m[GV_GPROJ].dksum, "%s: %s ||sum dK||/||dK|| %.2e <= 1.35 x gproj's %.2e",
                   name, gv_variants[udk[k]].name, m[udk[k]].dksum, m[GV_GPROJ].dksum);
@@ -215,6 +219,38 @@ int main(void) {
     CHECK(worst_a_dk > 5 * TARGET, "(a) worst median dK %.2f%% > 5 x target", 100 * worst_a_dk);
     CHECK(worst_c_dq > 1e-2, "(c) worst median dQ %.2f%% > 1%%", 100 * worst_c_dq);
     CHECK(worst_e1_dk > 5 * TARGET, "(e1) worst median dK %.2f%% > 5 x target", 100 * worst_e1_dk);
+
+    test_section("value offset 64 (a common value vector): D from the repair forward's O fails dK");
+    {
+        const AttnCase vcases[] = {attn_case_key_offset(256, 8, seed), attn_case_sharp(1e3, seed)};
+        const int robust[] = {GV_GPROJ, GV_B_PDQ_D32, GV_D_DEFER, GV_E_PDQ_D32F_UDK, GV_E_PDQ_DSUM_UDK};
+        for (int ci = 0; ci < 2; ci++) {
+            char name[80];
+            attn_case_name(&vcases[ci], name, sizeof name);
+            strncat(name, ", value offset 64", sizeof name - strlen(name) - 1);
+            const AttnOptions no_opts = {0};
+            attn_case_fill(&vcases[ci], s, b.qkv, b.dout);
+            gv_add_value_offset(s, b.qkv, 64, seed);
+            attn_float_to_double(b.qkv, b.qkv_d, attn_qkv_count(s));
+            attn_float_to_double(b.dout, b.dout_d, attn_out_count(s));
+            attention_backward_ref(s, b.qkv_d, b.dout_d, b.dqkv_ref);
+            attention_forward_cpu(ATTN_REPAIR, no_opts, ATTN_IO_BF16, s, b.qkv, b.out, b.stats);
+            attention_backward_cpu(ATTN_REPAIR, no_opts, ATTN_IO_BF16, s, b.qkv, b.out, b.stats, b.dout,
+                                   b.lib_repair);
+            attention_forward_cpu(ATTN_GPROJ, no_opts, ATTN_IO_BF16, s, b.qkv, b.out, b.stats);
+            attention_backward_cpu(ATTN_GPROJ, no_opts, ATTN_IO_BF16, s, b.qkv, b.out, b.stats, b.dout, b.lib_gproj);
+            gv_backward_variants(s, b.qkv, b.dout, b.var, b.var_res, NULL);
+            check_engine_is_emulation(&b, name);
+            for (int k = 0; k < (int)(sizeof robust / sizeof robust[0]); k++) {
+                Medians m = medians_of(&b, b.var[robust[k]], NULL);
+                CHECK(m.dq <= TARGET && m.dk <= TARGET, "%s: %s median dQ %.3f%% dK %.3f%% <= 0.35%%", name,
+                      gv_variants[robust[k]].name, 100 * m.dq, 100 * m.dk);
+            }
+            Medians e2 = medians_of(&b, b.var[GV_E_PDQ_DRES_UDK], NULL);
+            CHECK(e2.dk > 1e-2, "%s: (e2) dK %.2f%% > 1%% (O = sum bf(e) V / l: the offset enters D)", name,
+                  100 * e2.dk);
+        }
+    }
 
     test_section("extreme 133120: finite, dQ = dK = 0 exactly");
     {
