@@ -69,6 +69,8 @@ const GvVariant gv_variants[GV_NUM_VARIANTS] = {
     [GV_E_PDQ_DSUM_UDK] = {"e6:pdq+Dsum+udk", GV_D_SUMBE_FORWARD, GV_DQ_PWEIGHTED, GV_DK_UNIFORM,
                            "(e2) + the forward sums bf(e) per row and divides by it instead of l: 6 bwd GEMMs",
                            "O_lo BF16 (1x O)"},
+    [GV_E_PDQ_DSUMO_UDK] = {"e7:pdq+DsumO+udk", GV_D_SUMBE_NO_LO, GV_DQ_PWEIGHTED, GV_DK_UNIFORM,
+                            "(e6) without O_lo: 6 bwd GEMMs", "none"},
 };
 
 /* Largest head size the row scratch of the engine takes (the module runs 64 and 128). */
@@ -197,17 +199,19 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                 const float D_res_p = attn_cpu_dot(dOi, Op + (size_t)i * HS, HS) +
                                       attn_cpu_dot(dOi, Oplo + (size_t)i * HS, HS);
                 float D_res_sum = 0.0f; /* dO . O + dO . O_lo of the sum-bf(e) forward, as two dots */
+                float D_sum_hi = 0.0f;  /* dO . O of that forward's BF16 O alone */
                 {
                     float hi[GV_MAX_HS], lo[GV_MAX_HS];
                     for (int d = 0; d < HS; d++) {
                         hi[d] = bf16_round(Osum[d]);
                         lo[d] = bf16_round(Osum[d] - hi[d]);
                     }
-                    D_res_sum = attn_cpu_dot(dOi, hi, HS) + attn_cpu_dot(dOi, lo, HS);
+                    D_sum_hi = attn_cpu_dot(dOi, hi, HS);
+                    D_res_sum = D_sum_hi + attn_cpu_dot(dOi, lo, HS);
                     for (int v = 0; v < GV_NUM_VARIANTS; v++) {
                         if (out_v == NULL || out_v[v] == NULL) continue;
                         const GvDSource src = gv_variants[v].D;
-                        const float* o = src == GV_D_SUMBE_FORWARD ? hi
+                        const float* o = (src == GV_D_SUMBE_FORWARD || src == GV_D_SUMBE_NO_LO) ? hi
                                          : src == GV_D_FP32P_FORWARD ? Op + (size_t)i * HS : O + (size_t)i * HS;
                         memcpy(out_v[v] + (((size_t)b * T + i) * s.NH + h) * HS, o, sizeof(float) * (size_t)HS);
                     }
@@ -218,6 +222,7 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                     dS[GV_D_O_RESIDUAL][j] = bf16_round(P[j] * (dP[j] - D_res));
                     dS[GV_D_FP32P_FORWARD][j] = bf16_round(P[j] * (dP[j] - D_res_p));
                     dS[GV_D_SUMBE_FORWARD][j] = bf16_round(P[j] * (dP[j] - D_res_sum));
+                    dS[GV_D_SUMBE_NO_LO][j] = bf16_round(P[j] * (dP[j] - D_sum_hi));
                 }
                 float r[GV_NUM_D];
                 float p = 0.0f;

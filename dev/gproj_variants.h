@@ -52,7 +52,8 @@ typedef enum {
     GV_D_O_RESIDUAL = 2,  /* dO . O + dO . O_lo, O_lo = bf(O_f32 - O) of the repair forward */
     GV_D_FP32P_FORWARD = 3, /* the same, from a forward whose P V product uses fp32 P (hi + lo) */
     GV_D_SUMBE_FORWARD = 4, /* the same, from a forward normalising by sum_j bf(e_j) instead of l */
-    GV_NUM_D = 5
+    GV_D_SUMBE_NO_LO = 5,   /* dO . O of that forward's BF16 O alone (no O_lo saved) */
+    GV_NUM_D = 6
 } GvDSource;
 typedef enum {
     GV_DQ_NONE = 0,
@@ -95,6 +96,7 @@ enum {
     GV_E_FPKB_DRES_UDK, /* (e4) (e3) with the forward's key mean saved in BF16 relative to the prefix mean */
     GV_E_PDQ_D32F_UDK,  /* (e5) (e2) with O and O_lo from an fp32-P forward */
     GV_E_PDQ_DSUM_UDK,  /* (e6) (e2) with O and O_lo from a forward normalised by sum_j bf(e_j) */
+    GV_E_PDQ_DSUMO_UDK, /* (e7) (e6) without O_lo: D from that forward's BF16 O alone */
     GV_NUM_VARIANTS
 };
 extern const GvVariant gv_variants[GV_NUM_VARIANTS];
