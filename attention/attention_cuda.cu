@@ -549,8 +549,9 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
     bf16* v_s = k_s + BK * LD;
     bf16* q_s = v_s + BK * LD;      /* 2 buffers */
     bf16* do_s = q_s + 2 * BQ * LD; /* 2 buffers */
-    /* bf(dS) as [key][query], the layout of the registers (a thread holds two neighbouring queries of
-       one key, stored as one 32-bit word); the dQ GEMM reads it back transposed (ldsm_a_t) */
+    /* bf(dS) as [key][query] (not gproj: no dQ here), the layout of the registers (a thread holds two
+       neighbouring queries of one key, stored as one 32-bit word); the dQ GEMM reads it back
+       transposed (ldsm_a_t) */
     bf16* ds_s = do_s + 2 * BQ * LD;
     bf16* x_s = ds_s + BK * LDQ;     /* fp32 only: bf(dS - bf(dS)) */
     bf16* x2_s = x_s + BK * LDQ;     /* fp32 only: the third BF16 term of dS */
