@@ -12,9 +12,11 @@
  *
  * Cost (bytes moved, per diagnostic step; docs/diagnostics.md has the figures):
  *   attention diagnostics, per layer: K read twice (mean, spread) and Q once
- *     (3 * N * C BF16), plus R sampled rows per (b, h) that each read the
- *     visible K twice (2 * B * NH * R * T/2 * HS BF16, mostly from L2);
- *   parameter norms: the gradient buffer once + the key biases;
+ *     (3 * N * C BF16, 16-byte loads), plus the sampled rows: each block of
+ *     DIAG_ROWS_PER_BLOCK rows of one (b, h) reads the keys up to its last
+ *     row once, coalesced, into shared memory (N * C BF16 per layer at the
+ *     default 32 rows per head, mostly from L2: Q and K were just read);
+ *   parameter norms: the gradient buffer once + the key biases (16-byte loads);
  *   probe (one layer): one backward in the current mode plus one forward and
  *     one backward in fp32 mode, on the trainer's stream.
  * Reductions run in a fixed order (no atomics): same inputs, same numbers.
@@ -47,9 +49,15 @@
 #include "model/diagnostics.h"
 #include "model/kernel_common.cuh"
 
-#define DIAG_MAX_HS 256          /* head sizes the row kernel's shared q can hold */
+#define DIAG_MAX_HS 256          /* largest head size (the row kernel's shared memory is ~99 KB at 256) */
 #define DIAG_KEY_CHUNKS 64       /* row chunks per head for the key mean / spread passes */
 #define DIAG_THREADS 256
+#define DIAG_ROW_WARPS 8         /* warps per block of the sampled-row kernel (in pairs) */
+#define DIAG_ROW_GROUP 4         /* adjacent sampled rows scored together: one key read serves 4 dots */
+#define DIAG_ROWS_PER_BLOCK (DIAG_ROW_WARPS * DIAG_ROW_GROUP) /* two groups per warp pair */
+#define DIAG_KEY_TILE 64         /* keys staged in shared memory at a time: 32 per warp of a pair */
+#define DIAG_KEY_PAD 4           /* floats after each staged key row: lanes' 16-byte reads hit distinct banks */
+#define DIAG_FINALIZE_THREADS 1024 /* one block: a warp per head for rho, every thread on the sampled rows */
 #define DIAG_PIECE_ELEMS (1 << 18) /* parameter-norm work item: 256K elements */
 
 /* One contiguous run of parameters or gradients whose squares add into one slot. */
@@ -131,32 +139,38 @@ __device__ __forceinline__ size_t diag_qkv_at(int T, int NH, int HS, int b, int 
 
 /* Pass 1, grid (DIAG_KEY_CHUNKS, NH): per (head, chunk of the N = B*T rows) the
    sum of the keys per dimension, and max |q|, max |k| of those rows. Thread
-   (group g, dim d) walks rows g, g + groups, ... of the chunk. */
+   (group g, pack p) reads dimensions 8p .. 8p+7 of rows g, g + groups, ... of
+   the chunk as 16-byte vectors; the groups' sums are then added in group order. */
 __global__ void diag_key_sum_kernel(float* key_partial, float* absmax_partial, const floatX* qkv, int N, int T,
                                     int NH, int HS) {
-    __shared__ float sums[DIAG_THREADS];
+    __shared__ float sums[DIAG_THREADS * 8];
     const int h = blockIdx.y, chunk = blockIdx.x;
-    const int groups = DIAG_THREADS / HS, g = threadIdx.x / HS, d = threadIdx.x % HS;
+    const int packs = HS / 8, groups = DIAG_THREADS / packs, g = threadIdx.x / packs, p = threadIdx.x % packs;
     const int row0 = (int)((long long)chunk * N / DIAG_KEY_CHUNKS), row1 = (int)((long long)(chunk + 1) * N / DIAG_KEY_CHUNKS);
-    float sum = 0.0f, qmax = 0.0f, kmax = 0.0f;
+    float sum[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    float qmax = 0.0f, kmax = 0.0f;
     if (g < groups) {
         for (int n = row0 + g; n < row1; n += groups) {
-            const size_t base = diag_qkv_at(T, NH, HS, n / T, n % T, 0, h);
-            const float q = to_float(qkv[base + d]);
-            const float k = to_float(qkv[base + (size_t)NH * HS + d]);
-            sum += k;
-            qmax = diag_nan_max(qmax, fabsf(q));
-            kmax = diag_nan_max(kmax, fabsf(k));
+            const size_t base = diag_qkv_at(T, NH, HS, n / T, n % T, 0, h) + 8 * p;
+            const Pack8 q = load_pack8(qkv + base), k = load_pack8(qkv + base + (size_t)NH * HS);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float kv = to_float(k.v[e]);
+                sum[e] += kv;
+                qmax = diag_nan_max(qmax, fabsf(to_float(q.v[e])));
+                kmax = diag_nan_max(kmax, fabsf(kv));
+            }
         }
     }
-    sums[threadIdx.x] = sum;
+#pragma unroll
+    for (int e = 0; e < 8; e++) sums[threadIdx.x * 8 + e] = sum[e]; /* = sums[g * HS + 8p + e] */
     qmax = diag_block_nan_max(qmax);
     kmax = diag_block_nan_max(kmax);
     __syncthreads();
-    if (threadIdx.x < HS) {
+    for (int d = threadIdx.x; d < HS; d += blockDim.x) {
         float s = 0.0f;
-        for (int gg = 0; gg < groups; gg++) s += sums[gg * HS + threadIdx.x];
-        key_partial[((size_t)h * DIAG_KEY_CHUNKS + chunk) * HS + threadIdx.x] = s;
+        for (int gg = 0; gg < groups; gg++) s += sums[gg * HS + d];
+        key_partial[((size_t)h * DIAG_KEY_CHUNKS + chunk) * HS + d] = s;
     }
     if (threadIdx.x == 0) {
         absmax_partial[((size_t)h * DIAG_KEY_CHUNKS + chunk) * 2 + 0] = qmax;
@@ -175,75 +189,222 @@ __global__ void diag_key_mean_kernel(double* key_mean, const float* key_partial,
 }
 
 /* Pass 2, grid (DIAG_KEY_CHUNKS, NH): sum of ||k - mean||^2 over the chunk's rows
-   (the deviation is formed before squaring: no cancellation at large rho). */
+   (the deviation is formed before squaring: no cancellation at large rho).
+   Same (group, pack) split as pass 1. */
 __global__ void diag_key_spread_kernel(float* spread_partial, const floatX* qkv, const double* key_mean, int N, int T,
                                        int NH, int HS) {
     const int h = blockIdx.y, chunk = blockIdx.x;
-    const int groups = DIAG_THREADS / HS, g = threadIdx.x / HS, d = threadIdx.x % HS;
+    const int packs = HS / 8, groups = DIAG_THREADS / packs, g = threadIdx.x / packs, p = threadIdx.x % packs;
     const int row0 = (int)((long long)chunk * N / DIAG_KEY_CHUNKS), row1 = (int)((long long)(chunk + 1) * N / DIAG_KEY_CHUNKS);
     float acc = 0.0f;
     if (g < groups) {
-        const float mean = (float)key_mean[(size_t)h * HS + d];
+        float mean[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) mean[e] = (float)key_mean[(size_t)h * HS + 8 * p + e];
         for (int n = row0 + g; n < row1; n += groups) {
-            const float dev = to_float(qkv[diag_qkv_at(T, NH, HS, n / T, n % T, 1, h) + d]) - mean;
-            acc += dev * dev;
+            const Pack8 k = load_pack8(qkv + diag_qkv_at(T, NH, HS, n / T, n % T, 1, h) + 8 * p);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float dev = to_float(k.v[e]) - mean[e];
+                acc += dev * dev;
+            }
         }
     }
     acc = block_sum(acc);
     if (threadIdx.x == 0) spread_partial[(size_t)h * DIAG_KEY_CHUNKS + chunk] = acc;
 }
 
-/* grid B*NH*R: one sampled query row per block. Pass 1 finds the max logit
-   s*q.k_j over the visible keys, pass 2 recomputes the logits and forms
-   H = ln l - sum e (x - m) / l with e = exp(x - m). */
-__global__ void diag_rows_kernel(float* row_logit_max, float* row_entropy, const floatX* qkv, int T, int NH, int HS,
-                                 int rows_per_head, float scale) {
-    __shared__ float q_s[DIAG_MAX_HS];
-    const int R = diag_rows_used(rows_per_head, T);
-    const int idx = blockIdx.x;
-    const int r = idx % R, h = (idx / R) % NH, b = idx / (R * NH);
-    const int t = diag_sample_row(r, rows_per_head, T);
-    for (int d = threadIdx.x; d < HS; d += blockDim.x) q_s[d] = to_float(qkv[diag_qkv_at(T, NH, HS, b, t, 0, h) + d]);
-    __syncthreads();
-    float m = -INFINITY;
-    for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-        const floatX* k = qkv + diag_qkv_at(T, NH, HS, b, j, 1, h);
-        float dot = 0.0f;
-        for (int d = 0; d < HS; d++) dot += q_s[d] * to_float(k[d]);
-        m = diag_nan_max(m, scale * dot);
-    }
-    m = diag_block_nan_max(m);
-    float l = 0.0f, ex = 0.0f;
-    for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-        const floatX* k = qkv + diag_qkv_at(T, NH, HS, b, j, 1, h);
-        float dot = 0.0f;
-        for (int d = 0; d < HS; d++) dot += q_s[d] * to_float(k[d]);
-        const float x = scale * dot - m;
-        const float e = expf(x);
+/* Shared memory of diag_rows_kernel: the block's query rows, then one tile of
+   keys, both as FP32 (each key row padded by DIAG_KEY_PAD floats). */
+static inline size_t diag_rows_smem_bytes(int HS) {
+    return ((size_t)DIAG_ROWS_PER_BLOCK * HS + (size_t)DIAG_KEY_TILE * (HS + DIAG_KEY_PAD)) * sizeof(float);
+}
+
+/* Eight BF16 values to eight FP32 values at dst (16-byte aligned). */
+__device__ __forceinline__ void diag_store_pack8_float(float* dst, const Pack8& v) {
+    reinterpret_cast<float4*>(dst)[0] = make_float4(to_float(v.v[0]), to_float(v.v[1]), to_float(v.v[2]), to_float(v.v[3]));
+    reinterpret_cast<float4*>(dst)[1] = make_float4(to_float(v.v[4]), to_float(v.v[5]), to_float(v.v[6]), to_float(v.v[7]));
+}
+
+/* Online softmax statistics of a stream of logits s_j: m = max s_j (NaN once a
+   NaN is seen), l = sum e_j, a = sum e_j x_j with x_j = s_j - m, e_j = exp(x_j).
+   A state with l == 0 is empty (m = -inf). When m grows to m', every term of l
+   and a is rescaled by c = exp(m - m') and a's x_j shift by (m - m'):
+   a' = c (a + (m - m') l). The entropy is H = ln l - a / l. */
+__device__ __forceinline__ void diag_softmax_push(float& m, float& l, float& a, float s) {
+    if (s > m || isnan(s)) {
+        const float c = l != 0.0f ? expf(m - s) : 0.0f;
+        a = l != 0.0f ? c * (a + (m - s) * l) : 0.0f;
+        l = c * l + 1.0f;
+        m = s;
+    } else {
+        const float x = s - m, e = expf(x);
         l += e;
-        ex += e * x;
+        a += e * x;
     }
-    l = block_sum(l);
-    ex = block_sum(ex);
-    if (threadIdx.x == 0) {
-        row_logit_max[idx] = m;
-        row_entropy[idx] = logf(l) - ex / l;
+}
+/* (m, l, a) <- the statistics of both streams together; symmetric in its two
+   arguments, so a butterfly leaves every lane with the same bits. */
+__device__ __forceinline__ void diag_softmax_merge(float& m, float& l, float& a, float m2, float l2, float a2) {
+    const float mm = diag_nan_max(m, m2);
+    float ln = 0.0f, an = 0.0f;
+    if (l != 0.0f) {
+        const float c = expf(m - mm);
+        ln += c * l;
+        an += c * (a + (m - mm) * l);
+    }
+    if (l2 != 0.0f) {
+        const float c = expf(m2 - mm);
+        ln += c * l2;
+        an += c * (a2 + (m2 - mm) * l2);
+    }
+    m = mm;
+    l = ln;
+    a = an;
+}
+
+/* grid (B*NH, ceil(R / DIAG_ROWS_PER_BLOCK)), DIAG_ROW_WARPS warps, dynamic
+   shared memory diag_rows_smem_bytes(HS). Block (bh, y) takes the sampled rows
+   r = y * DIAG_ROWS_PER_BLOCK + i of head bh, in groups of DIAG_ROW_GROUP
+   adjacent rows (similar lengths). The warps work in pairs; pair p owns groups
+   p and G-1-p of the G = 2 * pairs groups (one short and one long: equal work
+   per pair). The keys 0 .. t of the block's last row pass through shared
+   memory in tiles of DIAG_KEY_TILE (coalesced 16-byte loads, each key read
+   once per block); in a tile, lane j of the pair's warp w scores key
+   32 w + j against all rows of a group at once (each key vector read once for
+   DIAG_ROW_GROUP FP32 dots, each in dimension order, times the softmax scale)
+   and pushes each visible logit into that row's online statistics. At the end
+   the statistics are merged over the lanes, then over the pair. Output per
+   row: the max logit m and H = ln l - sum e (x - m) / l, at index bh * R + r. */
+__global__ void __launch_bounds__(DIAG_ROW_WARPS * 32, 3)
+    diag_rows_kernel(float* row_logit_max, float* row_entropy, const floatX* qkv, int T, int NH, int HS,
+                     int rows_per_head, float scale) {
+    constexpr int kGroups = DIAG_ROWS_PER_BLOCK / DIAG_ROW_GROUP, kPairs = DIAG_ROW_WARPS / 2;
+    constexpr int kRows = 2 * DIAG_ROW_GROUP; /* rows of one warp: two groups */
+    static_assert(kGroups == 2 * kPairs && DIAG_KEY_TILE == 64, "two groups per warp pair, 32 keys per warp");
+    extern __shared__ float4 diag_rows_smem[];
+    __shared__ float pair_stats[kPairs][kRows][3];
+    float* q_s = reinterpret_cast<float*>(diag_rows_smem); /* [DIAG_ROWS_PER_BLOCK][HS] */
+    float* k_s = q_s + (size_t)DIAG_ROWS_PER_BLOCK * HS;    /* [DIAG_KEY_TILE][HS + DIAG_KEY_PAD] */
+    const int R = diag_rows_used(rows_per_head, T);
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int r0 = blockIdx.y * DIAG_ROWS_PER_BLOCK, rows_here = min(DIAG_ROWS_PER_BLOCK, R - r0);
+    const int packs = HS / 8, k_stride = HS + DIAG_KEY_PAD;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pair = warp / 2, half = warp % 2;
+
+    for (int i = threadIdx.x; i < DIAG_ROWS_PER_BLOCK * packs; i += blockDim.x) {
+        const int row = i / packs, p = i % packs;
+        float* dst = q_s + (size_t)row * HS + 8 * p;
+        if (row < rows_here) {
+            const int t = diag_sample_row(r0 + row, rows_per_head, T);
+            diag_store_pack8_float(dst, load_pack8(qkv + diag_qkv_at(T, NH, HS, b, t, 0, h) + 8 * p));
+        } else {
+            reinterpret_cast<float4*>(dst)[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            reinterpret_cast<float4*>(dst)[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+    int first_row[2], t_row[kRows], t_group[2];
+    float m[kRows], l[kRows], a[kRows];
+#pragma unroll
+    for (int gi = 0; gi < 2; gi++) {
+        first_row[gi] = (gi == 0 ? pair : kGroups - 1 - pair) * DIAG_ROW_GROUP;
+        t_group[gi] = -1;
+#pragma unroll
+        for (int rr = 0; rr < DIAG_ROW_GROUP; rr++) {
+            const int row = first_row[gi] + rr, s = gi * DIAG_ROW_GROUP + rr;
+            t_row[s] = row < rows_here ? diag_sample_row(r0 + row, rows_per_head, T) : -1;
+            t_group[gi] = max(t_group[gi], t_row[s]);
+            m[s] = -INFINITY;
+            l[s] = 0.0f;
+            a[s] = 0.0f;
+        }
+    }
+    const int t_last = diag_sample_row(r0 + rows_here - 1, rows_per_head, T);
+    const int key = half * 32 + lane; /* this lane's key in every tile */
+
+    for (int j0 = 0; j0 <= t_last; j0 += DIAG_KEY_TILE) {
+        const int tile_keys = min(DIAG_KEY_TILE, t_last + 1 - j0);
+        __syncthreads(); /* the previous tile is no longer read */
+        for (int i = threadIdx.x; i < tile_keys * packs; i += blockDim.x) {
+            const int kk = i / packs, p = i % packs;
+            diag_store_pack8_float(k_s + (size_t)kk * k_stride + 8 * p,
+                                   load_pack8(qkv + diag_qkv_at(T, NH, HS, b, j0 + kk, 1, h) + 8 * p));
+        }
+        __syncthreads(); /* the tile (and, first time round, q_s) is complete */
+        const int j = j0 + key;
+        const float4* k4 = reinterpret_cast<const float4*>(k_s + (size_t)key * k_stride);
+#pragma unroll
+        for (int gi = 0; gi < 2; gi++) {
+            if (key >= tile_keys || j > t_group[gi]) continue; /* no row of the group sees key j */
+            const float4* q4 = reinterpret_cast<const float4*>(q_s + (size_t)first_row[gi] * HS);
+            float dot[DIAG_ROW_GROUP];
+#pragma unroll
+            for (int rr = 0; rr < DIAG_ROW_GROUP; rr++) dot[rr] = 0.0f;
+            for (int v = 0; v < HS / 4; v++) {
+                const float4 kv = k4[v];
+#pragma unroll
+                for (int rr = 0; rr < DIAG_ROW_GROUP; rr++) {
+                    const float4 qv = q4[rr * (HS / 4) + v];
+                    dot[rr] += qv.x * kv.x;
+                    dot[rr] += qv.y * kv.y;
+                    dot[rr] += qv.z * kv.z;
+                    dot[rr] += qv.w * kv.w;
+                }
+            }
+#pragma unroll
+            for (int rr = 0; rr < DIAG_ROW_GROUP; rr++) {
+                const int s = gi * DIAG_ROW_GROUP + rr;
+                if (j <= t_row[s]) diag_softmax_push(m[s], l[s], a[s], scale * dot[rr]);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int s = 0; s < kRows; s++) {
+        for (int off = 16; off > 0; off >>= 1) {
+            const float m2 = __shfl_xor_sync(0xffffffffu, m[s], off);
+            const float l2 = __shfl_xor_sync(0xffffffffu, l[s], off);
+            const float a2 = __shfl_xor_sync(0xffffffffu, a[s], off);
+            diag_softmax_merge(m[s], l[s], a[s], m2, l2, a2);
+        }
+        if (half == 1 && lane == 0) {
+            pair_stats[pair][s][0] = m[s];
+            pair_stats[pair][s][1] = l[s];
+            pair_stats[pair][s][2] = a[s];
+        }
+    }
+    __syncthreads(); /* the second warp of each pair has left its statistics */
+    if (half == 0 && lane == 0) {
+#pragma unroll
+        for (int s = 0; s < kRows; s++) {
+            const int row = first_row[s / DIAG_ROW_GROUP] + s % DIAG_ROW_GROUP;
+            if (row >= rows_here) continue;
+            diag_softmax_merge(m[s], l[s], a[s], pair_stats[pair][s][0], pair_stats[pair][s][1], pair_stats[pair][s][2]);
+            const size_t idx = (size_t)bh * R + r0 + row;
+            row_logit_max[idx] = m[s];
+            row_entropy[idx] = logf(l[s]) - a[s] / l[s];
+        }
     }
 }
 
-/* One block: per-head rho, then max and median over heads (insertion sort,
+/* One block of DIAG_FINALIZE_THREADS: per-head rho, then max and median over heads (insertion sort,
    NaN last, mean of the middle two for even NH, as diag_median), max |q|,
    max |k|, max logit and mean entropy over the sampled rows, into *out. */
 __global__ void diag_attention_finalize_kernel(LayerDiag* out, float* rho, const double* key_mean,
                                                const float* spread_partial, const float* absmax_partial,
                                                const float* row_logit_max, const float* row_entropy, int N, int NH,
                                                int HS, int num_rows) {
-    for (int h = threadIdx.x; h < NH; h += blockDim.x) {
+    const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (int h = threadIdx.x / 32; h < NH; h += warps) { /* a warp per head */
         double mean2 = 0.0, spread2 = 0.0;
-        for (int d = 0; d < HS; d++) mean2 += key_mean[(size_t)h * HS + d] * key_mean[(size_t)h * HS + d];
-        for (int c = 0; c < DIAG_KEY_CHUNKS; c++) spread2 += (double)spread_partial[(size_t)h * DIAG_KEY_CHUNKS + c];
+        for (int d = lane; d < HS; d += 32) mean2 += key_mean[(size_t)h * HS + d] * key_mean[(size_t)h * HS + d];
+        for (int c = lane; c < DIAG_KEY_CHUNKS; c += 32) spread2 += (double)spread_partial[(size_t)h * DIAG_KEY_CHUNKS + c];
+        for (int off = 16; off > 0; off >>= 1) {
+            mean2 += __shfl_xor_sync(0xffffffffu, mean2, off);
+            spread2 += __shfl_xor_sync(0xffffffffu, spread2, off);
+        }
         spread2 /= (double)N;
-        rho[h] = (float)(spread2 > 0.0 ? sqrt(mean2) / sqrt(spread2) : (mean2 > 0.0 ? INFINITY : 0.0));
+        if (lane == 0) rho[h] = (float)(spread2 > 0.0 ? sqrt(mean2) / sqrt(spread2) : (mean2 > 0.0 ? INFINITY : 0.0));
     }
     float qmax = 0.0f, kmax = 0.0f;
     for (int i = threadIdx.x; i < NH * DIAG_KEY_CHUNKS; i += blockDim.x) {
@@ -284,15 +445,24 @@ __global__ void diag_attention_finalize_kernel(LayerDiag* out, float* rho, const
 
 /* ---------------------------------------------------------------- parameter-norm kernels */
 
-/* grid num_pieces: sum of squares of one piece. */
+/* grid num_pieces: sum of squares of one piece; 16-byte vectors when the piece
+   allows (aligned start, whole packs), else one element at a time. */
 __global__ void diag_piece_kernel(float* piece_partial, const DiagPiece* pieces, const floatX* params,
                                   const floatX* grads) {
     const DiagPiece p = pieces[blockIdx.x];
     const floatX* x = (p.from_grads ? grads : params) + p.start;
     float acc = 0.0f;
-    for (int i = threadIdx.x; i < p.count; i += blockDim.x) {
-        const float v = to_float(x[i]);
-        acc += v * v;
+    if ((uintptr_t)x % sizeof(Pack8) == 0 && p.count % 8 == 0) {
+        for (int i = threadIdx.x; i < p.count / 8; i += blockDim.x) {
+            const Pack8 v = load_pack8(x + 8 * (size_t)i);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc += to_float(v.v[e]) * to_float(v.v[e]);
+        }
+    } else {
+        for (int i = threadIdx.x; i < p.count; i += blockDim.x) {
+            const float v = to_float(x[i]);
+            acc += v * v;
+        }
     }
     acc = block_sum(acc);
     if (threadIdx.x == 0) piece_partial[blockIdx.x] = acc;
@@ -327,13 +497,18 @@ __global__ void diag_params_finalize_kernel(LayerDiag* layers, double* global_gr
    (||x||_F when the reference is exactly zero, as attn_metrics does). */
 __global__ void diag_probe_err_kernel(float* err, const floatX* dqkv, const floatX* dqkv_ref, int T, int NH, int HS) {
     const int bh = blockIdx.x, part = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int packs = HS / 8;
     float diff2 = 0.0f, ref2 = 0.0f, x2 = 0.0f;
-    for (int i = threadIdx.x; i < T * HS; i += blockDim.x) {
-        const size_t at = diag_qkv_at(T, NH, HS, b, i / HS, part, h) + i % HS;
-        const float x = to_float(dqkv[at]), r = to_float(dqkv_ref[at]);
-        diff2 += (x - r) * (x - r);
-        ref2 += r * r;
-        x2 += x * x;
+    for (int i = threadIdx.x; i < T * packs; i += blockDim.x) {
+        const size_t at = diag_qkv_at(T, NH, HS, b, i / packs, part, h) + 8 * (i % packs);
+        const Pack8 xv = load_pack8(dqkv + at), rv = load_pack8(dqkv_ref + at);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const float x = to_float(xv.v[e]), r = to_float(rv.v[e]);
+            diff2 += (x - r) * (x - r);
+            ref2 += r * r;
+            x2 += x * x;
+        }
     }
     diff2 = block_sum(diff2);
     ref2 = block_sum(ref2);
@@ -358,6 +533,19 @@ static void diag_cuda_init(DiagCuda* d, const GPTConfig* cfg, int B, int T, int 
     if (d->HS > DIAG_MAX_HS)
         die("diag_cuda_init: head size %d is larger than the diagnostics support (%d); raise DIAG_MAX_HS in "
             "model/diagnostics.cuh", d->HS, DIAG_MAX_HS);
+    if (d->HS % 8 != 0)
+        die("diag_cuda_init: head size %d is not a multiple of 8 (the diagnostic kernels read 16-byte vectors of 8 "
+            "BF16 values); choose channels / heads divisible by 8", d->HS);
+    {
+        const size_t row_smem = diag_rows_smem_bytes(d->HS);
+        int device = 0, optin = 0;
+        cudaCheck(cudaGetDevice(&device));
+        cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        if (row_smem > (size_t)optin)
+            die("diag_cuda_init: head size %d needs %zu bytes of shared memory per block, this GPU allows %d; lower "
+                "DIAG_ROW_WARPS or DIAG_KEY_TILE in model/diagnostics.cuh", d->HS, row_smem, optin);
+        cudaCheck(cudaFuncSetAttribute(diag_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)row_smem));
+    }
     if (3 * L + 1 > 1024) die("diag_cuda_init: %d layers is more than the parameter-norm kernel handles (341)", L);
     const int NH = d->NH, HS = d->HS, R = diag_rows_used(rows_per_head, T);
     cudaCheck(cudaMalloc((void**)&d->d_layers, (size_t)L * sizeof(LayerDiag)));
@@ -462,6 +650,8 @@ static void diag_attention_cuda(DiagCuda* d, int layer, const floatX* qkv, int B
     if (layer < 0 || layer >= d->cfg.num_layers || B > d->max_B || T > d->max_T || B < 1 || T < 1)
         die("diag_attention_cuda: layer %d / batch %dx%d outside what diag_cuda_init sized (%d layers, %dx%d)", layer,
             B, T, d->cfg.num_layers, d->max_B, d->max_T);
+    if ((uintptr_t)qkv % sizeof(Pack8) != 0)
+        die("diag_attention_cuda: qkv of layer %d is not 16-byte aligned (the kernels read 16-byte vectors)", layer);
     const int NH = d->NH, HS = d->HS, N = B * T, R = diag_rows_used(d->rows_per_head, T);
     const dim3 key_grid(DIAG_KEY_CHUNKS, NH);
     diag_key_sum_kernel<<<key_grid, DIAG_THREADS, 0, stream>>>(d->d_key_partial, d->d_absmax_partial, qkv, N, T, NH,
@@ -472,10 +662,11 @@ static void diag_attention_cuda(DiagCuda* d, int layer, const floatX* qkv, int B
     diag_key_spread_kernel<<<key_grid, DIAG_THREADS, 0, stream>>>(d->d_spread_partial, qkv, d->d_key_mean, N, T, NH,
                                                                   HS);
     cudaCheckLastError();
-    diag_rows_kernel<<<B * NH * R, 128, 0, stream>>>(d->d_row_logit_max, d->d_row_entropy, qkv, T, NH, HS,
-                                                     d->rows_per_head, attn_softmax_scale(HS));
+    const dim3 row_grid(B * NH, (unsigned)ceil_div(R, DIAG_ROWS_PER_BLOCK));
+    diag_rows_kernel<<<row_grid, DIAG_ROW_WARPS * 32, diag_rows_smem_bytes(HS), stream>>>(
+        d->d_row_logit_max, d->d_row_entropy, qkv, T, NH, HS, d->rows_per_head, attn_softmax_scale(HS));
     cudaCheckLastError();
-    diag_attention_finalize_kernel<<<1, DIAG_THREADS, 0, stream>>>(d->d_layers + layer, d->d_rho, d->d_key_mean,
+    diag_attention_finalize_kernel<<<1, DIAG_FINALIZE_THREADS, 0, stream>>>(d->d_layers + layer, d->d_rho, d->d_key_mean,
                                                                    d->d_spread_partial, d->d_absmax_partial,
                                                                    d->d_row_logit_max, d->d_row_entropy, N, NH, HS,
                                                                    B * NH * R);

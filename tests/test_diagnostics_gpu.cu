@@ -115,6 +115,65 @@ static void test_attention(void) {
     free(qkv);
 }
 
+/* Keys that grow along the sequence (and queries that lean the same way): the
+   logits of every row rise with the key index, so the row kernel's running max
+   is overtaken key after key and its rescaling is exercised on every step. */
+static void add_rising_logits(float* qkv, AttnShape s) {
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++)
+            for (int h = 0; h < s.NH; h++)
+                for (int d = 0; d < s.HS; d++) {
+                    const size_t q = ((((size_t)b * s.T + t) * 3 + 0) * s.NH + h) * s.HS + d;
+                    const size_t k = q + (size_t)s.NH * s.HS;
+                    qkv[q] += 0.5f;
+                    qkv[k] += 3.0f * (float)t / (float)s.T;
+                }
+}
+
+/* The row kernel's blocking against the CPU on shapes that stress it: the
+   450m rows (T 1024, 16 heads, 32 rows = one row block, 16 key tiles), every
+   row of T 1024 (32 row blocks), odd T with a partial last row block and a
+   partial last key tile at HS 128, rows_per_head > T, T shorter than a tile,
+   T = 1, HS 256 (DIAG_MAX_HS: shared memory above the 48 KB default), and
+   small head sizes (8: one vector per row; 24: threads left idle in the key passes). */
+static void test_attention_shapes(void) {
+    test_section("attention diagnostics: GPU vs CPU across the row kernel's blocking");
+    const struct { int B, T, NH, HS, rows; } shapes[] = {
+        {2, 1024, 16, 64, 32}, {2, 1024, 16, 64, 0}, {2, 333, 2, 128, 50}, {1, 333, 2, 128, 0},
+        {3, 45, 3, 64, 1000},  {2, 1, 2, 64, 32},    {1, 130, 1, 256, 0},  {1, 97, 2, 8, 7},
+        {2, 70, 1, 24, 0},
+    };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int B = shapes[si].B, T = shapes[si].T, NH = shapes[si].NH, HS = shapes[si].HS, rows = shapes[si].rows;
+        const AttnShape s = {B, NH, T, HS};
+        const GPTConfig cfg = config_for(1, NH * HS, NH, T);
+        const size_t n = attn_qkv_count(s);
+        float* qkv = (float*)mallocCheck(n * sizeof(float));
+        DiagCuda d;
+        diag_cuda_init(&d, &cfg, B, T, rows);
+        for (int ci = 0; ci < 3; ci++) {
+            const AttnCase c = ci == 1 ? attn_case_key_offset(16.0, 4.0, 20 + si) : attn_case_random(1.0, 40 + si);
+            attn_case_fill(&c, s, qkv, NULL);
+            if (ci == 2) add_rising_logits(qkv, s);
+            for (size_t i = 0; i < n; i++) qkv[i] = bf16_round(qkv[i]); /* the CPU sees the GPU's BF16 values */
+            floatX* d_qkv = upload_bf16(qkv, n);
+            diag_cuda_clear(&d, 0);
+            diag_attention_cuda(&d, 0, d_qkv, B, T, 0);
+            LayerDiag got, want;
+            diag_cuda_fetch(&d, &got, NULL, NULL, 0);
+            diag_attention_cpu(qkv, B, T, NH, HS, rows, &want);
+            char label[160], cname[64];
+            snprintf(label, sizeof label, "B%d T%d NH%d HS%d rows %d, %s%s", B, T, NH, HS, rows,
+                     attn_case_name(&c, cname, sizeof cname), ci == 2 ? " + rising logits" : "");
+            printf("  %-52s logit %.5g | entropy %.6f\n", label, got.logit_max, got.entropy_mean);
+            compare_attention(label, &got, &want);
+            cudaCheck(cudaFree(d_qkv));
+        }
+        diag_cuda_free(&d);
+        free(qkv);
+    }
+}
+
 static void test_params(void) {
     test_section("gradient and key-bias norms, zeroing the key-bias gradient: GPU vs CPU");
     const GPTConfig cfg = config_for(3, 128, 2, 64);
@@ -340,6 +399,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     test_attention();
+    test_attention_shapes();
     test_params();
     test_probe();
     return test_summary();
