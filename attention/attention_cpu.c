@@ -46,6 +46,11 @@
  *
  * Parallelism: OpenMP over (b, h); each head is independent and owns its
  * slices of out, stats and dqkv, so results do not depend on thread count.
+ *
+ * The per-row building blocks (head gather, forward numerators, backward P,
+ * pivoted D, dot/axpy) are also exposed, as thin wrappers at the end of this
+ * file, through attention_cpu_rows.h, for tools that emulate variants of a
+ * mode with the same rounding (dev/gproj_variants.c).
  */
 #include <math.h>
 #include <string.h>
