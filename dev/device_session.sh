@@ -45,8 +45,10 @@ prepare_data() {
 # MPS lets the kernels of several small runs sharing one GPU overlap
 mps_start() { mps=0; command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d 2>/dev/null && mps=1
               say "   MPS: $([ $mps = 1 ] && echo on || echo off)"; }
-# a time-limited matched_runs.sh leaves its trainers running: stop them (their logs end there), then MPS
-stop_runs() { pkill -TERM -f 'build/train_gpt ' ; sleep 5; [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control; }
+# a time-limited matched_runs.sh leaves its trainers running: stop them (their logs end there), then MPS.
+# The pattern is anchored: an unanchored one also matched (and killed) the device call's own shell, whose
+# command line named build/train_gpt as a make target.
+stop_runs() { pkill -TERM -f '^build/train_gpt( |$)'; sleep 5; [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control; }
 
 # summarize_group GROUP DEST: compare table and plots, logs thinned for the repo (every 100th step
 # record plus every diagnostics/validation record), attn_probe on the bf16 run's latest captures
