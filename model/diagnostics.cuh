@@ -80,6 +80,7 @@ typedef struct {
     float* d_absmax_partial;   /* [NH][DIAG_KEY_CHUNKS][2] */
     float* d_row_logit_max;    /* [B*NH*R] */
     float* d_row_entropy;      /* [B*NH*R] */
+    float* d_rho;              /* [NH] */
     /* parameter norms: pieces grouped by slot (slot_begin[s] .. slot_begin[s+1]) */
     int num_slots;             /* 3L + 1: layer grads, key-bias params, key-bias grads, other grads */
     int num_pieces;
@@ -386,17 +387,13 @@ __global__ void __launch_bounds__(DIAG_ROW_WARPS * 32, 3)
     }
 }
 
-/* One block of DIAG_FINALIZE_THREADS, dynamic shared memory 2 * NH floats:
-   per-head rho, then max and median over heads (heads sorted ascending by
-   rank, NaN last, mean of the middle two for even NH, as diag_median), max |q|,
+/* One block of DIAG_FINALIZE_THREADS: per-head rho, then max and median over heads (insertion sort,
+   NaN last, mean of the middle two for even NH, as diag_median), max |q|,
    max |k|, max logit and mean entropy over the sampled rows, into *out. */
-__global__ void diag_attention_finalize_kernel(LayerDiag* out, const double* key_mean,
+__global__ void diag_attention_finalize_kernel(LayerDiag* out, float* rho, const double* key_mean,
                                                const float* spread_partial, const float* absmax_partial,
                                                const float* row_logit_max, const float* row_entropy, int N, int NH,
                                                int HS, int num_rows) {
-    extern __shared__ float diag_finalize_smem[];
-    float* rho_s = diag_finalize_smem;  /* [NH] per head */
-    float* sorted_s = rho_s + NH;       /* [NH] ascending, NaN last */
     const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
     for (int h = threadIdx.x / 32; h < NH; h += warps) { /* a warp per head */
         double mean2 = 0.0, spread2 = 0.0;
@@ -407,7 +404,7 @@ __global__ void diag_attention_finalize_kernel(LayerDiag* out, const double* key
             spread2 += __shfl_xor_sync(0xffffffffu, spread2, off);
         }
         spread2 /= (double)N;
-        if (lane == 0) rho_s[h] = (float)(spread2 > 0.0 ? sqrt(mean2) / sqrt(spread2) : (mean2 > 0.0 ? INFINITY : 0.0));
+        if (lane == 0) rho[h] = (float)(spread2 > 0.0 ? sqrt(mean2) / sqrt(spread2) : (mean2 > 0.0 ? INFINITY : 0.0));
     }
     float qmax = 0.0f, kmax = 0.0f;
     for (int i = threadIdx.x; i < NH * DIAG_KEY_CHUNKS; i += blockDim.x) {
@@ -424,22 +421,21 @@ __global__ void diag_attention_finalize_kernel(LayerDiag* out, const double* key
     kmax = diag_block_nan_max(kmax);
     lmax = diag_block_nan_max(lmax);
     ent = diag_block_sum_double(ent);
-    __syncthreads(); /* rho_s complete */
-    for (int h = threadIdx.x; h < NH; h += blockDim.x) { /* rank in (NaN last, value, head) order */
-        const float v = rho_s[h];
-        int rank = 0;
-        for (int j = 0; j < NH; j++) {
-            const float u = rho_s[j];
-            rank += isnan(v) ? (!isnan(u) || j < h) : (!isnan(u) && (u < v || (u == v && j < h)));
-        }
-        sorted_s[rank] = v;
-    }
-    __syncthreads();
+    __syncthreads(); /* rho[] complete */
     if (threadIdx.x == 0) {
+        for (int i = 1; i < NH; i++) { /* sort ascending, NaN last */
+            const float v = rho[i];
+            int j = i - 1;
+            while (j >= 0 && (isnan(rho[j]) ? !isnan(v) : (!isnan(v) && rho[j] > v))) {
+                rho[j + 1] = rho[j];
+                j--;
+            }
+            rho[j + 1] = v;
+        }
         float rmax = -INFINITY;
-        for (int i = 0; i < NH; i++) rmax = diag_nan_max(rmax, rho_s[i]);
+        for (int i = 0; i < NH; i++) rmax = diag_nan_max(rmax, rho[i]);
         out->rho_max = rmax;
-        out->rho_median = (NH % 2) ? sorted_s[NH / 2] : 0.5f * (sorted_s[NH / 2 - 1] + sorted_s[NH / 2]);
+        out->rho_median = (NH % 2) ? rho[NH / 2] : 0.5f * (rho[NH / 2 - 1] + rho[NH / 2]);
         out->q_absmax = qmax;
         out->k_absmax = kmax;
         out->logit_max = lmax;
@@ -550,8 +546,6 @@ static void diag_cuda_init(DiagCuda* d, const GPTConfig* cfg, int B, int T, int 
                 "DIAG_ROW_WARPS or DIAG_KEY_TILE in model/diagnostics.cuh", d->HS, row_smem, optin);
         cudaCheck(cudaFuncSetAttribute(diag_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)row_smem));
     }
-    if (2 * (size_t)d->NH * sizeof(float) > 48 * 1024)
-        die("diag_cuda_init: %d heads are more than the finalize kernel's shared memory holds (6144)", d->NH);
     if (3 * L + 1 > 1024) die("diag_cuda_init: %d layers is more than the parameter-norm kernel handles (341)", L);
     const int NH = d->NH, HS = d->HS, R = diag_rows_used(rows_per_head, T);
     cudaCheck(cudaMalloc((void**)&d->d_layers, (size_t)L * sizeof(LayerDiag)));
@@ -564,6 +558,7 @@ static void diag_cuda_init(DiagCuda* d, const GPTConfig* cfg, int B, int T, int 
     cudaCheck(cudaMalloc((void**)&d->d_absmax_partial, (size_t)NH * DIAG_KEY_CHUNKS * 2 * sizeof(float)));
     cudaCheck(cudaMalloc((void**)&d->d_row_logit_max, (size_t)B * NH * R * sizeof(float)));
     cudaCheck(cudaMalloc((void**)&d->d_row_entropy, (size_t)B * NH * R * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&d->d_rho, (size_t)NH * sizeof(float)));
 
     /* parameter-norm pieces, grouped by slot: layer l's gradient (every per-layer
        tensor), key-bias params, key-bias grads, then the non-layer gradient tensors */
@@ -627,6 +622,7 @@ static void diag_cuda_free(DiagCuda* d) {
     cudaCheck(cudaFree(d->d_absmax_partial));
     cudaCheck(cudaFree(d->d_row_logit_max));
     cudaCheck(cudaFree(d->d_row_entropy));
+    cudaCheck(cudaFree(d->d_rho));
     cudaCheck(cudaFree(d->d_pieces));
     cudaCheck(cudaFree(d->d_slot_begin));
     cudaCheck(cudaFree(d->d_piece_partial));
@@ -670,9 +666,10 @@ static void diag_attention_cuda(DiagCuda* d, int layer, const floatX* qkv, int B
     diag_rows_kernel<<<row_grid, DIAG_ROW_WARPS * 32, diag_rows_smem_bytes(HS), stream>>>(
         d->d_row_logit_max, d->d_row_entropy, qkv, T, NH, HS, d->rows_per_head, attn_softmax_scale(HS));
     cudaCheckLastError();
-    diag_attention_finalize_kernel<<<1, DIAG_FINALIZE_THREADS, 2 * NH * sizeof(float), stream>>>(
-        d->d_layers + layer, d->d_key_mean, d->d_spread_partial, d->d_absmax_partial, d->d_row_logit_max,
-        d->d_row_entropy, N, NH, HS, B * NH * R);
+    diag_attention_finalize_kernel<<<1, DIAG_FINALIZE_THREADS, 0, stream>>>(d->d_layers + layer, d->d_rho, d->d_key_mean,
+                                                                   d->d_spread_partial, d->d_absmax_partial,
+                                                                   d->d_row_logit_max, d->d_row_entropy, N, NH, HS,
+                                                                   B * NH * R);
     cudaCheckLastError();
 }
 

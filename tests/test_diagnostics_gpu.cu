@@ -111,16 +111,6 @@ static void test_attention(void) {
     diag_cuda_fetch(&d, got, NULL, NULL, 0);
     CHECK(isnan(got[0].q_absmax), "a NaN in Q makes q_absmax NaN (got %g)", got[0].q_absmax);
     cudaCheck(cudaFree(d_qkv));
-    /* a NaN in the first key of (b 0, h 0): every sampled row of that head sees it */
-    attn_case_fill(&cases[0], s, qkv, NULL);
-    qkv[(size_t)NH * HS + 3] = NAN;
-    d_qkv = upload_bf16(qkv, n);
-    diag_attention_cuda(&d, 0, d_qkv, B, T, 0);
-    diag_cuda_fetch(&d, got, NULL, NULL, 0);
-    CHECK(isnan(got[0].k_absmax) && isnan(got[0].logit_max) && isnan(got[0].entropy_mean),
-          "a NaN in K makes k_absmax, logit_max and entropy_mean NaN (got %g %g %g)", got[0].k_absmax,
-          got[0].logit_max, got[0].entropy_mean);
-    cudaCheck(cudaFree(d_qkv));
     diag_cuda_free(&d);
     free(qkv);
 }
