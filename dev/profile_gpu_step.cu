@@ -12,7 +12,7 @@
  * scripts/bench_train.sh compares like with like.
  *
  * Usage: build/dev/profile_gpu_step [--model d12] [--batch 32] [--seq 1024]
- *        [--recompute 1] [--attn all|fp32|bf16|repair|gproj] [--steps 10]
+ *        [--recompute 0] [--attn all|fp32|bf16|repair|gproj] [--steps 10]
  * Prints, per mode: "ours: ... tokens/s" and the breakdown table.
  */
 #include <stdio.h>
@@ -44,7 +44,7 @@ static void one_step(GPTCuda* m, const int* inputs, const int* targets, int B, i
 int main(int argc, char** argv) {
     const char* model_name = "d12";
     const char* attn = "all";
-    int B = 32, T = 1024, recompute = 1, steps = 10;
+    int B = 32, T = 1024, recompute = 0, steps = 10; /* recompute: the trainer's default */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) model_name = argv[i + 1];
         else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);

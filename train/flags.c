@@ -116,7 +116,7 @@ static const FlagRow g_rows[NUM_FLAGS] = {
     {FLAG_ZERO_KEY_BIAS_GRAD, "zero-key-bias-grad", FLAG_TYPE_BOOL, OFF(zero_key_bias_grad), "0", NULL, 0, 1, "0|1",
      "1", "diagnostics", 0, "gauge arm: zero the key-bias gradient (exactly zero in exact arithmetic) before "
      "the optimizer"},
-    {FLAG_RECOMPUTE, "recompute", FLAG_TYPE_INT, OFF(recompute), "1", NULL, 0, 2, "0|1|2", NULL, "GPU trainer only",
+    {FLAG_RECOMPUTE, "recompute", FLAG_TYPE_INT, OFF(recompute), "0", NULL, 0, 2, "0|1|2", NULL, "GPU trainer only",
      1, "activation recomputation in backward: 0 none, 1 GELU, 2 GELU + layernorm"},
     {FLAG_ZERO_STAGE, "zero-stage", FLAG_TYPE_INT, OFF(zero_stage), "0", NULL, 0, 1, "0|1", NULL,
      "GPU trainer only", 1, "1 = shard the optimizer state across processes (ZeRO-1)"},
