@@ -61,7 +61,7 @@ case "$mode" in fp32|bf16|repair|gproj) ;; *) die "--mode '$mode': choose fp32|b
 [[ "$tokens" =~ ^[0-9]+$ ]] || die "--tokens '$tokens': not a whole number"
 
 # ---- the recipe ----
-micro_batch=16                # sequences of 1024 per GPU per micro-step (fits an H200 at recompute 1)
+micro_batch=16                # sequences of 1024 per GPU per micro-step (about 22 GiB planned on one GPU)
 seq_len=1024
 total_batch_tokens=524288     # 2^19 tokens per optimizer step (GPT-3 / llm.c 0.5M batch)
 steps=$(( (tokens + total_batch_tokens - 1) / total_batch_tokens ))
