@@ -244,15 +244,9 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
             uint32_t a[4], a_lo[4];
-            a[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-            a[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-            a[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            a[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            pack_a_from_c(a, s[2 * kk], s[2 * kk + 1]);
             if (MODE == ATTN_FP32) {
-                a_lo[0] = pack_bf16x2(bf16_residual(s[2 * kk][0]), bf16_residual(s[2 * kk][1]));
-                a_lo[1] = pack_bf16x2(bf16_residual(s[2 * kk][2]), bf16_residual(s[2 * kk][3]));
-                a_lo[2] = pack_bf16x2(bf16_residual(s[2 * kk + 1][0]), bf16_residual(s[2 * kk + 1][1]));
-                a_lo[3] = pack_bf16x2(bf16_residual(s[2 * kk + 1][2]), bf16_residual(s[2 * kk + 1][3]));
+                pack_a_residual_from_c(a_lo, s[2 * kk], s[2 * kk + 1]);
             }
 #pragma unroll
             for (int n = 0; n < NT_O; n += 2) {
@@ -475,14 +469,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
 #pragma unroll
                 for (int kk = 0; kk < NT_SUB / 2; kk++) {
                     uint32_t ap[4], ads[4];
-                    ap[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-                    ap[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-                    ap[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                    ap[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-                    ads[0] = pack_bf16x2(dp[2 * kk][0], dp[2 * kk][1]);
-                    ads[1] = pack_bf16x2(dp[2 * kk][2], dp[2 * kk][3]);
-                    ads[2] = pack_bf16x2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-                    ads[3] = pack_bf16x2(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+                    pack_a_from_c(ap, s[2 * kk], s[2 * kk + 1]);
+                    pack_a_from_c(ads, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
                     for (int n = 0; n < NT_O; n += 2) {
                         uint32_t bb[4];
@@ -689,14 +677,8 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
         for (int kk = 0; kk < BQ / 16; kk++) {
             const int j0 = 2 * kk, j1 = 2 * kk + 1;
             uint32_t ap[4], ads[4], ap_lo[4], ads_lo[4], alp[4];
-            ap[0] = pack_bf16x2(st[j0][0], st[j0][1]);
-            ap[1] = pack_bf16x2(st[j0][2], st[j0][3]);
-            ap[2] = pack_bf16x2(st[j1][0], st[j1][1]);
-            ap[3] = pack_bf16x2(st[j1][2], st[j1][3]);
-            ads[0] = pack_bf16x2(dpt[j0][0], dpt[j0][1]);
-            ads[1] = pack_bf16x2(dpt[j0][2], dpt[j0][3]);
-            ads[2] = pack_bf16x2(dpt[j1][0], dpt[j1][1]);
-            ads[3] = pack_bf16x2(dpt[j1][2], dpt[j1][3]);
+            pack_a_from_c(ap, st[j0], st[j1]);
+            pack_a_from_c(ads, dpt[j0], dpt[j1]);
             if (kDqHere) { /* a[0]: (key g, queries j0*8+2t..+1), a[1]: key g+8, a[2], a[3]: the same for j1 */
                 *reinterpret_cast<uint32_t*>(ds_row + j0 * 8) = ads[0];
                 *reinterpret_cast<uint32_t*>(ds_row + 8 * LDQ + j0 * 8) = ads[1];
@@ -704,20 +686,14 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                 *reinterpret_cast<uint32_t*>(ds_row + 8 * LDQ + j1 * 8) = ads[3];
             }
             if (MODE == ATTN_FP32) {
-                ap_lo[0] = pack_bf16x2(bf16_residual(st[j0][0]), bf16_residual(st[j0][1]));
-                ap_lo[1] = pack_bf16x2(bf16_residual(st[j0][2]), bf16_residual(st[j0][3]));
-                ap_lo[2] = pack_bf16x2(bf16_residual(st[j1][0]), bf16_residual(st[j1][1]));
-                ap_lo[3] = pack_bf16x2(bf16_residual(st[j1][2]), bf16_residual(st[j1][3]));
+                pack_a_residual_from_c(ap_lo, st[j0], st[j1]);
                 float r1[2][4]; /* dS - bf(dS) of this k-step's two n-tiles */
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     r1[0][e] = bf16_residual(dpt[j0][e]);
                     r1[1][e] = bf16_residual(dpt[j1][e]);
                 }
-                ads_lo[0] = pack_bf16x2(r1[0][0], r1[0][1]);
-                ads_lo[1] = pack_bf16x2(r1[0][2], r1[0][3]);
-                ads_lo[2] = pack_bf16x2(r1[1][0], r1[1][1]);
-                ads_lo[3] = pack_bf16x2(r1[1][2], r1[1][3]);
+                pack_a_from_c(ads_lo, r1[0], r1[1]);
                 /* three BF16 terms (24 significant bits) for dQ: it sums dS against keys that may share a
                    large common offset, so the split residual would leak like bf16 mode's rounding */
                 bf16* x_row = x_s + (ds_row - ds_s);

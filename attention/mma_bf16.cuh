@@ -45,6 +45,25 @@ __device__ __forceinline__ float bf16_residual(float x) {
     return x - __bfloat162float(__float2bfloat16_rn(x));
 }
 
+/* The A operand of the next m16n8k16 MMA from the C fragments of two adjacent 8-column tiles (c0: columns
+   0-7, c1: columns 8-15 of the 16-wide k-slice), rounded to BF16: a product (P, dS) feeds the next GEMM
+   straight from registers, as FlashAttention-2 does. */
+__device__ __forceinline__ void pack_a_from_c(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+    a[0] = pack_bf16x2(c0[0], c0[1]);
+    a[1] = pack_bf16x2(c0[2], c0[3]);
+    a[2] = pack_bf16x2(c1[0], c1[1]);
+    a[3] = pack_bf16x2(c1[2], c1[3]);
+}
+
+/* The same for the BF16 remainders x - bf(x) of the fragments (fp32 mode's second operand term). */
+__device__ __forceinline__ void pack_a_residual_from_c(uint32_t (&a)[4], const float (&c0)[4],
+                                                       const float (&c1)[4]) {
+    a[0] = pack_bf16x2(bf16_residual(c0[0]), bf16_residual(c0[1]));
+    a[1] = pack_bf16x2(bf16_residual(c0[2]), bf16_residual(c0[3]));
+    a[2] = pack_bf16x2(bf16_residual(c1[0]), bf16_residual(c1[1]));
+    a[3] = pack_bf16x2(bf16_residual(c1[2]), bf16_residual(c1[3]));
+}
+
 /* c += a * b on tensor cores. */
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile(
