@@ -12,7 +12,7 @@
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest multigpu tokenizer trainer matched ncu sweep attnbench trainbench diagcost
-#           finalruns modecost makerun
+#           run450m finalruns modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 set -u
@@ -49,6 +49,23 @@ mps_start() { mps=0; command -v nvidia-cuda-mps-control >/dev/null && nvidia-cud
 # The pattern is anchored: an unanchored one also matched (and killed) the device call's own shell, whose
 # command line named build/train_gpt as a make target.
 stop_runs() { pkill -TERM -f '^build/train_gpt( |$)'; sleep 5; [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control; }
+
+# the 450m preset (gproj) on the Gutenberg shards with a schedule that fits RUN_STEPS steps of 65,536 tokens
+start_450m_run() {
+    rm -rf runs/450m_gutenberg
+    timeout "$RUN_SECONDS" bash scripts/preset_450m.sh --mode gproj --no-diag \
+        --data "$DATA/gutenberg_train_*.bin:$DATA/gutenberg_val_*.bin" -- --out-dir runs/450m_gutenberg \
+        --total-batch-tokens 65536 --steps "$RUN_STEPS" --lr 6e-4 --warmup-steps 60 --val-every 100 \
+        --val-batches 20 --checkpoint-every 0 --sample-every "$RUN_STEPS" \
+        --sample-tokens 64 --diag-every 100 > "$OUT/run450m.log" 2>&1 &
+}
+summarize_450m_run() {  # DEST: console, log and plots of the run into DEST/run450m
+    mkdir -p "$1/run450m"
+    grep -E "^(step|val|---- sample|mean over|saved|note|error|diagnostics)" "$OUT/run450m.log" | tail -n 40 | tee -a "$SUMMARY"
+    cp runs/450m_gutenberg/log.jsonl "$1/run450m/" 2>/dev/null
+    cp "$OUT/run450m.log" "$1/run450m/console.txt"
+    python3 scripts/compare_runs.py runs/450m_gutenberg --out "$1/run450m" --smooth 5 >> "$SUMMARY" 2>&1
+}
 
 # summarize_group GROUP DEST: compare table and plots, logs thinned for the repo (every 100th step
 # record plus every diagnostics/validation record), attn_probe on the bf16 run's latest captures
@@ -194,15 +211,11 @@ for phase in "$@"; do
     finalruns)
         # issue 5: the 450m preset on the Gutenberg shards for about 9 minutes (the device call limit is 10),
         # and, sharing the GPU under MPS, issue 8's longer matched runs (lr 2e-3 continued, lr 4e-3).
-        begin "450m run (${RUN_SECONDS:=520} s) + longer matched runs"
+        begin "450m run (${RUN_SECONDS:=520} s, ${RUN_STEPS:=480} steps) + longer matched runs"
         prepare_data
         mps_start
-        rm -rf runs/450m_gutenberg runs/long_lr2e-3 runs/long_lr4e-3
-        timeout "$RUN_SECONDS" bash scripts/preset_450m.sh --mode gproj --no-diag \
-            --data "$DATA/gutenberg_train_*.bin:$DATA/gutenberg_val_*.bin" -- --out-dir runs/450m_gutenberg \
-            --total-batch-tokens 65536 --steps "${RUN_STEPS:-480}" --lr 6e-4 --warmup-steps 60 --val-every 100 \
-            --val-batches 20 --checkpoint-every 0 --sample-every "${RUN_STEPS:-480}" \
-            --sample-tokens 64 --diag-every 100 > "$OUT/run450m.log" 2>&1 &
+        rm -rf runs/long_lr2e-3 runs/long_lr4e-3
+        start_450m_run
         flags=(--train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" --vocab .cache/gpt2
                --steps 60000 --schedule constant --val-every 2500 --val-batches 20 --log-every 5000
                --sample-every 0 --probe-every 500 --capture-attn "10,35000" --overwrite 1)
@@ -212,13 +225,21 @@ for phase in "$@"; do
             --modes "fp32 bf16 gproj" --diag-every 500 -- "${flags[@]}" --lr 4e-3 > "$OUT/long_lr4e-3.log" 2>&1 &
         wait
         stop_runs
-        mkdir -p /tmp/final/run450m
-        grep -E "^(step|val|---- sample|mean over|saved|note|error)" "$OUT/run450m.log" | tail -n 40 | tee -a "$SUMMARY"
-        cp runs/450m_gutenberg/log.jsonl /tmp/final/run450m/ 2>/dev/null
-        cp "$OUT/run450m.log" /tmp/final/run450m/console.txt
-        python3 scripts/compare_runs.py runs/450m_gutenberg --out /tmp/final/run450m --smooth 5 >> "$SUMMARY" 2>&1
+        summarize_450m_run /tmp/final
         for g in long_lr2e-3 long_lr4e-3; do summarize_group "$g" /tmp/final; done
         tar czf "$OUT/final.tgz" -C /tmp final
+        end 0 ;;
+    run450m)
+        # issue 5: the 450m preset alone on the Gutenberg shards; RUN_STEPS x 65,536 tokens (at ~150K tokens/s
+        # alone, 1,150 steps take about 8.5 minutes: with the build, about what one device call allows)
+        begin "450m run alone (${RUN_SECONDS:=570} s at most, ${RUN_STEPS:=1150} steps)"
+        prepare_data
+        mps=0
+        start_450m_run
+        wait
+        stop_runs
+        summarize_450m_run /tmp/final
+        tar czf "$OUT/run450m.tgz" -C /tmp/final run450m
         end 0 ;;
     modecost)
         # issue 5: each attention mode's cost in a whole 450m training step (B16 T1024)
