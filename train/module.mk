@@ -39,3 +39,6 @@ CPU_TEST_COMMANDS += "bash tests/test_train_cpu_run.sh"
 $(BUILD)/train_gpt_cpu: $(DIAG_CPU_OBJS)
 # Its diagnostics end to end: records, captures, the gauge arm, resume with them on, matched_runs --cpu.
 CPU_TEST_COMMANDS += "bash tests/test_train_cpu_diag.sh"
+# The run recipes' own logic on synthetic logs (compare_runs.py's common step and damaged logs,
+# matched_runs.sh --per-gpu / --gauge-arm lists); no training.
+CPU_TEST_COMMANDS += "python3 tests/test_run_scripts.py"

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""tests/test_run_scripts.py - the run recipes' own logic, without training anything.
+
+Why: scripts/compare_runs.py decides which numbers a matched-run report shows
+(the gap to fp32, the step it is read at) and scripts/matched_runs.sh decides
+which runs share a GPU. Both had new behaviour that the end-to-end recipe test
+(tests/test_train_cpu_diag.sh, CPU trainer, runs of equal length) cannot
+reach: runs stopped at different steps by a time limit, a log whose last
+record was cut short, several runs per GPU, a list of gauge arms. Here the
+logs are synthetic, so every expected number is known exactly.
+
+Usage: python3 tests/test_run_scripts.py   (from anywhere; ends with "N passed, N failed")
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import testing  # noqa: E402
+from testing import summary  # noqa: E402
+
+
+def check(ok, msg, detail=""):
+    """testing.check, plus what was seen when it fails."""
+    if not testing.check(ok, msg) and detail:
+        print("       " + str(detail).strip().replace("\n", "\n       ")[:2000])
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def write_log(path, mode, steps, loss_offset, cut_last=False, damage_line=None):
+    """A run log like the trainers write: loss falls by 0.01 per step from 5 + offset;
+    validation and diagnostics every 10 steps (rho = 1 + step/100, probe = 0.01)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    lines = [json.dumps({"event": "config", "attn": mode})]
+    for s in range(steps):
+        lines.append(json.dumps({"step": s, "loss": 5 - 0.01 * s + loss_offset, "grad_norm": 1.0, "ms": 2.0}))
+        if s % 10 == 0:
+            lines.append(json.dumps({"event": "diag", "step": s, "rho_max": 1 + s / 100, "probe_dq_err": 0.01}))
+            lines.append(json.dumps({"step": s, "val_loss": 5.5 - 0.01 * s + loss_offset}))
+    if damage_line is not None:
+        lines[damage_line] = lines[damage_line][:10]
+    text = "\n".join(lines) + "\n"
+    if cut_last:
+        text += '{"step": %d, "lo' % steps
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def compare(*args):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compare_runs.py"), *args],
+                       capture_output=True, text=True)
+    return r.returncode, r.stdout, r.stderr
+
+
+def table(stdout):
+    """{label: [columns]} of the printed table."""
+    rows = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 10 and parts[1].isdigit():
+            rows[parts[0]] = parts
+    return rows
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    # fp32 ran 100 steps, bf16 was stopped at 80 (its last record cut short), bf16 is 0.1 worse throughout
+    write_log(f"{tmp}/g/fp32/log.jsonl", "fp32", 100, 0.0)
+    write_log(f"{tmp}/g/bf16/log.jsonl", "bf16", 80, 0.1, cut_last=True)
+    rc, out, err = compare(f"{tmp}/g/fp32", f"{tmp}/g/bf16", "--out", f"{tmp}/plots")
+    rows = table(out)
+    check(set(rows) == {"fp32", "bf16"}, "compare_runs: a table row per run", out + err)
+    check("compared at step 79" in out, "runs of different lengths are compared at the last common step (79)", out)
+    check("last record cut short" in err, "a cut-short last record is reported and skipped", err)
+    if set(rows) == {"fp32", "bf16"}:
+        # mean of the 20 losses at steps 60..79: 5 - 0.01 * 69.5 = 4.305 (fp32), +0.1 for bf16
+        check(rows["fp32"][1] == "79" and rows["bf16"][1] == "79", "both rows read at step 79", str(rows))
+        check(abs(float(rows["fp32"][2]) - 4.305) < 1e-4, "fp32 train loss = mean of steps 60-79 = 4.305",
+              rows["fp32"][2])
+        check(abs(float(rows["bf16"][3]) - 0.1) < 1e-4, "bf16 gap to fp32 = +0.1000", rows["bf16"][3])
+        # validation at step 70 (the last at or before 79): 5.5 - 0.7 = 4.8; rho 1.7
+        check(abs(float(rows["fp32"][4]) - 4.8) < 1e-4, "validation read at step 70 (4.8), not at 90", rows["fp32"][4])
+        check(abs(float(rows["bf16"][5]) - 0.1) < 1e-4, "bf16 validation gap +0.1000", rows["bf16"][5])
+        check(abs(float(rows["fp32"][6]) - 1.7) < 1e-3, "max rho read at step 70 (1.7)", rows["fp32"][6])
+        check(abs(float(rows["bf16"][8]) - 0.01) < 1e-6, "in-run dQ error column = mean of the last 5 probes",
+              rows["bf16"][8])
+
+    # --at-step overrides the common step
+    rc, out, err = compare(f"{tmp}/g/fp32", f"{tmp}/g/bf16", "--out", f"{tmp}/plots", "--at-step", "39")
+    rows = table(out)
+    check(rows.get("fp32", [None, None])[1] == "39" and "compared at step" not in out,
+          "--at-step 39 reads every run at step 39", out)
+
+    # a damaged record in the middle is an error that names the file and line
+    write_log(f"{tmp}/h/fp32/log.jsonl", "fp32", 30, 0.0, damage_line=5)
+    rc, out, err = compare(f"{tmp}/h/fp32", "--out", f"{tmp}/plots")
+    check(rc != 0 and "log.jsonl:6" in err and "damaged" in err,
+          "a damaged record before the end is refused with file:line", err)
+
+    # matched_runs.sh: --per-gpu puts several runs on one GPU at once, --gauge-arm takes a list
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "matched_runs.sh"), "--dry-run", "--per-gpu", "3",
+                        "--modes", "fp32 bf16", "--gauge-arm", "bf16 gproj", "--", "--steps", "10"],
+                       capture_output=True, text=True, cwd=ROOT)
+    cmds = [l for l in r.stdout.splitlines() if "train_gpt" in l]
+    check(r.returncode == 0 and len(cmds) == 4, "matched_runs --dry-run: 4 runs (2 modes + 2 gauge arms)",
+          r.stdout + r.stderr)
+    check(all(c.startswith("CUDA_VISIBLE_DEVICES=0 ") for c in cmds), "--per-gpu: all on GPU 0 (parallel)",
+          "\n".join(cmds))
+    check(sum("--zero-key-bias-grad 1" in c for c in cmds) == 2 and
+          any("--attn gproj --out-dir runs/matched_gpu/gproj_zkbg" in c for c in cmds),
+          "--gauge-arm \"bf16 gproj\": bf16_zkbg and gproj_zkbg with the arm on", "\n".join(cmds))
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "matched_runs.sh"), "--dry-run", "--per-gpu", "0"],
+                       capture_output=True, text=True, cwd=ROOT)
+    check(r.returncode != 0 and "--per-gpu '0'" in r.stderr, "--per-gpu 0 is refused with the value named",
+          r.stderr)
+
+sys.exit(summary())
