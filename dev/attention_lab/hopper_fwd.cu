@@ -269,6 +269,57 @@ struct SmemPlan {
     static_assert(kChunkBytes % kSwizzleAtomBytes == 0, "tiles must stay 1024-byte aligned");
 };
 
+/* ---- the two GEMMs of one key tile, per warpgroup (shared by the kernel and the layout probe) ---- */
+
+/* S = Q K^T for the warpgroup's 64 query rows x kBlockK keys: HS/16 k-steps. q_addr, k_addr: shared
+   addresses of the warpgroup's first Q row and of the K tile (chunked, swizzled, 1024-aligned). k-step kk
+   reads bytes 32 (kk % 4) .. +31 of the 128-byte rows of chunk kk / 4. S is written, not accumulated. */
+template <int HS>
+__device__ __forceinline__ void warpgroup_qk(float (&sacc)[kBlockK / 2], uint32_t q_addr, uint32_t k_addr) {
+    constexpr int kChunkBytes = SmemPlan<HS>::kChunkBytes;
+    constexpr int kKStepsPerChunk = kChunkCols / kWgmmaK; /* 4 k-steps of 32 bytes in a 128-byte row */
+#pragma unroll
+    for (int i = 0; i < kBlockK / 2; i++) sacc[i] = 0.f;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HS / kWgmmaK; kk++) {
+        const uint32_t off = (kk / kKStepsPerChunk) * kChunkBytes + (kk % kKStepsPerChunk) * kWgmmaK * 2;
+        wgmma_m64n128k16_ss(sacc, make_smem_desc(q_addr + off, 16, kSwizzleAtomBytes),
+                            make_smem_desc(k_addr + off, 16, kSwizzleAtomBytes));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(sacc);
+}
+
+/* The register A operand of O += P V from the S accumulator, rounded to BF16: k-step kk takes S
+   columns 16kk..16kk+15 = accumulator registers 8kk..8kk+7 (see the fragment comment above). */
+__device__ __forceinline__ void pack_p_operand(uint32_t (&pa)[kBlockK / kWgmmaK][4], const float (&sacc)[kBlockK / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / kWgmmaK; kk++) {
+        pa[kk][0] = pack_bf16x2(sacc[8 * kk + 0], sacc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
+        pa[kk][1] = pack_bf16x2(sacc[8 * kk + 2], sacc[8 * kk + 3]); /* row g+8, cols 2t, 2t+1 */
+        pa[kk][2] = pack_bf16x2(sacc[8 * kk + 4], sacc[8 * kk + 5]); /* row g,   cols 2t+8, 2t+9 */
+        pa[kk][3] = pack_bf16x2(sacc[8 * kk + 6], sacc[8 * kk + 7]); /* row g+8, cols 2t+8, 2t+9 */
+    }
+}
+
+/* O += P V: kBlockK/16 k-steps of 16 keys, each 16 rows (2048 bytes) further into the V tile at v_addr.
+   The caller has touched o (rescale) and pa since the last wgmma: the fence orders that first. */
+template <int HS>
+__device__ __forceinline__ void warpgroup_pv(float (&o)[HS / 2], uint32_t (&pa)[kBlockK / kWgmmaK][4],
+                                             uint32_t v_addr) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / kWgmmaK; kk++)
+        wgmma_pv(o, pa[kk], make_smem_desc(v_addr + kk * kWgmmaK * kSwizzleRowBytes, SmemPlan<HS>::kChunkBytes,
+                                           kSwizzleAtomBytes));
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(o);
+    reg_fence(pa); /* keeps the A registers live (unchanged) until the wgmmas that read them are done */
+}
+
 /* ------------------------------------------------------------------------------------------------ */
 /* the kernel                                                                                        */
 /* ------------------------------------------------------------------------------------------------ */
@@ -280,8 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kChunks = Plan::kChunks, kChunkBytes = Plan::kChunkBytes, kTileBytes = Plan::kTileBytes;
     constexpr int kSRegs = kBlockK / 2; /* S accumulator: 64 x kBlockK FP32 over 128 threads */
     constexpr int kORegs = HS / 2;      /* O accumulator: 64 x HS */
-    constexpr int kPvSteps = kBlockK / kWgmmaK, kQkSteps = HS / kWgmmaK;
-    constexpr int kKStepsPerChunk = kChunkCols / kWgmmaK; /* 4 k-steps of 32 bytes in a 128-byte row */
+    constexpr int kPvSteps = kBlockK / kWgmmaK;
 
     extern __shared__ unsigned char smem_raw[];
     /* TMA's 128B swizzle and the descriptors' base offset 0 need 1024-byte aligned tiles */
@@ -348,27 +398,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* this warpgroup's 64 rows of the Q tile start 64 rows into each chunk (8 KB: 1024-aligned) */
     const uint32_t q_addr = smem_u32(q_s) + wg * kWarpgroupRows * kSwizzleRowBytes;
     mbar_wait(q_full, 0);
+    __syncwarp(); /* lanes leave the polling loop at different times: reconverge for the .aligned wgmma */
 
     for (int kt = 0; kt < n_key_tiles; kt++) {
         const int s = kt % kStages;
         mbar_wait(&full[s], (uint32_t)((kt / kStages) & 1));
+        __syncwarp();
         const uint32_t k_addr = smem_u32(k_s + s * kTileBytes), v_addr = smem_u32(v_s + s * kTileBytes);
 
-        /* S = Q K^T: 64 rows x kBlockK keys, HS/16 k-steps; k-step kk reads bytes 32 (kk % 4) of the rows
-           of chunk kk / 4 */
         float sacc[kSRegs];
-#pragma unroll
-        for (int i = 0; i < kSRegs; i++) sacc[i] = 0.f;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kQkSteps; kk++) {
-            const uint32_t off = (kk / kKStepsPerChunk) * kChunkBytes + (kk % kKStepsPerChunk) * kWgmmaK * 2;
-            wgmma_m64n128k16_ss(sacc, make_smem_desc(q_addr + off, 16, kSwizzleAtomBytes),
-                                make_smem_desc(k_addr + off, 16, kSwizzleAtomBytes));
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(sacc);
+        warpgroup_qk<HS>(sacc, q_addr, k_addr);
 
         if (kt == n_key_tiles - 1) { /* key j visible to query i iff j <= i (also hides keys >= T) */
 #pragma unroll
@@ -406,25 +445,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 o[4 * n + 2 * r + 1] *= alpha;
             }
         }
-        /* bf(e) as the register A operand: k-step kk takes S columns 16kk..16kk+15 = registers 8kk..8kk+7 */
+        /* O += bf(e) V, bf(e) from registers */
         uint32_t pa[kPvSteps][4];
-#pragma unroll
-        for (int kk = 0; kk < kPvSteps; kk++) {
-            pa[kk][0] = pack_bf16x2(sacc[8 * kk + 0], sacc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
-            pa[kk][1] = pack_bf16x2(sacc[8 * kk + 2], sacc[8 * kk + 3]); /* row g+8, cols 2t, 2t+1 */
-            pa[kk][2] = pack_bf16x2(sacc[8 * kk + 4], sacc[8 * kk + 5]); /* row g,   cols 2t+8, 2t+9 */
-            pa[kk][3] = pack_bf16x2(sacc[8 * kk + 6], sacc[8 * kk + 7]); /* row g+8, cols 2t+8, 2t+9 */
-        }
-        /* O += bf(e) V: kBlockK/16 k-steps of 16 keys, each 16 rows (2048 bytes) further into the V tile */
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kPvSteps; kk++)
-            wgmma_pv(o, pa[kk], make_smem_desc(v_addr + kk * kWgmmaK * kSwizzleRowBytes, kChunkBytes,
-                                               kSwizzleAtomBytes));
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(o);
-        reg_fence(pa);
+        pack_p_operand(pa, sacc);
+        warpgroup_pv<HS>(o, pa, v_addr);
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
     }
 
@@ -445,6 +469,62 @@ __global__ void __launch_bounds__(kThreads, 1)
             st[1] = 0.f;
         }
     }
+}
+
+/* Layout probe: one CTA, the two consumer warpgroups, one tile of everything at token 0 of batch 0: the
+   TMA copies (slot, head, zero fill past T), S = Q K^T by warpgroup_qk, written out through the assumed
+   accumulator mapping, and O = bf(S) V by pack_p_operand + warpgroup_pv (no softmax). The host checks
+   both against plain loops, so a failure says which assumption is wrong: S wrong -> the TMA map, the
+   K-major descriptors/swizzle or the accumulator mapping; S right and O wrong -> the N-major V
+   descriptor or the register-A mapping. */
+template <int HS>
+__global__ void __launch_bounds__(kConsumerThreads, 1)
+    layout_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, int NH, int head, float* __restrict__ s_out,
+                        float* __restrict__ o_out) {
+    using Plan = SmemPlan<HS>;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    const int tile_offset[3] = {Plan::kQ, Plan::kK, Plan::kV}; /* by slot */
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(bar, 3 * Plan::kTileBytes);
+        for (int slot = kSlotQ; slot <= kSlotV; slot++)
+            for (int ch = 0; ch < Plan::kChunks; ch++)
+                tma_load_4d(smem + tile_offset[slot] + ch * Plan::kChunkBytes, &qkv_map, bar, ch * kChunkCols,
+                            slot * NH + head, 0, 0);
+    }
+    mbar_wait(bar, 0);
+    __syncwarp();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp / 4, g = lane >> 2, t = lane & 3;
+    const int row0 = wg * kWarpgroupRows + (warp % 4) * 16 + g;
+    float sacc[kBlockK / 2];
+    warpgroup_qk<HS>(sacc, smem_u32(smem + Plan::kQ) + wg * kWarpgroupRows * kSwizzleRowBytes,
+                     smem_u32(smem + Plan::kK));
+#pragma unroll
+    for (int j = 0; j < kBlockK / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) s_out[(row0 + 8 * r) * kBlockK + 8 * j + 2 * t + e] = sacc[4 * j + 2 * r + e];
+    uint32_t pa[kBlockK / kWgmmaK][4];
+    pack_p_operand(pa, sacc);
+    float o[HS / 2];
+#pragma unroll
+    for (int i = 0; i < HS / 2; i++) o[i] = 0.f;
+    warpgroup_pv<HS>(o, pa, smem_u32(smem + Plan::kV));
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) o_out[(row0 + 8 * r) * HS + 8 * n + 2 * t + e] = o[4 * n + 2 * r + e];
 }
 
 }  // namespace
@@ -670,6 +750,83 @@ static void check_shape(AttnShape s, float q_scale, int time_it) {
     cudaCheck(cudaFree(st_ref)); cudaCheck(cudaFree(st_new));
 }
 
+/* FP32-accumulation error bound, relative to the sum of |products| (at most about HS * 2^-24 for a
+   correct layout); a layout error is off by O(1). */
+static const double kProbeTol = 1e-4;
+
+/* Runs layout_probe_kernel on B1 NH3 T100 (head 1: slot and head coordinates; T < 128: zero fill) and
+   checks S and O against double-precision loops over the same BF16 values. */
+template <int HS>
+static void layout_probe(void) {
+    char title[160];
+    snprintf(title, sizeof title, "layout probe HS%d: one tile of S = Q K^T and O = bf(S) V through the wgmma helpers",
+             HS);
+    test_section(title);
+    const AttnShape s = {1, 3, 100, HS};
+    const int head = 1;
+    const size_t nqkv = attn_qkv_count(s);
+    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
+    for (size_t i = 0; i < nqkv; i++) h_qkv[i] = float_to_bf16_bits(normal01());
+    bf16* qkv;
+    float *d_s, *d_o;
+    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
+    cudaCheck(cudaMalloc(&d_s, (size_t)kBlockQ * kBlockK * 4));
+    cudaCheck(cudaMalloc(&d_o, (size_t)kBlockQ * HS * 4));
+    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemset(d_s, 0xFF, (size_t)kBlockQ * kBlockK * 4)); /* NaN poison */
+    cudaCheck(cudaMemset(d_o, 0xFF, (size_t)kBlockQ * HS * 4));
+    const CUtensorMap map = make_qkv_map(qkv, s);
+    cudaCheck(cudaFuncSetAttribute(layout_probe_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   SmemPlan<HS>::kAlloc));
+    layout_probe_kernel<HS><<<1, kConsumerThreads, SmemPlan<HS>::kAlloc>>>(map, s.NH, head, d_s, d_o);
+    cudaCheckLastError();
+    cudaCheck(cudaDeviceSynchronize());
+    float* h_s = (float*)mallocCheck((size_t)kBlockQ * kBlockK * 4);
+    float* h_o = (float*)mallocCheck((size_t)kBlockQ * HS * 4);
+    cudaCheck(cudaMemcpy(h_s, d_s, (size_t)kBlockQ * kBlockK * 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_o, d_o, (size_t)kBlockQ * HS * 4, cudaMemcpyDeviceToHost));
+    /* element (token, slot, d) of the probed head; tokens >= T are the TMA's zero fill */
+    const size_t tok_stride = 3ull * s.NH * HS;
+#define PROBE_X(tok, slot, d) \
+    ((tok) < s.T ? (double)bf16_bits_to_float(h_qkv[(size_t)(tok) * tok_stride + ((slot) * s.NH + head) * HS + (d)]) : 0.0)
+    int bad_s = 0, bad_o = 0;
+    double worst_s = 0, worst_o = 0;
+    for (int i = 0; i < kBlockQ; i++)
+        for (int j = 0; j < kBlockK; j++) {
+            double ref = 0, mag = 0;
+            for (int d = 0; d < HS; d++) {
+                ref += PROBE_X(i, kSlotQ, d) * PROBE_X(j, kSlotK, d);
+                mag += fabs(PROBE_X(i, kSlotQ, d) * PROBE_X(j, kSlotK, d));
+            }
+            const double got = h_s[i * kBlockK + j], err = fabs(got - ref) / (mag + 1e-30);
+            if (!(fabs(got - ref) <= kProbeTol * mag + 1e-30)) {
+                if (bad_s++ < 3) printf("  S[%d][%d] = %.6g, want %.6g\n", i, j, got, ref);
+            }
+            if (err > worst_s || isnan(got)) worst_s = isnan(got) ? INFINITY : err;
+        }
+    for (int i = 0; i < kBlockQ; i++)
+        for (int n = 0; n < HS; n++) {
+            double ref = 0, mag = 0;
+            for (int j = 0; j < kBlockK; j++) {
+                const double p = bf16_round(h_s[i * kBlockK + j]); /* the kernel's own S, rounded as it rounds */
+                ref += p * PROBE_X(j, kSlotV, n);
+                mag += fabs(p * PROBE_X(j, kSlotV, n));
+            }
+            const double got = h_o[i * HS + n], err = fabs(got - ref) / (mag + 1e-30);
+            if (!(fabs(got - ref) <= kProbeTol * mag + 1e-30)) {
+                if (bad_o++ < 3) printf("  O[%d][%d] = %.6g, want %.6g\n", i, n, got, ref);
+            }
+            if (err > worst_o || isnan(got)) worst_o = isnan(got) ? INFINITY : err;
+        }
+#undef PROBE_X
+    printf("  S: %d of %d wrong (worst error / sum|q k| %.3g); O: %d of %d wrong (worst %.3g)\n", bad_s,
+           kBlockQ * kBlockK, worst_s, bad_o, kBlockQ * HS, worst_o);
+    CHECK(bad_s == 0, "S = Q K^T tile (TMA map, K-major descriptors, 128B swizzle, accumulator rows/columns)");
+    CHECK(bad_o == 0, "O = bf(S) V tile (register A fragment, N-major V descriptor)");
+    free(h_qkv); free(h_s); free(h_o);
+    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(d_s)); cudaCheck(cudaFree(d_o));
+}
+
 int main(int argc, char** argv) {
     if (argc != 1) die("usage: %s   (no arguments)\n  hint: the shapes are fixed in main()", argv[0]);
     int ndev = 0;
@@ -681,6 +838,9 @@ int main(int argc, char** argv) {
             "  hint: run it on an H100 or H200", prop.name, prop.major, prop.minor);
     }
     printf("hopper_fwd on %s - first runs of a never-run prototype: read failures as layout bugs to fix\n", prop.name);
+    /* the GEMM building blocks alone first: if these fail, the attention checks below fail too */
+    layout_probe<64>();
+    layout_probe<128>();
     /* correctness: T not a multiple of the tile, T = 1, B*NH from 1 to 128, both head sizes */
     const AttnShape shapes[] = {
         {1, 1, 1, 64},   {1, 1, 77, 64},  {1, 2, 128, 64},  {1, 1, 129, 64},  {2, 3, 1000, 64}, {4, 32, 257, 64},
