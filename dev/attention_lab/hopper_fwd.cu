@@ -20,8 +20,13 @@
  *   S = Q K^T in FP32 (wgmma, BF16 operands); running max m per row over key tiles;
  *   x = fma(S, c, -fl(m c)) with __fmaf_rn; e = exp2(x); l = sum of the FP32 e;
  *   O = bf( sum bf(e) V / l ) (wgmma with bf(e) as the register A operand); stats {m s + ln l, 0}.
- * Only the order of the FP32 sums differs from the production kernel (the tensor core's k-loop, the
- * per-lane partial sums of l), so O should agree to about one BF16 rounding and the LSE to FP32 level.
+ * Two things differ from the production kernel: the order of the FP32 sums (the tensor core's k-loop,
+ * the per-lane partial sums of l) and the key tile (128 keys here, 64 there), so a row whose running max
+ * changes between keys 64 and 127 rounds bf(e) at another max. O should agree to about one BF16 ulp of
+ * its row's scale and the LSE to FP32 level.
+ *
+ * The program runs a layout probe first (one tile of S = Q K^T and O = bf(S) V through the same GEMM
+ * helpers, against host loops), so that a layout mistake is named before the attention checks fail.
  *
  * Kernel layout: one CTA = 128 query rows of one (b, h); warps 0-3 and 4-7 are two consumer warpgroups of
  * 64 query rows each (wgmma needs 4 aligned warps), warp 8 is the producer (one elected lane issues the
@@ -66,6 +71,7 @@ constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row
 constexpr int kSwizzleRowBytes = 128;
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes; /* 8 rows x 128 B: the repeat of the 128B swizzle */
 constexpr int kWgmmaK = 16;             /* k of every bf16 wgmma */
+constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO ("assumed 1", i.e. 16 bytes) */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kBlockQ == kBlockK, "one tensor map (one box shape) serves Q, K and V tiles");
 
@@ -283,9 +289,9 @@ __device__ __forceinline__ void warpgroup_qk(float (&sacc)[kBlockK / 2], uint32_
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HS / kWgmmaK; kk++) {
-        const uint32_t off = (kk / kKStepsPerChunk) * kChunkBytes + (kk % kKStepsPerChunk) * kWgmmaK * 2;
-        wgmma_m64n128k16_ss(sacc, make_smem_desc(q_addr + off, 16, kSwizzleAtomBytes),
-                            make_smem_desc(k_addr + off, 16, kSwizzleAtomBytes));
+        const uint32_t off = (kk / kKStepsPerChunk) * kChunkBytes + (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
+        wgmma_m64n128k16_ss(sacc, make_smem_desc(q_addr + off, kUnusedLbo, kSwizzleAtomBytes),
+                            make_smem_desc(k_addr + off, kUnusedLbo, kSwizzleAtomBytes));
     }
     wgmma_commit();
     wgmma_wait<0>();
