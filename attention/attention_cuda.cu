@@ -91,6 +91,23 @@ struct HeadPtrs {
     long long out_row;  /* ... in out / dout: NH*HS */
 };
 
+/* The query-major loops over key tiles (forward, gproj/fp32 row pass) keep K and V double-buffered:
+   start copying tile kt+1 into the other buffer, then wait until tile kt has landed (the caller's
+   __syncthreads makes it visible to every warp). */
+template <int BK, int HS, int LD, int THREADS>
+__device__ __forceinline__ void next_kv_tile_async(bf16* k_s, bf16* v_s, const bf16* k_base, const bf16* v_base,
+                                                   long long qkv_row, int kt, int n_key_tiles, int T, int tid) {
+    if (kt + 1 < n_key_tiles) {
+        const int nb = (kt + 1) & 1;
+        load_rows_async<BK, HS, LD, THREADS>(k_s + nb * BK * LD, k_base, qkv_row, (kt + 1) * BK, T, tid);
+        load_rows_async<BK, HS, LD, THREADS>(v_s + nb * BK * LD, v_base, qkv_row, (kt + 1) * BK, T, tid);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+}
+
 /* The recomputed softmax numerator of a backward pass for one score, masked. */
 template <int MODE>
 __device__ __forceinline__ float backward_prob(float score, float row_a, float row_b, float c) {
@@ -154,15 +171,7 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
     float l_part[2] = {0.f, 0.f}; /* this lane's part of the row sum */
 
     for (int kt = 0; kt < n_key_tiles; kt++) {
-        if (kt + 1 < n_key_tiles) {
-            const int nb = (kt + 1) & 1;
-            load_rows_async<BK, HS, LD, kFwdThreads>(k_s + nb * BK * LD, k_base, qkv_row, (kt + 1) * BK, T, tid);
-            load_rows_async<BK, HS, LD, kFwdThreads>(v_s + nb * BK * LD, v_base, qkv_row, (kt + 1) * BK, T, tid);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        next_kv_tile_async<BK, HS, LD, kFwdThreads>(k_s, v_s, k_base, v_base, qkv_row, kt, n_key_tiles, T, tid);
         __syncthreads();
         if (kt == 0) {
 #pragma unroll
@@ -381,15 +390,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
 
     uint32_t qf[KSTEPS][4], dof[KSTEPS][4];
     for (int kt = 0; kt < n_key_tiles; kt++) {
-        if (kt + 1 < n_key_tiles) {
-            const int nb = (kt + 1) & 1;
-            load_rows_async<BK, HS, LD, kThreads>(k_s + nb * BK * LD, k_base, qkv_row, (kt + 1) * BK, T, tid);
-            load_rows_async<BK, HS, LD, kThreads>(v_s + nb * BK * LD, v_base, qkv_row, (kt + 1) * BK, T, tid);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        next_kv_tile_async<BK, HS, LD, kThreads>(k_s, v_s, k_base, v_base, qkv_row, kt, n_key_tiles, T, tid);
         __syncthreads();
         if (kHoldFrags && kt == 0) {
 #pragma unroll
