@@ -284,6 +284,28 @@ static inline float* gpu_stat(const GPTCuda* m, GpuStatId id, int layer) {
     return m->stats + m->acts_info.stat_offset[id] + (size_t)layer * m->acts_info.stat_per_layer[id];
 }
 
+/* One layer's activations as forward writes them and backward reads them. With --recompute, the
+   LayerNorm (level 2) and GELU (level 1) outputs live in one buffer shared by all layers. */
+typedef struct {
+    const floatX* residual; /* the layer's input: the embeddings, or the previous layer's residual3 */
+    floatX *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+} GpuLayerActs;
+static inline int gpu_ln_layer_stride(const GPTCuda* m) { return m->recompute >= 2 ? 0 : 1; }
+static inline GpuLayerActs gpu_layer_acts(const GPTCuda* m, int l, const floatX* encoded) {
+    const int ln_stride = gpu_ln_layer_stride(m), gelu_stride = m->recompute >= 1 ? 0 : 1;
+    GpuLayerActs a;
+    a.residual = l == 0 ? encoded : gpu_act(m, GA_RESIDUAL3, l - 1);
+    a.ln1 = gpu_act(m, GA_LN1, l * ln_stride);
+    a.qkv = gpu_act(m, GA_QKV, l);
+    a.atty = gpu_act(m, GA_ATTY, l);
+    a.residual2 = gpu_act(m, GA_RESIDUAL2, l);
+    a.ln2 = gpu_act(m, GA_LN2, l * ln_stride);
+    a.fch = gpu_act(m, GA_FCH, l);
+    a.fch_gelu = gpu_act(m, GA_FCH_GELU, l * gelu_stride);
+    a.residual3 = gpu_act(m, GA_RESIDUAL3, l);
+    return a;
+}
+
 static inline void prof_mark(GPTCuda* m, GpuPhase phase) {
     GpuProfiler* pr = m->profiler;
     if (pr == NULL) return;
@@ -491,52 +513,43 @@ static void gpt_cuda_forward(GPTCuda* m, const int* inputs, const int* targets, 
     floatX* proj_out = gpu_act(m, GA_PROJ_OUT, 0);
     prof_mark(m, PH_ENCODER);
     encoder_forward(encoded, inputs_dev, gpu_param(m, p, P_WTE, 0), gpu_param(m, p, P_WPE, 0), B, T, C, st);
-    const int ln_layer_stride = m->recompute >= 2 ? 0 : 1;
-    const int gelu_layer_stride = m->recompute >= 1 ? 0 : 1;
+    const int ln_layer_stride = gpu_ln_layer_stride(m);
     prof_mark(m, PH_LAYERNORM);
     layernorm_forward(gpu_act(m, GA_LN1, 0), gpu_stat(m, GS_LN1_MEAN, 0), gpu_stat(m, GS_LN1_RSTD, 0), encoded,
                       gpu_param(m, p, P_LN1W, 0), gpu_param(m, p, P_LN1B, 0), N, C, st);
     for (int l = 0; l < L; l++) {
-        const floatX* residual = l == 0 ? encoded : gpu_act(m, GA_RESIDUAL3, l - 1);
-        floatX* ln1 = gpu_act(m, GA_LN1, l * ln_layer_stride);
-        floatX* qkv = gpu_act(m, GA_QKV, l);
-        floatX* atty = gpu_act(m, GA_ATTY, l);
-        floatX* residual2 = gpu_act(m, GA_RESIDUAL2, l);
-        floatX* ln2 = gpu_act(m, GA_LN2, l * ln_layer_stride);
-        floatX* fch = gpu_act(m, GA_FCH, l);
-        floatX* fch_gelu = gpu_act(m, GA_FCH_GELU, l * gelu_layer_stride);
-        floatX* residual3 = gpu_act(m, GA_RESIDUAL3, l);
+        const GpuLayerActs la = gpu_layer_acts(m, l, encoded);
         prof_mark(m, PH_MATMUL);
-        matmul_forward(&m->matmul, qkv, ln1, gpu_param(m, p, P_QKVW, l), gpu_param(m, p, P_QKVB, l), nullptr, N, C,
-                       3 * C, st);
+        matmul_forward(&m->matmul, la.qkv, la.ln1, gpu_param(m, p, P_QKVW, l), gpu_param(m, p, P_QKVB, l), nullptr,
+                       N, C, 3 * C, st);
         prof_mark(m, PH_ATTENTION);
-        attention_forward_cuda(m->attn_mode, m->attn_opt, shape, qkv, atty, gpu_stat(m, GS_ATT_STATS, l),
+        attention_forward_cuda(m->attn_mode, m->attn_opt, shape, la.qkv, la.atty, gpu_stat(m, GS_ATT_STATS, l),
                                m->attn_workspace, st);
         prof_mark(m, PH_MATMUL);
-        matmul_forward(&m->matmul, proj_out, atty, gpu_param(m, p, P_ATTPROJW, l), gpu_param(m, p, P_ATTPROJB, l),
+        matmul_forward(&m->matmul, proj_out, la.atty, gpu_param(m, p, P_ATTPROJW, l), gpu_param(m, p, P_ATTPROJB, l),
                        nullptr, N, C, C, st);
         prof_mark(m, PH_LAYERNORM);
-        fused_residual_layernorm_forward(residual2, ln2, gpu_stat(m, GS_LN2_MEAN, l), gpu_stat(m, GS_LN2_RSTD, l),
-                                         residual, proj_out, gpu_param(m, p, P_LN2W, l), gpu_param(m, p, P_LN2B, l),
+        fused_residual_layernorm_forward(la.residual2, la.ln2, gpu_stat(m, GS_LN2_MEAN, l), gpu_stat(m, GS_LN2_RSTD, l),
+                                         la.residual, proj_out, gpu_param(m, p, P_LN2W, l), gpu_param(m, p, P_LN2B, l),
                                          N, C, st);
         /* fch = ln2 Wfc^T + bfc and fch_gelu = gelu(fch) from one GEMM (GELU_AUX_BIAS epilogue); with
            --recompute, fch_gelu is one layer's buffer that backward rebuilds from fch */
         prof_mark(m, PH_MATMUL);
-        matmul_forward(&m->matmul, fch_gelu, ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l), fch, N, C,
-                       4 * C, st);
+        matmul_forward(&m->matmul, la.fch_gelu, la.ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l), la.fch,
+                       N, C, 4 * C, st);
         prof_mark(m, PH_MATMUL);
-        matmul_forward(&m->matmul, proj_out, fch_gelu, gpu_param(m, p, P_FCPROJW, l), gpu_param(m, p, P_FCPROJB, l),
+        matmul_forward(&m->matmul, proj_out, la.fch_gelu, gpu_param(m, p, P_FCPROJW, l), gpu_param(m, p, P_FCPROJB, l),
                        nullptr, N, 4 * C, C, st);
         if (l + 1 < L) {
             prof_mark(m, PH_LAYERNORM);
-            fused_residual_layernorm_forward(residual3, gpu_act(m, GA_LN1, (l + 1) * ln_layer_stride),
+            fused_residual_layernorm_forward(la.residual3, gpu_act(m, GA_LN1, (l + 1) * ln_layer_stride),
                                              gpu_stat(m, GS_LN1_MEAN, l + 1), gpu_stat(m, GS_LN1_RSTD, l + 1),
-                                             residual2, proj_out, gpu_param(m, p, P_LN1W, l + 1),
+                                             la.residual2, proj_out, gpu_param(m, p, P_LN1W, l + 1),
                                              gpu_param(m, p, P_LN1B, l + 1), N, C, st);
         } else {
             prof_mark(m, PH_LAYERNORM);
-            fused_residual_layernorm_forward(residual3, gpu_act(m, GA_LNF, 0), gpu_stat(m, GS_LNF_MEAN, 0),
-                                             gpu_stat(m, GS_LNF_RSTD, 0), residual2, proj_out,
+            fused_residual_layernorm_forward(la.residual3, gpu_act(m, GA_LNF, 0), gpu_stat(m, GS_LNF_MEAN, 0),
+                                             gpu_stat(m, GS_LNF_RSTD, 0), la.residual2, proj_out,
                                              gpu_param(m, p, P_LNFW, 0), gpu_param(m, p, P_LNFB, 0), N, C, st);
         }
     }
@@ -586,17 +599,8 @@ static void gpt_cuda_backward(GPTCuda* m) {
     layernorm_backward(dres, gpu_param(m, g, P_LNFW, 0), gpu_param(m, g, P_LNFB, 0), scratch, dbuf_c,
                        gpu_act(m, GA_RESIDUAL3, L - 1), gpu_param(m, p, P_LNFW, 0), gpu_stat(m, GS_LNF_MEAN, 0),
                        gpu_stat(m, GS_LNF_RSTD, 0), N, C, st);
-    const int ln_layer_stride = m->recompute >= 2 ? 0 : 1;
-    const int gelu_layer_stride = m->recompute >= 1 ? 0 : 1;
     for (int l = L - 1; l >= 0; l--) {
-        const floatX* residual = l == 0 ? encoded : gpu_act(m, GA_RESIDUAL3, l - 1);
-        floatX* ln1 = gpu_act(m, GA_LN1, l * ln_layer_stride);
-        floatX* qkv = gpu_act(m, GA_QKV, l);
-        floatX* atty = gpu_act(m, GA_ATTY, l);
-        floatX* residual2 = gpu_act(m, GA_RESIDUAL2, l);
-        floatX* ln2 = gpu_act(m, GA_LN2, l * ln_layer_stride);
-        floatX* fch = gpu_act(m, GA_FCH, l);
-        floatX* fch_gelu = gpu_act(m, GA_FCH_GELU, l * gelu_layer_stride);
+        const GpuLayerActs la = gpu_layer_acts(m, l, encoded);
         float* ln1_mean = gpu_stat(m, GS_LN1_MEAN, l);
         float* ln1_rstd = gpu_stat(m, GS_LN1_RSTD, l);
         float* ln2_mean = gpu_stat(m, GS_LN2_MEAN, l);
@@ -606,54 +610,54 @@ static void gpt_cuda_backward(GPTCuda* m) {
            comment; LN outputs: same kernel, same inputs, bit-identical) */
         if (m->recompute >= 1) {
             prof_mark(m, PH_GELU);
-            gelu_forward(fch_gelu, fch, (long long)N * 4 * C, st);
+            gelu_forward(la.fch_gelu, la.fch, (long long)N * 4 * C, st);
         }
         if (m->recompute >= 2) {
             prof_mark(m, PH_LAYERNORM);
-            layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, gpu_param(m, p, P_LN1W, l),
+            layernorm_forward(la.ln1, ln1_mean, ln1_rstd, la.residual, gpu_param(m, p, P_LN1W, l),
                               gpu_param(m, p, P_LN1B, l), N, C, st);
             prof_mark(m, PH_LAYERNORM);
-            layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, gpu_param(m, p, P_LN2W, l),
+            layernorm_forward(la.ln2, ln2_mean, ln2_rstd, la.residual2, gpu_param(m, p, P_LN2W, l),
                               gpu_param(m, p, P_LN2B, l), N, C, st);
         }
         /* MLP: fcproj (its input gradient taken through the GELU: dbuf_4c = d fch), fc, LN2 */
         prof_mark(m, PH_MATMUL);
-        matmul_backward_input_dgelu(&m->matmul, dbuf_4c, dres, gpu_param(m, p, P_FCPROJW, l), fch, N, 4 * C, C, st);
+        matmul_backward_input_dgelu(&m->matmul, dbuf_4c, dres, gpu_param(m, p, P_FCPROJW, l), la.fch, N, 4 * C, C, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), dres, fch_gelu, N, 4 * C, C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), dres, la.fch_gelu, N, 4 * C, C, st);
         prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_FCPROJB, l), dres, scratch, N, C, st);
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_FCW, l), N, C, 4 * C, 0, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), dbuf_4c, ln2, N, C, 4 * C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), dbuf_4c, la.ln2, N, C, 4 * C, st);
         prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_FCB, l), dbuf_4c, scratch, N, 4 * C, st);
         prof_mark(m, PH_LAYERNORM);
-        layernorm_backward(dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l), scratch, dbuf_c, residual2,
+        layernorm_backward(dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l), scratch, dbuf_c, la.residual2,
                            gpu_param(m, p, P_LN2W, l), ln2_mean, ln2_rstd, N, C, st);
         /* attention: attproj, attention, qkv, LN1 */
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dres, gpu_param(m, p, P_ATTPROJW, l), N, C, C, 0, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_ATTPROJW, l), dres, atty, N, C, C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_ATTPROJW, l), dres, la.atty, N, C, C, st);
         prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_ATTPROJB, l), dres, scratch, N, C, st);
         prof_mark(m, PH_ATTENTION);
-        attention_backward_cuda(m->attn_mode, m->attn_opt, shape, qkv, atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c,
+        attention_backward_cuda(m->attn_mode, m->attn_opt, shape, la.qkv, la.atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c,
                                 dbuf_4c, m->attn_workspace, st);
         if (m->attn_hook) {
             prof_mark(m, PH_OTHER);
-            m->attn_hook(m->attn_hook_ctx, l, shape, qkv, atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c, st);
+            m->attn_hook(m->attn_hook_ctx, l, shape, la.qkv, la.atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c, st);
         }
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_QKVW, l), N, C, 3 * C, 0, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_QKVW, l), dbuf_4c, ln1, N, C, 3 * C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_QKVW, l), dbuf_4c, la.ln1, N, C, 3 * C, st);
         prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_QKVB, l), dbuf_4c, scratch, N, 3 * C, st);
         prof_mark(m, PH_LAYERNORM);
-        layernorm_backward(dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l), scratch, dbuf_c, residual,
+        layernorm_backward(dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l), scratch, dbuf_c, la.residual,
                            gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);
         if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, l, st); /* layer l's gradients are final */
     }
