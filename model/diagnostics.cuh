@@ -790,13 +790,8 @@ static void diag_capture_layer_cuda(const char* dir, int64_t step, int layer, At
     if (out) cudaCheck(cudaMemcpyAsync(h_out, out, nout * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream));
     if (stats) cudaCheck(cudaMemcpyAsync(h_stats, stats, nst * sizeof(float), cudaMemcpyDeviceToHost, stream));
     cudaCheck(cudaStreamSynchronize(stream));
-    AttnCaptureInfo info;
-    memset(&info, 0, sizeof info);
-    info.dtype = ATTN_CAPTURE_BF16;
-    info.shape = s;
-    info.layer = layer;
-    info.step = step;
-    info.attn_mode = (uint32_t)mode;
+    const AttnCaptureInfo info = diag_capture_info(ATTN_CAPTURE_BF16, step, layer, mode, s, out != nullptr,
+                                                   stats != nullptr);
     char path[4096];
     diag_capture_path(path, sizeof path, dir, step, layer);
     attn_capture_write_module_bf16(path, &info, h_qkv, h_out, h_stats, h_dout);

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "attention/attention.h"
+#include "attention/attn_capture.h"
 #include "model/gpt_config.h"
 
 #ifdef __cplusplus
@@ -190,6 +191,10 @@ int diag_capture_wanted(const DiagCaptureSpec* spec, int64_t step, int layer);
 int diag_capture_step_wanted(const DiagCaptureSpec* spec, int64_t step);
 /* "<dir>/attn_step00001000_layer05.bin" into buf. */
 void diag_capture_path(char* buf, size_t n, const char* dir, int64_t step, int layer);
+/* The header of a trainer's capture: dtype, shape, layer, step, mode, and the flags for the optional out and
+   stats (what both trainers' capture writers fill in). */
+AttnCaptureInfo diag_capture_info(AttnCaptureDtype dtype, int64_t step, int layer, AttnMode mode, AttnShape s,
+                                  int has_out, int has_stats);
 
 /* Writes one layer's attention call (fp32 values, module layout: qkv, out,
    stats of `mode`, dout) as an fp32 capture file (attention/attn_capture.h)

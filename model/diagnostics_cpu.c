@@ -461,16 +461,22 @@ void diag_capture_path(char* buf, size_t n, const char* dir, int64_t step, int l
     if (w < 0 || (size_t)w >= n) die("diag_capture_path: path too long for a %zu-byte buffer (folder '%s')", n, dir);
 }
 
-void diag_capture_write_cpu(const char* dir, int64_t step, int layer, AttnMode mode, AttnShape s,
-                            const float* qkv, const float* out, const float* stats, const float* dout) {
+AttnCaptureInfo diag_capture_info(AttnCaptureDtype dtype, int64_t step, int layer, AttnMode mode, AttnShape s,
+                                  int has_out, int has_stats) {
     AttnCaptureInfo info;
     memset(&info, 0, sizeof info);
-    info.dtype = ATTN_CAPTURE_FP32;
+    info.dtype = dtype;
     info.shape = s;
     info.layer = layer;
     info.step = step;
     info.attn_mode = (uint32_t)mode;
-    info.flags = (out ? ATTN_CAPTURE_HAS_OUT : 0u) | (stats ? ATTN_CAPTURE_HAS_STATS : 0u);
+    info.flags = (has_out ? ATTN_CAPTURE_HAS_OUT : 0u) | (has_stats ? ATTN_CAPTURE_HAS_STATS : 0u);
+    return info;
+}
+
+void diag_capture_write_cpu(const char* dir, int64_t step, int layer, AttnMode mode, AttnShape s,
+                            const float* qkv, const float* out, const float* stats, const float* dout) {
+    const AttnCaptureInfo info = diag_capture_info(ATTN_CAPTURE_FP32, step, layer, mode, s, out != NULL, stats != NULL);
     AttnCapture cap;
     attn_capture_alloc(&cap, &info);
     attn_capture_from_module(&cap, qkv, out, dout);
