@@ -11,8 +11,8 @@
 # under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest multigpu tokenizer trainer matched ncu sweep attnbench trainbench diagcost
-#           run450m finalruns modecost makerun
+#   phases: build gputest layercheck hopper multigpu tokenizer trainer matched ncu sweep attnbench trainbench
+#           diagcost run450m resume450m finalruns modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 set -u
@@ -101,7 +101,7 @@ for phase in "$@"; do
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
         make -j"$(nproc)" NVCC_ARCH="$ARCH" build/train_gpt build/tokenize build/attn_probe build/bench_attention \
             build/tests/test_attention_gpu build/tests/test_layers_gpu build/tests/test_diagnostics_gpu \
-            build/dev/parity_gpu build/dev/profile_gpu_step > "$OUT/build.log" 2>&1
+            build/dev/parity_gpu build/dev/profile_gpu_step build/dev/attention_lab/hopper_fwd > "$OUT/build.log" 2>&1
         rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build.log"; end $rc ;;
     gputest)
         begin "GPU tests"
@@ -113,6 +113,27 @@ for phase in "$@"; do
         timeout 60 build/tests/test_diagnostics_gpu --bench > "$OUT/diag_bench.log" 2>&1
         tail -5 "$OUT/diag_bench.log" | tee -a "$SUMMARY"
         end 0 ;;
+    layercheck)
+        # the layer and diagnostics tests and the GPU-vs-CPU model parity: what a host-side refactor of the
+        # trainer (activation pointer tables, capture headers) can break without touching a kernel
+        begin "layer tests and model parity"
+        for t in tests/test_layers_gpu tests/test_diagnostics_gpu dev/parity_gpu; do
+            timeout 150 build/$t > "$OUT/$(basename $t).log" 2>&1
+            rc=$?; say "   $t: rc $rc, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$(basename $t).log" | tail -1)"
+            grep -m 12 FAIL "$OUT/$(basename $t).log" | tee -a "$SUMMARY"
+        done
+        end 0 ;;
+    hopper)
+        # issue 4: the wgmma + TMA forward prototype (dev/attention_lab/hopper_fwd.cu); a hang means an
+        # mbarrier byte count or phase is wrong, so it runs under a short limit, then under compute-sanitizer
+        begin "hopper_fwd prototype"
+        timeout 60 build/dev/attention_lab/hopper_fwd > "$OUT/hopper_fwd.log" 2>&1
+        rc=$?; say "   hopper_fwd: rc $rc"; tail -n 40 "$OUT/hopper_fwd.log" | tee -a "$SUMMARY"
+        if [ $rc -ne 0 ] && command -v compute-sanitizer >/dev/null; then
+            timeout 90 compute-sanitizer --print-limit 20 build/dev/attention_lab/hopper_fwd > "$OUT/hopper_fwd_sanitizer.log" 2>&1
+            say "   under compute-sanitizer: rc $?"; grep -m 20 -E "Invalid|Error|error|at 0x|by thread" "$OUT/hopper_fwd_sanitizer.log" | tee -a "$SUMMARY"
+        fi
+        end $rc ;;
     multigpu)
         begin "multi-GPU checks (scripts/check_multi_gpu.sh)"
         SKIP_BUILD=1 timeout "${MULTI_TIMEOUT:-300}" bash scripts/check_multi_gpu.sh "$OUT/multi" data/default > "$OUT/multi.log" 2>&1
