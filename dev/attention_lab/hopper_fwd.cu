@@ -3,11 +3,11 @@
  * wgmma.mma_async tensor-core GEMMs, TMA tile copies and a producer/consumer (warp-specialised) pipeline,
  * checked against the production kernel and timed next to it.
  *
- * STATUS: COMPILE-ONLY. Written in a session without GPU time; this program has NEVER RUN. Every layout
- * assumption below (descriptor bits, swizzle, fragment-to-row mapping) is taken from the PTX ISA and
- * from how FlashAttention-3 / CUTLASS / ThunderKittens use it, not from a run. Its own checks (against
- * attention_forward_cuda(ATTN_BF16, ...)) are what will tell; docs/attention_kernels.md, "Hopper forward
- * prototype (not yet run)", lists the assumptions and the command to run it.
+ * STATUS: first run on an H200 on 2026-11-29 (dev/results/device_s4/call1/hopper_fwd.log): the layout
+ * probe is exact for both head sizes, every shape agrees with attention_forward_cuda(ATTN_BF16) within
+ * 2.5 BF16 ulps of the row scale (LSE within 2e-7), 69 passed, 0 failed; it ran 1.33x (B8 H16 T1024 d64)
+ * and 1.51x (B4 H16 T2048 d64) faster than the mma.sync forward. docs/attention_kernels.md, "Hopper
+ * forward", has the numbers and what is left.
  *
  * Why: the production kernels (attention/attention_cuda.cu) are FlashAttention-2 style mma.sync kernels;
  * on the H200 their forward reaches 0.40-0.58x of cuDNN's. On Hopper the way past mma.sync is wgmma (a
@@ -53,11 +53,12 @@
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
 #include "attention/attn_cases.h"
+#include "attention/hopper_wgmma.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
 
-typedef __nv_bfloat16 bf16;
+using namespace hopper_wgmma;
 
 namespace {
 
@@ -76,188 +77,7 @@ constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO 
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kBlockQ == kBlockK, "one tensor map (one box shape) serves Q, K and V tiles");
 
-/* ------------------------------------------------------------------------------------------------ */
-/* inline-PTX helpers                                                                               */
-/* ------------------------------------------------------------------------------------------------ */
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-/* ---- mbarrier: a 64-bit shared-memory object with an expected arrival count, a pending transaction
-   byte count and a phase bit. A phase completes when all expected threads have arrived AND the
-   transaction count is back to zero; waiters poll with try_wait.parity on the parity of the phase they
-   wait for (the first phase has parity 0). ---- */
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(arrivals) : "memory");
-}
-/* Makes the initialised barriers visible to the other threads and to the async (TMA) proxy. */
-__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-/* Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA, wgmma)
-   accesses of the same memory. */
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/* One arrival that also announces `bytes` more transaction bytes (the TMA copies complete them). */
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-/* Blocks until the phase of parity `parity` has completed (try_wait may time out; then poll again). */
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-    const uint32_t addr = smem_u32(bar);
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(addr), "r"(parity)
-            : "memory");
-    }
-}
-
-/* ---- TMA: copy one box of the 4-D tensor map at coordinates {c0 (column), c1 (slot*NH + head), c2 (token),
-   c3 (batch)} into shared memory at dst (1024-byte aligned for the 128B swizzle), completing its bytes on
-   `bar`. Out-of-range rows are written as zeros and still count their bytes. ---- */
-__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2,
-                                            int c3) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(smem_u32(dst)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-        : "memory");
-}
-
-/* ---- wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), 64 bits:
-     bits  0-13  start address >> 4 (shared-state-space byte address)
-     bits 16-29  leading dimension byte offset (LBO) >> 4
-     bits 32-45  stride dimension byte offset (SBO) >> 4
-     bits 49-51  matrix base offset (0: every tile here starts 1024-byte aligned)
-     bits 62-63  swizzle mode: 0 none, 1 128-byte, 2 64-byte, 3 32-byte.
-   With the 128-byte swizzle, a "row" is 128 bytes (64 BF16) and 8 rows (1024 bytes) form the swizzle
-   atom: 16-byte chunk j of row r sits at chunk j ^ (r % 8), which is what TMA's CU_TENSOR_MAP_SWIZZLE_128B
-   writes. Operand kinds used here:
-   - K-major (Q as A, K as B of S = Q K^T; the reduced dimension, the head dim, is contiguous): SBO = 1024
-     (from one group of 8 rows to the next along M/N); LBO is not used while the 16-wide k-step stays in
-     one 128-byte row (it always does: a k-step starts at byte 32*k of the row) - set to 1 (16 bytes) as
-     CUTLASS does; the k-step moves the start address by 32 bytes inside the swizzled row.
-   - N-major (V as B of O = P V, imm-trans-b = 1: N, the head dim, is contiguous): SBO = 1024 (from one
-     group of 8 keys (k) to the next), LBO = bytes of one 64-column chunk of the tile (from one 64-wide
-     block of N to the next; only read when N > 64, i.e. HS 128); a k-step (16 keys) moves the start by
-     16 rows = 2048 bytes. ---- */
-__device__ __forceinline__ uint64_t make_smem_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-    constexpr uint64_t kSwizzle128B = 1;
-    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo_bytes >> 4) & 0x3FFF) << 16) |
-           ((uint64_t)((sbo_bytes >> 4) & 0x3FFF) << 32) | (kSwizzle128B << 62);
-}
-
-/* ---- wgmma issue/ordering:
-   fence   - orders this thread's earlier register and shared-memory accesses before the next wgmma
-             reads its accumulator / A registers (needed before the first wgmma of a batch whenever those
-             registers were touched by ordinary instructions, e.g. the rescale of O);
-   commit  - closes the wgmmas issued so far into one group;
-   wait<N> - blocks until at most N groups are still in flight (0: all results are in the registers).
-   After the wait, reg_fence() on each accumulator keeps the compiler from moving reads of the results
-   above the wait (the asm of the wgmma "wrote" them, as far as the compiler knows). ---- */
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-template <int N>
-__device__ __forceinline__ void reg_fence(float (&r)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void reg_fence(uint32_t (&r)[N][4]) {
-#pragma unroll
-    for (int i = 0; i < N; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) asm volatile("" : "+r"(r[i][j])::"memory");
-}
-
-/* ---- Register fragments of wgmma .m64nNk16 (PTX ISA figures "WGMMA .m64nNk16 register fragment
-   layout"), warp w (0-3) of the warpgroup, lane = 4 g + t:
-   accumulator D (FP32, N/2 registers): warp w holds rows 16w..16w+15; register 4j + 2r + e is
-     D[16w + g + 8r][8j + 2t + e] (j = 0..N/8-1 the 8-column block, r, e in {0, 1}) - per warp exactly
-     the C fragment of mma.sync m16n8 repeated over N/8 blocks;
-   A in registers (BF16, 4 x bf16x2): rows 16w + g (+8), the m16n8k16 A fragment: a0 = A[g][2t..2t+1],
-     a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..].
-   So accumulator registers 8k..8k+7 of S (columns 16k..16k+15) are, rounded to BF16 and packed, the A
-   operand of k-step k of O += P V: the FlashAttention-2 register trick carries over. ---- */
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo -> low half (lower column), RNE */
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-
-/* D[64 x 128] += A[64 x 16] * B[16 x 128]: A and B from shared memory through descriptors, both K-major
-   (imm-trans-a = imm-trans-b = 0); the predicate scale-d is true (D accumulates), imm-scale-a = imm-scale-b = 1
-   (no negation). */
-__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, acc, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-}
-
-/* D[64 x 64] += A[64 x 16] * B[16 x 64]: A from registers (four bf16x2 per thread, see the header comment),
-   B from shared memory, N-major (imm-trans-b = 1: V is stored [key][head dim]); scale-d true, no negation. */
-__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
-    asm volatile(
-        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, acc, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-
-/* D[64 x 128] += A[64 x 16] * B[16 x 128]: A from registers (four bf16x2 per thread, see the header comment),
-   B from shared memory, N-major (imm-trans-b = 1: V is stored [key][head dim]); scale-d true, no negation. */
-__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-    asm volatile(
-        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, acc, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-
-/* O += P V for the head size of the instantiation (N = HS). */
-__device__ __forceinline__ void wgmma_pv(float (&o)[32], const uint32_t (&a)[4], uint64_t desc_v) {
-    wgmma_m64n64k16_rs(o, a, desc_v);
-}
-__device__ __forceinline__ void wgmma_pv(float (&o)[64], const uint32_t (&a)[4], uint64_t desc_v) {
-    wgmma_m64n128k16_rs(o, a, desc_v);
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
+/* (the inline-PTX building blocks - mbarrier, TMA, descriptors, wgmma - are in attention/hopper_wgmma.cuh) */
 
 /* Shared-memory plan of one CTA (byte offsets from a 1024-byte aligned base). Every tile (Q; K and V of
    each stage) is kBlockK rows x HS BF16, stored as HS/64 chunks of [kBlockK rows][128 bytes], swizzled. */
@@ -539,22 +359,6 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
 /* ------------------------------------------------------------------------------------------------ */
 /* host: tensor map, launch                                                                          */
 /* ------------------------------------------------------------------------------------------------ */
-
-/* cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda). */
-static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void) {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-    if (fn == NULL) {
-        void* p = NULL;
-        cudaDriverEntryPointQueryResult found;
-        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found));
-        if (found != cudaDriverEntryPointSuccess || p == NULL) {
-            die("hopper_fwd: the driver has no cuTensorMapEncodeTiled\n"
-                "  hint: TMA needs an NVIDIA driver for CUDA 12.0 or newer");
-        }
-        fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
-    }
-    return fn;
-}
 
 /* The fused qkv [B, T, 3, NH, HS] as a 4-D TMA tensor, innermost first: {HS, 3*NH (slot*NH + head), T, B},
    boxes of {64 columns, 1 head, kBlockK tokens, 1 batch}, 128-byte swizzle, zeros outside. */
