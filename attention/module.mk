@@ -47,8 +47,9 @@ $(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_l
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 
 # Hopper forward lab (wgmma + TMA + warp specialisation, bf16 mode) next to the mma.sync forward: checked
-# and timed on an H200 (2026-11-29); a lab, so in no test target. wgmma exists only on sm_90a, so its object is compiled for that target alone, whatever NVCC_ARCH
-# says (private: the setting does not leak into the objects it links with).
+# and timed on an H200 (2026-11-29); a lab, so in no test target. wgmma exists only on sm_90a, so its
+# object is compiled for that target alone, whatever NVCC_ARCH says (private: the setting does not leak
+# into the objects it links with).
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_fwd
 $(BUILD)/dev/attention_lab/hopper_fwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/dev/attention_lab/hopper_fwd.cu.o: dev/attention_lab/hopper_fwd.cu attention/attention_cuda.cuh attention/hopper_wgmma.cuh \
