@@ -63,3 +63,8 @@ $(BUILD)/tests/attn_emul_driver: $(BUILD)/tests/attn_emul_driver.o $(ATTN_CPU_OB
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 test: $(BUILD)/tests/attn_emul_driver
 CPU_TEST_COMMANDS += "$(or $(TORCH_PYTHON),python3) tests/test_attention_torch.py"
+
+# Hopper labs of the backward (each owns its fragment while it is being written; a missing one is skipped):
+# the key-major pass (dK, dV, dQ atomics) and the query-major row pass (gproj's lambda and dQ, fp32's D).
+-include dev/attention_lab/hopper_bwd.mk
+-include dev/attention_lab/hopper_rows.mk
