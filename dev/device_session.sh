@@ -50,21 +50,24 @@ mps_start() { mps=0; command -v nvidia-cuda-mps-control >/dev/null && nvidia-cud
 # command line named build/train_gpt as a make target.
 stop_runs() { pkill -TERM -f '^build/train_gpt( |$)'; sleep 5; [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control; }
 
-# the 450m preset (gproj) on the Gutenberg shards with a schedule that fits RUN_STEPS steps of 65,536 tokens
+# the 450m preset (gproj) on the Gutenberg shards with a schedule of RUN_STEPS steps of 65,536 tokens, into
+# RUN_DIR (default /tmp/runs/450m_gutenberg: outside the tree, which each device call replaces, so a run
+# stopped by RUN_STOP_AT in one call can be continued by `resume450m` in the next while the machine is
+# warm). Extra trainer flags (--resume) are the arguments.
+RUN_DIR=${RUN_DIR:-/tmp/runs/450m_gutenberg}
 start_450m_run() {
-    rm -rf runs/450m_gutenberg
     timeout "$RUN_SECONDS" bash scripts/preset_450m.sh --mode gproj --no-diag \
-        --data "$DATA/gutenberg_train_*.bin:$DATA/gutenberg_val_*.bin" -- --out-dir runs/450m_gutenberg \
+        --data "$DATA/gutenberg_train_*.bin:$DATA/gutenberg_val_*.bin" -- --out-dir "$RUN_DIR" \
         --total-batch-tokens 65536 --steps "$RUN_STEPS" --lr 6e-4 --warmup-steps 60 --val-every 100 \
-        --val-batches 20 --checkpoint-every 0 --sample-every "$RUN_STEPS" \
-        --sample-tokens 64 --diag-every 100 > "$OUT/run450m.log" 2>&1 &
+        --val-batches 20 --checkpoint-every 0 --sample-every "$RUN_STEPS" --sample-tokens 64 --diag-every 100 \
+        ${RUN_STOP_AT:+--stop-at "$RUN_STOP_AT"} "$@" > "$OUT/run450m.log" 2>&1 &
 }
 summarize_450m_run() {  # DEST: console, log and plots of the run into DEST/run450m
     mkdir -p "$1/run450m"
-    grep -E "^(step|val|---- sample|mean over|saved|note|error|diagnostics)" "$OUT/run450m.log" | tail -n 40 | tee -a "$SUMMARY"
-    cp runs/450m_gutenberg/log.jsonl "$1/run450m/" 2>/dev/null
+    grep -E "^(step|val|---- sample|mean over|saved|stopped|resum|note|error|diagnostics)" "$OUT/run450m.log" | tail -n 40 | tee -a "$SUMMARY"
+    cp "$RUN_DIR/log.jsonl" "$1/run450m/" 2>/dev/null
     cp "$OUT/run450m.log" "$1/run450m/console.txt"
-    python3 scripts/compare_runs.py runs/450m_gutenberg --out "$1/run450m" --smooth 5 >> "$SUMMARY" 2>&1
+    python3 scripts/compare_runs.py "$RUN_DIR" --out "$1/run450m" --smooth 5 >> "$SUMMARY" 2>&1
 }
 
 # summarize_group GROUP DEST: compare table and plots, logs thinned for the repo (every 100th step
@@ -236,6 +239,7 @@ for phase in "$@"; do
         prepare_data
         mps_start
         rm -rf runs/long_lr2e-3 runs/long_lr4e-3
+        rm -rf "$RUN_DIR"
         start_450m_run
         flags=(--train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" --vocab .cache/gpt2
                --steps 60000 --schedule constant --val-every 2500 --val-batches 20 --log-every 5000
@@ -251,14 +255,27 @@ for phase in "$@"; do
         tar czf "$OUT/final.tgz" -C /tmp final
         end 0 ;;
     run450m)
-        # issue 5: the 450m preset alone on the Gutenberg shards; RUN_STEPS x 65,536 tokens (at ~150K tokens/s
-        # alone, 1,150 steps take about 8.5 minutes: with the build, about what one device call allows)
-        begin "450m run alone (${RUN_SECONDS:=570} s at most, ${RUN_STEPS:=1150} steps)"
+        # issue 5: the 450m preset alone on the Gutenberg shards. A device call lasts at most 10 minutes
+        # (build and data included), so a run longer than about 8.5 minutes of training is split: this
+        # phase with RUN_STOP_AT (it stops there and saves model + resume state), then `resume450m` in the
+        # next call, continuing bit-exactly to RUN_STEPS.
+        begin "450m run alone (${RUN_SECONDS:=570} s at most, ${RUN_STEPS:=1150} steps, stop at ${RUN_STOP_AT:-the end})"
         prepare_data
         mps=0
+        rm -rf "$RUN_DIR"
         start_450m_run
         wait
-        stop_runs
+        summarize_450m_run /tmp/final
+        tar czf "$OUT/run450m.tgz" -C /tmp/final run450m
+        end 0 ;;
+    resume450m)
+        # the second part of a run450m stopped at RUN_STOP_AT (same RUN_STEPS), on the same warm machine
+        begin "450m run continued (--resume; ${RUN_SECONDS:=570} s at most, to step ${RUN_STEPS:=1150})"
+        prepare_data
+        mps=0
+        [ -f "$RUN_DIR/log.jsonl" ] || say "   no run in $RUN_DIR to resume (the machine was not the same one)"
+        RUN_STOP_AT="" start_450m_run --resume
+        wait
         summarize_450m_run /tmp/final
         tar czf "$OUT/run450m.tgz" -C /tmp/final run450m
         end 0 ;;
