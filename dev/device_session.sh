@@ -11,7 +11,7 @@
 # under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest layercheck hopper multigpu tokenizer trainer matched ncu sweep attnbench trainbench
+#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu sweep attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
@@ -137,6 +137,29 @@ for phase in "$@"; do
             say "   under compute-sanitizer: rc $?"; grep -m 20 -E "Invalid|Error|error|at 0x|by thread" "$OUT/hopper_fwd_sanitizer.log" | tee -a "$SUMMARY"
         fi
         end $rc ;;
+    labs)
+        # issue 4: the Hopper kernel labs that exist in this tree (forward, backward key-major pass, gproj row
+        # pass), each under a short limit (a hang means a wrong mbarrier count or phase), and the attention
+        # GPU test; compute-sanitizer on a lab that fails
+        begin "Hopper labs and the attention GPU test"
+        labs=""
+        for l in hopper_fwd hopper_bwd hopper_rows; do [ -f dev/attention_lab/$l.cu ] && labs="$labs $l"; done
+        make -j"$(nproc)" NVCC_ARCH="$ARCH" $(for l in $labs; do echo build/dev/attention_lab/$l; done) \
+            build/tests/test_attention_gpu build/bench_attention > "$OUT/build_labs.log" 2>&1 || tail -30 "$OUT/build_labs.log" | tee -a "$SUMMARY"
+        for l in $labs; do
+            timeout 90 build/dev/attention_lab/$l > "$OUT/$l.log" 2>&1
+            rc=$?; say "   $l: rc $rc, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$l.log" | tail -1)"
+            grep -E "FAIL|wrong|time|ms" "$OUT/$l.log" | head -n 30 | tee -a "$SUMMARY"
+            if [ $rc -ne 0 ] && command -v compute-sanitizer >/dev/null; then
+                timeout 120 compute-sanitizer --print-limit 20 build/dev/attention_lab/$l > "$OUT/${l}_sanitizer.log" 2>&1
+                say "   $l under compute-sanitizer: rc $?"
+                grep -m 20 -E "Invalid|Error|error|at 0x|by thread" "$OUT/${l}_sanitizer.log" | tee -a "$SUMMARY"
+            fi
+        done
+        timeout 200 build/tests/test_attention_gpu > "$OUT/test_attention_gpu.log" 2>&1
+        rc=$?; say "   test_attention_gpu: rc $rc, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/test_attention_gpu.log" | tail -1)"
+        grep -m 20 FAIL "$OUT/test_attention_gpu.log" | tee -a "$SUMMARY"
+        end 0 ;;
     multigpu)
         begin "multi-GPU checks (scripts/check_multi_gpu.sh)"
         SKIP_BUILD=1 timeout "${MULTI_TIMEOUT:-300}" bash scripts/check_multi_gpu.sh "$OUT/multi" data/default > "$OUT/multi.log" 2>&1
