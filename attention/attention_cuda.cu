@@ -46,6 +46,16 @@
  * product is exact up to 2^-17 relative and the FP32 accumulation does the
  * rest; in the dQ GEMM dS gets a third term (24 bits), see there.
  * Fragments come from shared memory through ldmatrix (attention/mma_bf16.cuh).
+ *
+ * Which forward runs where (attention_forward_cuda, host section below): on a
+ * compute-capability 9.0 device (H100/H200) the Hopper wgmma + TMA forward of
+ * attention/attention_hopper.cu (compiled for sm_90a only, always linked) for
+ * every mode but repair's tile-max-shift arm; on every other device, for that
+ * arm, for a qkv pointer TMA cannot take (not 16-byte aligned) and whenever
+ * AttnOptions.force_portable is set, the mma.sync forward here. Same out (to
+ * about one BF16 ulp: 128- vs 64-key tiles, sum order) and same stats, so the
+ * backward (always the kernels here) does not care which ran. Nothing is
+ * printed per call; attention_forward_cuda_path tells which one a call takes.
  */
 #include <math.h>
 #include <stdint.h>
@@ -53,6 +63,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention_cuda.cuh"
+#include "attention/attention_hopper.cuh"
 #include "attention/mma_bf16.cuh"
 
 using namespace attn_mma;
@@ -946,10 +957,39 @@ size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode) {
     return (rows * s.HS + 2 * rows) * sizeof(float);
 }
 
+/* Whether the current device runs the Hopper (sm_90a) kernels: compute capability exactly 9.0 (sm_90a
+   code runs nowhere else, not on later architectures either). Asked once per device, then cached. */
+static int current_device_is_sm90(void) {
+    enum { kMaxDevices = 64, kUnknown = 0, kNo = 1, kYes = 2 };
+    static int cached[kMaxDevices]; /* kUnknown; a race between host threads writes the same answer twice */
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= kMaxDevices) return 0; /* beyond the cache: the portable kernels run everywhere */
+    if (cached[dev] == kUnknown) {
+        int major = 0, minor = 0;
+        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        cached[dev] = (major == 9 && minor == 0) ? kYes : kNo;
+    }
+    return cached[dev] == kYes;
+}
+
+AttnFwdPath attention_forward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv) {
+    if (opt.force_portable) return ATTN_FWD_PORTABLE;
+    if (!attention_hopper_fwd_supports(mode, opt, s, qkv)) return ATTN_FWD_PORTABLE;
+    return current_device_is_sm90() ? ATTN_FWD_HOPPER : ATTN_FWD_PORTABLE;
+}
+
+const char* attn_fwd_path_name(AttnFwdPath path) { return path == ATTN_FWD_HOPPER ? "hopper" : "portable"; }
+
 void attention_forward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                             __nv_bfloat16* out, float* stats, void* workspace, cudaStream_t stream) {
     (void)workspace; /* the forward needs none */
     attention_cuda_check_shape(s, mode);
+    if (attention_forward_cuda_path(mode, opt, s, qkv) == ATTN_FWD_HOPPER) {
+        attention_forward_hopper(mode, s, qkv, out, stats, stream);
+        return;
+    }
     /* the tile-max shift arm belongs to repair mode only (attention.h) */
     const int shift = (mode == ATTN_REPAIR && opt.tile_max_shift) ? 1 : 0;
     if (s.HS == 64) forward_dispatch_mode<64>(mode, s, qkv, out, stats, shift, stream);

@@ -19,7 +19,16 @@
  *   attention_cuda_workspace_bytes - device scratch the backward needs (fp32 dQ
  *       accumulator, per-row D and gproj lambda); the forward needs none.
  *   attention_forward_cuda  - writes out and stats (stats are read back by the
- *       backward of the same mode).
+ *       backward of the same mode). Which kernel runs: on a compute-capability
+ *       9.0 device (H100/H200) the Hopper wgmma forward
+ *       (attention/attention_hopper.cuh) for every mode it computes exactly
+ *       (all four; not repair's tile-max-shift arm), everywhere else and with
+ *       AttnOptions.force_portable = 1 the portable mma.sync forward. Both
+ *       write the same out (to about one BF16 ulp) and the same stats, so the
+ *       one (portable) backward serves both.
+ *   attention_forward_cuda_path - which of the two attention_forward_cuda would
+ *       run for these arguments on the current device (tests and benchmarks
+ *       print it); attn_fwd_path_name names it.
  *   attention_backward_cuda - OVERWRITES dqkv (no accumulation). workspace
  *       must hold attention_cuda_workspace_bytes(s, mode) bytes; its contents
  *       need not be initialised.
@@ -38,6 +47,10 @@
 size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode);
 
 void attention_cuda_check_shape(AttnShape s, AttnMode mode);
+
+typedef enum { ATTN_FWD_PORTABLE = 0, ATTN_FWD_HOPPER = 1 } AttnFwdPath;
+AttnFwdPath attention_forward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv);
+const char* attn_fwd_path_name(AttnFwdPath path); /* "portable" or "hopper" */
 
 void attention_forward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                             __nv_bfloat16* out, float* stats, void* workspace, cudaStream_t stream);

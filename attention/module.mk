@@ -25,15 +25,22 @@ $(BUILD)/attention/attention_cpu.o: CFLAGS += -ffp-contract=off -fmath-errno -ma
 # ---- CUDA side: the tensor-core kernels of every mode (attention_cuda.cu) ----
 # Programs that call attention_forward_cuda / attention_backward_cuda link
 # ATTN_CUDA_OBJS and ATTN_CPU_OBJS (mode names, softmax constants).
-ATTN_CUDA_OBJS := $(BUILD)/attention/attention_cuda.cu.o
+# attention_hopper.cu is the Hopper (wgmma + TMA) forward that attention_forward_cuda picks on sm_90
+# devices. wgmma exists only on sm_90a, so its object is compiled for that target alone, whatever
+# NVCC_ARCH says (private: the setting does not leak into the objects it links with); a build for other
+# targets links it all the same and the dispatch never launches it off sm_90.
+ATTN_CUDA_OBJS := $(BUILD)/attention/attention_cuda.cu.o $(BUILD)/attention/attention_hopper.cu.o
 CUDA_OBJECTS += $(ATTN_CUDA_OBJS)
 $(BUILD)/attention/attention_cuda.cu.o: attention/attention_cuda.cu attention/attention_cuda.cuh \
-        attention/mma_bf16.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+        attention/attention_hopper.cuh attention/mma_bf16.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+$(BUILD)/attention/attention_hopper.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/attention_hopper.cu.o: attention/attention_hopper.cu attention/attention_hopper.cuh \
+        attention/hopper_wgmma.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 
 # GPU test: every mode against the CPU emulation and the fp64 reference on the hard cases.
 GPU_TESTS += $(BUILD)/tests/test_attention_gpu
 CUDA_PROGRAMS += $(BUILD)/tests/test_attention_gpu
-$(BUILD)/tests/test_attention_gpu.cu.o: tests/test_attention_gpu.cu attention/attention_cuda.cuh \
+$(BUILD)/tests/test_attention_gpu.cu.o: tests/test_attention_gpu.cu attention/attention_cuda.cuh attention/attention_hopper.cuh \
         attention/attention.h attention/attn_cases.h attention/attn_metrics.h tests/testing.h \
         common/cuda_utils.cuh common/utils.h
 $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
@@ -46,14 +53,13 @@ $(BUILD)/dev/attention_lab/attention_lab.cu.o: dev/attention_lab/attention_lab.c
 $(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_lab.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 
-# Hopper forward lab (wgmma + TMA + warp specialisation, bf16 mode) next to the mma.sync forward: checked
-# and timed on an H200 (2026-11-29); a lab, so in no test target. wgmma exists only on sm_90a, so its
-# object is compiled for that target alone, whatever NVCC_ARCH says (private: the setting does not leak
-# into the objects it links with).
+# Lab of the production Hopper forward (attention/attention_hopper.cu): its layout probe, then every mode
+# against the portable mma.sync forward, checked and timed; a lab, so in no test target. Host code only
+# (the kernels are in the library), so it builds for any NVCC_ARCH; it refuses to run off sm_90.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_fwd
-$(BUILD)/dev/attention_lab/hopper_fwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/dev/attention_lab/hopper_fwd.cu.o: dev/attention_lab/hopper_fwd.cu attention/attention_cuda.cuh attention/hopper_wgmma.cuh \
-        attention/attention.h tests/testing.h common/cuda_utils.cuh common/utils.h
+$(BUILD)/dev/attention_lab/hopper_fwd.cu.o: dev/attention_lab/hopper_fwd.cu attention/attention_cuda.cuh \
+        attention/attention_hopper.cuh attention/attention.h attention/attn_cases.h tests/testing.h \
+        common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_fwd: $(BUILD)/dev/attention_lab/hopper_fwd.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 

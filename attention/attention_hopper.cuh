@@ -1,0 +1,45 @@
+/*
+ * attention/attention_hopper.cuh - the Hopper (sm_90a) attention forward: wgmma + TMA + a producer warp
+ * and two consumer warpgroups, for the modes whose forward it computes exactly as
+ * docs/ATTENTION_NUMERICS.md defines them.
+ *
+ * Why: on an H200 the portable mma.sync forward (attention/attention_cuda.cu) reaches 0.40-0.58x of
+ * cuDNN's; this kernel ran 1.33-1.51x faster than it in bf16 mode (dev/results/device_s4/call1). It
+ * writes the same out and the same stats (bf16 {LSE, 0}; repair, gproj, fp32 {m, l}), so the portable
+ * backward reads them unchanged. Callers normally do not call it directly: attention_forward_cuda picks
+ * it on a compute-capability 9.0 device when attention_hopper_fwd_supports() says yes (and
+ * AttnOptions.force_portable is 0). The object is compiled for sm_90a only, whatever NVCC_ARCH says; a
+ * build for other targets still links it and never launches it.
+ *
+ * Offers:
+ *   attention_hopper_fwd_supports - 1 iff this kernel computes (mode, opt, shape, qkv) exactly: modes
+ *       bf16, repair (not its tile-max-shift arm, whose 64-key tile is the portable kernel's), gproj and
+ *       fp32; head size 64 or 128; qkv 16-byte aligned (TMA). Says nothing about the device.
+ *   attention_forward_hopper - the forward (asynchronous on `stream`); dies with a hint if unsupported.
+ *       The caller makes sure the current device is sm_90.
+ *   attention_hopper_layout_probe - for the lab (dev/attention_lab/hopper_fwd.cu): one tile of
+ *       S = Q K^T and O = bf(S) V through the kernel's own TMA map and wgmma helpers, written as fp32
+ *       [ATTN_HOPPER_BLOCK_Q][ATTN_HOPPER_BLOCK_K] and [ATTN_HOPPER_BLOCK_Q][HS] (device pointers), so a
+ *       layout mistake is named before the attention checks fail.
+ */
+#ifndef ATTENTION_ATTENTION_HOPPER_CUH
+#define ATTENTION_ATTENTION_HOPPER_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "attention/attention.h"
+
+/* Query rows per CTA and keys per K/V tile of the Hopper forward (the portable kernel's key tile is 64). */
+#define ATTN_HOPPER_BLOCK_Q 128
+#define ATTN_HOPPER_BLOCK_K 128
+
+int attention_hopper_fwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv);
+
+void attention_forward_hopper(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, __nv_bfloat16* out, float* stats,
+                              cudaStream_t stream);
+
+/* qkv [1, T, 3, NH, HS] with T <= ATTN_HOPPER_BLOCK_K (tokens past T read as zeros), probing head `head`
+   at token 0. Synchronous launch errors die; the caller synchronises. */
+void attention_hopper_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, float* s_tile, float* o_tile);
+
+#endif /* ATTENTION_ATTENTION_HOPPER_CUH */
