@@ -649,7 +649,7 @@ static void test_tile_max_shift(void) {
         r.qkv[((size_t)tie_b * 3 + 1) * 64 + d] = 0.5f * u[d];
     }
     run_reference(&r);
-    AttnOptions shift = {1};
+    AttnOptions shift = {.tile_max_shift = 1};
     AttnErrors e;
     run_mode(&r, ATTN_REPAIR, shift, ATTN_IO_BF16, &e);
     float tie_score = 32.0f; /* u . (0.5 u) = 0.5 * 64, exactly */
