@@ -18,6 +18,14 @@
  * at head sizes 64 and 128;
  * odd sequence lengths (1, 77, 1000, 4097); 1 to 192 heads; the repair
  * tile-max shift arm; the saved softmax stats.
+ * Two forward paths: on an sm_90 device (H100/H200) attention_forward_cuda
+ * runs the Hopper wgmma forward by default and the portable mma.sync one with
+ * AttnOptions.force_portable; there every forward check runs on both (rows
+ * and checks say "[hopper fwd]" or "[portable fwd]"; the backward, the same
+ * kernels on both, reads each path's own stats end to end), and a direct
+ * comparison checks the Hopper O within 4 BF16 ulps of the portable O and
+ * the stats at FP32 level per mode. Elsewhere only the portable path exists,
+ * and the dispatch checks make sure it is the one taken.
  *
  * Tolerance GPU vs emulation (per head ||gpu - cpu|| / ||cpu||, median over
  * heads): 3e-3 + 0.25 * (the emulation's own error vs fp64). Why: the two
@@ -35,6 +43,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,8 +99,8 @@ static void from_device_bf16(float* x, const __nv_bfloat16* d, size_t n) {
    (end to end, as in training), or, when bwd_out/bwd_stats are given, those
    (the emulation's: the backward kernel then sees exactly the emulation's
    inputs, so a difference is the backward's own). */
-static void run_gpu(AttnMode mode, AttnOptions opt, AttnShape s, const float* qkv, const float* dout,
-                    const float* bwd_out, const float* bwd_stats, Outputs* r) {
+static AttnFwdPath run_gpu(AttnMode mode, AttnOptions opt, AttnShape s, const float* qkv, const float* dout,
+                           const float* bwd_out, const float* bwd_stats, Outputs* r) {
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
     __nv_bfloat16* d_qkv = to_device_bf16(qkv, nqkv);
     __nv_bfloat16* d_dout = to_device_bf16(dout, nout);
@@ -107,6 +116,7 @@ static void run_gpu(AttnMode mode, AttnOptions opt, AttnShape s, const float* qk
     cudaCheck(cudaMemset(d_dqkv, 0xFF, sizeof(__nv_bfloat16) * nqkv));
     cudaCheck(cudaMemset(d_stats, 0xFF, sizeof(float) * nstats));
     cudaCheck(cudaMemset(d_ws, 0xFF, ws_bytes));
+    const AttnFwdPath path = attention_forward_cuda_path(mode, opt, s, d_qkv);
     attention_forward_cuda(mode, opt, s, d_qkv, d_out, d_stats, d_ws, 0);
     cudaCheck(cudaDeviceSynchronize());
     from_device_bf16(r->out, d_out, nout);
@@ -122,6 +132,7 @@ static void run_gpu(AttnMode mode, AttnOptions opt, AttnShape s, const float* qk
     from_device_bf16(r->dqkv, d_dqkv, nqkv);
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
     cudaCheck(cudaFree(d_dqkv)); cudaCheck(cudaFree(d_stats)); cudaCheck(cudaFree(d_ws));
+    return path;
 }
 
 /* The emulation sees what the kernels see: BF16 inputs, BF16 outputs, and it
@@ -198,28 +209,37 @@ static Reference reference_compute(AttnShape s, const float* qkv, const float* d
 }
 static void reference_free(Reference* r) { free(r->qkv_ref); free(r->out_ref); free(r->dqkv_ref); }
 
-/* What one (case, mode) comparison measured, for the cross-case checks. */
+/* The forward paths every check runs on: the default (AttnOptions.force_portable = 0: the Hopper forward
+   on an sm_90 device, where it serves the mode) and, on sm_90 only, the portable forward as well
+   (force_portable = 1). Elsewhere the default IS the portable path, so it runs once. Set in main. */
+static int g_num_paths = 1;
+static const int k_path_force_portable[2] = {0, 1};
+
+/* What one (case, mode) comparison measured on one forward path, for the cross-case checks. */
 typedef struct {
     AttnErrors gpu, cpu;
+    AttnFwdPath path;
 } ModeResult;
 
-/* Runs one mode on one input on both sides; checks completeness, agreement
-   with the emulation and the stats; returns both error tables. */
-static ModeResult compare_mode(const char* label, AttnMode mode, AttnOptions opt, AttnShape s, const float* qkv,
-                               const float* dout, const Reference* ref, int extreme) {
-    Outputs g = outputs_alloc(s), c = outputs_alloc(s), gi = outputs_alloc(s);
-    run_cpu(mode, opt, s, qkv, dout, &c);
-    run_gpu(mode, opt, s, qkv, dout, NULL, NULL, &g);     /* end to end: the error tables */
-    run_gpu(mode, opt, s, qkv, dout, c.out, c.stats, &gi); /* backward on the emulation's O and stats */
+/* One forward path (opt.force_portable) of compare_mode, against the emulation's outputs c. */
+static ModeResult compare_mode_on_path(const char* base_label, AttnMode mode, AttnOptions opt, AttnShape s,
+                                       const float* qkv, const float* dout, const Reference* ref, int extreme,
+                                       const Outputs* cpu_outputs) {
+    Outputs g = outputs_alloc(s), gi = outputs_alloc(s);
+    const Outputs c = *cpu_outputs;
+    ModeResult mr;
+    mr.path = run_gpu(mode, opt, s, qkv, dout, NULL, NULL, &g); /* end to end: the error tables */
+    run_gpu(mode, opt, s, qkv, dout, c.out, c.stats, &gi);        /* backward on the emulation's O and stats */
+    char label[128];
+    snprintf(label, sizeof label, "%s [%s fwd]", base_label, attn_fwd_path_name(mr.path));
     /* fp32 mode's backward is exact only with its own stats: its dS rows sum to D (1 - sum_j P_ij),
        zero only when l is the sum of the very P it recomputes; the emulation's l, summed from
        scores in another order, leaves a residual that a large key offset turns into a dQ leak. So
        fp32 mode is compared end to end; the other modes take the emulation's O and stats. */
     const Outputs* gb = (mode == ATTN_FP32) ? &g : &gi;
-    ModeResult mr;
     attn_errors_compute(s, g.out, ref->out_ref, g.dqkv, ref->dqkv_ref, NULL, &mr.gpu);
     attn_errors_compute(s, c.out, ref->out_ref, c.dqkv, ref->dqkv_ref, NULL, &mr.cpu);
-    char row[96];
+    char row[160];
     snprintf(row, sizeof row, "%s gpu", label);
     attn_errors_print_row(stdout, row, &mr.gpu);
     snprintf(row, sizeof row, "%s cpu", label);
@@ -287,9 +307,27 @@ static ModeResult compare_mode(const char* label, AttnMode mode, AttnOptions opt
               label, stats_off, worst);
     }
     outputs_free(&g);
-    outputs_free(&c);
     outputs_free(&gi);
     return mr;
+}
+
+/* Runs one mode on one input on both sides, the GPU once per forward path (g_num_paths; a second path
+   that would run the same kernel as the first, e.g. repair's tile-max-shift arm, is skipped); checks
+   completeness, agreement with the emulation and the stats, labelled with the path; writes the error
+   tables of each path run into results[] and returns how many. */
+static int compare_mode(const char* base_label, AttnMode mode, AttnOptions base_opt, AttnShape s, const float* qkv,
+                        const float* dout, const Reference* ref, int extreme, ModeResult results[2]) {
+    Outputs c = outputs_alloc(s);
+    run_cpu(mode, base_opt, s, qkv, dout, &c);
+    int n_results = 0;
+    for (int p = 0; p < g_num_paths; p++) {
+        AttnOptions opt = base_opt;
+        opt.force_portable = k_path_force_portable[p];
+        if (p > 0 && attention_forward_cuda_path(mode, opt, s, NULL) == results[0].path) continue;
+        results[n_results++] = compare_mode_on_path(base_label, mode, opt, s, qkv, dout, ref, extreme, &c);
+    }
+    outputs_free(&c);
+    return n_results;
 }
 
 /* ---- the hard cases of docs/ATTENTION_NUMERICS.md, all modes ---- */
@@ -306,7 +344,8 @@ static void test_hard_cases(int HS, int T, uint64_t seed) {
     cases[ncases++] = attn_case_key_offset(1024, 4, seed);
     float* qkv = (float*)mallocCheck(sizeof(float) * attn_qkv_count(s));
     float* dout = (float*)mallocCheck(sizeof(float) * attn_out_count(s));
-    double leak_dq[ATTN_NUM_MODES][16];
+    double leak_dq[2][ATTN_NUM_MODES][16]; /* [forward path run][mode][case] */
+    AttnFwdPath leak_path[2] = {ATTN_FWD_PORTABLE, ATTN_FWD_PORTABLE};
     attn_errors_print_header(stdout);
     for (int ci = 0; ci < ncases; ci++) {
         char name[64];
@@ -316,44 +355,55 @@ static void test_hard_cases(int HS, int T, uint64_t seed) {
         Reference ref = reference_compute(s, qkv, dout);
         for (int m = 0; m < ATTN_NUM_MODES; m++) {
             const AttnMode mode = (AttnMode)m;
-            char label[96];
-            snprintf(label, sizeof label, "%s %s", name, attn_mode_name(mode));
+            char base[96];
+            snprintf(base, sizeof base, "%s %s", name, attn_mode_name(mode));
             AttnOptions opt = {0};
-            ModeResult r = compare_mode(label, mode, opt, s, qkv, dout, &ref, extreme);
-            leak_dq[m][ci] = r.gpu.err[ATTN_T_DQ].median;
-            const int accurate_mode = (mode == ATTN_FP32 || mode == ATTN_GPROJ);
-            if (accurate_mode && !extreme) {
-                CHECK(r.gpu.err[ATTN_T_DQ].median <= kOutputFloorTarget &&
-                          r.gpu.err[ATTN_T_DK].median <= kOutputFloorTarget,
-                      "%s: median dQ %.3f%% and dK %.3f%% <= %.2f%%", label, 100 * r.gpu.err[ATTN_T_DQ].median,
-                      100 * r.gpu.err[ATTN_T_DK].median, 100 * kOutputFloorTarget);
-                /* exact: 0; BF16 output rounding alone leaves ~1.6e-3 (emulation), bf16/repair 3e-3..6e-3 */
-                CHECK(r.gpu.dk_sum.median <= 2.5e-3, "%s: ||sum_j dK_j|| / ||dK|| median %.3g <= 2.5e-3 (output floor)",
-                      label, r.gpu.dk_sum.median);
-            }
-            if (extreme && mode != ATTN_BF16) {
-                long bad = 0;
-                for (int t = 0; t < ATTN_NUM_TENSORS; t++) bad += r.gpu.nonfinite[t];
-                CHECK(bad == 0, "%s: finite on q = k = v = %.0f (%ld Inf/NaN)", label, ATTN_EXTREME_VALUE, bad);
-                CHECK(r.gpu.err[ATTN_T_O].median <= kOutputFloorTarget, "%s: O accurate (%.3g%%)", label,
-                      100 * r.gpu.err[ATTN_T_O].median);
-            }
-            if ((mode == ATTN_BF16 || mode == ATTN_REPAIR) &&
-                ((cases[ci].kind == ATTN_CASE_KEY_OFFSET && cases[ci].rho >= 16) || cases[ci].kind == ATTN_CASE_SHARP)) {
-                /* the leak is reproduced: same size as in the emulation */
-                const double gq = r.gpu.err[ATTN_T_DQ].median, cq = r.cpu.err[ATTN_T_DQ].median;
-                CHECK(fabs(gq / cq - 1.0) <= 0.3, "%s: leak dQ %.3g%% within 30%% of the emulation's %.3g%%", label,
-                      100 * gq, 100 * cq);
+            ModeResult results[2];
+            const int n_results = compare_mode(base, mode, opt, s, qkv, dout, &ref, extreme, results);
+            for (int p = 0; p < n_results; p++) {
+                const ModeResult r = results[p];
+                char label[128];
+                snprintf(label, sizeof label, "%s [%s fwd]", base, attn_fwd_path_name(r.path));
+                leak_dq[p][m][ci] = r.gpu.err[ATTN_T_DQ].median;
+                if (mode == ATTN_BF16) leak_path[p] = r.path;
+                const int accurate_mode = (mode == ATTN_FP32 || mode == ATTN_GPROJ);
+                if (accurate_mode && !extreme) {
+                    CHECK(r.gpu.err[ATTN_T_DQ].median <= kOutputFloorTarget &&
+                              r.gpu.err[ATTN_T_DK].median <= kOutputFloorTarget,
+                          "%s: median dQ %.3f%% and dK %.3f%% <= %.2f%%", label, 100 * r.gpu.err[ATTN_T_DQ].median,
+                          100 * r.gpu.err[ATTN_T_DK].median, 100 * kOutputFloorTarget);
+                    /* exact: 0; BF16 output rounding alone leaves ~1.6e-3 (emulation), bf16/repair 3e-3..6e-3 */
+                    CHECK(r.gpu.dk_sum.median <= 2.5e-3,
+                          "%s: ||sum_j dK_j|| / ||dK|| median %.3g <= 2.5e-3 (output floor)", label,
+                          r.gpu.dk_sum.median);
+                }
+                if (extreme && mode != ATTN_BF16) {
+                    long bad = 0;
+                    for (int t = 0; t < ATTN_NUM_TENSORS; t++) bad += r.gpu.nonfinite[t];
+                    CHECK(bad == 0, "%s: finite on q = k = v = %.0f (%ld Inf/NaN)", label, ATTN_EXTREME_VALUE, bad);
+                    CHECK(r.gpu.err[ATTN_T_O].median <= kOutputFloorTarget, "%s: O accurate (%.3g%%)", label,
+                          100 * r.gpu.err[ATTN_T_O].median);
+                }
+                if ((mode == ATTN_BF16 || mode == ATTN_REPAIR) &&
+                    ((cases[ci].kind == ATTN_CASE_KEY_OFFSET && cases[ci].rho >= 16) ||
+                     cases[ci].kind == ATTN_CASE_SHARP)) {
+                    /* the leak is reproduced: same size as in the emulation */
+                    const double gq = r.gpu.err[ATTN_T_DQ].median, cq = r.cpu.err[ATTN_T_DQ].median;
+                    CHECK(fabs(gq / cq - 1.0) <= 0.3, "%s: leak dQ %.3g%% within 30%% of the emulation's %.3g%%",
+                          label, 100 * gq, 100 * cq);
+                }
             }
         }
         reference_free(&ref);
     }
-    /* leak grows with rho in bf16 and repair: rho 0 x1 (case 0) vs rho 1024 x8 (case 4) */
-    for (int m = ATTN_BF16; m <= ATTN_REPAIR; m++) {
-        CHECK(leak_dq[m][4] >= 0.5 && leak_dq[m][4] >= 10 * leak_dq[m][0],
-              "HS%d %s: dQ leak grows with rho: %.3g%% at rho 0 -> %.3g%% at rho 1024 (need >= 50%% and 10x)", HS,
-              attn_mode_name((AttnMode)m), 100 * leak_dq[m][0], 100 * leak_dq[m][4]);
-    }
+    /* leak grows with rho in bf16 and repair: rho 0 x1 (case 0) vs rho 1024 x8 (case 4), per forward path */
+    for (int p = 0; p < g_num_paths; p++)
+        for (int m = ATTN_BF16; m <= ATTN_REPAIR; m++) {
+            CHECK(leak_dq[p][m][4] >= 0.5 && leak_dq[p][m][4] >= 10 * leak_dq[p][m][0],
+                  "HS%d %s [%s fwd]: dQ leak grows with rho: %.3g%% at rho 0 -> %.3g%% at rho 1024 (need >= 50%% "
+                  "and 10x)", HS, attn_mode_name((AttnMode)m), attn_fwd_path_name(leak_path[p]),
+                  100 * leak_dq[p][m][0], 100 * leak_dq[p][m][4]);
+        }
     free(qkv);
     free(dout);
 }
@@ -376,15 +426,18 @@ static void test_shapes(uint64_t seed) {
         for (int m = 0; m < ATTN_NUM_MODES; m++) {
             const AttnMode mode = (AttnMode)m;
             if (s.T > 2000 && (mode == ATTN_BF16 || mode == ATTN_REPAIR)) continue; /* keep the CPU side short */
-            char label[96];
-            snprintf(label, sizeof label, "B%d NH%d T%d HS%d %s", s.B, s.NH, s.T, s.HS, attn_mode_name(mode));
+            char base[96];
+            snprintf(base, sizeof base, "B%d NH%d T%d HS%d %s", s.B, s.NH, s.T, s.HS, attn_mode_name(mode));
             AttnOptions opt = {0};
-            ModeResult r = compare_mode(label, mode, opt, s, qkv, dout, &ref, 0);
-            if (mode == ATTN_FP32 || mode == ATTN_GPROJ) {
+            ModeResult results[2];
+            const int n_results = compare_mode(base, mode, opt, s, qkv, dout, &ref, 0, results);
+            for (int p = 0; p < n_results && (mode == ATTN_FP32 || mode == ATTN_GPROJ); p++) {
+                const ModeResult r = results[p];
                 for (int t = 0; t < ATTN_NUM_TENSORS; t++) {
                     if (r.gpu.err[t].zero_ref_heads > 0) continue;
-                    CHECK(r.gpu.err[t].median <= kOutputFloorTarget, "%s: %s median %.3g%% <= %.2f%%", label,
-                          attn_tensor_name((AttnTensor)t), 100 * r.gpu.err[t].median, 100 * kOutputFloorTarget);
+                    CHECK(r.gpu.err[t].median <= kOutputFloorTarget, "%s [%s fwd]: %s median %.3g%% <= %.2f%%", base,
+                          attn_fwd_path_name(r.path), attn_tensor_name((AttnTensor)t), 100 * r.gpu.err[t].median,
+                          100 * kOutputFloorTarget);
                 }
             }
         }
@@ -411,9 +464,15 @@ static void test_tile_max_shift(uint64_t seed) {
                 qkv[k_this] = qkv[k_prev];
             }
     Reference ref = reference_compute(s, qkv, dout);
-    AttnOptions shift = {1}, plain = {0};
+    AttnOptions shift = {0}, plain = {0};
+    shift.tile_max_shift = 1;
     attn_errors_print_header(stdout);
-    compare_mode("paired keys repair+shift", ATTN_REPAIR, shift, s, qkv, dout, &ref, 0);
+    ModeResult results[2];
+    const int n_results = compare_mode("paired keys repair+shift", ATTN_REPAIR, shift, s, qkv, dout, &ref, 0, results);
+    /* the arm's 64-key tile is the portable kernel's: the dispatch keeps it there on every device */
+    CHECK(n_results == 1 && results[0].path == ATTN_FWD_PORTABLE,
+          "repair+shift runs the portable forward only (%d path(s), first %s)", n_results,
+          attn_fwd_path_name(results[0].path));
     /* the arm did act: the stored max differs from plain repair's on many rows */
     Outputs a = outputs_alloc(s), b = outputs_alloc(s);
     run_gpu(ATTN_REPAIR, shift, s, qkv, dout, NULL, NULL, &a);
@@ -438,6 +497,136 @@ static void test_workspace_size(void) {
           attention_cuda_workspace_bytes(s, ATTN_GPROJ), want);
 }
 
+/* ---- the two forward paths: dispatch, and Hopper vs portable directly ---- */
+
+/* One BF16 ulp (8 significant bits) at the magnitude max(|x|, floor); the floor is the RMS of the row
+   (entries near zero come from cancellation; their error scales with the row). */
+static double bf16_ulp_at(double x, double floor_mag) {
+    const double a = fmax(fabs(x), floor_mag);
+    return a > 0 ? ldexp(1.0, (int)floor(log2(a)) - 7) : 0.0;
+}
+
+/* Forward of `mode` on the device qkv with opt, outputs to host floats (NaN-poisoned first). */
+static void forward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* d_qkv, float* out,
+                            float* stats) {
+    const size_t nout = attn_out_count(s), nstats = attn_stats_count(s);
+    __nv_bfloat16* d_out;
+    float* d_stats;
+    cudaCheck(cudaMalloc(&d_out, sizeof(__nv_bfloat16) * nout));
+    cudaCheck(cudaMalloc(&d_stats, sizeof(float) * nstats));
+    cudaCheck(cudaMemset(d_out, 0xFF, sizeof(__nv_bfloat16) * nout));
+    cudaCheck(cudaMemset(d_stats, 0xFF, sizeof(float) * nstats));
+    attention_forward_cuda(mode, opt, s, d_qkv, d_out, d_stats, NULL, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    from_device_bf16(out, d_out, nout);
+    cudaCheck(cudaMemcpy(stats, d_stats, sizeof(float) * nstats, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaFree(d_out));
+    cudaCheck(cudaFree(d_stats));
+}
+
+/* Tolerances of the direct comparison (the lab's, dev/attention_lab/hopper_fwd.cu): the two kernels
+   round e to BF16 at different running maxima (128- vs 64-key tiles) and sum in different orders, so O
+   agrees to about one BF16 ulp of its row's scale (4 allowed; the H200 run of bf16 mode: <= 2.5), and
+   the stats to FP32 level: LSE and m within 1e-5 of 1 + |x|, l within 1e-5 relative. */
+static const double kPathMaxOUlps = 4.0;
+static const double kPathMaxStatDiff = 1e-5;
+
+static void test_forward_paths(int is_sm90, uint64_t seed) {
+    test_section("forward paths: dispatch, and the Hopper forward vs the portable one (O in BF16 ulps, stats)");
+    AttnOptions automatic = {0}, portable = {0}, shift = {0};
+    portable.force_portable = 1;
+    shift.tile_max_shift = 1;
+    const AttnShape probe_shape = {2, 4, 100, 64};
+    const void* aligned = (const void*)(uintptr_t)256, * misaligned = (const void*)(uintptr_t)258;
+    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        const AttnMode mode = (AttnMode)m;
+        const AttnFwdPath want = is_sm90 ? ATTN_FWD_HOPPER : ATTN_FWD_PORTABLE;
+        const AttnFwdPath got = attention_forward_cuda_path(mode, automatic, probe_shape, (const __nv_bfloat16*)aligned);
+        CHECK(got == want, "%s: default path on this device is %s (want %s)", attn_mode_name(mode),
+              attn_fwd_path_name(got), attn_fwd_path_name(want));
+        CHECK(attention_forward_cuda_path(mode, portable, probe_shape, (const __nv_bfloat16*)aligned) ==
+                  ATTN_FWD_PORTABLE, "%s: force_portable = 1 gives the portable path", attn_mode_name(mode));
+        CHECK(attention_forward_cuda_path(mode, automatic, probe_shape, (const __nv_bfloat16*)misaligned) ==
+                  ATTN_FWD_PORTABLE, "%s: a qkv pointer TMA cannot take (2 mod 16) gives the portable path",
+              attn_mode_name(mode));
+    }
+    CHECK(attention_forward_cuda_path(ATTN_REPAIR, shift, probe_shape, (const __nv_bfloat16*)aligned) ==
+              ATTN_FWD_PORTABLE, "repair with the tile-max shift arm gives the portable path");
+    if (!is_sm90) {
+        printf("  (the direct Hopper-vs-portable comparison needs an sm_90 device; this one is not)\n");
+        return;
+    }
+    const AttnShape shapes[] = {{1, 1, 1, 64}, {1, 3, 77, 64}, {2, 4, 1000, 64}, {1, 2, 129, 128}, {2, 3, 600, 128}};
+    const float q_scales[] = {1.f, 8.f}; /* x8: sharp rows, the running max moves late */
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t qi = 0; qi < sizeof q_scales / sizeof q_scales[0]; qi++) {
+            const AttnShape s = shapes[si];
+            const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+            float* qkv = (float*)mallocCheck(sizeof(float) * nqkv);
+            float* dout = (float*)mallocCheck(sizeof(float) * nout);
+            AttnCase cs = attn_case_random(q_scales[qi], seed + 17 * si + qi);
+            attn_case_fill(&cs, s, qkv, dout);
+            __nv_bfloat16* d_qkv = to_device_bf16(qkv, nqkv);
+            float *o_h = (float*)mallocCheck(sizeof(float) * nout), *o_p = (float*)mallocCheck(sizeof(float) * nout);
+            float *st_h = (float*)mallocCheck(sizeof(float) * nstats), *st_p = (float*)mallocCheck(sizeof(float) * nstats);
+            for (int m = 0; m < ATTN_NUM_MODES; m++) {
+                const AttnMode mode = (AttnMode)m;
+                char label[128];
+                snprintf(label, sizeof label, "B%d NH%d T%d HS%d q x%.0f %s hopper vs portable", s.B, s.NH, s.T, s.HS,
+                         q_scales[qi], attn_mode_name(mode));
+                CHECK(attention_forward_cuda_path(mode, automatic, s, d_qkv) == ATTN_FWD_HOPPER,
+                      "%s: the default path is the Hopper forward", label);
+                forward_to_host(mode, automatic, s, d_qkv, o_h, st_h);
+                forward_to_host(mode, portable, s, d_qkv, o_p, st_p);
+                long nonfinite = 0, over_1ulp = 0, bad_second = 0, m_exact = 0;
+                double max_ulps = 0, max_first = 0, max_l = 0;
+                for (size_t row = 0; row < nout / s.HS; row++) {
+                    double sq = 0;
+                    for (int d = 0; d < s.HS; d++) sq += (double)o_p[row * s.HS + d] * o_p[row * s.HS + d];
+                    const double rms = sqrt(sq / s.HS);
+                    for (int d = 0; d < s.HS; d++) {
+                        const double a = o_p[row * s.HS + d], x = o_h[row * s.HS + d];
+                        if (!isfinite(a) || !isfinite(x)) { nonfinite++; continue; }
+                        const double diff = fabs(a - x), ulp = bf16_ulp_at(fmax(fabs(a), fabs(x)), rms);
+                        const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
+                        if (ulps > max_ulps) max_ulps = ulps;
+                        over_1ulp += ulps > 1.0;
+                    }
+                }
+                for (size_t i = 0; i < nstats; i += 2) {
+                    const double a = st_p[i], x = st_h[i], a1 = st_p[i + 1], x1 = st_h[i + 1];
+                    if (!isfinite(a) || !isfinite(x) || !isfinite(a1) || !isfinite(x1)) { nonfinite++; continue; }
+                    max_first = fmax(max_first, fabs(a - x) / (1.0 + fabs(a)));
+                    if (mode == ATTN_BF16) {
+                        bad_second += (x1 != 0.0);
+                    } else {
+                        m_exact += (a == x);
+                        max_l = fmax(max_l, fabs(a1 - x1) / fabs(a1));
+                    }
+                }
+                printf("  %s: O max %.2f BF16 ulps (%ld of %zu over 1); %s max rel diff %.3g", label, max_ulps,
+                       over_1ulp, nout, mode == ATTN_BF16 ? "LSE" : "m", max_first);
+                if (mode != ATTN_BF16) printf(" (%ld of %zu rows bit-identical), l max rel diff %.3g", m_exact,
+                                              nstats / 2, max_l);
+                printf("\n");
+                CHECK(nonfinite == 0, "%s: every O and stats value written and finite on both paths (%ld not)", label,
+                      nonfinite);
+                CHECK(max_ulps <= kPathMaxOUlps, "%s: O within %.0f BF16 ulps (max %.2f)", label, kPathMaxOUlps,
+                      max_ulps);
+                if (mode == ATTN_BF16) {
+                    CHECK(max_first <= kPathMaxStatDiff && bad_second == 0,
+                          "%s: stats {LSE, 0}, LSE within %.0e (max %.3g; %ld nonzero second values)", label,
+                          kPathMaxStatDiff, max_first, bad_second);
+                } else {
+                    CHECK(max_first <= kPathMaxStatDiff && max_l <= kPathMaxStatDiff,
+                          "%s: stats {m, l} within %.0e (m %.3g, l %.3g)", label, kPathMaxStatDiff, max_first, max_l);
+                }
+            }
+            cudaCheck(cudaFree(d_qkv));
+            free(qkv); free(dout); free(o_h); free(o_p); free(st_h); free(st_p);
+        }
+}
+
 int main(void) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -451,7 +640,13 @@ int main(void) {
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("test_attention_gpu: device %s (sm_%d%d), seed %llu (repeat with ATTN_TEST_SEED=%llu)\n", prop.name,
            prop.major, prop.minor, (unsigned long long)seed, (unsigned long long)seed);
+    /* every forward check below runs on each forward path the device has (labelled [hopper fwd] or
+       [portable fwd]): on sm_90 the Hopper forward (the default) and the portable one */
+    const int is_sm90 = (prop.major == 9 && prop.minor == 0);
+    g_num_paths = is_sm90 ? 2 : 1;
+    printf("forward paths checked: %s\n", is_sm90 ? "hopper (default) and portable" : "portable (not an sm_90 device)");
     test_workspace_size();
+    test_forward_paths(is_sm90, seed + 4);
     test_hard_cases(64, 1024, seed);
     test_hard_cases(128, 1000, seed + 1);
     test_shapes(seed + 2);
