@@ -35,7 +35,8 @@
  * mbarriers. Rows and keys past T are zero-filled by TMA and masked. HS 64 only: at HS 128 the four
  * accumulators (S 64 + dP 64 + DSK 64 + PK 64 floats per thread) cannot fit in 224 registers; the program
  * says so and skips HS 128 (production keeps its mma.sync pass there).
- * New wrappers (here, not in hopper_wgmma.cuh): warpgroup_ss_128 (S and dP as one committed group),
+ * New wrappers (here, not in hopper_wgmma.cuh): wgmma_m64n64k16_ss, warpgroup_ss (S and dP
+ * of a 64-key half as one committed group),
  * warpgroup_rs_k (DSK and PK against the N-major K tile).
  * Not done (next steps): overlap of the DSK/PK GEMMs of tile kt with S/dP of tile kt+1 (wait<1>), setmaxnreg,
  * the prep (D) fused into the pass, HS 128 (needs 64-key halves for S/dP and two passes, or a third warpgroup).
@@ -77,9 +78,15 @@ constexpr int kSwizzleRowBytes = 128;
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes; /* 8 rows x 128 B: the repeat of the 128B swizzle */
 constexpr int kWgmmaK = 16;             /* k of every bf16 wgmma */
 constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO ("assumed 1", i.e. 16 bytes) */
-constexpr int kSRegs = kBlockK / 2;     /* S or dP accumulator: 64 x kBlockK FP32 over 128 threads */
+/* The S/dP GEMMs and the P/dS work run over 64-key halves of each 128-key tile: four accumulators over the
+   whole tile (S 64 + dP 64 + DSK 32 + PK 32 floats per thread) spill even at 224 registers (ptxas, CUDA 13.0:
+   460 bytes), halves do not. */
+constexpr int kSubKeys = 64;
+constexpr int kSubTiles = kBlockK / kSubKeys;
+constexpr int kSRegs = kSubKeys / 2;    /* S or dP accumulator: 64 x kSubKeys FP32 over 128 threads */
 constexpr int kDqRegs = kHS / 2;        /* DSK or PK accumulator: 64 x HS */
-constexpr int kKeySteps = kBlockK / kWgmmaK; /* k-steps of the DSK/PK GEMMs (16 keys each) */
+constexpr int kKeySteps = kSubKeys / kWgmmaK; /* k-steps of the DSK/PK GEMMs per half (16 keys each) */
+constexpr int kSubTileBytes = kSubKeys * kSwizzleRowBytes; /* 8 KB: halves stay 1024-byte aligned */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kBlockQ == kBlockK, "one box shape serves Q, dO, K and V tiles; only the last key tile is diagonal");
 static_assert(kHS == kChunkCols, "one 64-column chunk per tile: the descriptors below assume HS 64");
@@ -101,24 +108,42 @@ struct SmemPlan {
 
 /* ---- the GEMMs of one key tile, per warpgroup (shared by the kernel and the layout probe) ---- */
 
-/* S = Q K^T and dP = dO V^T for the warpgroup's 64 query rows x kBlockK keys, issued as one group (the
-   tensor core runs them back to back): HS/16 k-steps each, K-major A and B, k-step kk at byte 32 kk of the
-   128-byte rows. Both accumulators are written, not accumulated. */
-__device__ __forceinline__ void warpgroup_ss_128(float (&sacc)[kSRegs], float (&dpacc)[kSRegs], uint32_t q_addr,
-                                                 uint32_t k_addr, uint32_t do_addr, uint32_t v_addr) {
+/* D[64 x 64] += A[64 x 16] * B[16 x 64]: A and B from shared memory through descriptors, both K-major
+   (imm-trans-a = imm-trans-b = 0); scale-d true, no negation. (hopper_wgmma.cuh has the n128 form.) */
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, acc, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+/* S = Q K^T and dP = dO V^T for the warpgroup's 64 query rows x kSubKeys keys (k_addr, v_addr: the first key
+   of the half), issued as one group (the tensor core runs them back to back): HS/16 k-steps each, K-major A
+   and B, k-step kk at byte 32 kk of the 128-byte rows. Both accumulators are written, not accumulated. */
+__device__ __forceinline__ void warpgroup_ss(float (&sacc)[kSRegs], float (&dpacc)[kSRegs], uint32_t q_addr,
+                                             uint32_t k_addr, uint32_t do_addr, uint32_t v_addr) {
 #pragma unroll
     for (int i = 0; i < kSRegs; i++) sacc[i] = dpacc[i] = 0.f;
+    /* pins the zeroing before the fence (else the compiler sinks the moves past it and ptxas has to
+       serialise the wgmmas with an injected warpgroup.arrive) */
+    reg_fence(sacc);
+    reg_fence(dpacc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
         const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n128k16_ss(sacc, make_smem_desc(q_addr + off, kUnusedLbo, kSwizzleAtomBytes),
+        wgmma_m64n64k16_ss(sacc, make_smem_desc(q_addr + off, kUnusedLbo, kSwizzleAtomBytes),
                             make_smem_desc(k_addr + off, kUnusedLbo, kSwizzleAtomBytes));
     }
 #pragma unroll
     for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
         const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n128k16_ss(dpacc, make_smem_desc(do_addr + off, kUnusedLbo, kSwizzleAtomBytes),
+        wgmma_m64n64k16_ss(dpacc, make_smem_desc(do_addr + off, kUnusedLbo, kSwizzleAtomBytes),
                             make_smem_desc(v_addr + off, kUnusedLbo, kSwizzleAtomBytes));
     }
     wgmma_commit();
@@ -139,7 +164,7 @@ __device__ __forceinline__ void pack_a_operand(uint32_t (&a)[kKeySteps][4], cons
     }
 }
 
-/* DSK += bf(dS) K and PK += bf(P) K: kBlockK/16 k-steps of 16 keys against the K tile at k_addr read N-major
+/* DSK += bf(dS) K and PK += bf(P) K over one half: kSubKeys/16 k-steps of 16 keys against the K tile at k_addr read N-major
    (trans-b = 1: the head dim, N, is contiguous), each k-step 16 rows = 2048 bytes further; exactly the
    forward's O += P V with K in place of V. The caller touched the accumulators/A registers since the last
    wgmma: the fence orders that first. */
@@ -257,6 +282,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     float dsk[kDqRegs], pk[kDqRegs];
 #pragma unroll
     for (int i = 0; i < kDqRegs; i++) dsk[i] = pk[i] = 0.f;
+    reg_fence(dsk); /* the zeroing before any wgmma fence (see warpgroup_ss) */
+    reg_fence(pk);
 
     const uint32_t wg_row_bytes = wg * kWarpgroupRows * kSwizzleRowBytes; /* 8 KB: stays 1024-aligned */
     const uint32_t q_addr = smem_u32(q_s) + wg_row_bytes, do_addr = smem_u32(do_s) + wg_row_bytes;
@@ -269,45 +296,51 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncwarp();
         const uint32_t k_addr = smem_u32(k_s + s * kTileBytes), v_addr = smem_u32(v_s + s * kTileBytes);
 
-        float sacc[kSRegs], dpacc[kSRegs];
-        warpgroup_ss_128(sacc, dpacc, q_addr, k_addr, do_addr, v_addr);
+        /* the mask only where it can bite (the diagonal tile, or a query tile that reaches past T) */
+        const bool tile_masked = !(kt < n_key_tiles - 1 && q0 + kBlockQ <= T);
+#pragma unroll 1
+        for (int sub = 0; sub < kSubTiles; sub++) {
+            const uint32_t k_sub = k_addr + sub * kSubTileBytes;
+            float sacc[kSRegs], dpacc[kSRegs];
+            warpgroup_ss(sacc, dpacc, q_addr, k_sub, do_addr, v_addr + sub * kSubTileBytes);
 
-        /* P, dS and the row sums; the mask only where it can bite (the diagonal tile, or a query tile that
-           reaches past T): masked entries are exactly 0 in both GEMM operands */
-        auto row_sums = [&](auto masked_tag) {
-            constexpr bool kMasked = decltype(masked_tag)::value;
+            /* P, dS and the row sums (each lane its keys in increasing order, as production); masked
+               entries are exactly 0 in both GEMM operands */
+            auto row_sums = [&](auto masked_tag) {
+                constexpr bool kMasked = decltype(masked_tag)::value;
 #pragma unroll
-            for (int j = 0; j < kBlockK / 8; j++)
+                for (int j = 0; j < kSubKeys / 8; j++)
 #pragma unroll
-                for (int r = 0; r < 2; r++)
+                    for (int r = 0; r < 2; r++)
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int i = 4 * j + 2 * r + e;
-                        const int key = kt * kBlockK + 8 * j + 2 * t + e, query = row0 + 8 * r;
-                        float p = 0.f, ds = 0.f;
-                        if (!kMasked || (key <= query && query < T)) {
-                            p = exp2f((sacc[i] - row_m[r]) * c) * row_rl[r]; /* the forward's exponent */
-                            const float dpv = dpacc[i];
-                            if (kGproj) {
-                                ds = p * (dpv - row_D[r]);
-                                acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
-                                acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
-                            } else {
-                                acc_a[r] += p * dpv;
+                        for (int e = 0; e < 2; e++) {
+                            const int i = 4 * j + 2 * r + e;
+                            const int key = kt * kBlockK + sub * kSubKeys + 8 * j + 2 * t + e, query = row0 + 8 * r;
+                            float p = 0.f, ds = 0.f;
+                            if (!kMasked || (key <= query && query < T)) {
+                                p = exp2f((sacc[i] - row_m[r]) * c) * row_rl[r]; /* the forward's exponent */
+                                const float dpv = dpacc[i];
+                                if (kGproj) {
+                                    ds = p * (dpv - row_D[r]);
+                                    acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
+                                    acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
+                                } else {
+                                    acc_a[r] += p * dpv;
+                                }
                             }
+                            sacc[i] = p;
+                            dpacc[i] = ds;
                         }
-                        sacc[i] = p;
-                        dpacc[i] = ds;
-                    }
-        };
-        if (kt < n_key_tiles - 1 && q0 + kBlockQ <= T) row_sums(std::false_type{});
-        else row_sums(std::true_type{});
+            };
+            if (tile_masked) row_sums(std::true_type{});
+            else row_sums(std::false_type{});
 
-        if (kGproj) {
-            uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
-            pack_a_operand(pa, sacc);
-            pack_a_operand(dsa, dpacc);
-            warpgroup_rs_k(dsk, pk, dsa, pa, k_addr);
+            if (kGproj) {
+                uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
+                pack_a_operand(pa, sacc);
+                pack_a_operand(dsa, dpacc);
+                warpgroup_rs_k(dsk, pk, dsa, pa, k_sub);
+            }
         }
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
     }
@@ -345,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 /* Layout probe: one CTA, the two consumer warpgroups, one tile of everything at token 0 of batch 0 (head
    `head`): the TMA copies of Q, K, V (qkv map) and dO (dout map), S = Q K^T and dP = dO V^T through
-   warpgroup_ss_128, and X = bf(S) K, Y = bf(dP) K through pack_a_operand + warpgroup_rs_k (no softmax).
+   warpgroup_ss (two 64-key halves, as the kernel), and X = bf(S) K, Y = bf(dP) K through pack_a_operand + warpgroup_rs_k (no softmax).
    Each is written out through the assumed accumulator mapping and checked on the host against plain loops:
    S wrong -> qkv map / K-major descriptors (already verified by hopper_fwd: a regression); dP wrong, S right
    -> the dout map or V as K-major B; X or Y wrong, S and dP right -> K as N-major B or the register A. */
@@ -376,25 +409,32 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     const int row0 = wg * kWarpgroupRows + (warp % 4) * 16 + g;
     const uint32_t wg_row_bytes = wg * kWarpgroupRows * kSwizzleRowBytes;
     const uint32_t k_addr = smem_u32(smem + SmemPlan::kK);
-    float sacc[kSRegs], dpacc[kSRegs];
-    warpgroup_ss_128(sacc, dpacc, smem_u32(smem + SmemPlan::kQ) + wg_row_bytes, k_addr,
-                     smem_u32(smem + SmemPlan::kDO) + wg_row_bytes, smem_u32(smem + SmemPlan::kV));
-#pragma unroll
-    for (int j = 0; j < kBlockK / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                s_out[(row0 + 8 * r) * kBlockK + 8 * j + 2 * t + e] = sacc[4 * j + 2 * r + e];
-                dp_out[(row0 + 8 * r) * kBlockK + 8 * j + 2 * t + e] = dpacc[4 * j + 2 * r + e];
-            }
-    uint32_t sa[kKeySteps][4], dpa[kKeySteps][4];
-    pack_a_operand(sa, sacc);
-    pack_a_operand(dpa, dpacc);
     float x[kDqRegs], y[kDqRegs];
 #pragma unroll
     for (int i = 0; i < kDqRegs; i++) x[i] = y[i] = 0.f;
-    warpgroup_rs_k(y, x, dpa, sa, k_addr);
+    reg_fence(x); /* the zeroing before any wgmma fence (see warpgroup_ss) */
+    reg_fence(y);
+#pragma unroll
+    for (int sub = 0; sub < kSubTiles; sub++) { /* the kernel's two 64-key halves, X and Y accumulating */
+        float sacc[kSRegs], dpacc[kSRegs];
+        warpgroup_ss(sacc, dpacc, smem_u32(smem + SmemPlan::kQ) + wg_row_bytes, k_addr + sub * kSubTileBytes,
+                     smem_u32(smem + SmemPlan::kDO) + wg_row_bytes,
+                     smem_u32(smem + SmemPlan::kV) + sub * kSubTileBytes);
+#pragma unroll
+        for (int j = 0; j < kSubKeys / 8; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int col = sub * kSubKeys + 8 * j + 2 * t + e;
+                    s_out[(row0 + 8 * r) * kBlockK + col] = sacc[4 * j + 2 * r + e];
+                    dp_out[(row0 + 8 * r) * kBlockK + col] = dpacc[4 * j + 2 * r + e];
+                }
+        uint32_t sa[kKeySteps][4], dpa[kKeySteps][4];
+        pack_a_operand(sa, sacc);
+        pack_a_operand(dpa, dpacc);
+        warpgroup_rs_k(y, x, dpa, sa, k_addr + sub * kSubTileBytes);
+    }
 #pragma unroll
     for (int n = 0; n < kHS / 8; n++)
 #pragma unroll
