@@ -23,6 +23,14 @@
  *
  * scripts/bench_attention.sh runs this and the PyTorch script in one go and
  * writes the comparison table; --jsonl is the format they share.
+ * Forward paths: a mode name times the default forward (on an sm_90 device
+ * the Hopper wgmma forward, attention/attention_hopper.cuh; elsewhere the
+ * portable mma.sync one); "MODE:portable" times the same mode with
+ * AttnOptions.force_portable = 1, so `--modes bf16,bf16:portable` puts the two
+ * side by side. Its rows and JSON objects carry variant "MODE:portable" (the
+ * script's table lists only the plain names); every row says which forward
+ * ran ("fwd: hopper|portable"; JSON field "fwd_path"). The backward is the
+ * same kernels on both.
  * Usage: build/bench_attention --help
  */
 #include <math.h>
@@ -49,7 +57,8 @@ static const AttnShape k_default_shapes[] = {
 typedef struct {
     AttnShape shapes[MAX_SHAPES];
     int num_shapes;
-    int modes[ATTN_NUM_MODES]; /* 1 = benchmark this mode */
+    int modes[ATTN_NUM_MODES]; /* 1 = benchmark this mode (default forward path) */
+    int portable_modes[ATTN_NUM_MODES]; /* 1 = also/only "MODE:portable" (force_portable = 1) */
     int warmup;
     int repeats;
     uint64_t seed;
@@ -63,7 +72,9 @@ static void print_help(void) {
         "usage: build/bench_attention [options]\n"
         "  --shape B,H,T,D    a shape to time (repeatable); default: 8,16,1024,64 4,16,2048,64\n"
         "                     8,8,1024,128 2,16,4096,128. Head size D must be one the kernels support (64, 128).\n"
-        "  --modes LIST       comma-separated subset of %s (default: all)\n"
+        "  --modes LIST       comma-separated subset of %s (default: all); a name with the\n"
+        "                     suffix :portable (bf16:portable) times that mode on the portable mma.sync forward\n"
+        "                     (force_portable), next to the default one (the Hopper forward on sm_90)\n"
         "  --warmup N         untimed launches per measurement (default 5)\n"
         "  --repeats N        timed launches per measurement; the median is reported (default 30)\n"
         "  --seed N           input seed (default 1234)\n"
@@ -82,6 +93,37 @@ static int parse_positive(const char* flag, const char* text) {
     if (end == text || *end != '\0' || v < 1 || v > 1000000)
         die("%s %s: expected a positive integer", flag, text);
     return (int)v;
+}
+
+/* --modes: comma-separated mode names, each optionally with the suffix ":portable"; sets the flags of
+   each named (mode, path) and returns how many were named. Dies naming the bad entry. */
+static int parse_mode_list(const char* list, int modes[ATTN_NUM_MODES], int portable_modes[ATTN_NUM_MODES]) {
+    static const char k_portable_suffix[] = ":portable";
+    const size_t suffix_len = sizeof k_portable_suffix - 1;
+    int named = 0;
+    const char* p = list;
+    while (*p) {
+        const char* comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char name[64];
+        if (len == 0 || len >= sizeof name) die("--modes %s: empty or overlong entry (choices: %s[:portable])", list,
+                                                attn_mode_choices());
+        memcpy(name, p, len);
+        name[len] = '\0';
+        int portable = 0;
+        if (len > suffix_len && strcmp(name + len - suffix_len, k_portable_suffix) == 0) {
+            portable = 1;
+            name[len - suffix_len] = '\0';
+        }
+        AttnMode mode;
+        if (attn_mode_parse(name, &mode) != 0)
+            die("--modes %s: unknown mode '%s' (choices: %s, each optionally with :portable)", list, name,
+                attn_mode_choices());
+        (portable ? portable_modes : modes)[mode] = 1;
+        named++;
+        p += len + (comma ? 1 : 0);
+    }
+    return named;
 }
 
 static void parse_args(int argc, char** argv, BenchArgs* a) {
@@ -107,10 +149,7 @@ static void parse_args(int argc, char** argv, BenchArgs* a) {
                 die("--shape %s: expected B,H,T,D with four positive integers, e.g. --shape 8,16,1024,64", val);
             a->shapes[a->num_shapes++] = s;
         } else if (strcmp(flag, "--modes") == 0) {
-            char err[256];
-            const int named = attn_mode_parse_list(val, a->modes, err, sizeof err);
-            if (named < 0) die("--modes: %s", err);
-            if (named > 0) any_mode = 1;
+            if (parse_mode_list(val, a->modes, a->portable_modes) > 0) any_mode = 1;
         } else if (strcmp(flag, "--warmup") == 0) {
             a->warmup = parse_positive(flag, val);
         } else if (strcmp(flag, "--repeats") == 0) {
@@ -217,9 +256,11 @@ static const char* const k_op_names[NUM_OPS] = {"fwd", "bwd", "fwd+bwd"};
 /* FLOPs of each op in units of the causal forward's 4*B*H*T*T*D/2. */
 static const double k_op_flop_factor[NUM_OPS] = {1.0, 2.5, 3.5};
 
-static void run_op(BenchOp op, AttnMode mode, AttnShape s, const InputSet* set, void* workspace, cudaStream_t stream) {
+static void run_op(BenchOp op, AttnMode mode, int force_portable, AttnShape s, const InputSet* set, void* workspace,
+                   cudaStream_t stream) {
     AttnOptions opt;
     memset(&opt, 0, sizeof opt);
+    opt.force_portable = force_portable;
     if (op == OP_FWD || op == OP_FWDBWD)
         attention_forward_cuda(mode, opt, s, set->qkv, set->out, set->stats, workspace, stream);
     if (op == OP_BWD || op == OP_FWDBWD)
@@ -232,9 +273,9 @@ static int cmp_float(const void* a, const void* b) {
 }
 
 /* Median milliseconds of `repeats` launches of op, input sets rotated. */
-static double time_op(BenchOp op, AttnMode mode, AttnShape s, const InputSet* sets, int num_sets, void* workspace,
-                      int warmup, int repeats, cudaStream_t stream) {
-    for (int r = 0; r < warmup; r++) run_op(op, mode, s, &sets[r % num_sets], workspace, stream);
+static double time_op(BenchOp op, AttnMode mode, int force_portable, AttnShape s, const InputSet* sets, int num_sets,
+                      void* workspace, int warmup, int repeats, cudaStream_t stream) {
+    for (int r = 0; r < warmup; r++) run_op(op, mode, force_portable, s, &sets[r % num_sets], workspace, stream);
     cudaEvent_t* start = (cudaEvent_t*)mallocCheck(sizeof(cudaEvent_t) * repeats);
     cudaEvent_t* stop = (cudaEvent_t*)mallocCheck(sizeof(cudaEvent_t) * repeats);
     for (int r = 0; r < repeats; r++) {
@@ -248,7 +289,7 @@ static double time_op(BenchOp op, AttnMode mode, AttnShape s, const InputSet* se
         /* offset by warmup so the first timed launch does not reuse the last warm-up's set */
         const InputSet* set = &sets[(warmup + r) % num_sets];
         cudaCheck(cudaEventRecord(start[r], stream));
-        run_op(op, mode, s, set, workspace, stream);
+        run_op(op, mode, force_portable, s, set, workspace, stream);
         cudaCheck(cudaEventRecord(stop[r], stream));
     }
     cudaCheckLastError();
@@ -309,7 +350,7 @@ int main(int argc, char** argv) {
         if (num_sets > MAX_INPUT_SETS) num_sets = MAX_INPUT_SETS;
         size_t workspace_bytes = 0;
         for (int m = 0; m < ATTN_NUM_MODES; m++) {
-            if (!args.modes[m]) continue;
+            if (!args.modes[m] && !args.portable_modes[m]) continue;
             attention_cuda_check_shape(s, (AttnMode)m);
             size_t w = attention_cuda_workspace_bytes(s, (AttnMode)m);
             if (w > workspace_bytes) workspace_bytes = w;
@@ -323,36 +364,47 @@ int main(int argc, char** argv) {
         snprintf(shape_name, sizeof shape_name, "B%d H%d T%d D%d", s.B, s.NH, s.T, s.HS);
         const double fwd_flops = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
 
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
-            if (!args.modes[m]) continue;
-            AttnMode mode = (AttnMode)m;
-            /* every set gets this mode's out and stats before its backward is timed alone */
-            for (int i = 0; i < num_sets; i++) run_op(OP_FWD, mode, s, &sets[i], workspace, stream);
-            double ms[NUM_OPS];
-            ms[OP_FWD] = time_op(OP_FWD, mode, s, sets, num_sets, workspace, args.warmup, args.repeats, stream);
-            ms[OP_BWD] = time_op(OP_BWD, mode, s, sets, num_sets, workspace, args.warmup, args.repeats, stream);
-            ms[OP_FWDBWD] = time_op(OP_FWDBWD, mode, s, sets, num_sets, workspace, args.warmup, args.repeats, stream);
-            unsigned long long bad = 0;
-            for (int i = 0; i < num_sets; i++)
-                bad += count_nonfinite(sets[i].out, attn_out_count(s), d_count) +
-                       count_nonfinite(sets[i].dqkv, attn_qkv_count(s), d_count);
-            double tflops[NUM_OPS];
-            for (int op = 0; op < NUM_OPS; op++) tflops[op] = k_op_flop_factor[op] * fwd_flops / (ms[op] * 1e-3) / 1e12;
-            printf("%-20s %-7s %10.4f %10.4f %10.4f %11.1f %11.1f %11.1f %llu%s\n", shape_name, attn_mode_name(mode),
-                   ms[OP_FWD], ms[OP_BWD], ms[OP_FWDBWD], tflops[OP_FWD], tflops[OP_BWD], tflops[OP_FWDBWD], bad,
-                   bad ? "  <- NON-FINITE OUTPUTS" : "");
-            fflush(stdout);
-            if (jsonl) {
-                fprintf(jsonl, "{\"impl\": \"ours\", \"variant\": \"%s\", \"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d",
-                        attn_mode_name(mode), s.B, s.NH, s.T, s.HS);
+        for (int m = 0; m < ATTN_NUM_MODES; m++)
+            for (int force_portable = 0; force_portable <= 1; force_portable++) {
+                if (!(force_portable ? args.portable_modes[m] : args.modes[m])) continue;
+                const AttnMode mode = (AttnMode)m;
+                AttnOptions path_opt;
+                memset(&path_opt, 0, sizeof path_opt);
+                path_opt.force_portable = force_portable;
+                const char* fwd_path = attn_fwd_path_name(attention_forward_cuda_path(mode, path_opt, s, sets[0].qkv));
+                char variant[32];
+                snprintf(variant, sizeof variant, "%s%s", attn_mode_name(mode), force_portable ? ":portable" : "");
+                /* every set gets this mode's out and stats before its backward is timed alone */
+                for (int i = 0; i < num_sets; i++) run_op(OP_FWD, mode, force_portable, s, &sets[i], workspace, stream);
+                double ms[NUM_OPS];
                 for (int op = 0; op < NUM_OPS; op++)
-                    fprintf(jsonl, ", \"%s_ms\": %.6f, \"%s_tflops\": %.3f", op == OP_FWDBWD ? "fwdbwd" : k_op_names[op],
-                            ms[op], op == OP_FWDBWD ? "fwdbwd" : k_op_names[op], tflops[op]);
-                fprintf(jsonl, ", \"nonfinite\": %llu, \"input_sets\": %d, \"repeats\": %d, \"device\": \"%s\"}\n", bad,
-                        num_sets, args.repeats, prop.name);
-                fflush(jsonl);
+                    ms[op] = time_op((BenchOp)op, mode, force_portable, s, sets, num_sets, workspace, args.warmup,
+                                     args.repeats, stream);
+                unsigned long long bad = 0;
+                for (int i = 0; i < num_sets; i++)
+                    bad += count_nonfinite(sets[i].out, attn_out_count(s), d_count) +
+                           count_nonfinite(sets[i].dqkv, attn_qkv_count(s), d_count);
+                double tflops[NUM_OPS];
+                for (int op = 0; op < NUM_OPS; op++)
+                    tflops[op] = k_op_flop_factor[op] * fwd_flops / (ms[op] * 1e-3) / 1e12;
+                printf("%-20s %-7s %10.4f %10.4f %10.4f %11.1f %11.1f %11.1f %llu%s  (fwd: %s)\n", shape_name, variant,
+                       ms[OP_FWD], ms[OP_BWD], ms[OP_FWDBWD], tflops[OP_FWD], tflops[OP_BWD], tflops[OP_FWDBWD], bad,
+                       bad ? "  <- NON-FINITE OUTPUTS" : "", fwd_path);
+                fflush(stdout);
+                if (jsonl) {
+                    fprintf(jsonl,
+                            "{\"impl\": \"ours\", \"variant\": \"%s\", \"fwd_path\": \"%s\", \"B\": %d, \"H\": %d, "
+                            "\"T\": %d, \"D\": %d",
+                            variant, fwd_path, s.B, s.NH, s.T, s.HS);
+                    for (int op = 0; op < NUM_OPS; op++)
+                        fprintf(jsonl, ", \"%s_ms\": %.6f, \"%s_tflops\": %.3f",
+                                op == OP_FWDBWD ? "fwdbwd" : k_op_names[op], ms[op],
+                                op == OP_FWDBWD ? "fwdbwd" : k_op_names[op], tflops[op]);
+                    fprintf(jsonl, ", \"nonfinite\": %llu, \"input_sets\": %d, \"repeats\": %d, \"device\": \"%s\"}\n",
+                            bad, num_sets, args.repeats, prop.name);
+                    fflush(jsonl);
+                }
             }
-        }
         for (int i = 0; i < num_sets; i++) free_input_set(&sets[i]);
         free(sets);
         if (workspace) cudaCheck(cudaFree(workspace));
