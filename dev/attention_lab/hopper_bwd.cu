@@ -185,6 +185,8 @@ __device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[3
                                                  uint32_t q_addr, uint32_t do_addr) {
 #pragma unroll
     for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
+    reg_fence(st); /* keeps the zeroing above the fence (plain moves could sink past it) */
+    reg_fence(dpt);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
@@ -350,8 +352,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane == 0) {
             mbar_arrive_expect_tx(kv_full, 2 * Plan::kKeyTileBytes);
             for (int half = 0; half < kBlockK / kBoxRows; half++) {
-                tma_load_4d(k_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotK * NH + h, k0 + half * kBoxRows, b);
-                tma_load_4d(v_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotV * NH + h, k0 + half * kBoxRows, b);
+                /* a half that starts at or past T (last key tile) loads the first half's rows again
+                   instead of a box wholly out of bounds: its keys are all masked (dS = 0), and finite
+                   data keeps 0 * K = 0 in dQ (uninitialised shared memory could hold NaN patterns) */
+                const int row = (k0 + half * kBoxRows < T) ? k0 + half * kBoxRows : k0;
+                tma_load_4d(k_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotK * NH + h, row, b);
+                tma_load_4d(v_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotV * NH + h, row, b);
             }
         }
         for (int i = 0; i < n_q_tiles; i++) {
@@ -433,34 +439,45 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
 
-        /* dV += bf(P)^T dO, dK += bf(dS)^T Q (A from registers, dO and Q N-major) */
+        /* dV += bf(P)^T dO, dK += bf(dS)^T Q (A from registers, dO and Q N-major) as one batch; while it
+           runs, bf(dS) goes to the staging tile [query][key] (only read from pds: allowed while the
+           wgmmas read them; the previous step's reads of the tile are behind the first barrier). Then
+           dQ_partial = bf(dS) K_w (A loaded back from the tile, K_w N-major) as a second batch, after
+           the first completed: with all three GEMMs in flight at once (96 accumulator + 48 A
+           registers) ptxas serialises the wgmmas for lack of registers (C7512; a 288-thread CTA is
+           given 168 registers per thread). */
         uint32_t pa[kBlockQ / kWgmmaK][4], pds[kBlockQ / kWgmmaK][4];
         pack_a_operand(pa, st);
         pack_a_operand(pds, dpt);
+        reg_fence(pa);
+        reg_fence(pds);
+        reg_fence(dv);
+        reg_fence(dk);
         wgmma_fence();
         warpgroup_rs_issue(dv, pa, do_addr);
         warpgroup_rs_issue(dk, pds, q_addr);
         wgmma_commit();
-
-        /* bf(dS) -> staging tile [query][key] (the previous step's reads of it are behind the first
-           barrier), then back as the A operand of dQ_partial = bf(dS) K_w */
         warpgroup_sync(wg);
         stage_ds(ds_s, pds, warp_in_wg, g, t);
         warpgroup_sync(wg);
+        wgmma_wait<0>();
+        reg_fence(dv);
+        reg_fence(dk);
+        reg_fence(pa);
+        reg_fence(pds);
+
         uint32_t adq[kWarpgroupKeys / kWgmmaK][4];
         load_ds_operand(adq, ds_s, warp_in_wg, g, t);
         float dq[32];
 #pragma unroll
         for (int k = 0; k < 32; k++) dq[k] = 0.f;
+        reg_fence(adq);
+        reg_fence(dq);
         wgmma_fence();
         warpgroup_rs_issue(dq, adq, k_addr);
         wgmma_commit();
         wgmma_wait<0>();
-        reg_fence(dv);
-        reg_fence(dk);
         reg_fence(dq);
-        reg_fence(pa);
-        reg_fence(pds);
         reg_fence(adq);
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
 
@@ -554,6 +571,10 @@ __global__ void __launch_bounds__(128, 1)
     float dv[32], dk[32], dq[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) dv[i] = dk[i] = dq[i] = 0.f;
+    reg_fence(pa);
+    reg_fence(pds);
+    reg_fence(dv);
+    reg_fence(dk);
     wgmma_fence();
     warpgroup_rs_issue(dv, pa, do_addr);
     warpgroup_rs_issue(dk, pds, q_addr);
@@ -564,6 +585,8 @@ __global__ void __launch_bounds__(128, 1)
     warpgroup_sync(0);
     uint32_t adq[4][4];
     load_ds_operand(adq, ds_s, warp, g, t);
+    reg_fence(dq);
+    reg_fence(adq);
     wgmma_fence();
     warpgroup_rs_issue(dq, adq, k_addr);
     wgmma_commit();
