@@ -230,10 +230,11 @@ __device__ __forceinline__ void warpgroup_rs_issue(float (&acc)[32], const uint3
                                                       kSwizzleAtomBytes));
 }
 
-/* bf(dS^T) (packed like the A operand of dK: pds[kk] = keys g, g+8 of this warp x queries 16kk + 2t (+1,
-   +8, +9)) stored to the warpgroup's staging tile as [query][key] BF16 (keys local to the warpgroup). */
-__device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kBlockQ / kWgmmaK][4], int warp_in_wg,
-                                         int g, int t) {
+/* bf(dS^T) from the FP32 dS^T accumulator (element 8kk + 2i + e: key g + 8 (i & 1) of this warp, query
+   16kk + 8 (i >> 1) + 2t + e; the same words pack_a_operand makes) stored to the warpgroup's staging tile
+   as [query][key] BF16 (keys local to the warpgroup). Packs again from the FP32 values instead of reading
+   the A registers of dK: PTX leaves any access to the A registers of an in-flight wgmma undefined. */
+__device__ __forceinline__ void stage_ds(bf16* ds_s, const float (&ds_acc)[32], int warp_in_wg, int g, int t) {
     const int key = warp_in_wg * 16 + g;
 #pragma unroll
     for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
@@ -241,7 +242,7 @@ __device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kBloc
         for (int i = 0; i < 4; i++) {
             const int r = i & 1, colhalf = i >> 1; /* a[0]: (g, 2t), a[1]: (g+8, 2t), a[2]: (g, 2t+8), a[3]: (g+8, 2t+8) */
             const int q = 16 * kk + 8 * colhalf + 2 * t;
-            const uint32_t w = pds[kk][i]; /* low half: query q, high half: query q + 1 */
+            const uint32_t w = pack_bf16x2(ds_acc[8 * kk + 2 * i], ds_acc[8 * kk + 2 * i + 1]); /* low: query q, high: q + 1 */
             ds_s[q * kDsPitch + key + 8 * r] = __ushort_as_bfloat16((unsigned short)(w & 0xFFFFu));
             ds_s[(q + 1) * kDsPitch + key + 8 * r] = __ushort_as_bfloat16((unsigned short)(w >> 16));
         }
@@ -440,8 +441,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
 
         /* dV += bf(P)^T dO, dK += bf(dS)^T Q (A from registers, dO and Q N-major) as one batch; while it
-           runs, bf(dS) goes to the staging tile [query][key] (only read from pds: allowed while the
-           wgmmas read them; the previous step's reads of the tile are behind the first barrier). Then
+           runs, bf(dS) goes to the staging tile [query][key] (packed again from the FP32 dS, not read
+           from pds; the previous step's reads of the tile are behind the first barrier). Then
            dQ_partial = bf(dS) K_w (A loaded back from the tile, K_w N-major) as a second batch, after
            the first completed: with all three GEMMs in flight at once (96 accumulator + 48 A
            registers) ptxas serialises the wgmmas for lack of registers (C7512; a 288-thread CTA is
@@ -458,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         warpgroup_rs_issue(dk, pds, q_addr);
         wgmma_commit();
         warpgroup_sync(wg);
-        stage_ds(ds_s, pds, warp_in_wg, g, t);
+        stage_ds(ds_s, dpt, warp_in_wg, g, t);
         warpgroup_sync(wg);
         wgmma_wait<0>();
         reg_fence(dv);
@@ -581,7 +582,7 @@ __global__ void __launch_bounds__(128, 1)
     wgmma_commit();
     bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + Plan::kDsBytes); /* warpgroup 1's buffer */
     warpgroup_sync(0);
-    stage_ds(ds_s, pds, warp, g, t);
+    stage_ds(ds_s, dpt, warp, g, t);
     warpgroup_sync(0);
     uint32_t adq[4][4];
     load_ds_operand(adq, ds_s, warp, g, t);
