@@ -3,10 +3,11 @@
  * gproj's lambda and the whole of gproj's dQ (and fp32 mode's D), on wgmma + TMA + a producer warp,
  * checked against the production backward (attention/attention_cuda.cu) and timed next to it.
  *
- * STATUS: written 2026-11-29 without a GPU (compiles for sm_90a, no spills at HS 64, see the report in the
- * commit); never run yet. Read the first H200 log's failures as layout or indexing bugs to fix: the layout
- * probe runs first and names the operand that is wrong.
- *
+ * STATUS: written 2026-11-29 without a GPU; compiles for sm_90a with no spills and no ptxas-injected wgmma
+ * serialisation (gproj kernel 168 registers: the cap ptxas gives 288 threads; fp32 106; probe 250); NEVER RUN.
+ * Read the first H200 log's failures as layout or indexing bugs: the layout probe runs first and names the
+ * operand that is wrong, then every shape prints D, lambda and dQ agreement separately.
+
  * Why: gproj's extra cost over bf16 (1.17-1.35x fwd+bwd on the H200) is the production row pass
  * attn_bwd_rows_kernel<HS, ATTN_GPROJ>, four mma.sync GEMMs per key tile over the whole causal row. That pass
  * has the FORWARD's shape (query rows as M; S = Q K^T from shared memory; then GEMMs whose A operand is
@@ -32,9 +33,12 @@
  * Kernel layout (as hopper_fwd): one CTA = 128 query rows of one (b, h); warps 0-3 and 4-7 are two consumer
  * warpgroups of 64 rows, warp 8 the producer (one lane issues TMA). Q (from qkv, a 4-D map {HS, 3 NH, T, B})
  * and dO (a 4-D map {HS, NH, T, B}) are loaded once; K and V tiles of 128 keys, two stages, full/empty
- * mbarriers. Rows and keys past T are zero-filled by TMA and masked. HS 64 only: at HS 128 the four
- * accumulators (S 64 + dP 64 + DSK 64 + PK 64 floats per thread) cannot fit in 224 registers; the program
- * says so and skips HS 128 (production keeps its mma.sync pass there).
+ * mbarriers. Each 128-key tile is worked in two 64-key halves: S and dP of a half (m64n64 SS wgmma, one
+ * group), P and dS in registers, then DSK and PK of that half (m64n64 RS wgmma); with whole 128-key tiles the
+ * four accumulators (S 64 + dP 64 + DSK 32 + PK 32 floats per thread) spilled even at 224 registers. Rows
+ * and keys past T are zero-filled by TMA and masked. HS 64 only: at HS 128 DSK and PK alone are 128 floats
+ * per thread and the tiles 2x larger; hopper_rows_prepare refuses it with a hint and main skips it
+ * (production keeps its mma.sync pass there).
  * New wrappers (here, not in hopper_wgmma.cuh): wgmma_m64n64k16_ss, warpgroup_ss (S and dP
  * of a 64-key half as one committed group),
  * warpgroup_rs_k (DSK and PK against the N-major K tile).
@@ -577,7 +581,7 @@ static double median_d(double* v, size_t n) {
    the scale of dP - D), most rows agree exactly (same per-lane key order as production). */
 static const double kMaxDqUlps = 8.0;
 static const double kMaxDqRelFro = 4e-3;    /* ||dQ_new - dQ_ref||_F / ||dQ_ref||_F over the whole tensor */
-static const double kMaxLambdaUnits = 8.0;  /* max |dlambda| / u */
+static const double kMaxLambdaUnits = 16.0; /* max |dlambda| / u (a few flipped roundings in one row) */
 static const double kMedLambdaUnits = 1e-2; /* median |dlambda| / u */
 static const double kMaxDRel = 1e-5;        /* fp32 mode D: |dD| / (sigma_dP) */
 
