@@ -196,7 +196,8 @@ __device__ __forceinline__ void warpgroup_rs_k(float (&dsk)[kDqRegs], float (&pk
 /* ------------------------------------------------------------------------------------------------ */
 
 /* D_i = sum_d dO_id O_id from the BF16 O, FP32, one warp per row: the production prep kernel's formula and
-   order (lane d and d + 32, then a butterfly), so D agrees with the production D bit for bit. */
+   order (lane d and d + 32, then a butterfly), so D should agree with the production D bit for bit (the check
+   allows 1e-6 sigma_dP, in case the compiler contracts the products differently). */
 __global__ void rows_d_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout, float* __restrict__ D,
                               int NH, int T, long long rows) {
     const long long row = (long long)blockIdx.x * 4 + (threadIdx.x >> 5); /* (b*NH + h)*T + t */
@@ -583,7 +584,8 @@ static const double kMaxDqUlps = 8.0;
 static const double kMaxDqRelFro = 4e-3;    /* ||dQ_new - dQ_ref||_F / ||dQ_ref||_F over the whole tensor */
 static const double kMaxLambdaUnits = 16.0; /* max |dlambda| / u (a few flipped roundings in one row) */
 static const double kMedLambdaUnits = 1e-2; /* median |dlambda| / u */
-static const double kMaxDRel = 1e-5;        /* fp32 mode D: |dD| / (sigma_dP) */
+static const double kMaxDRel = 1e-5;        /* fp32 mode D (sum P dP, tensor-core order): |dD| / sigma_dP */
+static const double kMaxDPrepRel = 1e-6;    /* gproj D (dO . O, the prep kernel's order: expect bit-equal) */
 
 struct CheckInputs {
     AttnShape s;
@@ -679,8 +681,10 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
           nan_d_ref);
     CHECK(nan_d_new == 0, "lab wrote every D, finite (%zu NaN)", nan_d_new);
     if (mode == ATTN_GPROJ) {
-        printf("  D (prep formula): %zu of %zu rows differ from production's D slot\n", d_unequal, rows);
-        CHECK(d_unequal == 0, "D slot of the production workspace equals this lab's D bit for bit (same formula)");
+        printf("  D (prep formula): %zu of %zu rows not bit-equal to production's D slot, max |diff| / sigma_dP %.3g\n",
+               d_unequal, rows, max_d);
+        CHECK(max_d <= kMaxDPrepRel, "D slot of the production workspace matches this lab's D (same formula; max %.3g"
+              " sigma_dP): the offset rows*HS is right", max_d);
     } else {
         printf("  D = sum P dP: max |diff| / sigma_dP %.3g, %zu of %zu rows not bit-equal\n", max_d, d_unequal, rows);
         CHECK(max_d <= kMaxDRel, "fp32 D within %.0e sigma_dP of production (max %.3g)", kMaxDRel, max_d);
