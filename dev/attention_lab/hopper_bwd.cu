@@ -52,9 +52,11 @@
  * sync_or_report), so a hang becomes a named error, not a stuck job; TMA zero-fills rows past T per
  * batch (T is its own dimension), rows/keys >= T are masked and never written.
  *
- * Not done: HS 128; intra-warpgroup overlap (FA3's pipelining of the softmax with the next GEMMs);
- * setmaxnreg; one dQ atomic per 128 keys instead of per 64 (sum the two warpgroups' partials in
- * shared memory first); a persistent/longest-first schedule.
+ * Not done: HS 128; overlap inside a warpgroup (each step runs S^T/dP^T, softmax, dV+dK, dQ one after
+ * the other: a 288-thread CTA gets 168 registers per thread, too few to keep the dQ GEMM in flight
+ * with dV/dK - ptxas then serialises all wgmmas, C7512 - so the next step is a full producer
+ * warpgroup + setmaxnreg, as FA3); one dQ atomic per 128 keys instead of per 64 (sum the two
+ * warpgroups' partials in shared memory first); a persistent schedule. Run it under `timeout` anyway.
  *
  * Usage: hopper_bwd   (no arguments; needs an sm_90 GPU: H100/H200). Ends with "N passed, N failed".
  */
