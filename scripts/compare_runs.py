@@ -20,15 +20,19 @@ import math
 import os
 import sys
 
-# Series that are plotted when present in the logs: (key, y label, log scale).
+# Series that are plotted when present in the logs: (key, y label, log scale, smoothed). --smooth
+# averages only the series logged at every step; validation and diagnostics records are sparse (every
+# --val-every / --diag-every steps), and a moving average over them would drag the first evaluation
+# (10.99 nats at step 0) hundreds of steps into the curve.
 SERIES = [
-    ("loss", "train loss", False),
-    ("val_loss", "validation loss", False),
-    ("grad_norm", "gradient norm (before clipping)", True),
-    ("rho_max", "key offset rho, max over layers and heads", True),
-    ("probe_dq_err", "in-run dQ relative error vs fp64 recompute", True),
-    ("key_bias_norm", "norm of the key bias (all layers)", True),
+    ("loss", "train loss", False, True),
+    ("val_loss", "validation loss", False, False),
+    ("grad_norm", "gradient norm (before clipping)", True, True),
+    ("rho_max", "key offset rho, max over layers and heads", True, False),
+    ("probe_dq_err", "in-run dQ relative error vs fp64 recompute", True, False),
+    ("key_bias_norm", "norm of the key bias (all layers)", True, False),
 ]
+SMOOTHED = {key: smoothed for key, _, _, smoothed in SERIES}
 
 
 def read_log(run_dir):
@@ -71,6 +75,14 @@ def series(rows, key):
     return [p for p in pts if isinstance(p[1], (int, float)) and math.isfinite(p[1])]
 
 
+def plotted(rows, key, n):
+    """The (steps, values) drawn for one run's series KEY with --smooth N: the per-step series averaged
+    over the last N logged steps, the sparse ones (validation, diagnostics) as logged."""
+    pts = series(rows, key)
+    ys = [p[1] for p in pts]
+    return [p[0] for p in pts], (smooth(ys, n) if SMOOTHED[key] else ys)
+
+
 def smooth(values, n):
     if n <= 1:
         return values
@@ -109,7 +121,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", help="run folders (each with log.jsonl) or .jsonl files")
     ap.add_argument("--out", default="compare", help="folder for the PNG plots (default: compare)")
-    ap.add_argument("--smooth", type=int, default=1, help="moving average over N logged steps for plots")
+    ap.add_argument("--smooth", type=int, default=1,
+                    help="moving average over N logged steps for the per-step plots (train loss, gradient norm)")
     ap.add_argument("--at-step", type=int, default=None,
                     help="compare the runs at this step (default: the last step every run reached)")
     args = ap.parse_args()
@@ -153,14 +166,14 @@ def main():
         sys.exit("compare_runs: error: matplotlib is needed for the plots (Debian: apt-get install "
                  "python3-matplotlib); the table above was printed without it")
     os.makedirs(args.out, exist_ok=True)
-    for key, ylabel, logy in SERIES:
+    for key, ylabel, logy, smoothed in SERIES:
         if not any(series(rows, key) for _, _, rows in runs):
             continue
         fig, ax = plt.subplots(figsize=(7, 4.2))
         for label, _, rows in runs:
-            pts = series(rows, key)
-            if pts:
-                ax.plot([p[0] for p in pts], smooth([p[1] for p in pts], args.smooth), label=label, lw=1.2)
+            xs, ys = plotted(rows, key, args.smooth)
+            if xs:
+                ax.plot(xs, ys, label=label, lw=1.2, marker=None if smoothed else ".")
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         if logy:

@@ -116,4 +116,19 @@ with tempfile.TemporaryDirectory() as tmp:
     check(r.returncode != 0 and "--per-gpu '0'" in r.stderr, "--per-gpu 0 is refused with the value named",
           r.stderr)
 
+    # --smooth averages the per-step series only: a moving average over sparse validation records would
+    # pull the step-0 evaluation into later points (the 2026-11-29 450m plot showed 8.4 at step 100 for a
+    # logged 5.7)
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import compare_runs  # noqa: E402
+    _, rows = compare_runs.read_log(f"{tmp}/g/fp32")
+    xs, ys = compare_runs.plotted(rows, "val_loss", 5)
+    logged = [v for _, v in compare_runs.series(rows, "val_loss")]
+    check(xs[:3] == [0, 10, 20] and ys == logged, "--smooth 5 leaves validation points as logged", (xs[:5], ys[:5]))
+    xs, ys = compare_runs.plotted(rows, "rho_max", 5)
+    check(abs(ys[1] - 1.1) < 1e-12, "--smooth 5 leaves diagnostics (rho) as logged", ys[:5])
+    xs, ys = compare_runs.plotted(rows, "loss", 5)
+    check(abs(ys[4] - (5 - 0.01 * 2)) < 1e-12 and abs(ys[10] - (5 - 0.01 * 8)) < 1e-12,
+          "--smooth 5 averages train loss over the last 5 logged steps", ys[:12])
+
 sys.exit(summary())
