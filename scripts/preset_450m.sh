@@ -100,7 +100,8 @@ procs=$([ "$matched" = 1 ] && echo 1 || echo "$gpus")   # matched runs: one proc
 per_step=$(( micro_batch * seq_len * procs ))
 [ $(( total_batch_tokens % per_step )) -eq 0 ] || die "$procs GPUs x $micro_batch x $seq_len does not divide $total_batch_tokens tokens per step; use 1, 2, 4, 8, 16 or 32 GPUs"
 echo "preset_450m: $steps steps x $total_batch_tokens tokens = $(( steps * total_batch_tokens )) tokens," \
-     "$procs GPU(s) per run, gradient accumulation $(( total_batch_tokens / per_step ))"
+     "$procs GPU(s) per run, gradient accumulation $(( total_batch_tokens / per_step ))" \
+     "${extra[*]:+(the recipe; the flags after -- override it: ${extra[*]})}"
 
 if [ "$matched" = 1 ]; then
     [ "$gpus" -eq 1 ] || echo "preset_450m: note: matched runs put one mode on each visible GPU (one process each)"
