@@ -499,6 +499,7 @@ int main(int argc, char** argv) {
     GPTCuda model;
     gpt_cuda_init_dist(&model, &cfg, B, T, f.recompute, attn_mode, stream, shard.padded_total, opt_offset, opt_count);
     model.attn_opt.tile_max_shift = f.attn_tile_max_shift;
+    model.attn_opt.force_portable = strcmp(f.attn_kernels, "portable") == 0;
 
     DataParallel dp;
     memset(&dp, 0, sizeof dp);

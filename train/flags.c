@@ -118,6 +118,9 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      "the optimizer"},
     {FLAG_RECOMPUTE, "recompute", FLAG_TYPE_INT, OFF(recompute), "0", NULL, 0, 2, "0|1|2", NULL, "GPU trainer only",
      1, "activation recomputation in backward: 0 none, 1 GELU, 2 GELU + layernorm"},
+    {FLAG_ATTN_KERNELS, "attn-kernels", FLAG_TYPE_CHOICE, OFF(attn_kernels), "auto", "auto|portable", 0, 0, NULL,
+     NULL, "GPU trainer only", 1, "auto: the Hopper (wgmma) attention kernels on H100/H200, the mma.sync ones "
+     "elsewhere; portable: always the mma.sync ones. Same numerics contract, different sum order"},
     {FLAG_ZERO_STAGE, "zero-stage", FLAG_TYPE_INT, OFF(zero_stage), "0", NULL, 0, 1, "0|1", NULL,
      "GPU trainer only", 1, "1 = shard the optimizer state across processes (ZeRO-1)"},
     {FLAG_NCCL_ID_FILE, "nccl-id-file", FLAG_TYPE_STRING, OFF(nccl_id_file), "", NULL, 0, 0, "PATH", NULL,

@@ -79,6 +79,7 @@ typedef enum {
     FLAG_ZERO_KEY_BIAS_GRAD,
     /* GPU trainer only */
     FLAG_RECOMPUTE,
+    FLAG_ATTN_KERNELS,
     FLAG_ZERO_STAGE,
     FLAG_NCCL_ID_FILE,
     NUM_FLAGS
@@ -111,6 +112,7 @@ typedef struct {
     uint64_t seed;
     const char* attn;          /* fp32|bf16|repair|gproj */
     int attn_tile_max_shift;
+    const char* attn_kernels;  /* auto|portable (GPU trainer only) */
     int val_every;             /* 0: only at the end */
     int val_batches;
     int sample_every;          /* 0: never */
