@@ -696,13 +696,18 @@ static void gpt_cuda_update_with_norm(GPTCuda* m, AdamWHyper h, float grad_clip,
     const size_t lo = m->opt_offset;
     ParamRange pieces[NUM_PARAM_TENSORS];
     const int n = param_opt_pieces(m->params_info, lo, lo + gpt_cuda_opt_valid(m), pieces);
+    /* One launch for all tensors of the range: element i of the optimizer
+       buffers is flat element lo + i, so params/grads are offset by lo and
+       the tensor pieces become ranges relative to lo, each with its decay. */
+    AdamWRange ranges[NUM_PARAM_TENSORS];
     for (int i = 0; i < n; i++) {
-        const size_t a = pieces[i].start, b = pieces[i].end;
-        const float decay = m->params_info[pieces[i].tag].weight_decay ? h.weight_decay : 0.0f;
-        prof_mark(m, PH_OPTIMIZER);
-        adamw_update(m->params + a, m->master + (a - lo), m->adam_m + (a - lo), m->adam_v + (a - lo), m->grads + a,
-                     (long long)(b - a), h, decay, scale, m->stream);
+        ranges[i].start = (long long)(pieces[i].start - lo);
+        ranges[i].end = (long long)(pieces[i].end - lo);
+        ranges[i].weight_decay = m->params_info[pieces[i].tag].weight_decay ? h.weight_decay : 0.0f;
     }
+    prof_mark(m, PH_OPTIMIZER);
+    adamw_update_ranges(m->params + lo, m->master, m->adam_m, m->adam_v, m->grads + lo, ranges, n, h, scale,
+                        m->stream);
 }
 
 /*

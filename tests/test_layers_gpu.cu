@@ -547,6 +547,110 @@ static void test_adamw(size_t n) {
     cudaFree(master_dev); cudaFree(m_dev); cudaFree(v_dev); cudaFree(params_dev); cudaFree(grads.dev);
 }
 
+/* The optimizer's real launch: several ranges in one call (model/adamw.cuh),
+ * with starts and ends that are not multiples of the vector width, an empty
+ * range, gaps that must stay untouched, and more ranges than one launch
+ * takes. Three layouts of the same problem must give the same bits: aligned
+ * buffers (vector path), params/grads one element off (scalar path: a ZeRO-1
+ * shard starting at an odd offset), and the same element->decay map cut
+ * into ADAMW_MAX_RANGES + 5 pieces (two launches). The aligned run is also
+ * held to the fp64 loop. */
+struct AdamWRun {
+    std::vector<float> master, m, v, params;
+};
+static AdamWRun adamw_ranges_run(const Tensor& grads, const std::vector<float>& master0, size_t n, size_t shift,
+                                 const std::vector<AdamWRange>& ranges, const AdamWHyper& h0, float grad_scale) {
+    float *master_dev, *m_dev, *v_dev;
+    floatX *params_buf, *grads_buf;
+    cudaCheck(cudaMalloc(&master_dev, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&m_dev, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&v_dev, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&params_buf, (n + shift) * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&grads_buf, (n + shift) * sizeof(floatX)));
+    floatX* params_dev = params_buf + shift;
+    floatX* grads_dev = grads_buf + shift;
+    cudaCheck(cudaMemcpy(master_dev, master0.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemset(m_dev, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(v_dev, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(params_dev, 0, n * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(grads_dev, grads.dev, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    AdamWHyper h = h0;
+    for (int step = 1; step <= 3; step++) {
+        h.step = step;
+        adamw_update_ranges(params_dev, master_dev, m_dev, v_dev, grads_dev, ranges.data(), (int)ranges.size(), h,
+                            grad_scale, 0);
+    }
+    AdamWRun r;
+    r.master = download_f32(master_dev, n);
+    r.m = download_f32(m_dev, n);
+    r.v = download_f32(v_dev, n);
+    r.params = download(params_dev, n);
+    cudaFree(master_dev); cudaFree(m_dev); cudaFree(v_dev); cudaFree(params_buf); cudaFree(grads_buf);
+    return r;
+}
+static int adamw_runs_equal(const AdamWRun& a, const AdamWRun& b) {
+    return same_bits(a.master, b.master) && same_bits(a.m, b.m) && same_bits(a.v, b.v) &&
+           same_bits(a.params, b.params);
+}
+
+static void test_adamw_ranges(size_t n) {
+    test_section("adamw, several ranges in one launch");
+    const float wd = 0.1f, grad_scale = 0.7f;
+    /* [0,5) decay, [5,n/3) none, [n/3,n/3) empty, gap [n/3, n/3+7), [n/3+7, n-2) decay, gap [n-2, n) */
+    const long long a = 5, b = (long long)n / 3 + 1, c = b + 7, d = (long long)n - 2;
+    if (b % ADAMW_VEC == 0 || c % ADAMW_VEC == 0 || d % ADAMW_VEC == 0) die("test_adamw_ranges: pick n so the cuts are unaligned");
+    const std::vector<AdamWRange> ranges = {{0, a, wd}, {a, b, 0.0f}, {b, b, wd}, {c, d, wd}};
+    /* the same element->decay map in more pieces than one launch takes */
+    std::vector<AdamWRange> pieces = {{0, 1, wd}, {1, 2, wd}, {2, a, wd}};
+    const int cuts = ADAMW_MAX_RANGES + 5 - 4;
+    for (int k = 0; k < cuts - 1; k++)
+        pieces.push_back({a + (b - a) * k / (cuts - 1), a + (b - a) * (k + 1) / (cuts - 1), 0.0f});
+    pieces.push_back({c, (c + d) / 2, wd});
+    pieces.push_back({(c + d) / 2, d, wd});
+    if ((int)pieces.size() <= ADAMW_MAX_RANGES) die("test_adamw_ranges: the piece table must need two launches");
+
+    Tensor grads = tensor_new(n, 0.01f);
+    std::vector<float> master0(n);
+    for (size_t i = 0; i < n; i++) master0[i] = rand_normal() * 0.1f;
+    AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f, wd, 0};
+    const AdamWRun vec = adamw_ranges_run(grads, master0, n, 0, ranges, h, grad_scale);
+    const AdamWRun scalar = adamw_ranges_run(grads, master0, n, 1, ranges, h, grad_scale);
+    const AdamWRun split = adamw_ranges_run(grads, master0, n, 0, pieces, h, grad_scale);
+
+    /* fp64 reference over the ranges; everything else keeps its start value */
+    std::vector<double> w(master0.begin(), master0.end()), md(n, 0), vd(n, 0);
+    std::vector<char> touched(n, 0);
+    for (const AdamWRange& r : ranges)
+        for (long long i = r.start; i < r.end; i++) touched[i] = 1;
+    for (int step = 1; step <= 3; step++)
+        for (const AdamWRange& r : ranges)
+            for (long long i = r.start; i < r.end; i++) {
+                const double g = (double)grads.host[i] * grad_scale;
+                md[i] = 0.9 * md[i] + 0.1 * g;
+                vd[i] = 0.95 * vd[i] + 0.05 * g * g;
+                const double mh = md[i] / (1 - pow(0.9, step)), vh = vd[i] / (1 - pow(0.95, step));
+                w[i] -= 1e-3 * (mh / (sqrt(vh) + 1e-8) + (double)r.weight_decay * w[i]);
+            }
+    std::vector<double> delta_want(n);
+    std::vector<float> delta_got(n);
+    for (size_t i = 0; i < n; i++) { delta_want[i] = w[i] - master0[i]; delta_got[i] = vec.master[i] - master0[i]; }
+    check_rel("3 steps over 4 ranges: master weight change vs fp64", delta_got, delta_want, 1e-3);
+    check_rel("first moment", vec.m, md, 1e-5);
+    check_rel("second moment", vec.v, vd, 1e-4);
+    int untouched = 1, rounded = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (!touched[i] && (vec.master[i] != master0[i] || vec.m[i] != 0.0f || vec.v[i] != 0.0f || vec.params[i] != 0.0f))
+            untouched = 0;
+        if (touched[i] && vec.params[i] != bf(vec.master[i])) rounded = 0;
+    }
+    CHECK(untouched, "elements outside every range (gaps, the tail) are left untouched");
+    CHECK(rounded, "BF16 params = round(master) exactly in every range");
+    CHECK(adamw_runs_equal(vec, scalar),
+          "vector path (aligned buffers) and scalar path (params/grads one element off) give the same bits");
+    CHECK(adamw_runs_equal(vec, split), "%d ranges (two launches) give the same bits as 4", (int)pieces.size());
+    cudaFree(grads.dev);
+}
+
 static void test_global_norm(size_t n) {
     test_section("global norm");
     Tensor g = tensor_new(n, 0.3f);
@@ -588,6 +692,7 @@ int main(void) {
     test_classifier(16, 1000, 1024);
     test_classifier(4, 50257, 50304);
     test_adamw(100000);
+    test_adamw_ranges(100003);
     test_global_norm(3000001 - 1);
     matmul_context_free(&ctx);
     return test_summary();
