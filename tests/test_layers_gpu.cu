@@ -651,19 +651,24 @@ static void test_adamw_ranges(size_t n) {
     cudaFree(grads.dev);
 }
 
-static void test_global_norm(size_t n) {
-    test_section("global norm");
-    Tensor g = tensor_new(n, 0.3f);
+/* The sum over data[shift, shift + n): shift moves the start off the
+   16-byte boundary (a ZeRO-1 shard of the gradients), so the kernel's
+   unaligned head, vector body and ragged tail are all exercised. */
+static void test_global_norm(size_t n, size_t shift) {
+    char name[96];
+    snprintf(name, sizeof(name), "global norm n=%zu, start %zu elements past 16-byte alignment", n, shift % 8);
+    test_section(name);
+    Tensor g = tensor_new(n + shift, 0.3f);
     double* out_dev;
     float* scratch;
     cudaCheck(cudaMalloc(&out_dev, sizeof(double)));
     cudaCheck(cudaMalloc(&scratch, GLOBAL_NORM_BLOCKS * sizeof(float)));
     double want = 0;
-    for (size_t i = 0; i < n; i++) want += (double)g.host[i] * g.host[i];
+    for (size_t i = shift; i < shift + n; i++) want += (double)g.host[i] * g.host[i];
     double got1, got2;
-    global_norm_squared(out_dev, scratch, g.dev, (long long)n, 0);
+    global_norm_squared(out_dev, scratch, g.dev + shift, (long long)n, 0);
     cudaCheck(cudaMemcpy(&got1, out_dev, sizeof(double), cudaMemcpyDeviceToHost));
-    global_norm_squared(out_dev, scratch, g.dev, (long long)n, 0);
+    global_norm_squared(out_dev, scratch, g.dev + shift, (long long)n, 0);
     cudaCheck(cudaMemcpy(&got2, out_dev, sizeof(double), cudaMemcpyDeviceToHost));
     CHECK_CLOSE("sum of squares vs fp64", got1, want, 1e-5, 0.0);
     CHECK(memcmp(&got1, &got2, sizeof(double)) == 0, "norm is deterministic (two runs, same bits)");
@@ -693,7 +698,10 @@ int main(void) {
     test_classifier(4, 50257, 50304);
     test_adamw(100000);
     test_adamw_ranges(100003);
-    test_global_norm(3000001 - 1);
+    test_global_norm(3000001 - 1, 0);
+    test_global_norm(3000001, 3); /* unaligned head of 5, ragged tail */
+    test_global_norm(5, 1);       /* shorter than the head: no vector at all */
+    test_global_norm(13, 0);      /* one vector and a tail */
     matmul_context_free(&ctx);
     return test_summary();
 }
