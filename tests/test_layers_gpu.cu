@@ -689,6 +689,7 @@ int main(void) {
     test_layernorm(300, 64);
     test_layernorm(1000, 768);
     test_layernorm(257, 1280);
+    test_layernorm(COLREDUCE_ROWS_PER_CHUNK * 37 + 5, 64); /* 38 row chunks: the 16x unrolled chunk sum and its rest */
     test_gelu(1 << 16);
     test_matmul(&ctx, 128, 64, 192);
     test_matmul(&ctx, 256, 768, 3072);
