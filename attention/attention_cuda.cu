@@ -54,8 +54,14 @@
  * arm, for a qkv pointer TMA cannot take (not 16-byte aligned) and whenever
  * AttnOptions.force_portable is set, the mma.sync forward here. Same out (to
  * about one BF16 ulp: 128- vs 64-key tiles, sum order) and same stats, so the
- * backward (always the kernels here) does not care which ran. Nothing is
- * printed per call; attention_forward_cuda_path tells which one a call takes.
+ * backward does not care which ran. Nothing is printed per call;
+ * attention_forward_cuda_path tells which one a call takes.
+ * Which backward runs where (attention_backward_cuda): prep and bwd_dq always
+ * here; the key-major pass on sm_90 in bf16 and repair mode at HS 64 (not the
+ * shift arm; qkv, dout 16-byte aligned; not force_portable) is the Hopper
+ * wgmma kernel of attention/attention_hopper_bwd.cu (same rounding points,
+ * FP32 sum order only), everywhere else attn_bwd_kernel;
+ * attention_backward_cuda_path tells which.
  */
 #include <math.h>
 #include <stdint.h>
@@ -64,6 +70,7 @@
 #include <cuda_bf16.h>
 #include "attention/attention_cuda.cuh"
 #include "attention/attention_hopper.cuh"
+#include "attention/attention_hopper_bwd.cuh"
 #include "attention/mma_bf16.cuh"
 
 using namespace attn_mma;
@@ -873,9 +880,11 @@ void forward_launch(AttnShape s, const bf16* qkv, bf16* out, float* stats, int t
     cudaCheckLastError();
 }
 
+/* hopper_keys: the Hopper key-major kernel (attention_hopper_bwd.cu) in attn_bwd_kernel's place; the caller
+   has checked attention_hopper_bwd_supports and the device. Prep and dQ post-pass are the same either way. */
 template <int HS, int MODE>
 void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float* stats, const bf16* dout,
-                     bf16* dqkv, void* workspace, cudaStream_t stream) {
+                     bf16* dqkv, void* workspace, int hopper_keys, cudaStream_t stream) {
     const Workspace w = carve_workspace(s, workspace);
     const long long rows = (long long)s.B * s.NH * s.T;
     const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
@@ -892,7 +901,9 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
                                                                          s.NH, s.T, scale, c);
         cudaCheckLastError();
     }
-    {
+    if (hopper_keys) {
+        attention_backward_hopper_keys((AttnMode)MODE, s, qkv, dout, stats, w.D, w.dq_acc, dqkv, stream);
+    } else {
         const size_t smem = bwd_smem_bytes<HS, MODE>();
         cudaCheck(cudaFuncSetAttribute(attn_bwd_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
@@ -923,12 +934,12 @@ void forward_dispatch_mode(AttnMode mode, AttnShape s, const bf16* qkv, bf16* ou
 
 template <int HS>
 void backward_dispatch_mode(AttnMode mode, AttnShape s, const bf16* qkv, const bf16* out, const float* stats,
-                            const bf16* dout, bf16* dqkv, void* ws, cudaStream_t st) {
+                            const bf16* dout, bf16* dqkv, void* ws, int hop, cudaStream_t st) {
     switch (mode) {
-        case ATTN_FP32: backward_launch<HS, ATTN_FP32>(s, qkv, out, stats, dout, dqkv, ws, st); break;
-        case ATTN_BF16: backward_launch<HS, ATTN_BF16>(s, qkv, out, stats, dout, dqkv, ws, st); break;
-        case ATTN_REPAIR: backward_launch<HS, ATTN_REPAIR>(s, qkv, out, stats, dout, dqkv, ws, st); break;
-        case ATTN_GPROJ: backward_launch<HS, ATTN_GPROJ>(s, qkv, out, stats, dout, dqkv, ws, st); break;
+        case ATTN_FP32: backward_launch<HS, ATTN_FP32>(s, qkv, out, stats, dout, dqkv, ws, hop, st); break;
+        case ATTN_BF16: backward_launch<HS, ATTN_BF16>(s, qkv, out, stats, dout, dqkv, ws, hop, st); break;
+        case ATTN_REPAIR: backward_launch<HS, ATTN_REPAIR>(s, qkv, out, stats, dout, dqkv, ws, hop, st); break;
+        case ATTN_GPROJ: backward_launch<HS, ATTN_GPROJ>(s, qkv, out, stats, dout, dqkv, ws, hop, st); break;
         default: die("attention_backward_cuda: invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
     }
 }
@@ -982,6 +993,15 @@ AttnFwdPath attention_forward_cuda_path(AttnMode mode, AttnOptions opt, AttnShap
 
 const char* attn_fwd_path_name(AttnFwdPath path) { return path == ATTN_FWD_HOPPER ? "hopper" : "portable"; }
 
+AttnBwdPath attention_backward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
+                                         const __nv_bfloat16* dout) {
+    if (opt.force_portable) return ATTN_BWD_PORTABLE;
+    if (!attention_hopper_bwd_supports(mode, opt, s, qkv, dout)) return ATTN_BWD_PORTABLE;
+    return current_device_is_sm90() ? ATTN_BWD_HOPPER : ATTN_BWD_PORTABLE;
+}
+
+const char* attn_bwd_path_name(AttnBwdPath path) { return path == ATTN_BWD_HOPPER ? "hopper" : "portable"; }
+
 void attention_forward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                             __nv_bfloat16* out, float* stats, void* workspace, cudaStream_t stream) {
     (void)workspace; /* the forward needs none */
@@ -1000,11 +1020,12 @@ void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const 
                              const __nv_bfloat16* out, const float* stats, const __nv_bfloat16* dout,
                              __nv_bfloat16* dqkv, void* workspace, cudaStream_t stream) {
     attention_cuda_check_shape(s, mode);
-    (void)opt; /* the backward reads the shifted max, if any, from stats */
+    /* the portable backward reads the shifted max, if any, from stats; opt picks the path */
     if (workspace == NULL) {
         die("attention_backward_cuda: workspace is NULL\n"
             "  hint: allocate attention_cuda_workspace_bytes(shape, mode) bytes of device memory");
     }
-    if (s.HS == 64) backward_dispatch_mode<64>(mode, s, qkv, out, stats, dout, dqkv, workspace, stream);
-    else backward_dispatch_mode<128>(mode, s, qkv, out, stats, dout, dqkv, workspace, stream);
+    const int hopper = attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER;
+    if (s.HS == 64) backward_dispatch_mode<64>(mode, s, qkv, out, stats, dout, dqkv, workspace, hopper, stream);
+    else backward_dispatch_mode<128>(mode, s, qkv, out, stats, dout, dqkv, workspace, hopper, stream);
 }

@@ -31,7 +31,15 @@
  *       print it); attn_fwd_path_name names it.
  *   attention_backward_cuda - OVERWRITES dqkv (no accumulation). workspace
  *       must hold attention_cuda_workspace_bytes(s, mode) bytes; its contents
- *       need not be initialised.
+ *       need not be initialised. Which kernels run: always the portable prep
+ *       (D, zeroed dQ accumulator) and dQ post-pass; the key-major pass on a
+ *       compute-capability 9.0 device in bf16 and repair mode at HS 64 (not
+ *       the tile-max-shift arm; qkv and dout 16-byte aligned) is the Hopper
+ *       wgmma kernel (attention/attention_hopper_bwd.cuh), everywhere else and
+ *       with AttnOptions.force_portable = 1 the portable mma.sync kernels. Both
+ *       agree to a few BF16 ulps (FP32 sum order only).
+ *   attention_backward_cuda_path - which of the two the backward would take
+ *       ("hopper" if any Hopper kernel runs); attn_bwd_path_name names it.
  *   attention_cuda_check_shape - dies with a hint if the shape is unsupported.
  * All calls are asynchronous on `stream`.
  */
@@ -54,6 +62,11 @@ const char* attn_fwd_path_name(AttnFwdPath path); /* "portable" or "hopper" */
 
 void attention_forward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                             __nv_bfloat16* out, float* stats, void* workspace, cudaStream_t stream);
+
+typedef enum { ATTN_BWD_PORTABLE = 0, ATTN_BWD_HOPPER = 1 } AttnBwdPath;
+AttnBwdPath attention_backward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
+                                         const __nv_bfloat16* dout);
+const char* attn_bwd_path_name(AttnBwdPath path); /* "portable" or "hopper" */
 
 void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                              const __nv_bfloat16* out, const float* stats, const __nv_bfloat16* dout,

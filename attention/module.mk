@@ -29,12 +29,19 @@ $(BUILD)/attention/attention_cpu.o: CFLAGS += -ffp-contract=off -fmath-errno -ma
 # devices. wgmma exists only on sm_90a, so its object is compiled for that target alone, whatever
 # NVCC_ARCH says (private: the setting does not leak into the objects it links with); a build for other
 # targets links it all the same and the dispatch never launches it off sm_90.
-ATTN_CUDA_OBJS := $(BUILD)/attention/attention_cuda.cu.o $(BUILD)/attention/attention_hopper.cu.o
+# attention_hopper_bwd.cu is the Hopper key-major backward kernel (bf16, repair; HS 64) that
+# attention_backward_cuda runs in attn_bwd_kernel's place on sm_90 devices; same sm_90a-only rule.
+ATTN_CUDA_OBJS := $(BUILD)/attention/attention_cuda.cu.o $(BUILD)/attention/attention_hopper.cu.o \
+                  $(BUILD)/attention/attention_hopper_bwd.cu.o
 CUDA_OBJECTS += $(ATTN_CUDA_OBJS)
 $(BUILD)/attention/attention_cuda.cu.o: attention/attention_cuda.cu attention/attention_cuda.cuh \
-        attention/attention_hopper.cuh attention/mma_bf16.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+        attention/attention_hopper.cuh attention/attention_hopper_bwd.cuh attention/mma_bf16.cuh \
+        attention/attention.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/attention_hopper.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper.cu.o: attention/attention_hopper.cu attention/attention_hopper.cuh \
+        attention/hopper_wgmma.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+$(BUILD)/attention/attention_hopper_bwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/attention_hopper_bwd.cu.o: attention/attention_hopper_bwd.cu attention/attention_hopper_bwd.cuh \
         attention/hopper_wgmma.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 
 # GPU test: every mode against the CPU emulation and the fp64 reference on the hard cases.
@@ -74,3 +81,4 @@ CPU_TEST_COMMANDS += "$(or $(TORCH_PYTHON),python3) tests/test_attention_torch.p
 # the key-major pass (dK, dV, dQ atomics) and the query-major row pass (gproj's lambda and dQ, fp32's D).
 -include dev/attention_lab/hopper_bwd.mk
 -include dev/attention_lab/hopper_rows.mk
+-include dev/attention_lab/hopper_bwd_fast.mk

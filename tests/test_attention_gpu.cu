@@ -18,14 +18,17 @@
  * at head sizes 64 and 128;
  * odd sequence lengths (1, 77, 1000, 4097); 1 to 192 heads; the repair
  * tile-max shift arm; the saved softmax stats.
- * Two forward paths: on an sm_90 device (H100/H200) attention_forward_cuda
- * runs the Hopper wgmma forward by default and the portable mma.sync one with
- * AttnOptions.force_portable; there every forward check runs on both (rows
- * and checks say "[hopper fwd]" or "[portable fwd]"; the backward, the same
- * kernels on both, reads each path's own stats end to end), and a direct
- * comparison checks the Hopper O within 4 BF16 ulps of the portable O and
- * the stats at FP32 level per mode. Elsewhere only the portable path exists,
- * and the dispatch checks make sure it is the one taken.
+ * Two paths: on an sm_90 device (H100/H200) attention_forward_cuda runs the
+ * Hopper wgmma forward by default, and attention_backward_cuda the Hopper
+ * key-major kernel where it serves the mode (bf16, repair at HS 64); with
+ * AttnOptions.force_portable both run the portable mma.sync kernels. There
+ * every check runs on both (rows and checks say e.g. "[hopper fwd, hopper
+ * bwd]" or "[portable fwd, portable bwd]"; the backward reads each path's
+ * own stats end to end), and direct comparisons check the Hopper O within 4
+ * BF16 ulps of the portable O and the stats at FP32 level per mode, and the
+ * Hopper dQ, dK, dV within 4 BF16 ulps of the portable ones on the same
+ * forward outputs. Elsewhere only the portable path exists, and the dispatch
+ * checks make sure it is the one taken.
  *
  * Tolerance GPU vs emulation (per head ||gpu - cpu|| / ||cpu||, median over
  * heads): 3e-3 + 0.25 * (the emulation's own error vs fp64). Why: the two
@@ -100,7 +103,7 @@ static void from_device_bf16(float* x, const __nv_bfloat16* d, size_t n) {
    (the emulation's: the backward kernel then sees exactly the emulation's
    inputs, so a difference is the backward's own). */
 static AttnFwdPath run_gpu(AttnMode mode, AttnOptions opt, AttnShape s, const float* qkv, const float* dout,
-                           const float* bwd_out, const float* bwd_stats, Outputs* r) {
+                           const float* bwd_out, const float* bwd_stats, Outputs* r, AttnBwdPath* bwd_path) {
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
     __nv_bfloat16* d_qkv = to_device_bf16(qkv, nqkv);
     __nv_bfloat16* d_dout = to_device_bf16(dout, nout);
@@ -127,6 +130,7 @@ static AttnFwdPath run_gpu(AttnMode mode, AttnOptions opt, AttnShape s, const fl
         cudaCheck(cudaFree(given));
         cudaCheck(cudaMemcpy(d_stats, bwd_stats, sizeof(float) * nstats, cudaMemcpyHostToDevice));
     }
+    if (bwd_path != NULL) *bwd_path = attention_backward_cuda_path(mode, opt, s, d_qkv, d_dout);
     attention_backward_cuda(mode, opt, s, d_qkv, d_out, d_stats, d_dout, d_dqkv, d_ws, 0);
     cudaCheck(cudaDeviceSynchronize());
     from_device_bf16(r->dqkv, d_dqkv, nqkv);
@@ -219,7 +223,14 @@ static const int k_path_force_portable[2] = {0, 1};
 typedef struct {
     AttnErrors gpu, cpu;
     AttnFwdPath path;
+    AttnBwdPath bwd_path;
 } ModeResult;
+
+/* The label of one path run: which forward and which backward ran. */
+static const char* path_tag(AttnFwdPath fwd, AttnBwdPath bwd) {
+    if (fwd == ATTN_FWD_HOPPER) return bwd == ATTN_BWD_HOPPER ? "hopper fwd, hopper bwd" : "hopper fwd, portable bwd";
+    return bwd == ATTN_BWD_HOPPER ? "portable fwd, hopper bwd" : "portable fwd, portable bwd";
+}
 
 /* One forward path (opt.force_portable) of compare_mode, against the emulation's outputs c. */
 static ModeResult compare_mode_on_path(const char* base_label, AttnMode mode, AttnOptions opt, AttnShape s,
@@ -228,10 +239,10 @@ static ModeResult compare_mode_on_path(const char* base_label, AttnMode mode, At
     Outputs g = outputs_alloc(s), gi = outputs_alloc(s);
     const Outputs c = *cpu_outputs;
     ModeResult mr;
-    mr.path = run_gpu(mode, opt, s, qkv, dout, NULL, NULL, &g); /* end to end: the error tables */
-    run_gpu(mode, opt, s, qkv, dout, c.out, c.stats, &gi);        /* backward on the emulation's O and stats */
-    char label[128];
-    snprintf(label, sizeof label, "%s [%s fwd]", base_label, attn_fwd_path_name(mr.path));
+    mr.path = run_gpu(mode, opt, s, qkv, dout, NULL, NULL, &g, &mr.bwd_path); /* end to end: the error tables */
+    run_gpu(mode, opt, s, qkv, dout, c.out, c.stats, &gi, NULL); /* backward on the emulation's O and stats */
+    char label[160];
+    snprintf(label, sizeof label, "%s [%s]", base_label, path_tag(mr.path, mr.bwd_path));
     /* fp32 mode's backward is exact only with its own stats: its dS rows sum to D (1 - sum_j P_ij),
        zero only when l is the sum of the very P it recomputes; the emulation's l, summed from
        scores in another order, leaves a residual that a large key offset turns into a dQ leak. So
@@ -323,7 +334,9 @@ static int compare_mode(const char* base_label, AttnMode mode, AttnOptions base_
     for (int p = 0; p < g_num_paths; p++) {
         AttnOptions opt = base_opt;
         opt.force_portable = k_path_force_portable[p];
-        if (p > 0 && attention_forward_cuda_path(mode, opt, s, NULL) == results[0].path) continue;
+        if (p > 0 && attention_forward_cuda_path(mode, opt, s, NULL) == results[0].path &&
+            attention_backward_cuda_path(mode, opt, s, NULL, NULL) == results[0].bwd_path)
+            continue;
         results[n_results++] = compare_mode_on_path(base_label, mode, opt, s, qkv, dout, ref, extreme, &c);
     }
     outputs_free(&c);
@@ -345,7 +358,7 @@ static void test_hard_cases(int HS, int T, uint64_t seed) {
     float* qkv = (float*)mallocCheck(sizeof(float) * attn_qkv_count(s));
     float* dout = (float*)mallocCheck(sizeof(float) * attn_out_count(s));
     double leak_dq[2][ATTN_NUM_MODES][16]; /* [forward path run][mode][case] */
-    AttnFwdPath leak_path[2] = {ATTN_FWD_PORTABLE, ATTN_FWD_PORTABLE};
+    const char* leak_tag[2] = {"", ""}; /* bf16 mode's paths per run (repair's are the same on this shape) */
     attn_errors_print_header(stdout);
     for (int ci = 0; ci < ncases; ci++) {
         char name[64];
@@ -362,10 +375,10 @@ static void test_hard_cases(int HS, int T, uint64_t seed) {
             const int n_results = compare_mode(base, mode, opt, s, qkv, dout, &ref, extreme, results);
             for (int p = 0; p < n_results; p++) {
                 const ModeResult r = results[p];
-                char label[128];
-                snprintf(label, sizeof label, "%s [%s fwd]", base, attn_fwd_path_name(r.path));
+                char label[160];
+                snprintf(label, sizeof label, "%s [%s]", base, path_tag(r.path, r.bwd_path));
                 leak_dq[p][m][ci] = r.gpu.err[ATTN_T_DQ].median;
-                if (mode == ATTN_BF16) leak_path[p] = r.path;
+                if (mode == ATTN_BF16) leak_tag[p] = path_tag(r.path, r.bwd_path);
                 const int accurate_mode = (mode == ATTN_FP32 || mode == ATTN_GPROJ);
                 if (accurate_mode && !extreme) {
                     CHECK(r.gpu.err[ATTN_T_DQ].median <= kOutputFloorTarget &&
@@ -400,8 +413,8 @@ static void test_hard_cases(int HS, int T, uint64_t seed) {
     for (int p = 0; p < g_num_paths; p++)
         for (int m = ATTN_BF16; m <= ATTN_REPAIR; m++) {
             CHECK(leak_dq[p][m][4] >= 0.5 && leak_dq[p][m][4] >= 10 * leak_dq[p][m][0],
-                  "HS%d %s [%s fwd]: dQ leak grows with rho: %.3g%% at rho 0 -> %.3g%% at rho 1024 (need >= 50%% "
-                  "and 10x)", HS, attn_mode_name((AttnMode)m), attn_fwd_path_name(leak_path[p]),
+                  "HS%d %s [%s]: dQ leak grows with rho: %.3g%% at rho 0 -> %.3g%% at rho 1024 (need >= 50%% "
+                  "and 10x)", HS, attn_mode_name((AttnMode)m), leak_tag[p],
                   100 * leak_dq[p][m][0], 100 * leak_dq[p][m][4]);
         }
     free(qkv);
@@ -435,8 +448,8 @@ static void test_shapes(uint64_t seed) {
                 const ModeResult r = results[p];
                 for (int t = 0; t < ATTN_NUM_TENSORS; t++) {
                     if (r.gpu.err[t].zero_ref_heads > 0) continue;
-                    CHECK(r.gpu.err[t].median <= kOutputFloorTarget, "%s [%s fwd]: %s median %.3g%% <= %.2f%%", base,
-                          attn_fwd_path_name(r.path), attn_tensor_name((AttnTensor)t), 100 * r.gpu.err[t].median,
+                    CHECK(r.gpu.err[t].median <= kOutputFloorTarget, "%s [%s]: %s median %.3g%% <= %.2f%%", base,
+                          path_tag(r.path, r.bwd_path), attn_tensor_name((AttnTensor)t), 100 * r.gpu.err[t].median,
                           100 * kOutputFloorTarget);
                 }
             }
@@ -470,13 +483,13 @@ static void test_tile_max_shift(uint64_t seed) {
     ModeResult results[2];
     const int n_results = compare_mode("paired keys repair+shift", ATTN_REPAIR, shift, s, qkv, dout, &ref, 0, results);
     /* the arm's 64-key tile is the portable kernel's: the dispatch keeps it there on every device */
-    CHECK(n_results == 1 && results[0].path == ATTN_FWD_PORTABLE,
-          "repair+shift runs the portable forward only (%d path(s), first %s)", n_results,
-          attn_fwd_path_name(results[0].path));
+    CHECK(n_results == 1 && results[0].path == ATTN_FWD_PORTABLE && results[0].bwd_path == ATTN_BWD_PORTABLE,
+          "repair+shift runs the portable forward and backward only (%d path(s), first %s)", n_results,
+          path_tag(results[0].path, results[0].bwd_path));
     /* the arm did act: the stored max differs from plain repair's on many rows */
     Outputs a = outputs_alloc(s), b = outputs_alloc(s);
-    run_gpu(ATTN_REPAIR, shift, s, qkv, dout, NULL, NULL, &a);
-    run_gpu(ATTN_REPAIR, plain, s, qkv, dout, NULL, NULL, &b);
+    run_gpu(ATTN_REPAIR, shift, s, qkv, dout, NULL, NULL, &a, NULL);
+    run_gpu(ATTN_REPAIR, plain, s, qkv, dout, NULL, NULL, &b, NULL);
     long shifted = 0;
     const long rows = (long)s.B * s.NH * s.T;
     for (long i = 0; i < rows; i++) shifted += fabsf(a.stats[2 * i] - b.stats[2 * i]) > 1e-3f * (1.0f + fabsf(b.stats[2 * i]));
@@ -627,6 +640,129 @@ static void test_forward_paths(int is_sm90, uint64_t seed) {
         }
 }
 
+/* ---- the two backward paths: dispatch, and Hopper vs portable directly ---- */
+
+/* Which modes and head sizes the Hopper backward serves on an sm_90 device (attention_cuda.cuh): the
+   key-major kernel for bf16 and repair at HS 64. */
+static int hopper_bwd_expected(AttnMode mode, int HS) {
+    return HS == 64 && (mode == ATTN_BF16 || mode == ATTN_REPAIR);
+}
+
+/* Backward of `mode` with opt on device inputs, dqkv to host floats (dqkv and workspace NaN-poisoned first). */
+static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* d_qkv,
+                             const __nv_bfloat16* d_out, const float* d_stats, const __nv_bfloat16* d_dout,
+                             float* dqkv) {
+    const size_t nqkv = attn_qkv_count(s), ws_bytes = attention_cuda_workspace_bytes(s, mode);
+    __nv_bfloat16* d_dqkv;
+    void* d_ws;
+    cudaCheck(cudaMalloc(&d_dqkv, sizeof(__nv_bfloat16) * nqkv));
+    cudaCheck(cudaMalloc(&d_ws, ws_bytes));
+    cudaCheck(cudaMemset(d_dqkv, 0xFF, sizeof(__nv_bfloat16) * nqkv));
+    cudaCheck(cudaMemset(d_ws, 0xFF, ws_bytes));
+    attention_backward_cuda(mode, opt, s, d_qkv, d_out, d_stats, d_dout, d_dqkv, d_ws, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    from_device_bf16(dqkv, d_dqkv, nqkv);
+    cudaCheck(cudaFree(d_dqkv));
+    cudaCheck(cudaFree(d_ws));
+}
+
+/* Tolerance of the direct comparison (the lab's, dev/attention_lab/hopper_bwd.cu, fixed before its first
+   run): the kernels sum S, dP, dK/dV and the dQ partials in different FP32 orders, and a changed FP32 S can
+   flip the BF16 rounding of one P or dS, so dQ, dK and dV agree within 4 BF16 ulps of
+   max(|a|, |b|, the row's RMS) (H200, call2: all within it). */
+static const double kPathMaxGradUlps = 4.0;
+
+static void test_backward_paths(int is_sm90, uint64_t seed) {
+    test_section("backward paths: dispatch, and the Hopper backward vs the portable one (dQ, dK, dV in BF16 ulps)");
+    AttnOptions automatic = {0}, portable = {0}, shift = {0};
+    portable.force_portable = 1;
+    shift.tile_max_shift = 1;
+    const AttnShape s64 = {2, 4, 100, 64}, s128 = {2, 4, 100, 128};
+    const __nv_bfloat16* aligned = (const __nv_bfloat16*)(uintptr_t)256;
+    const __nv_bfloat16* misaligned = (const __nv_bfloat16*)(uintptr_t)258;
+    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        const AttnMode mode = (AttnMode)m;
+        const AttnBwdPath want = (is_sm90 && hopper_bwd_expected(mode, 64)) ? ATTN_BWD_HOPPER : ATTN_BWD_PORTABLE;
+        const AttnBwdPath want128 = (is_sm90 && hopper_bwd_expected(mode, 128)) ? ATTN_BWD_HOPPER : ATTN_BWD_PORTABLE;
+        const AttnBwdPath got = attention_backward_cuda_path(mode, automatic, s64, aligned, aligned);
+        CHECK(got == want, "%s HS64: default backward path on this device is %s (want %s)", attn_mode_name(mode),
+              attn_bwd_path_name(got), attn_bwd_path_name(want));
+        CHECK(attention_backward_cuda_path(mode, automatic, s128, aligned, aligned) == want128,
+              "%s HS128: default backward path is %s", attn_mode_name(mode), attn_bwd_path_name(want128));
+        CHECK(attention_backward_cuda_path(mode, portable, s64, aligned, aligned) == ATTN_BWD_PORTABLE,
+              "%s: force_portable = 1 gives the portable backward", attn_mode_name(mode));
+        CHECK(attention_backward_cuda_path(mode, automatic, s64, misaligned, aligned) == ATTN_BWD_PORTABLE &&
+                  attention_backward_cuda_path(mode, automatic, s64, aligned, misaligned) == ATTN_BWD_PORTABLE,
+              "%s: a qkv or dout pointer TMA cannot take (2 mod 16) gives the portable backward", attn_mode_name(mode));
+    }
+    CHECK(attention_backward_cuda_path(ATTN_REPAIR, shift, s64, aligned, aligned) == ATTN_BWD_PORTABLE,
+          "repair with the tile-max shift arm gives the portable backward");
+    if (!is_sm90) {
+        printf("  (the direct Hopper-vs-portable comparison needs an sm_90 device; this one is not)\n");
+        return;
+    }
+    static const char* kSlotName[3] = {"dQ", "dK", "dV"};
+    const AttnShape shapes[] = {{1, 1, 1, 64}, {1, 3, 77, 64}, {1, 2, 129, 64}, {2, 4, 1000, 64}, {4, 32, 257, 64}};
+    const float q_scales[] = {1.f, 8.f}; /* x8: sharp rows */
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t qi = 0; qi < sizeof q_scales / sizeof q_scales[0]; qi++) {
+            const AttnShape s = shapes[si];
+            const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+            float* qkv = (float*)mallocCheck(sizeof(float) * nqkv);
+            float* dout = (float*)mallocCheck(sizeof(float) * nout);
+            AttnCase cs = attn_case_random(q_scales[qi], seed + 31 * si + qi);
+            attn_case_fill(&cs, s, qkv, dout);
+            __nv_bfloat16* d_qkv = to_device_bf16(qkv, nqkv);
+            __nv_bfloat16* d_dout = to_device_bf16(dout, nout);
+            __nv_bfloat16* d_out;
+            float* d_stats;
+            cudaCheck(cudaMalloc(&d_out, sizeof(__nv_bfloat16) * nout));
+            cudaCheck(cudaMalloc(&d_stats, sizeof(float) * nstats));
+            float *g_h = (float*)mallocCheck(sizeof(float) * nqkv), *g_p = (float*)mallocCheck(sizeof(float) * nqkv);
+            for (int m = 0; m < ATTN_NUM_MODES; m++) {
+                const AttnMode mode = (AttnMode)m;
+                if (!hopper_bwd_expected(mode, s.HS)) continue;
+                char label[128];
+                snprintf(label, sizeof label, "B%d NH%d T%d HS%d q x%.0f %s hopper vs portable bwd", s.B, s.NH, s.T,
+                         s.HS, q_scales[qi], attn_mode_name(mode));
+                CHECK(attention_backward_cuda_path(mode, automatic, s, d_qkv, d_dout) == ATTN_BWD_HOPPER,
+                      "%s: the default path is the Hopper backward", label);
+                /* one forward (the default one), both backwards on its out and stats */
+                attention_forward_cuda(mode, automatic, s, d_qkv, d_out, d_stats, NULL, 0);
+                backward_to_host(mode, automatic, s, d_qkv, d_out, d_stats, d_dout, g_h);
+                backward_to_host(mode, portable, s, d_qkv, d_out, d_stats, d_dout, g_p);
+                for (int slot = 0; slot < 3; slot++) {
+                    long nonfinite = 0, over_1ulp = 0;
+                    double max_ulps = 0;
+                    for (size_t v = 0; v < (size_t)s.B * s.T * s.NH; v++) {
+                        const size_t bt = v / s.NH, h = v % s.NH;
+                        const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
+                        double sq = 0;
+                        for (int d = 0; d < s.HS; d++) sq += (double)g_p[base + d] * g_p[base + d];
+                        const double rms = sqrt(sq / s.HS);
+                        for (int d = 0; d < s.HS; d++) {
+                            const double a = g_p[base + d], x = g_h[base + d];
+                            if (!isfinite(a) || !isfinite(x)) { nonfinite++; continue; }
+                            const double diff = fabs(a - x), ulp = bf16_ulp_at(fmax(fabs(a), fabs(x)), rms);
+                            const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
+                            if (ulps > max_ulps) max_ulps = ulps;
+                            over_1ulp += ulps > 1.0;
+                        }
+                    }
+                    printf("  %s: %s max %.2f BF16 ulps (%ld of %zu over 1)\n", label, kSlotName[slot], max_ulps,
+                           over_1ulp, nqkv / 3);
+                    CHECK(nonfinite == 0, "%s: %s written and finite on both paths (%ld not)", label, kSlotName[slot],
+                          nonfinite);
+                    CHECK(max_ulps <= kPathMaxGradUlps, "%s: %s within %.0f BF16 ulps (max %.2f)", label,
+                          kSlotName[slot], kPathMaxGradUlps, max_ulps);
+                }
+            }
+            cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
+            cudaCheck(cudaFree(d_stats));
+            free(qkv); free(dout); free(g_h); free(g_p);
+        }
+}
+
 int main(void) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -640,13 +776,15 @@ int main(void) {
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("test_attention_gpu: device %s (sm_%d%d), seed %llu (repeat with ATTN_TEST_SEED=%llu)\n", prop.name,
            prop.major, prop.minor, (unsigned long long)seed, (unsigned long long)seed);
-    /* every forward check below runs on each forward path the device has (labelled [hopper fwd] or
-       [portable fwd]): on sm_90 the Hopper forward (the default) and the portable one */
+    /* every check below runs on each path the device has (labelled "[hopper fwd, hopper bwd]" etc.): on
+       sm_90 the default (Hopper kernels where they serve the mode) and force_portable */
     const int is_sm90 = (prop.major == 9 && prop.minor == 0);
     g_num_paths = is_sm90 ? 2 : 1;
-    printf("forward paths checked: %s\n", is_sm90 ? "hopper (default) and portable" : "portable (not an sm_90 device)");
+    printf("paths checked: %s\n", is_sm90 ? "default (Hopper kernels where they serve the mode) and force_portable"
+                                         : "portable (not an sm_90 device)");
     test_workspace_size();
     test_forward_paths(is_sm90, seed + 4);
+    test_backward_paths(is_sm90, seed + 5);
     test_hard_cases(64, 1024, seed);
     test_hard_cases(128, 1000, seed + 1);
     test_shapes(seed + 2);

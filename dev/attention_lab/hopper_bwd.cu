@@ -1,62 +1,24 @@
 /*
- * dev/attention_lab/hopper_bwd.cu - a Hopper (sm_90a) prototype of the key-major causal attention backward
- * (dK, dV and the dQ atomics) on wgmma + TMA, for bf16 mode and repair mode, head size 64, checked element
- * by element against attention_backward_cuda and timed next to it.
+ * dev/attention_lab/hopper_bwd.cu - lab of the production Hopper (sm_90a) key-major attention backward
+ * (attention/attention_hopper_bwd.cu: dK, dV and the dQ atomics on wgmma + TMA, bf16 and repair modes, head
+ * size 64): its layout probe, then the whole backward by attention_backward_cuda on the Hopper path (the
+ * default on sm_90) against the same call with AttnOptions.force_portable = 1 (the mma.sync kernels),
+ * element by element, and both timed side by side. The kernel lives in the library only; this file is host
+ * code (checks and timing) and builds for any NVCC_ARCH, but refuses to run off sm_90.
  *
- * STATUS: written 2026-11-29 without a GPU (compiled for sm_90a here, never run). Read the first log as
- * a layout test: the probe at the start names the operand form that is wrong before the attention
- * checks fail. HS 128 is refused (hopper_bwd_prepare dies with a hint): its dK/dV accumulators
- * (2 x 64 FP32 registers) next to S^T and dP^T need a smaller query tile or a split of the work.
+ * History: written here as a prototype (2026-11-29), first H200 run dev/results/device_s4/call2 (layout
+ * probe exact, 104/0, 1.08x at B8 H16 T1024, 1.11x at B4 H16 T2048), then moved into attention/.
  *
- * Why: the production backward (attention/attention_cuda.cu: prep, attn_bwd_kernel, dq post-pass) is
- * mma.sync based and takes 77% of our attention time on the H200 (0.347 ms vs cuDNN's 0.194 ms at
- * B8 H16 T1024 d64). The wgmma forward (hopper_fwd.cu) ran 1.33-1.51x faster than its mma.sync twin;
- * this lab carries the same building blocks (attention/hopper_wgmma.cuh) over to the backward.
+ * The probe (attention_hopper_bwd_layout_probe) runs the kernel's operand forms on one tile against host
+ * loops first: (1) wgmma m64n64k16 SS, (2) the dout tensor map {HS, NH, T, B}, (3) 64-row TMA boxes with a
+ * 128-key tile loaded as two boxes into consecutive 8 KB halves, (4) one shared tile read both K-major (Q as
+ * B of S^T) and N-major (Q as B of dK), (5) the dS staging [query][key] in shared memory read back as A
+ * fragments, (6) K as an N-major B at the warpgroup's 8 KB offset. So a failure names the wrong assumption
+ * before the attention checks fail.
  *
- * What it computes (docs/ATTENTION_NUMERICS.md; attn_bwd_kernel's rounding points, operation for operation):
- *   D_i = sum_d dO_id O_id in FP32 from the BF16 O (hopper_bwd_prep_kernel: the production prep's order);
- *   per key tile, for each query tile from the diagonal on:
- *     S^T = K Q^T, dP^T = V dO^T           (FP32 accumulators, wgmma SS, M = 64 keys per warpgroup)
- *     P = exp2(fma(S, c, -fl(LSE log2 e)))  (bf16: __fmaf_rn)  or  exp2((S - m) c) * fl(1/l)  (repair)
- *     dS = P (dP - D)                       (FP32, masked entries exactly 0)
- *     dV += bf(P)^T dO,  dK += bf(dS)^T Q   (wgmma RS: the accumulator repacked as the A operand)
- *     dQ_acc += bf(dS) K                    (wgmma RS, A = bf(dS) staged through shared memory) by
- *                                           red.global.add.v2.f32 into the FP32 workspace
- *   dK = bf(s dK_acc), dV = bf(dV_acc), dQ = bf(s dQ_acc) (hopper_bwd_dq_kernel: the production post-pass).
- * Only the order of the FP32 sums differs from the production kernel (tensor-core k-loops; the dQ
- * atomics arrive per 64 keys here, per 128 there), so dQ/dK/dV should agree within a few BF16 ulps.
- *
- * Kernel layout: one CTA = 128 keys (kBlockK) of one (b, h); warps 0-3 and 4-7 are two consumer
- * warpgroups of 64 keys each, warp 8 the producer. K and V of the CTA are loaded once; Q and dO tiles of
- * 64 queries (kBlockQ) come in a 2-stage pipeline: full[s] (32 producer lanes arrived after writing the
- * tile's row state {row_a, row_b, D} to shared memory, plus the TMA bytes) and empty[s] (all 256
- * consumer threads done with stage s). Each warpgroup's dQ partial (its 64 keys) goes out by its own
- * atomics; its bf(dS) tile is staged in a private shared buffer [query][key] (padded rows) and read
- * back as m16n8k16 A fragments, so no CTA-wide barrier is needed inside the loop.
- *
- * Operand forms (which are new next to hopper_fwd's verified probe):
- *   verified there: K-major A and B from 128B-swizzled TMA tiles (Q K^T), N-major B (V of P V) with
- *     imm-trans-b = 1, the accumulator -> register-A repack, m64n64k16 RS (HS 64's P V);
- *   NEW here: (1) wgmma m64n64k16 SS (only m64n128k16 SS was run; same descriptors, N = 64),
- *     (2) the dout tensor map {HS, NH, T, B} (a 3-slot-less twin of the qkv map),
- *     (3) 64-row TMA boxes, a 128-key tile loaded as two boxes into consecutive 8 KB halves,
- *     (4) one shared tile read both K-major (Q as B of S^T) and N-major (Q as B of dK),
- *     (5) the dS staging: accumulator -> [query][key] BF16 in shared memory -> A fragments read by plain
- *         32-bit loads (the m16n8k16 A layout of hopper_wgmma.cuh's header comment),
- *     (6) K as an N-major B (dQ = dS K: keys are the reduced dimension), at the warpgroup's 8 KB offset,
- *     (7) the row state written by the producer lanes before their mbarrier arrival.
- *   The probe (layout_probe_kernel) runs (1)-(6) on one tile against host loops first.
- *
- * Safety: every mbarrier wait is bounded (mbar_wait_bounded: ~10 s of clock64, then it records which
- * barrier in host-mapped memory and traps; the host prints the record with the CUDA error, see
- * sync_or_report), so a hang becomes a named error, not a stuck job; TMA zero-fills rows past T per
- * batch (T is its own dimension), rows/keys >= T are masked and never written.
- *
- * Not done: HS 128; overlap inside a warpgroup (each step runs S^T/dP^T, softmax, dV+dK, dQ one after
- * the other: a 288-thread CTA gets 168 registers per thread, too few to keep the dQ GEMM in flight
- * with dV/dK - ptxas then serialises all wgmmas, C7512 - so the next step is a full producer
- * warpgroup + setmaxnreg, as FA3); one dQ atomic per 128 keys instead of per 64 (sum the two
- * warpgroups' partials in shared memory first); a persistent schedule. Run it under `timeout` anyway.
+ * Safety: every mbarrier wait of the kernel is bounded (~10 s, then a trap); this lab installs a host-mapped
+ * record (attention_hopper_bwd_watch_hangs) so the trap names the barrier that hung. Run it under `timeout`
+ * anyway.
  *
  * Usage: hopper_bwd   (no arguments; needs an sm_90 GPU: H100/H200). Ends with "N passed, N failed".
  */
@@ -65,650 +27,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
 #include "attention/attn_cases.h"
-#include "attention/hopper_wgmma.cuh"
+#include "attention/attention_hopper_bwd.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
 
-using namespace hopper_wgmma;
-
-namespace {
-
-constexpr int kHS = 64;                 /* the head size this lab supports */
-constexpr int kBlockK = 128;            /* keys per CTA */
-constexpr int kBlockQ = 64;             /* queries per pipelined Q/dO tile (the N of S^T, the k of dK/dV) */
-constexpr int kWarpgroupKeys = 64;      /* keys per consumer warpgroup (the M of wgmma) */
-constexpr int kConsumerWarpgroups = kBlockK / kWarpgroupKeys;
-constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-constexpr int kThreads = kConsumerThreads + 32; /* + one producer warp, after the warpgroups (alignment) */
-constexpr int kStages = 2;              /* Q/dO double buffering */
-constexpr int kBoxRows = 64;            /* rows per TMA box (Q, dO tiles; K and V as two boxes each) */
-constexpr int kSwizzleRowBytes = 128;   /* one row of HS 64 BF16 = one 128B-swizzle row */
-constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
-constexpr int kWgmmaK = 16;
-constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO */
-constexpr int kDsPitch = kBlockQ + 8;   /* BF16 per row of a staged dS tile [query][key]: +8 against bank conflicts */
-constexpr float kLog2e = 1.4426950408889634f;
+typedef __nv_bfloat16 bf16;
+static const int kHS = ATTN_HOPPER_BWD_HS; /* the head size the Hopper backward serves */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
-static_assert(kWarpgroupKeys == kBlockQ, "one staged dS tile is 64 x 64: the warpgroup's keys x the query tile");
-
-/* Shared-memory plan (byte offsets from a 1024-byte aligned base). Tiles are [rows][128 bytes], swizzled. */
-struct SmemPlan {
-    static constexpr int kBoxBytes = kBoxRows * kSwizzleRowBytes;   /* 8 KB */
-    static constexpr int kKeyTileBytes = kBlockK * kSwizzleRowBytes; /* 16 KB */
-    static constexpr int kQTileBytes = kBlockQ * kSwizzleRowBytes;   /* 8 KB */
-    static constexpr int kK = 0;
-    static constexpr int kV = kK + kKeyTileBytes;
-    static constexpr int kQ = kV + kKeyTileBytes;           /* kStages tiles */
-    static constexpr int kDO = kQ + kStages * kQTileBytes;  /* kStages tiles */
-    static constexpr int kDs = kDO + kStages * kQTileBytes; /* one [64 query][kDsPitch] BF16 tile per warpgroup */
-    static constexpr int kDsBytes = kBlockQ * kDsPitch * 2;
-    static constexpr int kRowState = kDs + kConsumerWarpgroups * kDsBytes; /* float4 [kStages][kBlockQ] */
-    static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
-    static constexpr int kNumBarriers = 1 + 2 * kStages; /* kv_full, full[stages], empty[stages] */
-    static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
-    static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
-    static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
-    static_assert(kRowState % 16 == 0, "float4 row state");
-};
-
-/* ---- the wgmma this file adds (NEW: not in hopper_wgmma.cuh): D[64 x 64] += A[64 x 16] B[16 x 64], both
-   from shared memory, K-major (imm-trans-a = imm-trans-b = 0), scale-d true. The m64n128k16 SS twin of
-   the header with N = 64: 32 accumulator registers, same descriptor meaning. ---- */
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, acc, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-}
-
-/* mbarrier wait with a limit: polls for about kHangCycles clock cycles (~10 s at 1.98 GHz), then writes
-   which barrier hung into g_hang_record (host-mapped pinned memory: it survives the trap) and traps, so a
-   protocol bug ends the program with a CUDA error and a named barrier instead of a stuck job. No printf:
-   a function call anywhere in the kernel makes ptxas serialise every wgmma (warning C7510). */
-constexpr long long kHangCycles = 20000000000ll;
-enum HangSite { kHangNone = 0, kHangKvFull = 1, kHangFull = 2, kHangEmpty = 3, kHangProbe = 4 };
-struct HangRecord {
-    int site, index, parity, block_x, block_y, thread;
-};
-__device__ HangRecord* g_hang_record; /* set by the host (hang_record_install); NULL: trap without a record */
-__device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity, HangSite site, int index) {
-    const uint32_t addr = smem_u32(bar);
-    uint32_t done = 0;
-    const long long start = clock64();
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(addr), "r"(parity)
-            : "memory");
-        if (!done && clock64() - start > kHangCycles) {
-            volatile HangRecord* rec = g_hang_record;
-            if (rec != NULL) {
-                rec->index = index;
-                rec->parity = (int)parity;
-                rec->block_x = (int)blockIdx.x;
-                rec->block_y = (int)blockIdx.y;
-                rec->thread = (int)threadIdx.x;
-                __threadfence_system();
-                rec->site = (int)site;
-                __threadfence_system();
-            }
-            __trap();
-        }
-    }
-}
-
-/* Barrier of one consumer warpgroup (128 threads); ids 1, 2 (0 is __syncthreads). */
-__device__ __forceinline__ void warpgroup_sync(int wg) {
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-}
-
-/* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
-
-/* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each): K_w, V_w K-major A (the warpgroup's
-   64 rows of the K/V tile), Q and dO K-major B; HS/16 k-steps of 32 bytes along the 128-byte rows.
-   Written, not accumulated. */
-__device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[32], uint32_t k_addr, uint32_t v_addr,
-                                                 uint32_t q_addr, uint32_t do_addr) {
-#pragma unroll
-    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
-    reg_fence(st); /* keeps the zeroing above the fence (plain moves could sink past it) */
-    reg_fence(dpt);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n64k16_ss(st, make_smem_desc(k_addr + off, kUnusedLbo, kSwizzleAtomBytes),
-                           make_smem_desc(q_addr + off, kUnusedLbo, kSwizzleAtomBytes));
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n64k16_ss(dpt, make_smem_desc(v_addr + off, kUnusedLbo, kSwizzleAtomBytes),
-                           make_smem_desc(do_addr + off, kUnusedLbo, kSwizzleAtomBytes));
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(st);
-    reg_fence(dpt);
-}
-
-/* An accumulator (64 x 64, FP32) rounded to BF16 and packed as the register A operand: k-step kk takes
-   columns 16kk..16kk+15 = registers 8kk..8kk+7 (hopper_wgmma.cuh's fragment comment; as hopper_fwd). */
-__device__ __forceinline__ void pack_a_operand(uint32_t (&a)[kBlockQ / kWgmmaK][4], const float (&acc)[32]) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++) {
-        a[kk][0] = pack_bf16x2(acc[8 * kk + 0], acc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
-        a[kk][1] = pack_bf16x2(acc[8 * kk + 2], acc[8 * kk + 3]); /* row g+8, cols 2t, 2t+1 */
-        a[kk][2] = pack_bf16x2(acc[8 * kk + 4], acc[8 * kk + 5]); /* row g,   cols 2t+8, 2t+9 */
-        a[kk][3] = pack_bf16x2(acc[8 * kk + 6], acc[8 * kk + 7]); /* row g+8, cols 2t+8, 2t+9 */
-    }
-}
-
-/* acc += A B over 64 reduced rows: A from registers (4 k-steps), B an N-major 64 x HS tile at b_addr
-   (rows = the reduced dimension, 16 rows = 2048 bytes per k-step; as V in hopper_fwd). Issued only:
-   the caller commits and waits. */
-__device__ __forceinline__ void warpgroup_rs_issue(float (&acc)[32], const uint32_t (&a)[kBlockQ / kWgmmaK][4],
-                                                   uint32_t b_addr) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
-        wgmma_m64n64k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * kWgmmaK * kSwizzleRowBytes,
-                                                      SmemPlan::kQTileBytes /* LBO: unused for N = 64 */,
-                                                      kSwizzleAtomBytes));
-}
-
-/* bf(dS^T) from the FP32 dS^T accumulator (element 8kk + 2i + e: key g + 8 (i & 1) of this warp, query
-   16kk + 8 (i >> 1) + 2t + e; the same words pack_a_operand makes) stored to the warpgroup's staging tile
-   as [query][key] BF16 (keys local to the warpgroup). Packs again from the FP32 values instead of reading
-   the A registers of dK: PTX leaves any access to the A registers of an in-flight wgmma undefined. */
-__device__ __forceinline__ void stage_ds(bf16* ds_s, const float (&ds_acc)[32], int warp_in_wg, int g, int t) {
-    const int key = warp_in_wg * 16 + g;
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = i & 1, colhalf = i >> 1; /* a[0]: (g, 2t), a[1]: (g+8, 2t), a[2]: (g, 2t+8), a[3]: (g+8, 2t+8) */
-            const int q = 16 * kk + 8 * colhalf + 2 * t;
-            const uint32_t w = pack_bf16x2(ds_acc[8 * kk + 2 * i], ds_acc[8 * kk + 2 * i + 1]); /* low: query q, high: q + 1 */
-            ds_s[q * kDsPitch + key + 8 * r] = __ushort_as_bfloat16((unsigned short)(w & 0xFFFFu));
-            ds_s[(q + 1) * kDsPitch + key + 8 * r] = __ushort_as_bfloat16((unsigned short)(w >> 16));
-        }
-}
-
-/* The A fragments of dQ = dS K for this warp's 16 queries from the staging tile [query][key]: k-step kk
-   (keys 16kk..16kk+15): a0 = (q g, keys 2t, 2t+1), a1 = (q g+8, ...), a2 = (q g, keys 2t+8, 2t+9), a3. */
-__device__ __forceinline__ void load_ds_operand(uint32_t (&a)[kWarpgroupKeys / kWgmmaK][4], const bf16* ds_s,
-                                                int warp_in_wg, int g, int t) {
-    const int q = warp_in_wg * 16 + g;
-#pragma unroll
-    for (int kk = 0; kk < kWarpgroupKeys / kWgmmaK; kk++) {
-        const int k = 16 * kk + 2 * t;
-        a[kk][0] = *reinterpret_cast<const uint32_t*>(ds_s + q * kDsPitch + k);
-        a[kk][1] = *reinterpret_cast<const uint32_t*>(ds_s + (q + 8) * kDsPitch + k);
-        a[kk][2] = *reinterpret_cast<const uint32_t*>(ds_s + q * kDsPitch + k + 8);
-        a[kk][3] = *reinterpret_cast<const uint32_t*>(ds_s + (q + 8) * kDsPitch + k + 8);
-    }
-}
-
-/* ------------------------------------------------------------------------------------------------ */
-/* kernels                                                                                           */
-/* ------------------------------------------------------------------------------------------------ */
-
-/* D and the zeroed dQ accumulator: attn_bwd_prep_kernel's semantics and summation order (lane d and
-   d + 32, then the xor tree), one warp per (b, h, t) row; rows = B*NH*T in (b*NH + h)*T + t order. */
-__global__ void hopper_bwd_prep_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout,
-                                       float* __restrict__ D, float* __restrict__ dq_acc, int NH, int T,
-                                       long long rows) {
-    const long long row = (long long)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (row >= rows) return;
-    float* acc = dq_acc + row * kHS;
-#pragma unroll
-    for (int d = lane; d < kHS; d += 32) acc[d] = 0.f;
-    const long long bh = row / T;
-    const int tok = (int)(row % T);
-    const long long b = bh / NH, h = bh % NH;
-    const long long off = (b * T + tok) * NH * kHS + h * kHS;
-    float sum = 0.f;
-#pragma unroll
-    for (int d = lane; d < kHS; d += 32) sum += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
-#pragma unroll
-    for (int k = 16; k >= 1; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
-    if (lane == 0) D[row] = sum;
-}
-
-/* dQ = bf(s * acc) into the q slot of dqkv (attn_bwd_dq_kernel's semantics); one thread per 2 elements. */
-__global__ void hopper_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T,
-                                     float scale, long long pairs) {
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= pairs) return;
-    const long long e = 2 * i;
-    const int d = (int)(e % kHS);
-    const long long row = e / kHS;
-    const int tok = (int)(row % T);
-    const long long bh = row / T, b = bh / NH, h = bh % NH;
-    const float2 v = *reinterpret_cast<const float2*>(dq_acc + e);
-    bf16* dst = dqkv + (b * T + tok) * 3LL * NH * kHS + h * kHS + d;
-    *reinterpret_cast<uint32_t*>(dst) = pack_bf16x2(v.x * scale, v.y * scale);
-}
-
-/* The recomputed probability of one score (attention_cuda.cu's backward_prob): bf16: row_a =
-   fl(LSE log2 e), P = exp2(fma(S, c, -row_a)); repair: row_a = m, row_b = fl(1/l). */
-template <int MODE>
-__device__ __forceinline__ float recompute_prob(float score, float row_a, float row_b, float c) {
-    if (MODE == ATTN_BF16) return exp2f(__fmaf_rn(score, c, -row_a));
-    return exp2f((score - row_a) * c) * row_b;
-}
-
-template <int MODE>
-__global__ void __launch_bounds__(kThreads, 1)
-    hopper_bwd_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
-                      const float* __restrict__ stats, const float* __restrict__ D, float* __restrict__ dq_acc,
-                      bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
-    using Plan = SmemPlan;
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
-                                      (kSwizzleAtomBytes - 1));
-    unsigned char* k_s = smem + Plan::kK;
-    unsigned char* v_s = smem + Plan::kV;
-    unsigned char* q_s = smem + Plan::kQ;
-    unsigned char* do_s = smem + Plan::kDO;
-    float4* row_state = reinterpret_cast<float4*>(smem + Plan::kRowState);
-    uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
-    uint64_t* full = kv_full + 1;
-    uint64_t* empty = full + kStages;
-
-    const int k0 = blockIdx.x * kBlockK; /* key tile 0 sees every query: first */
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
-    const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-
-    if (threadIdx.x == 0) {
-        mbar_init(kv_full, 1);
-        for (int s = 0; s < kStages; s++) {
-            mbar_init(&full[s], 32);                /* 32 producer lanes (row state) + the TMA bytes */
-            mbar_init(&empty[s], kConsumerThreads); /* every consumer thread, after its last read */
-        }
-        mbar_init_fence();
-        fence_proxy_async();
-    }
-    __syncthreads();
-
-    if (warp == kConsumerThreads / 32) {
-        /* ---- producer warp: lane 0 issues the copies, every lane writes row state for 2 queries ---- */
-        if (lane == 0) {
-            mbar_arrive_expect_tx(kv_full, 2 * Plan::kKeyTileBytes);
-            for (int half = 0; half < kBlockK / kBoxRows; half++) {
-                /* a half that starts at or past T (last key tile) loads the first half's rows again
-                   instead of a box wholly out of bounds: its keys are all masked (dS = 0), and finite
-                   data keeps 0 * K = 0 in dQ (uninitialised shared memory could hold NaN patterns) */
-                const int row = (k0 + half * kBoxRows < T) ? k0 + half * kBoxRows : k0;
-                tma_load_4d(k_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotK * NH + h, row, b);
-                tma_load_4d(v_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotV * NH + h, row, b);
-            }
-        }
-        for (int i = 0; i < n_q_tiles; i++) {
-            const int s = i % kStages;
-            const int q0 = (qt_begin + i) * kBlockQ;
-            /* stage s is free once the consumers released tile i - kStages (phase i / kStages - 1) */
-            if (i >= kStages) mbar_wait_bounded(&empty[s], (uint32_t)((i / kStages - 1) & 1), kHangEmpty, s);
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int ql = lane + 32 * half, query = q0 + ql;
-                /* rows past T: values that leave P finite (they are masked to 0 anyway) */
-                float4 st = make_float4(0.f, 1.f, 0.f, 0.f);
-                if (query < T) {
-                    const long long idx = (long long)bh * T + query;
-                    const float a = stats[idx * 2];
-                    st.x = (MODE == ATTN_BF16) ? a * kLog2e : a;                         /* fl(LSE log2 e) or m */
-                    st.y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(stats[idx * 2 + 1]);    /* 1 or fl(1 / l) */
-                    st.z = D[idx];
-                }
-                row_state[s * kBlockQ + ql] = st;
-            }
-            /* every lane's arrival releases its own row-state writes (the phase needs all 32); lane 0's
-               arrival also announces the TMA bytes, which must land before the phase completes */
-            if (lane == 0) {
-                mbar_arrive_expect_tx(&full[s], 2 * Plan::kQTileBytes);
-                tma_load_4d(q_s + s * Plan::kQTileBytes, &qkv_map, &full[s], 0, kSlotQ * NH + h, q0, b);
-                tma_load_4d(do_s + s * Plan::kQTileBytes, &dout_map, &full[s], 0, h, q0, b);
-            } else {
-                mbar_arrive(&full[s]);
-            }
-        }
-        return;
-    }
-
-    /* ---- consumer warpgroups: wg owns keys k0 + 64 wg .. +63; this thread keys key0, key0 + 8 ---- */
-    const int wg = warp / 4, warp_in_wg = warp % 4, g = lane >> 2, t = lane & 3;
-    const int key0 = k0 + wg * kWarpgroupKeys + warp_in_wg * 16 + g;
-    const int wg_key_first = k0 + wg * kWarpgroupKeys;
-    bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsBytes);
-    const uint32_t k_addr = smem_u32(k_s) + wg * Plan::kBoxBytes, v_addr = smem_u32(v_s) + wg * Plan::kBoxBytes;
-    float dk[32], dv[32];
-#pragma unroll
-    for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.f;
-
-    mbar_wait_bounded(kv_full, 0, kHangKvFull, 0);
-    __syncwarp();
-
-    for (int i = 0; i < n_q_tiles; i++) {
-        const int s = i % kStages;
-        const int q0 = (qt_begin + i) * kBlockQ;
-        mbar_wait_bounded(&full[s], (uint32_t)((i / kStages) & 1), kHangFull, s);
-        __syncwarp();
-        const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes), do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
-        const float4* rs = row_state + s * kBlockQ;
-
-        float st[32], dpt[32];
-        warpgroup_scores(st, dpt, k_addr, v_addr, q_addr, do_addr);
-
-        /* P and dS in registers (st <- P, dpt <- dS), masked entries exactly 0. Element 4j + 2r + e:
-           key key0 + 8r, query q0 + 8j + 2t + e. The mask can bite only where the tile reaches the
-           warpgroup's keys or T. */
-        const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-#pragma unroll
-        for (int j = 0; j < kBlockQ / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int query = q0 + 8 * j + 2 * t + e;
-                const float4 row = rs[8 * j + 2 * t + e];
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int idx = 4 * j + 2 * r + e;
-                    float p = 0.f, ds = 0.f;
-                    if (!masked || (key0 + 8 * r <= query && query < T)) {
-                        p = recompute_prob<MODE>(st[idx], row.x, row.y, c);
-                        ds = p * (dpt[idx] - row.z);
-                    }
-                    st[idx] = p;
-                    dpt[idx] = ds;
-                }
-            }
-
-        /* dV += bf(P)^T dO, dK += bf(dS)^T Q (A from registers, dO and Q N-major) as one batch; while it
-           runs, bf(dS) goes to the staging tile [query][key] (packed again from the FP32 dS, not read
-           from pds; the previous step's reads of the tile are behind the first barrier). Then
-           dQ_partial = bf(dS) K_w (A loaded back from the tile, K_w N-major) as a second batch, after
-           the first completed: with all three GEMMs in flight at once (96 accumulator + 48 A
-           registers) ptxas serialises the wgmmas for lack of registers (C7512; a 288-thread CTA is
-           given 168 registers per thread). */
-        uint32_t pa[kBlockQ / kWgmmaK][4], pds[kBlockQ / kWgmmaK][4];
-        pack_a_operand(pa, st);
-        pack_a_operand(pds, dpt);
-        reg_fence(pa);
-        reg_fence(pds);
-        reg_fence(dv);
-        reg_fence(dk);
-        wgmma_fence();
-        warpgroup_rs_issue(dv, pa, do_addr);
-        warpgroup_rs_issue(dk, pds, q_addr);
-        wgmma_commit();
-        warpgroup_sync(wg);
-        stage_ds(ds_s, dpt, warp_in_wg, g, t);
-        warpgroup_sync(wg);
-        wgmma_wait<0>();
-        reg_fence(dv);
-        reg_fence(dk);
-        reg_fence(pa);
-        reg_fence(pds);
-
-        uint32_t adq[kWarpgroupKeys / kWgmmaK][4];
-        load_ds_operand(adq, ds_s, warp_in_wg, g, t);
-        float dq[32];
-#pragma unroll
-        for (int k = 0; k < 32; k++) dq[k] = 0.f;
-        reg_fence(adq);
-        reg_fence(dq);
-        wgmma_fence();
-        warpgroup_rs_issue(dq, adq, k_addr);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(dq);
-        reg_fence(adq);
-        mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-
-        /* dQ partial of this warpgroup's keys: rows = queries q0 + 16 warp_in_wg + g (+8), cols 8n + 2t */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int query = q0 + warp_in_wg * 16 + g + 8 * r;
-            if (query >= T) continue;
-            float* dst = dq_acc + ((long long)bh * T + query) * kHS + 2 * t;
-#pragma unroll
-            for (int n = 0; n < kHS / 8; n++)
-                atomicAdd(reinterpret_cast<float2*>(dst + 8 * n), make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]));
-        }
-    }
-
-    /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t) */
-    const long long qkv_row = 3LL * NH * kHS;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key0 + 8 * r;
-        if (key >= T) continue;
-        bf16* dk_row = dqkv + ((long long)b * T + key) * qkv_row + (long long)NH * kHS + (long long)h * kHS;
-        bf16* dv_row = dk_row + (long long)NH * kHS;
-#pragma unroll
-        for (int n = 0; n < kHS / 8; n++) {
-            *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
-                pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
-            *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) = pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
-        }
-    }
-}
-
-/* Layout probe: one warpgroup, one tile of everything at token 0 of batch 0 (K, V, Q of `head` from qkv;
-   dO of `head` from dout; T < 64 so the TMA zero fill shows), through the kernel's own helpers, no
-   softmax:
-     out_st  = S^T = K Q^T              (NEW (1): m64n64k16 SS; K-major A and B)
-     out_dpt = dP^T = V dO^T            (NEW (1), (2): the dout map)
-     out_dv  = bf(S^T) dO               (register A repack, dO N-major)
-     out_dk  = bf(dP^T) Q               (NEW (4): Q read N-major after being read K-major)
-     out_dq  = bf(dP^T)^T K             (NEW (5), (6): staging [query][key] + A loads; K N-major)
-   [64 x 64] FP32 each, row-major. The kernel loads its 128 keys as two 64-row boxes (NEW (3)); the probe
-   loads tokens 0..63 into the SECOND 8 KB half of the K and V tiles and reads them there (warpgroup 1's
-   offset), and Q/dO into stage 1, so the non-zero offsets are what is exercised. */
-__global__ void __launch_bounds__(128, 1)
-    layout_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
-                        int NH, int head, float* __restrict__ out_st, float* __restrict__ out_dpt,
-                        float* __restrict__ out_dv, float* __restrict__ out_dk, float* __restrict__ out_dq) {
-    using Plan = SmemPlan;
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
-                                      (kSwizzleAtomBytes - 1));
-    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
-    if (threadIdx.x == 0) {
-        mbar_init(bar, 1);
-        mbar_init_fence();
-        fence_proxy_async();
-    }
-    __syncthreads();
-    /* tiles: K and V into their second 8 KB half (warpgroup 1's place), Q and dO into stage 1 */
-    unsigned char* k_half = smem + Plan::kK + Plan::kBoxBytes;
-    unsigned char* v_half = smem + Plan::kV + Plan::kBoxBytes;
-    unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;
-    unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes;
-    if (threadIdx.x == 0) {
-        mbar_arrive_expect_tx(bar, 4 * Plan::kBoxBytes);
-        tma_load_4d(k_half, &qkv_map, bar, 0, kSlotK * NH + head, 0, 0);
-        tma_load_4d(v_half, &qkv_map, bar, 0, kSlotV * NH + head, 0, 0);
-        tma_load_4d(q_t, &qkv_map, bar, 0, kSlotQ * NH + head, 0, 0);
-        tma_load_4d(do_t, &dout_map, bar, 0, head, 0, 0);
-    }
-    mbar_wait_bounded(bar, 0, kHangProbe, 0);
-    __syncwarp();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
-    const uint32_t k_addr = smem_u32(k_half), v_addr = smem_u32(v_half);
-    float st[32], dpt[32];
-    warpgroup_scores(st, dpt, k_addr, v_addr, q_addr, do_addr);
-    auto write_acc = [&](float* dst, const float (&acc)[32]) {
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) dst[(warp * 16 + g + 8 * r) * 64 + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
-    };
-    write_acc(out_st, st);
-    write_acc(out_dpt, dpt);
-    uint32_t pa[4][4], pds[4][4];
-    pack_a_operand(pa, st);
-    pack_a_operand(pds, dpt);
-    float dv[32], dk[32], dq[32];
-#pragma unroll
-    for (int i = 0; i < 32; i++) dv[i] = dk[i] = dq[i] = 0.f;
-    reg_fence(pa);
-    reg_fence(pds);
-    reg_fence(dv);
-    reg_fence(dk);
-    wgmma_fence();
-    warpgroup_rs_issue(dv, pa, do_addr);
-    warpgroup_rs_issue(dk, pds, q_addr);
-    wgmma_commit();
-    bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + Plan::kDsBytes); /* warpgroup 1's buffer */
-    warpgroup_sync(0);
-    stage_ds(ds_s, dpt, warp, g, t);
-    warpgroup_sync(0);
-    uint32_t adq[4][4];
-    load_ds_operand(adq, ds_s, warp, g, t);
-    reg_fence(dq);
-    reg_fence(adq);
-    wgmma_fence();
-    warpgroup_rs_issue(dq, adq, k_addr);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(dv);
-    reg_fence(dk);
-    reg_fence(dq);
-    reg_fence(pa);
-    reg_fence(pds);
-    reg_fence(adq);
-    write_acc(out_dv, dv);
-    write_acc(out_dk, dk);
-    write_acc(out_dq, dq);
-}
-
-}  // namespace
-
-/* ------------------------------------------------------------------------------------------------ */
-/* host: tensor maps, launch                                                                         */
-/* ------------------------------------------------------------------------------------------------ */
-
-/* A 4-D BF16 tensor {HS, heads, T, B} (innermost first) with token stride `heads * HS`, boxes of
-   {64 columns, 1 head, 64 tokens, 1 batch}, 128-byte swizzle, zeros outside. qkv: heads = 3 NH
-   (slot*NH + head); dout [B, T, NH, HS]: heads = NH. */
-static CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    CUtensorMap map;
-    const cuuint64_t dims[4] = {(cuuint64_t)s.HS, (cuuint64_t)heads, (cuuint64_t)s.T, (cuuint64_t)s.B};
-    const cuuint64_t strides[3] = {(cuuint64_t)s.HS * sizeof(bf16), (cuuint64_t)heads * s.HS * sizeof(bf16),
-                                   (cuuint64_t)s.T * heads * s.HS * sizeof(bf16)};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)kBoxRows, 1};
-    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides, box,
-                                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        die("hopper_bwd: cuTensorMapEncodeTiled failed (CUresult %d) for %s, B=%d NH=%d T=%d HS=%d\n"
-            "  hint: the buffer must be 16-byte aligned (cudaMalloc is) and HS 64",
-            (int)r, what, s.B, s.NH, s.T, s.HS);
-    }
-    return map;
-}
-
-/* What a launch needs that depends on the shape and the buffers only (built once; the maps encode the
-   qkv and dout pointers). */
-struct HopperBwd {
-    AttnShape shape;
-    AttnMode mode;
-    CUtensorMap qkv_map, dout_map;
-};
-
-static HopperBwd hopper_bwd_prepare(AttnMode mode, AttnShape s, const bf16* qkv, const bf16* dout) {
-    attention_cuda_check_shape(s, mode);
-    if (s.HS != kHS) {
-        die("hopper_bwd: head size %d is not supported by this lab (B=%d NH=%d T=%d)\n"
-            "  hint: only HS 64 is written; HS 128 needs a smaller query tile for the dK/dV accumulators",
-            s.HS, s.B, s.NH, s.T);
-    }
-    if (mode != ATTN_BF16 && mode != ATTN_REPAIR) {
-        die("hopper_bwd: mode %s is not supported by this lab\n"
-            "  hint: bf16 and repair only (fp32 splits P/dS into BF16 terms; gproj needs the row pass)",
-            attn_mode_name(mode));
-    }
-    cudaCheck(cudaFuncSetAttribute(hopper_bwd_kernel<ATTN_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   SmemPlan::kAlloc));
-    cudaCheck(cudaFuncSetAttribute(hopper_bwd_kernel<ATTN_REPAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   SmemPlan::kAlloc));
-    HopperBwd f;
-    f.shape = s;
-    f.mode = mode;
-    f.qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    f.dout_map = make_head_map(dout, s, s.NH, "dout");
-    return f;
-}
-
-/* The whole backward of the prepared shape: prep (D, zero the accumulator), the key-major kernel, the
-   dQ post-pass. Overwrites dqkv. workspace: B*NH*T*(HS + 1) floats (accumulator, D). */
-static void hopper_bwd_launch(const HopperBwd& f, const bf16* out, const float* stats, bf16* dqkv, float* workspace,
-                              const bf16* dout, cudaStream_t stream) {
-    const AttnShape s = f.shape;
-    const long long rows = (long long)s.B * s.NH * s.T;
-    float* dq_acc = workspace;
-    float* D = workspace + rows * s.HS;
-    const float scale = attn_softmax_scale(s.HS), c = attn_exp2_scale(s.HS);
-    constexpr int kPrepThreads = 256;
-    hopper_bwd_prep_kernel<<<(unsigned)ceil_div(rows, kPrepThreads / 32), kPrepThreads, 0, stream>>>(
-        out, dout, D, dq_acc, s.NH, s.T, rows);
-    cudaCheckLastError();
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    if (f.mode == ATTN_BF16)
-        hopper_bwd_kernel<ATTN_BF16><<<grid, kThreads, SmemPlan::kAlloc, stream>>>(f.qkv_map, f.dout_map, stats, D,
-                                                                                   dq_acc, dqkv, s.NH, s.T, scale, c);
-    else
-        hopper_bwd_kernel<ATTN_REPAIR><<<grid, kThreads, SmemPlan::kAlloc, stream>>>(f.qkv_map, f.dout_map, stats, D,
-                                                                                     dq_acc, dqkv, s.NH, s.T, scale, c);
-    cudaCheckLastError();
-    const long long pairs = rows * s.HS / 2;
-    hopper_bwd_dq_kernel<<<(unsigned)ceil_div(pairs, 256), 256, 0, stream>>>(dq_acc, dqkv, s.NH, s.T, scale, pairs);
-    cudaCheckLastError();
-}
 
 /* The hang record lives in pinned host memory mapped into the device, so it can still be read after a
    trap has killed the context. */
-static HangRecord* g_hang_host = NULL;
+static AttnHopperHang* g_hang_host = NULL;
 static void hang_record_install(void) {
-    cudaCheck(cudaHostAlloc((void**)&g_hang_host, sizeof(HangRecord), cudaHostAllocMapped));
-    memset(g_hang_host, 0, sizeof(HangRecord));
-    HangRecord* dev = NULL;
+    cudaCheck(cudaHostAlloc((void**)&g_hang_host, sizeof(AttnHopperHang), cudaHostAllocMapped));
+    memset(g_hang_host, 0, sizeof(AttnHopperHang));
+    AttnHopperHang* dev = NULL;
     cudaCheck(cudaHostGetDevicePointer((void**)&dev, g_hang_host, 0));
-    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &dev, sizeof dev));
+    attention_hopper_bwd_watch_hangs(dev);
 }
 /* cudaDeviceSynchronize (or an event wait) that, on failure, names the barrier that hung (if one did). */
 static void sync_or_report(cudaError_t e, const char* where) {
     if (e == cudaSuccess) return;
-    static const char* kSite[] = {"none", "kv_full (K/V tiles)", "full (Q/dO tile + row state)",
-                                  "empty (stage released by the consumers)", "probe tiles"};
-    const volatile HangRecord* r = g_hang_host;
-    if (r != NULL && r->site > kHangNone && r->site <= kHangProbe)
+    const volatile AttnHopperHang* r = g_hang_host;
+    if (r != NULL && r->site != ATTN_HANG_NONE)
         fprintf(stderr, "hopper_bwd: HANG: mbarrier %s, index %d, parity %d, block (%d, %d), thread %d\n",
-                kSite[r->site], r->index, r->parity, r->block_x, r->block_y, r->thread);
+                attn_hopper_hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread);
     die("hopper_bwd: CUDA error after %s: %s\n  hint: a HANG line above names the mbarrier that never"
         " completed; otherwise run under compute-sanitizer", where, cudaGetErrorString(e));
 }
@@ -773,15 +122,15 @@ static SlotDiff compare_slot(const uint16_t* ref, const uint16_t* got, AttnShape
     return d;
 }
 
-/* One shape and mode: forward by attention_forward_cuda, then both backwards on the same inputs (dqkv
-   poisoned with NaN first), compared slot by slot. With time_it, both backwards timed. */
+/* One shape and mode: forward by attention_forward_cuda, then attention_backward_cuda on both paths on the
+   same inputs (dqkv and both workspaces poisoned with NaN first), compared slot by slot. With time_it,
+   both backwards timed (each the whole backward: prep + key-major pass + dQ post-pass). */
 static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) {
     char title[200];
-    snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d%s: wgmma backward vs attention_backward_cuda",
+    snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d%s: Hopper backward vs the portable one",
              attn_mode_name(mode), s.B, s.NH, s.T, s.HS, q_scale != 1.f ? " (q x8)" : "");
     test_section(title);
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
-    const size_t rows = (size_t)s.B * s.NH * s.T;
     uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
     uint16_t* h_dout = (uint16_t*)mallocCheck(nout * 2);
     const size_t row = 3ull * s.NH * s.HS;
@@ -791,28 +140,32 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     }
     for (size_t i = 0; i < nout; i++) h_dout[i] = float_to_bf16_bits(normal01());
     bf16 *qkv, *out, *dout, *dqkv_ref, *dqkv_new;
-    float *stats, *ws_new;
-    void* ws_ref;
-    const size_t ws_ref_bytes = attention_cuda_workspace_bytes(s, mode);
+    float* stats;
+    void *ws_ref, *ws_new;
+    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
     cudaCheck(cudaMalloc(&qkv, nqkv * 2));
     cudaCheck(cudaMalloc(&out, nout * 2));
     cudaCheck(cudaMalloc(&dout, nout * 2));
     cudaCheck(cudaMalloc(&dqkv_ref, nqkv * 2));
     cudaCheck(cudaMalloc(&dqkv_new, nqkv * 2));
     cudaCheck(cudaMalloc(&stats, nstats * 4));
-    cudaCheck(cudaMalloc(&ws_ref, ws_ref_bytes));
-    cudaCheck(cudaMalloc(&ws_new, rows * (s.HS + 1) * 4));
+    cudaCheck(cudaMalloc(&ws_ref, ws_bytes));
+    cudaCheck(cudaMalloc(&ws_new, ws_bytes));
     cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
     /* poison: 0xFFFF is a BF16 NaN, 0xFFFFFFFF an FP32 NaN; any output left unwritten shows */
     cudaCheck(cudaMemset(dqkv_ref, 0xFF, nqkv * 2));
     cudaCheck(cudaMemset(dqkv_new, 0xFF, nqkv * 2));
-    cudaCheck(cudaMemset(ws_new, 0xFF, rows * (s.HS + 1) * 4));
-    const AttnOptions opt = {0};
+    cudaCheck(cudaMemset(ws_ref, 0xFF, ws_bytes));
+    cudaCheck(cudaMemset(ws_new, 0xFF, ws_bytes));
+    AttnOptions opt = {0}, portable = {0};
+    portable.force_portable = 1;
+    CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
+              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+          "dispatch: the default backward is the Hopper one, force_portable the portable one");
     attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, 0);
-    const HopperBwd bwd = hopper_bwd_prepare(mode, s, qkv, dout);
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-    hopper_bwd_launch(bwd, out, stats, dqkv_new, ws_new, dout, 0);
+    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
+    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
     sync_or_report(cudaDeviceSynchronize(), title);
 
     uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
@@ -824,10 +177,10 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
         const SlotDiff d = compare_slot(h_ref, h_new, s, slot);
         printf("  %s: max |diff| %.3g, max %.2f BF16 ulps (at max(|a|, |b|, row RMS)), %zu of %zu over 1 ulp\n",
                kSlotName[slot], d.max_abs, d.max_ulps, d.over_1ulp, d.count);
-        CHECK(d.nan_ref == 0, "%s: reference wrote every element, finite (%zu NaN)", kSlotName[slot], d.nan_ref);
-        CHECK(d.nan_new == 0, "%s: wgmma backward wrote every element, finite (%zu NaN left)", kSlotName[slot],
+        CHECK(d.nan_ref == 0, "%s: portable backward wrote every element, finite (%zu NaN)", kSlotName[slot], d.nan_ref);
+        CHECK(d.nan_new == 0, "%s: Hopper backward wrote every element, finite (%zu NaN left)", kSlotName[slot],
               d.nan_new);
-        CHECK(d.max_ulps <= kMaxUlps, "%s within %.0f BF16 ulps of the reference (max %.2f)", kSlotName[slot], kMaxUlps,
+        CHECK(d.max_ulps <= kMaxUlps, "%s within %.0f BF16 ulps of the portable backward (max %.2f)", kSlotName[slot], kMaxUlps,
               d.max_ulps);
     }
 
@@ -838,18 +191,18 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
         cudaCheck(cudaEventCreate(&e1));
         float t_ref[kReps], t_new[kReps];
         for (int i = 0; i < kWarmup; i++) {
-            attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-            hopper_bwd_launch(bwd, out, stats, dqkv_new, ws_new, dout, 0);
+            attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
+            attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
         }
         sync_or_report(cudaDeviceSynchronize(), "the warm-up launches");
         for (int i = 0; i < kReps; i++) {
             cudaCheck(cudaEventRecord(e0));
-            attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
+            attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
             cudaCheck(cudaEventRecord(e1));
             cudaCheck(cudaEventSynchronize(e1));
             cudaCheck(cudaEventElapsedTime(&t_ref[i], e0, e1));
             cudaCheck(cudaEventRecord(e0));
-            hopper_bwd_launch(bwd, out, stats, dqkv_new, ws_new, dout, 0);
+            attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
             cudaCheck(cudaEventRecord(e1));
             sync_or_report(cudaEventSynchronize(e1), "a timed launch");
             cudaCheck(cudaEventElapsedTime(&t_new[i], e0, e1));
@@ -857,8 +210,8 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
         /* backward = 2.5 x the causal forward's 2 B H T^T d (FlashAttention count) */
         const double flops = 2.5 * 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS;
         const float ms_ref = median_ms(t_ref, kReps), ms_new = median_ms(t_new, kReps);
-        printf("  time (median of %d, warm inputs): mma.sync backward %.4f ms = %.1f TFLOP/s; wgmma backward %.4f ms"
-               " = %.1f TFLOP/s (prep + kernel + dQ pass); speed-up %.2fx\n",
+        printf("  time (median of %d, warm inputs): portable backward %.4f ms = %.1f TFLOP/s; Hopper backward %.4f ms"
+               " = %.1f TFLOP/s (attention_backward_cuda: prep + key-major kernel + dQ pass); speed-up %.2fx\n",
                (int)kReps, ms_ref, flops / ms_ref * 1e-9, ms_new, flops / ms_new * 1e-9, ms_ref / ms_new);
         cudaCheck(cudaEventDestroy(e0));
         cudaCheck(cudaEventDestroy(e1));
@@ -889,7 +242,7 @@ static int probe_compare(const char* name, const float* got, const double* ref, 
     return bad;
 }
 
-/* Runs layout_probe_kernel on B1 NH3 T50 (head 1: slot and head coordinates; T < 64: zero fill) and
+/* Runs the library's layout probe (attention_hopper_bwd_layout_probe) on B1 NH3 T50 (head 1: slot and head coordinates; T < 64: zero fill) and
    checks its five products against double loops over the same BF16 values (the kernel's own S^T, dP^T,
    rounded to BF16 as it rounds them, for the three register-A products). */
 static void layout_probe(void) {
@@ -910,11 +263,7 @@ static void layout_probe(void) {
     cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemset(d_out, 0xFF, 5 * tile * 4)); /* NaN poison */
-    const CUtensorMap qmap = make_head_map(qkv, s, 3 * s.NH, "qkv"), dmap = make_head_map(dout, s, s.NH, "dout");
-    cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    layout_probe_kernel<<<1, 128, SmemPlan::kAlloc>>>(qmap, dmap, s.NH, head, d_out, d_out + tile, d_out + 2 * tile,
-                                                      d_out + 3 * tile, d_out + 4 * tile);
-    cudaCheckLastError();
+    attention_hopper_bwd_layout_probe(s, head, qkv, dout, d_out);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
     float* h = (float*)mallocCheck(5 * tile * 4);
     cudaCheck(cudaMemcpy(h, d_out, 5 * tile * 4, cudaMemcpyDeviceToHost));
@@ -1017,7 +366,7 @@ int main(int argc, char** argv) {
             "  hint: run it on an H100 or H200", prop.name, prop.major, prop.minor);
     }
     hang_record_install();
-    printf("hopper_bwd on %s - first runs of a never-run prototype: read failures as layout bugs to fix\n", prop.name);
+    printf("hopper_bwd on %s: the production Hopper backward (attention_hopper_bwd.cu) vs the portable one\n", prop.name);
     layout_probe();
     /* correctness: T = 1, T not a multiple of the tiles, B*NH from 1 to 128 */
     const AttnShape shapes[] = {

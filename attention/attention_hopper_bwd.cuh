@@ -1,0 +1,64 @@
+/*
+ * attention/attention_hopper_bwd.cuh - the Hopper (sm_90a) key-major attention backward kernel (dK, dV and
+ * the dQ atomics) for bf16 and repair modes at head size 64: wgmma + TMA + a producer warp and two consumer
+ * warpgroups.
+ *
+ * Why: the portable mma.sync backward (attention/attention_cuda.cu) is most of our attention time on the
+ * H200; this kernel, first run in dev/attention_lab/hopper_bwd.cu (dev/results/device_s4/call2: layout
+ * probe exact, 104/0 against attention_backward_cuda, 1.08-1.11x faster for the whole backward), computes
+ * the same dK, dV and dQ accumulator with the same rounding points (only the FP32 sum order differs).
+ * Callers normally do not call it directly: attention_backward_cuda runs the portable prep kernel (D and
+ * the zeroed FP32 dQ accumulator), then this kernel in place of attn_bwd_kernel when
+ * attention_hopper_bwd_supports() says yes, the device is sm_90 and AttnOptions.force_portable is 0, then
+ * the portable dQ post-pass; so the workspace is exactly attention_cuda_workspace_bytes'. The object is
+ * compiled for sm_90a only, whatever NVCC_ARCH says; other builds link it and never launch it.
+ *
+ * Offers:
+ *   attention_hopper_bwd_supports - 1 iff this kernel computes (mode, opt, shape) exactly and TMA can take
+ *       the pointers: modes bf16 and repair (not repair's tile-max-shift arm: its rows stay on the portable
+ *       path end to end), head size 64, B*NH <= 65535, qkv and dout 16-byte aligned. Says nothing about
+ *       the device.
+ *   attention_backward_hopper_keys - the key-major kernel alone (asynchronous on `stream`): reads qkv,
+ *       dout, stats and D [B*NH*T], atomically adds s-less dQ partials into the zeroed dq_acc
+ *       [B*NH*T][64] FP32, writes the k and v slots of dqkv. Dies with a hint if unsupported.
+ *   attention_hopper_bwd_watch_hangs - every mbarrier wait of the kernel is bounded (~10 s of clock64),
+ *       then traps; given a host-mapped AttnHopperHang (cudaHostAllocMapped, device pointer), the trap
+ *       first records which barrier hung there, so a lab can name it after the CUDA error. NULL: trap only.
+ *   attention_hopper_bwd_layout_probe - for the lab: one tile of S^T, dP^T, dV, dK, dQ through the
+ *       kernel's own TMA maps and wgmma helpers (see attention_hopper_bwd.cu), so a layout mistake is named
+ *       before the attention checks fail.
+ */
+#ifndef ATTENTION_ATTENTION_HOPPER_BWD_CUH
+#define ATTENTION_ATTENTION_HOPPER_BWD_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "attention/attention.h"
+
+/* Head size and the probe's tile edge (keys x queries of one consumer warpgroup step). */
+#define ATTN_HOPPER_BWD_HS 64
+#define ATTN_HOPPER_BWD_PROBE_TILE 64
+
+int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv, const void* dout);
+
+void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                    const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
+                                    cudaStream_t stream);
+
+/* Which mbarrier a trapped wait was on (AttnHopperHang.site). */
+enum { ATTN_HANG_NONE = 0, ATTN_HANG_KV_FULL = 1, ATTN_HANG_FULL = 2, ATTN_HANG_EMPTY = 3, ATTN_HANG_PROBE = 4 };
+typedef struct {
+    int site, index, parity, block_x, block_y, thread;
+} AttnHopperHang;
+void attention_hopper_bwd_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
+/* "kv_full (K/V tiles)", ...; "none" for ATTN_HANG_NONE or an unknown site. */
+const char* attn_hopper_hang_site_name(int site);
+
+/* qkv [1, T, 3, NH, 64] and dout [1, T, NH, 64] with T <= 64 (tokens past T read as zeros), head `head`
+   at token 0; writes five [64][64] FP32 tiles, row-major, consecutively at `tiles`:
+   S^T = K Q^T, dP^T = V dO^T, dV = bf(S^T) dO, dK = bf(dP^T) Q, dQ = bf(dP^T)^T K. Synchronous launch
+   errors die; the caller synchronises. */
+void attention_hopper_bwd_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                       float* tiles);
+
+#endif /* ATTENTION_ATTENTION_HOPPER_BWD_CUH */
