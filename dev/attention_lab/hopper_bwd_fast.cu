@@ -1,0 +1,1300 @@
+/*
+ * dev/attention_lab/hopper_bwd.cu - a Hopper (sm_90a) prototype of the key-major causal attention backward
+ * (dK, dV and the dQ atomics) on wgmma + TMA, for bf16 mode and repair mode, head size 64, checked element
+ * by element against attention_backward_cuda and timed next to it.
+ *
+ * STATUS: written 2026-11-29 without a GPU (compiled for sm_90a here, never run). Read the first log as
+ * a layout test: the probe at the start names the operand form that is wrong before the attention
+ * checks fail. HS 128 is refused (hopper_bwd_prepare dies with a hint): its dK/dV accumulators
+ * (2 x 64 FP32 registers) next to S^T and dP^T need a smaller query tile or a split of the work.
+ *
+ * Why: the production backward (attention/attention_cuda.cu: prep, attn_bwd_kernel, dq post-pass) is
+ * mma.sync based and takes 77% of our attention time on the H200 (0.347 ms vs cuDNN's 0.194 ms at
+ * B8 H16 T1024 d64). The wgmma forward (hopper_fwd.cu) ran 1.33-1.51x faster than its mma.sync twin;
+ * this lab carries the same building blocks (attention/hopper_wgmma.cuh) over to the backward.
+ *
+ * What it computes (docs/ATTENTION_NUMERICS.md; attn_bwd_kernel's rounding points, operation for operation):
+ *   D_i = sum_d dO_id O_id in FP32 from the BF16 O (hopper_bwd_prep_kernel: the production prep's order);
+ *   per key tile, for each query tile from the diagonal on:
+ *     S^T = K Q^T, dP^T = V dO^T           (FP32 accumulators, wgmma SS, M = 64 keys per warpgroup)
+ *     P = exp2(fma(S, c, -fl(LSE log2 e)))  (bf16: __fmaf_rn)  or  exp2((S - m) c) * fl(1/l)  (repair)
+ *     dS = P (dP - D)                       (FP32, masked entries exactly 0)
+ *     dV += bf(P)^T dO,  dK += bf(dS)^T Q   (wgmma RS: the accumulator repacked as the A operand)
+ *     dQ_acc += bf(dS) K                    (wgmma RS, A = bf(dS) staged through shared memory) by
+ *                                           red.global.add.v2.f32 into the FP32 workspace
+ *   dK = bf(s dK_acc), dV = bf(dV_acc), dQ = bf(s dQ_acc) (hopper_bwd_dq_kernel: the production post-pass).
+ * Only the order of the FP32 sums differs from the production kernel (tensor-core k-loops; the dQ
+ * atomics arrive per 64 keys here, per 128 there), so dQ/dK/dV should agree within a few BF16 ulps.
+ *
+ * Kernel layout: one CTA = 128 keys (kBlockK) of one (b, h); warps 0-3 and 4-7 are two consumer
+ * warpgroups of 64 keys each, warp 8 the producer. K and V of the CTA are loaded once; Q and dO tiles of
+ * 64 queries (kBlockQ) come in a 2-stage pipeline: full[s] (32 producer lanes arrived after writing the
+ * tile's row state {row_a, row_b, D} to shared memory, plus the TMA bytes) and empty[s] (all 256
+ * consumer threads done with stage s). Each warpgroup's dQ partial (its 64 keys) goes out by its own
+ * atomics; its bf(dS) tile is staged in a private shared buffer [query][key] (padded rows) and read
+ * back as m16n8k16 A fragments, so no CTA-wide barrier is needed inside the loop.
+ *
+ * Operand forms (which are new next to hopper_fwd's verified probe):
+ *   verified there: K-major A and B from 128B-swizzled TMA tiles (Q K^T), N-major B (V of P V) with
+ *     imm-trans-b = 1, the accumulator -> register-A repack, m64n64k16 RS (HS 64's P V);
+ *   NEW here: (1) wgmma m64n64k16 SS (only m64n128k16 SS was run; same descriptors, N = 64),
+ *     (2) the dout tensor map {HS, NH, T, B} (a 3-slot-less twin of the qkv map),
+ *     (3) 64-row TMA boxes, a 128-key tile loaded as two boxes into consecutive 8 KB halves,
+ *     (4) one shared tile read both K-major (Q as B of S^T) and N-major (Q as B of dK),
+ *     (5) the dS staging: accumulator -> [query][key] BF16 in shared memory -> A fragments read by plain
+ *         32-bit loads (the m16n8k16 A layout of hopper_wgmma.cuh's header comment),
+ *     (6) K as an N-major B (dQ = dS K: keys are the reduced dimension), at the warpgroup's 8 KB offset,
+ *     (7) the row state written by the producer lanes before their mbarrier arrival.
+ *   The probe (layout_probe_kernel) runs (1)-(6) on one tile against host loops first.
+ *
+ * Safety: every mbarrier wait is bounded (mbar_wait_bounded: ~10 s of clock64, then it records which
+ * barrier in host-mapped memory and traps; the host prints the record with the CUDA error, see
+ * sync_or_report), so a hang becomes a named error, not a stuck job; TMA zero-fills rows past T per
+ * batch (T is its own dimension), rows/keys >= T are masked and never written.
+ *
+ * Not done: HS 128; overlap inside a warpgroup (each step runs S^T/dP^T, softmax, dV+dK, dQ one after
+ * the other: a 288-thread CTA gets 168 registers per thread, too few to keep the dQ GEMM in flight
+ * with dV/dK - ptxas then serialises all wgmmas, C7512 - so the next step is a full producer
+ * warpgroup + setmaxnreg, as FA3); one dQ atomic per 128 keys instead of per 64 (sum the two
+ * warpgroups' partials in shared memory first); a persistent schedule. Run it under `timeout` anyway.
+ *
+ * Usage: hopper_bwd   (no arguments; needs an sm_90 GPU: H100/H200). Ends with "N passed, N failed".
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "attention/attention.h"
+#include "attention/attention_cuda.cuh"
+#include "attention/attn_cases.h"
+#include "attention/hopper_wgmma.cuh"
+#include "common/cuda_utils.cuh"
+#include "common/utils.h"
+#include "tests/testing.h"
+
+using namespace hopper_wgmma;
+
+namespace {
+
+constexpr int kHS = 64;                 /* the head size this lab supports */
+constexpr int kBlockK = 128;            /* keys per CTA */
+constexpr int kBlockQ = 64;             /* queries per pipelined Q/dO tile (the N of S^T, the k of dK/dV) */
+constexpr int kWarpgroupKeys = 64;      /* keys per consumer warpgroup (the M of wgmma) */
+constexpr int kConsumerWarpgroups = kBlockK / kWarpgroupKeys;
+constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+/* The CTA: the consumer warpgroups, then either one producer warp (the old layout: 288 threads) or a whole
+   producer warpgroup (384 threads) whose registers setmaxnreg hands to the consumers. */
+constexpr int kThreadsProducerWarp = kConsumerThreads + 32;
+constexpr int kThreadsProducerWarpgroup = kConsumerThreads + 128;
+__host__ __device__ constexpr int cta_threads(bool producer_warpgroup) {
+    return producer_warpgroup ? kThreadsProducerWarpgroup : kThreadsProducerWarp;
+}
+/* setmaxnreg split of the 384-thread CTA (65536 registers; __launch_bounds__(384, 1) starts every thread
+   at 168): the producer warpgroup drops to 40, the consumers rise to 232. 128 * 40 + 256 * 232 = 64512 =
+   384 * 168, so the consumers' increase is exactly what the producers free (no wait on other CTAs). */
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreadsProducerWarpgroup * 168,
+              "the setmaxnreg split must fit in what the CTA was launched with");
+
+constexpr int kBoxRows = 64;            /* rows per TMA box (Q, dO tiles; K and V as two boxes each) */
+constexpr int kSwizzleRowBytes = 128;   /* one row of HS 64 BF16 = one 128B-swizzle row */
+constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
+constexpr int kWgmmaK = 16;
+constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO */
+constexpr int kDsPitch = kBlockQ + 8;   /* BF16 per row of a staged dS tile [query][key]: +8 against bank conflicts */
+/* The dQ exchange of the one-set-of-atomics variant: each consumer thread hands the partner warpgroup the
+   16 FP32 values of its dQ fragment that lie in the partner's half of the head dimension. */
+constexpr int kDqHalfRegs = 16;
+constexpr float kLog2e = 1.4426950408889634f;
+enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
+static_assert(kWarpgroupKeys == kBlockQ, "one staged dS tile is 64 x 64: the warpgroup's keys x the query tile");
+
+/* Shared-memory plan (byte offsets from a 1024-byte aligned base). Tiles are [rows][128 bytes], swizzled. */
+template <int STAGES>
+struct SmemPlan {
+    static constexpr int kBoxBytes = kBoxRows * kSwizzleRowBytes;   /* 8 KB */
+    static constexpr int kKeyTileBytes = kBlockK * kSwizzleRowBytes; /* 16 KB */
+    static constexpr int kQTileBytes = kBlockQ * kSwizzleRowBytes;   /* 8 KB */
+    static constexpr int kK = 0;
+    static constexpr int kV = kK + kKeyTileBytes;
+    static constexpr int kQ = kV + kKeyTileBytes;           /* STAGES tiles */
+    static constexpr int kDO = kQ + STAGES * kQTileBytes;   /* STAGES tiles */
+    static constexpr int kDs = kDO + STAGES * kQTileBytes;  /* one [64 query][kDsPitch] BF16 tile per warpgroup */
+    static constexpr int kDsBytes = kBlockQ * kDsPitch * 2;
+    /* dQ exchange: 2 buffers (step parity) x [warpgroup][16 registers][128 threads] FP32 */
+    static constexpr int kXchg = kDs + kConsumerWarpgroups * kDsBytes;
+    static constexpr int kXchgFloats = kConsumerThreads * kDqHalfRegs; /* one buffer */
+    static constexpr int kRowState = kXchg + 2 * kXchgFloats * 4; /* float4 [STAGES][kBlockQ] */
+    static constexpr int kBarriers = kRowState + STAGES * kBlockQ * 16;
+    static constexpr int kNumBarriers = 1 + 2 * STAGES; /* kv_full, full[stages], empty[stages] */
+    static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
+    static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
+    static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
+    static_assert(kRowState % 16 == 0, "float4 row state");
+    static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
+};
+using ProbePlan = SmemPlan<2>;
+
+/* ---- the wgmma this file adds (NEW: not in hopper_wgmma.cuh): D[64 x 64] += A[64 x 16] B[16 x 64], both
+   from shared memory, K-major (imm-trans-a = imm-trans-b = 0), scale-d true. The m64n128k16 SS twin of
+   the header with N = 64: 32 accumulator registers, same descriptor meaning. ---- */
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, acc, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+/* mbarrier wait with a limit: polls for about kHangCycles clock cycles (~2 s at 1.98 GHz; a legitimate wait
+   here is microseconds), then writes which barrier hung into g_hang_record (host-mapped pinned memory)
+   and GIVES UP: it sets the CTA's abort flag (shared memory), after which every bounded wait of the CTA
+   returns at once, so the CTA runs to its end on garbage in a few microseconds and the host, which
+   checks the record after every synchronisation (sync_or_report), names the barrier and stops.
+   Why not __trap() as hopper_bwd.cu: a trap on the path makes ptxas ignore setmaxnreg.inc (the consumer
+   code is then compiled for the launch's 168 registers: 260 bytes of spills and serialised wgmmas, seen
+   with -Xptxas -v), and no thread may leave early either (the named barriers and the .sync.aligned
+   wgmmas need every thread of their warpgroup). No printf: a function call makes ptxas serialise every
+   wgmma (C7510). */
+constexpr long long kHangCycles = 4000000000ll;
+enum HangSite { kHangNone = 0, kHangKvFull = 1, kHangFull = 2, kHangEmpty = 3, kHangProbe = 4 };
+struct HangRecord {
+    int site, index, parity, block_x, block_y, thread;
+};
+__device__ HangRecord* g_hang_record; /* set by the host (hang_record_install); NULL: no record */
+__device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity, HangSite site, int index,
+                                                  volatile int* cta_abort) {
+    const uint32_t addr = smem_u32(bar);
+    uint32_t done = 0;
+    const long long start = clock64();
+    while (!done) {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(addr), "r"(parity)
+            : "memory");
+        if (!done && (*cta_abort != 0 || clock64() - start > kHangCycles)) {
+            if (*cta_abort == 0) {
+                *cta_abort = 1;
+                volatile HangRecord* rec = g_hang_record;
+                if (rec != NULL && rec->site == kHangNone) {
+                    rec->index = index;
+                    rec->parity = (int)parity;
+                    rec->block_x = (int)blockIdx.x;
+                    rec->block_y = (int)blockIdx.y;
+                    rec->thread = (int)threadIdx.x;
+                    __threadfence_system();
+                    rec->site = (int)site;
+                    __threadfence_system();
+                }
+            }
+            break;
+        }
+    }
+}
+
+/* Barrier of one consumer warpgroup (128 threads); ids 1, 2 (0 is __syncthreads). */
+__device__ __forceinline__ void warpgroup_sync(int wg) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+}
+
+/* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
+
+/* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each): K_w, V_w K-major A (the warpgroup's
+   64 rows of the K/V tile), Q and dO K-major B; HS/16 k-steps of 32 bytes along the 128-byte rows.
+   Written, not accumulated. */
+__device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[32], uint32_t k_addr, uint32_t v_addr,
+                                                 uint32_t q_addr, uint32_t do_addr) {
+#pragma unroll
+    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
+    reg_fence(st); /* keeps the zeroing above the fence (plain moves could sink past it) */
+    reg_fence(dpt);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
+        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
+        wgmma_m64n64k16_ss(st, make_smem_desc(k_addr + off, kUnusedLbo, kSwizzleAtomBytes),
+                           make_smem_desc(q_addr + off, kUnusedLbo, kSwizzleAtomBytes));
+    }
+#pragma unroll
+    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
+        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
+        wgmma_m64n64k16_ss(dpt, make_smem_desc(v_addr + off, kUnusedLbo, kSwizzleAtomBytes),
+                           make_smem_desc(do_addr + off, kUnusedLbo, kSwizzleAtomBytes));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(st);
+    reg_fence(dpt);
+}
+
+/* An accumulator (64 x 64, FP32) rounded to BF16 and packed as the register A operand: k-step kk takes
+   columns 16kk..16kk+15 = registers 8kk..8kk+7 (hopper_wgmma.cuh's fragment comment; as hopper_fwd). */
+__device__ __forceinline__ void pack_a_operand(uint32_t (&a)[kBlockQ / kWgmmaK][4], const float (&acc)[32]) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++) {
+        a[kk][0] = pack_bf16x2(acc[8 * kk + 0], acc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
+        a[kk][1] = pack_bf16x2(acc[8 * kk + 2], acc[8 * kk + 3]); /* row g+8, cols 2t, 2t+1 */
+        a[kk][2] = pack_bf16x2(acc[8 * kk + 4], acc[8 * kk + 5]); /* row g,   cols 2t+8, 2t+9 */
+        a[kk][3] = pack_bf16x2(acc[8 * kk + 6], acc[8 * kk + 7]); /* row g+8, cols 2t+8, 2t+9 */
+    }
+}
+
+/* acc += A B over 64 reduced rows: A from registers (4 k-steps), B an N-major 64 x HS tile at b_addr
+   (rows = the reduced dimension, 16 rows = 2048 bytes per k-step; as V in hopper_fwd). Issued only:
+   the caller commits and waits. */
+__device__ __forceinline__ void warpgroup_rs_issue(float (&acc)[32], const uint32_t (&a)[kBlockQ / kWgmmaK][4],
+                                                   uint32_t b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
+        wgmma_m64n64k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * kWgmmaK * kSwizzleRowBytes,
+                                                      ProbePlan::kQTileBytes /* LBO: unused for N = 64 */,
+                                                      kSwizzleAtomBytes));
+}
+
+/* bf(dS^T) from the FP32 dS^T accumulator (element 8kk + 2i + e: key g + 8 (i & 1) of this warp, query
+   16kk + 8 (i >> 1) + 2t + e; the same words pack_a_operand makes) stored to the warpgroup's staging tile
+   as [query][key] BF16 (keys local to the warpgroup). Packs again from the FP32 values instead of reading
+   the A registers of dK: PTX leaves any access to the A registers of an in-flight wgmma undefined. */
+__device__ __forceinline__ void stage_ds(bf16* ds_s, const float (&ds_acc)[32], int warp_in_wg, int g, int t) {
+    const int key = warp_in_wg * 16 + g;
+#pragma unroll
+    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = i & 1, colhalf = i >> 1; /* a[0]: (g, 2t), a[1]: (g+8, 2t), a[2]: (g, 2t+8), a[3]: (g+8, 2t+8) */
+            const int q = 16 * kk + 8 * colhalf + 2 * t;
+            const uint32_t w = pack_bf16x2(ds_acc[8 * kk + 2 * i], ds_acc[8 * kk + 2 * i + 1]); /* low: query q, high: q + 1 */
+            ds_s[q * kDsPitch + key + 8 * r] = __ushort_as_bfloat16((unsigned short)(w & 0xFFFFu));
+            ds_s[(q + 1) * kDsPitch + key + 8 * r] = __ushort_as_bfloat16((unsigned short)(w >> 16));
+        }
+}
+
+/* The A fragments of dQ = dS K for this warp's 16 queries from the staging tile [query][key]: k-step kk
+   (keys 16kk..16kk+15): a0 = (q g, keys 2t, 2t+1), a1 = (q g+8, ...), a2 = (q g, keys 2t+8, 2t+9), a3. */
+__device__ __forceinline__ void load_ds_operand(uint32_t (&a)[kWarpgroupKeys / kWgmmaK][4], const bf16* ds_s,
+                                                int warp_in_wg, int g, int t) {
+    const int q = warp_in_wg * 16 + g;
+#pragma unroll
+    for (int kk = 0; kk < kWarpgroupKeys / kWgmmaK; kk++) {
+        const int k = 16 * kk + 2 * t;
+        a[kk][0] = *reinterpret_cast<const uint32_t*>(ds_s + q * kDsPitch + k);
+        a[kk][1] = *reinterpret_cast<const uint32_t*>(ds_s + (q + 8) * kDsPitch + k);
+        a[kk][2] = *reinterpret_cast<const uint32_t*>(ds_s + q * kDsPitch + k + 8);
+        a[kk][3] = *reinterpret_cast<const uint32_t*>(ds_s + (q + 8) * kDsPitch + k + 8);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* kernels                                                                                           */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* D and the zeroed dQ accumulator: attn_bwd_prep_kernel's semantics and summation order (lane d and
+   d + 32, then the xor tree), one warp per (b, h, t) row; rows = B*NH*T in (b*NH + h)*T + t order. */
+__global__ void hopper_bwd_prep_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout,
+                                       float* __restrict__ D, float* __restrict__ dq_acc, int NH, int T,
+                                       long long rows) {
+    const long long row = (long long)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    float* acc = dq_acc + row * kHS;
+#pragma unroll
+    for (int d = lane; d < kHS; d += 32) acc[d] = 0.f;
+    const long long bh = row / T;
+    const int tok = (int)(row % T);
+    const long long b = bh / NH, h = bh % NH;
+    const long long off = (b * T + tok) * NH * kHS + h * kHS;
+    float sum = 0.f;
+#pragma unroll
+    for (int d = lane; d < kHS; d += 32) sum += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
+#pragma unroll
+    for (int k = 16; k >= 1; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
+    if (lane == 0) D[row] = sum;
+}
+
+/* dQ = bf(s * acc) into the q slot of dqkv (attn_bwd_dq_kernel's semantics); one thread per 2 elements. */
+__global__ void hopper_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T,
+                                     float scale, long long pairs) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= pairs) return;
+    const long long e = 2 * i;
+    const int d = (int)(e % kHS);
+    const long long row = e / kHS;
+    const int tok = (int)(row % T);
+    const long long bh = row / T, b = bh / NH, h = bh % NH;
+    const float2 v = *reinterpret_cast<const float2*>(dq_acc + e);
+    bf16* dst = dqkv + (b * T + tok) * 3LL * NH * kHS + h * kHS + d;
+    *reinterpret_cast<uint32_t*>(dst) = pack_bf16x2(v.x * scale, v.y * scale);
+}
+
+/* The recomputed probability of one score (attention_cuda.cu's backward_prob): bf16: row_a =
+   fl(LSE log2 e), P = exp2(fma(S, c, -row_a)); repair: row_a = m, row_b = fl(1/l). */
+template <int MODE>
+__device__ __forceinline__ float recompute_prob(float score, float row_a, float row_b, float c) {
+    if (MODE == ATTN_BF16) return exp2f(__fmaf_rn(score, c, -row_a));
+    return exp2f((score - row_a) * c) * row_b;
+}
+
+/* setmaxnreg (sm_90a): every thread of the warpgroup executes it with the same count. */
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+
+/* Barrier of the two consumer warpgroups (256 threads; id 3: 1 and 2 are the per-warpgroup barriers). */
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 3, %0;\n" ::"n"(kConsumerThreads) : "memory");
+}
+
+/* red.global.add.v2.f32 (what atomicAdd(float2*) becomes on sm_90) under a predicate instead of a branch:
+   a divergent branch between a wgmma issue and its wait makes ptxas serialise the wgmmas (C7518). */
+__device__ __forceinline__ void red_add_f32x2_if(float* dst, float lo, float hi, bool ok) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p red.global.add.v2.f32 [%0], {%1, %2};\n}\n" ::"l"(dst),
+                 "f"(lo), "f"(hi), "r"((int)ok)
+                 : "memory");
+}
+
+/* The variants, each a template switch over the verified kernel of hopper_bwd.cu (kept as variant 0):
+     PRODUCER_WG - a 128-thread producer warpgroup that gives registers away (setmaxnreg 40 / 232);
+     OVERLAP     - S^T and dP^T as two commit groups (P computed while dP^T runs), dQ = bf(dS) K issued
+                   right behind dV/dK with one wait for all three, and the dQ atomics of step i issued
+                   while step i + 1's S^T/dP^T run (the partial waits in registers across the boundary);
+     SHARED_DQ   - one set of dQ atomics per CTA: the warpgroups swap the halves of their FP32 dQ
+                   partials through shared memory; each adds and sends the 32 columns it owns;
+     STAGES      - Q/dO pipeline depth (2 or 3). */
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES>
+__global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
+    hopper_bwd_fast_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                           const float* __restrict__ stats, const float* __restrict__ D, float* __restrict__ dq_acc,
+                           bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
+    using Plan = SmemPlan<STAGES>;
+    static_assert(!SHARED_DQ || OVERLAP, "the dQ exchange is written into the deferred (overlapped) flush");
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    unsigned char* k_s = smem + Plan::kK;
+    unsigned char* v_s = smem + Plan::kV;
+    unsigned char* q_s = smem + Plan::kQ;
+    unsigned char* do_s = smem + Plan::kDO;
+    float* xchg = reinterpret_cast<float*>(smem + Plan::kXchg);
+    float4* row_state = reinterpret_cast<float4*>(smem + Plan::kRowState);
+    uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    uint64_t* full = kv_full + 1;
+    uint64_t* empty = full + STAGES;
+
+    const int k0 = blockIdx.x * kBlockK; /* key tile 0 sees every query: first */
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
+    const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* the warpgroup index through a shuffle: ptxas then knows it is warp-uniform, so the setmaxnreg regions
+       below are not divergent code to it */
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+    __shared__ int cta_abort; /* set by a bounded wait that gave up (see mbar_wait_bounded) */
+
+    if (threadIdx.x == 0) {
+        cta_abort = 0;
+        mbar_init(kv_full, 1);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 32);                /* 32 producer lanes (row state) + the TMA bytes */
+            mbar_init(&empty[s], kConsumerThreads); /* every consumer thread, after its last read */
+        }
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    __syncthreads();
+
+    if (warpgroup == kConsumerWarpgroups) {
+        if constexpr (PRODUCER_WG) setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
+        if (warp != kConsumerThreads / 32) return; /* warps 9-11 of the producer warpgroup have no work */
+        /* ---- producer warp: lane 0 issues the copies, every lane writes row state for 2 queries ---- */
+        if (lane == 0) {
+            mbar_arrive_expect_tx(kv_full, 2 * Plan::kKeyTileBytes);
+            for (int half = 0; half < kBlockK / kBoxRows; half++) {
+                /* a half that starts at or past T (last key tile) loads the first half's rows again
+                   instead of a box wholly out of bounds: its keys are all masked (dS = 0), and finite
+                   data keeps 0 * K = 0 in dQ (uninitialised shared memory could hold NaN patterns) */
+                const int row = (k0 + half * kBoxRows < T) ? k0 + half * kBoxRows : k0;
+                tma_load_4d(k_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotK * NH + h, row, b);
+                tma_load_4d(v_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotV * NH + h, row, b);
+            }
+        }
+        for (int i = 0; i < n_q_tiles; i++) {
+            const int s = i % STAGES;
+            const int q0 = (qt_begin + i) * kBlockQ;
+            /* stage s is free once the consumers released tile i - STAGES (phase i / STAGES - 1) */
+            if (i >= STAGES) mbar_wait_bounded(&empty[s], (uint32_t)((i / STAGES - 1) & 1), kHangEmpty, s, &cta_abort);
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int ql = lane + 32 * half, query = q0 + ql;
+                /* rows past T: values that leave P finite (they are masked to 0 anyway) */
+                float4 st = make_float4(0.f, 1.f, 0.f, 0.f);
+                if (query < T) {
+                    const long long idx = (long long)bh * T + query;
+                    const float a = stats[idx * 2];
+                    st.x = (MODE == ATTN_BF16) ? a * kLog2e : a;                         /* fl(LSE log2 e) or m */
+                    st.y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(stats[idx * 2 + 1]);    /* 1 or fl(1 / l) */
+                    st.z = D[idx];
+                }
+                row_state[s * kBlockQ + ql] = st;
+            }
+            /* every lane's arrival releases its own row-state writes (the phase needs all 32); lane 0's
+               arrival also announces the TMA bytes, which must land before the phase completes */
+            if (lane == 0) {
+                mbar_arrive_expect_tx(&full[s], 2 * Plan::kQTileBytes);
+                tma_load_4d(q_s + s * Plan::kQTileBytes, &qkv_map, &full[s], 0, kSlotQ * NH + h, q0, b);
+                tma_load_4d(do_s + s * Plan::kQTileBytes, &dout_map, &full[s], 0, h, q0, b);
+            } else {
+                mbar_arrive(&full[s]);
+            }
+        }
+        return;
+    }
+    if constexpr (PRODUCER_WG) setmaxnreg_inc<kConsumerRegs>();
+
+    /* ---- consumer warpgroups: wg owns keys k0 + 64 wg .. +63; this thread keys key0, key0 + 8 ---- */
+    const int wg = warpgroup, warp_in_wg = warp % 4, g = lane >> 2, t = lane & 3;
+    const int tid_in_wg = threadIdx.x & 127;
+    const int key0 = k0 + wg * kWarpgroupKeys + warp_in_wg * 16 + g;
+    const int wg_key_first = k0 + wg * kWarpgroupKeys;
+    bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsBytes);
+    const uint32_t k_addr = smem_u32(k_s) + wg * Plan::kBoxBytes, v_addr = smem_u32(v_s) + wg * Plan::kBoxBytes;
+    float dk[32], dv[32], dq[32];
+    float dq_out[32]; /* the dQ partial being sent (a copy of dq made after its wgmma completed; see flush_dq) */
+#pragma unroll
+    for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.f;
+
+    /* The dQ partial of query tile q0 (rows q0 + 16 warp_in_wg + g (+8), cols 8n + 2t) into the FP32
+       workspace; `send` false: nothing goes out (the first step of the deferred flush, whose dq is zero).
+       No branches (predicated red, selects): under OVERLAP this runs while wgmmas are in flight.
+       SHARED_DQ: warpgroup wg owns columns 32 wg..32 wg + 31 (registers 16 wg..16 wg + 15); it hands its
+       other 16 values to the partner through buffer `parity` (double-buffered by step: a buffer is
+       rewritten two steps later, after a barrier that every reader of it has passed), then sends the sum
+       of both partials for its own columns (a + b = b + a exactly: the order of the two is immaterial).
+       The halves are picked by selects on wg, not by an index computed from it (that would put dq in
+       local memory). */
+    auto flush_dq = [&](int q0, int parity, bool send) {
+        if constexpr (SHARED_DQ) {
+            float* xb = xchg + parity * Plan::kXchgFloats;
+#pragma unroll
+            for (int k = 0; k < kDqHalfRegs; k++)
+                xb[(wg * kDqHalfRegs + k) * 128 + tid_in_wg] = (wg == 0) ? dq_out[kDqHalfRegs + k] : dq_out[k];
+            consumers_sync();
+            const float* xp = xb + (1 - wg) * kDqHalfRegs * 128;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int query = q0 + warp_in_wg * 16 + g + 8 * r;
+                float* dst = dq_acc + ((long long)bh * T + query) * kHS + 2 * t + wg * (kHS / 2);
+#pragma unroll
+                for (int nn = 0; nn < kHS / 16; nn++) {
+                    const int k = 4 * nn + 2 * r; /* register within the owned half */
+                    const float lo = ((wg == 0) ? dq_out[k] : dq_out[kDqHalfRegs + k]) + xp[k * 128 + tid_in_wg];
+                    const float hi = ((wg == 0) ? dq_out[k + 1] : dq_out[kDqHalfRegs + k + 1]) + xp[(k + 1) * 128 + tid_in_wg];
+                    red_add_f32x2_if(dst + 8 * nn, lo, hi, send && query < T);
+                }
+            }
+        } else {
+            (void)parity;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int query = q0 + warp_in_wg * 16 + g + 8 * r;
+                float* dst = dq_acc + ((long long)bh * T + query) * kHS + 2 * t;
+#pragma unroll
+                for (int n = 0; n < kHS / 8; n++)
+                    red_add_f32x2_if(dst + 8 * n, dq_out[4 * n + 2 * r], dq_out[4 * n + 2 * r + 1], send && query < T);
+            }
+        }
+    };
+#pragma unroll
+    for (int k = 0; k < 32; k++) dq[k] = dq_out[k] = 0.f;
+
+    mbar_wait_bounded(kv_full, 0, kHangKvFull, 0, &cta_abort);
+    __syncwarp();
+
+    for (int i = 0; i < n_q_tiles; i++) {
+        const int s = i % STAGES;
+        const int q0 = (qt_begin + i) * kBlockQ;
+        mbar_wait_bounded(&full[s], (uint32_t)((i / STAGES) & 1), kHangFull, s, &cta_abort);
+        __syncwarp();
+        const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes), do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
+        const float4* rs = row_state + s * kBlockQ;
+
+        /* Element 4j + 2r + e of S^T/dP^T: key key0 + 8r, query q0 + 8j + 2t + e. The mask can bite only
+           where the tile reaches the warpgroup's keys or T. */
+        const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+        auto live = [&](int j, int e, int r) {
+            const int query = q0 + 8 * j + 2 * t + e;
+            return !masked || (key0 + 8 * r <= query && query < T);
+        };
+        float st[32], dpt[32];
+        if constexpr (OVERLAP) {
+#pragma unroll
+            for (int k = 0; k < 32; k++) st[k] = dpt[k] = 0.f;
+            reg_fence(st);
+            reg_fence(dpt);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
+                const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
+                wgmma_m64n64k16_ss(st, make_smem_desc(k_addr + off, kUnusedLbo, kSwizzleAtomBytes),
+                                   make_smem_desc(q_addr + off, kUnusedLbo, kSwizzleAtomBytes));
+            }
+            wgmma_commit();
+#pragma unroll
+            for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
+                const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
+                wgmma_m64n64k16_ss(dpt, make_smem_desc(v_addr + off, kUnusedLbo, kSwizzleAtomBytes),
+                                   make_smem_desc(do_addr + off, kUnusedLbo, kSwizzleAtomBytes));
+            }
+            wgmma_commit();
+            /* the previous step's dQ atomics go out while the score GEMMs run */
+            flush_dq(q0 - kBlockQ, (i + 1) & 1, i > 0);
+            wgmma_wait<1>();
+            reg_fence(st);
+        } else {
+            warpgroup_scores(st, dpt, k_addr, v_addr, q_addr, do_addr);
+        }
+        /* P into st (masked entries exactly 0) */
+#pragma unroll
+        for (int j = 0; j < kBlockQ / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float4 row = rs[8 * j + 2 * t + e];
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int idx = 4 * j + 2 * r + e;
+                    st[idx] = live(j, e, r) ? recompute_prob<MODE>(st[idx], row.x, row.y, c) : 0.f;
+                }
+            }
+        if constexpr (OVERLAP) {
+            wgmma_wait<0>();
+            reg_fence(dpt);
+        }
+        /* dS = P (dP - D) into dpt (masked entries exactly 0) */
+#pragma unroll
+        for (int j = 0; j < kBlockQ / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float dd = rs[8 * j + 2 * t + e].z;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int idx = 4 * j + 2 * r + e;
+                    dpt[idx] = live(j, e, r) ? st[idx] * (dpt[idx] - dd) : 0.f;
+                }
+            }
+
+        /* dV += bf(P)^T dO, dK += bf(dS)^T Q (A from registers, dO and Q N-major) as one batch; while it
+           runs, bf(dS) goes to the staging tile [query][key] (packed again from the FP32 dS; the previous
+           step's reads of the tile are behind the first barrier). Then dQ_partial = bf(dS) K_w (A loaded
+           back from the tile, K_w N-major): without OVERLAP as a second batch after the first completed
+           (the old kernel: 168 registers cannot hold all three in flight, C7512), with OVERLAP issued
+           behind it and one wait for both. */
+        uint32_t pa[kBlockQ / kWgmmaK][4], pds[kBlockQ / kWgmmaK][4];
+        pack_a_operand(pa, st);
+        pack_a_operand(pds, dpt);
+        reg_fence(pa);
+        reg_fence(pds);
+        reg_fence(dv);
+        reg_fence(dk);
+        wgmma_fence();
+        warpgroup_rs_issue(dv, pa, do_addr);
+        warpgroup_rs_issue(dk, pds, q_addr);
+        wgmma_commit();
+        warpgroup_sync(wg);
+        stage_ds(ds_s, dpt, warp_in_wg, g, t);
+        warpgroup_sync(wg);
+        if constexpr (!OVERLAP) {
+            wgmma_wait<0>();
+            reg_fence(dv);
+            reg_fence(dk);
+            reg_fence(pa);
+            reg_fence(pds);
+        }
+
+        uint32_t adq[kWarpgroupKeys / kWgmmaK][4];
+        load_ds_operand(adq, ds_s, warp_in_wg, g, t);
+#pragma unroll
+        for (int k = 0; k < 32; k++) dq[k] = 0.f;
+        reg_fence(adq);
+        reg_fence(dq);
+        wgmma_fence();
+        warpgroup_rs_issue(dq, adq, k_addr);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(dq);
+        reg_fence(adq);
+        if constexpr (OVERLAP) {
+            reg_fence(dv);
+            reg_fence(dk);
+            reg_fence(pa);
+            reg_fence(pds);
+        }
+        /* dq_out = dq through a mov ptxas cannot see through: read straight from the wgmma's registers,
+           the flush (which runs while the next step's wgmmas are in flight) made ptxas inject a wgmma wait
+           (C7517) or serialise the wgmmas (C7518) */
+#pragma unroll
+        for (int k = 0; k < 32; k++) asm volatile("mov.b32 %0, %1;\n" : "=f"(dq_out[k]) : "f"(dq[k]));
+        mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+        if constexpr (!OVERLAP) flush_dq(q0, 0, true);
+    }
+    if constexpr (OVERLAP) {
+        if (n_q_tiles > 0) flush_dq((qt_begin + n_q_tiles - 1) * kBlockQ, (n_q_tiles + 1) & 1, true);
+    }
+
+    /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t) */
+    const long long qkv_row = 3LL * NH * kHS;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + 8 * r;
+        if (key >= T) continue;
+        bf16* dk_row = dqkv + ((long long)b * T + key) * qkv_row + (long long)NH * kHS + (long long)h * kHS;
+        bf16* dv_row = dk_row + (long long)NH * kHS;
+#pragma unroll
+        for (int n = 0; n < kHS / 8; n++) {
+            *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
+                pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+            *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) = pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+        }
+    }
+}
+
+/* Layout probe: one warpgroup, one tile of everything at token 0 of batch 0 (K, V, Q of `head` from qkv;
+   dO of `head` from dout; T < 64 so the TMA zero fill shows), through the kernel's own helpers, no
+   softmax:
+     out_st  = S^T = K Q^T              (NEW (1): m64n64k16 SS; K-major A and B)
+     out_dpt = dP^T = V dO^T            (NEW (1), (2): the dout map)
+     out_dv  = bf(S^T) dO               (register A repack, dO N-major)
+     out_dk  = bf(dP^T) Q               (NEW (4): Q read N-major after being read K-major)
+     out_dq  = bf(dP^T)^T K             (NEW (5), (6): staging [query][key] + A loads; K N-major)
+   [64 x 64] FP32 each, row-major. The kernel loads its 128 keys as two 64-row boxes (NEW (3)); the probe
+   loads tokens 0..63 into the SECOND 8 KB half of the K and V tiles and reads them there (warpgroup 1's
+   offset), and Q/dO into stage 1, so the non-zero offsets are what is exercised. */
+__global__ void __launch_bounds__(128, 1)
+    layout_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                        int NH, int head, float* __restrict__ out_st, float* __restrict__ out_dpt,
+                        float* __restrict__ out_dv, float* __restrict__ out_dk, float* __restrict__ out_dq) {
+    using Plan = ProbePlan;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    __shared__ int cta_abort; /* set by a bounded wait that gave up (see mbar_wait_bounded) */
+    if (threadIdx.x == 0) {
+        cta_abort = 0;
+        mbar_init(bar, 1);
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    __syncthreads();
+    /* tiles: K and V into their second 8 KB half (warpgroup 1's place), Q and dO into stage 1 */
+    unsigned char* k_half = smem + Plan::kK + Plan::kBoxBytes;
+    unsigned char* v_half = smem + Plan::kV + Plan::kBoxBytes;
+    unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;
+    unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes;
+    if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(bar, 4 * Plan::kBoxBytes);
+        tma_load_4d(k_half, &qkv_map, bar, 0, kSlotK * NH + head, 0, 0);
+        tma_load_4d(v_half, &qkv_map, bar, 0, kSlotV * NH + head, 0, 0);
+        tma_load_4d(q_t, &qkv_map, bar, 0, kSlotQ * NH + head, 0, 0);
+        tma_load_4d(do_t, &dout_map, bar, 0, head, 0, 0);
+    }
+    mbar_wait_bounded(bar, 0, kHangProbe, 0, &cta_abort);
+    __syncwarp();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
+    const uint32_t k_addr = smem_u32(k_half), v_addr = smem_u32(v_half);
+    float st[32], dpt[32];
+    warpgroup_scores(st, dpt, k_addr, v_addr, q_addr, do_addr);
+    auto write_acc = [&](float* dst, const float (&acc)[32]) {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) dst[(warp * 16 + g + 8 * r) * 64 + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
+    };
+    write_acc(out_st, st);
+    write_acc(out_dpt, dpt);
+    uint32_t pa[4][4], pds[4][4];
+    pack_a_operand(pa, st);
+    pack_a_operand(pds, dpt);
+    float dv[32], dk[32], dq[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) dv[i] = dk[i] = dq[i] = 0.f;
+    reg_fence(pa);
+    reg_fence(pds);
+    reg_fence(dv);
+    reg_fence(dk);
+    wgmma_fence();
+    warpgroup_rs_issue(dv, pa, do_addr);
+    warpgroup_rs_issue(dk, pds, q_addr);
+    wgmma_commit();
+    bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + Plan::kDsBytes); /* warpgroup 1's buffer */
+    warpgroup_sync(0);
+    stage_ds(ds_s, dpt, warp, g, t);
+    warpgroup_sync(0);
+    uint32_t adq[4][4];
+    load_ds_operand(adq, ds_s, warp, g, t);
+    reg_fence(dq);
+    reg_fence(adq);
+    wgmma_fence();
+    warpgroup_rs_issue(dq, adq, k_addr);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dv);
+    reg_fence(dk);
+    reg_fence(dq);
+    reg_fence(pa);
+    reg_fence(pds);
+    reg_fence(adq);
+    write_acc(out_dv, dv);
+    write_acc(out_dk, dk);
+    write_acc(out_dq, dq);
+}
+
+}  // namespace
+
+/* ------------------------------------------------------------------------------------------------ */
+/* host: tensor maps, launch                                                                         */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A 4-D BF16 tensor {HS, heads, T, B} (innermost first) with token stride `heads * HS`, boxes of
+   {64 columns, 1 head, 64 tokens, 1 batch}, 128-byte swizzle, zeros outside. qkv: heads = 3 NH
+   (slot*NH + head); dout [B, T, NH, HS]: heads = NH. */
+static CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
+    CUtensorMap map;
+    const cuuint64_t dims[4] = {(cuuint64_t)s.HS, (cuuint64_t)heads, (cuuint64_t)s.T, (cuuint64_t)s.B};
+    const cuuint64_t strides[3] = {(cuuint64_t)s.HS * sizeof(bf16), (cuuint64_t)heads * s.HS * sizeof(bf16),
+                                   (cuuint64_t)s.T * heads * s.HS * sizeof(bf16)};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)kBoxRows, 1};
+    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides, box,
+                                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        die("hopper_bwd_fast: cuTensorMapEncodeTiled failed (CUresult %d) for %s, B=%d NH=%d T=%d HS=%d\n"
+            "  hint: the buffer must be 16-byte aligned (cudaMalloc is) and HS 64",
+            (int)r, what, s.B, s.NH, s.T, s.HS);
+    }
+    return map;
+}
+
+/* The variants, cumulative, in the order they are expected to pay; 0 is hopper_bwd.cu's kernel as it ran
+   on the H200 (13:11: 0.325 ms at B8 H16 T1024), so each line of the log says what one step added. */
+typedef void (*KernelLaunch)(dim3 grid, cudaStream_t stream, const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
+                             const float* stats, const float* D, float* dq_acc, bf16* dqkv, int NH, int T, float scale,
+                             float c);
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES>
+static void launch_fast_kernel(dim3 grid, cudaStream_t stream, const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
+                               const float* stats, const float* D, float* dq_acc, bf16* dqkv, int NH, int T,
+                               float scale, float c) {
+    hopper_bwd_fast_kernel<MODE, PRODUCER_WG, OVERLAP, SHARED_DQ, STAGES>
+        <<<grid, cta_threads(PRODUCER_WG), SmemPlan<STAGES>::kAlloc, stream>>>(qkv_map, dout_map, stats, D, dq_acc,
+                                                                              dqkv, NH, T, scale, c);
+}
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES>
+static void allow_fast_kernel_smem(void) {
+    cudaCheck(cudaFuncSetAttribute(hopper_bwd_fast_kernel<MODE, PRODUCER_WG, OVERLAP, SHARED_DQ, STAGES>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan<STAGES>::kAlloc));
+}
+struct Variant {
+    const char* name;   /* short, for the log */
+    const char* change; /* what it adds to the variant before it */
+    KernelLaunch launch_bf16, launch_repair;
+    void (*allow_smem_bf16)(void);
+    void (*allow_smem_repair)(void);
+};
+#define FAST_VARIANT(name, change, PWG, OVL, SDQ, ST)                                                         \
+    {name, change, launch_fast_kernel<ATTN_BF16, PWG, OVL, SDQ, ST>, launch_fast_kernel<ATTN_REPAIR, PWG, OVL, SDQ, ST>, \
+     allow_fast_kernel_smem<ATTN_BF16, PWG, OVL, SDQ, ST>, allow_fast_kernel_smem<ATTN_REPAIR, PWG, OVL, SDQ, ST>}
+static const Variant kVariants[] = {
+    FAST_VARIANT("v0 old", "hopper_bwd.cu's kernel: producer warp (288 threads), no overlap, dQ atomics per warpgroup,"
+                 " 2 stages", false, false, false, 2),
+    FAST_VARIANT("v1 +producer WG", "a producer warpgroup (384 threads), setmaxnreg 40 / 232", true, false, false, 2),
+    FAST_VARIANT("v2 +overlap", "S^T and dP^T as 2 groups (P under dP^T), dQ issued behind dV/dK, dQ atomics under"
+                 " the next step's score GEMMs", true, true, false, 2),
+    FAST_VARIANT("v3 +one dQ per CTA", "the warpgroups swap dQ halves through shared memory: one set of atomics"
+                 " per 128 keys", true, true, true, 2),
+    FAST_VARIANT("v4 +3 stages", "3 Q/dO stages", true, true, true, 3),
+};
+enum { kNumVariants = (int)(sizeof kVariants / sizeof kVariants[0]) };
+#undef FAST_VARIANT
+
+/* What a launch needs that depends on the shape and the buffers only (built once; the maps encode the
+   qkv and dout pointers). */
+struct HopperBwd {
+    AttnShape shape;
+    AttnMode mode;
+    CUtensorMap qkv_map, dout_map;
+};
+
+static HopperBwd hopper_bwd_prepare(AttnMode mode, AttnShape s, const bf16* qkv, const bf16* dout) {
+    attention_cuda_check_shape(s, mode);
+    if (s.HS != kHS) {
+        die("hopper_bwd_fast: head size %d is not supported by this lab (B=%d NH=%d T=%d)\n"
+            "  hint: only HS 64 is written; HS 128 needs a smaller query tile for the dK/dV accumulators",
+            s.HS, s.B, s.NH, s.T);
+    }
+    if (mode != ATTN_BF16 && mode != ATTN_REPAIR) {
+        die("hopper_bwd_fast: mode %s is not supported by this lab\n"
+            "  hint: bf16 and repair only (fp32 splits P/dS into BF16 terms; gproj needs the row pass)",
+            attn_mode_name(mode));
+    }
+    for (int v = 0; v < kNumVariants; v++) {
+        kVariants[v].allow_smem_bf16();
+        kVariants[v].allow_smem_repair();
+    }
+    HopperBwd f;
+    f.shape = s;
+    f.mode = mode;
+    f.qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
+    f.dout_map = make_head_map(dout, s, s.NH, "dout");
+    return f;
+}
+
+/* The whole backward of the prepared shape with variant `variant`: prep (D, zero the accumulator), the
+   key-major kernel, the dQ post-pass. Overwrites dqkv. workspace: B*NH*T*(HS + 1) floats (accumulator, D). */
+static void hopper_bwd_launch(const HopperBwd& f, int variant, const bf16* out, const float* stats, bf16* dqkv,
+                              float* workspace, const bf16* dout, cudaStream_t stream) {
+    const AttnShape s = f.shape;
+    const long long rows = (long long)s.B * s.NH * s.T;
+    float* dq_acc = workspace;
+    float* D = workspace + rows * s.HS;
+    const float scale = attn_softmax_scale(s.HS), c = attn_exp2_scale(s.HS);
+    constexpr int kPrepThreads = 256;
+    hopper_bwd_prep_kernel<<<(unsigned)ceil_div(rows, kPrepThreads / 32), kPrepThreads, 0, stream>>>(
+        out, dout, D, dq_acc, s.NH, s.T, rows);
+    cudaCheckLastError();
+    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
+    const Variant& v = kVariants[variant];
+    (f.mode == ATTN_BF16 ? v.launch_bf16 : v.launch_repair)(grid, stream, f.qkv_map, f.dout_map, stats, D, dq_acc,
+                                                            dqkv, s.NH, s.T, scale, c);
+    cudaCheckLastError();
+    const long long pairs = rows * s.HS / 2;
+    hopper_bwd_dq_kernel<<<(unsigned)ceil_div(pairs, 256), 256, 0, stream>>>(dq_acc, dqkv, s.NH, s.T, scale, pairs);
+    cudaCheckLastError();
+}
+
+/* The hang record lives in pinned host memory mapped into the device, so it can still be read after a
+   trap has killed the context. */
+static HangRecord* g_hang_host = NULL;
+static void hang_record_install(void) {
+    cudaCheck(cudaHostAlloc((void**)&g_hang_host, sizeof(HangRecord), cudaHostAllocMapped));
+    memset(g_hang_host, 0, sizeof(HangRecord));
+    HangRecord* dev = NULL;
+    cudaCheck(cudaHostGetDevicePointer((void**)&dev, g_hang_host, 0));
+    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &dev, sizeof dev));
+}
+/* cudaDeviceSynchronize (or an event wait) that, on failure, names the barrier that hung (if one did). */
+static void sync_or_report(cudaError_t e, const char* where) {
+    const volatile HangRecord* r = g_hang_host;
+    const int hung = r != NULL && r->site > kHangNone && r->site <= kHangProbe;
+    if (e == cudaSuccess && !hung) return;
+    static const char* kSite[] = {"none", "kv_full (K/V tiles)", "full (Q/dO tile + row state)",
+                                  "empty (stage released by the consumers)", "probe tiles"};
+    if (hung) {
+        fprintf(stderr, "hopper_bwd_fast: HANG: mbarrier %s, index %d, parity %d, block (%d, %d), thread %d"
+                " (the CTA gave up waiting and ran on: its results are garbage)\n",
+                kSite[r->site], r->index, r->parity, r->block_x, r->block_y, r->thread);
+        printf("  FAIL HANG in %s: mbarrier %s never completed\n", where, kSite[r->site]);
+        fflush(stdout);
+    }
+    die("hopper_bwd_fast: %s after %s%s%s\n  hint: a HANG line names the mbarrier that never completed (a pipeline"
+        " protocol bug of this variant); otherwise run under compute-sanitizer",
+        hung ? "a hung mbarrier" : "a CUDA error", where, e != cudaSuccess ? ": " : "",
+        e != cudaSuccess ? cudaGetErrorString(e) : "");
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* host: checks against the production backward, timing                                              */
+/* ------------------------------------------------------------------------------------------------ */
+
+static AttnRng g_rng; /* seeded at the start of main */
+static float normal01(void) { return (float)attn_rng_normal(&g_rng); }
+/* One BF16 ulp (8 significant bits) at max(|x|, floor); floor = the RMS of the reference row (entries
+   near zero come from cancellation; their error scales with the row). */
+static double bf16_ulp(double x, double floor_mag) {
+    const double a = fmax(fabs(x), floor_mag);
+    return a > 0 ? ldexp(1.0, (int)floor(log2(a)) - 7) : 0.0;
+}
+static float median_ms(float* v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            const float tmp = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = tmp;
+        }
+    return v[n / 2];
+}
+
+/* Tolerance (set before any run): the two kernels sum S, dP (tensor-core k order), dK/dV (query order
+   within a tile) and dQ (64-key partials here, 128 there) differently; a changed FP32 S can flip the
+   BF16 rounding of P or dS of one element. Expected worst ~2-3 ulps of the row scale. */
+static const double kMaxUlps = 4.0;
+
+/* Compares one slot (0 q, 1 k, 2 v) of two dqkv buffers row by row (row = one (b, t, h) vector of HS). */
+struct SlotDiff {
+    size_t nan_ref, nan_new, over_1ulp, count;
+    double max_ulps, max_abs;
+};
+static SlotDiff compare_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot) {
+    SlotDiff d = {0, 0, 0, 0, 0.0, 0.0};
+    const size_t vecs = (size_t)s.B * s.T * s.NH;
+    for (size_t v = 0; v < vecs; v++) {
+        const size_t bt = v / s.NH, h = v % s.NH;
+        const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
+        double sq = 0;
+        for (int k = 0; k < s.HS; k++) {
+            const double a = bf16_bits_to_float(ref[base + k]);
+            if (!isnan(a)) sq += a * a;
+        }
+        const double rms = sqrt(sq / s.HS);
+        for (int k = 0; k < s.HS; k++) {
+            const double a = bf16_bits_to_float(ref[base + k]), x = bf16_bits_to_float(got[base + k]);
+            d.count++;
+            if (isnan(a)) d.nan_ref++;
+            if (isnan(x)) d.nan_new++;
+            if (isnan(a) || isnan(x)) continue;
+            const double diff = fabs(a - x), ulp = bf16_ulp(fmax(fabs(a), fabs(x)), rms);
+            const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
+            if (diff > d.max_abs) d.max_abs = diff;
+            if (ulps > d.max_ulps) d.max_ulps = ulps;
+            if (ulps > 1.0) d.over_1ulp++;
+        }
+    }
+    return d;
+}
+
+/* One shape and mode: forward by attention_forward_cuda, then the production backward and variant
+   `variant` on the same inputs (dqkv poisoned with NaN first), compared slot by slot. With time_it, the
+   production backward, variant 0 (hopper_bwd.cu's kernel) and this variant timed, interleaved. */
+static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it, int variant) {
+    char title[256];
+    snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d%s: wgmma backward %s vs attention_backward_cuda",
+             attn_mode_name(mode), s.B, s.NH, s.T, s.HS, q_scale != 1.f ? " (q x8)" : "", kVariants[variant].name);
+    test_section(title);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+    const size_t rows = (size_t)s.B * s.NH * s.T;
+    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
+    uint16_t* h_dout = (uint16_t*)mallocCheck(nout * 2);
+    const size_t row = 3ull * s.NH * s.HS;
+    for (size_t i = 0; i < nqkv; i++) {
+        const int is_q = (i % row) < (size_t)s.NH * s.HS;
+        h_qkv[i] = float_to_bf16_bits(normal01() * (is_q ? q_scale : 1.f));
+    }
+    for (size_t i = 0; i < nout; i++) h_dout[i] = float_to_bf16_bits(normal01());
+    bf16 *qkv, *out, *dout, *dqkv_ref, *dqkv_new;
+    float *stats, *ws_new;
+    void* ws_ref;
+    const size_t ws_ref_bytes = attention_cuda_workspace_bytes(s, mode);
+    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
+    cudaCheck(cudaMalloc(&out, nout * 2));
+    cudaCheck(cudaMalloc(&dout, nout * 2));
+    cudaCheck(cudaMalloc(&dqkv_ref, nqkv * 2));
+    cudaCheck(cudaMalloc(&dqkv_new, nqkv * 2));
+    cudaCheck(cudaMalloc(&stats, nstats * 4));
+    cudaCheck(cudaMalloc(&ws_ref, ws_ref_bytes));
+    cudaCheck(cudaMalloc(&ws_new, rows * (s.HS + 1) * 4));
+    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
+    /* poison: 0xFFFF is a BF16 NaN, 0xFFFFFFFF an FP32 NaN; any output left unwritten shows */
+    cudaCheck(cudaMemset(dqkv_ref, 0xFF, nqkv * 2));
+    cudaCheck(cudaMemset(dqkv_new, 0xFF, nqkv * 2));
+    cudaCheck(cudaMemset(ws_new, 0xFF, rows * (s.HS + 1) * 4));
+    const AttnOptions opt = {0};
+    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, 0);
+    const HopperBwd bwd = hopper_bwd_prepare(mode, s, qkv, dout);
+    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
+    hopper_bwd_launch(bwd, variant, out, stats, dqkv_new, ws_new, dout, 0);
+    sync_or_report(cudaDeviceSynchronize(), title);
+
+    uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
+    uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
+    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
+    static const char* kSlotName[3] = {"dQ", "dK", "dV"};
+    for (int slot = 0; slot < 3; slot++) {
+        const SlotDiff d = compare_slot(h_ref, h_new, s, slot);
+        printf("  %s: max |diff| %.3g, max %.2f BF16 ulps (at max(|a|, |b|, row RMS)), %zu of %zu over 1 ulp\n",
+               kSlotName[slot], d.max_abs, d.max_ulps, d.over_1ulp, d.count);
+        CHECK(d.nan_ref == 0, "%s: reference wrote every element, finite (%zu NaN)", kSlotName[slot], d.nan_ref);
+        CHECK(d.nan_new == 0, "%s %s: wgmma backward wrote every element, finite (%zu NaN left)", kVariants[variant].name,
+              kSlotName[slot], d.nan_new);
+        CHECK(d.max_ulps <= kMaxUlps, "%s %s within %.0f BF16 ulps of the reference (max %.2f)", kVariants[variant].name,
+              kSlotName[slot], kMaxUlps, d.max_ulps);
+    }
+
+    if (time_it) {
+        enum { kWarmup = 3, kReps = 21 };
+        cudaEvent_t e0, e1;
+        cudaCheck(cudaEventCreate(&e0));
+        cudaCheck(cudaEventCreate(&e1));
+        float t_ref[kReps], t_old[kReps], t_new[kReps];
+        for (int i = 0; i < kWarmup; i++) {
+            attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
+            hopper_bwd_launch(bwd, 0, out, stats, dqkv_new, ws_new, dout, 0);
+            hopper_bwd_launch(bwd, variant, out, stats, dqkv_new, ws_new, dout, 0);
+        }
+        sync_or_report(cudaDeviceSynchronize(), "the warm-up launches");
+        for (int i = 0; i < kReps; i++) {
+            cudaCheck(cudaEventRecord(e0));
+            attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
+            cudaCheck(cudaEventRecord(e1));
+            cudaCheck(cudaEventSynchronize(e1));
+            cudaCheck(cudaEventElapsedTime(&t_ref[i], e0, e1));
+            cudaCheck(cudaEventRecord(e0));
+            hopper_bwd_launch(bwd, 0, out, stats, dqkv_new, ws_new, dout, 0);
+            cudaCheck(cudaEventRecord(e1));
+            sync_or_report(cudaEventSynchronize(e1), "a timed launch of v0");
+            cudaCheck(cudaEventElapsedTime(&t_old[i], e0, e1));
+            cudaCheck(cudaEventRecord(e0));
+            hopper_bwd_launch(bwd, variant, out, stats, dqkv_new, ws_new, dout, 0);
+            cudaCheck(cudaEventRecord(e1));
+            sync_or_report(cudaEventSynchronize(e1), "a timed launch");
+            cudaCheck(cudaEventElapsedTime(&t_new[i], e0, e1));
+        }
+        /* backward = 2.5 x the causal forward's 2 B H T^T d (FlashAttention count) */
+        const double flops = 2.5 * 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS;
+        const float ms_ref = median_ms(t_ref, kReps), ms_old = median_ms(t_old, kReps), ms_new = median_ms(t_new, kReps);
+        printf("  time (median of %d, warm inputs, prep + kernel + dQ pass): mma.sync %.4f ms; v0 (hopper_bwd) %.4f ms"
+               " = %.1f TFLOP/s; %s %.4f ms = %.1f TFLOP/s; %s vs v0 %.2fx, vs mma.sync %.2fx\n",
+               (int)kReps, ms_ref, ms_old, flops / ms_old * 1e-9, kVariants[variant].name, ms_new,
+               flops / ms_new * 1e-9, kVariants[variant].name, ms_old / ms_new, ms_ref / ms_new);
+        cudaCheck(cudaEventDestroy(e0));
+        cudaCheck(cudaEventDestroy(e1));
+    }
+    free(h_qkv); free(h_dout); free(h_ref); free(h_new);
+    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(dout));
+    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_new)); cudaCheck(cudaFree(stats));
+    cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
+}
+
+/* FP32-accumulation error bound relative to the sum of |products| (HS or 64 terms: ~1e-6 when right);
+   a layout error is off by O(1). */
+static const double kProbeTol = 1e-4;
+
+/* Checks one [64 x 64] probe output against a host product; prints the first misses. */
+static int probe_compare(const char* name, const float* got, const double* ref, const double* mag) {
+    int bad = 0;
+    double worst = 0;
+    for (int i = 0; i < 64 * 64; i++) {
+        const double err = fabs(got[i] - ref[i]);
+        if (!(err <= kProbeTol * mag[i] + 1e-30)) {
+            if (bad++ < 3) printf("  %s[%d][%d] = %.6g, want %.6g\n", name, i / 64, i % 64, got[i], ref[i]);
+        }
+        const double rel = isnan(got[i]) ? INFINITY : err / (mag[i] + 1e-30);
+        if (rel > worst) worst = rel;
+    }
+    printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, 64 * 64, worst);
+    return bad;
+}
+
+/* Runs layout_probe_kernel on B1 NH3 T50 (head 1: slot and head coordinates; T < 64: zero fill) and
+   checks its five products against double loops over the same BF16 values (the kernel's own S^T, dP^T,
+   rounded to BF16 as it rounds them, for the three register-A products). */
+static void layout_probe(void) {
+    test_section("layout probe HS64: S^T, dP^T (SS n64), dV, dK (RS, N-major dO/Q), dQ (staged dS, N-major K)");
+    const AttnShape s = {1, 3, 50, kHS};
+    const int head = 1;
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
+    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
+    uint16_t* h_dout = (uint16_t*)mallocCheck(nout * 2);
+    for (size_t i = 0; i < nqkv; i++) h_qkv[i] = float_to_bf16_bits(normal01());
+    for (size_t i = 0; i < nout; i++) h_dout[i] = float_to_bf16_bits(normal01());
+    bf16 *qkv, *dout;
+    float* d_out; /* 5 tiles of 64 x 64 */
+    const size_t tile = 64 * 64;
+    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
+    cudaCheck(cudaMalloc(&dout, nout * 2));
+    cudaCheck(cudaMalloc(&d_out, 5 * tile * 4));
+    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemset(d_out, 0xFF, 5 * tile * 4)); /* NaN poison */
+    const CUtensorMap qmap = make_head_map(qkv, s, 3 * s.NH, "qkv"), dmap = make_head_map(dout, s, s.NH, "dout");
+    cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ProbePlan::kAlloc));
+    layout_probe_kernel<<<1, 128, ProbePlan::kAlloc>>>(qmap, dmap, s.NH, head, d_out, d_out + tile, d_out + 2 * tile,
+                                                      d_out + 3 * tile, d_out + 4 * tile);
+    cudaCheckLastError();
+    sync_or_report(cudaDeviceSynchronize(), "the layout probe");
+    float* h = (float*)mallocCheck(5 * tile * 4);
+    cudaCheck(cudaMemcpy(h, d_out, 5 * tile * 4, cudaMemcpyDeviceToHost));
+    const float *g_st = h, *g_dpt = h + tile, *g_dv = h + 2 * tile, *g_dk = h + 3 * tile, *g_dq = h + 4 * tile;
+    const size_t tok_stride = 3ull * s.NH * kHS;
+    /* element (token, slot, d) of the probed head in qkv, (token, d) in dout; tokens >= T: zero fill */
+#define PX(tok, slot, d) \
+    ((tok) < s.T ? (double)bf16_bits_to_float(h_qkv[(size_t)(tok) * tok_stride + ((slot) * s.NH + head) * kHS + (d)]) : 0.0)
+#define PD(tok, d) ((tok) < s.T ? (double)bf16_bits_to_float(h_dout[(size_t)(tok) * s.NH * kHS + head * kHS + (d)]) : 0.0)
+    double* ref = (double*)mallocCheck(tile * sizeof(double));
+    double* mag = (double*)mallocCheck(tile * sizeof(double));
+    int bad[5];
+    /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 64; j++) {
+            double r = 0, m = 0;
+            for (int d = 0; d < kHS; d++) {
+                const double p = PX(i, kSlotK, d) * PX(j, kSlotQ, d);
+                r += p;
+                m += fabs(p);
+            }
+            ref[i * 64 + j] = r;
+            mag[i * 64 + j] = m;
+        }
+    bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag);
+    /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 64; j++) {
+            double r = 0, m = 0;
+            for (int d = 0; d < kHS; d++) {
+                const double p = PX(i, kSlotV, d) * PD(j, d);
+                r += p;
+                m += fabs(p);
+            }
+            ref[i * 64 + j] = r;
+            mag[i * 64 + j] = m;
+        }
+    bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag);
+    /* dV[key][d] = sum_q bf(S^T[key][q]) dO[q][d] */
+    for (int i = 0; i < 64; i++)
+        for (int n = 0; n < kHS; n++) {
+            double r = 0, m = 0;
+            for (int q = 0; q < 64; q++) {
+                const double p = bf16_round(g_st[i * 64 + q]) * PD(q, n);
+                r += p;
+                m += fabs(p);
+            }
+            ref[i * 64 + n] = r;
+            mag[i * 64 + n] = m;
+        }
+    bad[2] = probe_compare("dV = bf(S^T) dO", g_dv, ref, mag);
+    /* dK[key][d] = sum_q bf(dP^T[key][q]) Q[q][d] */
+    for (int i = 0; i < 64; i++)
+        for (int n = 0; n < kHS; n++) {
+            double r = 0, m = 0;
+            for (int q = 0; q < 64; q++) {
+                const double p = bf16_round(g_dpt[i * 64 + q]) * PX(q, kSlotQ, n);
+                r += p;
+                m += fabs(p);
+            }
+            ref[i * 64 + n] = r;
+            mag[i * 64 + n] = m;
+        }
+    bad[3] = probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag);
+    /* dQ[q][d] = sum_key bf(dP^T[key][q]) K[key][d] */
+    for (int q = 0; q < 64; q++)
+        for (int n = 0; n < kHS; n++) {
+            double r = 0, m = 0;
+            for (int k = 0; k < 64; k++) {
+                const double p = bf16_round(g_dpt[k * 64 + q]) * PX(k, kSlotK, n);
+                r += p;
+                m += fabs(p);
+            }
+            ref[q * 64 + n] = r;
+            mag[q * 64 + n] = m;
+        }
+    bad[4] = probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag);
+#undef PX
+#undef PD
+    CHECK(bad[0] == 0, "S^T = K Q^T: wgmma m64n64k16 SS (new wrapper), K-major K as A and Q as B, 64-row boxes,"
+                       " the second 8 KB half of the K tile");
+    CHECK(bad[1] == 0, "dP^T = V dO^T: the dout tensor map {HS, NH, T, B} (new), V as A, dO as K-major B");
+    CHECK(bad[2] == 0, "dV = bf(S^T) dO: accumulator -> register A (as the forward), dO as N-major B");
+    CHECK(bad[3] == 0, "dK = bf(dP^T) Q: the Q tile read N-major after being read K-major");
+    CHECK(bad[4] == 0, "dQ = bf(dS) K: dS staged [query][key] in shared memory and read as A fragments,"
+                       " K as N-major B at the warpgroup's 8 KB offset");
+    free(h_qkv); free(h_dout); free(h); free(ref); free(mag);
+    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(d_out));
+}
+
+/* The checks of one child process: the layout probe (child -1) or every shape for one variant. */
+static void require_hopper(void) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) die("hopper_bwd_fast: no CUDA device found");
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major != 9 || prop.minor != 0) {
+        die("hopper_bwd_fast: device 0 is %s (sm_%d%d); this program is built for sm_90a only\n"
+            "  hint: run it on an H100 or H200", prop.name, prop.major, prop.minor);
+    }
+}
+static void run_child(int variant) {
+    attn_rng_init(&g_rng, 0x13198A2E03707344ull);
+    require_hopper();
+    hang_record_install();
+    if (variant < 0) {
+        layout_probe();
+        return;
+    }
+    printf("=== variant %s: %s\n", kVariants[variant].name, kVariants[variant].change);
+    /* correctness: T = 1, T not a multiple of the tiles, B*NH from 1 to 128 */
+    const AttnShape shapes[] = {
+        {1, 1, 1, 64}, {1, 1, 77, 64}, {1, 2, 128, 64}, {1, 1, 129, 64}, {2, 3, 1000, 64}, {4, 32, 257, 64},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_shape(ATTN_BF16, shapes[i], 1.f, 0, variant);
+    const AttnShape sharp = {1, 4, 500, 64};
+    check_shape(ATTN_BF16, sharp, 8.f, 0, variant);
+    const AttnShape repair_shapes[] = {{1, 1, 77, 64}, {2, 3, 1000, 64}};
+    for (size_t i = 0; i < sizeof repair_shapes / sizeof repair_shapes[0]; i++)
+        check_shape(ATTN_REPAIR, repair_shapes[i], 1.f, 0, variant);
+    /* timing (and checks) at the benchmark shapes */
+    const AttnShape bench[] = {{8, 16, 1024, 64}, {4, 16, 2048, 64}};
+    for (size_t i = 0; i < sizeof bench / sizeof bench[0]; i++) check_shape(ATTN_BF16, bench[i], 1.f, 1, variant);
+}
+
+/* The parent never touches CUDA: each child (the probe, then one per variant) gets a fresh context, so a
+   trap or a hang report in one variant (which kills its context) costs that variant's results only. A
+   child reports its pass/fail counts through a pipe; one that dies without reporting counts as a failure. */
+int main(int argc, char** argv) {
+    if (argc != 1) die("usage: %s   (no arguments)\n  hint: the shapes and variants are fixed in the program", argv[0]);
+    printf("hopper_bwd_fast: %d variants of the wgmma key-major backward (first run of v1-v4: written without a"
+           " GPU), each in its own process\n", kNumVariants);
+    int passed = 0, failed = 0;
+    for (int child = -1; child < kNumVariants; child++) {
+        const char* what = child < 0 ? "the layout probe" : kVariants[child].name;
+        int fds[2];
+        if (pipe(fds) != 0) die("hopper_bwd_fast: pipe() failed\n  hint: out of file descriptors?");
+        fflush(stdout);
+        fflush(stderr);
+        const pid_t pid = fork();
+        if (pid < 0) die("hopper_bwd_fast: fork() failed\n  hint: out of processes or memory?");
+        if (pid == 0) {
+            close(fds[0]);
+            run_child(child);
+            const int counts[2] = {g_tests_passed, g_tests_failed};
+            fflush(stdout);
+            if (write(fds[1], counts, sizeof counts) != (ssize_t)sizeof counts) _exit(3);
+            _exit(0);
+        }
+        close(fds[1]);
+        int counts[2] = {0, 0};
+        const ssize_t got = read(fds[0], counts, sizeof counts);
+        close(fds[0]);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (got != (ssize_t)sizeof counts) {
+            printf("  FAIL %s: its process ended without reporting (%s %d); the checks after its last line did"
+                   " not run\n", what, WIFSIGNALED(status) ? "signal" : "exit status",
+                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            failed++;
+        } else {
+            printf("  %s: %d passed, %d failed (this process)\n", what, counts[0], counts[1]);
+            passed += counts[0];
+            failed += counts[1];
+        }
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
