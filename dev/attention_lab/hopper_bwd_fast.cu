@@ -1,64 +1,65 @@
 /*
- * dev/attention_lab/hopper_bwd.cu - a Hopper (sm_90a) prototype of the key-major causal attention backward
- * (dK, dV and the dQ atomics) on wgmma + TMA, for bf16 mode and repair mode, head size 64, checked element
- * by element against attention_backward_cuda and timed next to it.
+ * dev/attention_lab/hopper_bwd_fast.cu - the next version of the Hopper (sm_90a) key-major attention backward
+ * (dK, dV and the dQ atomics; wgmma + TMA, bf16 and repair, HS 64): hopper_bwd.cu's verified kernel with the
+ * optimizations FA3's backward uses (Dao-AILab/flash-attention hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp; read,
+ * not copied) added one at a time as template switches, each variant checked against the portable
+ * production backward (attention_backward_cuda with force_portable) and timed next to variant 0.
  *
- * STATUS: written 2026-11-29 without a GPU (compiled for sm_90a here, never run). Read the first log as
- * a layout test: the probe at the start names the operand form that is wrong before the attention
- * checks fail. HS 128 is refused (hopper_bwd_prepare dies with a hint): its dK/dV accumulators
- * (2 x 64 FP32 registers) next to S^T and dP^T need a smaller query tile or a split of the work.
+ * STATUS: written 2026-11-29 without a GPU (compiled for sm_90a, never run). v0 is hopper_bwd.cu's kernel,
+ * which passed on the H200 (13:11: 0.325 ms at B8 H16 T1024 d64 vs 0.350 ms mma.sync, cuDNN 0.194 ms).
  *
- * Why: the production backward (attention/attention_cuda.cu: prep, attn_bwd_kernel, dq post-pass) is
- * mma.sync based and takes 77% of our attention time on the H200 (0.347 ms vs cuDNN's 0.194 ms at
- * B8 H16 T1024 d64). The wgmma forward (hopper_fwd.cu) ran 1.33-1.51x faster than its mma.sync twin;
- * this lab carries the same building blocks (attention/hopper_wgmma.cuh) over to the backward.
+ * Why: hopper_bwd's header says what was left on the table: nothing overlaps (each wgmma batch is waited
+ * on before the next step), dQ is a second serial batch, each warpgroup sends its own dQ atomics, and the
+ * 288-thread CTA gets 168 registers per thread, too few to keep more in flight (ptxas C7512).
  *
- * What it computes (docs/ATTENTION_NUMERICS.md; attn_bwd_kernel's rounding points, operation for operation):
- *   D_i = sum_d dO_id O_id in FP32 from the BF16 O (hopper_bwd_prep_kernel: the production prep's order);
- *   per key tile, for each query tile from the diagonal on:
- *     S^T = K Q^T, dP^T = V dO^T           (FP32 accumulators, wgmma SS, M = 64 keys per warpgroup)
- *     P = exp2(fma(S, c, -fl(LSE log2 e)))  (bf16: __fmaf_rn)  or  exp2((S - m) c) * fl(1/l)  (repair)
- *     dS = P (dP - D)                       (FP32, masked entries exactly 0)
- *     dV += bf(P)^T dO,  dK += bf(dS)^T Q   (wgmma RS: the accumulator repacked as the A operand)
- *     dQ_acc += bf(dS) K                    (wgmma RS, A = bf(dS) staged through shared memory) by
- *                                           red.global.add.v2.f32 into the FP32 workspace
- *   dK = bf(s dK_acc), dV = bf(dV_acc), dQ = bf(s dQ_acc) (hopper_bwd_dq_kernel: the production post-pass).
- * Only the order of the FP32 sums differs from the production kernel (tensor-core k-loops; the dQ
- * atomics arrive per 64 keys here, per 128 there), so dQ/dK/dV should agree within a few BF16 ulps.
+ * The variants (cumulative; kVariants in the host code; -Xptxas -v, CUDA 13.0, bf16 / repair):
+ *   v0 old             producer warp (288 threads), serial batches, 2 stages     161 / 168 regs, 0 / 28 B spill
+ *   v1 +producer WG    a 128-thread producer warpgroup: setmaxnreg.dec 40 there, .inc 232 in the two
+ *                      consumer warpgroups (128*40 + 256*232 = 384*168, what the CTA is launched with)
+ *                                                                               168 at entry, 0 spill
+ *   v2 +overlap        S^T and dP^T as two commit groups (P is computed while dP^T runs, wait<1>), dQ =
+ *                      bf(dS) K issued right behind dV/dK with one wait for all three, and the dQ atomics
+ *                      of step i sent while step i+1's S^T/dP^T run (the partial waits in registers)
+ *                                                                               0 spill, no C75xx
+ *   v3 +one dQ per CTA the warpgroups swap the halves of their FP32 dQ partials through shared memory
+ *                      (double-buffered, one 256-thread named barrier per step) and each sends the sum
+ *                      for its 32 columns: half the atomics (as production's per-128-key partials)
+ *                                                                               0 spill, no C75xx
+ *   v4 +3 stages       3 Q/dO stages (137 KB of shared memory)                  0 spill, no C75xx
+ * What the compiler forced (seen with -Xptxas -v, worth knowing for the production kernel):
+ *   - a __trap() anywhere on the consumer path makes ptxas IGNORE setmaxnreg.inc (silently: the consumer
+ *     code is then allocated 168 registers, 260 B of spills, C7512). So the bounded waits here give up
+ *     instead of trapping (see mbar_wait_bounded) and the host names the hung barrier;
+ *   - a dQ partial read straight from its wgmma's registers while later wgmmas are in flight makes ptxas
+ *     inject a wgmma wait (C7517) or serialise (C7518, with predicated atomics): it is copied first (mov);
+ *   - an index computed from the warpgroup number puts an accumulator in local memory: selects instead;
+ *   - the role branch uses a shuffled (warp-uniform) warpgroup index, as CUTLASS does.
+ * Not done (next candidates): FA3's dQ path (accumulate dQ per query tile in shared memory and write it
+ * with a TMA reduce-add from a separate warp, instead of red.global from the math warpgroups); issuing
+ * step i+1's S^T before step i's dS math (needs a second st/dpt set: ~64 more registers); a persistent
+ * schedule; HS 128 (refused by hopper_bwd_prepare).
  *
- * Kernel layout: one CTA = 128 keys (kBlockK) of one (b, h); warps 0-3 and 4-7 are two consumer
- * warpgroups of 64 keys each, warp 8 the producer. K and V of the CTA are loaded once; Q and dO tiles of
- * 64 queries (kBlockQ) come in a 2-stage pipeline: full[s] (32 producer lanes arrived after writing the
- * tile's row state {row_a, row_b, D} to shared memory, plus the TMA bytes) and empty[s] (all 256
- * consumer threads done with stage s). Each warpgroup's dQ partial (its 64 keys) goes out by its own
- * atomics; its bf(dS) tile is staged in a private shared buffer [query][key] (padded rows) and read
- * back as m16n8k16 A fragments, so no CTA-wide barrier is needed inside the loop.
+ * Numerics: identical to hopper_bwd (and so to attn_bwd_kernel's rounding points): P = exp2(fma(S, c,
+ * -fl(LSE log2 e))) (bf16) or exp2((S - m) c) * fl(1/l) (repair), dS = P (dP - D), masked entries exactly
+ * 0, dV += bf(P)^T dO, dK += bf(dS)^T Q, dQ += bf(dS) K in FP32, then dK = bf(s acc), dQ = bf(s acc) by the
+ * same post-pass. Only FP32 summation order differs (v3/v4 sum two 64-key partials before the atomic,
+ * a + b in either order is the same float). Checks: <= 4 BF16 ulps of the row scale (fixed before any run).
  *
- * Operand forms (which are new next to hopper_fwd's verified probe):
- *   verified there: K-major A and B from 128B-swizzled TMA tiles (Q K^T), N-major B (V of P V) with
- *     imm-trans-b = 1, the accumulator -> register-A repack, m64n64k16 RS (HS 64's P V);
- *   NEW here: (1) wgmma m64n64k16 SS (only m64n128k16 SS was run; same descriptors, N = 64),
- *     (2) the dout tensor map {HS, NH, T, B} (a 3-slot-less twin of the qkv map),
- *     (3) 64-row TMA boxes, a 128-key tile loaded as two boxes into consecutive 8 KB halves,
- *     (4) one shared tile read both K-major (Q as B of S^T) and N-major (Q as B of dK),
- *     (5) the dS staging: accumulator -> [query][key] BF16 in shared memory -> A fragments read by plain
- *         32-bit loads (the m16n8k16 A layout of hopper_wgmma.cuh's header comment),
- *     (6) K as an N-major B (dQ = dS K: keys are the reduced dimension), at the warpgroup's 8 KB offset,
- *     (7) the row state written by the producer lanes before their mbarrier arrival.
- *   The probe (layout_probe_kernel) runs (1)-(6) on one tile against host loops first.
+ * Kernel layout (all variants): one CTA = 128 keys of one (b, h), two consumer warpgroups of 64 keys
+ * (the M of wgmma) and the producer; K/V loaded once by TMA, Q/dO tiles of 64 queries in a STAGES-deep
+ * pipeline (full[s]: 32 producer lanes after writing the row state {row_a, row_b, D} + the TMA bytes;
+ * empty[s]: the 256 consumer threads); per step S^T = K Q^T, dP^T = V dO^T (SS), dV/dK (RS, the
+ * accumulators repacked as A), bf(dS) staged [query][key] in shared memory and read back as A of dQ =
+ * dS K. The operand forms are hopper_bwd's (its layout probe passed on the H200: 0 of 4096 wrong in all
+ * five products); the probe is kept and runs first.
  *
- * Safety: every mbarrier wait is bounded (mbar_wait_bounded: ~10 s of clock64, then it records which
- * barrier in host-mapped memory and traps; the host prints the record with the CUDA error, see
- * sync_or_report), so a hang becomes a named error, not a stuck job; TMA zero-fills rows past T per
- * batch (T is its own dimension), rows/keys >= T are masked and never written.
+ * Safety: each variant runs in its own process (the parent never touches CUDA), so a hang or fault in one
+ * costs that variant's lines only; mbarrier waits give up after ~2 s and record which barrier (host-mapped
+ * memory, checked after every synchronisation); setmaxnreg.inc and the named barriers cannot be bounded
+ * (the register split is exact, the barrier counts uniform): run it under `timeout 120`.
  *
- * Not done: HS 128; overlap inside a warpgroup (each step runs S^T/dP^T, softmax, dV+dK, dQ one after
- * the other: a 288-thread CTA gets 168 registers per thread, too few to keep the dQ GEMM in flight
- * with dV/dK - ptxas then serialises all wgmmas, C7512 - so the next step is a full producer
- * warpgroup + setmaxnreg, as FA3); one dQ atomic per 128 keys instead of per 64 (sum the two
- * warpgroups' partials in shared memory first); a persistent schedule. Run it under `timeout` anyway.
- *
- * Usage: hopper_bwd   (no arguments; needs an sm_90 GPU: H100/H200). Ends with "N passed, N failed".
+ * Usage: hopper_bwd_fast   (no arguments; needs an sm_90 GPU). Ends with "N passed, N failed" summed over
+ * the processes; a process that dies without reporting counts as one failure.
  */
 #include <math.h>
 #include <stdint.h>
@@ -979,7 +980,7 @@ static SlotDiff compare_slot(const uint16_t* ref, const uint16_t* got, AttnShape
     return d;
 }
 
-/* One shape and mode: forward by attention_forward_cuda, then the production backward and variant
+/* One shape and mode: forward by attention_forward_cuda, then the portable production backward and variant
    `variant` on the same inputs (dqkv poisoned with NaN first), compared slot by slot. With time_it, the
    production backward, variant 0 (hopper_bwd.cu's kernel) and this variant timed, interleaved. */
 static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it, int variant) {
@@ -1015,7 +1016,10 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it, 
     cudaCheck(cudaMemset(dqkv_ref, 0xFF, nqkv * 2));
     cudaCheck(cudaMemset(dqkv_new, 0xFF, nqkv * 2));
     cudaCheck(cudaMemset(ws_new, 0xFF, rows * (s.HS + 1) * 4));
-    const AttnOptions opt = {0};
+    /* the reference is the portable mma.sync backward (force_portable): since the production dispatch runs
+       hopper_bwd's kernel (= v0) on sm_90, the default path would compare v0 with itself */
+    AttnOptions opt = {0};
+    opt.force_portable = 1;
     attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, 0);
     const HopperBwd bwd = hopper_bwd_prepare(mode, s, qkv, dout);
     attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
