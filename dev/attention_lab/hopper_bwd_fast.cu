@@ -36,8 +36,10 @@
  *   - the role branch uses a shuffled (warp-uniform) warpgroup index, as CUTLASS does.
  * Not done (next candidates): FA3's dQ path (accumulate dQ per query tile in shared memory and write it
  * with a TMA reduce-add from a separate warp, instead of red.global from the math warpgroups); issuing
- * step i+1's S^T before step i's dS math (needs a second st/dpt set: ~64 more registers); a persistent
- * schedule; HS 128 (refused by hopper_bwd_prepare).
+ * step i+1's S^T/dP^T before waiting for step i's dQ GEMM (tried, not kept: with st/dpt in flight across
+ * the loop's back edge the compiler merges them with permuting moves and ptxas serialises every wgmma,
+ * C7514/C7515 - it needs the scores carried in a form ptxas can coalesce, e.g. a 2x unrolled loop with
+ * two named st/dpt sets); a persistent schedule; HS 128 (refused by hopper_bwd_prepare).
  *
  * Numerics: identical to hopper_bwd (and so to attn_bwd_kernel's rounding points): P = exp2(fma(S, c,
  * -fl(LSE log2 e))) (bf16) or exp2((S - m) c) * fl(1/l) (repair), dS = P (dP - D), masked entries exactly
