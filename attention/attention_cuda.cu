@@ -57,11 +57,13 @@
  * backward does not care which ran. Nothing is printed per call;
  * attention_forward_cuda_path tells which one a call takes.
  * Which backward runs where (attention_backward_cuda): prep and bwd_dq always
- * here; the key-major pass on sm_90 in bf16 and repair mode at HS 64 (not the
- * shift arm; qkv, dout 16-byte aligned; not force_portable) is the Hopper
- * wgmma kernel of attention/attention_hopper_bwd.cu (same rounding points,
- * FP32 sum order only), everywhere else attn_bwd_kernel;
- * attention_backward_cuda_path tells which.
+ * here; on sm_90 at HS 64 (qkv, dout 16-byte aligned; not force_portable) one
+ * pass is a Hopper wgmma kernel (attention/attention_hopper_bwd.cuh, same
+ * rounding points, FP32 sum order only): in bf16 and repair mode (not the
+ * shift arm) the key-major pass (attention_hopper_bwd.cu for attn_bwd_kernel),
+ * in gproj and fp32 mode the row pass (attention_hopper_rows.cu for
+ * attn_bwd_rows_kernel, then attn_bwd_kernel here unchanged); everywhere else
+ * the kernels here. attention_backward_cuda_path tells which.
  */
 #include <math.h>
 #include <stdint.h>
@@ -880,11 +882,15 @@ void forward_launch(AttnShape s, const bf16* qkv, bf16* out, float* stats, int t
     cudaCheckLastError();
 }
 
-/* hopper_keys: the Hopper key-major kernel (attention_hopper_bwd.cu) in attn_bwd_kernel's place; the caller
-   has checked attention_hopper_bwd_supports and the device. Prep and dQ post-pass are the same either way. */
+/* hopper: the Hopper kernel of the mode (attention_hopper_bwd.cuh) in its portable twin's place - bf16 and
+   repair: the key-major kernel for attn_bwd_kernel; fp32 and gproj: the row pass for attn_bwd_rows_kernel.
+   The caller has checked support and the device (attention_backward_cuda_path). The prep, the other pass
+   and the dQ post-pass are the same either way. */
 template <int HS, int MODE>
 void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float* stats, const bf16* dout,
-                     bf16* dqkv, void* workspace, int hopper_keys, cudaStream_t stream) {
+                     bf16* dqkv, void* workspace, int hopper, cudaStream_t stream) {
+    constexpr bool kHasRowPass = (MODE == ATTN_FP32 || MODE == ATTN_GPROJ);
+    const int hopper_keys = hopper && !kHasRowPass, hopper_rows = hopper && kHasRowPass;
     const Workspace w = carve_workspace(s, workspace);
     const long long rows = (long long)s.B * s.NH * s.T;
     const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
@@ -892,14 +898,18 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
     attn_bwd_prep_kernel<HS><<<(unsigned)ceil_div(rows, kWarps), kThreads, 0, stream>>>(
         out, dout, w.D, w.dq_acc, s.NH, s.T, rows, MODE != ATTN_GPROJ, MODE != ATTN_FP32);
     cudaCheckLastError();
-    if constexpr (MODE == ATTN_FP32 || MODE == ATTN_GPROJ) { /* (no row-pass kernels for the other modes) */
-        const size_t smem = rows_smem_bytes<HS>();
-        cudaCheck(cudaFuncSetAttribute(attn_bwd_rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
-        dim3 grid((unsigned)ceil_div(s.T, kRowsQueryTile), (unsigned)(s.B * s.NH));
-        attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, dqkv,
-                                                                         s.NH, s.T, scale, c);
-        cudaCheckLastError();
+    if constexpr (kHasRowPass) { /* (no row-pass kernels for the other modes) */
+        if (hopper_rows) {
+            attention_backward_hopper_rows((AttnMode)MODE, s, qkv, dout, stats, w.D, w.lambda, dqkv, stream);
+        } else {
+            const size_t smem = rows_smem_bytes<HS>();
+            cudaCheck(cudaFuncSetAttribute(attn_bwd_rows_kernel<HS, MODE>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            dim3 grid((unsigned)ceil_div(s.T, kRowsQueryTile), (unsigned)(s.B * s.NH));
+            attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, dqkv,
+                                                                             s.NH, s.T, scale, c);
+            cudaCheckLastError();
+        }
     }
     if (hopper_keys) {
         attention_backward_hopper_keys((AttnMode)MODE, s, qkv, dout, stats, w.D, w.dq_acc, dqkv, stream);
@@ -996,7 +1006,8 @@ const char* attn_fwd_path_name(AttnFwdPath path) { return path == ATTN_FWD_HOPPE
 AttnBwdPath attention_backward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                                          const __nv_bfloat16* dout) {
     if (opt.force_portable) return ATTN_BWD_PORTABLE;
-    if (!attention_hopper_bwd_supports(mode, opt, s, qkv, dout)) return ATTN_BWD_PORTABLE;
+    if (!attention_hopper_bwd_supports(mode, opt, s, qkv, dout) && !attention_hopper_rows_supports(mode, s, qkv, dout))
+        return ATTN_BWD_PORTABLE;
     return current_device_is_sm90() ? ATTN_BWD_HOPPER : ATTN_BWD_PORTABLE;
 }
 

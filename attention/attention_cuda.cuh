@@ -32,11 +32,12 @@
  *   attention_backward_cuda - OVERWRITES dqkv (no accumulation). workspace
  *       must hold attention_cuda_workspace_bytes(s, mode) bytes; its contents
  *       need not be initialised. Which kernels run: always the portable prep
- *       (D, zeroed dQ accumulator) and dQ post-pass; the key-major pass on a
- *       compute-capability 9.0 device in bf16 and repair mode at HS 64 (not
- *       the tile-max-shift arm; qkv and dout 16-byte aligned) is the Hopper
- *       wgmma kernel (attention/attention_hopper_bwd.cuh), everywhere else and
- *       with AttnOptions.force_portable = 1 the portable mma.sync kernels. Both
+ *       (D, zeroed dQ accumulator) and dQ post-pass; on a compute-capability
+ *       9.0 device at HS 64 (qkv and dout 16-byte aligned) one pass is a
+ *       Hopper wgmma kernel (attention/attention_hopper_bwd.cuh): the
+ *       key-major pass in bf16 and repair mode (not the tile-max-shift arm),
+ *       the row pass in gproj and fp32 mode; everywhere else and with
+ *       AttnOptions.force_portable = 1 the portable mma.sync kernels. Both
  *       agree to a few BF16 ulps (FP32 sum order only).
  *   attention_backward_cuda_path - which of the two the backward would take
  *       ("hopper" if any Hopper kernel runs); attn_bwd_path_name names it.

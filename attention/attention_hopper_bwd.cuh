@@ -1,7 +1,8 @@
 /*
- * attention/attention_hopper_bwd.cuh - the Hopper (sm_90a) key-major attention backward kernel (dK, dV and
- * the dQ atomics) for bf16 and repair modes at head size 64: wgmma + TMA + a producer warp and two consumer
- * warpgroups.
+ * attention/attention_hopper_bwd.cuh - the Hopper (sm_90a) kernels of the attention backward, both at head
+ * size 64, wgmma + TMA + a producer warp and two consumer warpgroups:
+ *   the key-major kernel (dK, dV and the dQ atomics) for bf16 and repair modes (attention_hopper_bwd.cu);
+ *   the query-major row pass (gproj's lambda and dQ, fp32's D) for gproj and fp32 (attention_hopper_rows.cu).
  *
  * Why: the portable mma.sync backward (attention/attention_cuda.cu) is most of our attention time on the
  * H200; this kernel, first run in dev/attention_lab/hopper_bwd.cu (dev/results/device_s4/call2: layout
@@ -27,6 +28,19 @@
  *   attention_hopper_bwd_layout_probe - for the lab: one tile of S^T, dP^T, dV, dK, dQ through the
  *       kernel's own TMA maps and wgmma helpers (see attention_hopper_bwd.cu), so a layout mistake is named
  *       before the attention checks fail.
+ *
+ * The row pass: first run in dev/attention_lab/hopper_rows.cu (call2: probe exact, 159/0 against the
+ * production backward, D and lambda bit-equal on every row checked). attention_backward_cuda runs it in
+ * attn_bwd_rows_kernel's place on sm_90 for gproj and fp32 at HS 64 (not force_portable); it writes the
+ * same workspace slots (fp32: D; gproj: lambda) and gproj's dQ, and the portable key-major kernel then
+ * runs unchanged.
+ *   attention_hopper_rows_supports - 1 iff mode gproj or fp32, head size 64, B*NH <= 65535, qkv and dout
+ *       16-byte aligned. Says nothing about the device.
+ *   attention_backward_hopper_rows - the row pass alone (asynchronous on `stream`): reads qkv, dout,
+ *       stats and (gproj) D [B*NH*T] from the prep kernel; writes gproj: lambda [B*NH*T] and the q slot of
+ *       dqkv; fp32: D. Dies with a hint if unsupported.
+ *   attention_hopper_rows_layout_probe - for the lab: S = Q K^T, dP = dO V^T ([128][128]) and
+ *       X = bf(S) K, Y = bf(dP) K ([128][64]) of one tile through the row pass's own maps and helpers.
  */
 #ifndef ATTENTION_ATTENTION_HOPPER_BWD_CUH
 #define ATTENTION_ATTENTION_HOPPER_BWD_CUH
@@ -60,5 +74,20 @@ const char* attn_hopper_hang_site_name(int site);
    errors die; the caller synchronises. */
 void attention_hopper_bwd_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                        float* tiles);
+
+/* ---- the row pass (attention_hopper_rows.cu) ---- */
+#define ATTN_HOPPER_ROWS_PROBE_ROWS 128 /* query rows (and keys) of the probe's tile */
+
+int attention_hopper_rows_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout);
+
+void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                    const float* stats, float* D, float* lambda, __nv_bfloat16* dqkv,
+                                    cudaStream_t stream);
+
+/* qkv [1, T, 3, NH, 64], dout [1, T, NH, 64], T <= 128 (tokens past T read as zeros), head `head` at token 0:
+   s_tile, dp_tile [128][128], x_tile, y_tile [128][64] FP32, row-major (device pointers). Synchronous launch
+   errors die; the caller synchronises. */
+void attention_hopper_rows_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                        float* s_tile, float* dp_tile, float* x_tile, float* y_tile);
 
 #endif /* ATTENTION_ATTENTION_HOPPER_BWD_CUH */

@@ -19,16 +19,16 @@
  * odd sequence lengths (1, 77, 1000, 4097); 1 to 192 heads; the repair
  * tile-max shift arm; the saved softmax stats.
  * Two paths: on an sm_90 device (H100/H200) attention_forward_cuda runs the
- * Hopper wgmma forward by default, and attention_backward_cuda the Hopper
- * key-major kernel where it serves the mode (bf16, repair at HS 64); with
- * AttnOptions.force_portable both run the portable mma.sync kernels. There
- * every check runs on both (rows and checks say e.g. "[hopper fwd, hopper
- * bwd]" or "[portable fwd, portable bwd]"; the backward reads each path's
- * own stats end to end), and direct comparisons check the Hopper O within 4
- * BF16 ulps of the portable O and the stats at FP32 level per mode, and the
- * Hopper dQ, dK, dV within 4 BF16 ulps of the portable ones on the same
- * forward outputs. Elsewhere only the portable path exists, and the dispatch
- * checks make sure it is the one taken.
+ * Hopper wgmma forward by default, and attention_backward_cuda one Hopper
+ * pass at HS 64 (bf16, repair: the key-major kernel; gproj, fp32: the row
+ * pass); with AttnOptions.force_portable both run the portable mma.sync
+ * kernels. There every check runs on both (rows and checks say e.g.
+ * "[hopper fwd, hopper bwd]" or "[portable fwd, portable bwd]"; the backward
+ * reads each path's own stats end to end), and direct comparisons check the
+ * Hopper O within 4 BF16 ulps of the portable O and the stats at FP32 level
+ * per mode, and the Hopper dQ, dK, dV within 4 BF16 ulps (gproj's dQ 8) of
+ * the portable ones on the same forward outputs. Elsewhere only the portable
+ * path exists, and the dispatch checks make sure it is the one taken.
  *
  * Tolerance GPU vs emulation (per head ||gpu - cpu|| / ||cpu||, median over
  * heads): 3e-3 + 0.25 * (the emulation's own error vs fp64). Why: the two
@@ -643,9 +643,10 @@ static void test_forward_paths(int is_sm90, uint64_t seed) {
 /* ---- the two backward paths: dispatch, and Hopper vs portable directly ---- */
 
 /* Which modes and head sizes the Hopper backward serves on an sm_90 device (attention_cuda.cuh): the
-   key-major kernel for bf16 and repair at HS 64. */
+   key-major kernel for bf16 and repair, the row pass for gproj and fp32, all at HS 64. */
 static int hopper_bwd_expected(AttnMode mode, int HS) {
-    return HS == 64 && (mode == ATTN_BF16 || mode == ATTN_REPAIR);
+    (void)mode; /* every mode has one Hopper pass */
+    return HS == 64;
 }
 
 /* Backward of `mode` with opt on device inputs, dqkv to host floats (dqkv and workspace NaN-poisoned first). */
@@ -666,11 +667,13 @@ static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const 
     cudaCheck(cudaFree(d_ws));
 }
 
-/* Tolerance of the direct comparison (the lab's, dev/attention_lab/hopper_bwd.cu, fixed before its first
-   run): the kernels sum S, dP, dK/dV and the dQ partials in different FP32 orders, and a changed FP32 S can
-   flip the BF16 rounding of one P or dS, so dQ, dK and dV agree within 4 BF16 ulps of
-   max(|a|, |b|, the row's RMS) (H200, call2: all within it). */
+/* Tolerances of the direct comparison, the labs' (fixed before their first runs): the kernels sum S, dP,
+   dK/dV and the dQ partials (or gproj's DSK/PK) in different FP32 orders, and a changed FP32 S can flip
+   the BF16 rounding of one P or dS, so dQ, dK and dV agree within a few BF16 ulps of max(|a|, |b|, the
+   row's RMS): 4 (dev/attention_lab/hopper_bwd.cu; H200 call2: max 1.00), and 8 for gproj's dQ, which the
+   row pass computes whole (dev/attention_lab/hopper_rows.cu; call2: bit-equal). */
 static const double kPathMaxGradUlps = 4.0;
+static const double kPathMaxGprojDqUlps = 8.0;
 
 static void test_backward_paths(int is_sm90, uint64_t seed) {
     test_section("backward paths: dispatch, and the Hopper backward vs the portable one (dQ, dK, dV in BF16 ulps)");
@@ -753,8 +756,9 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
                            over_1ulp, nqkv / 3);
                     CHECK(nonfinite == 0, "%s: %s written and finite on both paths (%ld not)", label, kSlotName[slot],
                           nonfinite);
-                    CHECK(max_ulps <= kPathMaxGradUlps, "%s: %s within %.0f BF16 ulps (max %.2f)", label,
-                          kSlotName[slot], kPathMaxGradUlps, max_ulps);
+                    const double tol = (mode == ATTN_GPROJ && slot == 0) ? kPathMaxGprojDqUlps : kPathMaxGradUlps;
+                    CHECK(max_ulps <= tol, "%s: %s within %.0f BF16 ulps (max %.2f)", label, kSlotName[slot], tol,
+                          max_ulps);
                 }
             }
             cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));

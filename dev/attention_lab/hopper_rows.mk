@@ -1,12 +1,11 @@
-# dev/attention_lab/hopper_rows.mk - the Hopper row-pass lab (included by attention/module.mk).
-# wgmma + TMA row pass of the backward (gproj's lambda and dQ, fp32's D) next to the production backward:
-# checked and timed on an H200; a lab, so in no test target. wgmma exists only on sm_90a, so its object is
-# compiled for that target alone, whatever NVCC_ARCH says (private: the setting does not leak into the
-# objects it links with).
+# dev/attention_lab/hopper_rows.mk - lab of the production Hopper row pass of the backward
+# (attention/attention_hopper_rows.cu: gproj's lambda and dQ, fp32's D; HS 64), included by attention/module.mk:
+# its layout probe, then attention_backward_cuda on the Hopper path against force_portable, checked and timed
+# on an H200; a lab, so in no test target. Host code only (the kernel is in the library), so it builds for any
+# NVCC_ARCH; it refuses to run off sm_90.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_rows
-$(BUILD)/dev/attention_lab/hopper_rows.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/dev/attention_lab/hopper_rows.cu.o: dev/attention_lab/hopper_rows.cu attention/attention_cuda.cuh \
-        attention/hopper_wgmma.cuh attention/attention.h attention/attn_cases.h tests/testing.h \
+        attention/attention_hopper_bwd.cuh attention/attention.h attention/attn_cases.h tests/testing.h \
         common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_rows: $(BUILD)/dev/attention_lab/hopper_rows.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm

@@ -1,0 +1,484 @@
+/*
+ * attention/attention_hopper_rows.cu - the Hopper (sm_90a) query-major row pass of the backward for gproj
+ * (lambda and all of dQ) and fp32 (D = sum_j P_ij dP_ij) at head size 64, on wgmma + TMA + a producer warp.
+ * The API and which calls it serves: attention/attention_hopper_bwd.cuh.
+ *
+ * Why: gproj's and fp32's extra cost over bf16 is mostly the portable row pass attn_bwd_rows_kernel
+ * (attention/attention_cuda.cu, mma.sync). That pass has the forward's shape (query rows as M), which the
+ * Hopper forward already runs on wgmma; this kernel, first run in dev/attention_lab/hopper_rows.cu
+ * (dev/results/device_s4/call2: layout probe exact, 159/0 against the production backward; the row pass
+ * 0.36x of the whole production gproj backward), takes attn_bwd_rows_kernel's place on sm_90. It writes
+ * the same workspace slots (D for fp32, lambda for gproj, carve_workspace's layout) and gproj's dQ into
+ * the q slot of dqkv, so the portable key-major kernel attn_bwd_kernel then runs unchanged.
+ *
+ * What it computes, per query row i over its visible keys j <= i (docs/ATTENTION_NUMERICS.md; the portable
+ * row pass operation for operation, except the order of the FP32 sums inside the tensor core):
+ *   S = Q K^T, dP = dO V^T (FP32, wgmma from shared memory, both K-major);
+ *   P_ij = exp2((S_ij - m_i) c) * fl(1 / l_i) from the forward's stats {m, l};
+ *   gproj: dS = P (dP - D) in FP32 (D_i = dO_i . O_i, the portable prep kernel's);
+ *          r_i = sum_j bf(dS_ij), p_i = sum_j bf(P_ij) (FP32, per lane in key order, then the quad: the
+ *          portable order), lambda_i = r_i / p_i (0 if p_i = 0);
+ *          DSK_i = sum_j bf(dS_ij) K_j, PK_i = sum_j bf(P_ij) K_j (wgmma RS, K read N-major);
+ *          dQ_i = bf(s * fma(-lambda_i, PK_i, DSK_i)) into the q slot of dqkv, lambda_i into the workspace.
+ *   fp32:  D_i = sum_j P_ij dP_ij in FP32 into the workspace's D slot (fp32's dQ is key-major).
+ *
+ * Kernel layout: one CTA = 128 query rows of one (b, h), longest rows first; warps 0-3 and 4-7 are two
+ * consumer warpgroups of 64 rows, warp 8 the producer (one lane issues TMA). Q (qkv as a 4-D map
+ * {HS, 3 NH, T, B}) and dO ({HS, NH, T, B}) are loaded once; K and V tiles of 128 keys, two stages,
+ * full/empty mbarriers. Each 128-key tile is worked in two 64-key halves (S and dP of a half, P and dS in
+ * registers, then DSK and PK of that half): with whole tiles the four accumulators spill. Rows and keys
+ * past T are zero-filled by TMA and masked. Every mbarrier wait is on a phase that a finite number of
+ * copies/arrivals completes (as the forward). Registers (CUDA 13.0): gproj 168 (the cap for 288 threads),
+ * fp32 106, no spills.
+ * Not done: HS 128 (DSK and PK alone are 128 floats per thread there; the portable pass keeps it), overlap
+ * of the DSK/PK GEMMs of one tile with S/dP of the next, setmaxnreg, D fused into the pass.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <type_traits>
+#include "attention/attention_hopper_bwd.cuh"
+#include "attention/hopper_wgmma.cuh"
+
+using namespace hopper_wgmma;
+
+namespace {
+
+constexpr int kHS = ATTN_HOPPER_BWD_HS; /* the only head size (see the header comment) */
+constexpr int kBlockQ = 128;            /* query rows per CTA */
+constexpr int kBlockK = 128;            /* keys per K/V tile */
+constexpr int kWarpgroupRows = 64;      /* query rows per consumer warpgroup (the M of wgmma) */
+constexpr int kConsumerWarpgroups = kBlockQ / kWarpgroupRows;
+constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+constexpr int kThreads = kConsumerThreads + 32; /* + one producer warp, after the warpgroups (alignment) */
+constexpr int kStages = 2;              /* K/V double buffering */
+constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
+constexpr int kSwizzleRowBytes = 128;
+constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes; /* 8 rows x 128 B: the repeat of the 128B swizzle */
+constexpr int kWgmmaK = 16;             /* k of every bf16 wgmma */
+constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO ("assumed 1", i.e. 16 bytes) */
+/* The S/dP GEMMs and the P/dS work run over 64-key halves of each 128-key tile: four accumulators over the
+   whole tile (S 64 + dP 64 + DSK 32 + PK 32 floats per thread) spill even at 224 registers (ptxas, CUDA 13.0:
+   460 bytes), halves do not. */
+constexpr int kSubKeys = 64;
+constexpr int kSubTiles = kBlockK / kSubKeys;
+constexpr int kSRegs = kSubKeys / 2;    /* S or dP accumulator: 64 x kSubKeys FP32 over 128 threads */
+constexpr int kDqRegs = kHS / 2;        /* DSK or PK accumulator: 64 x HS */
+constexpr int kKeySteps = kSubKeys / kWgmmaK; /* k-steps of the DSK/PK GEMMs per half (16 keys each) */
+constexpr int kSubTileBytes = kSubKeys * kSwizzleRowBytes; /* 8 KB: halves stay 1024-byte aligned */
+enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
+static_assert(kBlockQ == kBlockK, "one box shape serves Q, dO, K and V tiles; only the last key tile is diagonal");
+static_assert(kHS == kChunkCols, "one 64-column chunk per tile: the descriptors below assume HS 64");
+
+/* Shared-memory plan (byte offsets from a 1024-byte aligned base): Q, dO, then kStages K and V tiles, each
+   kBlockK rows x 64 BF16 = one swizzled chunk of 16 KB. */
+struct SmemPlan {
+    static constexpr int kTileBytes = kBlockK * kSwizzleRowBytes;
+    static constexpr int kQ = 0;
+    static constexpr int kDO = kQ + kTileBytes;
+    static constexpr int kK = kDO + kTileBytes;          /* kStages tiles */
+    static constexpr int kV = kK + kStages * kTileBytes; /* kStages tiles */
+    static constexpr int kBarriers = kV + kStages * kTileBytes;
+    static constexpr int kNumBarriers = 1 + 2 * kStages; /* q_full, full[stages], empty[stages] */
+    static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
+    static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
+    static_assert(kTileBytes % kSwizzleAtomBytes == 0, "tiles must stay 1024-byte aligned");
+};
+
+/* ---- the GEMMs of one key tile, per warpgroup (shared by the kernel and the layout probe) ---- */
+
+/* D[64 x 64] += A[64 x 16] * B[16 x 64]: A and B from shared memory through descriptors, both K-major
+   (imm-trans-a = imm-trans-b = 0); scale-d true, no negation. (hopper_wgmma.cuh has the n128 form.) */
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, acc, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+/* S = Q K^T and dP = dO V^T for the warpgroup's 64 query rows x kSubKeys keys (k_addr, v_addr: the first key
+   of the half), issued as one group (the tensor core runs them back to back): HS/16 k-steps each, K-major A
+   and B, k-step kk at byte 32 kk of the 128-byte rows. Both accumulators are written, not accumulated. */
+__device__ __forceinline__ void warpgroup_ss(float (&sacc)[kSRegs], float (&dpacc)[kSRegs], uint32_t q_addr,
+                                             uint32_t k_addr, uint32_t do_addr, uint32_t v_addr) {
+#pragma unroll
+    for (int i = 0; i < kSRegs; i++) sacc[i] = dpacc[i] = 0.f;
+    /* pins the zeroing before the fence (else the compiler sinks the moves past it and ptxas has to
+       serialise the wgmmas with an injected warpgroup.arrive) */
+    reg_fence(sacc);
+    reg_fence(dpacc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
+        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
+        wgmma_m64n64k16_ss(sacc, make_smem_desc(q_addr + off, kUnusedLbo, kSwizzleAtomBytes),
+                            make_smem_desc(k_addr + off, kUnusedLbo, kSwizzleAtomBytes));
+    }
+#pragma unroll
+    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
+        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
+        wgmma_m64n64k16_ss(dpacc, make_smem_desc(do_addr + off, kUnusedLbo, kSwizzleAtomBytes),
+                            make_smem_desc(v_addr + off, kUnusedLbo, kSwizzleAtomBytes));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(sacc);
+    reg_fence(dpacc);
+}
+
+/* A operand (BF16, registers) of a GEMM over the tile's keys from an FP32 accumulator of the same tile:
+   k-step kk takes columns 16kk..16kk+15 = registers 8kk..8kk+7 (hopper_wgmma.cuh's fragment comment). */
+__device__ __forceinline__ void pack_a_operand(uint32_t (&a)[kKeySteps][4], const float (&acc)[kSRegs]) {
+#pragma unroll
+    for (int kk = 0; kk < kKeySteps; kk++) {
+        a[kk][0] = pack_bf16x2(acc[8 * kk + 0], acc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
+        a[kk][1] = pack_bf16x2(acc[8 * kk + 2], acc[8 * kk + 3]); /* row g+8, cols 2t, 2t+1 */
+        a[kk][2] = pack_bf16x2(acc[8 * kk + 4], acc[8 * kk + 5]); /* row g,   cols 2t+8, 2t+9 */
+        a[kk][3] = pack_bf16x2(acc[8 * kk + 6], acc[8 * kk + 7]); /* row g+8, cols 2t+8, 2t+9 */
+    }
+}
+
+/* DSK += bf(dS) K and PK += bf(P) K over one half: kSubKeys/16 k-steps of 16 keys against the K tile at k_addr read N-major
+   (trans-b = 1: the head dim, N, is contiguous), each k-step 16 rows = 2048 bytes further; exactly the
+   forward's O += P V with K in place of V. The caller touched the accumulators/A registers since the last
+   wgmma: the fence orders that first. */
+__device__ __forceinline__ void warpgroup_rs_k(float (&dsk)[kDqRegs], float (&pk)[kDqRegs],
+                                               uint32_t (&dsa)[kKeySteps][4], uint32_t (&pa)[kKeySteps][4],
+                                               uint32_t k_addr) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeySteps; kk++) {
+        const uint64_t desc = make_smem_desc(k_addr + kk * kWgmmaK * kSwizzleRowBytes, SmemPlan::kTileBytes,
+                                             kSwizzleAtomBytes);
+        wgmma_m64n64k16_rs(dsk, dsa[kk], desc);
+        wgmma_m64n64k16_rs(pk, pa[kk], desc);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dsk);
+    reg_fence(pk);
+    reg_fence(dsa); /* keeps the A registers live (unchanged) until the wgmmas that read them are done */
+    reg_fence(pa);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* the kernels                                                                                       */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* The row pass. MODE: ATTN_GPROJ (lambda, dQ; reads D) or ATTN_FP32 (writes D = sum P dP). */
+template <int MODE>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_rows_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                       const float* __restrict__ stats, float* __restrict__ D, float* __restrict__ lambda,
+                       bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
+    static_assert(MODE == ATTN_GPROJ || MODE == ATTN_FP32, "row pass exists for gproj and fp32 only");
+    constexpr bool kGproj = (MODE == ATTN_GPROJ);
+    constexpr int kTileBytes = SmemPlan::kTileBytes;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    unsigned char* q_s = smem + SmemPlan::kQ;
+    unsigned char* do_s = smem + SmemPlan::kDO;
+    unsigned char* k_s = smem + SmemPlan::kK;
+    unsigned char* v_s = smem + SmemPlan::kV;
+    uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + SmemPlan::kBarriers);
+    uint64_t* full = q_full + 1;
+    uint64_t* empty = full + kStages;
+
+    const int q_tile = gridDim.x - 1 - blockIdx.x; /* longest rows first */
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = q_tile * kBlockQ;
+    const int n_key_tiles = (min(q0 + kBlockQ, T) - 1) / kBlockK + 1; /* = q_tile + 1 */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(&full[s], 1);                 /* the producer's arrive.expect_tx + the TMA bytes */
+            mbar_init(&empty[s], kConsumerThreads); /* every consumer thread, after its last read */
+        }
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    __syncthreads();
+
+    if (warp == kConsumerThreads / 32) {
+        /* ---- producer warp: one lane issues every copy ---- */
+        if (lane == 0) {
+            mbar_arrive_expect_tx(q_full, 2 * kTileBytes);
+            tma_load_4d(q_s, &qkv_map, q_full, 0, kSlotQ * NH + h, q0, b);
+            tma_load_4d(do_s, &dout_map, q_full, 0, h, q0, b);
+            for (int kt = 0; kt < n_key_tiles; kt++) {
+                const int s = kt % kStages;
+                /* reuse of stage s: its release for tile kt - kStages completed phase kt / kStages - 1 */
+                if (kt >= kStages) mbar_wait(&empty[s], (uint32_t)((kt / kStages - 1) & 1));
+                mbar_arrive_expect_tx(&full[s], 2 * kTileBytes);
+                tma_load_4d(k_s + s * kTileBytes, &qkv_map, &full[s], 0, kSlotK * NH + h, kt * kBlockK, b);
+                tma_load_4d(v_s + s * kTileBytes, &qkv_map, &full[s], 0, kSlotV * NH + h, kt * kBlockK, b);
+            }
+        }
+        return; /* no block-wide barrier follows */
+    }
+
+    /* ---- consumer warpgroups: wg owns query rows q0 + 64 wg .. +63; this thread rows row0, row0 + 8 ---- */
+    const int wg = warp / 4, g = lane >> 2, t = lane & 3;
+    const int row0 = q0 + wg * kWarpgroupRows + (warp % 4) * 16 + g;
+    float row_m[2], row_rl[2], row_D[2]; /* m, fl(1 / l), D (gproj) */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int query = row0 + 8 * r;
+        const long long idx = (long long)bh * T + (query < T ? query : 0); /* rows past T: any finite state */
+        row_m[r] = stats[idx * 2];
+        row_rl[r] = __frcp_rn(stats[idx * 2 + 1]);
+        row_D[r] = kGproj ? D[idx] : 0.f;
+    }
+    float acc_a[2] = {0.f, 0.f}; /* gproj: r = sum bf(dS); fp32: sum P dP (this lane's keys, in key order) */
+    float acc_b[2] = {0.f, 0.f}; /* gproj: p = sum bf(P) */
+    float dsk[kDqRegs], pk[kDqRegs];
+#pragma unroll
+    for (int i = 0; i < kDqRegs; i++) dsk[i] = pk[i] = 0.f;
+    reg_fence(dsk); /* the zeroing before any wgmma fence (see warpgroup_ss) */
+    reg_fence(pk);
+
+    const uint32_t wg_row_bytes = wg * kWarpgroupRows * kSwizzleRowBytes; /* 8 KB: stays 1024-aligned */
+    const uint32_t q_addr = smem_u32(q_s) + wg_row_bytes, do_addr = smem_u32(do_s) + wg_row_bytes;
+    mbar_wait(q_full, 0);
+    __syncwarp(); /* lanes leave the polling loop at different times: reconverge for the .aligned wgmma */
+
+    for (int kt = 0; kt < n_key_tiles; kt++) {
+        const int s = kt % kStages;
+        mbar_wait(&full[s], (uint32_t)((kt / kStages) & 1));
+        __syncwarp();
+        const uint32_t k_addr = smem_u32(k_s + s * kTileBytes), v_addr = smem_u32(v_s + s * kTileBytes);
+
+        /* the mask only where it can bite (the diagonal tile, or a query tile that reaches past T) */
+        const bool tile_masked = !(kt < n_key_tiles - 1 && q0 + kBlockQ <= T);
+#pragma unroll 1
+        for (int sub = 0; sub < kSubTiles; sub++) {
+            const uint32_t k_sub = k_addr + sub * kSubTileBytes;
+            float sacc[kSRegs], dpacc[kSRegs];
+            warpgroup_ss(sacc, dpacc, q_addr, k_sub, do_addr, v_addr + sub * kSubTileBytes);
+
+            /* P, dS and the row sums (each lane its keys in increasing order, as production); masked
+               entries are exactly 0 in both GEMM operands */
+            auto row_sums = [&](auto masked_tag) {
+                constexpr bool kMasked = decltype(masked_tag)::value;
+#pragma unroll
+                for (int j = 0; j < kSubKeys / 8; j++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int i = 4 * j + 2 * r + e;
+                            const int key = kt * kBlockK + sub * kSubKeys + 8 * j + 2 * t + e, query = row0 + 8 * r;
+                            float p = 0.f, ds = 0.f;
+                            if (!kMasked || (key <= query && query < T)) {
+                                p = exp2f((sacc[i] - row_m[r]) * c) * row_rl[r]; /* the forward's exponent */
+                                const float dpv = dpacc[i];
+                                if (kGproj) {
+                                    ds = p * (dpv - row_D[r]);
+                                    acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
+                                    acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
+                                } else {
+                                    acc_a[r] += p * dpv;
+                                }
+                            }
+                            sacc[i] = p;
+                            dpacc[i] = ds;
+                        }
+            };
+            if (tile_masked) row_sums(std::true_type{});
+            else row_sums(std::false_type{});
+
+            if (kGproj) {
+                uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
+                pack_a_operand(pa, sacc);
+                pack_a_operand(dsa, dpacc);
+                warpgroup_rs_k(dsk, pk, dsa, pa, k_sub);
+            }
+        }
+        mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
+    }
+
+    float row_lambda[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float a = quad_sum(acc_a[r]); /* every lane of the quad gets the whole-row sums */
+        const float p = quad_sum(acc_b[r]);
+        row_lambda[r] = (p != 0.f) ? __fdiv_rn(a, p) : 0.f;
+        const int query = row0 + 8 * r;
+        if (t != 0 || query >= T) continue;
+        const long long idx = (long long)bh * T + query;
+        if (kGproj) lambda[idx] = row_lambda[r];
+        else D[idx] = a;
+    }
+    if (kGproj) {
+        /* dQ_i = bf(s * (DSK_i - lambda_i PK_i)), one FP32 fma per element, into the q slot of dqkv */
+        const long long qkv_row = 3LL * NH * kHS;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float lam = row_lambda[r];
+            const int query = row0 + 8 * r;
+            if (query >= T) continue;
+            bf16* dq_row = dqkv + ((long long)b * T + query) * qkv_row + (long long)h * kHS + 2 * t;
+#pragma unroll
+            for (int n = 0; n < kHS / 8; n++) {
+                const float v0 = __fmaf_rn(-lam, pk[4 * n + 2 * r], dsk[4 * n + 2 * r]);
+                const float v1 = __fmaf_rn(-lam, pk[4 * n + 2 * r + 1], dsk[4 * n + 2 * r + 1]);
+                *reinterpret_cast<uint32_t*>(dq_row + 8 * n) = pack_bf16x2(v0 * scale, v1 * scale);
+            }
+        }
+    }
+}
+
+/* Layout probe: one CTA, the two consumer warpgroups, one tile of everything at token 0 of batch 0 (head
+   `head`): the TMA copies of Q, K, V (qkv map) and dO (dout map), S = Q K^T and dP = dO V^T through
+   warpgroup_ss (two 64-key halves, as the kernel), and X = bf(S) K, Y = bf(dP) K through pack_a_operand + warpgroup_rs_k (no softmax).
+   Each is written out through the assumed accumulator mapping and checked on the host against plain loops:
+   S wrong -> qkv map / K-major descriptors (already verified by hopper_fwd: a regression); dP wrong, S right
+   -> the dout map or V as K-major B; X or Y wrong, S and dP right -> K as N-major B or the register A. */
+__global__ void __launch_bounds__(kConsumerThreads, 1)
+    layout_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                        int NH, int head, float* __restrict__ s_out, float* __restrict__ dp_out,
+                        float* __restrict__ x_out, float* __restrict__ y_out) {
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + SmemPlan::kBarriers);
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(bar, 4 * SmemPlan::kTileBytes);
+        tma_load_4d(smem + SmemPlan::kQ, &qkv_map, bar, 0, kSlotQ * NH + head, 0, 0);
+        tma_load_4d(smem + SmemPlan::kK, &qkv_map, bar, 0, kSlotK * NH + head, 0, 0);
+        tma_load_4d(smem + SmemPlan::kV, &qkv_map, bar, 0, kSlotV * NH + head, 0, 0);
+        tma_load_4d(smem + SmemPlan::kDO, &dout_map, bar, 0, head, 0, 0);
+    }
+    mbar_wait(bar, 0);
+    __syncwarp();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp / 4, g = lane >> 2, t = lane & 3;
+    const int row0 = wg * kWarpgroupRows + (warp % 4) * 16 + g;
+    const uint32_t wg_row_bytes = wg * kWarpgroupRows * kSwizzleRowBytes;
+    const uint32_t k_addr = smem_u32(smem + SmemPlan::kK);
+    float x[kDqRegs], y[kDqRegs];
+#pragma unroll
+    for (int i = 0; i < kDqRegs; i++) x[i] = y[i] = 0.f;
+    reg_fence(x); /* the zeroing before any wgmma fence (see warpgroup_ss) */
+    reg_fence(y);
+#pragma unroll
+    for (int sub = 0; sub < kSubTiles; sub++) { /* the kernel's two 64-key halves, X and Y accumulating */
+        float sacc[kSRegs], dpacc[kSRegs];
+        warpgroup_ss(sacc, dpacc, smem_u32(smem + SmemPlan::kQ) + wg_row_bytes, k_addr + sub * kSubTileBytes,
+                     smem_u32(smem + SmemPlan::kDO) + wg_row_bytes,
+                     smem_u32(smem + SmemPlan::kV) + sub * kSubTileBytes);
+#pragma unroll
+        for (int j = 0; j < kSubKeys / 8; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int col = sub * kSubKeys + 8 * j + 2 * t + e;
+                    s_out[(row0 + 8 * r) * kBlockK + col] = sacc[4 * j + 2 * r + e];
+                    dp_out[(row0 + 8 * r) * kBlockK + col] = dpacc[4 * j + 2 * r + e];
+                }
+        uint32_t sa[kKeySteps][4], dpa[kKeySteps][4];
+        pack_a_operand(sa, sacc);
+        pack_a_operand(dpa, dpacc);
+        warpgroup_rs_k(y, x, dpa, sa, k_addr + sub * kSubTileBytes);
+    }
+#pragma unroll
+    for (int n = 0; n < kHS / 8; n++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                x_out[(row0 + 8 * r) * kHS + 8 * n + 2 * t + e] = x[4 * n + 2 * r + e];
+                y_out[(row0 + 8 * r) * kHS + 8 * n + 2 * t + e] = y[4 * n + 2 * r + e];
+            }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* host: tensor maps, launch                                                                         */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A 4-D BF16 tensor {HS, heads, T, B} (innermost first) with token stride row_elems, boxes of
+   {64 columns, 1 head, kBlockK tokens, 1 batch}, 128-byte swizzle, zeros outside. qkv: heads = 3 NH
+   (slot * NH + head), row_elems = 3 NH HS; dout: heads = NH, row_elems = NH HS. */
+CUtensorMap make_map(const bf16* base, AttnShape s, int heads, const char* what) {
+    CUtensorMap map;
+    const cuuint64_t row_bytes = (cuuint64_t)heads * s.HS * sizeof(bf16);
+    const cuuint64_t dims[4] = {(cuuint64_t)s.HS, (cuuint64_t)heads, (cuuint64_t)s.T, (cuuint64_t)s.B};
+    const cuuint64_t strides[3] = {(cuuint64_t)s.HS * sizeof(bf16), row_bytes, (cuuint64_t)s.T * row_bytes};
+    const cuuint32_t box[4] = {(cuuint32_t)kChunkCols, 1, (cuuint32_t)kBlockK, 1};
+    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides,
+                                            box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        die("attention (Hopper row pass): cuTensorMapEncodeTiled failed (CUresult %d) for %s, B=%d NH=%d T=%d HS=%d\n"
+            "  hint: the buffer must be 16-byte aligned (cudaMalloc is) and HS 64",
+            (int)r, what, s.B, s.NH, s.T, s.HS);
+    }
+    return map;
+}
+
+constexpr size_t kTmaAlignBytes = 16; /* global address alignment TMA requires */
+
+template <int MODE>
+void hopper_rows_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
+                        float* D, float* lambda, bf16* dqkv, cudaStream_t stream) {
+    cudaCheck(cudaFuncSetAttribute(hopper_rows_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   SmemPlan::kAlloc));
+    const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
+    hopper_rows_kernel<MODE><<<grid, kThreads, SmemPlan::kAlloc, stream>>>(
+        qkv_map, dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+    cudaCheckLastError();
+}
+
+}  // namespace
+
+int attention_hopper_rows_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
+    if (mode != ATTN_GPROJ && mode != ATTN_FP32) return 0;
+    if (s.HS != kHS) return 0;
+    if (s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535) return 0;
+    return ((uintptr_t)qkv % kTmaAlignBytes) == 0 && ((uintptr_t)dout % kTmaAlignBytes) == 0;
+}
+
+void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                    const float* stats, float* D, float* lambda, __nv_bfloat16* dqkv,
+                                    cudaStream_t stream) {
+    if (!attention_hopper_rows_supports(mode, s, qkv, dout)) {
+        die("attention_backward_hopper_rows: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
+            "  hint: gproj or fp32 mode, head size %d, B*NH <= 65535, qkv and dout 16-byte aligned; use "
+            "attention_backward_cuda, which falls back to the portable row pass",
+            (int)mode >= 0 && mode < ATTN_NUM_MODES ? attn_mode_name(mode) : "?", s.B, s.NH, s.T, s.HS,
+            (const void*)qkv, (const void*)dout, kHS);
+    }
+    const CUtensorMap qkv_map = make_map(qkv, s, 3 * s.NH, "qkv");
+    const CUtensorMap dout_map = make_map(dout, s, s.NH, "dout");
+    if (mode == ATTN_GPROJ) hopper_rows_launch<ATTN_GPROJ>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
+    else hopper_rows_launch<ATTN_FP32>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
+}
+
+void attention_hopper_rows_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                        float* s_tile, float* dp_tile, float* x_tile, float* y_tile) {
+    if (s.B != 1 || s.T > ATTN_HOPPER_ROWS_PROBE_ROWS || head < 0 || head >= s.NH || s.HS != kHS) {
+        die("attention_hopper_rows_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d "
+            "T=%d HS=%d head %d)", ATTN_HOPPER_ROWS_PROBE_ROWS, kHS, s.B, s.NH, s.T, s.HS, head);
+    }
+    const CUtensorMap qkv_map = make_map(qkv, s, 3 * s.NH, "qkv");
+    const CUtensorMap dout_map = make_map(dout, s, s.NH, "dout");
+    cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+    layout_probe_kernel<<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, s_tile, dp_tile,
+                                                                    x_tile, y_tile);
+    cudaCheckLastError();
+}
