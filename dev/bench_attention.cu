@@ -23,14 +23,17 @@
  *
  * scripts/bench_attention.sh runs this and the PyTorch script in one go and
  * writes the comparison table; --jsonl is the format they share.
- * Forward paths: a mode name times the default forward (on an sm_90 device
- * the Hopper wgmma forward, attention/attention_hopper.cuh; elsewhere the
- * portable mma.sync one); "MODE:portable" times the same mode with
- * AttnOptions.force_portable = 1, so `--modes bf16,bf16:portable` puts the two
- * side by side. Its rows and JSON objects carry variant "MODE:portable" (the
+ * Paths: a mode name times the default kernels (on an sm_90 device the Hopper
+ * wgmma forward, attention/attention_hopper.cuh, and at HS 64 one Hopper pass
+ * of the backward, attention/attention_hopper_bwd.cuh: the key-major kernel
+ * for bf16/repair, the row pass for gproj/fp32; elsewhere the portable
+ * mma.sync kernels); "MODE:portable" times the same mode with
+ * AttnOptions.force_portable = 1, i.e. the whole portable path, forward AND
+ * backward, so `--modes bf16,bf16:portable` puts all-default next to
+ * all-portable. Its rows and JSON objects carry variant "MODE:portable" (the
  * script's table lists only the plain names); every row says which forward
- * ran ("fwd: hopper|portable"; JSON field "fwd_path"). The backward is the
- * same kernels on both.
+ * and which backward ran ("fwd: hopper|portable, bwd: hopper|portable"; JSON
+ * fields "fwd_path", "bwd_path").
  * Usage: build/bench_attention --help
  */
 #include <math.h>
@@ -73,8 +76,9 @@ static void print_help(void) {
         "  --shape B,H,T,D    a shape to time (repeatable); default: 8,16,1024,64 4,16,2048,64\n"
         "                     8,8,1024,128 2,16,4096,128. Head size D must be one the kernels support (64, 128).\n"
         "  --modes LIST       comma-separated subset of %s (default: all); a name with the\n"
-        "                     suffix :portable (bf16:portable) times that mode on the portable mma.sync forward\n"
-        "                     (force_portable), next to the default one (the Hopper forward on sm_90)\n"
+        "                     suffix :portable (bf16:portable) times that mode on the whole portable mma.sync\n"
+        "                     path, forward and backward (force_portable), next to the default one (on sm_90\n"
+        "                     the Hopper forward and, at D 64, a Hopper backward pass); rows say which ran\n"
         "  --warmup N         untimed launches per measurement (default 5)\n"
         "  --repeats N        timed launches per measurement; the median is reported (default 30)\n"
         "  --seed N           input seed (default 1234)\n"
@@ -372,6 +376,8 @@ int main(int argc, char** argv) {
                 memset(&path_opt, 0, sizeof path_opt);
                 path_opt.force_portable = force_portable;
                 const char* fwd_path = attn_fwd_path_name(attention_forward_cuda_path(mode, path_opt, s, sets[0].qkv));
+                const char* bwd_path =
+                    attn_bwd_path_name(attention_backward_cuda_path(mode, path_opt, s, sets[0].qkv, sets[0].dout));
                 char variant[32];
                 snprintf(variant, sizeof variant, "%s%s", attn_mode_name(mode), force_portable ? ":portable" : "");
                 /* every set gets this mode's out and stats before its backward is timed alone */
@@ -387,15 +393,15 @@ int main(int argc, char** argv) {
                 double tflops[NUM_OPS];
                 for (int op = 0; op < NUM_OPS; op++)
                     tflops[op] = k_op_flop_factor[op] * fwd_flops / (ms[op] * 1e-3) / 1e12;
-                printf("%-20s %-7s %10.4f %10.4f %10.4f %11.1f %11.1f %11.1f %llu%s  (fwd: %s)\n", shape_name, variant,
-                       ms[OP_FWD], ms[OP_BWD], ms[OP_FWDBWD], tflops[OP_FWD], tflops[OP_BWD], tflops[OP_FWDBWD], bad,
-                       bad ? "  <- NON-FINITE OUTPUTS" : "", fwd_path);
+                printf("%-20s %-7s %10.4f %10.4f %10.4f %11.1f %11.1f %11.1f %llu%s  (fwd: %s, bwd: %s)\n", shape_name,
+                       variant, ms[OP_FWD], ms[OP_BWD], ms[OP_FWDBWD], tflops[OP_FWD], tflops[OP_BWD],
+                       tflops[OP_FWDBWD], bad, bad ? "  <- NON-FINITE OUTPUTS" : "", fwd_path, bwd_path);
                 fflush(stdout);
                 if (jsonl) {
                     fprintf(jsonl,
-                            "{\"impl\": \"ours\", \"variant\": \"%s\", \"fwd_path\": \"%s\", \"B\": %d, \"H\": %d, "
-                            "\"T\": %d, \"D\": %d",
-                            variant, fwd_path, s.B, s.NH, s.T, s.HS);
+                            "{\"impl\": \"ours\", \"variant\": \"%s\", \"fwd_path\": \"%s\", \"bwd_path\": \"%s\", "
+                            "\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d",
+                            variant, fwd_path, bwd_path, s.B, s.NH, s.T, s.HS);
                     for (int op = 0; op < NUM_OPS; op++)
                         fprintf(jsonl, ", \"%s_ms\": %.6f, \"%s_tflops\": %.3f",
                                 op == OP_FWDBWD ? "fwdbwd" : k_op_names[op], ms[op],
