@@ -85,7 +85,7 @@ struct SmemPlan {
     static_assert(kRowState % 16 == 0, "float4 row state");
 };
 
-/* ---- the wgmma this file adds (NEW: not in hopper_wgmma.cuh): D[64 x 64] += A[64 x 16] B[16 x 64], both
+/* ---- the wgmma this file adds (not in hopper_wgmma.cuh): D[64 x 64] += A[64 x 16] B[16 x 64], both
    from shared memory, K-major (imm-trans-a = imm-trans-b = 0), scale-d true. The m64n128k16 SS twin of
    the header with N = 64: 32 accumulator registers, same descriptor meaning. ---- */
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
@@ -445,14 +445,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 /* Layout probe: one warpgroup, one tile of everything at token 0 of batch 0 (K, V, Q of `head` from qkv;
    dO of `head` from dout; T < 64 so the TMA zero fill shows), through the kernel's own helpers, no
    softmax:
-     out_st  = S^T = K Q^T              (NEW (1): m64n64k16 SS; K-major A and B)
-     out_dpt = dP^T = V dO^T            (NEW (1), (2): the dout map)
+     out_st  = S^T = K Q^T              (form (1): m64n64k16 SS; K-major A and B)
+     out_dpt = dP^T = V dO^T            (forms (1), (2): the dout map)
      out_dv  = bf(S^T) dO               (register A repack, dO N-major)
-     out_dk  = bf(dP^T) Q               (NEW (4): Q read N-major after being read K-major)
-     out_dq  = bf(dP^T)^T K             (NEW (5), (6): staging [query][key] + A loads; K N-major)
-   [64 x 64] FP32 each, row-major. The kernel loads its 128 keys as two 64-row boxes (NEW (3)); the probe
-   loads tokens 0..63 into the SECOND 8 KB half of the K and V tiles and reads them there (warpgroup 1's
-   offset), and Q/dO into stage 1, so the non-zero offsets are what is exercised. */
+     out_dk  = bf(dP^T) Q               (form (4): Q read N-major after being read K-major)
+     out_dq  = bf(dP^T)^T K             (forms (5), (6): staging [query][key] + A loads; K N-major)
+   [64 x 64] FP32 each, row-major (the numbered operand forms: dev/attention_lab/hopper_bwd.cu's header).
+   The kernel loads its 128 keys as two 64-row boxes (form (3)); the probe loads tokens 0..63 into the
+   SECOND 8 KB half of the K and V tiles and reads them there (warpgroup 1's offset), and Q/dO into stage
+   1, so the non-zero offsets are what is exercised. */
 __global__ void __launch_bounds__(128, 1)
     layout_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                         int NH, int head, float* __restrict__ out_st, float* __restrict__ out_dpt,
