@@ -143,11 +143,11 @@ for phase in "$@"; do
         # GPU test; compute-sanitizer on a lab that fails
         begin "Hopper labs and the attention GPU test"
         labs=""
-        for l in hopper_fwd hopper_bwd hopper_rows; do [ -f dev/attention_lab/$l.cu ] && labs="$labs $l"; done
+        for l in hopper_fwd hopper_bwd hopper_rows hopper_bwd_fast; do [ -f dev/attention_lab/$l.cu ] && labs="$labs $l"; done
         make -j"$(nproc)" NVCC_ARCH="$ARCH" $(for l in $labs; do echo build/dev/attention_lab/$l; done) \
             build/tests/test_attention_gpu build/bench_attention > "$OUT/build_labs.log" 2>&1 || tail -30 "$OUT/build_labs.log" | tee -a "$SUMMARY"
         for l in $labs; do
-            timeout 90 build/dev/attention_lab/$l > "$OUT/$l.log" 2>&1
+            timeout "${LAB_TIMEOUT:-90}" build/dev/attention_lab/$l > "$OUT/$l.log" 2>&1
             rc=$?; say "   $l: rc $rc, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$l.log" | tail -1)"
             grep -E "FAIL|wrong|time|ms" "$OUT/$l.log" | head -n 30 | tee -a "$SUMMARY"
             if [ $rc -ne 0 ] && command -v compute-sanitizer >/dev/null; then
@@ -156,7 +156,7 @@ for phase in "$@"; do
                 grep -m 20 -E "Invalid|Error|error|at 0x|by thread" "$OUT/${l}_sanitizer.log" | tee -a "$SUMMARY"
             fi
         done
-        timeout 200 build/tests/test_attention_gpu > "$OUT/test_attention_gpu.log" 2>&1
+        timeout 300 build/tests/test_attention_gpu > "$OUT/test_attention_gpu.log" 2>&1
         rc=$?; say "   test_attention_gpu: rc $rc, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/test_attention_gpu.log" | tail -1)"
         grep -m 20 FAIL "$OUT/test_attention_gpu.log" | tee -a "$SUMMARY"
         end 0 ;;
@@ -240,7 +240,7 @@ for phase in "$@"; do
         # issue 4: our kernels vs PyTorch SDPA (cuDNN, flash), side by side (scripts/bench_attention.sh)
         begin "attention benchmark vs PyTorch SDPA"
         timeout 240 bash scripts/bench_attention.sh "$OUT/attn" --shape 8,16,1024,64 --shape 4,16,2048,64 \
-            --shape 8,8,1024,128 --shape 2,16,4096,128 > "$OUT/attnbench.log" 2>&1
+            --shape 8,8,1024,128 --shape 2,16,4096,128 ${ATTN_MODES:+--modes "$ATTN_MODES"} > "$OUT/attnbench.log" 2>&1
         rc=$?; tail -n 12 "$OUT/attnbench.log" | tee -a "$SUMMARY"; end $rc ;;
     trainbench)
         # issue 5: our training step (every mode, per-kernel breakdown) vs the PyTorch twin, side by side
