@@ -5,8 +5,12 @@
  * not copied) added one at a time as template switches, each variant checked against the portable
  * production backward (attention_backward_cuda with force_portable) and timed next to variant 0.
  *
- * STATUS: written 2026-11-29 without a GPU (compiled for sm_90a, never run). v0 is hopper_bwd.cu's kernel,
- * which passed on the H200 (13:11: 0.325 ms at B8 H16 T1024 d64 vs 0.350 ms mma.sync, cuDNN 0.194 ms).
+ * STATUS: first run on the H200 on 2026-11-29 (dev/results/device_s4/call5/hopper_bwd_fast.log): every
+ * variant correct (500 passed, 0 failed), and none faster than v0: v1 1.00-1.01x, v2 0.88-0.91x, v3
+ * 0.95-0.96x, v4 0.95-0.97x (B8 H16 T1024 / B4 H16 T2048 d64, median of 21). So none went into production;
+ * the next step is a profile of v0, not another variant. This harness timed v0 (the production kernel) at
+ * 0.275 ms where dev/attention_lab/hopper_bwd.cu and build/bench_attention measured 0.326 / 0.321 ms: the
+ * three harnesses differ in what they time, and the gap is not explained yet.
  *
  * Why: hopper_bwd's header says what was left on the table: nothing overlaps (each wgmma batch is waited
  * on before the next step), dQ is a second serial batch, each warpgroup sends its own dQ atomics, and the
