@@ -196,22 +196,15 @@ __global__ void colreduce_partial_kernel(float* partial, const floatX* dout, con
 }
 
 /* grad_sum[c] += sum over chunks (in order) of partial[chunk][c] (and the
-   second half into grad_xhat when it is non-NULL).
-   This kernel is latency bound, not bandwidth bound: C threads (a few
-   blocks) each walk `chunks` (64 for B*T = 16384) L2-resident partials. The
-   loops are unrolled 16x so 16 loads are in flight per thread instead of the
-   4 the compiler picks (about 4 L2 round trips instead of 16 per call, ~120
-   calls per step); the adds stay in chunk order, so the bits are unchanged. */
+   second half into grad_xhat when it is non-NULL). */
 __global__ void colreduce_final_kernel(floatX* grad_sum, floatX* grad_xhat, const float* partial, int chunks, int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     const int stride = grad_xhat ? 2 * C : C;
     float s = 0.0f, sx = 0.0f;
-#pragma unroll 16
-    for (int k = 0; k < chunks; k++) s += partial[(long long)k * stride + c];
-    if (grad_xhat) {
-#pragma unroll 16
-        for (int k = 0; k < chunks; k++) sx += partial[(long long)k * stride + C + c];
+    for (int k = 0; k < chunks; k++) {
+        s += partial[(long long)k * stride + c];
+        if (grad_xhat) sx += partial[(long long)k * stride + C + c];
     }
     grad_sum[c] = from_float(to_float(grad_sum[c]) + s);
     if (grad_xhat) grad_xhat[c] = from_float(to_float(grad_xhat[c]) + sx);
