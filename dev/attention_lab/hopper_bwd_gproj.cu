@@ -28,9 +28,12 @@
  * fp32 mode does NOT fall out of this: fp32's key-major pass also computes dQ (three BF16 terms of dS
  * through shared memory and atomics), so it needs hopper_bwd's dQ path plus the hi/lo splits.
  *
- * Kernel layout: hopper_bwd's (one CTA = 128 keys of one (b, h), two consumer warpgroups of 64 keys, one
- * producer warp; K/V once, Q/dO tiles of 64 queries double-buffered; full[s]: 32 producer lanes after the
- * row state {m, fl(1/l), D, lambda}, plus the TMA bytes; empty[s]: the 256 consumer threads).
+ * Kernel layout: hopper_bwd's (one CTA = 128 keys of one (b, h), two consumer warpgroups of 64 keys; K/V
+ * once, Q/dO tiles of 64 queries double-buffered; full[s]: 32 producer lanes after the row state
+ * {m, fl(1/l), D, lambda}, plus the TMA bytes; empty[s]: the 256 consumer threads), except that the
+ * producer is a whole warpgroup (one warp of it works) and setmaxnreg gives the consumers 232 registers
+ * (hopper_bwd_fast's v1, 99/0 and as fast as v0 on the H200 in call5): with a producer warp (288 threads,
+ * 168 registers each) the third A operand costs 92 bytes of spills.
  *
  * Checks (this program, in order):
  *   1. layout probe of the one new operand form: dK = bf(dP^T) Q + bf(-lambda_q S^T) Q, both register-A
@@ -50,12 +53,13 @@
  * Cases: T 1, 77, 128, 129, 1000, B*NH up to 128, q x8 (sharp), key offset 20 and 128 along a unit vector
  * per head (where the correction matters), the benchmark shapes B8 H16 T1024 and B4 H16 T2048.
  *
- * Registers (-Xptxas -v, CUDA 13.0): see hopper_bwd_gproj.mk's comment; no spills, no C75xx serialisation
- * warnings. Safety: every mbarrier wait is bounded (~2 s of clock64); a wait that gives up records which
+ * Registers (-Xptxas -v, CUDA 13.0): 168 at entry (the launch bound; 232 after setmaxnreg), 0 bytes of
+ * spills, no C75xx serialisation warnings (hopper_bwd_gproj.mk says how to re-check). 0 spills is also the
+ * sign that setmaxnreg took effect: at 168 this code spills. Safety: every mbarrier wait is bounded (~2 s of clock64); a wait that gives up records which
  * barrier in host-mapped memory, sets the CTA's abort flag (later waits return at once) and the CTA runs to
  * its end on garbage; the host checks the record after every synchronisation and names the barrier. No
- * __trap() on the consumer path (engineer G: it disables setmaxnreg; this kernel does not use setmaxnreg
- * yet, but the next step will). Run it under `timeout 120` anyway.
+ * __trap() on the consumer path (engineer G: it makes ptxas ignore setmaxnreg). setmaxnreg itself cannot
+ * be bounded (the split is exact, so it never waits on another CTA). Run it under `timeout 120` anyway.
  *
  * Usage: hopper_bwd_gproj   (no arguments; needs an sm_90 GPU). Ends with "N passed, N failed".
  */
@@ -837,10 +841,16 @@ static void check_case(CheckInputs in, int time_it) {
         cudaEvent_t e0, e1;
         cudaCheck(cudaEventCreate(&e0));
         cudaCheck(cudaEventCreate(&e1));
-        /* each candidate as a lambda-free list of launches (C++ lambdas: this is the host part of a .cu) */
+        /* the bf16 backward of the ratio needs bf16's own forward (stats {LSE, 0}, its O for D) */
+        bf16* out_b;
+        float* stats_b;
+        cudaCheck(cudaMalloc(&out_b, nout * 2));
+        cudaCheck(cudaMalloc(&stats_b, nstats * 4));
+        attention_forward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, NULL, 0);
+        /* each candidate as a closure over this case's buffers, timed alone */
         auto run_portable = [&]() { attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0); };
         auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, 0); };
-        auto run_bf16 = [&]() { attention_backward_cuda(ATTN_BF16, opt, s, qkv, out, stats, dout, dqkv_new, ws_ref, 0); };
+        auto run_bf16 = [&]() { attention_backward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, dout, dqkv_new, ws_ref, 0); };
         auto run_keys = [&]() { gproj_keys_launch(s, qkv, dout, stats, D_comp, lambda_comp, dqkv_comp, 0); };
         auto run_composed = [&]() {
             lab_prep_D_kernel<<<(unsigned)ceil_div((long long)rows, 4), 128>>>(out, dout, D_comp, s.NH, s.T,
@@ -861,8 +871,6 @@ static void check_case(CheckInputs in, int time_it) {
             }
             return median_ms(t, kReps);
         };
-        /* note: the bf16 backward runs on gproj's stats ({m, l}, read as {LSE, .}): a timing of the same
-           kernels and shapes only; its values are not used */
         const float ms_portable = time_of(run_portable, "timing the portable gproj backward");
         const float ms_default = time_of(run_default, "timing the default gproj backward");
         const float ms_composed = time_of(run_composed, "timing the composed Hopper gproj backward");
@@ -879,6 +887,8 @@ static void check_case(CheckInputs in, int time_it) {
                5.0 * gemm / ms_keys * 1e-9);
         cudaCheck(cudaEventDestroy(e0));
         cudaCheck(cudaEventDestroy(e1));
+        cudaCheck(cudaFree(out_b));
+        cudaCheck(cudaFree(stats_b));
     }
     free(h_qkv); free(h_dout); free(unit); free(h_ref); free(h_def); free(h_new); free(h_comp); free(hD_def);
     free(hD_comp);
