@@ -37,7 +37,7 @@
  * the FP32 summation order differs from the portable kernel, so the check is <= 4 BF16 ulps of the row
  * scale (the HS 64 labs' tolerance, fixed before any run).
  *
- * Shared memory (169 KB of the 227 KB): K, V tiles 128 keys x 2 chunks (32 KB each); Q, dO 2 stages x 64
+ * Shared memory (165 KiB of the 227 KiB): K, V tiles 128 keys x 2 chunks (32 KB each); Q, dO 2 stages x 64
  * queries x 2 chunks (64 KB); the dS tile [64][128 + 8] BF16 double-buffered by step parity (34 KB: step
  * i + 2 rewrites buffer i & 1 only after every consumer thread passed step i + 1's barrier, i.e. after
  * its reads of step i); row state {row_a, row_b, D} float4 [2][64] written by the producer lanes.
