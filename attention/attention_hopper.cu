@@ -78,11 +78,6 @@ struct SmemPlan {
     static_assert(kChunkBytes % kSwizzleAtomBytes == 0, "tiles must stay 1024-byte aligned");
 };
 
-__device__ __forceinline__ unsigned char* aligned_smem_base(unsigned char* raw) {
-    /* TMA's 128B swizzle and the descriptors' base offset 0 need 1024-byte aligned tiles */
-    return raw + ((kSwizzleAtomBytes - (smem_u32(raw) & (kSwizzleAtomBytes - 1))) & (kSwizzleAtomBytes - 1));
-}
-
 /* ---- the two GEMMs of one key tile, per warpgroup (shared by the kernel and the layout probe) ---- */
 
 /* S = Q K^T for the warpgroup's 64 query rows x kBlockK keys: HS/16 k-steps. q_addr, k_addr: shared

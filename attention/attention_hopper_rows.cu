@@ -86,20 +86,6 @@ struct SmemPlan {
 
 /* ---- the GEMMs of one key tile, per warpgroup (shared by the kernel and the layout probe) ---- */
 
-/* D[64 x 64] += A[64 x 16] * B[16 x 64]: A and B from shared memory through descriptors, both K-major
-   (imm-trans-a = imm-trans-b = 0); scale-d true, no negation. (hopper_wgmma.cuh has the n128 form.) */
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, acc, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-}
-
 /* S = Q K^T and dP = dO V^T for the warpgroup's 64 query rows x kSubKeys keys (k_addr, v_addr: the first key
    of the half), issued as one group (the tensor core runs them back to back): HS/16 k-steps each, K-major A
    and B, k-step kk at byte 32 kk of the 128-byte rows. Both accumulators are written, not accumulated. */

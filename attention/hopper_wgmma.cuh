@@ -12,10 +12,11 @@
  * header is built with `-gencode arch=compute_90a,code=sm_90a` alone (see attention/module.mk).
  *
  * Offers (namespace hopper_wgmma):
- *   smem_u32, mbar_init / mbar_init_fence / mbar_arrive / mbar_arrive_expect_tx / mbar_wait,
- *   fence_proxy_async, tma_load_4d, make_smem_desc, wgmma_fence / wgmma_commit / wgmma_wait<N>,
- *   reg_fence, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_rs, wgmma_m64n128k16_rs, wgmma_pv,
- *   quad_max, quad_sum; host: tensor_map_encoder (cuTensorMapEncodeTiled without linking libcuda).
+ *   smem_u32, aligned_smem_base, mbar_init / mbar_init_fence / mbar_arrive / mbar_arrive_expect_tx /
+ *   mbar_wait, fence_proxy_async, tma_load_4d, make_smem_desc, wgmma_fence / wgmma_commit / wgmma_wait<N>,
+ *   reg_fence, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
+ *   wgmma_m64n128k16_rs, wgmma_pv, quad_max, quad_sum, setmaxnreg_inc / setmaxnreg_dec,
+ *   red_add_f32x2_if; host: tensor_map_encoder (cuTensorMapEncodeTiled without linking libcuda).
  */
 #ifndef ATTENTION_HOPPER_WGMMA_CUH
 #define ATTENTION_HOPPER_WGMMA_CUH
@@ -33,6 +34,14 @@ namespace hopper_wgmma {
 typedef __nv_bfloat16 bf16;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* The first 1024-byte aligned byte at or after `raw` (dynamic shared memory is only 16-byte aligned): TMA's
+   128B swizzle and the descriptors' base offset 0 need every tile on a swizzle atom (8 rows x 128 B); the
+   kernels allocate one atom of slack for it. */
+constexpr int kSwizzle128BAtomBytes = 1024;
+__device__ __forceinline__ unsigned char* aligned_smem_base(unsigned char* raw) {
+    return raw + ((kSwizzle128BAtomBytes - (smem_u32(raw) & (kSwizzle128BAtomBytes - 1))) & (kSwizzle128BAtomBytes - 1));
+}
 
 /* ---- mbarrier: a 64-bit shared-memory object with an expected arrival count, a pending transaction
    byte count and a phase bit. A phase completes when all expected threads have arrived AND the
@@ -162,6 +171,21 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t des
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
+/* D[64 x 64] += A[64 x 16] * B[16 x 64]: A and B from shared memory through descriptors, both K-major
+   (imm-trans-a = imm-trans-b = 0); scale-d true, no negation. The N = 64 form of wgmma_m64n128k16_ss
+   (32 accumulator registers, same descriptor meaning): the backward's S, dP (and their transposes). */
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, acc, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
 /* D[64 x 64] += A[64 x 16] * B[16 x 64]: A from registers (four bf16x2 per thread, see the header comment),
    B from shared memory, N-major (imm-trans-b = 1: V is stored [key][head dim]); scale-d true, no negation. */
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
@@ -209,6 +233,21 @@ __device__ __forceinline__ float quad_max(float x) {
 __device__ __forceinline__ float quad_sum(float x) {
     x += __shfl_xor_sync(0xffffffffu, x, 1);
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/* setmaxnreg (sm_90a): every thread of the warpgroup executes it with the same count; a producer
+   warpgroup gives registers back (dec) so the consumer warpgroups can take them (inc). */
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+
+/* red.global.add.v2.f32 (what atomicAdd(float2*) becomes on sm_90) under a predicate instead of a branch:
+   a divergent branch between a wgmma issue and its wait makes ptxas serialise the wgmmas (C7518). */
+__device__ __forceinline__ void red_add_f32x2_if(float* dst, float lo, float hi, bool ok) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p red.global.add.v2.f32 [%0], {%1, %2};\n}\n" ::"l"(dst),
+                 "f"(lo), "f"(hi), "r"((int)ok)
+                 : "memory");
 }
 
 /* cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda). */

@@ -128,19 +128,6 @@ struct SmemPlan {
     static_assert(kRowState % 16 == 0, "float4 row state");
 };
 
-/* D[64 x 64] += A[64 x 16] B[16 x 64], both from shared memory, K-major; scale-d true (hopper_bwd's form (1)). */
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, acc, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-}
-
 /* mbarrier wait with a limit (hopper_bwd_fast.cu's give-up form, not a trap): polls for about kHangCycles
    clock cycles (~2 s at 1.98 GHz; a legitimate wait is microseconds), then records which barrier hung in
    g_hang_record (host-mapped pinned memory), sets the CTA's abort flag so every later bounded wait of the
@@ -184,12 +171,6 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
         }
     }
 }
-
-/* setmaxnreg (sm_90a): every thread of the warpgroup executes it with the same count. */
-template <int REGS>
-__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
-template <int REGS>
-__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
 
 /* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
 
