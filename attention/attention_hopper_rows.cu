@@ -55,7 +55,6 @@ constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row
 constexpr int kSwizzleRowBytes = 128;
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes; /* 8 rows x 128 B: the repeat of the 128B swizzle */
 constexpr int kWgmmaK = 16;             /* k of every bf16 wgmma */
-constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO ("assumed 1", i.e. 16 bytes) */
 /* The S/dP GEMMs and the P/dS work run over 64-key halves of each 128-key tile: four accumulators over the
    whole tile (S 64 + dP 64 + DSK 32 + PK 32 floats per thread) spill even at 224 registers (ptxas, CUDA 13.0:
    460 bytes), halves do not. */
@@ -86,47 +85,7 @@ struct SmemPlan {
 
 /* ---- the GEMMs of one key tile, per warpgroup (shared by the kernel and the layout probe) ---- */
 
-/* S = Q K^T and dP = dO V^T for the warpgroup's 64 query rows x kSubKeys keys (k_addr, v_addr: the first key
-   of the half), issued as one group (the tensor core runs them back to back): HS/16 k-steps each, K-major A
-   and B, k-step kk at byte 32 kk of the 128-byte rows. Both accumulators are written, not accumulated. */
-__device__ __forceinline__ void warpgroup_ss(float (&sacc)[kSRegs], float (&dpacc)[kSRegs], uint32_t q_addr,
-                                             uint32_t k_addr, uint32_t do_addr, uint32_t v_addr) {
-#pragma unroll
-    for (int i = 0; i < kSRegs; i++) sacc[i] = dpacc[i] = 0.f;
-    /* pins the zeroing before the fence (else the compiler sinks the moves past it and ptxas has to
-       serialise the wgmmas with an injected warpgroup.arrive) */
-    reg_fence(sacc);
-    reg_fence(dpacc);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n64k16_ss(sacc, make_smem_desc(q_addr + off, kUnusedLbo, kSwizzleAtomBytes),
-                            make_smem_desc(k_addr + off, kUnusedLbo, kSwizzleAtomBytes));
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n64k16_ss(dpacc, make_smem_desc(do_addr + off, kUnusedLbo, kSwizzleAtomBytes),
-                            make_smem_desc(v_addr + off, kUnusedLbo, kSwizzleAtomBytes));
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(sacc);
-    reg_fence(dpacc);
-}
 
-/* A operand (BF16, registers) of a GEMM over the tile's keys from an FP32 accumulator of the same tile:
-   k-step kk takes columns 16kk..16kk+15 = registers 8kk..8kk+7 (hopper_wgmma.cuh's fragment comment). */
-__device__ __forceinline__ void pack_a_operand(uint32_t (&a)[kKeySteps][4], const float (&acc)[kSRegs]) {
-#pragma unroll
-    for (int kk = 0; kk < kKeySteps; kk++) {
-        a[kk][0] = pack_bf16x2(acc[8 * kk + 0], acc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
-        a[kk][1] = pack_bf16x2(acc[8 * kk + 2], acc[8 * kk + 3]); /* row g+8, cols 2t, 2t+1 */
-        a[kk][2] = pack_bf16x2(acc[8 * kk + 4], acc[8 * kk + 5]); /* row g,   cols 2t+8, 2t+9 */
-        a[kk][3] = pack_bf16x2(acc[8 * kk + 6], acc[8 * kk + 7]); /* row g+8, cols 2t+8, 2t+9 */
-    }
-}
 
 /* DSK += bf(dS) K and PK += bf(P) K over one half: kSubKeys/16 k-steps of 16 keys against the K tile at k_addr read N-major
    (trans-b = 1: the head dim, N, is contiguous), each k-step 16 rows = 2048 bytes further; exactly the
@@ -227,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float dsk[kDqRegs], pk[kDqRegs];
 #pragma unroll
     for (int i = 0; i < kDqRegs; i++) dsk[i] = pk[i] = 0.f;
-    reg_fence(dsk); /* the zeroing before any wgmma fence (see warpgroup_ss) */
+    reg_fence(dsk); /* the zeroing before any wgmma fence (see warpgroup_two_ss_64x64) */
     reg_fence(pk);
 
     const uint32_t wg_row_bytes = wg * kWarpgroupRows * kSwizzleRowBytes; /* 8 KB: stays 1024-aligned */
@@ -247,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int sub = 0; sub < kSubTiles; sub++) {
             const uint32_t k_sub = k_addr + sub * kSubTileBytes;
             float sacc[kSRegs], dpacc[kSRegs];
-            warpgroup_ss(sacc, dpacc, q_addr, k_sub, do_addr, v_addr + sub * kSubTileBytes);
+            warpgroup_two_ss_64x64(sacc, dpacc, q_addr, k_sub, do_addr, v_addr + sub * kSubTileBytes);
 
             /* P, dS and the row sums (each lane its keys in increasing order, as production); masked
                entries are exactly 0 in both GEMM operands */
@@ -282,8 +241,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
             if (kGproj) {
                 uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
-                pack_a_operand(pa, sacc);
-                pack_a_operand(dsa, dpacc);
+                pack_acc_a_operand(pa, sacc);
+                pack_acc_a_operand(dsa, dpacc);
                 warpgroup_rs_k(dsk, pk, dsa, pa, k_sub);
             }
         }
@@ -323,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 /* Layout probe: one CTA, the two consumer warpgroups, one tile of everything at token 0 of batch 0 (head
    `head`): the TMA copies of Q, K, V (qkv map) and dO (dout map), S = Q K^T and dP = dO V^T through
-   warpgroup_ss (two 64-key halves, as the kernel), and X = bf(S) K, Y = bf(dP) K through pack_a_operand + warpgroup_rs_k (no softmax).
+   warpgroup_two_ss_64x64 (two 64-key halves, as the kernel), and X = bf(S) K, Y = bf(dP) K through pack_acc_a_operand + warpgroup_rs_k (no softmax).
    Each is written out through the assumed accumulator mapping and checked on the host against plain loops:
    S wrong -> qkv map / K-major descriptors (already verified by hopper_fwd: a regression); dP wrong, S right
    -> the dout map or V as K-major B; X or Y wrong, S and dP right -> K as N-major B or the register A. */
@@ -357,12 +316,12 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     float x[kDqRegs], y[kDqRegs];
 #pragma unroll
     for (int i = 0; i < kDqRegs; i++) x[i] = y[i] = 0.f;
-    reg_fence(x); /* the zeroing before any wgmma fence (see warpgroup_ss) */
+    reg_fence(x); /* the zeroing before any wgmma fence (see warpgroup_two_ss_64x64) */
     reg_fence(y);
 #pragma unroll
     for (int sub = 0; sub < kSubTiles; sub++) { /* the kernel's two 64-key halves, X and Y accumulating */
         float sacc[kSRegs], dpacc[kSRegs];
-        warpgroup_ss(sacc, dpacc, smem_u32(smem + SmemPlan::kQ) + wg_row_bytes, k_addr + sub * kSubTileBytes,
+        warpgroup_two_ss_64x64(sacc, dpacc, smem_u32(smem + SmemPlan::kQ) + wg_row_bytes, k_addr + sub * kSubTileBytes,
                      smem_u32(smem + SmemPlan::kDO) + wg_row_bytes,
                      smem_u32(smem + SmemPlan::kV) + sub * kSubTileBytes);
 #pragma unroll
@@ -376,8 +335,8 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
                     dp_out[(row0 + 8 * r) * kBlockK + col] = dpacc[4 * j + 2 * r + e];
                 }
         uint32_t sa[kKeySteps][4], dpa[kKeySteps][4];
-        pack_a_operand(sa, sacc);
-        pack_a_operand(dpa, dpacc);
+        pack_acc_a_operand(sa, sacc);
+        pack_acc_a_operand(dpa, dpacc);
         warpgroup_rs_k(y, x, dpa, sa, k_addr + sub * kSubTileBytes);
     }
 #pragma unroll

@@ -16,7 +16,12 @@
  *   mbar_wait, fence_proxy_async, tma_load_4d, make_smem_desc, wgmma_fence / wgmma_commit / wgmma_wait<N>,
  *   reg_fence, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
  *   wgmma_m64n128k16_rs, wgmma_pv, quad_max, quad_sum, setmaxnreg_inc / setmaxnreg_dec,
- *   red_add_f32x2_if; host: tensor_map_encoder (cuTensorMapEncodeTiled without linking libcuda).
+ *   red_add_f32x2_if, warpgroup_sync;
+ *   the 64 x 64 tile steps of the HS-64 backward kernels (key-major pass, row pass, their labs):
+ *   warpgroup_two_ss_64x64 (two K-major SS GEMMs as one batch: S and dP, or their transposes),
+ *   pack_acc_a_operand (FP32 accumulator -> BF16 register A operand), warpgroup_rs_issue_n64,
+ *   stage_tile_transposed / load_staged_a_operand (a BF16 tile through shared memory, transposed);
+ *   host: tensor_map_encoder (cuTensorMapEncodeTiled without linking libcuda).
  */
 #ifndef ATTENTION_HOPPER_WGMMA_CUH
 #define ATTENTION_HOPPER_WGMMA_CUH
@@ -248,6 +253,110 @@ __device__ __forceinline__ void red_add_f32x2_if(float* dst, float lo, float hi,
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p red.global.add.v2.f32 [%0], {%1, %2};\n}\n" ::"l"(dst),
                  "f"(lo), "f"(hi), "r"((int)ok)
                  : "memory");
+}
+
+/* Barrier of one 128-thread warpgroup wg (named barrier 1 + wg; 0 is __syncthreads). */
+__device__ __forceinline__ void warpgroup_sync(int wg) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+}
+
+/* ---- 64 x 64 tile steps of the HS-64 backward kernels. Every tile is [rows][64 BF16 = 128 bytes], 128B
+   swizzled, 1024-byte aligned; one wgmma k-step is 16 BF16 (32 bytes along a row, or 16 rows). ---- */
+constexpr int kTileK = 64;            /* head size / keys / queries of one tile side */
+constexpr int kTileKSteps = kTileK / 16;
+constexpr int kTileRowBytes = 128;    /* one 128B-swizzle row */
+
+/* D0 = A0 B0^T and D1 = A1 B1^T (64 x 64 each, over a 64-wide reduced dimension), all four operands K-major
+   tiles at the given shared addresses (the warpgroup's 64 rows of A), issued as one commit group (the
+   tensor core runs them back to back) and waited for. Written, not accumulated. The key-major pass calls
+   it with (K_w, Q) and (V_w, dO) for S^T and dP^T, the row pass with (Q, K) and (dO, V) for S and dP. */
+__device__ __forceinline__ void warpgroup_two_ss_64x64(float (&d0)[32], float (&d1)[32], uint32_t a0_addr,
+                                                       uint32_t b0_addr, uint32_t a1_addr, uint32_t b1_addr) {
+    constexpr uint32_t kUnusedLbo = 16; /* K-major swizzled operands ignore LBO ("assumed 1", 16 bytes) */
+    constexpr int kAtomBytes = 8 * kTileRowBytes;
+#pragma unroll
+    for (int i = 0; i < 32; i++) d0[i] = d1[i] = 0.f;
+    /* pins the zeroing before the fence (else the compiler sinks the moves past it and ptxas has to
+       serialise the wgmmas with an injected warpgroup.arrive) */
+    reg_fence(d0);
+    reg_fence(d1);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kTileKSteps; kk++) {
+        const uint32_t off = kk * 16 * (int)sizeof(bf16);
+        wgmma_m64n64k16_ss(d0, make_smem_desc(a0_addr + off, kUnusedLbo, kAtomBytes),
+                           make_smem_desc(b0_addr + off, kUnusedLbo, kAtomBytes));
+    }
+#pragma unroll
+    for (int kk = 0; kk < kTileKSteps; kk++) {
+        const uint32_t off = kk * 16 * (int)sizeof(bf16);
+        wgmma_m64n64k16_ss(d1, make_smem_desc(a1_addr + off, kUnusedLbo, kAtomBytes),
+                           make_smem_desc(b1_addr + off, kUnusedLbo, kAtomBytes));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(d0);
+    reg_fence(d1);
+}
+
+/* A 64 x 64 FP32 accumulator rounded to BF16 and packed as the register A operand of a GEMM over its 64
+   columns: k-step kk takes columns 16kk..16kk+15 = registers 8kk..8kk+7 (the fragment comment above). */
+__device__ __forceinline__ void pack_acc_a_operand(uint32_t (&a)[kTileKSteps][4], const float (&acc)[32]) {
+#pragma unroll
+    for (int kk = 0; kk < kTileKSteps; kk++) {
+        a[kk][0] = pack_bf16x2(acc[8 * kk + 0], acc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
+        a[kk][1] = pack_bf16x2(acc[8 * kk + 2], acc[8 * kk + 3]); /* row g+8, cols 2t, 2t+1 */
+        a[kk][2] = pack_bf16x2(acc[8 * kk + 4], acc[8 * kk + 5]); /* row g,   cols 2t+8, 2t+9 */
+        a[kk][3] = pack_bf16x2(acc[8 * kk + 6], acc[8 * kk + 7]); /* row g+8, cols 2t+8, 2t+9 */
+    }
+}
+
+/* acc += A B over 64 reduced rows: A from registers (4 k-steps), B an N-major 64 x 64 tile at b_addr (rows =
+   the reduced dimension, 16 rows = 2048 bytes per k-step; as V in the forward). Issued only: the caller
+   fences before and commits and waits after. */
+__device__ __forceinline__ void warpgroup_rs_issue_n64(float (&acc)[32], const uint32_t (&a)[kTileKSteps][4],
+                                                       uint32_t b_addr) {
+    constexpr uint32_t kUnusedLbo = kTileK * kTileRowBytes; /* LBO: unused for N = 64 */
+#pragma unroll
+    for (int kk = 0; kk < kTileKSteps; kk++)
+        wgmma_m64n64k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * 16 * kTileRowBytes, kUnusedLbo,
+                                                      8 * kTileRowBytes));
+}
+
+/* The 64 x 64 FP32 accumulator acc (rows: this warpgroup's, warp w holds rows 16w..16w+15) rounded to BF16
+   and stored TRANSPOSED to a [column][row] BF16 tile of PITCH elements per row (element 8kk + 2i + e: row
+   16w + g + 8 (i & 1), column 16kk + 8 (i >> 1) + 2t + e; the same words pack_acc_a_operand makes). The
+   key-major pass stages bf(dS^T) this way as the A operand [query][key] of dQ = dS K. */
+template <int PITCH>
+__device__ __forceinline__ void stage_tile_transposed(bf16* tile, const float (&acc)[32], int warp_in_wg, int g, int t) {
+    const int row = warp_in_wg * 16 + g;
+#pragma unroll
+    for (int kk = 0; kk < kTileKSteps; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = i & 1, colhalf = i >> 1; /* a[0]: (g, 2t), a[1]: (g+8, 2t), a[2]: (g, 2t+8), a[3]: (g+8, 2t+8) */
+            const int col = 16 * kk + 8 * colhalf + 2 * t;
+            const uint32_t w = pack_bf16x2(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1]); /* low: col, high: col + 1 */
+            tile[col * PITCH + row + 8 * r] = __ushort_as_bfloat16((unsigned short)(w & 0xFFFFu));
+            tile[(col + 1) * PITCH + row + 8 * r] = __ushort_as_bfloat16((unsigned short)(w >> 16));
+        }
+}
+
+/* The register A fragments of a GEMM over a staged [row][k] BF16 tile (PITCH elements per row) for this
+   warp's 16 rows: k-step kk (columns 16kk..16kk+15): a0 = (row g, cols 2t, 2t+1), a1 = (row g+8, ...),
+   a2 = (row g, cols 2t+8, 2t+9), a3 = (row g+8, cols 2t+8, 2t+9). */
+template <int PITCH>
+__device__ __forceinline__ void load_staged_a_operand(uint32_t (&a)[kTileKSteps][4], const bf16* tile, int warp_in_wg,
+                                                      int g, int t) {
+    const int row = warp_in_wg * 16 + g;
+#pragma unroll
+    for (int kk = 0; kk < kTileKSteps; kk++) {
+        const int k = 16 * kk + 2 * t;
+        a[kk][0] = *reinterpret_cast<const uint32_t*>(tile + row * PITCH + k);
+        a[kk][1] = *reinterpret_cast<const uint32_t*>(tile + (row + 8) * PITCH + k);
+        a[kk][2] = *reinterpret_cast<const uint32_t*>(tile + row * PITCH + k + 8);
+        a[kk][3] = *reinterpret_cast<const uint32_t*>(tile + (row + 8) * PITCH + k + 8);
+    }
 }
 
 /* cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda). */

@@ -199,97 +199,13 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
     }
 }
 
-/* Barrier of one consumer warpgroup (128 threads); ids 1, 2 (0 is __syncthreads). */
-__device__ __forceinline__ void warpgroup_sync(int wg) {
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-}
 
 /* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
 
-/* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each): K_w, V_w K-major A (the warpgroup's
-   64 rows of the K/V tile), Q and dO K-major B; HS/16 k-steps of 32 bytes along the 128-byte rows.
-   Written, not accumulated. */
-__device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[32], uint32_t k_addr, uint32_t v_addr,
-                                                 uint32_t q_addr, uint32_t do_addr) {
-#pragma unroll
-    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
-    reg_fence(st); /* keeps the zeroing above the fence (plain moves could sink past it) */
-    reg_fence(dpt);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n64k16_ss(st, make_smem_desc(k_addr + off, kUnusedLbo, kSwizzleAtomBytes),
-                           make_smem_desc(q_addr + off, kUnusedLbo, kSwizzleAtomBytes));
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n64k16_ss(dpt, make_smem_desc(v_addr + off, kUnusedLbo, kSwizzleAtomBytes),
-                           make_smem_desc(do_addr + off, kUnusedLbo, kSwizzleAtomBytes));
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(st);
-    reg_fence(dpt);
-}
 
-/* An accumulator (64 x 64, FP32) rounded to BF16 and packed as the register A operand: k-step kk takes
-   columns 16kk..16kk+15 = registers 8kk..8kk+7 (hopper_wgmma.cuh's fragment comment; as hopper_fwd). */
-__device__ __forceinline__ void pack_a_operand(uint32_t (&a)[kBlockQ / kWgmmaK][4], const float (&acc)[32]) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++) {
-        a[kk][0] = pack_bf16x2(acc[8 * kk + 0], acc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
-        a[kk][1] = pack_bf16x2(acc[8 * kk + 2], acc[8 * kk + 3]); /* row g+8, cols 2t, 2t+1 */
-        a[kk][2] = pack_bf16x2(acc[8 * kk + 4], acc[8 * kk + 5]); /* row g,   cols 2t+8, 2t+9 */
-        a[kk][3] = pack_bf16x2(acc[8 * kk + 6], acc[8 * kk + 7]); /* row g+8, cols 2t+8, 2t+9 */
-    }
-}
 
-/* acc += A B over 64 reduced rows: A from registers (4 k-steps), B an N-major 64 x HS tile at b_addr
-   (rows = the reduced dimension, 16 rows = 2048 bytes per k-step; as V in hopper_fwd). Issued only:
-   the caller commits and waits. */
-__device__ __forceinline__ void warpgroup_rs_issue(float (&acc)[32], const uint32_t (&a)[kBlockQ / kWgmmaK][4],
-                                                   uint32_t b_addr) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
-        wgmma_m64n64k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * kWgmmaK * kSwizzleRowBytes,
-                                                      ProbePlan::kQTileBytes /* LBO: unused for N = 64 */,
-                                                      kSwizzleAtomBytes));
-}
 
-/* bf(dS^T) from the FP32 dS^T accumulator (element 8kk + 2i + e: key g + 8 (i & 1) of this warp, query
-   16kk + 8 (i >> 1) + 2t + e; the same words pack_a_operand makes) stored to the warpgroup's staging tile
-   as [query][key] BF16 (keys local to the warpgroup). Packs again from the FP32 values instead of reading
-   the A registers of dK: PTX leaves any access to the A registers of an in-flight wgmma undefined. */
-__device__ __forceinline__ void stage_ds(bf16* ds_s, const float (&ds_acc)[32], int warp_in_wg, int g, int t) {
-    const int key = warp_in_wg * 16 + g;
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = i & 1, colhalf = i >> 1; /* a[0]: (g, 2t), a[1]: (g+8, 2t), a[2]: (g, 2t+8), a[3]: (g+8, 2t+8) */
-            const int q = 16 * kk + 8 * colhalf + 2 * t;
-            const uint32_t w = pack_bf16x2(ds_acc[8 * kk + 2 * i], ds_acc[8 * kk + 2 * i + 1]); /* low: query q, high: q + 1 */
-            ds_s[q * kDsPitch + key + 8 * r] = __ushort_as_bfloat16((unsigned short)(w & 0xFFFFu));
-            ds_s[(q + 1) * kDsPitch + key + 8 * r] = __ushort_as_bfloat16((unsigned short)(w >> 16));
-        }
-}
 
-/* The A fragments of dQ = dS K for this warp's 16 queries from the staging tile [query][key]: k-step kk
-   (keys 16kk..16kk+15): a0 = (q g, keys 2t, 2t+1), a1 = (q g+8, ...), a2 = (q g, keys 2t+8, 2t+9), a3. */
-__device__ __forceinline__ void load_ds_operand(uint32_t (&a)[kWarpgroupKeys / kWgmmaK][4], const bf16* ds_s,
-                                                int warp_in_wg, int g, int t) {
-    const int q = warp_in_wg * 16 + g;
-#pragma unroll
-    for (int kk = 0; kk < kWarpgroupKeys / kWgmmaK; kk++) {
-        const int k = 16 * kk + 2 * t;
-        a[kk][0] = *reinterpret_cast<const uint32_t*>(ds_s + q * kDsPitch + k);
-        a[kk][1] = *reinterpret_cast<const uint32_t*>(ds_s + (q + 8) * kDsPitch + k);
-        a[kk][2] = *reinterpret_cast<const uint32_t*>(ds_s + q * kDsPitch + k + 8);
-        a[kk][3] = *reinterpret_cast<const uint32_t*>(ds_s + (q + 8) * kDsPitch + k + 8);
-    }
-}
 
 /* ------------------------------------------------------------------------------------------------ */
 /* kernels                                                                                           */
@@ -544,7 +460,7 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
             wgmma_wait<1>();
             reg_fence(st);
         } else {
-            warpgroup_scores(st, dpt, k_addr, v_addr, q_addr, do_addr);
+            warpgroup_two_ss_64x64(st, dpt, k_addr, q_addr, v_addr, do_addr);
         }
         /* P into st (masked entries exactly 0) */
 #pragma unroll
@@ -582,18 +498,18 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
            (the old kernel: 168 registers cannot hold all three in flight, C7512), with OVERLAP issued
            behind it and one wait for both. */
         uint32_t pa[kBlockQ / kWgmmaK][4], pds[kBlockQ / kWgmmaK][4];
-        pack_a_operand(pa, st);
-        pack_a_operand(pds, dpt);
+        pack_acc_a_operand(pa, st);
+        pack_acc_a_operand(pds, dpt);
         reg_fence(pa);
         reg_fence(pds);
         reg_fence(dv);
         reg_fence(dk);
         wgmma_fence();
-        warpgroup_rs_issue(dv, pa, do_addr);
-        warpgroup_rs_issue(dk, pds, q_addr);
+        warpgroup_rs_issue_n64(dv, pa, do_addr);
+        warpgroup_rs_issue_n64(dk, pds, q_addr);
         wgmma_commit();
         warpgroup_sync(wg);
-        stage_ds(ds_s, dpt, warp_in_wg, g, t);
+        stage_tile_transposed<kDsPitch>(ds_s, dpt, warp_in_wg, g, t);
         warpgroup_sync(wg);
         if constexpr (!OVERLAP) {
             wgmma_wait<0>();
@@ -604,13 +520,13 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
         }
 
         uint32_t adq[kWarpgroupKeys / kWgmmaK][4];
-        load_ds_operand(adq, ds_s, warp_in_wg, g, t);
+        load_staged_a_operand<kDsPitch>(adq, ds_s, warp_in_wg, g, t);
 #pragma unroll
         for (int k = 0; k < 32; k++) dq[k] = 0.f;
         reg_fence(adq);
         reg_fence(dq);
         wgmma_fence();
-        warpgroup_rs_issue(dq, adq, k_addr);
+        warpgroup_rs_issue_n64(dq, adq, k_addr);
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(dq);
@@ -696,7 +612,7 @@ __global__ void __launch_bounds__(128, 1)
     const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
     const uint32_t k_addr = smem_u32(k_half), v_addr = smem_u32(v_half);
     float st[32], dpt[32];
-    warpgroup_scores(st, dpt, k_addr, v_addr, q_addr, do_addr);
+    warpgroup_two_ss_64x64(st, dpt, k_addr, q_addr, v_addr, do_addr);
     auto write_acc = [&](float* dst, const float (&acc)[32]) {
 #pragma unroll
         for (int j = 0; j < 8; j++)
@@ -708,8 +624,8 @@ __global__ void __launch_bounds__(128, 1)
     write_acc(out_st, st);
     write_acc(out_dpt, dpt);
     uint32_t pa[4][4], pds[4][4];
-    pack_a_operand(pa, st);
-    pack_a_operand(pds, dpt);
+    pack_acc_a_operand(pa, st);
+    pack_acc_a_operand(pds, dpt);
     float dv[32], dk[32], dq[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) dv[i] = dk[i] = dq[i] = 0.f;
@@ -718,19 +634,19 @@ __global__ void __launch_bounds__(128, 1)
     reg_fence(dv);
     reg_fence(dk);
     wgmma_fence();
-    warpgroup_rs_issue(dv, pa, do_addr);
-    warpgroup_rs_issue(dk, pds, q_addr);
+    warpgroup_rs_issue_n64(dv, pa, do_addr);
+    warpgroup_rs_issue_n64(dk, pds, q_addr);
     wgmma_commit();
     bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + Plan::kDsBytes); /* warpgroup 1's buffer */
     warpgroup_sync(0);
-    stage_ds(ds_s, dpt, warp, g, t);
+    stage_tile_transposed<kDsPitch>(ds_s, dpt, warp, g, t);
     warpgroup_sync(0);
     uint32_t adq[4][4];
-    load_ds_operand(adq, ds_s, warp, g, t);
+    load_staged_a_operand<kDsPitch>(adq, ds_s, warp, g, t);
     reg_fence(dq);
     reg_fence(adq);
     wgmma_fence();
-    warpgroup_rs_issue(dq, adq, k_addr);
+    warpgroup_rs_issue_n64(dq, adq, k_addr);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(dv);

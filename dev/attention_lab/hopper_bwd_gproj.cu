@@ -107,7 +107,6 @@ constexpr int kSwizzleRowBytes = 128;   /* one row of HS 64 BF16 = one 128B-swiz
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
 constexpr int kWgmmaK = 16;
 constexpr int kKSteps = kBlockQ / kWgmmaK; /* k-steps of the RS GEMMs (over the tile's 64 queries) */
-constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 
 /* Shared-memory plan (byte offsets from a 1024-byte aligned base). Tiles are [rows][128 bytes], swizzled. */
@@ -174,36 +173,11 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
 
 /* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
 
-/* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each); hopper_bwd's warpgroup_scores. */
-__device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[32], uint32_t k_addr, uint32_t v_addr,
-                                                 uint32_t q_addr, uint32_t do_addr) {
-#pragma unroll
-    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
-    reg_fence(st);
-    reg_fence(dpt);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n64k16_ss(st, make_smem_desc(k_addr + off, kUnusedLbo, kSwizzleAtomBytes),
-                           make_smem_desc(q_addr + off, kUnusedLbo, kSwizzleAtomBytes));
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n64k16_ss(dpt, make_smem_desc(v_addr + off, kUnusedLbo, kSwizzleAtomBytes),
-                           make_smem_desc(do_addr + off, kUnusedLbo, kSwizzleAtomBytes));
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(st);
-    reg_fence(dpt);
-}
 
 /* THE NEW OPERAND FORM, with the two old ones: k-step kk's three register A operands from the FP32 P and dS
    accumulators (registers 8kk..8kk+7: key g + 8 (i & 1), query 16kk + 8 (i >> 1) + 2t + e for register
    8kk + 2i + e, the fragment layout above):
-     pa   = bf(P),  pds = bf(dS)                         (hopper_bwd's pack_a_operand, one k-step)
+     pa   = bf(P),  pds = bf(dS)                         (pack_acc_a_operand of hopper_wgmma.cuh, one k-step)
      plam = bf(-lambda_q P), lambda per query COLUMN: lam[jj][e] = lambda of query 16kk + 8 jj + 2t + e;
             the product -lambda * P in FP32, rounded once (production's `alp` expression).
    One k-step at a time, so the kernel packs each step right after computing its P and dS and those FP32
@@ -227,15 +201,6 @@ __device__ __forceinline__ void pack_step_operands(uint32_t (&pa)[4], uint32_t (
     plam[3] = pack_bf16x2(-lam[1][0] * p[b + 6], -lam[1][1] * p[b + 7]);
 }
 
-/* acc += A B over the tile's 64 queries: A from registers, B an N-major 64 x HS tile at b_addr (rows = the
-   reduced dimension, 16 rows = 2048 bytes per k-step; hopper_bwd's warpgroup_rs_issue). Issued only. */
-__device__ __forceinline__ void warpgroup_rs_issue(float (&acc)[32], const uint32_t (&a)[kKSteps][4], uint32_t b_addr) {
-#pragma unroll
-    for (int kk = 0; kk < kKSteps; kk++)
-        wgmma_m64n64k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * kWgmmaK * kSwizzleRowBytes,
-                                                      SmemPlan::kQTileBytes /* LBO: unused for N = 64 */,
-                                                      kSwizzleAtomBytes));
-}
 
 /* ------------------------------------------------------------------------------------------------ */
 /* kernels                                                                                           */
@@ -347,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float4* rs = row_state + s * kBlockQ;
 
         float st[32], dpt[32];
-        warpgroup_scores(st, dpt, k_addr, v_addr, q_addr, do_addr);
+        warpgroup_two_ss_64x64(st, dpt, k_addr, q_addr, v_addr, do_addr);
 
         /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
            k-step (16 queries) at a time. Element 4j + 2r + e: key key0 + 8r, query q0 + 8j + 2t + e. */
@@ -388,9 +353,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         reg_fence(dv);
         reg_fence(dk);
         wgmma_fence();
-        warpgroup_rs_issue(dv, pa, do_addr);
-        warpgroup_rs_issue(dk, pds, q_addr);
-        warpgroup_rs_issue(dk, plam, q_addr);
+        warpgroup_rs_issue_n64(dv, pa, do_addr);
+        warpgroup_rs_issue_n64(dk, pds, q_addr);
+        warpgroup_rs_issue_n64(dk, plam, q_addr);
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(dv);
@@ -460,7 +425,7 @@ __global__ void __launch_bounds__(128, 1)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
     float st[32], dpt[32];
-    warpgroup_scores(st, dpt, smem_u32(k_half), smem_u32(v_half), q_addr, do_addr);
+    warpgroup_two_ss_64x64(st, dpt, smem_u32(k_half), q_addr, smem_u32(v_half), do_addr);
     auto write_acc = [&](float* dst, const float (&acc)[32]) {
 #pragma unroll
         for (int j = 0; j < 8; j++)
@@ -489,9 +454,9 @@ __global__ void __launch_bounds__(128, 1)
     reg_fence(dk);
     reg_fence(corr);
     wgmma_fence();
-    warpgroup_rs_issue(dk, pds, q_addr);
-    warpgroup_rs_issue(dk, plam, q_addr);
-    warpgroup_rs_issue(corr, plam, q_addr);
+    warpgroup_rs_issue_n64(dk, pds, q_addr);
+    warpgroup_rs_issue_n64(dk, plam, q_addr);
+    warpgroup_rs_issue_n64(corr, plam, q_addr);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(dk);
