@@ -143,7 +143,7 @@ for phase in "$@"; do
         # GPU test; compute-sanitizer on a lab that fails
         begin "Hopper labs and the attention GPU test"
         labs=""
-        for l in hopper_fwd hopper_bwd hopper_rows hopper_bwd_fast; do [ -f dev/attention_lab/$l.cu ] && labs="$labs $l"; done
+        for l in hopper_fwd hopper_bwd hopper_rows hopper_bwd_fast hopper_bwd128 hopper_bwd_gproj; do [ -f dev/attention_lab/$l.cu ] && labs="$labs $l"; done
         make -j"$(nproc)" NVCC_ARCH="$ARCH" $(for l in $labs; do echo build/dev/attention_lab/$l; done) \
             build/tests/test_attention_gpu build/bench_attention > "$OUT/build_labs.log" 2>&1 || tail -30 "$OUT/build_labs.log" | tee -a "$SUMMARY"
         for l in $labs; do
