@@ -57,10 +57,14 @@ refuses "--capture-layers alone" "captures nothing" -- --model small --capture-l
 refuses "--probe-every negative" "--probe-every" -- --model small --probe-every -1
 refuses "--zero-key-bias-grad=2" "--zero-key-bias-grad" -- --model small --zero-key-bias-grad=2
 
+echo "== attention kernel choice"
+refuses "--attn-kernels takes auto|portable only" "'hopper' is not allowed; allowed: one of auto|portable" -- \
+    --model small --attn-kernels hopper
+
 echo "== --help lists the multi-GPU and diagnostics flags"
 if "$TRAIN" --help > "$TMP/help" 2>&1 && grep -q -- "--nccl-id-file" "$TMP/help" && grep -q -- "--zero-stage" "$TMP/help" \
     && grep -q -- "--probe-every" "$TMP/help" && grep -q -- "--capture-attn" "$TMP/help" \
-    && grep -q -- "--zero-key-bias-grad" "$TMP/help"; then
+    && grep -q -- "--zero-key-bias-grad" "$TMP/help" && grep -q -- "--attn-kernels auto|portable" "$TMP/help"; then
     pass=$((pass + 1)); echo "  ok   --help"
 else
     fail=$((fail + 1)); echo "  FAIL --help"
