@@ -68,7 +68,7 @@ $(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_l
 # against the portable mma.sync forward, checked and timed; a lab, so in no test target. Host code only
 # (the kernels are in the library), so it builds for any NVCC_ARCH; it refuses to run off sm_90.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_fwd
-$(BUILD)/dev/attention_lab/hopper_fwd.cu.o: dev/attention_lab/hopper_fwd.cu attention/attention_cuda.cuh \
+$(BUILD)/dev/attention_lab/hopper_fwd.cu.o: dev/attention_lab/hopper_fwd.cu dev/attention_lab/hopper_lab.cuh attention/attention_cuda.cuh \
         attention/attention_hopper.cuh attention/attention.h attention/attn_cases.h tests/testing.h \
         common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_fwd: $(BUILD)/dev/attention_lab/hopper_fwd.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)

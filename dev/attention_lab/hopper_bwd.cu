@@ -36,6 +36,7 @@
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
+#include "dev/attention_lab/hopper_lab.cuh"
 
 typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_BWD_HS; /* the head size the Hopper backward serves */
@@ -66,61 +67,10 @@ static void sync_or_report(cudaError_t e, const char* where) {
 /* host: checks against the production backward, timing                                              */
 /* ------------------------------------------------------------------------------------------------ */
 
-static AttnRng g_rng; /* seeded at the start of main */
-static float normal01(void) { return (float)attn_rng_normal(&g_rng); }
-/* One BF16 ulp (8 significant bits) at max(|x|, floor); floor = the RMS of the reference row (entries
-   near zero come from cancellation; their error scales with the row). */
-static double bf16_ulp(double x, double floor_mag) {
-    const double a = fmax(fabs(x), floor_mag);
-    return a > 0 ? ldexp(1.0, (int)floor(log2(a)) - 7) : 0.0;
-}
-static float median_ms(float* v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            const float tmp = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = tmp;
-        }
-    return v[n / 2];
-}
-
 /* Tolerance (set before any run): the two kernels sum S, dP (tensor-core k order), dK/dV (query order
    within a tile) and dQ (64-key partials here, 128 there) differently; a changed FP32 S can flip the
    BF16 rounding of P or dS of one element. Expected worst ~2-3 ulps of the row scale. */
 static const double kMaxUlps = 4.0;
-
-/* Compares one slot (0 q, 1 k, 2 v) of two dqkv buffers row by row (row = one (b, t, h) vector of HS). */
-struct SlotDiff {
-    size_t nan_ref, nan_new, over_1ulp, count;
-    double max_ulps, max_abs;
-};
-static SlotDiff compare_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot) {
-    SlotDiff d = {0, 0, 0, 0, 0.0, 0.0};
-    const size_t vecs = (size_t)s.B * s.T * s.NH;
-    for (size_t v = 0; v < vecs; v++) {
-        const size_t bt = v / s.NH, h = v % s.NH;
-        const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
-        double sq = 0;
-        for (int k = 0; k < s.HS; k++) {
-            const double a = bf16_bits_to_float(ref[base + k]);
-            if (!isnan(a)) sq += a * a;
-        }
-        const double rms = sqrt(sq / s.HS);
-        for (int k = 0; k < s.HS; k++) {
-            const double a = bf16_bits_to_float(ref[base + k]), x = bf16_bits_to_float(got[base + k]);
-            d.count++;
-            if (isnan(a)) d.nan_ref++;
-            if (isnan(x)) d.nan_new++;
-            if (isnan(a) || isnan(x)) continue;
-            const double diff = fabs(a - x), ulp = bf16_ulp(fmax(fabs(a), fabs(x)), rms);
-            const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
-            if (diff > d.max_abs) d.max_abs = diff;
-            if (ulps > d.max_ulps) d.max_ulps = ulps;
-            if (ulps > 1.0) d.over_1ulp++;
-        }
-    }
-    return d;
-}
 
 /* One shape and mode: forward by attention_forward_cuda, then attention_backward_cuda on both paths on the
    same inputs (dqkv and both workspaces poisoned with NaN first), compared slot by slot. With time_it,
@@ -222,26 +172,6 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
 }
 
-/* FP32-accumulation error bound relative to the sum of |products| (HS or 64 terms: ~1e-6 when right);
-   a layout error is off by O(1). */
-static const double kProbeTol = 1e-4;
-
-/* Checks one [64 x 64] probe output against a host product; prints the first misses. */
-static int probe_compare(const char* name, const float* got, const double* ref, const double* mag) {
-    int bad = 0;
-    double worst = 0;
-    for (int i = 0; i < 64 * 64; i++) {
-        const double err = fabs(got[i] - ref[i]);
-        if (!(err <= kProbeTol * mag[i] + 1e-30)) {
-            if (bad++ < 3) printf("  %s[%d][%d] = %.6g, want %.6g\n", name, i / 64, i % 64, got[i], ref[i]);
-        }
-        const double rel = isnan(got[i]) ? INFINITY : err / (mag[i] + 1e-30);
-        if (rel > worst) worst = rel;
-    }
-    printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, 64 * 64, worst);
-    return bad;
-}
-
 /* Runs the library's layout probe (attention_hopper_bwd_layout_probe) on B1 NH3 T50 (head 1: slot and head coordinates; T < 64: zero fill) and
    checks its five products against double loops over the same BF16 values (the kernel's own S^T, dP^T,
    rounded to BF16 as it rounds them, for the three register-A products). */
@@ -277,69 +207,19 @@ static void layout_probe(void) {
     double* mag = (double*)mallocCheck(tile * sizeof(double));
     int bad[5];
     /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    for (int i = 0; i < 64; i++)
-        for (int j = 0; j < 64; j++) {
-            double r = 0, m = 0;
-            for (int d = 0; d < kHS; d++) {
-                const double p = PX(i, kSlotK, d) * PX(j, kSlotQ, d);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * 64 + j] = r;
-            mag[i * 64 + j] = m;
-        }
+    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return PX(i, kSlotK, d) * PX(j, kSlotQ, d); });
     bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag);
     /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    for (int i = 0; i < 64; i++)
-        for (int j = 0; j < 64; j++) {
-            double r = 0, m = 0;
-            for (int d = 0; d < kHS; d++) {
-                const double p = PX(i, kSlotV, d) * PD(j, d);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * 64 + j] = r;
-            mag[i * 64 + j] = m;
-        }
+    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return PX(i, kSlotV, d) * PD(j, d); });
     bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag);
     /* dV[key][d] = sum_q bf(S^T[key][q]) dO[q][d] */
-    for (int i = 0; i < 64; i++)
-        for (int n = 0; n < kHS; n++) {
-            double r = 0, m = 0;
-            for (int q = 0; q < 64; q++) {
-                const double p = bf16_round(g_st[i * 64 + q]) * PD(q, n);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * 64 + n] = r;
-            mag[i * 64 + n] = m;
-        }
+    probe_product(ref, mag, 64, [&](int i, int n, int q) { return bf16_round(g_st[i * 64 + q]) * PD(q, n); });
     bad[2] = probe_compare("dV = bf(S^T) dO", g_dv, ref, mag);
     /* dK[key][d] = sum_q bf(dP^T[key][q]) Q[q][d] */
-    for (int i = 0; i < 64; i++)
-        for (int n = 0; n < kHS; n++) {
-            double r = 0, m = 0;
-            for (int q = 0; q < 64; q++) {
-                const double p = bf16_round(g_dpt[i * 64 + q]) * PX(q, kSlotQ, n);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * 64 + n] = r;
-            mag[i * 64 + n] = m;
-        }
+    probe_product(ref, mag, 64, [&](int i, int n, int q) { return bf16_round(g_dpt[i * 64 + q]) * PX(q, kSlotQ, n); });
     bad[3] = probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag);
     /* dQ[q][d] = sum_key bf(dP^T[key][q]) K[key][d] */
-    for (int q = 0; q < 64; q++)
-        for (int n = 0; n < kHS; n++) {
-            double r = 0, m = 0;
-            for (int k = 0; k < 64; k++) {
-                const double p = bf16_round(g_dpt[k * 64 + q]) * PX(k, kSlotK, n);
-                r += p;
-                m += fabs(p);
-            }
-            ref[q * 64 + n] = r;
-            mag[q * 64 + n] = m;
-        }
+    probe_product(ref, mag, 64, [&](int q, int n, int k) { return bf16_round(g_dpt[k * 64 + q]) * PX(k, kSlotK, n); });
     bad[4] = probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag);
 #undef PX
 #undef PD
@@ -357,14 +237,7 @@ static void layout_probe(void) {
 int main(int argc, char** argv) {
     attn_rng_init(&g_rng, 0x13198A2E03707344ull);
     if (argc != 1) die("usage: %s   (no arguments)\n  hint: the shapes are fixed in main()", argv[0]);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) die("hopper_bwd: no CUDA device found");
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major != 9 || prop.minor != 0) {
-        die("hopper_bwd: device 0 is %s (sm_%d%d); this program is built for sm_90a only\n"
-            "  hint: run it on an H100 or H200", prop.name, prop.major, prop.minor);
-    }
+    const cudaDeviceProp prop = require_sm90("hopper_bwd");
     hang_record_install();
     printf("hopper_bwd on %s: the production Hopper backward (attention_hopper_bwd.cu) vs the portable one\n", prop.name);
     layout_probe();

@@ -85,6 +85,7 @@
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
+#include "dev/attention_lab/hopper_lab.cuh"
 
 using namespace hopper_wgmma;
 
@@ -670,21 +671,7 @@ __global__ void __launch_bounds__(128, 1)
    {64 columns, 1 head, 64 tokens, 1 batch}, 128-byte swizzle, zeros outside. qkv: heads = 3 NH
    (slot*NH + head); dout [B, T, NH, HS]: heads = NH. */
 static CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    CUtensorMap map;
-    const cuuint64_t dims[4] = {(cuuint64_t)s.HS, (cuuint64_t)heads, (cuuint64_t)s.T, (cuuint64_t)s.B};
-    const cuuint64_t strides[3] = {(cuuint64_t)s.HS * sizeof(bf16), (cuuint64_t)heads * s.HS * sizeof(bf16),
-                                   (cuuint64_t)s.T * heads * s.HS * sizeof(bf16)};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)kBoxRows, 1};
-    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides, box,
-                                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        die("hopper_bwd_fast: cuTensorMapEncodeTiled failed (CUresult %d) for %s, B=%d NH=%d T=%d HS=%d\n"
-            "  hint: the buffer must be 16-byte aligned (cudaMalloc is) and HS 64",
-            (int)r, what, s.B, s.NH, s.T, s.HS);
-    }
-    return map;
+    return lab_head_map(tensor_map_encoder(), base, s, heads, kBoxRows, "hopper_bwd_fast", what);
 }
 
 /* The variants, cumulative, in the order they are expected to pay; 0 is hopper_bwd.cu's kernel as it ran
@@ -817,61 +804,10 @@ static void sync_or_report(cudaError_t e, const char* where) {
 /* host: checks against the production backward, timing                                              */
 /* ------------------------------------------------------------------------------------------------ */
 
-static AttnRng g_rng; /* seeded at the start of main */
-static float normal01(void) { return (float)attn_rng_normal(&g_rng); }
-/* One BF16 ulp (8 significant bits) at max(|x|, floor); floor = the RMS of the reference row (entries
-   near zero come from cancellation; their error scales with the row). */
-static double bf16_ulp(double x, double floor_mag) {
-    const double a = fmax(fabs(x), floor_mag);
-    return a > 0 ? ldexp(1.0, (int)floor(log2(a)) - 7) : 0.0;
-}
-static float median_ms(float* v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            const float tmp = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = tmp;
-        }
-    return v[n / 2];
-}
-
 /* Tolerance (set before any run): the two kernels sum S, dP (tensor-core k order), dK/dV (query order
    within a tile) and dQ (64-key partials here, 128 there) differently; a changed FP32 S can flip the
    BF16 rounding of P or dS of one element. Expected worst ~2-3 ulps of the row scale. */
 static const double kMaxUlps = 4.0;
-
-/* Compares one slot (0 q, 1 k, 2 v) of two dqkv buffers row by row (row = one (b, t, h) vector of HS). */
-struct SlotDiff {
-    size_t nan_ref, nan_new, over_1ulp, count;
-    double max_ulps, max_abs;
-};
-static SlotDiff compare_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot) {
-    SlotDiff d = {0, 0, 0, 0, 0.0, 0.0};
-    const size_t vecs = (size_t)s.B * s.T * s.NH;
-    for (size_t v = 0; v < vecs; v++) {
-        const size_t bt = v / s.NH, h = v % s.NH;
-        const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
-        double sq = 0;
-        for (int k = 0; k < s.HS; k++) {
-            const double a = bf16_bits_to_float(ref[base + k]);
-            if (!isnan(a)) sq += a * a;
-        }
-        const double rms = sqrt(sq / s.HS);
-        for (int k = 0; k < s.HS; k++) {
-            const double a = bf16_bits_to_float(ref[base + k]), x = bf16_bits_to_float(got[base + k]);
-            d.count++;
-            if (isnan(a)) d.nan_ref++;
-            if (isnan(x)) d.nan_new++;
-            if (isnan(a) || isnan(x)) continue;
-            const double diff = fabs(a - x), ulp = bf16_ulp(fmax(fabs(a), fabs(x)), rms);
-            const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
-            if (diff > d.max_abs) d.max_abs = diff;
-            if (ulps > d.max_ulps) d.max_ulps = ulps;
-            if (ulps > 1.0) d.over_1ulp++;
-        }
-    }
-    return d;
-}
 
 /* One shape and mode: forward by attention_forward_cuda, then the portable production backward and variant
    `variant` on the same inputs (dqkv poisoned with NaN first), compared slot by slot. With time_it, the
@@ -980,26 +916,6 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it, 
     cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
 }
 
-/* FP32-accumulation error bound relative to the sum of |products| (HS or 64 terms: ~1e-6 when right);
-   a layout error is off by O(1). */
-static const double kProbeTol = 1e-4;
-
-/* Checks one [64 x 64] probe output against a host product; prints the first misses. */
-static int probe_compare(const char* name, const float* got, const double* ref, const double* mag) {
-    int bad = 0;
-    double worst = 0;
-    for (int i = 0; i < 64 * 64; i++) {
-        const double err = fabs(got[i] - ref[i]);
-        if (!(err <= kProbeTol * mag[i] + 1e-30)) {
-            if (bad++ < 3) printf("  %s[%d][%d] = %.6g, want %.6g\n", name, i / 64, i % 64, got[i], ref[i]);
-        }
-        const double rel = isnan(got[i]) ? INFINITY : err / (mag[i] + 1e-30);
-        if (rel > worst) worst = rel;
-    }
-    printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, 64 * 64, worst);
-    return bad;
-}
-
 /* Runs layout_probe_kernel on B1 NH3 T50 (head 1: slot and head coordinates; T < 64: zero fill) and
    checks its five products against double loops over the same BF16 values (the kernel's own S^T, dP^T,
    rounded to BF16 as it rounds them, for the three register-A products). */
@@ -1039,69 +955,19 @@ static void layout_probe(void) {
     double* mag = (double*)mallocCheck(tile * sizeof(double));
     int bad[5];
     /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    for (int i = 0; i < 64; i++)
-        for (int j = 0; j < 64; j++) {
-            double r = 0, m = 0;
-            for (int d = 0; d < kHS; d++) {
-                const double p = PX(i, kSlotK, d) * PX(j, kSlotQ, d);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * 64 + j] = r;
-            mag[i * 64 + j] = m;
-        }
+    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return PX(i, kSlotK, d) * PX(j, kSlotQ, d); });
     bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag);
     /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    for (int i = 0; i < 64; i++)
-        for (int j = 0; j < 64; j++) {
-            double r = 0, m = 0;
-            for (int d = 0; d < kHS; d++) {
-                const double p = PX(i, kSlotV, d) * PD(j, d);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * 64 + j] = r;
-            mag[i * 64 + j] = m;
-        }
+    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return PX(i, kSlotV, d) * PD(j, d); });
     bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag);
     /* dV[key][d] = sum_q bf(S^T[key][q]) dO[q][d] */
-    for (int i = 0; i < 64; i++)
-        for (int n = 0; n < kHS; n++) {
-            double r = 0, m = 0;
-            for (int q = 0; q < 64; q++) {
-                const double p = bf16_round(g_st[i * 64 + q]) * PD(q, n);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * 64 + n] = r;
-            mag[i * 64 + n] = m;
-        }
+    probe_product(ref, mag, 64, [&](int i, int n, int q) { return bf16_round(g_st[i * 64 + q]) * PD(q, n); });
     bad[2] = probe_compare("dV = bf(S^T) dO", g_dv, ref, mag);
     /* dK[key][d] = sum_q bf(dP^T[key][q]) Q[q][d] */
-    for (int i = 0; i < 64; i++)
-        for (int n = 0; n < kHS; n++) {
-            double r = 0, m = 0;
-            for (int q = 0; q < 64; q++) {
-                const double p = bf16_round(g_dpt[i * 64 + q]) * PX(q, kSlotQ, n);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * 64 + n] = r;
-            mag[i * 64 + n] = m;
-        }
+    probe_product(ref, mag, 64, [&](int i, int n, int q) { return bf16_round(g_dpt[i * 64 + q]) * PX(q, kSlotQ, n); });
     bad[3] = probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag);
     /* dQ[q][d] = sum_key bf(dP^T[key][q]) K[key][d] */
-    for (int q = 0; q < 64; q++)
-        for (int n = 0; n < kHS; n++) {
-            double r = 0, m = 0;
-            for (int k = 0; k < 64; k++) {
-                const double p = bf16_round(g_dpt[k * 64 + q]) * PX(k, kSlotK, n);
-                r += p;
-                m += fabs(p);
-            }
-            ref[q * 64 + n] = r;
-            mag[q * 64 + n] = m;
-        }
+    probe_product(ref, mag, 64, [&](int q, int n, int k) { return bf16_round(g_dpt[k * 64 + q]) * PX(k, kSlotK, n); });
     bad[4] = probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag);
 #undef PX
 #undef PD
@@ -1117,19 +983,9 @@ static void layout_probe(void) {
 }
 
 /* The checks of one child process: the layout probe (child -1) or every shape for one variant. */
-static void require_hopper(void) {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) die("hopper_bwd_fast: no CUDA device found");
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major != 9 || prop.minor != 0) {
-        die("hopper_bwd_fast: device 0 is %s (sm_%d%d); this program is built for sm_90a only\n"
-            "  hint: run it on an H100 or H200", prop.name, prop.major, prop.minor);
-    }
-}
 static void run_child(int variant) {
     attn_rng_init(&g_rng, 0x13198A2E03707344ull);
-    require_hopper();
+    require_sm90("hopper_bwd_fast");
     hang_record_install();
     if (variant < 0) {
         layout_probe();

@@ -80,6 +80,7 @@
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
+#include "dev/attention_lab/hopper_lab.cuh"
 
 using namespace hopper_wgmma;
 
@@ -504,21 +505,7 @@ __global__ void poison_kv_kernel(bf16* dqkv, long long tokens, int NH) {
 /* A 4-D BF16 tensor {HS, heads, T, B} with token stride `heads * HS`, boxes {64, 1, 64, 1}, 128-byte swizzle,
    zeros outside (hopper_bwd's make_head_map). qkv: heads = 3 NH; dout: heads = NH. */
 CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    CUtensorMap map;
-    const cuuint64_t dims[4] = {(cuuint64_t)s.HS, (cuuint64_t)heads, (cuuint64_t)s.T, (cuuint64_t)s.B};
-    const cuuint64_t strides[3] = {(cuuint64_t)s.HS * sizeof(bf16), (cuuint64_t)heads * s.HS * sizeof(bf16),
-                                   (cuuint64_t)s.T * heads * s.HS * sizeof(bf16)};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)kBoxRows, 1};
-    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides, box,
-                                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        die("hopper_bwd_gproj: cuTensorMapEncodeTiled failed (CUresult %d) for %s, B=%d NH=%d T=%d HS=%d\n"
-            "  hint: the buffer must be 16-byte aligned (cudaMalloc is) and HS 64",
-            (int)r, what, s.B, s.NH, s.T, s.HS);
-    }
-    return map;
+    return lab_head_map(tensor_map_encoder(), base, s, heads, kBoxRows, "hopper_bwd_gproj", what);
 }
 
 /* The key-major gproj pass alone (asynchronous on `stream`): D and lambda [B*NH*T] as the workspace holds
@@ -569,61 +556,11 @@ static void sync_or_report(cudaError_t e, const char* where) {
     exit(1);
 }
 
-static AttnRng g_rng;
-static float normal01(void) { return (float)attn_rng_normal(&g_rng); }
 static size_t rows_of(AttnShape s) { return (size_t)s.B * s.NH * s.T; }
-/* One BF16 ulp (8 significant bits) at max(|x|, floor); floor = the RMS of the reference row. */
-static double bf16_ulp(double x, double floor_mag) {
-    const double a = fmax(fabs(x), floor_mag);
-    return a > 0 ? ldexp(1.0, (int)floor(log2(a)) - 7) : 0.0;
-}
-static float median_ms(float* v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            const float tmp = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = tmp;
-        }
-    return v[n / 2];
-}
-
 /* Tolerance, fixed before any run: only FP32 sum orders differ (wgmma k order, dK's two batches summed
    apart), and a changed FP32 S or dP can flip one BF16 rounding of P, dS or -lambda P; as hopper_bwd. */
 static const double kMaxUlps = 4.0;
 
-struct SlotDiff {
-    size_t nan_ref, nan_new, over_1ulp, unequal, count;
-    double max_ulps, max_abs;
-};
-/* Compares one slot (0 q, 1 k, 2 v) of two dqkv buffers, row by row (one (b, t, h) vector of HS). */
-static SlotDiff compare_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot) {
-    SlotDiff d = {0, 0, 0, 0, 0, 0.0, 0.0};
-    const size_t vecs = (size_t)s.B * s.T * s.NH;
-    for (size_t v = 0; v < vecs; v++) {
-        const size_t bt = v / s.NH, h = v % s.NH;
-        const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
-        double sq = 0;
-        for (int k = 0; k < s.HS; k++) {
-            const double a = bf16_bits_to_float(ref[base + k]);
-            if (!isnan(a)) sq += a * a;
-        }
-        const double rms = sqrt(sq / s.HS);
-        for (int k = 0; k < s.HS; k++) {
-            const double a = bf16_bits_to_float(ref[base + k]), x = bf16_bits_to_float(got[base + k]);
-            d.count++;
-            if (ref[base + k] != got[base + k]) d.unequal++;
-            if (isnan(a)) d.nan_ref++;
-            if (isnan(x)) d.nan_new++;
-            if (isnan(a) || isnan(x)) continue;
-            const double diff = fabs(a - x), ulp = bf16_ulp(fmax(fabs(a), fabs(x)), rms);
-            const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
-            if (diff > d.max_abs) d.max_abs = diff;
-            if (ulps > d.max_ulps) d.max_ulps = ulps;
-            if (ulps > 1.0) d.over_1ulp++;
-        }
-    }
-    return d;
-}
 static const char* kSlotName[3] = {"dQ", "dK", "dV"};
 
 /* Largest over heads of ||sum_j dK_j|| / ||dK|| (the gproj identity: 0 up to the BF16 output rounding). */
@@ -844,23 +781,6 @@ static void check_case(CheckInputs in, int time_it) {
     cudaCheck(cudaFree(lambda_comp)); cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def));
 }
 
-/* FP32-accumulation error bound relative to the sum of |products| (~1e-6 when right; a layout error is O(1)). */
-static const double kProbeTol = 1e-4;
-static int probe_compare(const char* name, const float* got, const double* ref, const double* mag) {
-    int bad = 0;
-    double worst = 0;
-    for (int i = 0; i < 64 * 64; i++) {
-        const double err = fabs(got[i] - ref[i]);
-        if (!(err <= kProbeTol * mag[i] + 1e-30)) {
-            if (bad++ < 3) printf("  %s[%d][%d] = %.6g, want %.6g\n", name, i / 64, i % 64, got[i], ref[i]);
-        }
-        const double rel = isnan(got[i]) ? INFINITY : err / (mag[i] + 1e-30);
-        if (rel > worst) worst = rel;
-    }
-    printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, 64 * 64, worst);
-    return bad;
-}
-
 /* The layout probe on B1 NH3 T50 (head 1; T < 64: zero fill), lambda_q spread over [-2, 2] per query (so a
    per-key mapping, a wrong query pairing or a dropped batch cannot pass), checked against double loops on
    the kernel's own S^T and dP^T, rounded as the kernel rounds them. */
@@ -903,42 +823,14 @@ static void layout_probe(void) {
     double* ref = (double*)mallocCheck(tile * sizeof(double));
     double* mag = (double*)mallocCheck(tile * sizeof(double));
     int bad[4];
-    for (int i = 0; i < 64; i++)
-        for (int j = 0; j < 64; j++) {
-            double r = 0, m = 0;
-            for (int d = 0; d < kHS; d++) {
-                const double p = PX(i, kSlotK, d) * PX(j, kSlotQ, d);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * 64 + j] = r;
-            mag[i * 64 + j] = m;
-        }
+    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return PX(i, kSlotK, d) * PX(j, kSlotQ, d); });
     bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag);
-    for (int i = 0; i < 64; i++)
-        for (int j = 0; j < 64; j++) {
-            double r = 0, m = 0;
-            for (int d = 0; d < kHS; d++) {
-                const double p = PX(i, kSlotV, d) * PD(j, d);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * 64 + j] = r;
-            mag[i * 64 + j] = m;
-        }
+    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return PX(i, kSlotV, d) * PD(j, d); });
     bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag);
     /* correction alone: sum_q bf(-lambda_q * S^T[key][q]) Q[q][n], the product in FP32 as the kernel does */
-    for (int i = 0; i < 64; i++)
-        for (int n = 0; n < kHS; n++) {
-            double r = 0, m = 0;
-            for (int q = 0; q < 64; q++) {
-                const double p = bf16_round(-h_lambda[q] * g_st[i * 64 + q]) * PX(q, kSlotQ, n);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * 64 + n] = r;
-            mag[i * 64 + n] = m;
-        }
+    probe_product(ref, mag, 64, [&](int i, int n, int q) {
+        return bf16_round(-h_lambda[q] * g_st[i * 64 + q]) * PX(q, kSlotQ, n);
+    });
     bad[3] = probe_compare("bf(-lambda_q S^T) Q", g_corr, ref, mag);
     for (int i = 0; i < 64; i++)
         for (int n = 0; n < kHS; n++) {
@@ -966,14 +858,7 @@ static void layout_probe(void) {
 int main(int argc, char** argv) {
     attn_rng_init(&g_rng, 0x243F6A8885A308D3ull);
     if (argc != 1) die("usage: %s   (no arguments)\n  hint: the cases are fixed in main()", argv[0]);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) die("hopper_bwd_gproj: no CUDA device found");
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major != 9 || prop.minor != 0) {
-        die("hopper_bwd_gproj: device 0 is %s (sm_%d%d); this program is built for sm_90a only\n"
-            "  hint: run it on an H100 or H200", prop.name, prop.major, prop.minor);
-    }
+    const cudaDeviceProp prop = require_sm90("hopper_bwd_gproj");
     hang_record_install();
     printf("hopper_bwd_gproj on %s: a Hopper key-major pass for gproj (dK, dV; HS 64) vs the production kernels\n",
            prop.name);

@@ -35,6 +35,7 @@
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
+#include "dev/attention_lab/hopper_lab.cuh"
 
 typedef __nv_bfloat16 bf16;
 static const int kBlockQ = ATTN_HOPPER_BLOCK_Q, kBlockK = ATTN_HOPPER_BLOCK_K;
@@ -43,26 +44,6 @@ enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] *
 /* ------------------------------------------------------------------------------------------------ */
 /* host: checks against the production kernel, timing                                                */
 /* ------------------------------------------------------------------------------------------------ */
-
-/* Inputs: standard normals from the attention library's seeded generator (attention/attn_cases.h). */
-static AttnRng g_rng; /* seeded at the start of main */
-static float normal01(void) { return (float)attn_rng_normal(&g_rng); }
-/* One BF16 ulp (8 significant bits) at the magnitude max(|x|, floor). The floor is the RMS of the
-   reference O row: O entries near zero come from cancellation, and their error scales with the row
-   (with sqrt(sum_j p_j^2 |v_j|^2)), not with the entry. Zero for an all-zero row. */
-static double bf16_ulp(double x, double floor_mag) {
-    const double a = fmax(fabs(x), floor_mag);
-    return a > 0 ? ldexp(1.0, (int)floor(log2(a)) - 7) : 0.0;
-}
-static float median_ms(float* v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            const float tmp = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = tmp;
-        }
-    return v[n / 2];
-}
 
 /* Tolerances (set before the first run; see the doc): the two kernels round e to BF16 at different running
    maxima (key tiles of 64 there, 128 here; the same e wherever a row's max lies in its first 64 keys)
@@ -201,10 +182,6 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     cudaCheck(cudaFree(st_ref)); cudaCheck(cudaFree(st_new));
 }
 
-/* FP32-accumulation error bound, relative to the sum of |products| (at most about HS * 2^-24 for a
-   correct layout); a layout error is off by O(1). */
-static const double kProbeTol = 1e-4;
-
 /* Runs the library's layout probe (attention_hopper_layout_probe) on B1 NH3 T100 (head 1: slot and head coordinates; T < 128: zero fill) and
    checks S and O against double-precision loops over the same BF16 values. */
 template <int HS>
@@ -277,14 +254,7 @@ static void layout_probe(void) {
 int main(int argc, char** argv) {
     attn_rng_init(&g_rng, 0x243F6A8885A308D3ull);
     if (argc != 1) die("usage: %s   (no arguments)\n  hint: the shapes are fixed in main()", argv[0]);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) die("hopper_fwd: no CUDA device found");
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major != 9 || prop.minor != 0) {
-        die("hopper_fwd: device 0 is %s (sm_%d%d); this program is built for sm_90a only\n"
-            "  hint: run it on an H100 or H200", prop.name, prop.major, prop.minor);
-    }
+    const cudaDeviceProp prop = require_sm90("hopper_fwd");
     printf("hopper_fwd on %s: the production Hopper forward (attention/attention_hopper.cu) vs the portable one\n",
            prop.name);
     /* the GEMM building blocks alone first: if these fail, the attention checks below fail too */

@@ -31,6 +31,7 @@
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
+#include "dev/attention_lab/hopper_lab.cuh"
 
 typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_BWD_HS;                /* the head size the Hopper row pass serves */
@@ -58,21 +59,6 @@ static RowsWorkspace carve_rows_workspace(AttnShape s, void* ws) {
 /* host: checks (Hopper path vs force_portable), timing                                             */
 /* ------------------------------------------------------------------------------------------------ */
 
-static AttnRng g_rng; /* seeded at the start of main */
-static float normal01(void) { return (float)attn_rng_normal(&g_rng); }
-static double bf16_ulp(double x, double floor_mag) {
-    const double a = fmax(fabs(x), floor_mag);
-    return a > 0 ? ldexp(1.0, (int)floor(log2(a)) - 7) : 0.0;
-}
-static float median_f(float* v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            const float tmp = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = tmp;
-        }
-    return v[n / 2];
-}
 static double median_d(double* v, size_t n) {
     if (n == 0) return 0;
     qsort(v, n, sizeof(double), [](const void* a, const void* b) {
@@ -308,8 +294,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         cudaCheck(cudaDeviceSynchronize());
         const int n_gemms = (mode == ATTN_GPROJ) ? 4 : 2; /* S, dP (+ DSK, PK) */
         const double flops = n_gemms * 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2; /* causal */
-        const float ms_bwd = median_f(t_bwd, kReps), ms_rep = median_f(t_repair, kReps);
-        const float ms_new = median_f(t_new, kReps), ms_rows = median_f(t_rows, kReps);
+        const float ms_bwd = median_ms(t_bwd, kReps), ms_rep = median_ms(t_repair, kReps);
+        const float ms_new = median_ms(t_new, kReps), ms_rows = median_ms(t_rows, kReps);
         printf("  time (median of %d): portable %s backward %.4f ms; Hopper-row-pass %s backward %.4f ms (speed-up"
                " %.2fx); portable repair backward %.4f ms (no row pass)\n", (int)kReps, attn_mode_name(mode), ms_bwd,
                attn_mode_name(mode), ms_new, ms_bwd / ms_new, ms_rep);
@@ -325,10 +311,7 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
 }
 
-/* FP32-accumulation error bound, relative to the sum of |products| (about HS * 2^-24 or 128 * 2^-24 for a
-   correct layout); a layout error is off by O(1). */
-static const double kProbeTol = 1e-4;
-
+/* (kProbeTol, the FP32-accumulation bound relative to the sum of |products|: dev/attention_lab/hopper_lab.cuh.) */
 /* Checks one probed matrix got[rows x cols] against ref(i, n) = sum_k A(i, k) B(k, n) given as callbacks. */
 template <typename Ref>
 static int probe_compare(const char* name, const float* got, int nrows, int ncols, Ref ref_and_mag) {
@@ -435,14 +418,7 @@ static void layout_probe(void) {
 int main(int argc, char** argv) {
     attn_rng_init(&g_rng, 0x13198A2E03707344ull);
     if (argc != 1) die("usage: %s   (no arguments)\n  hint: the shapes are fixed in main()", argv[0]);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) die("hopper_rows: no CUDA device found");
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major != 9 || prop.minor != 0) {
-        die("hopper_rows: device 0 is %s (sm_%d%d); this program is built for sm_90a only\n"
-            "  hint: run it on an H100 or H200", prop.name, prop.major, prop.minor);
-    }
+    const cudaDeviceProp prop = require_sm90("hopper_rows");
     printf("hopper_rows on %s: the production Hopper row pass (attention_hopper_rows.cu) vs the portable one\n"
            "  HS 128: not served by the Hopper row pass (four accumulators do not fit in registers); skipped\n",
            prop.name);

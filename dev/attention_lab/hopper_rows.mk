@@ -4,7 +4,7 @@
 # on an H200; a lab, so in no test target. Host code only (the kernel is in the library), so it builds for any
 # NVCC_ARCH; it refuses to run off sm_90.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_rows
-$(BUILD)/dev/attention_lab/hopper_rows.cu.o: dev/attention_lab/hopper_rows.cu attention/attention_cuda.cuh \
+$(BUILD)/dev/attention_lab/hopper_rows.cu.o: dev/attention_lab/hopper_rows.cu dev/attention_lab/hopper_lab.cuh attention/attention_cuda.cuh \
         attention/attention_hopper_bwd.cuh attention/attention.h attention/attn_cases.h tests/testing.h \
         common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_rows: $(BUILD)/dev/attention_lab/hopper_rows.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)

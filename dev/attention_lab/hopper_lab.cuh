@@ -1,0 +1,174 @@
+/*
+ * dev/attention_lab/hopper_lab.cuh - the host scaffolding the Hopper attention labs share (hopper_fwd,
+ * hopper_bwd, hopper_rows, hopper_bwd_fast, hopper_bwd_gproj): seeded inputs, the BF16-ulp comparison of two
+ * dqkv buffers, median timing, the refusal to run off sm_90, the layout probes' host products and their
+ * comparison, and the TMA tensor map of a [B, T, heads, HS] BF16 tensor.
+ *
+ * Why: every lab checks a Hopper kernel against a reference in the same way, and each used to carry its own
+ * copy of these helpers (a fix in one, say of the ulp floor, did not reach the others). Host code only: no
+ * kernels and no device globals, so the labs that build for any NVCC_ARCH (hopper_fwd, hopper_bwd,
+ * hopper_rows: their kernels are in the library) include it as well as the sm_90a-only ones, and it adds
+ * nothing to any lab's device code. The device-side building blocks (wgmma, TMA, mbarriers) are in
+ * attention/hopper_wgmma.cuh. One lab = one translation unit, so the file-local (static) state is the lab's.
+ *
+ * Offers:
+ *   g_rng, normal01                 - the lab's seeded generator (main seeds g_rng) and one standard normal;
+ *   bf16_ulp, median_ms             - one BF16 ulp at max(|x|, floor); the median of n timings (sorts v);
+ *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
+ *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
+ *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks;
+ *   lab_head_map                    - the 4-D tensor map {HS, heads, T, B} with 64 x box_rows boxes, 128B swizzle.
+ */
+#ifndef DEV_ATTENTION_LAB_HOPPER_LAB_CUH
+#define DEV_ATTENTION_LAB_HOPPER_LAB_CUH
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+#include "attention/attention.h"
+#include "attention/attn_cases.h"
+#include "common/cuda_utils.cuh"
+#include "common/utils.h"
+
+/* Inputs: standard normals from the attention library's seeded generator (attention/attn_cases.h). */
+static AttnRng g_rng; /* seeded at the start of main */
+static inline float normal01(void) { return (float)attn_rng_normal(&g_rng); }
+
+/* One BF16 ulp (8 significant bits) at the magnitude max(|x|, floor). The floor is the RMS of the reference
+   row: entries near zero come from cancellation, and their error scales with the row, not with the entry.
+   Zero for an all-zero row. */
+static inline double bf16_ulp(double x, double floor_mag) {
+    const double a = fmax(fabs(x), floor_mag);
+    return a > 0 ? ldexp(1.0, (int)floor(log2(a)) - 7) : 0.0;
+}
+
+/* The median of n timings (insertion sort of v in place: n is a few dozen). */
+static inline float median_ms(float* v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            const float tmp = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = tmp;
+        }
+    return v[n / 2];
+}
+
+/* One slot (0 q, 1 k, 2 v) of two dqkv buffers [B, T, 3, NH, HS] (BF16 bits), compared row by row (row = one
+   (b, t, h) vector of HS): NaNs on each side, elements not bit-equal, and the difference in BF16 ulps at
+   max(|a|, |b|, row RMS of the reference). */
+struct SlotDiff {
+    size_t nan_ref, nan_new, over_1ulp, unequal, count;
+    double max_ulps, max_abs;
+};
+static inline SlotDiff compare_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot) {
+    SlotDiff d = {0, 0, 0, 0, 0, 0.0, 0.0};
+    const size_t vecs = (size_t)s.B * s.T * s.NH;
+    for (size_t v = 0; v < vecs; v++) {
+        const size_t bt = v / s.NH, h = v % s.NH;
+        const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
+        double sq = 0;
+        for (int k = 0; k < s.HS; k++) {
+            const double a = bf16_bits_to_float(ref[base + k]);
+            if (!isnan(a)) sq += a * a;
+        }
+        const double rms = sqrt(sq / s.HS);
+        for (int k = 0; k < s.HS; k++) {
+            const double a = bf16_bits_to_float(ref[base + k]), x = bf16_bits_to_float(got[base + k]);
+            d.count++;
+            if (ref[base + k] != got[base + k]) d.unequal++;
+            if (isnan(a)) d.nan_ref++;
+            if (isnan(x)) d.nan_new++;
+            if (isnan(a) || isnan(x)) continue;
+            const double diff = fabs(a - x), ulp = bf16_ulp(fmax(fabs(a), fabs(x)), rms);
+            const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
+            if (diff > d.max_abs) d.max_abs = diff;
+            if (ulps > d.max_ulps) d.max_ulps = ulps;
+            if (ulps > 1.0) d.over_1ulp++;
+        }
+    }
+    return d;
+}
+
+/* Device 0's properties; dies naming `lab` unless there is a device and it is sm_90 (wgmma, TMA and
+   setmaxnreg are sm_90a instructions: elsewhere the kernels cannot run). */
+static inline cudaDeviceProp require_sm90(const char* lab) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) die("%s: no CUDA device found", lab);
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major != 9 || prop.minor != 0) {
+        die("%s: device 0 is %s (sm_%d%d); this program is built for sm_90a only\n"
+            "  hint: run it on an H100 or H200", lab, prop.name, prop.major, prop.minor);
+    }
+    return prop;
+}
+
+/* ---- layout probes: a kernel's GEMM building blocks on one 64 x 64 tile against double loops ---- */
+
+/* FP32-accumulation error bound relative to the sum of |products| (64 terms: ~1e-6 when right); a layout
+   error is off by O(1). */
+static const double kProbeTol = 1e-4;
+
+/* ref[i][j] = sum_k term(i, j, k) and mag[i][j] = sum_k |term(i, j, k)| (k ascending) over a 64 x 64 tile,
+   row-major: the host product a probe output is checked against. */
+template <typename Term>
+static void probe_product(double* ref, double* mag, int depth, Term term) {
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 64; j++) {
+            double r = 0, m = 0;
+            for (int k = 0; k < depth; k++) {
+                const double p = term(i, j, k);
+                r += p;
+                m += fabs(p);
+            }
+            ref[i * 64 + j] = r;
+            mag[i * 64 + j] = m;
+        }
+}
+
+/* Checks one [64 x 64] probe output against a host product within kProbeTol of the sum of |products|;
+   prints the first misses and a summary line; returns the number of wrong elements. */
+static inline int probe_compare(const char* name, const float* got, const double* ref, const double* mag) {
+    int bad = 0;
+    double worst = 0;
+    for (int i = 0; i < 64 * 64; i++) {
+        const double err = fabs(got[i] - ref[i]);
+        if (!(err <= kProbeTol * mag[i] + 1e-30)) {
+            if (bad++ < 3) printf("  %s[%d][%d] = %.6g, want %.6g\n", name, i / 64, i % 64, got[i], ref[i]);
+        }
+        const double rel = isnan(got[i]) ? INFINITY : err / (mag[i] + 1e-30);
+        if (rel > worst) worst = rel;
+    }
+    printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, 64 * 64, worst);
+    return bad;
+}
+
+/* The TMA tensor map of a 4-D BF16 tensor {HS, heads, T, B} (innermost first) with token stride heads * HS,
+   boxes of {64 columns, 1 head, box_rows tokens, 1 batch}, 128-byte swizzle, zeros outside. qkv
+   [B, T, 3, NH, HS]: heads = 3 NH (slot*NH + head); dout [B, T, NH, HS]: heads = NH. `encode` is
+   hopper_wgmma::tensor_map_encoder() (the labs that build tensor maps include that header); a failure
+   dies naming the lab and `what`. */
+static inline CUtensorMap lab_head_map(PFN_cuTensorMapEncodeTiled_v12000 encode, const void* base, AttnShape s,
+                                       int heads, int box_rows, const char* lab, const char* what) {
+    CUtensorMap map;
+    const cuuint64_t elem = 2; /* sizeof(BF16) */
+    const cuuint64_t dims[4] = {(cuuint64_t)s.HS, (cuuint64_t)heads, (cuuint64_t)s.T, (cuuint64_t)s.B};
+    const cuuint64_t strides[3] = {(cuuint64_t)s.HS * elem, (cuuint64_t)heads * s.HS * elem,
+                                   (cuuint64_t)s.T * heads * s.HS * elem};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1};
+    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides, box, elem_strides,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        die("%s: cuTensorMapEncodeTiled failed (CUresult %d) for %s, B=%d NH=%d T=%d HS=%d\n"
+            "  hint: the buffer must be 16-byte aligned (cudaMalloc is) and HS 64",
+            lab, (int)r, what, s.B, s.NH, s.T, s.HS);
+    }
+    return map;
+}
+
+#endif /* DEV_ATTENTION_LAB_HOPPER_LAB_CUH */
