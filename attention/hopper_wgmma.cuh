@@ -13,8 +13,8 @@
  *
  * Offers (namespace hopper_wgmma):
  *   smem_u32, aligned_smem_base, mbar_init / mbar_init_fence / mbar_arrive / mbar_arrive_expect_tx /
- *   mbar_wait, fence_proxy_async, tma_load_4d, make_smem_desc, wgmma_fence / wgmma_commit / wgmma_wait<N>,
- *   reg_fence, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
+ *   mbar_try_wait / mbar_wait, fence_proxy_async, tma_load_4d, make_smem_desc,
+ *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
  *   wgmma_m64n128k16_rs, wgmma_pv, quad_max, quad_sum, setmaxnreg_inc / setmaxnreg_dec,
  *   red_add_f32x2_if, warpgroup_sync;
  *   the 64 x 64 tile steps of the HS-64 backward kernels (key-major pass, row pass, their labs):
@@ -68,19 +68,24 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
-/* Blocks until the phase of parity `parity` has completed (try_wait may time out; then poll again). */
+/* One poll of the barrier at shared address addr: 1 once the phase of parity `parity` has completed, 0 when
+   try_wait timed out first (poll again). The bounded waits of the kernels and labs poll with it too. */
+__device__ __forceinline__ uint32_t mbar_try_wait(uint32_t addr, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+    return done;
+}
+/* Blocks until the phase of parity `parity` has completed. */
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
     const uint32_t addr = smem_u32(bar);
     uint32_t done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(addr), "r"(parity)
-            : "memory");
-    }
+    while (!done) done = mbar_try_wait(addr, parity);
 }
 
 /* ---- TMA: copy one box of the 4-D tensor map at coordinates {c0 (column), c1 (slot*NH + head), c2 (token),

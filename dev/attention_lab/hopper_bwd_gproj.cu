@@ -145,13 +145,7 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
     uint32_t done = 0;
     const long long start = clock64();
     while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(addr), "r"(parity)
-            : "memory");
+        done = mbar_try_wait(addr, parity);
         if (!done && (*cta_abort != 0 || clock64() - start > kHangCycles)) {
             if (*cta_abort == 0) {
                 *cta_abort = 1;
