@@ -86,6 +86,7 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/hopper_lab_hang.cuh"
 
 using namespace hopper_wgmma;
 
@@ -150,50 +151,6 @@ struct SmemPlan {
     static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
 };
 using ProbePlan = SmemPlan<2>;
-
-/* mbarrier wait with a limit: polls for about kHangCycles clock cycles (~2 s at 1.98 GHz; a legitimate wait
-   here is microseconds), then writes which barrier hung into g_hang_record (host-mapped pinned memory)
-   and GIVES UP: it sets the CTA's abort flag (shared memory), after which every bounded wait of the CTA
-   returns at once, so the CTA runs to its end on garbage in a few microseconds and the host, which
-   checks the record after every synchronisation (sync_or_report), names the barrier and stops.
-   Why not __trap() as hopper_bwd.cu: a trap on the path makes ptxas ignore setmaxnreg.inc (the consumer
-   code is then compiled for the launch's 168 registers: 260 bytes of spills and serialised wgmmas, seen
-   with -Xptxas -v), and no thread may leave early either (the named barriers and the .sync.aligned
-   wgmmas need every thread of their warpgroup). No printf: a function call makes ptxas serialise every
-   wgmma (C7510). */
-constexpr long long kHangCycles = 4000000000ll;
-enum HangSite { kHangNone = 0, kHangKvFull = 1, kHangFull = 2, kHangEmpty = 3, kHangProbe = 4 };
-struct HangRecord {
-    int site, index, parity, block_x, block_y, thread;
-};
-__device__ HangRecord* g_hang_record; /* set by the host (hang_record_install); NULL: no record */
-__device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity, HangSite site, int index,
-                                                  volatile int* cta_abort) {
-    const uint32_t addr = smem_u32(bar);
-    uint32_t done = 0;
-    const long long start = clock64();
-    while (!done) {
-        done = mbar_try_wait(addr, parity);
-        if (!done && (*cta_abort != 0 || clock64() - start > kHangCycles)) {
-            if (*cta_abort == 0) {
-                *cta_abort = 1;
-                volatile HangRecord* rec = g_hang_record;
-                if (rec != NULL && rec->site == kHangNone) {
-                    rec->index = index;
-                    rec->parity = (int)parity;
-                    rec->block_x = (int)blockIdx.x;
-                    rec->block_y = (int)blockIdx.y;
-                    rec->thread = (int)threadIdx.x;
-                    __threadfence_system();
-                    rec->site = (int)site;
-                    __threadfence_system();
-                }
-            }
-            break;
-        }
-    }
-}
-
 
 /* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
 
@@ -764,28 +721,16 @@ static void hopper_bwd_launch(const HopperBwd& f, int variant, const bf16* out, 
     cudaCheckLastError();
 }
 
-/* The hang record lives in pinned host memory mapped into the device, so it can still be read after a
-   trap has killed the context. */
-static HangRecord* g_hang_host = NULL;
-static void hang_record_install(void) {
-    cudaCheck(cudaHostAlloc((void**)&g_hang_host, sizeof(HangRecord), cudaHostAllocMapped));
-    memset(g_hang_host, 0, sizeof(HangRecord));
-    HangRecord* dev = NULL;
-    cudaCheck(cudaHostGetDevicePointer((void**)&dev, g_hang_host, 0));
-    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &dev, sizeof dev));
-}
 /* cudaDeviceSynchronize (or an event wait) that, on failure, names the barrier that hung (if one did). */
 static void sync_or_report(cudaError_t e, const char* where) {
     const volatile HangRecord* r = g_hang_host;
     const int hung = r != NULL && r->site > kHangNone && r->site <= kHangProbe;
     if (e == cudaSuccess && !hung) return;
-    static const char* kSite[] = {"none", "kv_full (K/V tiles)", "full (Q/dO tile + row state)",
-                                  "empty (stage released by the consumers)", "probe tiles"};
     if (hung) {
         fprintf(stderr, "hopper_bwd_fast: HANG: mbarrier %s, index %d, parity %d, block (%d, %d), thread %d"
                 " (the CTA gave up waiting and ran on: its results are garbage)\n",
-                kSite[r->site], r->index, r->parity, r->block_x, r->block_y, r->thread);
-        printf("  FAIL HANG in %s: mbarrier %s never completed\n", where, kSite[r->site]);
+                hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread);
+        printf("  FAIL HANG in %s: mbarrier %s never completed\n", where, hang_site_name(r->site));
         fflush(stdout);
     }
     die("hopper_bwd_fast: %s after %s%s%s\n  hint: a HANG line names the mbarrier that never completed (a pipeline"

@@ -81,6 +81,7 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/hopper_lab_hang.cuh"
 
 using namespace hopper_wgmma;
 
@@ -127,44 +128,6 @@ struct SmemPlan {
     static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
     static_assert(kRowState % 16 == 0, "float4 row state");
 };
-
-/* mbarrier wait with a limit (hopper_bwd_fast.cu's give-up form, not a trap): polls for about kHangCycles
-   clock cycles (~2 s at 1.98 GHz; a legitimate wait is microseconds), then records which barrier hung in
-   g_hang_record (host-mapped pinned memory), sets the CTA's abort flag so every later bounded wait of the
-   CTA returns at once, and returns; the CTA finishes on garbage and the host names the barrier. No printf
-   (a call makes ptxas serialise every wgmma, C7510). */
-constexpr long long kHangCycles = 4000000000ll;
-enum HangSite { kHangNone = 0, kHangKvFull = 1, kHangFull = 2, kHangEmpty = 3, kHangProbe = 4 };
-struct HangRecord {
-    int site, index, parity, block_x, block_y, thread;
-};
-__device__ HangRecord* g_hang_record; /* set by the host (hang_record_install); NULL: no record */
-__device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity, HangSite site, int index,
-                                                  volatile int* cta_abort) {
-    const uint32_t addr = smem_u32(bar);
-    uint32_t done = 0;
-    const long long start = clock64();
-    while (!done) {
-        done = mbar_try_wait(addr, parity);
-        if (!done && (*cta_abort != 0 || clock64() - start > kHangCycles)) {
-            if (*cta_abort == 0) {
-                *cta_abort = 1;
-                volatile HangRecord* rec = g_hang_record;
-                if (rec != NULL && rec->site == kHangNone) {
-                    rec->index = index;
-                    rec->parity = (int)parity;
-                    rec->block_x = (int)blockIdx.x;
-                    rec->block_y = (int)blockIdx.y;
-                    rec->thread = (int)threadIdx.x;
-                    __threadfence_system();
-                    rec->site = (int)site;
-                    __threadfence_system();
-                }
-            }
-            break;
-        }
-    }
-}
 
 /* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
 
@@ -524,25 +487,15 @@ void gproj_keys_launch(AttnShape s, const bf16* qkv, const bf16* dout, const flo
 /* host: checks and timing                                                                           */
 /* ------------------------------------------------------------------------------------------------ */
 
-static HangRecord* g_hang_host = NULL;
-static void hang_record_install(void) {
-    cudaCheck(cudaHostAlloc((void**)&g_hang_host, sizeof(HangRecord), cudaHostAllocMapped));
-    memset(g_hang_host, 0, sizeof(HangRecord));
-    HangRecord* dev = NULL;
-    cudaCheck(cudaHostGetDevicePointer((void**)&dev, g_hang_host, 0));
-    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &dev, sizeof dev));
-}
 /* A synchronisation result plus the hang record: on either, one FAIL line naming the barrier (or the CUDA
    error), the summary line, and exit (the context or the results are gone). */
 static void sync_or_report(cudaError_t e, const char* where) {
     const volatile HangRecord* r = g_hang_host;
     const int hung = r != NULL && r->site > kHangNone && r->site <= kHangProbe;
     if (e == cudaSuccess && !hung) return;
-    static const char* kSite[] = {"none", "kv_full (K/V tiles)", "full (Q/dO tile + row state)",
-                                  "empty (stage released by the consumers)", "probe tiles"};
     if (hung)
         CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d; the CTA"
-              " gave up and ran on: its results are garbage)", where, kSite[r->site], r->index, r->parity,
+              " gave up and ran on: its results are garbage)", where, hang_site_name(r->site), r->index, r->parity,
               r->block_x, r->block_y, r->thread);
     if (e != cudaSuccess)
         CHECK(0, "CUDA error after %s: %s (hint: run under compute-sanitizer)", where, cudaGetErrorString(e));

@@ -8,7 +8,7 @@
 # `make -n build/dev/attention_lab/hopper_bwd_gproj.cu.o` with -Xptxas -v added).
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_bwd_gproj
 $(BUILD)/dev/attention_lab/hopper_bwd_gproj.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/dev/attention_lab/hopper_bwd_gproj.cu.o: dev/attention_lab/hopper_bwd_gproj.cu dev/attention_lab/hopper_lab.cuh attention/attention_cuda.cuh \
+$(BUILD)/dev/attention_lab/hopper_bwd_gproj.cu.o: dev/attention_lab/hopper_bwd_gproj.cu dev/attention_lab/hopper_lab.cuh dev/attention_lab/hopper_lab_hang.cuh attention/attention_cuda.cuh \
         attention/attention_hopper_bwd.cuh attention/hopper_wgmma.cuh attention/attention.h attention/attn_cases.h \
         tests/testing.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_bwd_gproj: $(BUILD)/dev/attention_lab/hopper_bwd_gproj.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)

@@ -9,7 +9,8 @@
  * kernels and no device globals, so the labs that build for any NVCC_ARCH (hopper_fwd, hopper_bwd,
  * hopper_rows: their kernels are in the library) include it as well as the sm_90a-only ones, and it adds
  * nothing to any lab's device code. The device-side building blocks (wgmma, TMA, mbarriers) are in
- * attention/hopper_wgmma.cuh. One lab = one translation unit, so the file-local (static) state is the lab's.
+ * attention/hopper_wgmma.cuh; the bounded mbarrier wait and hang record of the labs with their own kernels
+ * in dev/attention_lab/hopper_lab_hang.cuh (it defines a __device__ global, hence a header of its own). One lab = one translation unit, so the file-local (static) state is the lab's.
  *
  * Offers:
  *   g_rng, normal01                 - the lab's seeded generator (main seeds g_rng) and one standard normal;
