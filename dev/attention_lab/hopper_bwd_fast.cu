@@ -860,56 +860,22 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it, 
    rounded to BF16 as it rounds them, for the three register-A products). */
 static void layout_probe(void) {
     test_section("layout probe HS64: S^T, dP^T (SS n64), dV, dK (RS, N-major dO/Q), dQ (staged dS, N-major K)");
-    const AttnShape s = {1, 3, 50, kHS};
-    const int head = 1;
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
-    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_dout = (uint16_t*)mallocCheck(nout * 2);
-    for (size_t i = 0; i < nqkv; i++) h_qkv[i] = float_to_bf16_bits(normal01());
-    for (size_t i = 0; i < nout; i++) h_dout[i] = float_to_bf16_bits(normal01());
-    bf16 *qkv, *dout;
+    ProbeInputs in = probe_inputs_make();
     float* d_out; /* 5 tiles of 64 x 64 */
     const size_t tile = 64 * 64;
-    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
-    cudaCheck(cudaMalloc(&dout, nout * 2));
     cudaCheck(cudaMalloc(&d_out, 5 * tile * 4));
-    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemset(d_out, 0xFF, 5 * tile * 4)); /* NaN poison */
-    const CUtensorMap qmap = make_head_map(qkv, s, 3 * s.NH, "qkv"), dmap = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qmap = make_head_map(in.qkv, in.s, 3 * in.s.NH, "qkv");
+    const CUtensorMap dmap = make_head_map(in.dout, in.s, in.s.NH, "dout");
     cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ProbePlan::kAlloc));
-    layout_probe_kernel<<<1, 128, ProbePlan::kAlloc>>>(qmap, dmap, s.NH, head, d_out, d_out + tile, d_out + 2 * tile,
-                                                      d_out + 3 * tile, d_out + 4 * tile);
+    layout_probe_kernel<<<1, 128, ProbePlan::kAlloc>>>(qmap, dmap, in.s.NH, in.head, d_out, d_out + tile,
+                                                      d_out + 2 * tile, d_out + 3 * tile, d_out + 4 * tile);
     cudaCheckLastError();
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
     float* h = (float*)mallocCheck(5 * tile * 4);
     cudaCheck(cudaMemcpy(h, d_out, 5 * tile * 4, cudaMemcpyDeviceToHost));
-    const float *g_st = h, *g_dpt = h + tile, *g_dv = h + 2 * tile, *g_dk = h + 3 * tile, *g_dq = h + 4 * tile;
-    const size_t tok_stride = 3ull * s.NH * kHS;
-    /* element (token, slot, d) of the probed head in qkv, (token, d) in dout; tokens >= T: zero fill */
-#define PX(tok, slot, d) \
-    ((tok) < s.T ? (double)bf16_bits_to_float(h_qkv[(size_t)(tok) * tok_stride + ((slot) * s.NH + head) * kHS + (d)]) : 0.0)
-#define PD(tok, d) ((tok) < s.T ? (double)bf16_bits_to_float(h_dout[(size_t)(tok) * s.NH * kHS + head * kHS + (d)]) : 0.0)
-    double* ref = (double*)mallocCheck(tile * sizeof(double));
-    double* mag = (double*)mallocCheck(tile * sizeof(double));
     int bad[5];
-    /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return PX(i, kSlotK, d) * PX(j, kSlotQ, d); });
-    bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag);
-    /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return PX(i, kSlotV, d) * PD(j, d); });
-    bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag);
-    /* dV[key][d] = sum_q bf(S^T[key][q]) dO[q][d] */
-    probe_product(ref, mag, 64, [&](int i, int n, int q) { return bf16_round(g_st[i * 64 + q]) * PD(q, n); });
-    bad[2] = probe_compare("dV = bf(S^T) dO", g_dv, ref, mag);
-    /* dK[key][d] = sum_q bf(dP^T[key][q]) Q[q][d] */
-    probe_product(ref, mag, 64, [&](int i, int n, int q) { return bf16_round(g_dpt[i * 64 + q]) * PX(q, kSlotQ, n); });
-    bad[3] = probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag);
-    /* dQ[q][d] = sum_key bf(dP^T[key][q]) K[key][d] */
-    probe_product(ref, mag, 64, [&](int q, int n, int k) { return bf16_round(g_dpt[k * 64 + q]) * PX(k, kSlotK, n); });
-    bad[4] = probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag);
-#undef PX
-#undef PD
+    keymajor_probe_products(in, h, bad);
     CHECK(bad[0] == 0, "S^T = K Q^T: wgmma m64n64k16 SS (new wrapper), K-major K as A and Q as B, 64-row boxes,"
                        " the second 8 KB half of the K tile");
     CHECK(bad[1] == 0, "dP^T = V dO^T: the dout tensor map {HS, NH, T, B} (new), V as A, dO as K-major B");
@@ -917,8 +883,9 @@ static void layout_probe(void) {
     CHECK(bad[3] == 0, "dK = bf(dP^T) Q: the Q tile read N-major after being read K-major");
     CHECK(bad[4] == 0, "dQ = bf(dS) K: dS staged [query][key] in shared memory and read as A fragments,"
                        " K as N-major B at the warpgroup's 8 KB offset");
-    free(h_qkv); free(h_dout); free(h); free(ref); free(mag);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(d_out));
+    free(h);
+    probe_inputs_free(&in);
+    cudaCheck(cudaFree(d_out));
 }
 
 /* The checks of one child process: the layout probe (child -1) or every shape for one variant. */

@@ -734,57 +734,44 @@ static void check_case(CheckInputs in, int time_it) {
 static void layout_probe(void) {
     test_section("layout probe HS64: dK = bf(dP^T) Q + bf(-lambda_q S^T) Q (two RS batches, one accumulator,"
                  " lambda per query column from the row state)");
-    const AttnShape s = {1, 3, 50, kHS};
-    const int head = 1;
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), tile = 64 * 64;
-    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_dout = (uint16_t*)mallocCheck(nout * 2);
+    ProbeInputs in = probe_inputs_make();
+    const size_t tile = 64 * 64;
     float h_lambda[64];
-    for (size_t i = 0; i < nqkv; i++) h_qkv[i] = float_to_bf16_bits(normal01());
-    for (size_t i = 0; i < nout; i++) h_dout[i] = float_to_bf16_bits(normal01());
     for (int q = 0; q < 64; q++) h_lambda[q] = (float)(4.0 * attn_rng_uniform(&g_rng) - 2.0);
-    bf16 *qkv, *dout;
     float *d_lambda, *d_out;
-    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
-    cudaCheck(cudaMalloc(&dout, nout * 2));
     cudaCheck(cudaMalloc(&d_lambda, sizeof h_lambda));
     cudaCheck(cudaMalloc(&d_out, 4 * tile * 4));
-    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d_lambda, h_lambda, sizeof h_lambda, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemset(d_out, 0xFF, 4 * tile * 4));
-    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = make_head_map(in.qkv, in.s, 3 * in.s.NH, "qkv");
+    const CUtensorMap dout_map = make_head_map(in.dout, in.s, in.s.NH, "dout");
     cudaCheck(cudaFuncSetAttribute(gproj_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    gproj_probe_kernel<<<1, 128, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, d_lambda, d_out, d_out + tile,
-                                                     d_out + 2 * tile, d_out + 3 * tile);
+    gproj_probe_kernel<<<1, 128, SmemPlan::kAlloc>>>(qkv_map, dout_map, in.s.NH, in.head, d_lambda, d_out,
+                                                     d_out + tile, d_out + 2 * tile, d_out + 3 * tile);
     cudaCheckLastError();
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
     float* h = (float*)mallocCheck(4 * tile * 4);
     cudaCheck(cudaMemcpy(h, d_out, 4 * tile * 4, cudaMemcpyDeviceToHost));
     const float *g_st = h, *g_dpt = h + tile, *g_dk = h + 2 * tile, *g_corr = h + 3 * tile;
-    const size_t tok_stride = 3ull * s.NH * kHS;
-#define PX(tok, slot, d) \
-    ((tok) < s.T ? (double)bf16_bits_to_float(h_qkv[(size_t)(tok) * tok_stride + ((slot) * s.NH + head) * kHS + (d)]) : 0.0)
-#define PD(tok, d) ((tok) < s.T ? (double)bf16_bits_to_float(h_dout[(size_t)(tok) * s.NH * kHS + head * kHS + (d)]) : 0.0)
     double* ref = (double*)mallocCheck(tile * sizeof(double));
     double* mag = (double*)mallocCheck(tile * sizeof(double));
     int bad[4];
-    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return PX(i, kSlotK, d) * PX(j, kSlotQ, d); });
+    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
     bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag);
-    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return PX(i, kSlotV, d) * PD(j, d); });
+    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
     bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag);
     /* correction alone: sum_q bf(-lambda_q * S^T[key][q]) Q[q][n], the product in FP32 as the kernel does */
     probe_product(ref, mag, 64, [&](int i, int n, int q) {
-        return bf16_round(-h_lambda[q] * g_st[i * 64 + q]) * PX(q, kSlotQ, n);
+        return bf16_round(-h_lambda[q] * g_st[i * 64 + q]) * probe_qkv(in, q, kSlotQ, n);
     });
     bad[3] = probe_compare("bf(-lambda_q S^T) Q", g_corr, ref, mag);
+    /* both batches into one accumulator: sum_q (bf(dP^T) Q + bf(-lambda_q S^T) Q), the two terms of a q together */
     for (int i = 0; i < 64; i++)
         for (int n = 0; n < kHS; n++) {
             double r = 0, m = 0;
             for (int q = 0; q < 64; q++) {
-                const double p1 = bf16_round(g_dpt[i * 64 + q]) * PX(q, kSlotQ, n);
-                const double p2 = bf16_round(-h_lambda[q] * g_st[i * 64 + q]) * PX(q, kSlotQ, n);
+                const double p1 = bf16_round(g_dpt[i * 64 + q]) * probe_qkv(in, q, kSlotQ, n);
+                const double p2 = bf16_round(-h_lambda[q] * g_st[i * 64 + q]) * probe_qkv(in, q, kSlotQ, n);
                 r += p1 + p2;
                 m += fabs(p1) + fabs(p2);
             }
@@ -792,14 +779,13 @@ static void layout_probe(void) {
             mag[i * 64 + n] = m;
         }
     bad[2] = probe_compare("bf(dP^T) Q + bf(-lambda_q S^T) Q", g_dk, ref, mag);
-#undef PX
-#undef PD
     CHECK(bad[0] == 0, "S^T = K Q^T (hopper_bwd's form, re-checked in this lab's copy)");
     CHECK(bad[1] == 0, "dP^T = V dO^T (hopper_bwd's form, re-checked in this lab's copy)");
     CHECK(bad[3] == 0, "bf(-lambda_q P) as register A: lambda per query column from the row state's .w");
     CHECK(bad[2] == 0, "two RS batches (bf(dS), then the correction) chained into one dK accumulator");
-    free(h_qkv); free(h_dout); free(h); free(ref); free(mag);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(d_lambda)); cudaCheck(cudaFree(d_out));
+    free(h); free(ref); free(mag);
+    probe_inputs_free(&in);
+    cudaCheck(cudaFree(d_lambda)); cudaCheck(cudaFree(d_out));
 }
 
 int main(int argc, char** argv) {

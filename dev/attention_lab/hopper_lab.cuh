@@ -18,6 +18,8 @@
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
  *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks;
+ *   ProbeInputs (probe_inputs_make / _free, probe_qkv, probe_dout) - the backward probes' one-head inputs;
+ *   keymajor_probe_products         - the five products of the key-major backward's probe, checked;
  *   lab_head_map                    - the 4-D tensor map {HS, heads, T, B} with 64 x box_rows boxes, 128B swizzle.
  */
 #ifndef DEV_ATTENTION_LAB_HOPPER_LAB_CUH
@@ -29,6 +31,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attn_cases.h"
 #include "common/cuda_utils.cuh"
@@ -145,6 +148,80 @@ static inline int probe_compare(const char* name, const float* got, const double
     }
     printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, 64 * 64, worst);
     return bad;
+}
+
+/* The backward probes' inputs: B1 NH3 T50 HS64 standard normals (head 1 probes the slot and head
+   coordinates, T < 64 the TMA's zero fill), on the host as BF16 bits and on the device. */
+struct ProbeInputs {
+    AttnShape s;
+    int head;
+    uint16_t *h_qkv, *h_dout;
+    __nv_bfloat16 *qkv, *dout;
+};
+static inline ProbeInputs probe_inputs_make(void) {
+    ProbeInputs in;
+    in.s = AttnShape{1, 3, 50, 64};
+    in.head = 1;
+    const size_t nqkv = attn_qkv_count(in.s), nout = attn_out_count(in.s);
+    in.h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
+    in.h_dout = (uint16_t*)mallocCheck(nout * 2);
+    for (size_t i = 0; i < nqkv; i++) in.h_qkv[i] = float_to_bf16_bits(normal01());
+    for (size_t i = 0; i < nout; i++) in.h_dout[i] = float_to_bf16_bits(normal01());
+    cudaCheck(cudaMalloc(&in.qkv, nqkv * 2));
+    cudaCheck(cudaMalloc(&in.dout, nout * 2));
+    cudaCheck(cudaMemcpy(in.qkv, in.h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(in.dout, in.h_dout, nout * 2, cudaMemcpyHostToDevice));
+    return in;
+}
+static inline void probe_inputs_free(ProbeInputs* in) {
+    free(in->h_qkv);
+    free(in->h_dout);
+    cudaCheck(cudaFree(in->qkv));
+    cudaCheck(cudaFree(in->dout));
+}
+/* Element (token, slot 0 q / 1 k / 2 v, d) of the probed head in qkv, (token, d) in dout; tokens >= T read
+   as the TMA's zero fill. */
+static inline double probe_qkv(const ProbeInputs& in, int tok, int slot, int d) {
+    const size_t tok_stride = 3ull * in.s.NH * in.s.HS;
+    return tok < in.s.T ? (double)bf16_bits_to_float(
+                              in.h_qkv[(size_t)tok * tok_stride + ((size_t)slot * in.s.NH + in.head) * in.s.HS + d])
+                        : 0.0;
+}
+static inline double probe_dout(const ProbeInputs& in, int tok, int d) {
+    return tok < in.s.T ? (double)bf16_bits_to_float(in.h_dout[(size_t)tok * in.s.NH * in.s.HS + in.head * in.s.HS + d])
+                        : 0.0;
+}
+
+/* The five 64 x 64 products of the key-major backward's layout probe (attention_hopper_bwd_layout_probe and
+   hopper_bwd_fast's copy), h = [S^T, dP^T, dV, dK, dQ] as the probe wrote them, each against double loops
+   over the same BF16 values (the kernel's own S^T, dP^T, rounded to BF16 as it rounds them, for the three
+   register-A products); bad[k]: wrong elements of product k. */
+static inline void keymajor_probe_products(const ProbeInputs& in, const float* h, int bad[5]) {
+    enum { kQ = 0, kK = 1, kV = 2 };
+    const size_t tile = 64 * 64;
+    const float *g_st = h, *g_dpt = h + tile, *g_dv = h + 2 * tile, *g_dk = h + 3 * tile, *g_dq = h + 4 * tile;
+    const int hs = in.s.HS;
+    double* ref = (double*)mallocCheck(tile * sizeof(double));
+    double* mag = (double*)mallocCheck(tile * sizeof(double));
+    /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
+    probe_product(ref, mag, hs, [&](int i, int j, int d) { return probe_qkv(in, i, kK, d) * probe_qkv(in, j, kQ, d); });
+    bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag);
+    /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
+    probe_product(ref, mag, hs, [&](int i, int j, int d) { return probe_qkv(in, i, kV, d) * probe_dout(in, j, d); });
+    bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag);
+    /* dV[key][d] = sum_q bf(S^T[key][q]) dO[q][d] */
+    probe_product(ref, mag, 64, [&](int i, int n, int q) { return bf16_round(g_st[i * 64 + q]) * probe_dout(in, q, n); });
+    bad[2] = probe_compare("dV = bf(S^T) dO", g_dv, ref, mag);
+    /* dK[key][d] = sum_q bf(dP^T[key][q]) Q[q][d] */
+    probe_product(ref, mag, 64,
+                  [&](int i, int n, int q) { return bf16_round(g_dpt[i * 64 + q]) * probe_qkv(in, q, kQ, n); });
+    bad[3] = probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag);
+    /* dQ[q][d] = sum_key bf(dP^T[key][q]) K[key][d] */
+    probe_product(ref, mag, 64,
+                  [&](int q, int n, int k) { return bf16_round(g_dpt[k * 64 + q]) * probe_qkv(in, k, kK, n); });
+    bad[4] = probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag);
+    free(ref);
+    free(mag);
 }
 
 /* The TMA tensor map of a 4-D BF16 tensor {HS, heads, T, B} (innermost first) with token stride heads * HS,
