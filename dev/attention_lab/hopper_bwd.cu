@@ -92,21 +92,14 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     float* stats;
     void *ws_ref, *ws_new;
     const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
+    lab_upload(&qkv, h_qkv, nqkv * 2);
     cudaCheck(cudaMalloc(&out, nout * 2));
-    cudaCheck(cudaMalloc(&dout, nout * 2));
-    cudaCheck(cudaMalloc(&dqkv_ref, nqkv * 2));
-    cudaCheck(cudaMalloc(&dqkv_new, nqkv * 2));
+    lab_upload(&dout, h_dout, nout * 2);
+    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
+    lab_alloc_poisoned(&dqkv_new, nqkv * 2);
     cudaCheck(cudaMalloc(&stats, nstats * 4));
-    cudaCheck(cudaMalloc(&ws_ref, ws_bytes));
-    cudaCheck(cudaMalloc(&ws_new, ws_bytes));
-    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
-    /* poison: 0xFFFF is a BF16 NaN, 0xFFFFFFFF an FP32 NaN; any output left unwritten shows */
-    cudaCheck(cudaMemset(dqkv_ref, 0xFF, nqkv * 2));
-    cudaCheck(cudaMemset(dqkv_new, 0xFF, nqkv * 2));
-    cudaCheck(cudaMemset(ws_ref, 0xFF, ws_bytes));
-    cudaCheck(cudaMemset(ws_new, 0xFF, ws_bytes));
+    lab_alloc_poisoned(&ws_ref, ws_bytes);
+    lab_alloc_poisoned(&ws_new, ws_bytes);
     AttnOptions opt = {0}, portable = {0};
     portable.force_portable = 1;
     CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
@@ -179,8 +172,7 @@ static void layout_probe(void) {
     ProbeInputs in = probe_inputs_make();
     float* d_out; /* 5 tiles of 64 x 64 */
     const size_t tile = 64 * 64;
-    cudaCheck(cudaMalloc(&d_out, 5 * tile * 4));
-    cudaCheck(cudaMemset(d_out, 0xFF, 5 * tile * 4)); /* NaN poison */
+    lab_alloc_poisoned(&d_out, 5 * tile * 4);
     attention_hopper_bwd_layout_probe(in.s, in.head, in.qkv, in.dout, d_out);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
     float* h = (float*)mallocCheck(5 * tile * 4);

@@ -770,20 +770,14 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it, 
     float *stats, *ws_new;
     void* ws_ref;
     const size_t ws_ref_bytes = attention_cuda_workspace_bytes(s, mode);
-    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
+    lab_upload(&qkv, h_qkv, nqkv * 2);
     cudaCheck(cudaMalloc(&out, nout * 2));
-    cudaCheck(cudaMalloc(&dout, nout * 2));
-    cudaCheck(cudaMalloc(&dqkv_ref, nqkv * 2));
-    cudaCheck(cudaMalloc(&dqkv_new, nqkv * 2));
+    lab_upload(&dout, h_dout, nout * 2);
+    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
+    lab_alloc_poisoned(&dqkv_new, nqkv * 2);
     cudaCheck(cudaMalloc(&stats, nstats * 4));
     cudaCheck(cudaMalloc(&ws_ref, ws_ref_bytes));
-    cudaCheck(cudaMalloc(&ws_new, rows * (s.HS + 1) * 4));
-    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
-    /* poison: 0xFFFF is a BF16 NaN, 0xFFFFFFFF an FP32 NaN; any output left unwritten shows */
-    cudaCheck(cudaMemset(dqkv_ref, 0xFF, nqkv * 2));
-    cudaCheck(cudaMemset(dqkv_new, 0xFF, nqkv * 2));
-    cudaCheck(cudaMemset(ws_new, 0xFF, rows * (s.HS + 1) * 4));
+    lab_alloc_poisoned(&ws_new, rows * (s.HS + 1) * 4);
     /* the reference is the portable mma.sync backward (force_portable): since the production dispatch runs
        hopper_bwd's kernel (= v0) on sm_90, the default path would compare v0 with itself */
     AttnOptions opt = {0};
@@ -863,8 +857,7 @@ static void layout_probe(void) {
     ProbeInputs in = probe_inputs_make();
     float* d_out; /* 5 tiles of 64 x 64 */
     const size_t tile = 64 * 64;
-    cudaCheck(cudaMalloc(&d_out, 5 * tile * 4));
-    cudaCheck(cudaMemset(d_out, 0xFF, 5 * tile * 4)); /* NaN poison */
+    lab_alloc_poisoned(&d_out, 5 * tile * 4);
     const CUtensorMap qmap = make_head_map(in.qkv, in.s, 3 * in.s.NH, "qkv");
     const CUtensorMap dmap = make_head_map(in.dout, in.s, in.s.NH, "dout");
     cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ProbePlan::kAlloc));

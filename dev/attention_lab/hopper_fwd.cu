@@ -68,17 +68,11 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     }
     bf16 *qkv, *out_ref, *out_new;
     float *st_ref, *st_new;
-    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
-    cudaCheck(cudaMalloc(&out_ref, nout * 2));
-    cudaCheck(cudaMalloc(&out_new, nout * 2));
-    cudaCheck(cudaMalloc(&st_ref, nstats * 4));
-    cudaCheck(cudaMalloc(&st_new, nstats * 4));
-    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
-    /* poison: 0xFFFF is a BF16 NaN, 0xFFFFFFFF an FP32 NaN; any output left unwritten shows */
-    cudaCheck(cudaMemset(out_ref, 0xFF, nout * 2));
-    cudaCheck(cudaMemset(out_new, 0xFF, nout * 2));
-    cudaCheck(cudaMemset(st_ref, 0xFF, nstats * 4));
-    cudaCheck(cudaMemset(st_new, 0xFF, nstats * 4));
+    lab_upload(&qkv, h_qkv, nqkv * 2);
+    lab_alloc_poisoned(&out_ref, nout * 2);
+    lab_alloc_poisoned(&out_new, nout * 2);
+    lab_alloc_poisoned(&st_ref, nstats * 4);
+    lab_alloc_poisoned(&st_new, nstats * 4);
     AttnOptions portable = {0}, automatic = {0};
     portable.force_portable = 1;
     CHECK(attention_forward_cuda_path(mode, automatic, s, qkv) == ATTN_FWD_HOPPER,
@@ -197,12 +191,9 @@ static void layout_probe(void) {
     for (size_t i = 0; i < nqkv; i++) h_qkv[i] = float_to_bf16_bits(normal01());
     bf16* qkv;
     float *d_s, *d_o;
-    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
-    cudaCheck(cudaMalloc(&d_s, (size_t)kBlockQ * kBlockK * 4));
-    cudaCheck(cudaMalloc(&d_o, (size_t)kBlockQ * HS * 4));
-    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemset(d_s, 0xFF, (size_t)kBlockQ * kBlockK * 4)); /* NaN poison */
-    cudaCheck(cudaMemset(d_o, 0xFF, (size_t)kBlockQ * HS * 4));
+    lab_upload(&qkv, h_qkv, nqkv * 2);
+    lab_alloc_poisoned(&d_s, (size_t)kBlockQ * kBlockK * 4);
+    lab_alloc_poisoned(&d_o, (size_t)kBlockQ * HS * 4);
     attention_hopper_layout_probe(s, head, qkv, d_s, d_o);
     cudaCheck(cudaDeviceSynchronize());
     float* h_s = (float*)mallocCheck((size_t)kBlockQ * kBlockK * 4);

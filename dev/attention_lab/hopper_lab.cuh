@@ -15,6 +15,7 @@
  * Offers:
  *   g_rng, normal01                 - the lab's seeded generator (main seeds g_rng) and one standard normal;
  *   bf16_ulp, median_ms             - one BF16 ulp at max(|x|, floor); the median of n timings (sorts v);
+ *   lab_alloc_poisoned, lab_upload  - device buffers filled with NaN (0xFF bytes) or with a host copy;
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
  *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks;
@@ -58,6 +59,20 @@ static inline float median_ms(float* v, int n) {
             v[j - 1] = tmp;
         }
     return v[n / 2];
+}
+
+/* A device buffer of `bytes` filled with 0xFF bytes: NaN as BF16 (0xFFFF) and as FP32 (0xFFFFFFFF), so
+   whatever a kernel leaves unwritten shows in the checks. */
+template <typename T>
+static void lab_alloc_poisoned(T** dev, size_t bytes) {
+    cudaCheck(cudaMalloc(dev, bytes));
+    cudaCheck(cudaMemset(*dev, 0xFF, bytes));
+}
+/* A device buffer holding a copy of `bytes` of host memory. */
+template <typename T>
+static void lab_upload(T** dev, const void* host, size_t bytes) {
+    cudaCheck(cudaMalloc(dev, bytes));
+    cudaCheck(cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice));
 }
 
 /* One slot (0 q, 1 k, 2 v) of two dqkv buffers [B, T, 3, NH, HS] (BF16 bits), compared row by row (row = one
@@ -167,10 +182,8 @@ static inline ProbeInputs probe_inputs_make(void) {
     in.h_dout = (uint16_t*)mallocCheck(nout * 2);
     for (size_t i = 0; i < nqkv; i++) in.h_qkv[i] = float_to_bf16_bits(normal01());
     for (size_t i = 0; i < nout; i++) in.h_dout[i] = float_to_bf16_bits(normal01());
-    cudaCheck(cudaMalloc(&in.qkv, nqkv * 2));
-    cudaCheck(cudaMalloc(&in.dout, nout * 2));
-    cudaCheck(cudaMemcpy(in.qkv, in.h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(in.dout, in.h_dout, nout * 2, cudaMemcpyHostToDevice));
+    lab_upload(&in.qkv, in.h_qkv, nqkv * 2);
+    lab_upload(&in.dout, in.h_dout, nout * 2);
     return in;
 }
 static inline void probe_inputs_free(ProbeInputs* in) {

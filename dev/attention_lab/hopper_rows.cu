@@ -135,21 +135,14 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_new;
     float* stats;
     void *ws_ref, *ws_new;
-    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
-    cudaCheck(cudaMalloc(&dout, nout * 2));
+    lab_upload(&qkv, h_qkv, nqkv * 2);
+    lab_upload(&dout, h_dout, nout * 2);
     cudaCheck(cudaMalloc(&out, nout * 2));
-    cudaCheck(cudaMalloc(&dqkv_ref, nqkv * 2));
-    cudaCheck(cudaMalloc(&dqkv_new, nqkv * 2));
+    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
+    lab_alloc_poisoned(&dqkv_new, nqkv * 2);
     cudaCheck(cudaMalloc(&stats, nstats * 4));
-    cudaCheck(cudaMalloc(&ws_ref, ws_bytes));
-    cudaCheck(cudaMalloc(&ws_new, ws_bytes));
-    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
-    /* poison: 0xFFFF is a BF16 NaN, 0xFFFFFFFF an FP32 NaN; any output left unwritten shows */
-    cudaCheck(cudaMemset(dqkv_ref, 0xFF, nqkv * 2));
-    cudaCheck(cudaMemset(dqkv_new, 0xFF, nqkv * 2));
-    cudaCheck(cudaMemset(ws_ref, 0xFF, ws_bytes));
-    cudaCheck(cudaMemset(ws_new, 0xFF, ws_bytes));
+    lab_alloc_poisoned(&ws_ref, ws_bytes);
+    lab_alloc_poisoned(&ws_new, ws_bytes);
     AttnOptions opt = {0}, portable = {0};
     portable.force_portable = 1;
     CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
@@ -347,18 +340,12 @@ static void layout_probe(void) {
     bf16 *qkv, *dout;
     float *d_s, *d_dp, *d_x, *d_y;
     const size_t n_sq = (size_t)kBlockQ * kBlockK, n_dq = (size_t)kBlockQ * kHS;
-    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
-    cudaCheck(cudaMalloc(&dout, nout * 2));
-    cudaCheck(cudaMalloc(&d_s, n_sq * 4));
-    cudaCheck(cudaMalloc(&d_dp, n_sq * 4));
-    cudaCheck(cudaMalloc(&d_x, n_dq * 4));
-    cudaCheck(cudaMalloc(&d_y, n_dq * 4));
-    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemset(d_s, 0xFF, n_sq * 4)); /* NaN poison */
-    cudaCheck(cudaMemset(d_dp, 0xFF, n_sq * 4));
-    cudaCheck(cudaMemset(d_x, 0xFF, n_dq * 4));
-    cudaCheck(cudaMemset(d_y, 0xFF, n_dq * 4));
+    lab_upload(&qkv, h_qkv, nqkv * 2);
+    lab_upload(&dout, h_dout, nout * 2);
+    lab_alloc_poisoned(&d_s, n_sq * 4);
+    lab_alloc_poisoned(&d_dp, n_sq * 4);
+    lab_alloc_poisoned(&d_x, n_dq * 4);
+    lab_alloc_poisoned(&d_y, n_dq * 4);
     attention_hopper_rows_layout_probe(s, head, qkv, dout, d_s, d_dp, d_x, d_y);
     cudaCheck(cudaDeviceSynchronize());
     float* h_s = (float*)mallocCheck(n_sq * 4);
