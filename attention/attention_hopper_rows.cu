@@ -141,13 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
     if (threadIdx.x == 0) {
-        mbar_init(q_full, 1);
-        for (int s = 0; s < kStages; s++) {
-            mbar_init(&full[s], 1);                 /* the producer's arrive.expect_tx + the TMA bytes */
-            mbar_init(&empty[s], kConsumerThreads); /* every consumer thread, after its last read */
-        }
-        mbar_init_fence();
-        fence_proxy_async();
+        init_pipeline_barriers<kStages>(q_full, full, empty, 1, kConsumerThreads);
     }
     __syncthreads();
 

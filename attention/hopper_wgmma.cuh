@@ -13,7 +13,7 @@
  *
  * Offers (namespace hopper_wgmma):
  *   smem_u32, aligned_smem_base, mbar_init / mbar_init_fence / mbar_arrive / mbar_arrive_expect_tx /
- *   mbar_try_wait / mbar_wait, fence_proxy_async, tma_load_4d, make_smem_desc,
+ *   mbar_try_wait / mbar_wait, fence_proxy_async, init_pipeline_barriers<STAGES>, tma_load_4d, make_smem_desc,
  *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
  *   wgmma_m64n128k16_rs, wgmma_pv, quad_max, quad_sum, setmaxnreg_inc / setmaxnreg_dec,
  *   red_add_f32x2_if, warpgroup_sync;
@@ -86,6 +86,22 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
     const uint32_t addr = smem_u32(bar);
     uint32_t done = 0;
     while (!done) done = mbar_try_wait(addr, parity);
+}
+
+/* Thread 0's set-up of a TMA pipeline's barriers: `once` (the tiles loaded once per CTA) with one arrival,
+   per stage s full[s] with full_arrivals (the producer's arrive.expect_tx, plus the TMA bytes) and empty[s]
+   with empty_arrivals (every consumer thread, after its last read of the stage); then made visible to the
+   other threads and to the async proxy that TMA completes on. The caller __syncthreads() after it. */
+template <int STAGES>
+__device__ __forceinline__ void init_pipeline_barriers(uint64_t* once, uint64_t* full, uint64_t* empty,
+                                                       uint32_t full_arrivals, uint32_t empty_arrivals) {
+    mbar_init(once, 1);
+    for (int s = 0; s < STAGES; s++) {
+        mbar_init(&full[s], full_arrivals);
+        mbar_init(&empty[s], empty_arrivals);
+    }
+    mbar_init_fence();
+    fence_proxy_async();
 }
 
 /* ---- TMA: copy one box of the 4-D tensor map at coordinates {c0 (column), c1 (slot*NH + head), c2 (token),

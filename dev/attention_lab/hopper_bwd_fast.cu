@@ -254,13 +254,7 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
 
     if (threadIdx.x == 0) {
         cta_abort = 0;
-        mbar_init(kv_full, 1);
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(&full[s], 32);                /* 32 producer lanes (row state) + the TMA bytes */
-            mbar_init(&empty[s], kConsumerThreads); /* every consumer thread, after its last read */
-        }
-        mbar_init_fence();
-        fence_proxy_async();
+        init_pipeline_barriers<STAGES>(kv_full, full, empty, 32, kConsumerThreads); /* full: 32 producer lanes (row state) */
     }
     __syncthreads();
 

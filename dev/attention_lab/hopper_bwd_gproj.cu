@@ -195,13 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (threadIdx.x == 0) {
         cta_abort = 0;
-        mbar_init(kv_full, 1);
-        for (int s = 0; s < kStages; s++) {
-            mbar_init(&full[s], 32);                /* 32 producer lanes (row state) + the TMA bytes */
-            mbar_init(&empty[s], kConsumerThreads); /* every consumer thread, after its last read */
-        }
-        mbar_init_fence();
-        fence_proxy_async();
+        init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads); /* full: 32 producer lanes (row state) */
     }
     __syncthreads();
 
