@@ -80,14 +80,8 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
              attn_mode_name(mode), s.B, s.NH, s.T, s.HS, q_scale != 1.f ? " (q x8)" : "");
     test_section(title);
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
-    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_dout = (uint16_t*)mallocCheck(nout * 2);
-    const size_t row = 3ull * s.NH * s.HS;
-    for (size_t i = 0; i < nqkv; i++) {
-        const int is_q = (i % row) < (size_t)s.NH * s.HS;
-        h_qkv[i] = float_to_bf16_bits(normal01() * (is_q ? q_scale : 1.f));
-    }
-    for (size_t i = 0; i < nout; i++) h_dout[i] = float_to_bf16_bits(normal01());
+    uint16_t* h_qkv = random_qkv_bits(s, q_scale);
+    uint16_t* h_dout = random_bf16_bits(nout);
     bf16 *qkv, *out, *dout, *dqkv_ref, *dqkv_new;
     float* stats;
     void *ws_ref, *ws_new;

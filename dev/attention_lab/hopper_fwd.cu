@@ -60,12 +60,7 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
              attn_mode_name(mode), s.B, s.NH, s.T, s.HS, q_scale != 1.f ? " (q x8)" : "");
     test_section(title);
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
-    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
-    const size_t row = 3ull * s.NH * s.HS;
-    for (size_t i = 0; i < nqkv; i++) {
-        const int is_q = (i % row) < (size_t)s.NH * s.HS;
-        h_qkv[i] = float_to_bf16_bits(normal01() * (is_q ? q_scale : 1.f));
-    }
+    uint16_t* h_qkv = random_qkv_bits(s, q_scale);
     bf16 *qkv, *out_ref, *out_new;
     float *st_ref, *st_new;
     lab_upload(&qkv, h_qkv, nqkv * 2);

@@ -14,6 +14,7 @@
  *
  * Offers:
  *   g_rng, normal01                 - the lab's seeded generator (main seeds g_rng) and one standard normal;
+ *   random_qkv_bits, random_bf16_bits - host inputs of standard normals as BF16 bits (q optionally scaled);
  *   bf16_ulp, median_ms             - one BF16 ulp at max(|x|, floor); the median of n timings (sorts v);
  *   lab_alloc_poisoned, lab_upload  - device buffers filled with NaN (0xFF bytes) or with a host copy;
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
@@ -41,6 +42,24 @@
 /* Inputs: standard normals from the attention library's seeded generator (attention/attn_cases.h). */
 static AttnRng g_rng; /* seeded at the start of main */
 static inline float normal01(void) { return (float)attn_rng_normal(&g_rng); }
+
+/* qkv [B, T, 3, NH, HS] of standard normals as BF16 bits (malloc'd), the q slot scaled by q_scale (> 1
+   sharpens the softmax). Draws in memory order, so a lab's inputs depend only on its seed and calls. */
+static inline uint16_t* random_qkv_bits(AttnShape s, float q_scale) {
+    const size_t nqkv = attn_qkv_count(s), row = 3ull * s.NH * s.HS;
+    uint16_t* h = (uint16_t*)mallocCheck(nqkv * 2);
+    for (size_t i = 0; i < nqkv; i++) {
+        const int is_q = (i % row) < (size_t)s.NH * s.HS;
+        h[i] = float_to_bf16_bits(normal01() * (is_q ? q_scale : 1.f));
+    }
+    return h;
+}
+/* n standard normals as BF16 bits (malloc'd): dout and other plain inputs. */
+static inline uint16_t* random_bf16_bits(size_t n) {
+    uint16_t* h = (uint16_t*)mallocCheck(n * 2);
+    for (size_t i = 0; i < n; i++) h[i] = float_to_bf16_bits(normal01());
+    return h;
+}
 
 /* One BF16 ulp (8 significant bits) at the magnitude max(|x|, floor). The floor is the RMS of the reference
    row: entries near zero come from cancellation, and their error scales with the row, not with the entry.
@@ -178,10 +197,8 @@ static inline ProbeInputs probe_inputs_make(void) {
     in.s = AttnShape{1, 3, 50, 64};
     in.head = 1;
     const size_t nqkv = attn_qkv_count(in.s), nout = attn_out_count(in.s);
-    in.h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
-    in.h_dout = (uint16_t*)mallocCheck(nout * 2);
-    for (size_t i = 0; i < nqkv; i++) in.h_qkv[i] = float_to_bf16_bits(normal01());
-    for (size_t i = 0; i < nout; i++) in.h_dout[i] = float_to_bf16_bits(normal01());
+    in.h_qkv = random_bf16_bits(nqkv);
+    in.h_dout = random_bf16_bits(nout);
     lab_upload(&in.qkv, in.h_qkv, nqkv * 2);
     lab_upload(&in.dout, in.h_dout, nout * 2);
     return in;
