@@ -365,26 +365,10 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
 /* host: tensor map, launch                                                                          */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* The fused qkv [B, T, 3, NH, HS] as a 4-D TMA tensor, innermost first: {HS, 3*NH (slot*NH + head), T, B},
-   boxes of {64 columns, 1 head, kBlockK tokens, 1 batch}, 128-byte swizzle, zeros outside. Host-only
-   encoding (no device work): cheap enough to do per call. */
+/* The fused qkv [B, T, 3, NH, HS] as a 4-D TMA tensor (hopper_wgmma.cuh's encode_head_map): boxes of
+   {64 columns, 1 head, kBlockK tokens, 1 batch}. */
 CUtensorMap make_qkv_map(const bf16* qkv, AttnShape s) {
-    CUtensorMap map;
-    const cuuint64_t dims[4] = {(cuuint64_t)s.HS, 3ull * s.NH, (cuuint64_t)s.T, (cuuint64_t)s.B};
-    const cuuint64_t strides[3] = {/* bytes, of dims 1..3 */ (cuuint64_t)s.HS * sizeof(bf16),
-                                   3ull * s.NH * s.HS * sizeof(bf16),
-                                   (cuuint64_t)s.T * 3ull * s.NH * s.HS * sizeof(bf16)};
-    const cuuint32_t box[4] = {(cuuint32_t)kChunkCols, 1, (cuuint32_t)kBlockK, 1};
-    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)qkv, dims, strides, box,
-                                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        die("attention (Hopper): cuTensorMapEncodeTiled failed (CUresult %d) for B=%d NH=%d T=%d HS=%d\n"
-            "  hint: qkv must be 16-byte aligned (cudaMalloc is) and HS a multiple of 64",
-            (int)r, s.B, s.NH, s.T, s.HS);
-    }
-    return map;
+    return encode_head_map(qkv, s, 3 * s.NH, kBlockK, "attention (Hopper)", "qkv");
 }
 
 template <int HS, int MODE>

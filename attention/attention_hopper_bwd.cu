@@ -427,25 +427,10 @@ __global__ void __launch_bounds__(128, 1)
 /* host: tensor maps, launch                                                                         */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* A 4-D BF16 tensor {HS, heads, T, B} (innermost first) with token stride `heads * HS`, boxes of
-   {64 columns, 1 head, 64 tokens, 1 batch}, 128-byte swizzle, zeros outside. qkv: heads = 3 NH
-   (slot*NH + head); dout [B, T, NH, HS]: heads = NH. */
+/* qkv (heads = 3 NH) or dout (heads = NH) as a 4-D TMA tensor (hopper_wgmma.cuh's encode_head_map): boxes of
+   {64 columns, 1 head, 64 tokens, 1 batch}. */
 CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    CUtensorMap map;
-    const cuuint64_t dims[4] = {(cuuint64_t)s.HS, (cuuint64_t)heads, (cuuint64_t)s.T, (cuuint64_t)s.B};
-    const cuuint64_t strides[3] = {(cuuint64_t)s.HS * sizeof(bf16), (cuuint64_t)heads * s.HS * sizeof(bf16),
-                                   (cuuint64_t)s.T * heads * s.HS * sizeof(bf16)};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)kBoxRows, 1};
-    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides, box,
-                                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        die("attention (Hopper backward): cuTensorMapEncodeTiled failed (CUresult %d) for %s, B=%d NH=%d T=%d HS=%d\n"
-            "  hint: the buffer must be 16-byte aligned (cudaMalloc is) and HS 64",
-            (int)r, what, s.B, s.NH, s.T, s.HS);
-    }
-    return map;
+    return encode_head_map(base, s, heads, kBoxRows, "attention (Hopper backward)", what);
 }
 
 constexpr size_t kTmaAlignBytes = 16; /* global address alignment TMA requires */

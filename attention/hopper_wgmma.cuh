@@ -21,7 +21,8 @@
  *   warpgroup_two_ss_64x64 (two K-major SS GEMMs as one batch: S and dP, or their transposes),
  *   pack_acc_a_operand (FP32 accumulator -> BF16 register A operand), warpgroup_rs_issue_n64,
  *   stage_tile_transposed / load_staged_a_operand (a BF16 tile through shared memory, transposed);
- *   host: tensor_map_encoder (cuTensorMapEncodeTiled without linking libcuda).
+ *   host: tensor_map_encoder (cuTensorMapEncodeTiled without linking libcuda), encode_head_map (the 4-D
+ *   tensor map of qkv or dout that every kernel here loads its tiles through).
  */
 #ifndef ATTENTION_HOPPER_WGMMA_CUH
 #define ATTENTION_HOPPER_WGMMA_CUH
@@ -31,6 +32,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include "attention/attention.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 
@@ -394,6 +396,32 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void) {
         fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
     }
     return fn;
+}
+
+/* The TMA tensor map of a BF16 tensor [B, T, heads, HS] as 4-D {HS, heads, T, B} (innermost first; token
+   stride heads * HS), boxes of {64 columns (one 128-byte swizzle row), 1 head, box_rows tokens, 1 batch},
+   128-byte swizzle, zeros outside (rows past T read as 0 and still count their bytes). qkv [B, T, 3, NH,
+   HS]: heads = 3 NH (slot * NH + head); dout [B, T, NH, HS]: heads = NH. Host-only encoding, cheap enough
+   per call. A failure dies naming `who` (the kernel or lab) and `what` (the tensor). */
+inline CUtensorMap encode_head_map(const void* base, AttnShape s, int heads, int box_rows, const char* who,
+                                   const char* what) {
+    CUtensorMap map;
+    const cuuint64_t row_bytes = (cuuint64_t)heads * s.HS * sizeof(bf16);
+    const cuuint64_t dims[4] = {(cuuint64_t)s.HS, (cuuint64_t)heads, (cuuint64_t)s.T, (cuuint64_t)s.B};
+    const cuuint64_t strides[3] = {/* bytes, of dims 1..3 */ (cuuint64_t)s.HS * sizeof(bf16), row_bytes,
+                                   (cuuint64_t)s.T * row_bytes};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1};
+    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims,
+                                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        die("%s: cuTensorMapEncodeTiled failed (CUresult %d) for %s, B=%d NH=%d T=%d HS=%d\n"
+            "  hint: the buffer must be 16-byte aligned (cudaMalloc is) and HS a multiple of 64",
+            who, (int)r, what, s.B, s.NH, s.T, s.HS);
+    }
+    return map;
 }
 
 }  // namespace hopper_wgmma

@@ -616,7 +616,7 @@ __global__ void __launch_bounds__(128, 1)
    {64 columns, 1 head, 64 tokens, 1 batch}, 128-byte swizzle, zeros outside. qkv: heads = 3 NH
    (slot*NH + head); dout [B, T, NH, HS]: heads = NH. */
 static CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    return lab_head_map(tensor_map_encoder(), base, s, heads, kBoxRows, "hopper_bwd_fast", what);
+    return encode_head_map(base, s, heads, kBoxRows, "hopper_bwd_fast", what);
 }
 
 /* The variants, cumulative, in the order they are expected to pay; 0 is hopper_bwd.cu's kernel as it ran

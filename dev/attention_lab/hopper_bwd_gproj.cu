@@ -456,7 +456,7 @@ __global__ void poison_kv_kernel(bf16* dqkv, long long tokens, int NH) {
 /* A 4-D BF16 tensor {HS, heads, T, B} with token stride `heads * HS`, boxes {64, 1, 64, 1}, 128-byte swizzle,
    zeros outside (hopper_bwd's make_head_map). qkv: heads = 3 NH; dout: heads = NH. */
 CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    return lab_head_map(tensor_map_encoder(), base, s, heads, kBoxRows, "hopper_bwd_gproj", what);
+    return encode_head_map(base, s, heads, kBoxRows, "hopper_bwd_gproj", what);
 }
 
 /* The key-major gproj pass alone (asynchronous on `stream`): D and lambda [B*NH*T] as the workspace holds

@@ -2,7 +2,7 @@
  * dev/attention_lab/hopper_lab.cuh - the host scaffolding the Hopper attention labs share (hopper_fwd,
  * hopper_bwd, hopper_rows, hopper_bwd_fast, hopper_bwd_gproj): seeded inputs, the BF16-ulp comparison of two
  * dqkv buffers, median timing, the refusal to run off sm_90, the layout probes' host products and their
- * comparison, and the TMA tensor map of a [B, T, heads, HS] BF16 tensor.
+ * comparison.
  *
  * Why: every lab checks a Hopper kernel against a reference in the same way, and each used to carry its own
  * copy of these helpers (a fix in one, say of the ulp floor, did not reach the others). Host code only: no
@@ -10,7 +10,9 @@
  * hopper_rows: their kernels are in the library) include it as well as the sm_90a-only ones, and it adds
  * nothing to any lab's device code. The device-side building blocks (wgmma, TMA, mbarriers) are in
  * attention/hopper_wgmma.cuh; the bounded mbarrier wait and hang record of the labs with their own kernels
- * in dev/attention_lab/hopper_lab_hang.cuh (it defines a __device__ global, hence a header of its own). One lab = one translation unit, so the file-local (static) state is the lab's.
+ * in dev/attention_lab/hopper_lab_hang.cuh (it defines a __device__ global, hence a header of its own); the
+ * TMA tensor maps in hopper_wgmma.cuh (encode_head_map). One lab = one translation unit, so the file-local
+ * (static) state is the lab's.
  *
  * Offers:
  *   g_rng, normal01                 - the lab's seeded generator (main seeds g_rng) and one standard normal;
@@ -21,8 +23,7 @@
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
  *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks;
  *   ProbeInputs (probe_inputs_make / _free, probe_qkv, probe_dout) - the backward probes' one-head inputs;
- *   keymajor_probe_products         - the five products of the key-major backward's probe, checked;
- *   lab_head_map                    - the 4-D tensor map {HS, heads, T, B} with 64 x box_rows boxes, 128B swizzle.
+ *   keymajor_probe_products         - the five products of the key-major backward's probe, checked.
  */
 #ifndef DEV_ATTENTION_LAB_HOPPER_LAB_CUH
 #define DEV_ATTENTION_LAB_HOPPER_LAB_CUH
@@ -30,8 +31,6 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
@@ -254,29 +253,5 @@ static inline void keymajor_probe_products(const ProbeInputs& in, const float* h
     free(mag);
 }
 
-/* The TMA tensor map of a 4-D BF16 tensor {HS, heads, T, B} (innermost first) with token stride heads * HS,
-   boxes of {64 columns, 1 head, box_rows tokens, 1 batch}, 128-byte swizzle, zeros outside. qkv
-   [B, T, 3, NH, HS]: heads = 3 NH (slot*NH + head); dout [B, T, NH, HS]: heads = NH. `encode` is
-   hopper_wgmma::tensor_map_encoder() (the labs that build tensor maps include that header); a failure
-   dies naming the lab and `what`. */
-static inline CUtensorMap lab_head_map(PFN_cuTensorMapEncodeTiled_v12000 encode, const void* base, AttnShape s,
-                                       int heads, int box_rows, const char* lab, const char* what) {
-    CUtensorMap map;
-    const cuuint64_t elem = 2; /* sizeof(BF16) */
-    const cuuint64_t dims[4] = {(cuuint64_t)s.HS, (cuuint64_t)heads, (cuuint64_t)s.T, (cuuint64_t)s.B};
-    const cuuint64_t strides[3] = {(cuuint64_t)s.HS * elem, (cuuint64_t)heads * s.HS * elem,
-                                   (cuuint64_t)s.T * heads * s.HS * elem};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1};
-    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides, box, elem_strides,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        die("%s: cuTensorMapEncodeTiled failed (CUresult %d) for %s, B=%d NH=%d T=%d HS=%d\n"
-            "  hint: the buffer must be 16-byte aligned (cudaMalloc is) and HS 64",
-            lab, (int)r, what, s.B, s.NH, s.T, s.HS);
-    }
-    return map;
-}
 
 #endif /* DEV_ATTENTION_LAB_HOPPER_LAB_CUH */
