@@ -558,28 +558,8 @@ static void check_case(CheckInputs in, int time_it) {
     CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
           "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; carve_workspace's layout, which"
           " this lab reads)", ws_bytes);
-    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_dout = (uint16_t*)mallocCheck(nout * 2);
-    float* unit = (float*)mallocCheck((size_t)s.NH * s.HS * sizeof(float));
-    for (int h = 0; h < s.NH; h++) {
-        double n2 = 0;
-        for (int d = 0; d < s.HS; d++) {
-            unit[h * s.HS + d] = normal01();
-            n2 += (double)unit[h * s.HS + d] * unit[h * s.HS + d];
-        }
-        for (int d = 0; d < s.HS; d++) unit[h * s.HS + d] = (float)(unit[h * s.HS + d] / sqrt(n2));
-    }
-    const size_t row = 3ull * s.NH * s.HS;
-    for (size_t i = 0; i < nqkv; i++) {
-        const size_t in_row = i % row;
-        const int slot = (int)(in_row / ((size_t)s.NH * s.HS));
-        const int h = (int)(in_row / s.HS) % s.NH, d = (int)(in_row % s.HS);
-        float x = normal01();
-        if (slot == kSlotQ) x *= in.q_scale;
-        if (slot == kSlotK) x += in.key_offset * unit[h * s.HS + d];
-        h_qkv[i] = float_to_bf16_bits(x);
-    }
-    for (size_t i = 0; i < nout; i++) h_dout[i] = float_to_bf16_bits(normal01());
+    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
+    uint16_t* h_dout = random_bf16_bits(nout);
 
     bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def, *dqkv_new, *dqkv_comp;
     float *stats, *D_comp, *lambda_comp;
@@ -704,7 +684,7 @@ static void check_case(CheckInputs in, int time_it) {
         cudaCheck(cudaFree(out_b));
         cudaCheck(cudaFree(stats_b));
     }
-    free(h_qkv); free(h_dout); free(unit); free(h_ref); free(h_def); free(h_new); free(h_comp); free(hD_def);
+    free(h_qkv); free(h_dout); free(h_ref); free(h_def); free(h_new); free(h_comp); free(hD_def);
     free(hD_comp);
     cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out));
     cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_def)); cudaCheck(cudaFree(dqkv_new));

@@ -16,7 +16,8 @@
  *
  * Offers:
  *   g_rng, normal01                 - the lab's seeded generator (main seeds g_rng) and one standard normal;
- *   random_qkv_bits, random_bf16_bits - host inputs of standard normals as BF16 bits (q optionally scaled);
+ *   random_qkv_bits, random_qkv_offset_bits, random_bf16_bits - host inputs of standard normals as BF16 bits
+ *                                     (q optionally scaled, keys optionally offset along a per-head direction);
  *   bf16_ulp, median_ms             - one BF16 ulp at max(|x|, floor); the median of n timings (sorts v);
  *   lab_alloc_poisoned, lab_upload  - device buffers filled with NaN (0xFF bytes) or with a host copy;
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
@@ -52,6 +53,34 @@ static inline uint16_t* random_qkv_bits(AttnShape s, float q_scale) {
         h[i] = float_to_bf16_bits(normal01() * (is_q ? q_scale : 1.f));
     }
     return h;
+}
+/* qkv as random_qkv_bits plus a key offset: k += key_offset * u_h, u_h a random unit vector per head (the
+   NH unit vectors are drawn first, always, then qkv in memory order). The offset adds the same
+   key_offset * (q . u_h) to every score of a query row: large logits that softmax must cancel exactly. */
+static inline uint16_t* random_qkv_offset_bits(AttnShape s, float q_scale, float key_offset) {
+    enum { kQ = 0, kK = 1 };
+    float* unit = (float*)mallocCheck((size_t)s.NH * s.HS * sizeof(float));
+    for (int h = 0; h < s.NH; h++) {
+        double n2 = 0;
+        for (int d = 0; d < s.HS; d++) {
+            unit[h * s.HS + d] = normal01();
+            n2 += (double)unit[h * s.HS + d] * unit[h * s.HS + d];
+        }
+        for (int d = 0; d < s.HS; d++) unit[h * s.HS + d] = (float)(unit[h * s.HS + d] / sqrt(n2));
+    }
+    const size_t nqkv = attn_qkv_count(s), row = 3ull * s.NH * s.HS;
+    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
+    for (size_t i = 0; i < nqkv; i++) {
+        const size_t in_row = i % row;
+        const int slot = (int)(in_row / ((size_t)s.NH * s.HS));
+        const int h = (int)(in_row / s.HS) % s.NH, d = (int)(in_row % s.HS);
+        float x = normal01();
+        if (slot == kQ) x *= q_scale;
+        if (slot == kK) x += key_offset * unit[h * s.HS + d];
+        h_qkv[i] = float_to_bf16_bits(x);
+    }
+    free(unit);
+    return h_qkv;
 }
 /* n standard normals as BF16 bits (malloc'd): dout and other plain inputs. */
 static inline uint16_t* random_bf16_bits(size_t n) {

@@ -101,34 +101,16 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
           "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; the layout this lab assumes)",
           ws_bytes);
-    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_dout = (uint16_t*)mallocCheck(nout * 2);
-    const size_t row = 3ull * s.NH * s.HS;
-    /* per-head unit vectors for the key offset */
-    float* unit = (float*)mallocCheck((size_t)s.NH * s.HS * sizeof(float));
-    for (int h = 0; h < s.NH; h++) {
-        double n2 = 0;
-        for (int d = 0; d < s.HS; d++) {
-            unit[h * s.HS + d] = normal01();
-            n2 += (double)unit[h * s.HS + d] * unit[h * s.HS + d];
-        }
-        for (int d = 0; d < s.HS; d++) unit[h * s.HS + d] = (float)(unit[h * s.HS + d] / sqrt(n2));
-    }
+    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
+    uint16_t* h_dout = random_bf16_bits(nout);
+    /* the scale of dP - D: sigma_dp = sqrt(HS) rms(dO) rms(V) */
     double sq_do = 0, sq_v = 0;
+    const size_t row = 3ull * s.NH * s.HS;
     for (size_t i = 0; i < nqkv; i++) {
-        const size_t in_row = i % row;
-        const int slot = (int)(in_row / ((size_t)s.NH * s.HS));
-        const int h = (int)(in_row / s.HS) % s.NH, d = (int)(in_row % s.HS);
-        float x = normal01();
-        if (slot == kSlotQ) x *= in.q_scale;
-        if (slot == kSlotK) x += in.key_offset * unit[h * s.HS + d];
-        h_qkv[i] = float_to_bf16_bits(x);
+        const int slot = (int)((i % row) / ((size_t)s.NH * s.HS));
         if (slot == kSlotV) sq_v += (double)bf16_bits_to_float(h_qkv[i]) * bf16_bits_to_float(h_qkv[i]);
     }
-    for (size_t i = 0; i < nout; i++) {
-        h_dout[i] = float_to_bf16_bits(normal01());
-        sq_do += (double)bf16_bits_to_float(h_dout[i]) * bf16_bits_to_float(h_dout[i]);
-    }
+    for (size_t i = 0; i < nout; i++) sq_do += (double)bf16_bits_to_float(h_dout[i]) * bf16_bits_to_float(h_dout[i]);
     const double sigma_dp = sqrt((double)s.HS) * sqrt(sq_do / nout) * sqrt(sq_v / nout);
     const double lambda_unit = ldexp(sigma_dp, -9);
 
@@ -298,7 +280,7 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         cudaCheck(cudaEventDestroy(e1));
         cudaCheck(cudaFree(out_rep)); cudaCheck(cudaFree(dqkv_rep)); cudaCheck(cudaFree(stats_rep));
     }
-    free(h_qkv); free(h_dout); free(unit); free(hD_ref); free(hD_new);
+    free(h_qkv); free(h_dout); free(hD_ref); free(hD_new);
     cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out));
     cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_new)); cudaCheck(cudaFree(stats));
     cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
