@@ -315,9 +315,9 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
 #pragma unroll
     for (int sub = 0; sub < kSubTiles; sub++) { /* the kernel's two 64-key halves, X and Y accumulating */
         float sacc[kSRegs], dpacc[kSRegs];
-        warpgroup_two_ss_64x64(sacc, dpacc, smem_u32(smem + SmemPlan::kQ) + wg_row_bytes, k_addr + sub * kSubTileBytes,
-                     smem_u32(smem + SmemPlan::kDO) + wg_row_bytes,
-                     smem_u32(smem + SmemPlan::kV) + sub * kSubTileBytes);
+        warpgroup_two_ss_64x64(sacc, dpacc, smem_u32(smem + SmemPlan::kQ) + wg_row_bytes,
+                               k_addr + sub * kSubTileBytes, smem_u32(smem + SmemPlan::kDO) + wg_row_bytes,
+                               smem_u32(smem + SmemPlan::kV) + sub * kSubTileBytes);
 #pragma unroll
         for (int j = 0; j < kSubKeys / 8; j++)
 #pragma unroll
