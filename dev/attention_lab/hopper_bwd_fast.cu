@@ -8,9 +8,11 @@
  * STATUS: first run on the H200 on 2026-11-29 (dev/results/device_s4/call5/hopper_bwd_fast.log): every
  * variant correct (500 passed, 0 failed), and none faster than v0: v1 1.00-1.01x, v2 0.88-0.91x, v3
  * 0.95-0.96x, v4 0.95-0.97x (B8 H16 T1024 / B4 H16 T2048 d64, median of 21). So none went into production;
- * the next step is a profile of v0, not another variant. This harness timed v0 (the production kernel) at
- * 0.275 ms where dev/attention_lab/hopper_bwd.cu and build/bench_attention measured 0.326 / 0.321 ms: the
- * three harnesses differ in what they time, and the gap is not explained yet.
+ * the next step is a profile of v0, not another variant. v0 ran at 0.275 ms where the production kernel
+ * measured 0.326 / 0.321 ms (dev/attention_lab/hopper_bwd.cu, build/bench_attention): v0 is this file's
+ * own copy, which sends dQ with predicated non-returning reductions (red_add_f32x2_if) and gives up on a
+ * hung barrier instead of trapping; the harnesses agree on the portable path within 1.5%. So the gap is
+ * most likely production's value-returning atomics (docs/attention_kernels.md); not confirmed yet.
  *
  * Why: hopper_bwd's header says what was left on the table: nothing overlaps (each wgmma batch is waited
  * on before the next step), dQ is a second serial batch, each warpgroup sends its own dQ atomics, and the
