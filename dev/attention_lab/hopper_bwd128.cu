@@ -69,12 +69,13 @@
  * The probe loads Q/dO into stage 1 and stages dS in buffer 1, so the non-zero offsets are what it
  * exercises.
  *
- * Safety: mbarrier waits are bounded (~2 s of clock64) and then GIVE UP: they record the barrier in
- * host-mapped memory, set the CTA's abort flag (every later wait of the CTA returns at once) and run on;
- * the host checks the record after every synchronisation and names the barrier. No __trap(): a trap on the
- * consumer path makes ptxas ignore setmaxnreg (engineer G, hopper_bwd_fast.cu). Named barriers and
- * setmaxnreg cannot be bounded (their counts are uniform by construction). Each variant runs in its own
- * process (the parent never touches CUDA), so a fault costs that variant's lines only. Run under `timeout`.
+ * Safety: mbarrier waits are bounded (~2 s of clock64) and then GIVE UP (the labs' shared wait and hang
+ * record, dev/attention_lab/hopper_lab_hang.cuh): they record the barrier in host-mapped memory, set the
+ * CTA's abort flag (every later wait of the CTA returns at once) and run on; the host checks the record
+ * after every synchronisation and names the barrier. No __trap(): a trap on the consumer path makes ptxas
+ * ignore setmaxnreg (engineer G, hopper_bwd_fast.cu). Named barriers and setmaxnreg cannot be bounded (their
+ * counts are uniform by construction). Each variant runs in its own process (the parent never touches
+ * CUDA), so a fault costs that variant's lines only. Run under `timeout`.
  *
  * Timing: the whole backward (prep + key-major kernel + dQ post-pass) of the variant next to
  * attention_backward_cuda with force_portable (the mma.sync path that HS 128 runs today), interleaved,
@@ -87,6 +88,12 @@
  * red.global from the math warpgroups); overlapping the dQ GEMM with dV/dK or with the next step's scores;
  * 3 stages; a persistent schedule; fp32/gproj modes (their row pass is HS 64 only too); the repair
  * tile-max-shift arm (portable end to end, as at HS 64).
+ *
+ * Shared with the other Hopper labs: the device building blocks (wgmma, TMA, mbarriers, setmaxnreg, the dQ
+ * reduction, the tensor map) from attention/hopper_wgmma.cuh, the host scaffolding (inputs, poisoned
+ * buffers, the BF16-ulp slot comparison, median timing, the sm_90 check, the probe's inputs and tolerance)
+ * from dev/attention_lab/hopper_lab.cuh. What stays here is HS 128's own: the 8-k-step GEMM steps over two
+ * column chunks, the 128-key dS tile, the 256-thread consumer barrier, and the probe's non-64 x 64 products.
  *
  * Usage: hopper_bwd128   (no arguments; needs an sm_90 GPU: H100/H200). Ends with "N passed, N failed"
  * summed over the processes; a process that dies without reporting counts as one failure.
@@ -109,6 +116,8 @@
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
+#include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/hopper_lab_hang.cuh"
 
 using namespace hopper_wgmma;
 
@@ -166,81 +175,9 @@ struct SmemPlan {
     static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
 };
 
-/* D[64 x 64] += A[64 x 16] B[16 x 64], both from shared memory, K-major, scale-d true (the m64n128k16 SS
-   twin of hopper_wgmma.cuh with N = 64; the same wrapper as attention_hopper_bwd.cu's, which passed). */
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, acc, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
-}
-
-/* mbarrier wait with a limit that gives up instead of trapping (hopper_bwd_fast.cu's, which passed): polls
-   for about kHangCycles (~2 s at 1.98 GHz; a legitimate wait is microseconds), then records which barrier
-   hung in g_hang_record (host-mapped) once per CTA, sets the CTA's abort flag so every later wait returns
-   at once, and returns: the CTA runs to its end on garbage and the host names the barrier. No printf (a
-   call makes ptxas serialise every wgmma, C7510). */
-constexpr long long kHangCycles = 4000000000ll;
-enum HangSite { kHangNone = 0, kHangKvFull = 1, kHangFull = 2, kHangEmpty = 3, kHangProbe = 4 };
-struct HangRecord {
-    int site, index, parity, block_x, block_y, thread;
-};
-__device__ HangRecord* g_hang_record; /* set by the host (hang_record_install); NULL: no record */
-__device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity, HangSite site, int index,
-                                                  volatile int* cta_abort) {
-    const uint32_t addr = smem_u32(bar);
-    uint32_t done = 0;
-    const long long start = clock64();
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(addr), "r"(parity)
-            : "memory");
-        if (!done && (*cta_abort != 0 || clock64() - start > kHangCycles)) {
-            if (*cta_abort == 0) {
-                *cta_abort = 1;
-                volatile HangRecord* rec = g_hang_record;
-                if (rec != NULL && rec->site == kHangNone) {
-                    rec->index = index;
-                    rec->parity = (int)parity;
-                    rec->block_x = (int)blockIdx.x;
-                    rec->block_y = (int)blockIdx.y;
-                    rec->thread = (int)threadIdx.x;
-                    __threadfence_system();
-                    rec->site = (int)site;
-                    __threadfence_system();
-                }
-            }
-            break;
-        }
-    }
-}
-
 /* Barrier of the two consumer warpgroups (256 threads; id 1: 0 is __syncthreads). */
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
-}
-
-/* setmaxnreg (sm_90a): every thread of the warpgroup executes it with the same count. */
-template <int REGS>
-__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
-template <int REGS>
-__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
-
-/* red.global.add.v2.f32 under a predicate instead of a branch (a divergent branch between a wgmma issue
-   and its wait makes ptxas serialise the wgmmas, C7518; hopper_bwd_fast.cu). */
-__device__ __forceinline__ void red_add_f32x2_if(float* dst, float lo, float hi, bool ok) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p red.global.add.v2.f32 [%0], {%1, %2};\n}\n" ::"l"(dst),
-                 "f"(lo), "f"(hi), "r"((int)ok)
-                 : "memory");
 }
 
 /* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
@@ -433,13 +370,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (threadIdx.x == 0) {
         cta_abort = 0;
-        mbar_init(kv_full, 1);
-        for (int s = 0; s < kStages; s++) {
-            mbar_init(&full[s], 32);                /* 32 producer lanes (row state) + the TMA bytes */
-            mbar_init(&empty[s], kConsumerThreads); /* every consumer thread, after its last read */
-        }
-        mbar_init_fence();
-        fence_proxy_async();
+        /* full: 32 producer lanes (row state) + the TMA bytes; empty: every consumer thread, after its last read */
+        init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads);
     }
     __syncthreads();
 
@@ -728,25 +660,12 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
 /* host: tensor maps, variants, launch                                                               */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* A 4-D BF16 tensor {HS, heads, T, B} (innermost first) with token stride `heads * HS`, boxes of
-   {64 columns, 1 head, 64 tokens, 1 batch} (column chunk c at coordinate 64 c), 128-byte swizzle, zeros
-   outside. qkv: heads = 3 NH (slot*NH + head); dout [B, T, NH, HS]: heads = NH. */
+/* hopper_wgmma.cuh's 4-D BF16 tensor map {HS, heads, T, B} with boxes of 64 columns x kBoxRows tokens
+   (column chunk c at coordinate 64 c), 128-byte swizzle, zeros outside. qkv: heads = 3 NH (slot*NH + head);
+   dout [B, T, NH, HS]: heads = NH. */
 static CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    CUtensorMap map;
-    const cuuint64_t dims[4] = {(cuuint64_t)s.HS, (cuuint64_t)heads, (cuuint64_t)s.T, (cuuint64_t)s.B};
-    const cuuint64_t strides[3] = {(cuuint64_t)s.HS * sizeof(bf16), (cuuint64_t)heads * s.HS * sizeof(bf16),
-                                   (cuuint64_t)s.T * heads * s.HS * sizeof(bf16)};
-    const cuuint32_t box[4] = {(cuuint32_t)kChunkCols, 1, (cuuint32_t)kBoxRows, 1};
-    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void*)base, dims, strides, box,
-                                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        die("hopper_bwd128: cuTensorMapEncodeTiled failed (CUresult %d) for %s, B=%d NH=%d T=%d HS=%d\n"
-            "  hint: the buffer must be 16-byte aligned (cudaMalloc is) and HS 128",
-            (int)r, what, s.B, s.NH, s.T, s.HS);
-    }
-    return map;
+    static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
+    return encode_head_map(base, s, heads, kBoxRows, "hopper_bwd128", what);
 }
 
 typedef void (*KernelLaunch)(dim3 grid, cudaStream_t stream, const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
@@ -834,27 +753,16 @@ static void bwd128_launch(const Bwd128& f, int variant, const bf16* out, const f
     cudaCheckLastError();
 }
 
-/* The hang record lives in pinned host memory mapped into the device (readable after any fault). */
-static HangRecord* g_hang_host = NULL;
-static void hang_record_install(void) {
-    cudaCheck(cudaHostAlloc((void**)&g_hang_host, sizeof(HangRecord), cudaHostAllocMapped));
-    memset(g_hang_host, 0, sizeof(HangRecord));
-    HangRecord* dev = NULL;
-    cudaCheck(cudaHostGetDevicePointer((void**)&dev, g_hang_host, 0));
-    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &dev, sizeof dev));
-}
 /* cudaDeviceSynchronize (or an event wait) that names the barrier that hung, if one did, and stops. */
 static void sync_or_report(cudaError_t e, const char* where) {
     const volatile HangRecord* r = g_hang_host;
     const int hung = r != NULL && r->site > kHangNone && r->site <= kHangProbe;
     if (e == cudaSuccess && !hung) return;
-    static const char* kSite[] = {"none", "kv_full (K/V tiles)", "full (Q/dO tile + row state)",
-                                  "empty (stage released by the consumers)", "probe tiles"};
     if (hung) {
         fprintf(stderr, "hopper_bwd128: HANG: mbarrier %s, index %d, parity %d, block (%d, %d), thread %d"
                 " (the CTA gave up waiting and ran on: its results are garbage)\n",
-                kSite[r->site], r->index, r->parity, r->block_x, r->block_y, r->thread);
-        printf("  FAIL HANG in %s: mbarrier %s never completed\n", where, kSite[r->site]);
+                hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread);
+        printf("  FAIL HANG in %s: mbarrier %s never completed\n", where, hang_site_name(r->site));
         fflush(stdout);
     }
     die("hopper_bwd128: %s after %s%s%s\n  hint: a HANG line names the mbarrier that never completed (a pipeline"
@@ -867,60 +775,10 @@ static void sync_or_report(cudaError_t e, const char* where) {
 /* host: checks against the portable backward, timing                                                */
 /* ------------------------------------------------------------------------------------------------ */
 
-static AttnRng g_rng; /* seeded in each child */
-static float normal01(void) { return (float)attn_rng_normal(&g_rng); }
-/* One BF16 ulp (8 significant bits) at max(|x|, floor); floor = the RMS of the reference row. */
-static double bf16_ulp(double x, double floor_mag) {
-    const double a = fmax(fabs(x), floor_mag);
-    return a > 0 ? ldexp(1.0, (int)floor(log2(a)) - 7) : 0.0;
-}
-static float median_ms(float* v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            const float tmp = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = tmp;
-        }
-    return v[n / 2];
-}
-
 /* Tolerance (set before any run, as the HS 64 labs): the kernels sum S, dP (tensor-core k order), dK/dV
    (query order within a tile) and dQ (per 128 keys in both, different order inside) differently; a
    changed FP32 S can flip the BF16 rounding of P or dS of one element. */
 static const double kMaxUlps = 4.0;
-
-struct SlotDiff {
-    size_t nan_ref, nan_new, over_1ulp, count;
-    double max_ulps, max_abs;
-};
-/* Compares one slot (0 q, 1 k, 2 v) of two dqkv buffers row by row (row = one (b, t, h) vector of HS). */
-static SlotDiff compare_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot) {
-    SlotDiff d = {0, 0, 0, 0, 0.0, 0.0};
-    const size_t vecs = (size_t)s.B * s.T * s.NH;
-    for (size_t v = 0; v < vecs; v++) {
-        const size_t bt = v / s.NH, h = v % s.NH;
-        const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
-        double sq = 0;
-        for (int k = 0; k < s.HS; k++) {
-            const double a = bf16_bits_to_float(ref[base + k]);
-            if (!isnan(a)) sq += a * a;
-        }
-        const double rms = sqrt(sq / s.HS);
-        for (int k = 0; k < s.HS; k++) {
-            const double a = bf16_bits_to_float(ref[base + k]), x = bf16_bits_to_float(got[base + k]);
-            d.count++;
-            if (isnan(a)) d.nan_ref++;
-            if (isnan(x)) d.nan_new++;
-            if (isnan(a) || isnan(x)) continue;
-            const double diff = fabs(a - x), ulp = bf16_ulp(fmax(fabs(a), fabs(x)), rms);
-            const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
-            if (diff > d.max_abs) d.max_abs = diff;
-            if (ulps > d.max_ulps) d.max_ulps = ulps;
-            if (ulps > 1.0) d.over_1ulp++;
-        }
-    }
-    return d;
-}
 
 /* One shape and mode: forward by attention_forward_cuda, then the portable production backward
    (force_portable: what HS 128 runs today) and variant `variant` on the same inputs (dqkv and workspace
@@ -932,34 +790,20 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it, 
     test_section(title);
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
     const size_t rows = (size_t)s.B * s.NH * s.T;
-    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_dout = (uint16_t*)mallocCheck(nout * 2);
-    const size_t row = 3ull * s.NH * s.HS;
-    for (size_t i = 0; i < nqkv; i++) {
-        const int is_q = (i % row) < (size_t)s.NH * s.HS;
-        h_qkv[i] = float_to_bf16_bits(normal01() * (is_q ? q_scale : 1.f));
-    }
-    for (size_t i = 0; i < nout; i++) h_dout[i] = float_to_bf16_bits(normal01());
+    uint16_t* h_qkv = random_qkv_bits(s, q_scale);
+    uint16_t* h_dout = random_bf16_bits(nout);
     bf16 *qkv, *out, *dout, *dqkv_ref, *dqkv_new;
     float *stats, *ws_new;
     void* ws_ref;
-    const size_t ws_ref_bytes = attention_cuda_workspace_bytes(s, mode);
-    const size_t ws_new_bytes = rows * (s.HS + 1) * 4;
-    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
+    lab_upload(&qkv, h_qkv, nqkv * 2);
     cudaCheck(cudaMalloc(&out, nout * 2));
-    cudaCheck(cudaMalloc(&dout, nout * 2));
-    cudaCheck(cudaMalloc(&dqkv_ref, nqkv * 2));
-    cudaCheck(cudaMalloc(&dqkv_new, nqkv * 2));
+    lab_upload(&dout, h_dout, nout * 2);
+    /* poisoned (NaN): any output or workspace element left unwritten shows */
+    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
+    lab_alloc_poisoned(&dqkv_new, nqkv * 2);
     cudaCheck(cudaMalloc(&stats, nstats * 4));
-    cudaCheck(cudaMalloc(&ws_ref, ws_ref_bytes));
-    cudaCheck(cudaMalloc(&ws_new, ws_new_bytes));
-    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
-    /* poison: 0xFFFF is a BF16 NaN, 0xFFFFFFFF an FP32 NaN; any output left unwritten shows */
-    cudaCheck(cudaMemset(dqkv_ref, 0xFF, nqkv * 2));
-    cudaCheck(cudaMemset(dqkv_new, 0xFF, nqkv * 2));
-    cudaCheck(cudaMemset(ws_ref, 0xFF, ws_ref_bytes));
-    cudaCheck(cudaMemset(ws_new, 0xFF, ws_new_bytes));
+    lab_alloc_poisoned(&ws_ref, attention_cuda_workspace_bytes(s, mode));
+    lab_alloc_poisoned(&ws_new, rows * (s.HS + 1) * 4);
     AttnOptions portable = {0};
     portable.force_portable = 1;
     attention_forward_cuda(mode, portable, s, qkv, out, stats, NULL, 0);
@@ -1027,11 +871,26 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it, 
     cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
 }
 
-/* FP32-accumulation error bound relative to the sum of |products| (~1e-6 when right); a layout error is
-   off by O(1). */
-static const double kProbeTol = 1e-4;
+/* ref[i][j] = sum_k term(i, j, k) and mag[i][j] = sum_k |term(i, j, k)| (k ascending) over a rows x cols
+   product, row-major: hopper_lab.cuh's probe_product (64 x 64 only) for this probe's 128-row and 128-column
+   outputs. */
+template <typename Term>
+static void probe_product_rect(double* ref, double* mag, int rows, int cols, int depth, Term term) {
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            double r = 0, m = 0;
+            for (int k = 0; k < depth; k++) {
+                const double p = term(i, j, k);
+                r += p;
+                m += fabs(p);
+            }
+            ref[i * cols + j] = r;
+            mag[i * cols + j] = m;
+        }
+}
 
-/* Checks one probe output [rows x cols] against a host product; prints the first misses. */
+/* Checks one probe output [rows x cols] against a host product within hopper_lab.cuh's kProbeTol of the sum
+   of |products| (its probe_compare for any shape); prints the first misses and a summary line. */
 static int probe_compare(const char* name, const float* got, const double* ref, const double* mag, int rows, int cols) {
     int bad = 0;
     double worst = 0;
@@ -1053,32 +912,30 @@ static int probe_compare(const char* name, const float* got, const double* ref, 
 static void layout_probe(void) {
     test_section("layout probe HS128: S^T, dP^T (SS n64, 2 chunks), dV, dK (RS n128, LBO 8 KB), dQ (dS of both"
                  " warpgroups staged, K chunk N-major over 128 keys)");
-    const AttnShape s = {1, 3, 100, kHS};
-    const int head = 1;
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
-    uint16_t* h_qkv = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_dout = (uint16_t*)mallocCheck(nout * 2);
-    for (size_t i = 0; i < nqkv; i++) h_qkv[i] = float_to_bf16_bits(normal01());
-    for (size_t i = 0; i < nout; i++) h_dout[i] = float_to_bf16_bits(normal01());
+    /* hopper_lab.cuh's probe inputs (accessors probe_qkv / probe_dout) at this probe's shape */
+    ProbeInputs in;
+    in.s = AttnShape{1, 3, 100, kHS};
+    in.head = 1;
+    const size_t nqkv = attn_qkv_count(in.s), nout = attn_out_count(in.s);
+    in.h_qkv = random_bf16_bits(nqkv);
+    in.h_dout = random_bf16_bits(nout);
+    lab_upload(&in.qkv, in.h_qkv, nqkv * 2);
+    lab_upload(&in.dout, in.h_dout, nout * 2);
     const int nk = kBlockK, nq = kBlockQ;
     const size_t n_st = (size_t)nk * nq, n_dkv = (size_t)nk * kHS, n_dq = (size_t)nq * kHS;
     const size_t total = 2 * n_st + 2 * n_dkv + n_dq;
-    bf16 *qkv, *dout;
     float* d_out;
-    cudaCheck(cudaMalloc(&qkv, nqkv * 2));
-    cudaCheck(cudaMalloc(&dout, nout * 2));
-    cudaCheck(cudaMalloc(&d_out, total * 4));
-    cudaCheck(cudaMemcpy(qkv, h_qkv, nqkv * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(dout, h_dout, nout * 2, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemset(d_out, 0xFF, total * 4)); /* NaN poison */
-    const CUtensorMap qmap = make_head_map(qkv, s, 3 * s.NH, "qkv"), dmap = make_head_map(dout, s, s.NH, "dout");
+    lab_alloc_poisoned(&d_out, total * 4);
+    const CUtensorMap qmap = make_head_map(in.qkv, in.s, 3 * in.s.NH, "qkv");
+    const CUtensorMap dmap = make_head_map(in.dout, in.s, in.s.NH, "dout");
     cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
     float* o_st = d_out;
     float* o_dpt = o_st + n_st;
     float* o_dv = o_dpt + n_st;
     float* o_dk = o_dv + n_dkv;
     float* o_dq = o_dk + n_dkv;
-    layout_probe_kernel<<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qmap, dmap, s.NH, head, o_st, o_dpt, o_dv, o_dk, o_dq);
+    layout_probe_kernel<<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qmap, dmap, in.s.NH, in.head, o_st, o_dpt, o_dv,
+                                                                   o_dk, o_dq);
     cudaCheckLastError();
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
     float* h = (float*)mallocCheck(total * 4);
@@ -1088,62 +945,29 @@ static void layout_probe(void) {
     const float* g_dv = g_dpt + n_st;
     const float* g_dk = g_dv + n_dkv;
     const float* g_dq = g_dk + n_dkv;
-    const size_t tok_stride = 3ull * s.NH * kHS;
-    /* element (token, slot, d) of the probed head in qkv, (token, d) in dout; tokens >= T: zero fill */
-#define PX(tok, slot, d) \
-    ((tok) < s.T ? (double)bf16_bits_to_float(h_qkv[(size_t)(tok) * tok_stride + ((slot) * s.NH + head) * kHS + (d)]) : 0.0)
-#define PD(tok, d) ((tok) < s.T ? (double)bf16_bits_to_float(h_dout[(size_t)(tok) * s.NH * kHS + head * kHS + (d)]) : 0.0)
     double* ref = (double*)mallocCheck(n_dkv * sizeof(double));
     double* mag = (double*)mallocCheck(n_dkv * sizeof(double));
     int bad[5];
-    /* S^T[key][query] = sum_d K[key][d] Q[query][d];  dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < nk; i++)
-            for (int j = 0; j < nq; j++) {
-                double r = 0, m = 0;
-                for (int d = 0; d < kHS; d++) {
-                    const double p = pass == 0 ? PX(i, kSlotK, d) * PX(j, kSlotQ, d) : PX(i, kSlotV, d) * PD(j, d);
-                    r += p;
-                    m += fabs(p);
-                }
-                ref[i * nq + j] = r;
-                mag[i * nq + j] = m;
-            }
-        bad[pass] = pass == 0 ? probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq)
-                              : probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
-    }
-    /* dV[key][n] = sum_q bf(S^T[key][q]) dO[q][n];  dK[key][n] = sum_q bf(dP^T[key][q]) Q[q][n] */
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < nk; i++)
-            for (int n = 0; n < kHS; n++) {
-                double r = 0, m = 0;
-                for (int q = 0; q < nq; q++) {
-                    const double p = pass == 0 ? bf16_round(g_st[i * nq + q]) * PD(q, n)
-                                               : bf16_round(g_dpt[i * nq + q]) * PX(q, kSlotQ, n);
-                    r += p;
-                    m += fabs(p);
-                }
-                ref[i * kHS + n] = r;
-                mag[i * kHS + n] = m;
-            }
-        bad[2 + pass] = pass == 0 ? probe_compare("dV = bf(S^T) dO", g_dv, ref, mag, nk, kHS)
-                                  : probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag, nk, kHS);
-    }
+    /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
+    probe_product_rect(ref, mag, nk, nq, kHS,
+                       [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
+    bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
+    /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
+    probe_product_rect(ref, mag, nk, nq, kHS,
+                       [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
+    bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
+    /* dV[key][n] = sum_q bf(S^T[key][q]) dO[q][n] */
+    probe_product_rect(ref, mag, nk, kHS, nq,
+                       [&](int i, int n, int q) { return bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n); });
+    bad[2] = probe_compare("dV = bf(S^T) dO", g_dv, ref, mag, nk, kHS);
+    /* dK[key][n] = sum_q bf(dP^T[key][q]) Q[q][n] */
+    probe_product_rect(ref, mag, nk, kHS, nq,
+                       [&](int i, int n, int q) { return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kSlotQ, n); });
+    bad[3] = probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag, nk, kHS);
     /* dQ[q][n] = sum_key bf(dP^T[key][q]) K[key][n] over all 128 keys */
-    for (int q = 0; q < nq; q++)
-        for (int n = 0; n < kHS; n++) {
-            double r = 0, m = 0;
-            for (int k = 0; k < nk; k++) {
-                const double p = bf16_round(g_dpt[k * nq + q]) * PX(k, kSlotK, n);
-                r += p;
-                m += fabs(p);
-            }
-            ref[q * kHS + n] = r;
-            mag[q * kHS + n] = m;
-        }
+    probe_product_rect(ref, mag, nq, kHS, nk,
+                       [&](int q, int n, int k) { return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, k, kSlotK, n); });
     bad[4] = probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag, nq, kHS);
-#undef PX
-#undef PD
     CHECK(bad[0] == 0, "S^T = K Q^T: (a) m64n64k16 SS over 8 k-steps, the chunk jump at k-step 4, K rows at the"
                        " warpgroup's 8 KB offset inside 16 KB chunks, Q chunks 8 KB apart (stage 1)");
     CHECK(bad[1] == 0, "dP^T = V dO^T: (a) with the dout map at HS 128 (column coordinate 64 for chunk 1)");
@@ -1151,25 +975,15 @@ static void layout_probe(void) {
     CHECK(bad[3] == 0, "dK = bf(dP^T) Q: (b) the Q tile read N-major after being read K-major");
     CHECK(bad[4] == 0, "dQ = bf(dS) K: (c) dS staged from the packed words by both warpgroups, read as 8 k-steps"
                        " of A; (d) K column chunk N-major across its two 64-row boxes");
-    free(h_qkv); free(h_dout); free(h); free(ref); free(mag);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(d_out));
-}
-
-static void require_hopper(void) {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) die("hopper_bwd128: no CUDA device found");
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major != 9 || prop.minor != 0) {
-        die("hopper_bwd128: device 0 is %s (sm_%d%d); this program is built for sm_90a only\n"
-            "  hint: run it on an H100 or H200", prop.name, prop.major, prop.minor);
-    }
+    free(h); free(ref); free(mag);
+    probe_inputs_free(&in);
+    cudaCheck(cudaFree(d_out));
 }
 
 /* The checks of one child process: the layout probe (child -1) or every shape for one variant. */
 static void run_child(int variant) {
     attn_rng_init(&g_rng, 0x13198A2E03707344ull);
-    require_hopper();
+    require_sm90("hopper_bwd128");
     hang_record_install();
     if (variant < 0) {
         layout_probe();

@@ -7,7 +7,7 @@ CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_bwd128
 $(BUILD)/dev/attention_lab/hopper_bwd128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/dev/attention_lab/hopper_bwd128.cu.o: dev/attention_lab/hopper_bwd128.cu attention/attention_cuda.cuh \
         attention/hopper_wgmma.cuh attention/attention.h attention/attn_cases.h tests/testing.h \
-        common/cuda_utils.cuh common/utils.h
+        common/cuda_utils.cuh common/utils.h dev/attention_lab/hopper_lab.cuh dev/attention_lab/hopper_lab_hang.cuh
 $(BUILD)/dev/attention_lab/hopper_bwd128: $(BUILD)/dev/attention_lab/hopper_bwd128.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 
