@@ -149,6 +149,8 @@ constexpr int kDsPitch = kBlockK + 8;   /* BF16 per row of the staged dS tile [q
 constexpr float kLog2e = 1.4426950408889634f;
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kWarpgroupKeys == kBlockQ, "S^T per warpgroup is 64 x 64: its A operand covers the 4 k-steps of dV/dK");
+static_assert(kBlockQ / kWgmmaK == kTileKSteps,
+              "S^T, dP^T are 64 x 64 tiles: hopper_wgmma.cuh's pack_acc_a_operand packs them");
 
 /* Shared-memory plan (byte offsets from a 1024-byte aligned base). A tile of R rows x 128 columns is two
    chunks of [R rows][128 bytes], swizzled: column chunk c at c * (R * 128). */
@@ -213,18 +215,6 @@ __device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[3
     reg_fence(dpt);
 }
 
-/* A 64 x 64 FP32 accumulator rounded to BF16 and packed as the register A operand: k-step kk takes columns
-   16kk..16kk+15 = registers 8kk..8kk+7 (hopper_wgmma.cuh's fragment comment; as attention_hopper_bwd.cu). */
-__device__ __forceinline__ void pack_a_operand(uint32_t (&a)[kBlockQ / kWgmmaK][4], const float (&acc)[32]) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++) {
-        a[kk][0] = pack_bf16x2(acc[8 * kk + 0], acc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
-        a[kk][1] = pack_bf16x2(acc[8 * kk + 2], acc[8 * kk + 3]); /* row g+8, cols 2t, 2t+1 */
-        a[kk][2] = pack_bf16x2(acc[8 * kk + 4], acc[8 * kk + 5]); /* row g,   cols 2t+8, 2t+9 */
-        a[kk][3] = pack_bf16x2(acc[8 * kk + 6], acc[8 * kk + 7]); /* row g+8, cols 2t+8, 2t+9 */
-    }
-}
-
 /* acc[64 x 128] += A[64 x 64] B[64 x 128]: A from registers (4 k-steps over the 64 queries of the tile), B
    the stage's Q or dO tile read N-major (rows = queries, 16 rows = 2048 bytes per k-step; the second
    64-column block of N is one 8 KB chunk further: LBO = kQChunkBytes, assumption (b)). Issued only. */
@@ -252,7 +242,8 @@ __device__ __forceinline__ void warpgroup_dq_issue(float (&acc)[32], const uint3
    key key_col + 8 (i & 1) and queries q, q + 1 with q = 16kk + 8 (i >> 1) + 2t (low half: q). key_col is
    the thread's key row within the CTA's 128 (64 w + 16 warp_in_wg + g). Ordinary register reads, done
    before the wgmma that reads pds as A is issued (PTX leaves an access to the A registers of an in-flight
-   wgmma undefined). */
+   wgmma undefined). Not hopper_wgmma.cuh's stage_tile_transposed: that one re-packs from the FP32
+   accumulator (the HS-64 kernels' way; here it gives other PTX), these stores are assumption (c)'s. */
 __device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kBlockQ / kWgmmaK][4], int key_col, int t) {
 #pragma unroll
     for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
@@ -266,19 +257,15 @@ __device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kBloc
         }
 }
 
-/* The A fragments of dQ = dS K for this warp's 16 queries from the tile [query][128 keys]: k-step kk (keys
-   16kk..16kk+15): a0 = (q g, keys 2t, 2t+1), a1 = (q g+8, ...), a2 = (q g, keys 2t+8, 2t+9), a3. */
+/* The A fragments of dQ = dS K for this warp's 16 queries from the tile [query][128 keys]: k-steps 0-3 from
+   keys 0..63, 4-7 from keys 64..127, each half through hopper_wgmma.cuh's load_staged_a_operand. */
 __device__ __forceinline__ void load_ds_operand(uint32_t (&a)[kBlockK / kWgmmaK][4], const bf16* ds_s, int warp_in_wg,
                                                 int g, int t) {
-    const int q = warp_in_wg * 16 + g;
+    static_assert(kBlockK / kWgmmaK == 2 * kTileKSteps, "two 64-key halves of A");
 #pragma unroll
-    for (int kk = 0; kk < kBlockK / kWgmmaK; kk++) {
-        const int k = 16 * kk + 2 * t;
-        a[kk][0] = *reinterpret_cast<const uint32_t*>(ds_s + q * kDsPitch + k);
-        a[kk][1] = *reinterpret_cast<const uint32_t*>(ds_s + (q + 8) * kDsPitch + k);
-        a[kk][2] = *reinterpret_cast<const uint32_t*>(ds_s + q * kDsPitch + k + 8);
-        a[kk][3] = *reinterpret_cast<const uint32_t*>(ds_s + (q + 8) * kDsPitch + k + 8);
-    }
+    for (int half = 0; half < 2; half++)
+        load_staged_a_operand<kDsPitch>(*reinterpret_cast<uint32_t(*)[kTileKSteps][4]>(&a[half * kTileKSteps]),
+                                        ds_s + half * kTileK, warp_in_wg, g, t);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -478,8 +465,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
         /* bf(P), bf(dS) as A operands; bf(dS) also to the shared tile (this warpgroup's 64 key columns) */
         uint32_t pa[kBlockQ / kWgmmaK][4], pds[kBlockQ / kWgmmaK][4];
-        pack_a_operand(pa, st);
-        pack_a_operand(pds, dpt);
+        pack_acc_a_operand(pa, st);
+        pack_acc_a_operand(pds, dpt);
         stage_ds(ds_s, pds, key_col, t);
         /* dV += bf(P)^T dO, dK += bf(dS)^T Q as one batch */
         reg_fence(pa);
@@ -604,8 +591,8 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
                 out_dpt[(key_col + 8 * r) * kBlockQ + 8 * j + 2 * t + e] = dpt[4 * j + 2 * r + e];
             }
     uint32_t pa[4][4], pds[4][4];
-    pack_a_operand(pa, st);
-    pack_a_operand(pds, dpt);
+    pack_acc_a_operand(pa, st);
+    pack_acc_a_operand(pds, dpt);
     stage_ds(ds_s, pds, key_col, t);
     float dv[kHS / 2], dk[kHS / 2], dq[32];
 #pragma unroll
