@@ -184,10 +184,26 @@ __device__ __forceinline__ void consumers_sync() {
 
 /* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
 
-/* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each) over HS/16 = 8 k-steps; k-step kk reads
-   bytes 32 (kk % 4) of the 128-byte rows of column chunk kk / 4 (assumption (a)). kw_addr, vw_addr: the
-   warpgroup's first row in chunk 0 of the K/V tile (chunks kKeyChunkBytes apart); q_addr, do_addr: the
-   stage's tiles (chunks kQChunkBytes apart). Written, not accumulated. */
+/* acc = A B^T issued (64 x 64 over HS/16 = 8 k-steps; the caller zeroes, fences, commits and waits): A the
+   warpgroup's 64 rows of the K or V tile (chunks kKeyChunkBytes apart), B the stage's Q or dO tile (chunks
+   kQChunkBytes apart), both K-major; k-step kk reads bytes 32 (kk % 4) of the 128-byte rows of column chunk
+   kk / 4 (assumption (a)). */
+__device__ __forceinline__ void warpgroup_ss_issue_hs128(float (&acc)[32], uint32_t a_addr, uint32_t b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
+        const uint32_t col = (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
+        const uint32_t chunk = kk / kKStepsPerChunk;
+        const uint64_t desc_a = make_smem_desc(a_addr + chunk * SmemPlan::kKeyChunkBytes + col, kUnusedLbo,
+                                               kSwizzleAtomBytes);
+        const uint64_t desc_b = make_smem_desc(b_addr + chunk * SmemPlan::kQChunkBytes + col, kUnusedLbo,
+                                               kSwizzleAtomBytes);
+        wgmma_m64n64k16_ss(acc, desc_a, desc_b);
+    }
+}
+
+/* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each) as one commit group (hopper_wgmma.cuh's
+   warpgroup_two_ss_64x64 at HS 128). kw_addr, vw_addr: the warpgroup's first row in chunk 0 of the K/V tile;
+   q_addr, do_addr: the stage's tiles. Written, not accumulated. */
 __device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[32], uint32_t kw_addr, uint32_t vw_addr,
                                                  uint32_t q_addr, uint32_t do_addr) {
 #pragma unroll
@@ -195,20 +211,8 @@ __device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[3
     reg_fence(st); /* keeps the zeroing above the fence */
     reg_fence(dpt);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t col = (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
-        const uint32_t chunk = kk / kKStepsPerChunk;
-        wgmma_m64n64k16_ss(st, make_smem_desc(kw_addr + chunk * SmemPlan::kKeyChunkBytes + col, kUnusedLbo, kSwizzleAtomBytes),
-                           make_smem_desc(q_addr + chunk * SmemPlan::kQChunkBytes + col, kUnusedLbo, kSwizzleAtomBytes));
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t col = (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
-        const uint32_t chunk = kk / kKStepsPerChunk;
-        wgmma_m64n64k16_ss(dpt, make_smem_desc(vw_addr + chunk * SmemPlan::kKeyChunkBytes + col, kUnusedLbo, kSwizzleAtomBytes),
-                           make_smem_desc(do_addr + chunk * SmemPlan::kQChunkBytes + col, kUnusedLbo, kSwizzleAtomBytes));
-    }
+    warpgroup_ss_issue_hs128(st, kw_addr, q_addr);
+    warpgroup_ss_issue_hs128(dpt, vw_addr, do_addr);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(st);
