@@ -532,6 +532,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 }
 
+/* The probe's outputs of two accumulators over this thread's key rows: [keys][N] FP32, row-major; element
+   4j + 2r + e is row key_col + 8r, column 8j + 2t + e (hopper_wgmma.cuh's fragment layout). */
+template <int REGS>
+__device__ __forceinline__ void store_key_rows(float* out0, float* out1, const float (&acc0)[REGS],
+                                               const float (&acc1)[REGS], int key_col, int t) {
+    constexpr int kCols = 2 * REGS;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                out0[(key_col + 8 * r) * kCols + 8 * j + 2 * t + e] = acc0[4 * j + 2 * r + e];
+                out1[(key_col + 8 * r) * kCols + 8 * j + 2 * t + e] = acc1[4 * j + 2 * r + e];
+            }
+}
+
 /* Layout probe: the two consumer warpgroups (256 threads), one step of everything, no softmax, at batch 0,
    head `head`: K, V tokens 0..127 (T < 128: the TMA zero fill shows), Q and dO tokens 0..63 loaded into
    STAGE 1, dS staged in BUFFER 1 (the non-zero offsets are what is exercised), through the kernel's own
@@ -584,16 +601,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     float st[32], dpt[32];
     warpgroup_scores(st, dpt, smem_u32(k_s) + wg * Plan::kBoxBytes, smem_u32(v_s) + wg * Plan::kBoxBytes, smem_u32(q_t),
                      smem_u32(do_t));
-    /* accumulator element 4j + 2r + e: row (key_col or query row) + 8r, column 8j + 2t + e */
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                out_st[(key_col + 8 * r) * kBlockQ + 8 * j + 2 * t + e] = st[4 * j + 2 * r + e];
-                out_dpt[(key_col + 8 * r) * kBlockQ + 8 * j + 2 * t + e] = dpt[4 * j + 2 * r + e];
-            }
+    store_key_rows(out_st, out_dpt, st, dpt, key_col, t);
     uint32_t pa[4][4], pds[4][4];
     pack_acc_a_operand(pa, st);
     pack_acc_a_operand(pds, dpt);
@@ -627,15 +635,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     wgmma_wait<0>();
     reg_fence(dq);
     reg_fence(adq);
-#pragma unroll
-    for (int n = 0; n < kHS / 8; n++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                out_dv[(key_col + 8 * r) * kHS + 8 * n + 2 * t + e] = dv[4 * n + 2 * r + e];
-                out_dk[(key_col + 8 * r) * kHS + 8 * n + 2 * t + e] = dk[4 * n + 2 * r + e];
-            }
+    store_key_rows(out_dv, out_dk, dv, dk, key_col, t);
 #pragma unroll
     for (int n = 0; n < kDqCols / 8; n++)
 #pragma unroll
