@@ -119,13 +119,6 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
 }
 
 
-/* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
-
-
-
-
-
-
 /* ------------------------------------------------------------------------------------------------ */
 /* kernels                                                                                           */
 /* ------------------------------------------------------------------------------------------------ */

@@ -84,9 +84,6 @@ struct SmemPlan {
 };
 
 /* ---- the GEMMs of one key tile, per warpgroup (shared by the kernel and the layout probe) ---- */
-
-
-
 /* DSK += bf(dS) K and PK += bf(P) K over one half: kSubKeys/16 k-steps of 16 keys against the K tile at k_addr read N-major
    (trans-b = 1: the head dim, N, is contiguous), each k-step 16 rows = 2048 bytes further; exactly the
    forward's O += P V with K in place of V. The caller touched the accumulators/A registers since the last

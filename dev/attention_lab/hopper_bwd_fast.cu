@@ -154,13 +154,6 @@ struct SmemPlan {
 };
 using ProbePlan = SmemPlan<2>;
 
-/* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
-
-
-
-
-
-
 /* ------------------------------------------------------------------------------------------------ */
 /* kernels                                                                                           */
 /* ------------------------------------------------------------------------------------------------ */
