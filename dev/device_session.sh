@@ -50,6 +50,34 @@ mps_start() { mps=0; command -v nvidia-cuda-mps-control >/dev/null && nvidia-cud
 # command line named build/train_gpt as a make target.
 stop_runs() { pkill -TERM -f '^build/train_gpt( |$)'; sleep 5; [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control; }
 
+# run_test NAME LIMIT CMD...: CMD under LIMIT seconds into $OUT/NAME.log; its "N passed, N failed" line and
+# its first FAIL lines go to the summary
+run_test() {
+    local name=$1 limit=$2 rc
+    shift 2
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    rc=$?; say "   $name: rc $rc, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$name.log" | tail -1)"
+    grep -m 12 FAIL "$OUT/$name.log" | tee -a "$SUMMARY"
+    return $rc
+}
+# run_labs LAB...: builds and runs each Hopper lab of dev/attention_lab under LAB_TIMEOUT (default 90 s: a hang
+# means a wrong mbarrier count or phase), its checks and timings into the summary, and a lab that fails once
+# more under compute-sanitizer
+run_labs() {
+    local l passed
+    make -j"$(nproc)" NVCC_ARCH="$ARCH" $(for l in "$@"; do echo build/dev/attention_lab/$l; done) \
+        build/tests/test_attention_gpu build/bench_attention > "$OUT/build_labs.log" 2>&1 || tail -30 "$OUT/build_labs.log" | tee -a "$SUMMARY"
+    for l in "$@"; do
+        if run_test "$l" "${LAB_TIMEOUT:-90}" build/dev/attention_lab/$l; then passed=1; else passed=0; fi
+        grep -E "wrong|time|ms" "$OUT/$l.log" | head -n 30 | tee -a "$SUMMARY"
+        if [ $passed = 0 ] && command -v compute-sanitizer >/dev/null; then
+            timeout 120 compute-sanitizer --print-limit 20 build/dev/attention_lab/$l > "$OUT/${l}_sanitizer.log" 2>&1
+            say "   $l under compute-sanitizer: rc $?"
+            grep -m 20 -E "Invalid|Error|error|at 0x|by thread" "$OUT/${l}_sanitizer.log" | tee -a "$SUMMARY"
+        fi
+    done
+}
+
 # the 450m preset (gproj) on the Gutenberg shards with a schedule of RUN_STEPS steps of 65,536 tokens, into
 # RUN_DIR (default /tmp/runs/450m_gutenberg: outside the tree, which each device call replaces, so a run
 # stopped by RUN_STOP_AT in one call can be continued by `resume450m` in the next while the machine is
@@ -108,11 +136,7 @@ for phase in "$@"; do
         rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build.log"; end $rc ;;
     gputest)
         begin "GPU tests"
-        for t in test_attention_gpu test_layers_gpu test_diagnostics_gpu; do
-            timeout 150 build/tests/$t > "$OUT/$t.log" 2>&1
-            rc=$?; say "   $t: rc $rc, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$t.log" | tail -1)"
-            grep -m 12 FAIL "$OUT/$t.log" | tee -a "$SUMMARY"
-        done
+        for t in test_attention_gpu test_layers_gpu test_diagnostics_gpu; do run_test "$t" 150 build/tests/$t; done
         timeout 60 build/tests/test_diagnostics_gpu --bench > "$OUT/diag_bench.log" 2>&1
         tail -5 "$OUT/diag_bench.log" | tee -a "$SUMMARY"
         end 0 ;;
@@ -120,45 +144,20 @@ for phase in "$@"; do
         # the layer and diagnostics tests and the GPU-vs-CPU model parity: what a host-side refactor of the
         # trainer (activation pointer tables, capture headers) can break without touching a kernel
         begin "layer tests and model parity"
-        for t in tests/test_layers_gpu tests/test_diagnostics_gpu dev/parity_gpu; do
-            timeout 150 build/$t > "$OUT/$(basename $t).log" 2>&1
-            rc=$?; say "   $t: rc $rc, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$(basename $t).log" | tail -1)"
-            grep -m 12 FAIL "$OUT/$(basename $t).log" | tee -a "$SUMMARY"
-        done
+        for t in tests/test_layers_gpu tests/test_diagnostics_gpu dev/parity_gpu; do run_test "$(basename $t)" 150 build/$t; done
         end 0 ;;
     hopper)
-        # issue 4: the wgmma + TMA forward prototype (dev/attention_lab/hopper_fwd.cu); a hang means an
-        # mbarrier byte count or phase is wrong, so it runs under a short limit, then under compute-sanitizer
-        begin "hopper_fwd prototype"
-        timeout 60 build/dev/attention_lab/hopper_fwd > "$OUT/hopper_fwd.log" 2>&1
-        rc=$?; say "   hopper_fwd: rc $rc"; tail -n 40 "$OUT/hopper_fwd.log" | tee -a "$SUMMARY"
-        if [ $rc -ne 0 ] && command -v compute-sanitizer >/dev/null; then
-            timeout 90 compute-sanitizer --print-limit 20 build/dev/attention_lab/hopper_fwd > "$OUT/hopper_fwd_sanitizer.log" 2>&1
-            say "   under compute-sanitizer: rc $?"; grep -m 20 -E "Invalid|Error|error|at 0x|by thread" "$OUT/hopper_fwd_sanitizer.log" | tee -a "$SUMMARY"
-        fi
-        end $rc ;;
+        # issue 4: the wgmma + TMA forward lab alone (session 4's first call; `labs` runs every lab)
+        begin "hopper_fwd lab"
+        run_labs hopper_fwd
+        end 0 ;;
     labs)
-        # issue 4: the Hopper kernel labs that exist in this tree (forward, backward key-major pass, gproj row
-        # pass), each under a short limit (a hang means a wrong mbarrier count or phase), and the attention
-        # GPU test; compute-sanitizer on a lab that fails
+        # issue 4: the Hopper kernel labs that exist in this tree, then the attention GPU test
         begin "Hopper labs and the attention GPU test"
         labs=""
         for l in hopper_fwd hopper_bwd hopper_rows hopper_bwd_fast hopper_bwd128 hopper_bwd_gproj; do [ -f dev/attention_lab/$l.cu ] && labs="$labs $l"; done
-        make -j"$(nproc)" NVCC_ARCH="$ARCH" $(for l in $labs; do echo build/dev/attention_lab/$l; done) \
-            build/tests/test_attention_gpu build/bench_attention > "$OUT/build_labs.log" 2>&1 || tail -30 "$OUT/build_labs.log" | tee -a "$SUMMARY"
-        for l in $labs; do
-            timeout "${LAB_TIMEOUT:-90}" build/dev/attention_lab/$l > "$OUT/$l.log" 2>&1
-            rc=$?; say "   $l: rc $rc, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$l.log" | tail -1)"
-            grep -E "FAIL|wrong|time|ms" "$OUT/$l.log" | head -n 30 | tee -a "$SUMMARY"
-            if [ $rc -ne 0 ] && command -v compute-sanitizer >/dev/null; then
-                timeout 120 compute-sanitizer --print-limit 20 build/dev/attention_lab/$l > "$OUT/${l}_sanitizer.log" 2>&1
-                say "   $l under compute-sanitizer: rc $?"
-                grep -m 20 -E "Invalid|Error|error|at 0x|by thread" "$OUT/${l}_sanitizer.log" | tee -a "$SUMMARY"
-            fi
-        done
-        timeout 300 build/tests/test_attention_gpu > "$OUT/test_attention_gpu.log" 2>&1
-        rc=$?; say "   test_attention_gpu: rc $rc, $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/test_attention_gpu.log" | tail -1)"
-        grep -m 20 FAIL "$OUT/test_attention_gpu.log" | tee -a "$SUMMARY"
+        run_labs $labs
+        run_test test_attention_gpu 300 build/tests/test_attention_gpu
         end 0 ;;
     multigpu)
         begin "multi-GPU checks (scripts/check_multi_gpu.sh)"
