@@ -71,6 +71,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention_cuda.cuh"
+#include "attention/tile_order.cuh"
 #include "attention/attention_hopper.cuh"
 #include "attention/attention_hopper_bwd.cuh"
 #include "attention/mma_bf16.cuh"
@@ -165,8 +166,9 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
     bf16* k_s = q_s + BQ * LD;     /* 2 buffers */
     bf16* v_s = k_s + 2 * BK * LD; /* 2 buffers */
 
-    const int q_tile = gridDim.x - 1 - blockIdx.x; /* longest rows first */
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const AttnTileOrder order = attn_tile_longest_first(); /* longest rows first, over all heads */
+    const int q_tile = gridDim.x - 1 - order.rank;
+    const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const long long qkv_row = 3LL * NH * HS;
     const bf16* q_base = qkv + (long long)b * T * qkv_row + (long long)h * HS;
@@ -371,8 +373,9 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
     bf16* k_s = do_s + BQ * LD;    /* 2 buffers */
     bf16* v_s = k_s + 2 * BK * LD; /* 2 buffers */
 
-    const int q_tile = gridDim.x - 1 - blockIdx.x;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const AttnTileOrder order = attn_tile_longest_first();
+    const int q_tile = gridDim.x - 1 - order.rank;
+    const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const long long qkv_row = 3LL * NH * HS, out_row = (long long)NH * HS;
     const bf16* q_base = qkv + (long long)b * T * qkv_row + (long long)h * HS;
@@ -567,8 +570,9 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
     /* per query row, 2 buffers: {fl(LSE log2 e) (bf16) or m, 1 (bf16) or fl(1/l), D, lambda (gproj)} */
     float4* row_state = reinterpret_cast<float4*>(ds_s + kDsTiles * BK * LDQ);
 
-    const int k_tile = blockIdx.x; /* key tile 0 sees every query: first */
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
+    const int k_tile = order.rank;
+    const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const long long qkv_row = 3LL * NH * HS, out_row = (long long)NH * HS;
     const bf16* q_base = qkv + (long long)b * T * qkv_row + (long long)h * HS;

@@ -38,6 +38,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "attention/attention_hopper.cuh"
+#include "attention/tile_order.cuh"
 #include "attention/hopper_wgmma.cuh"
 
 using namespace hopper_wgmma;
@@ -163,8 +164,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t* full = q_full + 1;
     uint64_t* empty = full + kStages;
 
-    const int q_tile = gridDim.x - 1 - blockIdx.x; /* longest rows first */
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const AttnTileOrder order = attn_tile_longest_first(); /* longest rows first, over all heads */
+    const int q_tile = gridDim.x - 1 - order.rank;
+    const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int q0 = q_tile * kBlockQ;
     /* causal: key tiles up to the one holding the CTA's last row; only the last tile reaches past q0
        (kBlockQ == kBlockK and q0 is a multiple of both), so it is the only one that needs the mask */

@@ -41,6 +41,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "attention/attention_hopper_bwd.cuh"
+#include "attention/tile_order.cuh"
 #include "attention/hopper_wgmma.cuh"
 
 using namespace hopper_wgmma;
@@ -149,8 +150,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t* full = kv_full + 1;
     uint64_t* empty = full + kStages;
 
-    const int k0 = blockIdx.x * kBlockK; /* key tile 0 sees every query: first */
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
+    const int k0 = order.rank * kBlockK;
+    const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <type_traits>
 #include "attention/attention_hopper_bwd.cuh"
+#include "attention/tile_order.cuh"
 #include "attention/hopper_wgmma.cuh"
 
 using namespace hopper_wgmma;
@@ -131,8 +132,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t* full = q_full + 1;
     uint64_t* empty = full + kStages;
 
-    const int q_tile = gridDim.x - 1 - blockIdx.x; /* longest rows first */
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const AttnTileOrder order = attn_tile_longest_first(); /* longest rows first, over all heads */
+    const int q_tile = gridDim.x - 1 - order.rank;
+    const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int q0 = q_tile * kBlockQ;
     const int n_key_tiles = (min(q0 + kBlockQ, T) - 1) / kBlockK + 1; /* = q_tile + 1 */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

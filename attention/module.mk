@@ -36,17 +36,17 @@ ATTN_CUDA_OBJS := $(BUILD)/attention/attention_cuda.cu.o $(BUILD)/attention/atte
                   $(BUILD)/attention/attention_hopper_bwd.cu.o $(BUILD)/attention/attention_hopper_rows.cu.o
 CUDA_OBJECTS += $(ATTN_CUDA_OBJS)
 $(BUILD)/attention/attention_cuda.cu.o: attention/attention_cuda.cu attention/attention_cuda.cuh \
-        attention/attention_hopper.cuh attention/attention_hopper_bwd.cuh attention/mma_bf16.cuh \
+        attention/attention_hopper.cuh attention/attention_hopper_bwd.cuh attention/mma_bf16.cuh attention/tile_order.cuh \
         attention/attention.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/attention_hopper.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper.cu.o: attention/attention_hopper.cu attention/attention_hopper.cuh \
-        attention/hopper_wgmma.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+        attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/attention_hopper_bwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper_bwd.cu.o: attention/attention_hopper_bwd.cu attention/attention_hopper_bwd.cuh \
-        attention/hopper_wgmma.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+        attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/attention_hopper_rows.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper_rows.cu.o: attention/attention_hopper_rows.cu attention/attention_hopper_bwd.cuh \
-        attention/hopper_wgmma.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+        attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 
 # GPU test: every mode against the CPU emulation and the fp64 reference on the hard cases.
 GPU_TESTS += $(BUILD)/tests/test_attention_gpu

@@ -155,7 +155,9 @@ for phase in "$@"; do
         # issue 4: the Hopper kernel labs that exist in this tree, then the attention GPU test
         begin "Hopper labs and the attention GPU test"
         labs=""
-        for l in hopper_fwd hopper_bwd hopper_rows hopper_bwd_fast hopper_bwd128 hopper_bwd_gproj; do [ -f dev/attention_lab/$l.cu ] && labs="$labs $l"; done
+        # LABS (names, space-separated) picks some of them: a session's first call runs the labs not yet run
+        for l in ${LABS:-hopper_fwd hopper_bwd hopper_rows hopper_bwd_fast hopper_bwd128 hopper_bwd_gproj}; do
+            [ -f dev/attention_lab/$l.cu ] && labs="$labs $l"; done
         run_labs $labs
         run_test test_attention_gpu 300 build/tests/test_attention_gpu
         end 0 ;;
@@ -206,13 +208,16 @@ for phase in "$@"; do
     ncu)
         # where the attention backward's time goes (issue 4): Nsight Compute on one launch per mode
         begin "ncu: attention kernels at B8 H16 T1024 D64"
+        # the first launches of one forward + backward: forward, prep, the key-major kernel (gproj: and the row
+        # pass first), the dQ post-pass; the Hopper kernels are hopper_*, the portable ones attn_*
         for m in bf16 gproj; do
-            timeout 120 ncu --kernel-name regex:'attn_(bwd|fwd)' --launch-count 4 \
+            timeout 120 ncu --kernel-name regex:'attn_|hopper_' --launch-count 5 \
                 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
-                --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy \
+                --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
+                --section Occupancy --section SourceCounters \
                 build/bench_attention --shape 8,16,1024,64 --modes "$m" --warmup 1 --repeats 1 \
                 > "$OUT/ncu_$m.txt" 2>&1
-            say "   ncu $m: rc $? ($(grep -c 'attn_' "$OUT/ncu_$m.txt") kernel lines)"
+            say "   ncu $m: rc $? ($(grep -cE 'attn_|hopper_' "$OUT/ncu_$m.txt") kernel lines)"
         done
         end 0 ;;
     sweep)
