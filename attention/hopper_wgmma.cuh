@@ -12,7 +12,7 @@
  * header is built with `-gencode arch=compute_90a,code=sm_90a` alone (see attention/module.mk).
  *
  * Offers (namespace hopper_wgmma):
- *   smem_u32, aligned_smem_base, mbar_init / mbar_init_fence / mbar_arrive / mbar_arrive_expect_tx /
+ *   smem_u32, aligned_smem_base, mbar_init / mbar_init_fence / mbar_arrive / mbar_arrive_expect_tx / mbar_expect_tx /
  *   mbar_try_wait / mbar_wait, fence_proxy_async, init_pipeline_barriers<STAGES>, tma_load_4d, make_smem_desc,
  *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
  *   wgmma_m64n128k16_rs, wgmma_pv, quad_max, quad_sum, setmaxnreg_inc / setmaxnreg_dec,
@@ -65,6 +65,12 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 /* One arrival that also announces `bytes` more transaction bytes (the TMA copies complete them). */
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+/* Announces `bytes` more transaction bytes WITHOUT arriving: a thread that must write other shared data before
+   its arrival (a producer's row state) can start the copies first. */
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
                  : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {

@@ -208,10 +208,10 @@ for phase in "$@"; do
     ncu)
         # where the attention backward's time goes (issue 4): Nsight Compute on one launch per mode
         begin "ncu: attention kernels at B8 H16 T1024 D64"
-        # the first launches of one forward + backward: forward, prep, the key-major kernel (gproj: and the row
-        # pass first), the dQ post-pass; the Hopper kernels are hopper_*, the portable ones attn_*
+        # the backward's launches: prep, the key-major kernel (gproj: the row pass first), the dQ post-pass
+        # (gproj: none); the Hopper kernels are hopper_*, the portable ones attn_*
         for m in bf16 gproj; do
-            timeout 120 ncu --kernel-name regex:'attn_|hopper_' --launch-count 5 \
+            timeout 120 ncu --kernel-name regex:'attn_bwd|hopper_bwd|hopper_rows' --launch-count 3 \
                 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
                 --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
                 --section Occupancy --section SourceCounters \

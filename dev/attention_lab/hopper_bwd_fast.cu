@@ -216,14 +216,21 @@ __device__ __forceinline__ void consumers_sync() {
                    while step i + 1's S^T/dP^T run (the partial waits in registers across the boundary);
      SHARED_DQ   - one set of dQ atomics per CTA: the warpgroups swap the halves of their FP32 dQ
                    partials through shared memory; each adds and sends the 32 columns it owns;
-     STAGES      - Q/dO pipeline depth (2 or 3). */
-template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES>
+     STAGES      - Q/dO pipeline depth (2 or 3);
+     PREFETCH    - the producer reads the next tile's row state (stats, D: global loads) BEFORE it waits for
+                   the stage to be free, and issues the tile's TMA before writing the row state, so neither
+                   global latency sits between a consumer's release and the next tile being ready;
+     ABLATE      - timing-only ablations (results wrong by design, never checked): 0 none; 1 the dQ partials
+                   are computed but not sent (no red.global); 2 no dQ at all (no staging, dQ GEMM, atomics).
+                   What the full kernel loses to each piece is the difference to variant 0. */
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE>
 __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
     hopper_bwd_fast_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                            const float* __restrict__ stats, const float* __restrict__ D, float* __restrict__ dq_acc,
                            bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
     using Plan = SmemPlan<STAGES>;
     static_assert(!SHARED_DQ || OVERLAP, "the dQ exchange is written into the deferred (overlapped) flush");
+    static_assert(ABLATE < 2 || !OVERLAP, "the no-dQ ablation is written for the serial (v0) step");
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
                                       (kSwizzleAtomBytes - 1));
@@ -271,22 +278,42 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
         for (int i = 0; i < n_q_tiles; i++) {
             const int s = i % STAGES;
             const int q0 = (qt_begin + i) * kBlockQ;
+            /* the row state of the tile's 2 queries per lane; under PREFETCH read before the wait below */
+            float4 st[2];
+            auto read_row_state = [&]() {
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int query = q0 + lane + 32 * half;
+                    /* rows past T: values that leave P finite (they are masked to 0 anyway) */
+                    st[half] = make_float4(0.f, 1.f, 0.f, 0.f);
+                    if (query < T) {
+                        const long long idx = (long long)bh * T + query;
+                        const float a = stats[idx * 2];
+                        st[half].x = (MODE == ATTN_BF16) ? a * kLog2e : a;                      /* fl(LSE log2 e) or m */
+                        st[half].y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(stats[idx * 2 + 1]); /* 1 or fl(1 / l) */
+                        st[half].z = D[idx];
+                    }
+                }
+            };
+            if constexpr (PREFETCH) read_row_state();
             /* stage s is free once the consumers released tile i - STAGES (phase i / STAGES - 1) */
             if (i >= STAGES) mbar_wait_bounded(&empty[s], (uint32_t)((i / STAGES - 1) & 1), kHangEmpty, s, &cta_abort);
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int ql = lane + 32 * half, query = q0 + ql;
-                /* rows past T: values that leave P finite (they are masked to 0 anyway) */
-                float4 st = make_float4(0.f, 1.f, 0.f, 0.f);
-                if (query < T) {
-                    const long long idx = (long long)bh * T + query;
-                    const float a = stats[idx * 2];
-                    st.x = (MODE == ATTN_BF16) ? a * kLog2e : a;                         /* fl(LSE log2 e) or m */
-                    st.y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(stats[idx * 2 + 1]);    /* 1 or fl(1 / l) */
-                    st.z = D[idx];
+            if constexpr (PREFETCH) {
+                /* the copies first (their bytes announced without an arrival), then the row state, then every
+                   lane's arrival (which releases its row-state writes) */
+                if (lane == 0) {
+                    mbar_expect_tx(&full[s], 2 * Plan::kQTileBytes);
+                    tma_load_4d(q_s + s * Plan::kQTileBytes, &qkv_map, &full[s], 0, kSlotQ * NH + h, q0, b);
+                    tma_load_4d(do_s + s * Plan::kQTileBytes, &dout_map, &full[s], 0, h, q0, b);
                 }
-                row_state[s * kBlockQ + ql] = st;
+                row_state[s * kBlockQ + lane] = st[0];
+                row_state[s * kBlockQ + lane + 32] = st[1];
+                mbar_arrive(&full[s]);
+                continue;
             }
+            read_row_state();
+            row_state[s * kBlockQ + lane] = st[0];
+            row_state[s * kBlockQ + lane + 32] = st[1];
             /* every lane's arrival releases its own row-state writes (the phase needs all 32); lane 0's
                arrival also announces the TMA bytes, which must land before the phase completes */
             if (lane == 0) {
@@ -350,7 +377,8 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
                 float* dst = dq_acc + ((long long)bh * T + query) * kHS + 2 * t;
 #pragma unroll
                 for (int n = 0; n < kHS / 8; n++)
-                    red_add_f32x2_if(dst + 8 * n, dq_out[4 * n + 2 * r], dq_out[4 * n + 2 * r + 1], send && query < T);
+                    red_add_f32x2_if(dst + 8 * n, dq_out[4 * n + 2 * r], dq_out[4 * n + 2 * r + 1],
+                                     ABLATE == 0 && send && query < T);
             }
         }
     };
@@ -449,9 +477,11 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
         warpgroup_rs_issue_n64(dv, pa, do_addr);
         warpgroup_rs_issue_n64(dk, pds, q_addr);
         wgmma_commit();
-        warpgroup_sync(wg);
-        stage_tile_transposed<kDsPitch>(ds_s, dpt, warp_in_wg, g, t);
-        warpgroup_sync(wg);
+        if constexpr (ABLATE < 2) {
+            warpgroup_sync(wg);
+            stage_tile_transposed<kDsPitch>(ds_s, dpt, warp_in_wg, g, t);
+            warpgroup_sync(wg);
+        }
         if constexpr (!OVERLAP) {
             wgmma_wait<0>();
             reg_fence(dv);
@@ -460,18 +490,20 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
             reg_fence(pds);
         }
 
-        uint32_t adq[kWarpgroupKeys / kWgmmaK][4];
-        load_staged_a_operand<kDsPitch>(adq, ds_s, warp_in_wg, g, t);
+        if constexpr (ABLATE < 2) {
+            uint32_t adq[kWarpgroupKeys / kWgmmaK][4];
+            load_staged_a_operand<kDsPitch>(adq, ds_s, warp_in_wg, g, t);
 #pragma unroll
-        for (int k = 0; k < 32; k++) dq[k] = 0.f;
-        reg_fence(adq);
-        reg_fence(dq);
-        wgmma_fence();
-        warpgroup_rs_issue_n64(dq, adq, k_addr);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(dq);
-        reg_fence(adq);
+            for (int k = 0; k < 32; k++) dq[k] = 0.f;
+            reg_fence(adq);
+            reg_fence(dq);
+            wgmma_fence();
+            warpgroup_rs_issue_n64(dq, adq, k_addr);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(dq);
+            reg_fence(adq);
+        }
         if constexpr (OVERLAP) {
             reg_fence(dv);
             reg_fence(dk);
@@ -619,38 +651,49 @@ static CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const
 typedef void (*KernelLaunch)(dim3 grid, cudaStream_t stream, const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                              const float* stats, const float* D, float* dq_acc, bf16* dqkv, int NH, int T, float scale,
                              float c);
-template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES>
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE>
 static void launch_fast_kernel(dim3 grid, cudaStream_t stream, const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                const float* stats, const float* D, float* dq_acc, bf16* dqkv, int NH, int T,
                                float scale, float c) {
-    hopper_bwd_fast_kernel<MODE, PRODUCER_WG, OVERLAP, SHARED_DQ, STAGES>
+    hopper_bwd_fast_kernel<MODE, PRODUCER_WG, OVERLAP, SHARED_DQ, STAGES, PREFETCH, ABLATE>
         <<<grid, cta_threads(PRODUCER_WG), SmemPlan<STAGES>::kAlloc, stream>>>(qkv_map, dout_map, stats, D, dq_acc,
                                                                               dqkv, NH, T, scale, c);
 }
-template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES>
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE>
 static void allow_fast_kernel_smem(void) {
-    cudaCheck(cudaFuncSetAttribute(hopper_bwd_fast_kernel<MODE, PRODUCER_WG, OVERLAP, SHARED_DQ, STAGES>,
+    cudaCheck(cudaFuncSetAttribute(hopper_bwd_fast_kernel<MODE, PRODUCER_WG, OVERLAP, SHARED_DQ, STAGES, PREFETCH, ABLATE>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan<STAGES>::kAlloc));
 }
 struct Variant {
     const char* name;   /* short, for the log */
     const char* change; /* what it adds to the variant before it */
+    int timing_only;    /* an ablation: its results are wrong by design, so it is timed, not checked */
     KernelLaunch launch_bf16, launch_repair;
     void (*allow_smem_bf16)(void);
     void (*allow_smem_repair)(void);
 };
-#define FAST_VARIANT(name, change, PWG, OVL, SDQ, ST)                                                         \
-    {name, change, launch_fast_kernel<ATTN_BF16, PWG, OVL, SDQ, ST>, launch_fast_kernel<ATTN_REPAIR, PWG, OVL, SDQ, ST>, \
-     allow_fast_kernel_smem<ATTN_BF16, PWG, OVL, SDQ, ST>, allow_fast_kernel_smem<ATTN_REPAIR, PWG, OVL, SDQ, ST>}
+#define FAST_VARIANT(name, change, PWG, OVL, SDQ, ST, PF, AB)                                                        \
+    {name, change, (AB) != 0, launch_fast_kernel<ATTN_BF16, PWG, OVL, SDQ, ST, PF, AB>,                          \
+     launch_fast_kernel<ATTN_REPAIR, PWG, OVL, SDQ, ST, PF, AB>, allow_fast_kernel_smem<ATTN_BF16, PWG, OVL, SDQ, ST, PF, AB>, \
+     allow_fast_kernel_smem<ATTN_REPAIR, PWG, OVL, SDQ, ST, PF, AB>}
 static const Variant kVariants[] = {
     FAST_VARIANT("v0 old", "hopper_bwd.cu's kernel: producer warp (288 threads), no overlap, dQ atomics per warpgroup,"
-                 " 2 stages", false, false, false, 2),
-    FAST_VARIANT("v1 +producer WG", "a producer warpgroup (384 threads), setmaxnreg 40 / 232", true, false, false, 2),
+                 " 2 stages", false, false, false, 2, false, 0),
+    FAST_VARIANT("v1 +producer WG", "a producer warpgroup (384 threads), setmaxnreg 40 / 232", true, false, false, 2,
+                 false, 0),
     FAST_VARIANT("v2 +overlap", "S^T and dP^T as 2 groups (P under dP^T), dQ issued behind dV/dK, dQ atomics under"
-                 " the next step's score GEMMs", true, true, false, 2),
+                 " the next step's score GEMMs", true, true, false, 2, false, 0),
     FAST_VARIANT("v3 +one dQ per CTA", "the warpgroups swap dQ halves through shared memory: one set of atomics"
-                 " per 128 keys", true, true, true, 2),
-    FAST_VARIANT("v4 +3 stages", "3 Q/dO stages", true, true, true, 3),
+                 " per 128 keys", true, true, true, 2, false, 0),
+    FAST_VARIANT("v4 +3 stages", "3 Q/dO stages", true, true, true, 3, false, 0),
+    /* session 5: v0 with one change each (the producer's prefetch), and v0's ablations, to see where its time goes */
+    FAST_VARIANT("v5 v0+prefetch", "v0 whose producer reads the row state before waiting for the stage and issues"
+                 " the TMA before writing it", false, false, false, 2, true, 0),
+    FAST_VARIANT("v6 v0+prefetch+3 stages", "v5 with 3 Q/dO stages", false, false, false, 3, true, 0),
+    FAST_VARIANT("a1 v0 no dQ atomics", "ablation (timing only): v0 computing the dQ partials but not sending them",
+                 false, false, false, 2, false, 1),
+    FAST_VARIANT("a2 v0 no dQ", "ablation (timing only): v0 without the dQ staging, GEMM and atomics", false, false,
+                 false, 2, false, 2),
 };
 enum { kNumVariants = (int)(sizeof kVariants / sizeof kVariants[0]) };
 #undef FAST_VARIANT
@@ -781,6 +824,7 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it, 
         printf("  %s: max |diff| %.3g, max %.2f BF16 ulps (at max(|a|, |b|, row RMS)), %zu of %zu over 1 ulp\n",
                kSlotName[slot], d.max_abs, d.max_ulps, d.over_1ulp, d.count);
         CHECK(d.nan_ref == 0, "%s: reference wrote every element, finite (%zu NaN)", kSlotName[slot], d.nan_ref);
+        if (kVariants[variant].timing_only) continue; /* an ablation: wrong by design */
         CHECK(d.nan_new == 0, "%s %s: wgmma backward wrote every element, finite (%zu NaN left)", kVariants[variant].name,
               kSlotName[slot], d.nan_new);
         CHECK(d.max_ulps <= kMaxUlps, "%s %s within %.0f BF16 ulps of the reference (max %.2f)", kVariants[variant].name,
@@ -878,6 +922,11 @@ static void run_child(int variant) {
     const AttnShape shapes[] = {
         {1, 1, 1, 64}, {1, 1, 77, 64}, {1, 2, 128, 64}, {1, 1, 129, 64}, {2, 3, 1000, 64}, {4, 32, 257, 64},
     };
+    const AttnShape bench[] = {{8, 16, 1024, 64}, {4, 16, 2048, 64}};
+    if (kVariants[variant].timing_only) { /* an ablation: timed at the benchmark shapes only */
+        for (size_t i = 0; i < sizeof bench / sizeof bench[0]; i++) check_shape(ATTN_BF16, bench[i], 1.f, 1, variant);
+        return;
+    }
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_shape(ATTN_BF16, shapes[i], 1.f, 0, variant);
     const AttnShape sharp = {1, 4, 500, 64};
     check_shape(ATTN_BF16, sharp, 8.f, 0, variant);
@@ -885,7 +934,6 @@ static void run_child(int variant) {
     for (size_t i = 0; i < sizeof repair_shapes / sizeof repair_shapes[0]; i++)
         check_shape(ATTN_REPAIR, repair_shapes[i], 1.f, 0, variant);
     /* timing (and checks) at the benchmark shapes */
-    const AttnShape bench[] = {{8, 16, 1024, 64}, {4, 16, 2048, 64}};
     for (size_t i = 0; i < sizeof bench / sizeof bench[0]; i++) check_shape(ATTN_BF16, bench[i], 1.f, 1, variant);
 }
 
