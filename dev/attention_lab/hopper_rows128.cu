@@ -28,8 +28,9 @@
  *   S, dP of the half (m64n64k16 SS, 32 + 32 regs) -> P, dS in place -> packed BF16 A operands (16 + 16)
  *   -> DSK += bf(dS) K_half, PK += bf(P) K_half (m64n128k16 RS, LBO = one 16 KB chunk; 64 + 64 regs).
  * Peak live: 128 (DSK, PK) + 64 (S, dP) + row state and addresses, under the 240 of setmaxnreg.
- *   ptxas -v (CUDA 13.0, sm_90a; `make hopper_rows128-regs`): see the report of this commit; the target is
- *   0 B spill and no C75xx warning for both modes.
+ *   ptxas -v (CUDA 13.0, sm_90a, -O3; `make hopper_rows128-regs` prints them again), gproj and fp32: kernel
+ *   168 registers at entry (240 after setmaxnreg.inc), 0 B spill, no C75xx warning; layout probe (256
+ *   threads, no setmaxnreg) 255 registers, 0 spill.
  *
  * Assumptions NEW here (not covered by a probe that has passed on the H200) and what checks them:
  *   (a) m64n64k16 SS over 8 k-steps with the chunk jump where BOTH operands are 64-row slices (8 KB offset)
