@@ -34,8 +34,9 @@
  * Bounded waits: every mbarrier wait gives up after ~10 s of clock64 and traps (naming the barrier in a
  * host-mapped record when attention_hopper_bwd_watch_hangs installed one), so a protocol bug is a CUDA
  * error, never a stuck job.
- * Not done: HS 128 (dK/dV accumulators of 2 x 64 FP32 next to S^T and dP^T need a smaller tile or a
- * split), overlap of the dQ GEMM with dV/dK (needs setmaxnreg and a full producer warpgroup), fp32 and
+ * HS 128 is attention_hopper_bwd128.cu (its own layout: a producer warpgroup and setmaxnreg, dQ split by
+ * head-dimension halves); attention_backward_hopper_keys below dispatches on s.HS.
+ * Not done: overlap of the dQ GEMM with dV/dK (needs setmaxnreg and a full producer warpgroup), fp32 and
  * gproj modes (their dS terms / the correction live in the portable kernel).
  */
 #include <math.h>
@@ -446,7 +447,7 @@ void hopper_bwd_keys_launch(AttnShape s, const CUtensorMap& qkv_map, const CUten
 int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv, const void* dout) {
     if (mode != ATTN_BF16 && mode != ATTN_REPAIR) return 0;
     if (mode == ATTN_REPAIR && opt.tile_max_shift) return 0; /* the shift arm stays portable end to end */
-    if (s.HS != kHS) return 0;
+    if (s.HS != kHS && s.HS != ATTN_HOPPER_BWD128_HS) return 0; /* HS 128: attention_hopper_bwd128.cu */
     if (s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535) return 0;
     return ((uintptr_t)qkv % kTmaAlignBytes) == 0 && ((uintptr_t)dout % kTmaAlignBytes) == 0;
 }
@@ -457,10 +458,14 @@ void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloa
     const AttnOptions no_options = {};
     if (!attention_hopper_bwd_supports(mode, no_options, s, qkv, dout)) {
         die("attention_backward_hopper_keys: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
-            "  hint: bf16 or repair mode, head size %d, B*NH <= 65535, qkv and dout 16-byte aligned; use "
+            "  hint: bf16 or repair mode, head size %d or %d, B*NH <= 65535, qkv and dout 16-byte aligned; use "
             "attention_backward_cuda, which falls back to the portable kernels",
             (int)mode >= 0 && mode < ATTN_NUM_MODES ? attn_mode_name(mode) : "?", s.B, s.NH, s.T, s.HS,
-            (const void*)qkv, (const void*)dout, kHS);
+            (const void*)qkv, (const void*)dout, kHS, ATTN_HOPPER_BWD128_HS);
+    }
+    if (s.HS == ATTN_HOPPER_BWD128_HS) {
+        attention_backward_hopper_keys128(mode, s, qkv, dout, stats, D, dq_acc, dqkv, stream);
+        return;
     }
     const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
     const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
@@ -470,6 +475,7 @@ void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloa
 
 void attention_hopper_bwd_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
     cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
+    attention_hopper_bwd128_watch_hangs(device_ptr_of_mapped_record);
 }
 
 const char* attn_hopper_hang_site_name(int site) {

@@ -1,33 +1,42 @@
 /*
- * attention/attention_hopper_bwd.cuh - the Hopper (sm_90a) kernels of the attention backward, both at head
- * size 64, wgmma + TMA + a producer warp and two consumer warpgroups:
- *   the key-major kernel (dK, dV and the dQ atomics) for bf16 and repair modes (attention_hopper_bwd.cu);
- *   the query-major row pass (gproj's lambda and dQ, fp32's D) for gproj and fp32 (attention_hopper_rows.cu).
+ * attention/attention_hopper_bwd.cuh - the Hopper (sm_90a) kernels of the attention backward, wgmma + TMA, a
+ * producer and two consumer warpgroups:
+ *   the key-major kernels (dK, dV and the dQ atomics) for bf16 and repair modes: head size 64
+ *   (attention_hopper_bwd.cu) and head size 128 (attention_hopper_bwd128.cu, with setmaxnreg);
+ *   the query-major row pass (gproj's lambda and dQ, fp32's D) for gproj and fp32, head size 64
+ *   (attention_hopper_rows.cu).
  *
  * Why: the portable mma.sync backward (attention/attention_cuda.cu) is most of our attention time on the
- * H200; this kernel, first run in dev/attention_lab/hopper_bwd.cu (dev/results/device_s4/call2: layout
- * probe exact, 104/0 against attention_backward_cuda, 1.08-1.11x faster for the whole backward), computes
- * the same dK, dV and dQ accumulator with the same rounding points (only the FP32 sum order differs).
- * Callers normally do not call it directly: attention_backward_cuda runs the portable prep kernel (D and
- * the zeroed FP32 dQ accumulator), then this kernel in place of attn_bwd_kernel when
- * attention_hopper_bwd_supports() says yes, the device is sm_90 and AttnOptions.force_portable is 0, then
- * the portable dQ post-pass; so the workspace is exactly attention_cuda_workspace_bytes'. The object is
- * compiled for sm_90a only, whatever NVCC_ARCH says; other builds link it and never launch it.
+ * H200. The key-major kernels compute the same dK, dV and dQ accumulator as attn_bwd_kernel with the same
+ * rounding points (only the FP32 sum order differs). HS 64: first run in dev/attention_lab/hopper_bwd.cu
+ * (dev/results/device_s4/call2: layout probe exact, 104/0 against attention_backward_cuda, 1.08-1.11x
+ * faster for the whole backward). HS 128: first run as the lab dev/attention_lab/hopper_bwd128.cu carrying
+ * its own copy of the kernel (H200 2026-11-29: probe exact, 104/0, whole backward 1.40x at B8 H8 T1024 and
+ * 1.69x at B2 H16 T4096); the production form (the kernel in attention_hopper_bwd128.cu, called through
+ * attention_backward_cuda, the lab a harness around it) is first run at the next GPU call.
+ * Callers normally do not call them directly: attention_backward_cuda runs the portable prep kernel (D and
+ * the zeroed FP32 dQ accumulator), then the key-major kernel of the head size in place of attn_bwd_kernel
+ * when attention_hopper_bwd_supports() says yes, the device is sm_90 and AttnOptions.force_portable is 0,
+ * then the portable dQ post-pass; so the workspace is exactly attention_cuda_workspace_bytes'. The objects
+ * are compiled for sm_90a only, whatever NVCC_ARCH says; other builds link them and never launch them.
  *
- * Offers:
- *   attention_hopper_bwd_supports - 1 iff this kernel computes (mode, opt, shape) exactly and TMA can take
- *       the pointers: modes bf16 and repair (not repair's tile-max-shift arm: its rows stay on the portable
- *       path end to end), head size 64, B*NH <= 65535, qkv and dout 16-byte aligned. Says nothing about
- *       the device.
- *   attention_backward_hopper_keys - the key-major kernel alone (asynchronous on `stream`): reads qkv,
- *       dout, stats and D [B*NH*T], atomically adds s-less dQ partials into the zeroed dq_acc
- *       [B*NH*T][64] FP32, writes the k and v slots of dqkv. Dies with a hint if unsupported.
- *   attention_hopper_bwd_watch_hangs - every mbarrier wait of the kernel is bounded (~10 s of clock64),
- *       then traps; given a host-mapped AttnHopperHang (cudaHostAllocMapped, device pointer), the trap
- *       first records which barrier hung there, so a lab can name it after the CUDA error. NULL: trap only.
- *   attention_hopper_bwd_layout_probe - for the lab: one tile of S^T, dP^T, dV, dK, dQ through the
- *       kernel's own TMA maps and wgmma helpers (see attention_hopper_bwd.cu), so a layout mistake is named
- *       before the attention checks fail.
+ * Offers (key-major):
+ *   attention_hopper_bwd_supports - 1 iff a key-major kernel computes (mode, opt, shape) exactly and TMA can
+ *       take the pointers: modes bf16 and repair (not repair's tile-max-shift arm: its rows stay on the
+ *       portable path end to end), head size 64 or 128, B*NH <= 65535, qkv and dout 16-byte aligned. Says
+ *       nothing about the device.
+ *   attention_backward_hopper_keys - the key-major kernel of s.HS alone (asynchronous on `stream`): reads
+ *       qkv, dout, stats and D [B*NH*T], atomically adds s-less dQ partials into the zeroed dq_acc
+ *       [B*NH*T][HS] FP32, writes the k and v slots of dqkv. Dies with a hint if unsupported.
+ *       attention_backward_hopper_keys128 is its HS-128 half (attention_hopper_bwd128.cu; no support check).
+ *   attention_hopper_bwd_watch_hangs - every mbarrier wait of both kernels is bounded. HS 64: ~10 s of
+ *       clock64, then a trap (a CUDA error). HS 128: ~2 s, then the CTA gives up and writes NaN to all its
+ *       dK/dV rows (no trap: it would void setmaxnreg; see attention_hopper_bwd128.cu). Given a host-mapped
+ *       AttnHopperHang (cudaHostAllocMapped, device pointer), the first hung wait records which barrier it
+ *       was, so a lab can name it after the CUDA error or the NaNs. NULL: no record.
+ *   attention_hopper_bwd_layout_probe (HS 64), attention_hopper_bwd128_layout_probe (HS 128) - for the labs:
+ *       one tile of S^T, dP^T, dV, dK, dQ through the kernel's own TMA maps and wgmma helpers, so a layout
+ *       mistake is named before the attention checks fail.
  *
  * The row pass: first run in dev/attention_lab/hopper_rows.cu (call2: probe exact, 159/0 against the
  * production backward, D and lambda bit-equal on every row checked). attention_backward_cuda runs it in
@@ -49,9 +58,13 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 
-/* Head size and the probe's tile edge (keys x queries of one consumer warpgroup step). */
+/* Head size and the probe's tile edge (keys x queries of one consumer warpgroup step) of the HS-64 kernel; the
+   HS-128 kernel's head size and its probe's tile (one CTA's keys x one query tile). */
 #define ATTN_HOPPER_BWD_HS 64
 #define ATTN_HOPPER_BWD_PROBE_TILE 64
+#define ATTN_HOPPER_BWD128_HS 128
+#define ATTN_HOPPER_BWD128_PROBE_KEYS 128
+#define ATTN_HOPPER_BWD128_PROBE_QUERIES 64
 
 int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv, const void* dout);
 
@@ -59,12 +72,19 @@ void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloa
                                     const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
                                     cudaStream_t stream);
 
-/* Which mbarrier a trapped wait was on (AttnHopperHang.site). */
+/* HS 128, bf16 or repair only (dies otherwise); attention_backward_hopper_keys checks the rest and calls it. */
+void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv,
+                                       const __nv_bfloat16* dout, const float* stats, const float* D, float* dq_acc,
+                                       __nv_bfloat16* dqkv, cudaStream_t stream);
+
+/* Which mbarrier a hung wait was on (AttnHopperHang.site). */
 enum { ATTN_HANG_NONE = 0, ATTN_HANG_KV_FULL = 1, ATTN_HANG_FULL = 2, ATTN_HANG_EMPTY = 3, ATTN_HANG_PROBE = 4 };
 typedef struct {
     int site, index, parity, block_x, block_y, thread;
 } AttnHopperHang;
 void attention_hopper_bwd_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
+/* the HS-128 kernel's record pointer alone (attention_hopper_bwd_watch_hangs sets both) */
+void attention_hopper_bwd128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
 /* "kv_full (K/V tiles)", ...; "none" for ATTN_HANG_NONE or an unknown site. */
 const char* attn_hopper_hang_site_name(int site);
 
@@ -74,6 +94,14 @@ const char* attn_hopper_hang_site_name(int site);
    errors die; the caller synchronises. */
 void attention_hopper_bwd_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                        float* tiles);
+
+/* HS 128: qkv [1, T, 3, NH, 128] and dout [1, T, NH, 128] with T <= 128 (tokens past T read as zeros), head
+   `head` at token 0 (keys 0..127, queries 0..63); writes five FP32 tiles, row-major, consecutively at `tiles`:
+   S^T = K Q^T, dP^T = V dO^T [128 keys][64 queries], dV = bf(S^T) dO, dK = bf(dP^T) Q [128 keys][128],
+   dQ = bf(dP^T)^T K [64 queries][128]. Synchronous launch errors die; the caller synchronises and reads the
+   hang record (a give-up leaves garbage tiles). */
+void attention_hopper_bwd128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                          float* tiles);
 
 /* ---- the row pass (attention_hopper_rows.cu) ---- */
 #define ATTN_HOPPER_ROWS_PROBE_ROWS 128 /* query rows (and keys) of the probe's tile */

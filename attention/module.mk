@@ -30,10 +30,12 @@ $(BUILD)/attention/attention_cpu.o: CFLAGS += -ffp-contract=off -fmath-errno -ma
 # NVCC_ARCH says (private: the setting does not leak into the objects it links with); a build for other
 # targets links it all the same and the dispatch never launches it off sm_90.
 # attention_hopper_bwd.cu is the Hopper key-major backward kernel (bf16, repair; HS 64) that
-# attention_backward_cuda runs in attn_bwd_kernel's place on sm_90 devices, attention_hopper_rows.cu the
+# attention_backward_cuda runs in attn_bwd_kernel's place on sm_90 devices (attention_hopper_bwd128.cu: the
+# same at HS 128), attention_hopper_rows.cu the
 # Hopper row pass (gproj, fp32; HS 64) in attn_bwd_rows_kernel's place; same sm_90a-only rule.
 ATTN_CUDA_OBJS := $(BUILD)/attention/attention_cuda.cu.o $(BUILD)/attention/attention_hopper.cu.o \
-                  $(BUILD)/attention/attention_hopper_bwd.cu.o $(BUILD)/attention/attention_hopper_rows.cu.o
+                  $(BUILD)/attention/attention_hopper_bwd.cu.o $(BUILD)/attention/attention_hopper_rows.cu.o \
+                  $(BUILD)/attention/attention_hopper_bwd128.cu.o
 CUDA_OBJECTS += $(ATTN_CUDA_OBJS)
 $(BUILD)/attention/attention_cuda.cu.o: attention/attention_cuda.cu attention/attention_cuda.cuh \
         attention/attention_hopper.cuh attention/attention_hopper_bwd.cuh attention/mma_bf16.cuh attention/tile_order.cuh \
@@ -44,6 +46,9 @@ $(BUILD)/attention/attention_hopper.cu.o: attention/attention_hopper.cu attentio
 $(BUILD)/attention/attention_hopper_bwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper_bwd.cu.o: attention/attention_hopper_bwd.cu attention/attention_hopper_bwd.cuh \
         attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+$(BUILD)/attention/attention_hopper_bwd128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/attention_hopper_bwd128.cu.o: attention/attention_hopper_bwd128.cu attention/attention_hopper_bwd.cuh \
+        attention/hopper_wgmma.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/attention_hopper_rows.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper_rows.cu.o: attention/attention_hopper_rows.cu attention/attention_hopper_bwd.cuh \
         attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h

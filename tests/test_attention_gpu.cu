@@ -21,7 +21,9 @@
  * Two paths: on an sm_90 device (H100/H200) attention_forward_cuda runs the
  * Hopper wgmma forward by default, and attention_backward_cuda one Hopper
  * pass at HS 64 (bf16, repair: the key-major kernel; gproj, fp32: the row
- * pass); with AttnOptions.force_portable both run the portable mma.sync
+ * pass) and at HS 128 for bf16 and repair (the HS-128 key-major kernel;
+ * gproj and fp32 stay portable there); with AttnOptions.force_portable both
+ * run the portable mma.sync
  * kernels. There every check runs on both (rows and checks say e.g.
  * "[hopper fwd, hopper bwd]" or "[portable fwd, portable bwd]"; the backward
  * reads each path's own stats end to end), and direct comparisons check the
@@ -642,11 +644,12 @@ static void test_forward_paths(int is_sm90, uint64_t seed) {
 
 /* ---- the two backward paths: dispatch, and Hopper vs portable directly ---- */
 
-/* Which modes and head sizes the Hopper backward serves on an sm_90 device (attention_cuda.cuh): the
-   key-major kernel for bf16 and repair, the row pass for gproj and fp32, all at HS 64. */
+/* Which modes and head sizes the Hopper backward serves on an sm_90 device (attention_cuda.cuh): at HS 64
+   every mode has a Hopper pass (the key-major kernel for bf16 and repair, the row pass for gproj and fp32);
+   at HS 128 bf16 and repair (attention_hopper_bwd128.cu), while gproj and fp32 stay portable. */
 static int hopper_bwd_expected(AttnMode mode, int HS) {
-    (void)mode; /* every mode has one Hopper pass */
-    return HS == 64;
+    if (HS == 64) return 1;
+    return HS == 128 && (mode == ATTN_BF16 || mode == ATTN_REPAIR);
 }
 
 /* Backward of `mode` with opt on device inputs, dqkv to host floats (dqkv and workspace NaN-poisoned first). */
@@ -670,7 +673,8 @@ static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const 
 /* Tolerances of the direct comparison, the labs' (fixed before their first runs): the kernels sum S, dP,
    dK/dV and the dQ partials (or gproj's DSK/PK) in different FP32 orders, and a changed FP32 S can flip
    the BF16 rounding of one P or dS, so dQ, dK and dV agree within a few BF16 ulps of max(|a|, |b|, the
-   row's RMS): 4 (dev/attention_lab/hopper_bwd.cu; H200 call2: max 1.00), and 8 for gproj's dQ, which the
+   row's RMS): 4 (dev/attention_lab/hopper_bwd.cu; H200 call2: max 1.00; the same 4 at HS 128,
+   dev/attention_lab/hopper_bwd128.cu, 104/0 on the H200), and 8 for gproj's dQ, which the
    row pass computes whole (dev/attention_lab/hopper_rows.cu; call2: bit-equal). */
 static const double kPathMaxGradUlps = 4.0;
 static const double kPathMaxGprojDqUlps = 8.0;
@@ -705,7 +709,10 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
         return;
     }
     static const char* kSlotName[3] = {"dQ", "dK", "dV"};
-    const AttnShape shapes[] = {{1, 1, 1, 64}, {1, 3, 77, 64}, {1, 2, 129, 64}, {2, 4, 1000, 64}, {4, 32, 257, 64}};
+    /* T = 1, odd, under one 64-query tile, not a multiple of the 128-key tile; one to 128 heads; HS 64 and 128 */
+    const AttnShape shapes[] = {{1, 1, 1, 64},    {1, 3, 77, 64},    {1, 2, 129, 64},  {2, 4, 1000, 64},
+                                {4, 32, 257, 64}, {1, 1, 1, 128},    {1, 3, 45, 128},  {1, 2, 129, 128},
+                                {2, 4, 1000, 128}, {4, 8, 257, 128}};
     const float q_scales[] = {1.f, 8.f}; /* x8: sharp rows */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t qi = 0; qi < sizeof q_scales / sizeof q_scales[0]; qi++) {

@@ -1,0 +1,652 @@
+/*
+ * attention/attention_hopper_bwd128.cu - the Hopper (sm_90a) key-major causal attention backward of bf16 and
+ * repair modes at head size 128 (dK, dV and the dQ atomics) on wgmma + TMA, with setmaxnreg. The API and
+ * which calls it serves: attention/attention_hopper_bwd.cuh (attention_backward_hopper_keys dispatches here
+ * on HS 128; the HS-64 kernel is attention_hopper_bwd.cu).
+ *
+ * Why: at HS 128 the portable mma.sync backward (attention/attention_cuda.cu: attn_bwd_kernel) was most of our
+ * attention time on the H200 (dev/results/device_s4/call5: 2.0 ms of the 2.3 ms fwd+bwd at B2 H16 T4096 d128,
+ * cuDNN's whole fwd+bwd 1.0 ms), and HS 64's kernel does not stretch (one warpgroup's dK, dV accumulators
+ * alone would be 128 registers next to S^T, dP^T and the dQ partial). This kernel was written and first run
+ * as dev/attention_lab/hopper_bwd128.cu (H200, 2026-11-29, log /tmp/c1/s1/hopper_bwd128.log, kept as
+ * dev/results/device_s5/ by the lead): layout probe exact in all five products, 104 passed / 0 failed against
+ * the portable production backward within 4 BF16 ulps, the whole backward (prep + this kernel + dQ post-pass)
+ * 1.40x faster than mma.sync at B8 H8 T1024 d128 (0.218 vs 0.304 ms) and 1.69x at B2 H16 T4096 d128 (1.04 vs
+ * 1.76 ms; warm inputs). Moved here unchanged in what it computes and how it is laid out; the production form
+ * (this file, called through attention_backward_cuda) is first run at the next GPU call.
+ *
+ * What it computes (docs/ATTENTION_NUMERICS.md; attn_bwd_kernel's rounding points, operation for operation,
+ * as attention_hopper_bwd.cu): P = exp2(fma(S, c, -fl(LSE log2 e))) (bf16) or exp2((S - m) c) * fl(1/l)
+ * (repair), dS = P (dP - D) (masked entries exactly 0), dV += bf(P)^T dO, dK += bf(dS)^T Q, dQ_acc += bf(dS) K
+ * in FP32; dK = bf(s acc), dV = bf(acc) into dqkv. The workspace contract is production's: the portable prep
+ * kernel (attn_bwd_prep_kernel) wrote D and zeroed dq_acc [B*NH*T][128]; this kernel adds s-less dQ partials
+ * (one per 128 keys, as the portable kernel's); the portable post-pass (attn_bwd_dq_kernel) writes
+ * dQ = bf(s acc). Only the FP32 summation order differs from the portable kernel.
+ *
+ * Layout (FlashAttention-3's for d128 on sm_90, read in Dao-AILab/flash-attention hopper/; no code copied):
+ * one CTA = 128 keys of one (b, h), 384 threads: two consumer warpgroups of 64 keys each and a producer
+ * warpgroup (one warp issues TMA and writes the row state {row_a, row_b, D}; setmaxnreg 24 there, 240 in the
+ * consumers: 128 * 24 + 256 * 240 = 384 * 168). Q/dO tiles of 64 queries in a 2-stage pipeline (full: 32
+ * producer lanes + TMA bytes; empty: the 256 consumer threads). Per step and consumer warpgroup:
+ *   S^T = K_w Q^T, dP^T = V_w dO^T       m64n64k16 SS, 8 k-steps over two 64-column chunks
+ *   P, dS in registers, packed to BF16 A operands; bf(dS) also to a shared [query][128 + 8] tile
+ *   dV += bf(P)^T dO, dK += bf(dS)^T Q    m64n128k16 RS, dO/Q N-major (LBO = one 8 KB chunk)
+ *   (256-thread named barrier: both warpgroups' halves of the dS tile written)
+ *   dQ_half = bf(dS) K[:, 64w..64w+63]    m64n64k16 RS over the CTA's 128 keys, A loaded from the tile
+ *   red.global.add.v2.f32 into dq_acc (warpgroup w owns dQ columns 64w..64w+63)
+ * Shared memory 165 KiB: K, V 32 KB each; Q, dO 2 stages x 16 KB each; the dS tile double-buffered by step
+ * parity (34 KB); row state [2][64] float4. qkv and dout are hopper_wgmma.cuh's 4-D TMA tensors
+ * {HS, heads, T, B} in 64-column boxes of 64 tokens (128-byte swizzle, zero fill past T).
+ * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3; `make hopper_bwd128-regs` prints them): kernel 168 at entry
+ * (240 after setmaxnreg.inc), 0 B spill, no C75xx warning; layout probe 254, 0 spill. Same as the lab's.
+ *
+ * Hangs: every mbarrier wait is bounded (~2 s of clock64; a legitimate wait is microseconds). It does NOT
+ * trap: a __trap() anywhere on the consumer path makes ptxas ignore setmaxnreg.inc (the consumers are then
+ * compiled for 168 registers: spills and serialised wgmmas; dev/attention_lab/hopper_bwd_fast.cu), and a
+ * trap on the producer path alone was not tried (it would end the kernel, not name the consumers' rows). A
+ * wait that gives up records the barrier in the host-mapped AttnHopperHang record (when
+ * attention_hopper_bwd_watch_hangs installed one; first give-up wins), sets the CTA's abort flag (every later
+ * wait of the CTA returns at once) and runs on; at the end the consumers, after a barrier that makes every
+ * give-up of the CTA visible, write NaN to all their dK and dV rows instead of values. So a hang ends within
+ * seconds as NaN gradients (the tests' finiteness checks and the trainer's NaN check fail loudly), never as a
+ * stuck job or silently wrong numbers. Named barriers, wgmma waits and setmaxnreg cannot be bounded (their
+ * counts are uniform by construction).
+ *
+ * Not done: FA3's dQ path (dQ tile to shared memory, TMA reduce-add by a separate warp); overlapping the dQ
+ * GEMM with dV/dK or the next step's scores; 3 stages; a persistent schedule; fp32/gproj modes (their row
+ * pass is HS 64 only); repair's tile-max-shift arm (portable end to end, as at HS 64).
+ */
+#include <math.h>
+#include <stdint.h>
+#include "attention/attention_hopper_bwd.cuh"
+#include "attention/hopper_wgmma.cuh"
+
+using namespace hopper_wgmma;
+
+namespace {
+constexpr int kHS = ATTN_HOPPER_BWD128_HS; /* the head size of this kernel */
+constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
+constexpr int kChunks = kHS / kChunkCols;
+constexpr int kBlockK = 128;            /* keys per CTA */
+constexpr int kBlockQ = 64;             /* queries per pipelined Q/dO tile (the N of S^T, the k of dK/dV) */
+constexpr int kWarpgroupKeys = 64;      /* keys per consumer warpgroup (the M of S^T, dK, dV) */
+constexpr int kConsumerWarpgroups = kBlockK / kWarpgroupKeys;
+constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+constexpr int kDqCols = kHS / kConsumerWarpgroups; /* head-dim columns of dQ per consumer warpgroup */
+constexpr int kThreads = kConsumerThreads + 128; /* + the producer warpgroup */
+/* setmaxnreg split of the 384-thread CTA (__launch_bounds__(384, 1): every thread starts at 168) */
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * 168,
+              "the setmaxnreg split must fit in what the CTA was launched with");
+constexpr int kStages = 2;              /* Q/dO double buffering */
+constexpr int kBoxRows = 64;            /* rows per TMA box */
+constexpr int kSwizzleRowBytes = 128;   /* one 64-column chunk row = one 128B-swizzle row */
+constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
+constexpr int kWgmmaK = 16;
+constexpr int kKStepsPerChunk = kChunkCols / kWgmmaK; /* 4 k-steps of 32 bytes per 128-byte row */
+constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands (and N = 64 B operands) ignore LBO */
+constexpr int kDsPitch = kBlockK + 8;   /* BF16 per row of the staged dS tile [query][128 keys]: +8 against bank conflicts */
+constexpr float kLog2e = 1.4426950408889634f;
+enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
+static_assert(kWarpgroupKeys == kBlockQ, "S^T per warpgroup is 64 x 64: its A operand covers the 4 k-steps of dV/dK");
+static_assert(kBlockQ / kWgmmaK == kTileKSteps,
+              "S^T, dP^T are 64 x 64 tiles: hopper_wgmma.cuh's pack_acc_a_operand packs them");
+
+/* Shared-memory plan (byte offsets from a 1024-byte aligned base). A tile of R rows x 128 columns is two
+   chunks of [R rows][128 bytes], swizzled: column chunk c at c * (R * 128). */
+struct SmemPlan {
+    static constexpr int kBoxBytes = kBoxRows * kSwizzleRowBytes;           /* 8 KB */
+    static constexpr int kKeyChunkBytes = kBlockK * kSwizzleRowBytes;       /* 16 KB: 128 keys x 64 columns */
+    static constexpr int kKeyTileBytes = kChunks * kKeyChunkBytes;          /* 32 KB */
+    static constexpr int kQChunkBytes = kBlockQ * kSwizzleRowBytes;         /* 8 KB: 64 queries x 64 columns */
+    static constexpr int kQTileBytes = kChunks * kQChunkBytes;              /* 16 KB */
+    static constexpr int kK = 0;
+    static constexpr int kV = kK + kKeyTileBytes;
+    static constexpr int kQ = kV + kKeyTileBytes;            /* kStages tiles */
+    static constexpr int kDO = kQ + kStages * kQTileBytes;   /* kStages tiles */
+    static constexpr int kDs = kDO + kStages * kQTileBytes;  /* 2 buffers of [64 query][kDsPitch] BF16 */
+    static constexpr int kDsBytes = kBlockQ * kDsPitch * 2;
+    static constexpr int kRowState = kDs + 2 * kDsBytes;     /* float4 [kStages][kBlockQ] */
+    static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
+    static constexpr int kNumBarriers = 1 + 2 * kStages;     /* kv_full, full[stages], empty[stages] */
+    static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
+    static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
+    static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
+    static_assert(kBoxBytes % kSwizzleAtomBytes == 0 && kQChunkBytes % kSwizzleAtomBytes == 0, "chunks 1024-aligned");
+    static_assert(kDsBytes % 16 == 0 && kRowState % 16 == 0, "float4 row state");
+    static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
+};
+
+/* Barrier of the two consumer warpgroups (256 threads; id 1: 0 is __syncthreads). */
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
+}
+
+/* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
+
+/* acc = A B^T issued (64 x 64 over HS/16 = 8 k-steps; the caller zeroes, fences, commits and waits): A the
+   warpgroup's 64 rows of the K or V tile (chunks kKeyChunkBytes apart), B the stage's Q or dO tile (chunks
+   kQChunkBytes apart), both K-major; k-step kk reads bytes 32 (kk % 4) of the 128-byte rows of column chunk
+   kk / 4 (assumption (a)). */
+__device__ __forceinline__ void warpgroup_ss_issue_hs128(float (&acc)[32], uint32_t a_addr, uint32_t b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
+        const uint32_t col = (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
+        const uint32_t chunk = kk / kKStepsPerChunk;
+        const uint64_t desc_a = make_smem_desc(a_addr + chunk * SmemPlan::kKeyChunkBytes + col, kUnusedLbo,
+                                               kSwizzleAtomBytes);
+        const uint64_t desc_b = make_smem_desc(b_addr + chunk * SmemPlan::kQChunkBytes + col, kUnusedLbo,
+                                               kSwizzleAtomBytes);
+        wgmma_m64n64k16_ss(acc, desc_a, desc_b);
+    }
+}
+
+/* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each) as one commit group (hopper_wgmma.cuh's
+   warpgroup_two_ss_64x64 at HS 128). kw_addr, vw_addr: the warpgroup's first row in chunk 0 of the K/V tile;
+   q_addr, do_addr: the stage's tiles. Written, not accumulated. */
+__device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[32], uint32_t kw_addr, uint32_t vw_addr,
+                                                 uint32_t q_addr, uint32_t do_addr) {
+#pragma unroll
+    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
+    reg_fence(st); /* keeps the zeroing above the fence */
+    reg_fence(dpt);
+    wgmma_fence();
+    warpgroup_ss_issue_hs128(st, kw_addr, q_addr);
+    warpgroup_ss_issue_hs128(dpt, vw_addr, do_addr);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(st);
+    reg_fence(dpt);
+}
+
+/* acc[64 x 128] += A[64 x 64] B[64 x 128]: A from registers (4 k-steps over the 64 queries of the tile), B
+   the stage's Q or dO tile read N-major (rows = queries, 16 rows = 2048 bytes per k-step; the second
+   64-column block of N is one 8 KB chunk further: LBO = kQChunkBytes, assumption (b)). Issued only. */
+__device__ __forceinline__ void warpgroup_dkv_issue(float (&acc)[kHS / 2], const uint32_t (&a)[kBlockQ / kWgmmaK][4],
+                                                    uint32_t b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
+        wgmma_m64n128k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * kWgmmaK * kSwizzleRowBytes, SmemPlan::kQChunkBytes,
+                                                       kSwizzleAtomBytes));
+}
+
+/* dQ_half[64 queries x 64 dims] = A[64 x 128 keys] K[128 keys x 64 dims]: A from registers (8 k-steps of 16
+   keys), B = column chunk `half` of the K tile read N-major: 128 key rows of 128 bytes, 16 rows = 2048 bytes
+   per k-step (k-step 4 starts the second 64-row TMA box of the chunk: assumption (d)). N = 64: LBO unused.
+   Issued only. */
+__device__ __forceinline__ void warpgroup_dq_issue(float (&acc)[32], const uint32_t (&a)[kBlockK / kWgmmaK][4],
+                                                   uint32_t k_chunk_addr) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / kWgmmaK; kk++)
+        wgmma_m64n64k16_rs(acc, a[kk], make_smem_desc(k_chunk_addr + kk * kWgmmaK * kSwizzleRowBytes, kUnusedLbo,
+                                                      kSwizzleAtomBytes));
+}
+
+/* bf(dS^T) from its packed A words to the shared tile as [query][key] (assumption (c)): word pds[kk][i] holds
+   key key_col + 8 (i & 1) and queries q, q + 1 with q = 16kk + 8 (i >> 1) + 2t (low half: q). key_col is
+   the thread's key row within the CTA's 128 (64 w + 16 warp_in_wg + g). Ordinary register reads, done
+   before the wgmma that reads pds as A is issued (PTX leaves an access to the A registers of an in-flight
+   wgmma undefined). Not hopper_wgmma.cuh's stage_tile_transposed: that one re-packs from the FP32
+   accumulator (the HS-64 kernels' way; here it gives other PTX), these stores are assumption (c)'s. */
+__device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kBlockQ / kWgmmaK][4], int key_col, int t) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int key = key_col + 8 * (i & 1);
+            const int q = 16 * kk + 8 * (i >> 1) + 2 * t;
+            const uint32_t w = pds[kk][i];
+            ds_s[q * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(w & 0xFFFFu));
+            ds_s[(q + 1) * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(w >> 16));
+        }
+}
+
+/* The A fragments of dQ = dS K for this warp's 16 queries from the tile [query][128 keys]: k-steps 0-3 from
+   keys 0..63, 4-7 from keys 64..127, each half through hopper_wgmma.cuh's load_staged_a_operand. */
+__device__ __forceinline__ void load_ds_operand(uint32_t (&a)[kBlockK / kWgmmaK][4], const bf16* ds_s, int warp_in_wg,
+                                                int g, int t) {
+    static_assert(kBlockK / kWgmmaK == 2 * kTileKSteps, "two 64-key halves of A");
+#pragma unroll
+    for (int half = 0; half < 2; half++)
+        load_staged_a_operand<kDsPitch>(*reinterpret_cast<uint32_t(*)[kTileKSteps][4]>(&a[half * kTileKSteps]),
+                                        ds_s + half * kTileK, warp_in_wg, g, t);
+}
+
+/* ---- bounded mbarrier waits that give up (see the file comment: no trap under setmaxnreg) ---- */
+
+constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz */
+/* set by attention_hopper_bwd_watch_hangs (through attention_hopper_bwd128_watch_hangs); NULL: no record */
+__device__ AttnHopperHang* g_hang_record;
+/* Polls `bar` for phase `parity`; after kHangCycles (or at once, once the CTA gave up) sets *cta_abort,
+   records the first give-up of the whole grid in g_hang_record, and returns as if it had completed. */
+__device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity, int site, int index,
+                                                  volatile int* cta_abort) {
+    const uint32_t addr = smem_u32(bar);
+    uint32_t done = 0;
+    const long long start = clock64();
+    while (!done) {
+        done = mbar_try_wait(addr, parity);
+        if (!done && (*cta_abort != 0 || clock64() - start > kHangCycles)) {
+            if (*cta_abort == 0) {
+                *cta_abort = 1;
+                volatile AttnHopperHang* rec = g_hang_record;
+                if (rec != NULL && rec->site == ATTN_HANG_NONE) {
+                    rec->index = index;
+                    rec->parity = (int)parity;
+                    rec->block_x = (int)blockIdx.x;
+                    rec->block_y = (int)blockIdx.y;
+                    rec->thread = (int)threadIdx.x;
+                    __threadfence_system();
+                    rec->site = site;
+                    __threadfence_system();
+                }
+            }
+            break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* kernels                                                                                           */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* The recomputed probability of one score (attention_cuda.cu's backward_prob): bf16: row_a =
+   fl(LSE log2 e), P = exp2(fma(S, c, -row_a)); repair: row_a = m, row_b = fl(1/l). */
+template <int MODE>
+__device__ __forceinline__ float recompute_prob(float score, float row_a, float row_b, float c) {
+    if (MODE == ATTN_BF16) return exp2f(__fmaf_rn(score, c, -row_a));
+    return exp2f((score - row_a) * c) * row_b;
+}
+
+
+/* The key-major backward at HS 128 (see the file comment). */
+template <int MODE>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_bwd128_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                         const float* __restrict__ stats, const float* __restrict__ D, float* __restrict__ dq_acc,
+                         bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
+    using Plan = SmemPlan;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    unsigned char* k_s = smem + Plan::kK;
+    unsigned char* v_s = smem + Plan::kV;
+    unsigned char* q_s = smem + Plan::kQ;
+    unsigned char* do_s = smem + Plan::kDO;
+    float4* row_state = reinterpret_cast<float4*>(smem + Plan::kRowState);
+    uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    uint64_t* full = kv_full + 1;
+    uint64_t* empty = full + kStages;
+
+    const int k0 = blockIdx.x * kBlockK; /* key tile 0 sees every query: first */
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
+    const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+    __shared__ int cta_abort; /* set by a bounded wait that gave up (mbar_wait_bounded) */
+
+    if (threadIdx.x == 0) {
+        cta_abort = 0;
+        /* full: 32 producer lanes (row state) + the TMA bytes; empty: every consumer thread, after its last read */
+        init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads);
+    }
+    __syncthreads();
+
+    if (warpgroup == kConsumerWarpgroups) {
+        setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
+        if (warp != kConsumerThreads / 32) return; /* warps 9-11 of the producer warpgroup have no work */
+        /* ---- producer warp: lane 0 issues the copies, every lane writes row state for 2 queries ---- */
+        if (lane == 0) {
+            mbar_arrive_expect_tx(kv_full, 2 * Plan::kKeyTileBytes);
+            for (int half = 0; half < kBlockK / kBoxRows; half++) {
+                /* a half that starts at or past T (last key tile) loads the first half's rows again instead
+                   of a box wholly out of bounds: its keys are all masked (dS = 0), and finite data keeps
+                   0 * K = 0 in dQ (as attention_hopper_bwd.cu) */
+                const int row = (k0 + half * kBoxRows < T) ? k0 + half * kBoxRows : k0;
+                for (int ch = 0; ch < kChunks; ch++) {
+                    const int dst = ch * Plan::kKeyChunkBytes + half * Plan::kBoxBytes;
+                    tma_load_4d(k_s + dst, &qkv_map, kv_full, ch * kChunkCols, kSlotK * NH + h, row, b);
+                    tma_load_4d(v_s + dst, &qkv_map, kv_full, ch * kChunkCols, kSlotV * NH + h, row, b);
+                }
+            }
+        }
+        for (int i = 0; i < n_q_tiles; i++) {
+            const int s = i % kStages;
+            const int q0 = (qt_begin + i) * kBlockQ;
+            /* stage s is free once the consumers released tile i - kStages (phase i / kStages - 1) */
+            if (i >= kStages) mbar_wait_bounded(&empty[s], (uint32_t)((i / kStages - 1) & 1), ATTN_HANG_EMPTY, s, &cta_abort);
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int ql = lane + 32 * half, query = q0 + ql;
+                float4 st = make_float4(0.f, 1.f, 0.f, 0.f); /* rows past T: P stays finite (masked anyway) */
+                if (query < T) {
+                    const long long idx = (long long)bh * T + query;
+                    const float a = stats[idx * 2];
+                    st.x = (MODE == ATTN_BF16) ? a * kLog2e : a;                      /* fl(LSE log2 e) or m */
+                    st.y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(stats[idx * 2 + 1]); /* 1 or fl(1 / l) */
+                    st.z = D[idx];
+                }
+                row_state[s * kBlockQ + ql] = st;
+            }
+            /* every lane's arrival releases its own row-state writes; lane 0's also announces the TMA bytes */
+            if (lane == 0) {
+                mbar_arrive_expect_tx(&full[s], 2 * Plan::kQTileBytes);
+                for (int ch = 0; ch < kChunks; ch++) {
+                    const int dst = s * Plan::kQTileBytes + ch * Plan::kQChunkBytes;
+                    tma_load_4d(q_s + dst, &qkv_map, &full[s], ch * kChunkCols, kSlotQ * NH + h, q0, b);
+                    tma_load_4d(do_s + dst, &dout_map, &full[s], ch * kChunkCols, h, q0, b);
+                }
+            } else {
+                mbar_arrive(&full[s]);
+            }
+        }
+        return;
+    }
+    setmaxnreg_inc<kConsumerRegs>();
+
+    /* ---- consumer warpgroups: wg owns keys k0 + 64 wg .. +63 (dK, dV rows) and dQ columns 64 wg .. +63 ---- */
+    const int wg = warpgroup, warp_in_wg = warp & 3, g = lane >> 2, t = lane & 3;
+    const int key_col = wg * kWarpgroupKeys + warp_in_wg * 16 + g; /* this thread's keys: key_col, key_col + 8 */
+    const int key0 = k0 + key_col;
+    const int wg_key_first = k0 + wg * kWarpgroupKeys;
+    const uint32_t kw_addr = smem_u32(k_s) + wg * Plan::kBoxBytes, vw_addr = smem_u32(v_s) + wg * Plan::kBoxBytes;
+    const uint32_t k_dq_addr = smem_u32(k_s) + wg * Plan::kKeyChunkBytes; /* chunk wg: dims 64 wg .. +63 */
+    float dk[kHS / 2], dv[kHS / 2];
+#pragma unroll
+    for (int i = 0; i < kHS / 2; i++) dk[i] = dv[i] = 0.f;
+
+    mbar_wait_bounded(kv_full, 0, ATTN_HANG_KV_FULL, 0, &cta_abort);
+    __syncwarp();
+
+    for (int i = 0; i < n_q_tiles; i++) {
+        const int s = i % kStages;
+        const int q0 = (qt_begin + i) * kBlockQ;
+        mbar_wait_bounded(&full[s], (uint32_t)((i / kStages) & 1), ATTN_HANG_FULL, s, &cta_abort);
+        __syncwarp();
+        const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes), do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
+        const float4* rs = row_state + s * kBlockQ;
+        bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + (i & 1) * Plan::kDsBytes);
+
+        float st[32], dpt[32];
+        warpgroup_scores(st, dpt, kw_addr, vw_addr, q_addr, do_addr);
+
+        /* P and dS in registers (st <- P, dpt <- dS), masked entries exactly 0. Element 4j + 2r + e: key
+           key0 + 8r, query q0 + 8j + 2t + e. The mask can bite only where the tile reaches the warpgroup's
+           keys or T. */
+        const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+#pragma unroll
+        for (int j = 0; j < kBlockQ / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int query = q0 + 8 * j + 2 * t + e;
+                const float4 row = rs[8 * j + 2 * t + e];
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int idx = 4 * j + 2 * r + e;
+                    float p = 0.f, ds = 0.f;
+                    if (!masked || (key0 + 8 * r <= query && query < T)) {
+                        p = recompute_prob<MODE>(st[idx], row.x, row.y, c);
+                        ds = p * (dpt[idx] - row.z);
+                    }
+                    st[idx] = p;
+                    dpt[idx] = ds;
+                }
+            }
+
+        /* bf(P), bf(dS) as A operands; bf(dS) also to the shared tile (this warpgroup's 64 key columns) */
+        uint32_t pa[kBlockQ / kWgmmaK][4], pds[kBlockQ / kWgmmaK][4];
+        pack_acc_a_operand(pa, st);
+        pack_acc_a_operand(pds, dpt);
+        stage_ds(ds_s, pds, key_col, t);
+        /* dV += bf(P)^T dO, dK += bf(dS)^T Q as one batch */
+        reg_fence(pa);
+        reg_fence(pds);
+        reg_fence(dv);
+        reg_fence(dk);
+        wgmma_fence();
+        warpgroup_dkv_issue(dv, pa, do_addr);
+        warpgroup_dkv_issue(dk, pds, q_addr);
+        wgmma_commit();
+        consumers_sync(); /* both warpgroups' halves of the dS tile are written */
+        wgmma_wait<0>();
+        reg_fence(dv);
+        reg_fence(dk);
+        reg_fence(pa);
+        reg_fence(pds);
+        mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+
+        /* dQ for all 64 queries, this warpgroup's 64 columns, over the CTA's 128 keys */
+        uint32_t adq[kBlockK / kWgmmaK][4];
+        load_ds_operand(adq, ds_s, warp_in_wg, g, t);
+        float dq[32];
+#pragma unroll
+        for (int k = 0; k < 32; k++) dq[k] = 0.f;
+        reg_fence(adq);
+        reg_fence(dq);
+        wgmma_fence();
+        warpgroup_dq_issue(dq, adq, k_dq_addr);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(dq);
+        reg_fence(adq);
+
+        /* rows = queries q0 + 16 warp_in_wg + g (+8), cols 64 wg + 8n + 2t */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int query = q0 + warp_in_wg * 16 + g + 8 * r;
+            float* dst = dq_acc + ((long long)bh * T + query) * kHS + wg * kDqCols + 2 * t;
+#pragma unroll
+            for (int n = 0; n < kDqCols / 8; n++)
+                red_add_f32x2_if(dst + 8 * n, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1], query < T);
+        }
+    }
+
+    /* a wait of this CTA that gave up (consumer or producer; the producer's give-up precedes an arrival on
+       full that every consumer waited for) is visible to every consumer thread after this barrier */
+    consumers_sync();
+    const bool gave_up = *static_cast<volatile int*>(&cta_abort) != 0;
+
+    /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN in every
+       element of both rows if the CTA gave up a wait (see the file comment: a hang must fail loudly) */
+    const long long qkv_row = 3LL * NH * kHS;
+    constexpr uint32_t kNanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + 8 * r;
+        if (key >= T) continue;
+        bf16* dk_row = dqkv + ((long long)b * T + key) * qkv_row + (long long)NH * kHS + (long long)h * kHS;
+        bf16* dv_row = dk_row + (long long)NH * kHS;
+#pragma unroll
+        for (int n = 0; n < kHS / 8; n++) {
+            *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
+                gave_up ? kNanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+            *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) =
+                gave_up ? kNanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+        }
+    }
+}
+
+/* The probe's outputs of two accumulators over this thread's key rows: [keys][N] FP32, row-major; element
+   4j + 2r + e is row key_col + 8r, column 8j + 2t + e (hopper_wgmma.cuh's fragment layout). */
+template <int REGS>
+__device__ __forceinline__ void store_key_rows(float* out0, float* out1, const float (&acc0)[REGS],
+                                               const float (&acc1)[REGS], int key_col, int t) {
+    constexpr int kCols = 2 * REGS;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                out0[(key_col + 8 * r) * kCols + 8 * j + 2 * t + e] = acc0[4 * j + 2 * r + e];
+                out1[(key_col + 8 * r) * kCols + 8 * j + 2 * t + e] = acc1[4 * j + 2 * r + e];
+            }
+}
+
+/* Layout probe: the two consumer warpgroups (256 threads), one step of everything, no softmax, at batch 0,
+   head `head`: K, V tokens 0..127 (T < 128: the TMA zero fill shows), Q and dO tokens 0..63 loaded into
+   STAGE 1, dS staged in BUFFER 1 (the non-zero offsets are what is exercised), through the kernel's own
+   helpers:
+     out_st  [128 keys][64 queries]  S^T = K Q^T            (a)
+     out_dpt [128][64]               dP^T = V dO^T          (a), the dout map at HS 128
+     out_dv  [128 keys][128]         dV = bf(S^T) dO        (b)
+     out_dk  [128][128]              dK = bf(dP^T) Q        (b), Q read N-major after K-major
+     out_dq  [64 queries][128]       dQ = bf(dP^T)^T K      (c), (d): both warpgroups' dS, 128 keys
+   FP32, row-major. */
+__global__ void __launch_bounds__(kConsumerThreads, 1)
+    layout_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                        int NH, int head, float* __restrict__ out_st, float* __restrict__ out_dpt,
+                        float* __restrict__ out_dv, float* __restrict__ out_dk, float* __restrict__ out_dq) {
+    using Plan = SmemPlan;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    __shared__ int cta_abort;
+    unsigned char* k_s = smem + Plan::kK;
+    unsigned char* v_s = smem + Plan::kV;
+    unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;  /* stage 1 */
+    unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes; /* stage 1 */
+    bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + Plan::kDsBytes); /* buffer 1 */
+    if (threadIdx.x == 0) {
+        cta_abort = 0;
+        mbar_init(bar, 1);
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(bar, 2 * Plan::kKeyTileBytes + 2 * Plan::kQTileBytes);
+        for (int ch = 0; ch < kChunks; ch++) {
+            for (int half = 0; half < kBlockK / kBoxRows; half++) {
+                const int dst = ch * Plan::kKeyChunkBytes + half * Plan::kBoxBytes;
+                tma_load_4d(k_s + dst, &qkv_map, bar, ch * kChunkCols, kSlotK * NH + head, half * kBoxRows, 0);
+                tma_load_4d(v_s + dst, &qkv_map, bar, ch * kChunkCols, kSlotV * NH + head, half * kBoxRows, 0);
+            }
+            tma_load_4d(q_t + ch * Plan::kQChunkBytes, &qkv_map, bar, ch * kChunkCols, kSlotQ * NH + head, 0, 0);
+            tma_load_4d(do_t + ch * Plan::kQChunkBytes, &dout_map, bar, ch * kChunkCols, head, 0, 0);
+        }
+    }
+    mbar_wait_bounded(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
+    __syncwarp();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wg = warp / 4, warp_in_wg = warp % 4;
+    const int key_col = wg * kWarpgroupKeys + warp_in_wg * 16 + g;
+    float st[32], dpt[32];
+    warpgroup_scores(st, dpt, smem_u32(k_s) + wg * Plan::kBoxBytes, smem_u32(v_s) + wg * Plan::kBoxBytes, smem_u32(q_t),
+                     smem_u32(do_t));
+    store_key_rows(out_st, out_dpt, st, dpt, key_col, t);
+    uint32_t pa[4][4], pds[4][4];
+    pack_acc_a_operand(pa, st);
+    pack_acc_a_operand(pds, dpt);
+    stage_ds(ds_s, pds, key_col, t);
+    float dv[kHS / 2], dk[kHS / 2], dq[32];
+#pragma unroll
+    for (int i = 0; i < kHS / 2; i++) dv[i] = dk[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) dq[i] = 0.f;
+    reg_fence(pa);
+    reg_fence(pds);
+    reg_fence(dv);
+    reg_fence(dk);
+    wgmma_fence();
+    warpgroup_dkv_issue(dv, pa, smem_u32(do_t));
+    warpgroup_dkv_issue(dk, pds, smem_u32(q_t));
+    wgmma_commit();
+    consumers_sync();
+    wgmma_wait<0>();
+    reg_fence(dv);
+    reg_fence(dk);
+    reg_fence(pa);
+    reg_fence(pds);
+    uint32_t adq[8][4];
+    load_ds_operand(adq, ds_s, warp_in_wg, g, t);
+    reg_fence(adq);
+    reg_fence(dq);
+    wgmma_fence();
+    warpgroup_dq_issue(dq, adq, smem_u32(k_s) + wg * Plan::kKeyChunkBytes);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dq);
+    reg_fence(adq);
+    store_key_rows(out_dv, out_dk, dv, dk, key_col, t);
+#pragma unroll
+    for (int n = 0; n < kDqCols / 8; n++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                out_dq[(warp_in_wg * 16 + g + 8 * r) * kHS + wg * kDqCols + 8 * n + 2 * t + e] = dq[4 * n + 2 * r + e];
+}
+
+
+}  // namespace
+
+/* ------------------------------------------------------------------------------------------------ */
+/* host: tensor maps, launch                                                                         */
+/* ------------------------------------------------------------------------------------------------ */
+
+namespace {
+
+/* qkv (heads = 3 NH) or dout (heads = NH) as hopper_wgmma.cuh's 4-D TMA tensor {HS, heads, T, B}: boxes of 64
+   columns x kBoxRows tokens (column chunk c at coordinate 64 c), 128-byte swizzle, zeros outside. */
+CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
+    static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
+    return encode_head_map(base, s, heads, kBoxRows, "attention (Hopper backward, HS 128)", what);
+}
+
+template <int MODE>
+void hopper_bwd128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
+                          const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream) {
+    cudaCheck(cudaFuncSetAttribute(hopper_bwd128_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   SmemPlan::kAlloc));
+    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
+    hopper_bwd128_kernel<MODE><<<grid, kThreads, SmemPlan::kAlloc, stream>>>(
+        qkv_map, dout_map, stats, D, dq_acc, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+    cudaCheckLastError();
+}
+
+}  // namespace
+
+void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv,
+                                       const __nv_bfloat16* dout, const float* stats, const float* D, float* dq_acc,
+                                       __nv_bfloat16* dqkv, cudaStream_t stream) {
+    if (s.HS != kHS || (mode != ATTN_BF16 && mode != ATTN_REPAIR)) {
+        die("attention_backward_hopper_keys128: HS %d, mode %d (needs HS %d, bf16 or repair)\n"
+            "  hint: call attention_backward_hopper_keys (or attention_backward_cuda), which checks support",
+            s.HS, (int)mode, kHS);
+    }
+    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
+    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    if (mode == ATTN_BF16) hopper_bwd128_launch<ATTN_BF16>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else hopper_bwd128_launch<ATTN_REPAIR>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+}
+
+void attention_hopper_bwd128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
+    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
+}
+
+void attention_hopper_bwd128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                          float* tiles) {
+    if (s.B != 1 || s.T > ATTN_HOPPER_BWD128_PROBE_KEYS || head < 0 || head >= s.NH || s.HS != kHS) {
+        die("attention_hopper_bwd128_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d T=%d "
+            "HS=%d head %d)", ATTN_HOPPER_BWD128_PROBE_KEYS, kHS, s.B, s.NH, s.T, s.HS, head);
+    }
+    static_assert(ATTN_HOPPER_BWD128_PROBE_KEYS == kBlockK && ATTN_HOPPER_BWD128_PROBE_QUERIES == kBlockQ,
+                  "the probe covers one CTA's keys and one query tile");
+    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
+    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const size_t n_st = (size_t)kBlockK * kBlockQ, n_dkv = (size_t)kBlockK * kHS;
+    float* o_st = tiles;
+    float* o_dpt = o_st + n_st;
+    float* o_dv = o_dpt + n_st;
+    float* o_dk = o_dv + n_dkv;
+    float* o_dq = o_dk + n_dkv;
+    cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+    layout_probe_kernel<<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, o_st, o_dpt, o_dv,
+                                                                   o_dk, o_dq);
+    cudaCheckLastError();
+}
