@@ -635,7 +635,10 @@ static PortableKernels capture_portable(AttnMode mode, AttnShape s, const bf16* 
         cudaCheck(cudaGraphInstantiate(&k.exec[k.n], one, 0));
         cudaCheck(cudaGraphDestroy(one));
         const char* name = NULL;
-        if (cudaFuncGetName(&name, p.func) != cudaSuccess || name == NULL) name = "?";
+        if (cudaFuncGetName(&name, p.func) != cudaSuccess || name == NULL) {
+            (void)cudaGetLastError(); /* clear it: a later cudaCheckLastError would take it for a launch error */
+            name = "?";
+        }
         k.name[k.n++] = name;
     }
     free(nodes);
@@ -902,7 +905,8 @@ static const char* kGroupName[kNumGroups] = {"the layout probe", "gproj checks",
 
 static void run_group(int group) {
     attn_rng_init(&g_rng, 0x13198A2E03707344ull);
-    require_sm90("hopper_rows128");
+    const cudaDeviceProp prop = require_sm90("hopper_rows128");
+    printf("  on %s\n", prop.name);
     hang_record_install();
     /* random; T < 64 (1, 50); odd T (77, 129, 1000, 257); sharp (q x8); key offset 20 along a unit vector
        (gproj's correction matters); rho 16 (offset 16 sqrt(HS)), the doc's hard case 1 */
