@@ -21,8 +21,11 @@
  *   warpgroup_two_ss_64x64 (two K-major SS GEMMs as one batch: S and dP, or their transposes),
  *   pack_acc_a_operand (FP32 accumulator -> BF16 register A operand), warpgroup_rs_issue_n64,
  *   stage_tile_transposed / load_staged_a_operand (a BF16 tile through shared memory, transposed);
+ *   tma_reduce_add_3d, bulk_commit_group, bulk_wait_group_read<N>, bulk_wait_group<N> (TMA reduce-add of an
+ *   FP32 tile into global memory);
  *   host: tensor_map_encoder (cuTensorMapEncodeTiled without linking libcuda), encode_head_map (the 4-D
- *   tensor map of qkv or dout that every kernel here loads its tiles through).
+ *   tensor map of qkv or dout that every kernel here loads its tiles through), encode_dq_acc_map (the 3-D
+ *   map of the FP32 dQ accumulator that the reduce-adds write through).
  */
 #ifndef ATTENTION_HOPPER_WGMMA_CUH
 #define ATTENTION_HOPPER_WGMMA_CUH
@@ -123,6 +126,26 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
         "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
 }
+
+/* ---- TMA reduce-add: the 3-D box of `map` at {c0, c1, c2} += the FP32 tile at src (shared memory, laid out
+   as the map's swizzle says), element by element in L2; out-of-range elements are skipped. Issued by one
+   thread; bulk_commit_group closes the thread's copies so far into one group, bulk_wait_group_read<N> waits
+   until at most N of its groups still READ shared memory (their source may then be rewritten),
+   bulk_wait_group<N> until at most N are incomplete. The writer's generic-proxy stores to src must be made
+   visible to the async proxy first (fence_proxy_async, then a barrier to the issuing thread). ---- */
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 /* ---- wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), 64 bits:
      bits  0-13  start address >> 4 (shared-state-space byte address)
@@ -426,6 +449,25 @@ inline CUtensorMap encode_head_map(const void* base, AttnShape s, int heads, int
         die("%s: cuTensorMapEncodeTiled failed (CUresult %d) for %s, B=%d NH=%d T=%d HS=%d\n"
             "  hint: the buffer must be 16-byte aligned (cudaMalloc is) and HS a multiple of 64",
             who, (int)r, what, s.B, s.NH, s.T, s.HS);
+    }
+    return map;
+}
+
+/* The TMA tensor map of the FP32 dQ accumulator [B*NH][T][HS] as 3-D {HS, T, B*NH} (innermost first): boxes of
+   {32 columns (one 128-byte swizzle row), box_rows tokens, 1 head}, 128-byte swizzle. Rows past T belong to no
+   box (a reduce-add skips them), so a query tile that runs past T never touches the next head's rows. */
+inline CUtensorMap encode_dq_acc_map(float* dq_acc, AttnShape s, int box_rows, const char* who) {
+    CUtensorMap map;
+    const cuuint64_t dims[3] = {(cuuint64_t)s.HS, (cuuint64_t)s.T, (cuuint64_t)s.B * s.NH};
+    const cuuint64_t strides[2] = {(cuuint64_t)s.HS * sizeof(float), (cuuint64_t)s.T * s.HS * sizeof(float)};
+    const cuuint32_t box[3] = {32, (cuuint32_t)box_rows, 1};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, dq_acc, dims, strides, box,
+                                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        die("%s: cuTensorMapEncodeTiled failed (CUresult %d) for the dQ accumulator, B=%d NH=%d T=%d HS=%d\n"
+            "  hint: the workspace must be 16-byte aligned (cudaMalloc is)", who, (int)r, s.B, s.NH, s.T, s.HS);
     }
     return map;
 }

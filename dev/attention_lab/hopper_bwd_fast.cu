@@ -129,7 +129,7 @@ enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] *
 static_assert(kWarpgroupKeys == kBlockQ, "one staged dS tile is 64 x 64: the warpgroup's keys x the query tile");
 
 /* Shared-memory plan (byte offsets from a 1024-byte aligned base). Tiles are [rows][128 bytes], swizzled. */
-template <int STAGES>
+template <int STAGES, bool TMA_DQ = false>
 struct SmemPlan {
     static constexpr int kBoxBytes = kBoxRows * kSwizzleRowBytes;   /* 8 KB */
     static constexpr int kKeyTileBytes = kBlockK * kSwizzleRowBytes; /* 16 KB */
@@ -146,7 +146,11 @@ struct SmemPlan {
     static constexpr int kRowState = kXchg + 2 * kXchgFloats * 4; /* float4 [STAGES][kBlockQ] */
     static constexpr int kBarriers = kRowState + STAGES * kBlockQ * 16;
     static constexpr int kNumBarriers = 1 + 2 * STAGES; /* kv_full, full[stages], empty[stages] */
-    static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
+    /* TMA_DQ: per warpgroup 2 FP32 dQ tiles [64 queries][64] (step parity), each two 128B-swizzled boxes of 32
+       columns (8 KB), 1024-byte aligned */
+    static constexpr int kDqBuf = (kBarriers + 8 * kNumBarriers + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
+    static constexpr int kDqTileBytes = kBlockQ * kHS * 4;
+    static constexpr int kBytes = TMA_DQ ? kDqBuf + kConsumerWarpgroups * 2 * kDqTileBytes : kBarriers + 8 * kNumBarriers;
     static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
     static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
     static_assert(kRowState % 16 == 0, "float4 row state");
@@ -223,14 +227,15 @@ __device__ __forceinline__ void consumers_sync() {
      ABLATE      - timing-only ablations (results wrong by design, never checked): 0 none; 1 the dQ partials
                    are computed but not sent (no red.global); 2 no dQ at all (no staging, dQ GEMM, atomics).
                    What the full kernel loses to each piece is the difference to variant 0. */
-template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE>
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE, bool TMA_DQ>
 __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
     hopper_bwd_fast_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
-                           const float* __restrict__ stats, const float* __restrict__ D, float* __restrict__ dq_acc,
+                           const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats, const float* __restrict__ D, float* __restrict__ dq_acc,
                            bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
-    using Plan = SmemPlan<STAGES>;
+    using Plan = SmemPlan<STAGES, TMA_DQ>;
     static_assert(!SHARED_DQ || OVERLAP, "the dQ exchange is written into the deferred (overlapped) flush");
     static_assert(ABLATE < 2 || !OVERLAP, "the no-dQ ablation is written for the serial (v0) step");
+    static_assert(!TMA_DQ || (!OVERLAP && !SHARED_DQ && ABLATE == 0), "the TMA dQ flush is written for v0's step");
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
                                       (kSwizzleAtomBytes - 1));
@@ -478,6 +483,11 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
         warpgroup_rs_issue_n64(dk, pds, q_addr);
         wgmma_commit();
         if constexpr (ABLATE < 2) {
+            /* TMA_DQ: this step's dQ tile buffer (parity i) was last sent at step i - 2; let its reduce-add finish
+               reading it (at most the group of step i - 1 still reading) before the barrier below */
+            if constexpr (TMA_DQ) {
+                if (tid_in_wg == 0) bulk_wait_group_read<1>();
+            }
             warpgroup_sync(wg);
             stage_tile_transposed<kDsPitch>(ds_s, dpt, warp_in_wg, g, t);
             warpgroup_sync(wg);
@@ -516,10 +526,40 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
 #pragma unroll
         for (int k = 0; k < 32; k++) asm volatile("mov.b32 %0, %1;\n" : "=f"(dq_out[k]) : "f"(dq[k]));
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-        if constexpr (!OVERLAP) flush_dq(q0, 0, true);
+        if constexpr (TMA_DQ) {
+            /* the partial into the warpgroup's tile buffer of this step's parity (two 128B-swizzled boxes of 32
+               columns: float2 (row r, cols 8n + 2t) is 16-byte chunk 2 (n % 4) + t / 2 ^ (r % 8) of row r of box
+               n / 4, r % 8 = g), then one thread adds the tile to the accumulator with two TMA reduce-adds */
+            unsigned char* buf = smem + Plan::kDqBuf + (wg * 2 + (i & 1)) * Plan::kDqTileBytes;
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                const int row = warp_in_wg * 16 + g + 8 * rr;
+#pragma unroll
+                for (int n = 0; n < kHS / 8; n++) {
+                    const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+                    float2* dst = reinterpret_cast<float2*>(buf + (n >> 2) * (kBlockQ * kSwizzleRowBytes) +
+                                                            row * kSwizzleRowBytes + chunk * 16 + (t & 1) * 8);
+                    *dst = make_float2(dq_out[4 * n + 2 * rr], dq_out[4 * n + 2 * rr + 1]);
+                }
+            }
+            fence_proxy_async();
+            warpgroup_sync(wg);
+            if (tid_in_wg == 0) {
+                tma_reduce_add_3d(&dq_map, buf, 0, q0, bh);
+                tma_reduce_add_3d(&dq_map, buf + kBlockQ * kSwizzleRowBytes, 32, q0, bh);
+                bulk_commit_group();
+            }
+        } else if constexpr (!OVERLAP) {
+            flush_dq(q0, 0, true);
+        }
     }
     if constexpr (OVERLAP) {
         if (n_q_tiles > 0) flush_dq((qt_begin + n_q_tiles - 1) * kBlockQ, (n_q_tiles + 1) & 1, true);
+    }
+
+    /* the last reduce-adds complete before the CTA's shared memory goes away */
+    if constexpr (TMA_DQ) {
+        if (tid_in_wg == 0) bulk_wait_group<0>();
     }
 
     /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t) */
@@ -649,20 +689,21 @@ static CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const
 /* The variants, cumulative, in the order they are expected to pay; 0 is hopper_bwd.cu's kernel as it ran
    on the H200 (13:11: 0.325 ms at B8 H16 T1024), so each line of the log says what one step added. */
 typedef void (*KernelLaunch)(dim3 grid, cudaStream_t stream, const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
+                             const CUtensorMap& dq_map,
                              const float* stats, const float* D, float* dq_acc, bf16* dqkv, int NH, int T, float scale,
                              float c);
-template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE>
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE, bool TMA_DQ>
 static void launch_fast_kernel(dim3 grid, cudaStream_t stream, const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
-                               const float* stats, const float* D, float* dq_acc, bf16* dqkv, int NH, int T,
+                               const CUtensorMap& dq_map, const float* stats, const float* D, float* dq_acc, bf16* dqkv, int NH, int T,
                                float scale, float c) {
-    hopper_bwd_fast_kernel<MODE, PRODUCER_WG, OVERLAP, SHARED_DQ, STAGES, PREFETCH, ABLATE>
-        <<<grid, cta_threads(PRODUCER_WG), SmemPlan<STAGES>::kAlloc, stream>>>(qkv_map, dout_map, stats, D, dq_acc,
+    hopper_bwd_fast_kernel<MODE, PRODUCER_WG, OVERLAP, SHARED_DQ, STAGES, PREFETCH, ABLATE, TMA_DQ>
+        <<<grid, cta_threads(PRODUCER_WG), SmemPlan<STAGES, TMA_DQ>::kAlloc, stream>>>(qkv_map, dout_map, dq_map, stats, D, dq_acc,
                                                                               dqkv, NH, T, scale, c);
 }
-template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE>
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE, bool TMA_DQ>
 static void allow_fast_kernel_smem(void) {
-    cudaCheck(cudaFuncSetAttribute(hopper_bwd_fast_kernel<MODE, PRODUCER_WG, OVERLAP, SHARED_DQ, STAGES, PREFETCH, ABLATE>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan<STAGES>::kAlloc));
+    cudaCheck(cudaFuncSetAttribute(hopper_bwd_fast_kernel<MODE, PRODUCER_WG, OVERLAP, SHARED_DQ, STAGES, PREFETCH, ABLATE, TMA_DQ>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan<STAGES, TMA_DQ>::kAlloc));
 }
 struct Variant {
     const char* name;   /* short, for the log */
@@ -672,41 +713,46 @@ struct Variant {
     void (*allow_smem_bf16)(void);
     void (*allow_smem_repair)(void);
 };
-#define FAST_VARIANT(name, change, PWG, OVL, SDQ, ST, PF, AB)                                                        \
-    {name, change, (AB) != 0, launch_fast_kernel<ATTN_BF16, PWG, OVL, SDQ, ST, PF, AB>,                          \
-     launch_fast_kernel<ATTN_REPAIR, PWG, OVL, SDQ, ST, PF, AB>, allow_fast_kernel_smem<ATTN_BF16, PWG, OVL, SDQ, ST, PF, AB>, \
-     allow_fast_kernel_smem<ATTN_REPAIR, PWG, OVL, SDQ, ST, PF, AB>}
+#define FAST_VARIANT(name, change, PWG, OVL, SDQ, ST, PF, AB, TD)                                                    \
+    {name, change, (AB) != 0, launch_fast_kernel<ATTN_BF16, PWG, OVL, SDQ, ST, PF, AB, TD>,                      \
+     launch_fast_kernel<ATTN_REPAIR, PWG, OVL, SDQ, ST, PF, AB, TD>,                                             \
+     allow_fast_kernel_smem<ATTN_BF16, PWG, OVL, SDQ, ST, PF, AB, TD>,                                           \
+     allow_fast_kernel_smem<ATTN_REPAIR, PWG, OVL, SDQ, ST, PF, AB, TD>}
 static const Variant kVariants[] = {
     FAST_VARIANT("v0 old", "hopper_bwd.cu's kernel: producer warp (288 threads), no overlap, dQ atomics per warpgroup,"
-                 " 2 stages", false, false, false, 2, false, 0),
+                 " 2 stages", false, false, false, 2, false, 0, false),
     FAST_VARIANT("v1 +producer WG", "a producer warpgroup (384 threads), setmaxnreg 40 / 232", true, false, false, 2,
-                 false, 0),
+                 false, 0, false),
     FAST_VARIANT("v2 +overlap", "S^T and dP^T as 2 groups (P under dP^T), dQ issued behind dV/dK, dQ atomics under"
-                 " the next step's score GEMMs", true, true, false, 2, false, 0),
+                 " the next step's score GEMMs", true, true, false, 2, false, 0, false),
     FAST_VARIANT("v3 +one dQ per CTA", "the warpgroups swap dQ halves through shared memory: one set of atomics"
-                 " per 128 keys", true, true, true, 2, false, 0),
-    FAST_VARIANT("v4 +3 stages", "3 Q/dO stages", true, true, true, 3, false, 0),
+                 " per 128 keys", true, true, true, 2, false, 0, false),
+    FAST_VARIANT("v4 +3 stages", "3 Q/dO stages", true, true, true, 3, false, 0, false),
     /* session 5: v0 with one change each (the producer's prefetch), and v0's ablations, to see where its time goes */
     FAST_VARIANT("v5 v0+prefetch", "v0 whose producer reads the row state before waiting for the stage and issues"
-                 " the TMA before writing it", false, false, false, 2, true, 0),
-    FAST_VARIANT("v6 v0+prefetch+3 stages", "v5 with 3 Q/dO stages", false, false, false, 3, true, 0),
+                 " the TMA before writing it", false, false, false, 2, true, 0, false),
+    FAST_VARIANT("v6 v0+prefetch+3 stages", "v5 with 3 Q/dO stages", false, false, false, 3, true, 0, false),
+    FAST_VARIANT("v7 v0+TMA dQ", "v0 sending each warpgroup's dQ partial as a 64 x 64 FP32 tile through shared"
+                 " memory with TMA reduce-adds (one thread, double-buffered) instead of 128 threads' red.global",
+                 false, false, false, 2, false, 0, true),
     FAST_VARIANT("a1 v0 no dQ atomics", "ablation (timing only): v0 computing the dQ partials but not sending them",
-                 false, false, false, 2, false, 1),
+                 false, false, false, 2, false, 1, false),
     FAST_VARIANT("a2 v0 no dQ", "ablation (timing only): v0 without the dQ staging, GEMM and atomics", false, false,
-                 false, 2, false, 2),
+                 false, 2, false, 2, false),
 };
 enum { kNumVariants = (int)(sizeof kVariants / sizeof kVariants[0]) };
 #undef FAST_VARIANT
 
 /* What a launch needs that depends on the shape and the buffers only (built once; the maps encode the
-   qkv and dout pointers). */
+   qkv, dout and workspace pointers). */
 struct HopperBwd {
     AttnShape shape;
     AttnMode mode;
-    CUtensorMap qkv_map, dout_map;
+    CUtensorMap qkv_map, dout_map, dq_map;
 };
 
-static HopperBwd hopper_bwd_prepare(AttnMode mode, AttnShape s, const bf16* qkv, const bf16* dout) {
+/* workspace: what hopper_bwd_launch will be given (its dQ accumulator is the TMA variants' reduce target) */
+static HopperBwd hopper_bwd_prepare(AttnMode mode, AttnShape s, const bf16* qkv, const bf16* dout, float* workspace) {
     attention_cuda_check_shape(s, mode);
     if (s.HS != kHS) {
         die("hopper_bwd_fast: head size %d is not supported by this lab (B=%d NH=%d T=%d)\n"
@@ -727,6 +773,7 @@ static HopperBwd hopper_bwd_prepare(AttnMode mode, AttnShape s, const bf16* qkv,
     f.mode = mode;
     f.qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
     f.dout_map = make_head_map(dout, s, s.NH, "dout");
+    f.dq_map = encode_dq_acc_map(workspace, s, kBlockQ, "hopper_bwd_fast");
     return f;
 }
 
@@ -745,7 +792,7 @@ static void hopper_bwd_launch(const HopperBwd& f, int variant, const bf16* out, 
     cudaCheckLastError();
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
     const Variant& v = kVariants[variant];
-    (f.mode == ATTN_BF16 ? v.launch_bf16 : v.launch_repair)(grid, stream, f.qkv_map, f.dout_map, stats, D, dq_acc,
+    (f.mode == ATTN_BF16 ? v.launch_bf16 : v.launch_repair)(grid, stream, f.qkv_map, f.dout_map, f.dq_map, stats, D, dq_acc,
                                                             dqkv, s.NH, s.T, scale, c);
     cudaCheckLastError();
     const long long pairs = rows * s.HS / 2;
@@ -809,7 +856,7 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it, 
     AttnOptions opt = {0};
     opt.force_portable = 1;
     attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, 0);
-    const HopperBwd bwd = hopper_bwd_prepare(mode, s, qkv, dout);
+    const HopperBwd bwd = hopper_bwd_prepare(mode, s, qkv, dout, ws_new);
     attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
     hopper_bwd_launch(bwd, variant, out, stats, dqkv_new, ws_new, dout, 0);
     sync_or_report(cudaDeviceSynchronize(), title);
@@ -941,11 +988,31 @@ static void run_child(int variant) {
    trap or a hang report in one variant (which kills its context) costs that variant's results only. A
    child reports its pass/fail counts through a pipe; one that dies without reporting counts as a failure. */
 int main(int argc, char** argv) {
-    if (argc != 1) die("usage: %s   (no arguments)\n  hint: the shapes and variants are fixed in the program", argv[0]);
+    if (argc != 1) {
+        die("usage: %s   (no arguments)\n  hint: the shapes are fixed in the program; HOPPER_BWD_FAST_VARIANTS=\"0 7\""
+            " (indexes into the variant table) runs some variants only", argv[0]);
+    }
+    /* HOPPER_BWD_FAST_VARIANTS: a list of variant indexes (the probe always runs) */
+    int selected[kNumVariants];
+    const char* pick = getenv("HOPPER_BWD_FAST_VARIANTS");
+    for (int v = 0; v < kNumVariants; v++) selected[v] = (pick == NULL);
+    if (pick != NULL) {
+        char* end = NULL;
+        for (const char* p = pick; *p != '\0'; p = end) {
+            const long v = strtol(p, &end, 10);
+            if (end == p || v < 0 || v >= kNumVariants) {
+                die("hopper_bwd_fast: HOPPER_BWD_FAST_VARIANTS=\"%s\" is not a list of indexes 0..%d", pick,
+                    kNumVariants - 1);
+            }
+            selected[v] = 1;
+            while (*end == ' ' || *end == ',') end++;
+        }
+    }
     printf("hopper_bwd_fast: %d variants of the wgmma key-major backward (first run of v1-v4: written without a"
            " GPU), each in its own process\n", kNumVariants);
     int passed = 0, failed = 0;
     for (int child = -1; child < kNumVariants; child++) {
+        if (child >= 0 && !selected[child]) continue;
         const char* what = child < 0 ? "the layout probe" : kVariants[child].name;
         int fds[2];
         if (pipe(fds) != 0) die("hopper_bwd_fast: pipe() failed\n  hint: out of file descriptors?");
