@@ -33,10 +33,11 @@
  *       must hold attention_cuda_workspace_bytes(s, mode) bytes; its contents
  *       need not be initialised. Which kernels run: always the portable prep
  *       (D, zeroed dQ accumulator) and dQ post-pass; on a compute-capability
- *       9.0 device at HS 64 (qkv and dout 16-byte aligned) one pass is a
- *       Hopper wgmma kernel (attention/attention_hopper_bwd.cuh): the
- *       key-major pass in bf16 and repair mode (not the tile-max-shift arm),
- *       the row pass in gproj and fp32 mode; everywhere else and with
+ *       9.0 device (qkv and dout 16-byte aligned) one pass is a Hopper
+ *       wgmma kernel (attention/attention_hopper_bwd.cuh): the key-major pass
+ *       in bf16 and repair mode (not the tile-max-shift arm) at HS 64 and
+ *       HS 128, the row pass in gproj and fp32 mode at HS 64; everywhere
+ *       else (gproj and fp32 at HS 128 included) and with
  *       AttnOptions.force_portable = 1 the portable mma.sync kernels. Both
  *       agree to a few BF16 ulps (FP32 sum order only).
  *   attention_backward_cuda_path - which of the two the backward would take

@@ -8,8 +8,8 @@
  * attention time on the H200 (dev/results/device_s4/call5: 2.0 ms of the 2.3 ms fwd+bwd at B2 H16 T4096 d128,
  * cuDNN's whole fwd+bwd 1.0 ms), and HS 64's kernel does not stretch (one warpgroup's dK, dV accumulators
  * alone would be 128 registers next to S^T, dP^T and the dQ partial). This kernel was written and first run
- * as dev/attention_lab/hopper_bwd128.cu (H200, 2026-11-29, log /tmp/c1/s1/hopper_bwd128.log, kept as
- * dev/results/device_s5/ by the lead): layout probe exact in all five products, 104 passed / 0 failed against
+ * as dev/attention_lab/hopper_bwd128.cu (H200, 2026-11-29, dev/results/device_s5/call1/hopper_bwd128.log):
+ * layout probe exact in all five products, 104 passed / 0 failed against
  * the portable production backward within 4 BF16 ulps, the whole backward (prep + this kernel + dQ post-pass)
  * 1.40x faster than mma.sync at B8 H8 T1024 d128 (0.218 vs 0.304 ms) and 1.69x at B2 H16 T4096 d128 (1.04 vs
  * 1.76 ms; warm inputs). Moved here unchanged in what it computes and how it is laid out; the production form

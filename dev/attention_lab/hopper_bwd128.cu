@@ -9,8 +9,8 @@
  *
  * History: written here without a GPU as a lab carrying its own copy of the kernel (with twins of the
  * portable prep and dQ post-pass that computed exactly what attn_bwd_prep_kernel<128> and
- * attn_bwd_dq_kernel<128> compute); first H200 run 2026-11-29 (/tmp/c1/s1/hopper_bwd128.log, kept by the lead
- * as dev/results/device_s5/): layout probe exact in all five products, 104 passed / 0 failed, whole backward
+ * attn_bwd_dq_kernel<128> compute); first H200 run 2026-11-29 (dev/results/device_s5/call1/hopper_bwd128.log):
+ * layout probe exact in all five products, 104 passed / 0 failed, whole backward
  * 1.40x at B8 H8 T1024 and 1.69x at B2 H16 T4096 (same timing method as below). Then the kernel moved into
  * attention/ unchanged (PTX of the kernel and the probe identical to the lab's, apart from symbol names and
  * the NaN-on-give-up tail the production form adds); this harness's first run is the next GPU call.
