@@ -44,6 +44,7 @@
 #include "attention/attention_hopper_bwd.cuh"
 #include "attention/tile_order.cuh"
 #include "attention/hopper_wgmma.cuh"
+#include "attention/hopper_bwd_common.cuh"
 
 using namespace hopper_wgmma;
 
@@ -124,14 +125,6 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
 /* ------------------------------------------------------------------------------------------------ */
 /* kernels                                                                                           */
 /* ------------------------------------------------------------------------------------------------ */
-
-/* The recomputed probability of one score (attention_cuda.cu's backward_prob, the same expression): bf16:
-   row_a = fl(LSE log2 e), P = exp2(fma(S, c, -row_a)); repair: row_a = m, row_b = fl(1/l). */
-template <int MODE>
-__device__ __forceinline__ float recompute_prob(float score, float row_a, float row_b, float c) {
-    if (MODE == ATTN_BF16) return exp2f(__fmaf_rn(score, c, -row_a));
-    return exp2f((score - row_a) * c) * row_b;
-}
 
 template <int MODE>
 __global__ void __launch_bounds__(kThreads, 1)

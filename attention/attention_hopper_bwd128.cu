@@ -60,6 +60,7 @@
 #include <stdint.h>
 #include "attention/attention_hopper_bwd.cuh"
 #include "attention/hopper_wgmma.cuh"
+#include "attention/hopper_bwd_common.cuh"
 
 using namespace hopper_wgmma;
 
@@ -213,52 +214,18 @@ __device__ __forceinline__ void load_ds_operand(uint32_t (&a)[kBlockK / kWgmmaK]
                                         ds_s + half * kTileK, warp_in_wg, g, t);
 }
 
-/* ---- bounded mbarrier waits that give up (see the file comment: no trap under setmaxnreg) ---- */
-
+/* bounded mbarrier waits that give up (see the file comment: no trap under setmaxnreg) */
 constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz */
 /* set by attention_hopper_bwd_watch_hangs (through attention_hopper_bwd128_watch_hangs); NULL: no record */
 __device__ AttnHopperHang* g_hang_record;
-/* Polls `bar` for phase `parity`; after kHangCycles (or at once, once the CTA gave up) sets *cta_abort,
-   records the first give-up of the whole grid in g_hang_record, and returns as if it had completed. */
 __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity, int site, int index,
                                                   volatile int* cta_abort) {
-    const uint32_t addr = smem_u32(bar);
-    uint32_t done = 0;
-    const long long start = clock64();
-    while (!done) {
-        done = mbar_try_wait(addr, parity);
-        if (!done && (*cta_abort != 0 || clock64() - start > kHangCycles)) {
-            if (*cta_abort == 0) {
-                *cta_abort = 1;
-                volatile AttnHopperHang* rec = g_hang_record;
-                if (rec != NULL && rec->site == ATTN_HANG_NONE) {
-                    rec->index = index;
-                    rec->parity = (int)parity;
-                    rec->block_x = (int)blockIdx.x;
-                    rec->block_y = (int)blockIdx.y;
-                    rec->thread = (int)threadIdx.x;
-                    __threadfence_system();
-                    rec->site = site;
-                    __threadfence_system();
-                }
-            }
-            break;
-        }
-    }
+    mbar_wait_give_up<kHangCycles>(bar, parity, site, index, cta_abort, g_hang_record);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
 /* kernels                                                                                           */
 /* ------------------------------------------------------------------------------------------------ */
-
-/* The recomputed probability of one score (attention_cuda.cu's backward_prob): bf16: row_a =
-   fl(LSE log2 e), P = exp2(fma(S, c, -row_a)); repair: row_a = m, row_b = fl(1/l). */
-template <int MODE>
-__device__ __forceinline__ float recompute_prob(float score, float row_a, float row_b, float c) {
-    if (MODE == ATTN_BF16) return exp2f(__fmaf_rn(score, c, -row_a));
-    return exp2f((score - row_a) * c) * row_b;
-}
-
 
 /* The key-major backward at HS 128 (see the file comment). */
 template <int MODE>

@@ -45,10 +45,12 @@ $(BUILD)/attention/attention_hopper.cu.o: attention/attention_hopper.cu attentio
         attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/attention_hopper_bwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper_bwd.cu.o: attention/attention_hopper_bwd.cu attention/attention_hopper_bwd.cuh \
-        attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+        attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h \
+        common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/attention_hopper_bwd128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper_bwd128.cu.o: attention/attention_hopper_bwd128.cu attention/attention_hopper_bwd.cuh \
-        attention/hopper_wgmma.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+        attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh attention/attention.h common/cuda_utils.cuh \
+        common/utils.h
 $(BUILD)/attention/attention_hopper_rows.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper_rows.cu.o: attention/attention_hopper_rows.cu attention/attention_hopper_bwd.cuh \
         attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
