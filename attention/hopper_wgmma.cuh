@@ -16,7 +16,7 @@
  *   mbar_try_wait / mbar_wait, fence_proxy_async, init_pipeline_barriers<STAGES>, tma_load_4d, make_smem_desc,
  *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
  *   wgmma_m64n128k16_rs, wgmma_pv, quad_max, quad_sum, setmaxnreg_inc / setmaxnreg_dec,
- *   red_add_f32x2_if, warpgroup_sync;
+ *   red_add_f32x2_if, named_bar_sync / named_bar_arrive, warpgroup_sync;
  *   the 64 x 64 tile steps of the HS-64 backward kernels (key-major pass, row pass, their labs):
  *   warpgroup_two_ss_64x64 (two K-major SS GEMMs as one batch: S and dP, or their transposes),
  *   pack_acc_a_operand (FP32 accumulator -> BF16 register A operand), warpgroup_rs_issue_n64,
@@ -305,6 +305,16 @@ __device__ __forceinline__ void red_add_f32x2_if(float* dst, float lo, float hi,
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p red.global.add.v2.f32 [%0], {%1, %2};\n}\n" ::"l"(dst),
                  "f"(lo), "f"(hi), "r"((int)ok)
                  : "memory");
+}
+
+/* Named barrier `id` (1-15; 0 is __syncthreads) of `threads` threads (a multiple of 32): sync waits until that many
+   have arrived or synced (acquire: their earlier shared-memory writes are visible after it), arrive counts this
+   thread and goes on (release). A producer/consumer pair of warpgroups hands a shared tile over with them. */
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 /* Barrier of one 128-thread warpgroup wg (named barrier 1 + wg; 0 is __syncthreads). */

@@ -129,7 +129,7 @@ enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] *
 static_assert(kWarpgroupKeys == kBlockQ, "one staged dS tile is 64 x 64: the warpgroup's keys x the query tile");
 
 /* Shared-memory plan (byte offsets from a 1024-byte aligned base). Tiles are [rows][128 bytes], swizzled. */
-template <int STAGES, bool TMA_DQ = false>
+template <int STAGES, int TMA_DQ = 0>
 struct SmemPlan {
     static constexpr int kBoxBytes = kBoxRows * kSwizzleRowBytes;   /* 8 KB */
     static constexpr int kKeyTileBytes = kBlockK * kSwizzleRowBytes; /* 16 KB */
@@ -146,11 +146,12 @@ struct SmemPlan {
     static constexpr int kRowState = kXchg + 2 * kXchgFloats * 4; /* float4 [STAGES][kBlockQ] */
     static constexpr int kBarriers = kRowState + STAGES * kBlockQ * 16;
     static constexpr int kNumBarriers = 1 + 2 * STAGES; /* kv_full, full[stages], empty[stages] */
-    /* TMA_DQ: per warpgroup 2 FP32 dQ tiles [64 queries][64] (step parity), each two 128B-swizzled boxes of 32
-       columns (8 KB), 1024-byte aligned */
+    /* TMA_DQ: 2 FP32 dQ tiles [64 queries][64] (step parity) per warpgroup (1) or per CTA (2), each two
+       128B-swizzled boxes of 32 columns (8 KB), 1024-byte aligned */
     static constexpr int kDqBuf = (kBarriers + 8 * kNumBarriers + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
     static constexpr int kDqTileBytes = kBlockQ * kHS * 4;
-    static constexpr int kBytes = TMA_DQ ? kDqBuf + kConsumerWarpgroups * 2 * kDqTileBytes : kBarriers + 8 * kNumBarriers;
+    static constexpr int kDqTiles = TMA_DQ == 1 ? 2 * kConsumerWarpgroups : 2;
+    static constexpr int kBytes = TMA_DQ ? kDqBuf + kDqTiles * kDqTileBytes : kBarriers + 8 * kNumBarriers;
     static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
     static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
     static_assert(kRowState % 16 == 0, "float4 row state");
@@ -227,7 +228,7 @@ __device__ __forceinline__ void consumers_sync() {
      ABLATE      - timing-only ablations (results wrong by design, never checked): 0 none; 1 the dQ partials
                    are computed but not sent (no red.global); 2 no dQ at all (no staging, dQ GEMM, atomics).
                    What the full kernel loses to each piece is the difference to variant 0. */
-template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE, bool TMA_DQ>
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE, int TMA_DQ>
 __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
     hopper_bwd_fast_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                            const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats, const float* __restrict__ D, float* __restrict__ dq_acc,
@@ -485,7 +486,7 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
         if constexpr (ABLATE < 2) {
             /* TMA_DQ: this step's dQ tile buffer (parity i) was last sent at step i - 2; let its reduce-add finish
                reading it (at most the group of step i - 1 still reading) before the barrier below */
-            if constexpr (TMA_DQ) {
+            if constexpr (TMA_DQ == 1) {
                 if (tid_in_wg == 0) bulk_wait_group_read<1>();
             }
             warpgroup_sync(wg);
@@ -526,7 +527,54 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
 #pragma unroll
         for (int k = 0; k < 32; k++) asm volatile("mov.b32 %0, %1;\n" : "=f"(dq_out[k]) : "f"(dq[k]));
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-        if constexpr (TMA_DQ) {
+        if constexpr (TMA_DQ == 2) {
+            /* one tile per CTA: warpgroup 0 stores its partial into the tile of this step's parity and arrives on
+               FULL[p]; warpgroup 1 waits there, adds its own partial in place (each thread the same positions: the
+               two partials have the same fragment layout) and one of its threads sends the sum with two TMA
+               reduce-adds. Tile p is rewritten by warpgroup 0 at step i + 2 only after FREE[p]: warp 0 of
+               warpgroup 1 arrives there once that reduce-add has read the tile (at its step i + 1). Named barriers
+               4 + p (FULL) and 6 + p (FREE); 1, 2 are the per-warpgroup ones, 3 consumers_sync. */
+            const int p = i & 1;
+            unsigned char* buf = smem + Plan::kDqBuf + p * Plan::kDqTileBytes;
+            auto tile_at = [&](int rr, int n) {
+                const int row = warp_in_wg * 16 + g + 8 * rr;
+                const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+                return reinterpret_cast<float2*>(buf + (n >> 2) * (kBlockQ * kSwizzleRowBytes) + row * kSwizzleRowBytes +
+                                                 chunk * 16 + (t & 1) * 8);
+            };
+            if (wg == 0) {
+                if (i >= 2) named_bar_sync(6 + p, kConsumerThreads - 96);
+#pragma unroll
+                for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                    for (int n = 0; n < kHS / 8; n++)
+                        *tile_at(rr, n) = make_float2(dq_out[4 * n + 2 * rr], dq_out[4 * n + 2 * rr + 1]);
+                named_bar_arrive(4 + p, kConsumerThreads);
+            } else {
+                named_bar_sync(4 + p, kConsumerThreads);
+#pragma unroll
+                for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                    for (int n = 0; n < kHS / 8; n++) {
+                        float2* x = tile_at(rr, n);
+                        const float2 a = *x;
+                        *x = make_float2(a.x + dq_out[4 * n + 2 * rr], a.y + dq_out[4 * n + 2 * rr + 1]);
+                    }
+                fence_proxy_async();
+                warpgroup_sync(wg);
+                if (warp_in_wg == 0) {
+                    if (lane == 0) {
+                        tma_reduce_add_3d(&dq_map, buf, 0, q0, bh);
+                        tma_reduce_add_3d(&dq_map, buf + kBlockQ * kSwizzleRowBytes, 32, q0, bh);
+                        bulk_commit_group();
+                        bulk_wait_group_read<1>(); /* step i - 1's tile has been read */
+                    }
+                    __syncwarp();
+                    /* free step i - 1's tile for warpgroup 0's step i + 1 (only if it has one) */
+                    if (i >= 1 && i + 1 < n_q_tiles) named_bar_arrive(6 + (p ^ 1), kConsumerThreads - 96);
+                }
+            }
+        } else if constexpr (TMA_DQ == 1) {
             /* the partial into the warpgroup's tile buffer of this step's parity (two 128B-swizzled boxes of 32
                columns: float2 (row r, cols 8n + 2t) is 16-byte chunk 2 (n % 4) + t / 2 ^ (r % 8) of row r of box
                n / 4, r % 8 = g), then one thread adds the tile to the accumulator with two TMA reduce-adds */
@@ -558,8 +606,11 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
     }
 
     /* the last reduce-adds complete before the CTA's shared memory goes away */
-    if constexpr (TMA_DQ) {
+    if constexpr (TMA_DQ == 1) {
         if (tid_in_wg == 0) bulk_wait_group<0>();
+    }
+    if constexpr (TMA_DQ == 2) {
+        if (wg == 1 && tid_in_wg == 0) bulk_wait_group<0>();
     }
 
     /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t) */
@@ -692,7 +743,7 @@ typedef void (*KernelLaunch)(dim3 grid, cudaStream_t stream, const CUtensorMap& 
                              const CUtensorMap& dq_map,
                              const float* stats, const float* D, float* dq_acc, bf16* dqkv, int NH, int T, float scale,
                              float c);
-template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE, bool TMA_DQ>
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE, int TMA_DQ>
 static void launch_fast_kernel(dim3 grid, cudaStream_t stream, const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                const CUtensorMap& dq_map, const float* stats, const float* D, float* dq_acc, bf16* dqkv, int NH, int T,
                                float scale, float c) {
@@ -700,7 +751,7 @@ static void launch_fast_kernel(dim3 grid, cudaStream_t stream, const CUtensorMap
         <<<grid, cta_threads(PRODUCER_WG), SmemPlan<STAGES, TMA_DQ>::kAlloc, stream>>>(qkv_map, dout_map, dq_map, stats, D, dq_acc,
                                                                               dqkv, NH, T, scale, c);
 }
-template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE, bool TMA_DQ>
+template <int MODE, bool PRODUCER_WG, bool OVERLAP, bool SHARED_DQ, int STAGES, bool PREFETCH, int ABLATE, int TMA_DQ>
 static void allow_fast_kernel_smem(void) {
     cudaCheck(cudaFuncSetAttribute(hopper_bwd_fast_kernel<MODE, PRODUCER_WG, OVERLAP, SHARED_DQ, STAGES, PREFETCH, ABLATE, TMA_DQ>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan<STAGES, TMA_DQ>::kAlloc));
@@ -720,25 +771,28 @@ struct Variant {
      allow_fast_kernel_smem<ATTN_REPAIR, PWG, OVL, SDQ, ST, PF, AB, TD>}
 static const Variant kVariants[] = {
     FAST_VARIANT("v0 old", "hopper_bwd.cu's kernel: producer warp (288 threads), no overlap, dQ atomics per warpgroup,"
-                 " 2 stages", false, false, false, 2, false, 0, false),
+                 " 2 stages", false, false, false, 2, false, 0, 0),
     FAST_VARIANT("v1 +producer WG", "a producer warpgroup (384 threads), setmaxnreg 40 / 232", true, false, false, 2,
-                 false, 0, false),
+                 false, 0, 0),
     FAST_VARIANT("v2 +overlap", "S^T and dP^T as 2 groups (P under dP^T), dQ issued behind dV/dK, dQ atomics under"
-                 " the next step's score GEMMs", true, true, false, 2, false, 0, false),
+                 " the next step's score GEMMs", true, true, false, 2, false, 0, 0),
     FAST_VARIANT("v3 +one dQ per CTA", "the warpgroups swap dQ halves through shared memory: one set of atomics"
-                 " per 128 keys", true, true, true, 2, false, 0, false),
-    FAST_VARIANT("v4 +3 stages", "3 Q/dO stages", true, true, true, 3, false, 0, false),
+                 " per 128 keys", true, true, true, 2, false, 0, 0),
+    FAST_VARIANT("v4 +3 stages", "3 Q/dO stages", true, true, true, 3, false, 0, 0),
     /* session 5: v0 with one change each (the producer's prefetch), and v0's ablations, to see where its time goes */
     FAST_VARIANT("v5 v0+prefetch", "v0 whose producer reads the row state before waiting for the stage and issues"
-                 " the TMA before writing it", false, false, false, 2, true, 0, false),
-    FAST_VARIANT("v6 v0+prefetch+3 stages", "v5 with 3 Q/dO stages", false, false, false, 3, true, 0, false),
+                 " the TMA before writing it", false, false, false, 2, true, 0, 0),
+    FAST_VARIANT("v6 v0+prefetch+3 stages", "v5 with 3 Q/dO stages", false, false, false, 3, true, 0, 0),
     FAST_VARIANT("v7 v0+TMA dQ", "v0 sending each warpgroup's dQ partial as a 64 x 64 FP32 tile through shared"
                  " memory with TMA reduce-adds (one thread, double-buffered) instead of 128 threads' red.global",
-                 false, false, false, 2, false, 0, true),
+                 false, false, false, 2, false, 0, 1),
+    FAST_VARIANT("v8 v7 one tile per CTA", "v7 with one dQ tile per 128 keys: warpgroup 0 stores its partial, warpgroup 1"
+                 " adds its own in place and sends the sum (named barriers FULL/FREE between them)",
+                 false, false, false, 2, false, 0, 2),
     FAST_VARIANT("a1 v0 no dQ atomics", "ablation (timing only): v0 computing the dQ partials but not sending them",
-                 false, false, false, 2, false, 1, false),
+                 false, false, false, 2, false, 1, 0),
     FAST_VARIANT("a2 v0 no dQ", "ablation (timing only): v0 without the dQ staging, GEMM and atomics", false, false,
-                 false, 2, false, 2, false),
+                 false, 2, false, 2, 0),
 };
 enum { kNumVariants = (int)(sizeof kVariants / sizeof kVariants[0]) };
 #undef FAST_VARIANT
