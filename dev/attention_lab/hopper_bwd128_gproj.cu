@@ -824,6 +824,9 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     AttnOptions opt = {0}, portable = {0};
     portable.force_portable = 1;
     const Gproj128 f = gproj128_prepare(s, qkv, dout);
+    /* the uploads and poison fills ran on the legacy default stream, which `st` (non-blocking) does not
+       wait for */
+    sync_or_report(cudaDeviceSynchronize(), "the uploads and poison fills");
 
     attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, st);
     attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st);
@@ -853,6 +856,7 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         printf("  the default gproj backward has a Hopper pass at HS 128: composing over its row pass too\n");
         lab_alloc_poisoned(&dqkv_comp_def, nqkv * 2);
         lab_alloc_poisoned(&ws_comp_def, ws_bytes);
+        sync_or_report(cudaDeviceSynchronize(), "the poison fills");
         have_composed_def =
             composed_build(&composed_def, f, opt, qkv, out, stats, dout, dqkv_comp_def, ws_comp_def, st);
         if (have_composed_def) {
