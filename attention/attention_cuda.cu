@@ -61,9 +61,12 @@
  * pass is a Hopper wgmma kernel (attention/attention_hopper_bwd.cuh, same
  * rounding points, FP32 sum order only): in bf16 and repair mode (not the
  * shift arm) the key-major pass (attention_hopper_bwd.cu for attn_bwd_kernel),
- * in gproj and fp32 mode the row pass (attention_hopper_rows.cu for
- * attn_bwd_rows_kernel, then attn_bwd_kernel here unchanged); everywhere else
- * the kernels here. attention_backward_cuda_path tells which.
+ * in fp32 mode the row pass (attention_hopper_rows.cu for
+ * attn_bwd_rows_kernel, then attn_bwd_kernel here unchanged), in gproj mode
+ * both passes (the row pass, then attention_hopper_bwd_gproj.cu for
+ * attn_bwd_kernel<64, ATTN_GPROJ>, reading the D and lambda slots the prep
+ * kernel and the row pass wrote); everywhere else the kernels here.
+ * attention_backward_cuda_path tells which.
  */
 #include <math.h>
 #include <stdint.h>
@@ -886,15 +889,18 @@ void forward_launch(AttnShape s, const bf16* qkv, bf16* out, float* stats, int t
     cudaCheckLastError();
 }
 
-/* hopper: the Hopper kernel of the mode (attention_hopper_bwd.cuh) in its portable twin's place - bf16 and
-   repair: the key-major kernel for attn_bwd_kernel; fp32 and gproj: the row pass for attn_bwd_rows_kernel.
-   The caller has checked support and the device (attention_backward_cuda_path). The prep, the other pass
-   and the dQ post-pass are the same either way. */
+/* hopper: the Hopper kernels of the mode (attention_hopper_bwd.cuh) in their portable twins' place - bf16
+   and repair: the key-major kernel for attn_bwd_kernel; fp32: the row pass for attn_bwd_rows_kernel; gproj:
+   the row pass, then gproj's key-major pass for attn_bwd_kernel (HS 64; both read and write the workspace
+   slots of carve_workspace: the prep kernel's D, the row pass's lambda). The caller has checked support and
+   the device (attention_backward_cuda_path). The prep and the dQ post-pass are the same either way. */
 template <int HS, int MODE>
 void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float* stats, const bf16* dout,
                      bf16* dqkv, void* workspace, int hopper, cudaStream_t stream) {
     constexpr bool kHasRowPass = (MODE == ATTN_FP32 || MODE == ATTN_GPROJ);
     const int hopper_keys = hopper && !kHasRowPass, hopper_rows = hopper && kHasRowPass;
+    const int hopper_gproj_keys =
+        hopper && MODE == ATTN_GPROJ && attention_hopper_gproj_keys_supports((AttnMode)MODE, s, qkv, dout);
     const Workspace w = carve_workspace(s, workspace);
     const long long rows = (long long)s.B * s.NH * s.T;
     const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
@@ -917,6 +923,8 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
     }
     if (hopper_keys) {
         attention_backward_hopper_keys((AttnMode)MODE, s, qkv, dout, stats, w.D, w.dq_acc, dqkv, stream);
+    } else if (hopper_gproj_keys) { /* dK, dV from the D and lambda written above */
+        attention_backward_hopper_gproj_keys(s, qkv, dout, stats, w.D, w.lambda, dqkv, stream);
     } else {
         const size_t smem = bwd_smem_bytes<HS, MODE>();
         cudaCheck(cudaFuncSetAttribute(attn_bwd_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1010,7 +1018,8 @@ const char* attn_fwd_path_name(AttnFwdPath path) { return path == ATTN_FWD_HOPPE
 AttnBwdPath attention_backward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                                          const __nv_bfloat16* dout) {
     if (opt.force_portable) return ATTN_BWD_PORTABLE;
-    if (!attention_hopper_bwd_supports(mode, opt, s, qkv, dout) && !attention_hopper_rows_supports(mode, s, qkv, dout))
+    if (!attention_hopper_bwd_supports(mode, opt, s, qkv, dout) && !attention_hopper_rows_supports(mode, s, qkv, dout) &&
+        !attention_hopper_gproj_keys_supports(mode, s, qkv, dout))
         return ATTN_BWD_PORTABLE;
     return current_device_is_sm90() ? ATTN_BWD_HOPPER : ATTN_BWD_PORTABLE;
 }

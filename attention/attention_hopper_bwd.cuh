@@ -118,4 +118,37 @@ void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloa
 void attention_hopper_rows_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                         float* s_tile, float* dp_tile, float* x_tile, float* y_tile);
 
+/* ---- gproj's key-major pass (attention_hopper_bwd_gproj.cu) ----
+   dK and dV of gproj mode at head size 64 (no dQ: the row pass wrote it): dV += bf(P)^T dO,
+   dK += bf(dS)^T Q + bf(-lambda_q P)^T Q, dK = bf(s acc), dV = bf(acc), the portable
+   attn_bwd_kernel<64, ATTN_GPROJ>'s rounding points (FP32 sum order only). A producer warpgroup gives its
+   registers to the two consumer warpgroups (setmaxnreg 40 / 232). First run as a lab kernel in
+   dev/attention_lab/hopper_bwd_gproj.cu (probes exact, 301/0; the all-Hopper gproj backward 1.16-1.21x
+   faster than with the portable key-major pass). attention_backward_cuda runs it in
+   attn_bwd_kernel<64, ATTN_GPROJ>'s place on sm_90 (not force_portable), after the prep kernel (D) and the
+   Hopper row pass (lambda, dQ), reading the D and lambda workspace slots those two wrote.
+   A wait that runs out does not trap on the consumer path (a trap there disables setmaxnreg): the CTA
+   gives up, records the barrier (through attention_hopper_bwd_watch_hangs' record) and writes NaN over its
+   dK and dV rows; the producer warp traps. */
+/* 1 iff mode gproj, head size 64, B*NH <= 65535, qkv and dout 16-byte aligned. Says nothing about the device. */
+int attention_hopper_gproj_keys_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout);
+
+/* The pass alone (asynchronous on `stream`): reads qkv, dout, stats {m, l}, D and lambda [B*NH*T]; writes the
+   k and v slots of dqkv (the q slot is left as it is). Dies with a hint if unsupported. */
+void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                          const float* stats, const float* D, const float* lambda,
+                                          __nv_bfloat16* dqkv, cudaStream_t stream);
+
+/* Installs the hang record of this pass's translation unit (a __device__ pointer is per object without
+   relocatable device code). attention_hopper_bwd_watch_hangs calls it: callers install once, there. */
+void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
+
+/* Probe of the pass's one new operand form, qkv [1, T, 3, NH, 64] and dout [1, T, NH, 64] with T <= 64
+   (tokens past T read as zeros), head `head` at token 0, lambda [64] per query (device): four [64][64]
+   FP32 tiles, row-major, consecutively at `tiles`: S^T = K Q^T, dP^T = V dO^T,
+   dK = bf(dP^T) Q + bf(-lambda_q S^T) Q (two register-A batches into one accumulator), and the correction
+   bf(-lambda_q S^T) Q alone. Synchronous launch errors die; the caller synchronises. */
+void attention_hopper_gproj_keys_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
+                                              const __nv_bfloat16* dout, const float* lambda, float* tiles);
+
 #endif /* ATTENTION_ATTENTION_HOPPER_BWD_CUH */

@@ -24,7 +24,10 @@
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
  *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks;
  *   ProbeInputs (probe_inputs_make / _free, probe_qkv, probe_dout) - the backward probes' one-head inputs;
- *   keymajor_probe_products         - the five products of the key-major backward's probe, checked.
+ *   keymajor_probe_products         - the five products of the key-major backward's probe, checked;
+ *   lab_watch_hangs, lab_sync_or_report - the production Hopper backward's hang record (AttnHopperHang,
+ *                                     attention_hopper_bwd_watch_hangs) installed in host-mapped memory, and a
+ *                                     synchronisation that stops with the hung barrier's name or the CUDA error.
  */
 #ifndef DEV_ATTENTION_LAB_HOPPER_LAB_CUH
 #define DEV_ATTENTION_LAB_HOPPER_LAB_CUH
@@ -32,12 +35,15 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
+#include "attention/attention_hopper_bwd.cuh"
 #include "attention/attn_cases.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
+#include "tests/testing.h"
 
 /* Inputs: standard normals from the attention library's seeded generator (attention/attn_cases.h). */
 static AttnRng g_rng; /* seeded at the start of main */
@@ -282,5 +288,33 @@ static inline void keymajor_probe_products(const ProbeInputs& in, const float* h
     free(mag);
 }
 
+/* ---- the production Hopper backward's hang record (attention/attention_hopper_bwd.cuh) ---- */
+
+/* The record lives in pinned host memory mapped into the device, so it can be read whatever became of the
+   kernel's results or the context (a producer trap kills the context; a consumer that gives up lets the
+   kernel finish with NaN rows, so a hang need not be a CUDA error at all). */
+static AttnHopperHang* g_lab_hang = NULL;
+static inline void lab_watch_hangs(void) {
+    cudaCheck(cudaHostAlloc((void**)&g_lab_hang, sizeof(AttnHopperHang), cudaHostAllocMapped));
+    memset(g_lab_hang, 0, sizeof(AttnHopperHang));
+    AttnHopperHang* dev = NULL;
+    cudaCheck(cudaHostGetDevicePointer((void**)&dev, g_lab_hang, 0));
+    attention_hopper_bwd_watch_hangs(dev);
+}
+/* After a synchronisation `e` (cudaDeviceSynchronize, an event wait): returns if it succeeded and no barrier
+   hung; else prints a FAIL line naming the barrier (if one hung), the lab's summary line, and dies with the
+   CUDA error, if any (the results, or the context, are gone). */
+static inline void lab_sync_or_report(cudaError_t e, const char* lab, const char* where) {
+    const volatile AttnHopperHang* r = g_lab_hang;
+    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
+    if (e == cudaSuccess && !hung) return;
+    if (hung)
+        CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d)", where,
+              attn_hopper_hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread);
+    if (e != cudaSuccess) CHECK(0, "CUDA error after %s: %s", where, cudaGetErrorString(e));
+    test_summary();
+    die("%s: stopped after %s\n  hint: a HANG line names the mbarrier that never completed (a pipeline protocol"
+        " bug); otherwise run under compute-sanitizer", lab, where);
+}
 
 #endif /* DEV_ATTENTION_LAB_HOPPER_LAB_CUH */

@@ -1,0 +1,481 @@
+/*
+ * attention/attention_hopper_bwd_gproj.cu - the Hopper (sm_90a) key-major pass of gproj mode's backward at
+ * head size 64 (dK and dV only) on wgmma + TMA + a producer warpgroup and setmaxnreg. The API and which calls
+ * it serves: attention/attention_hopper_bwd.cuh (the gproj section at its end).
+ *
+ * Why: on sm_90 gproj's backward was prep (D) + the Hopper row pass (attention_hopper_rows.cu: lambda and all
+ * of dQ) + the portable mma.sync attn_bwd_kernel<64, ATTN_GPROJ> (attention/attention_cuda.cu) for dK and dV,
+ * and that last kernel was the slow piece. bf16/repair's key-major pass is already Hopper
+ * (attention_hopper_bwd.cu); this kernel is that kernel's forms with gproj's numerics: no dQ GEMM, no
+ * atomics, no dS staging (the row pass wrote dQ), and a third register-A GEMM into dK. Its lab is
+ * dev/attention_lab/hopper_bwd_gproj.cu; first H200 run as a lab kernel on 2026-11-29 (session 5, call 1:
+ * dev/results/device_s5/call1, the lab's log hopper_bwd_gproj.log): probes exact, 301 passed / 0 failed,
+ * the all-Hopper gproj backward (prep, row pass, this kernel) 0.349 ms vs 0.404 ms for prep + Hopper row
+ * pass + portable key-major (1.16x) at B8 H16 T1024 d64, 0.544 vs 0.661 ms (1.21x) at B4 H16 T2048; gproj's
+ * backward over bf16's went from 1.27x / 1.33x to 1.10x / 1.09x; this kernel alone 0.174 ms = 247 TFLOP/s
+ * and 0.272 ms = 316 TFLOP/s (5 causal GEMMs). First run in this production form at the next GPU call.
+ *
+ * What it computes (docs/ATTENTION_NUMERICS.md, gproj; attn_bwd_kernel<64, ATTN_GPROJ>'s rounding points):
+ *   per key tile, for each query tile from the diagonal on (per consumer warpgroup, 64 keys x 64 queries):
+ *     S^T = K Q^T, dP^T = V dO^T          (FP32, wgmma SS)
+ *     P = exp2((S - m) c) * fl(1/l)        (repair's softmax, which gproj uses; stats {m, l})
+ *     dS = P (dP - D)                      (FP32; D from the prep kernel, the BF16 O; masked entries exactly 0)
+ *     dV += bf(P)^T dO                     (wgmma RS, A = the P accumulator repacked)
+ *     dK += bf(dS)^T Q + bf(-lambda_q P)^T Q   (two wgmma RS batches into one accumulator; the second A
+ *                                           operand is its own BF16 rounding of -lambda_q * P in FP32, as the
+ *                                           portable kernel's `alp`: rounding dS - lambda P together would
+ *                                           lose the correction)
+ *   dK = bf(s dK_acc), dV = bf(dV_acc) into the k and v slots of dqkv. dQ is not touched.
+ *   D and lambda [B*NH*T] are the workspace slots carve_workspace (attention_cuda.cu) names and the prep
+ *   kernel (D) and the row pass (lambda) write.
+ * Only the FP32 sum order differs from the portable kernel: dK sums the 4 k-steps of bf(dS) then the 4 of
+ * the correction (the portable kernel interleaves them per 16 queries), and wgmma's k order. So dK and dV
+ * agree with force_portable within a few BF16 ulps of the row scale (the lab: 4 ulps, never exceeded).
+ *
+ * Kernel layout: attention_hopper_bwd.cu's (one CTA = 128 keys of one (b, h), longest key tiles first over
+ * all heads (tile_order.cuh); two consumer warpgroups of 64 keys; K/V once as two 64-row boxes, Q/dO tiles
+ * of 64 queries double-buffered; full[s]: 32 producer lanes after the row state {m, fl(1/l), D, lambda},
+ * plus the TMA bytes; empty[s]: the 256 consumer threads), except that the producer is a whole warpgroup
+ * (one warp of it works) and setmaxnreg gives the consumers 232 registers (40 to the producer): with a
+ * producer warp (288 threads, 168 registers each) the third A operand costs 92 bytes of spills.
+ * Registers (-Xptxas -v, CUDA 13.0): the kernel 168 at entry (the launch bound; 232 after setmaxnreg), 0
+ * bytes of spills, no C75xx warnings: 0 spills is also the sign that setmaxnreg took effect (the same code
+ * without setmaxnreg.inc spills at 168: 24 bytes). The probe 186, 0 spills. Re-check after any change
+ * with the nvcc line of `make -n build/attention/attention_hopper_bwd_gproj.cu.o` plus -Xptxas -v.
+ *
+ * Hangs (a pipeline protocol bug): every mbarrier wait is bounded (~10 s of clock64, as
+ * attention_hopper_bwd.cu). The consumers do not trap: a __trap() on their path can make ptxas ignore
+ * setmaxnreg.inc (seen in hopper_bwd_fast.cu: 260 bytes of spills; here a trap in the full[s] wait happened
+ * to compile to 0 spills with CUDA 13.0, a property no later edit would keep in view), and no consumer may
+ * leave early (the .sync.aligned wgmmas need the whole warpgroup). So a wait that runs out GIVES UP
+ * (hopper_bwd_common.cuh's mbar_wait_give_up, as attention_hopper_bwd128.cu): it records the barrier in the
+ * hang record (when attention_hopper_bwd_watch_hangs installed one; the first site of the grid wins) and
+ * sets the CTA's abort flag, after which every wait of the CTA returns at once; the consumers run to the
+ * end and write NaN over their dK and dV rows instead of numbers, so the result is loudly wrong (the
+ * trainer's NaN check, every test), never silently. The producer warp traps once its CTA gave up (its own
+ * empty[s] wait or a consumer's): the launch ends with a CUDA error and no copy of the abandoned pipeline is
+ * left in flight into shared memory the SM hands to the next CTA; ptxas keeps the register split with that
+ * trap (-Xptxas -v: 0 spills). setmaxnreg itself cannot be bounded (the split is exact: it never waits on
+ * another CTA).
+ *
+ * Not done: HS 128 (a lab of its own, dev/attention_lab/hopper_bwd128_gproj.cu), fp32 mode (its key-major
+ * pass also computes dQ: three BF16 terms of dS through shared memory and atomics; it stays portable), D
+ * fused into the row pass.
+ */
+#include <math.h>
+#include <stdint.h>
+#include "attention/attention_hopper_bwd.cuh"
+#include "attention/tile_order.cuh"
+#include "attention/hopper_wgmma.cuh"
+#include "attention/hopper_bwd_common.cuh"
+
+using namespace hopper_wgmma;
+
+namespace {
+
+constexpr int kHS = ATTN_HOPPER_BWD_HS; /* the only head size */
+constexpr int kBlockK = 128;            /* keys per CTA */
+constexpr int kBlockQ = 64;             /* queries per pipelined Q/dO tile (the N of S^T, the k of dK/dV) */
+constexpr int kWarpgroupKeys = 64;      /* keys per consumer warpgroup (the M of wgmma) */
+constexpr int kConsumerWarpgroups = kBlockK / kWarpgroupKeys;
+constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+/* + a producer warpgroup after the consumers (one warp of it works); setmaxnreg moves its registers to the
+   consumers. __launch_bounds__(384, 1) starts every thread at 168 registers; the producer warpgroup drops
+   to 40 and the consumers rise to 232: 128 * 40 + 256 * 232 = 384 * 168 (hopper_bwd_fast's v1 split). */
+constexpr int kThreads = kConsumerThreads + 128;
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * 168,
+              "the setmaxnreg split must fit in what the CTA was launched with");
+constexpr int kStages = 2;              /* Q/dO double buffering */
+constexpr int kBoxRows = 64;            /* rows per TMA box */
+constexpr int kSwizzleRowBytes = 128;   /* one row of HS 64 BF16 = one 128B-swizzle row */
+constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
+constexpr int kWgmmaK = 16;
+constexpr int kKSteps = kBlockQ / kWgmmaK; /* k-steps of the RS GEMMs (over the tile's 64 queries) */
+constexpr size_t kTmaAlignBytes = 16;   /* global address alignment TMA requires */
+constexpr uint32_t kBf16NanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs: what a CTA that gave up writes */
+enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
+static_assert(ATTN_HOPPER_BWD_PROBE_TILE == kBlockQ && ATTN_HOPPER_BWD_PROBE_TILE == kWarpgroupKeys,
+              "the probe's tile is one consumer warpgroup step");
+
+/* Shared-memory plan (byte offsets from a 1024-byte aligned base). Tiles are [rows][128 bytes], swizzled. */
+struct SmemPlan {
+    static constexpr int kBoxBytes = kBoxRows * kSwizzleRowBytes;   /* 8 KB */
+    static constexpr int kKeyTileBytes = kBlockK * kSwizzleRowBytes; /* 16 KB */
+    static constexpr int kQTileBytes = kBlockQ * kSwizzleRowBytes;   /* 8 KB */
+    static constexpr int kK = 0;
+    static constexpr int kV = kK + kKeyTileBytes;
+    static constexpr int kQ = kV + kKeyTileBytes;           /* kStages tiles */
+    static constexpr int kDO = kQ + kStages * kQTileBytes;  /* kStages tiles */
+    static constexpr int kRowState = kDO + kStages * kQTileBytes; /* float4 [kStages][kBlockQ] */
+    static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
+    static constexpr int kNumBarriers = 1 + 2 * kStages; /* kv_full, full[stages], empty[stages] */
+    static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
+    static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
+    static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
+    static_assert(kRowState % 16 == 0, "float4 row state");
+};
+
+/* ---- bounded mbarrier waits (see the file comment, "Hangs") ---- */
+
+constexpr long long kHangCycles = 20000000000ll; /* ~10 s at 1.98 GHz; a legitimate wait is microseconds */
+/* This translation unit's copy of the record pointer (a __device__ variable belongs to one object without
+   relocatable device code): set through attention_hopper_bwd_watch_hangs, which installs the one record for
+   every Hopper backward kernel. NULL (the default): no record, the NaN rows (or the trap) still show. */
+__device__ AttnHopperHang* g_gproj_hang_record;
+
+/* Every wait of the kernel and the probe: hopper_bwd_common.cuh's mbar_wait_give_up on this file's record
+   (returns at once once the CTA gave up; on running out records the site and sets cta_abort). The producer
+   warp traps after a wait that returned on cta_abort (the file comment, "Hangs"). */
+__device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity, int site, int index,
+                                                  volatile int* cta_abort) {
+    mbar_wait_give_up<kHangCycles>(bar, parity, site, index, cta_abort, g_gproj_hang_record);
+}
+
+/* ---- the three register A operands of one k-step (shared by the kernel and the probe) ---- */
+
+/* THE NEW OPERAND FORM, with the two old ones: k-step kk's three register A operands from the FP32 P and dS
+   accumulators (registers 8kk..8kk+7: key g + 8 (i & 1), query 16kk + 8 (i >> 1) + 2t + e for register
+   8kk + 2i + e, the fragment layout above):
+     pa   = bf(P),  pds = bf(dS)                         (pack_acc_a_operand of hopper_wgmma.cuh, one k-step)
+     plam = bf(-lambda_q P), lambda per query COLUMN: lam[jj][e] = lambda of query 16kk + 8 jj + 2t + e;
+            the product -lambda * P in FP32, rounded once (production's `alp` expression).
+   One k-step at a time, so the kernel packs each step right after computing its P and dS and those FP32
+   values die step by step (packing all of bf(P) first and the correction after kept P and dS live
+   together with dK/dV: 84 bytes of spills). */
+__device__ __forceinline__ void pack_step_operands(uint32_t (&pa)[4], uint32_t (&pds)[4], uint32_t (&plam)[4],
+                                                   const float (&p)[32], const float (&ds)[32], int kk,
+                                                   const float (&lam)[2][2]) {
+    const int b = 8 * kk;
+    pa[0] = pack_bf16x2(p[b + 0], p[b + 1]);   /* key g,   queries 2t, 2t+1 */
+    pa[1] = pack_bf16x2(p[b + 2], p[b + 3]);   /* key g+8, queries 2t, 2t+1 */
+    pa[2] = pack_bf16x2(p[b + 4], p[b + 5]);   /* key g,   queries 2t+8, 2t+9 */
+    pa[3] = pack_bf16x2(p[b + 6], p[b + 7]);   /* key g+8, queries 2t+8, 2t+9 */
+    pds[0] = pack_bf16x2(ds[b + 0], ds[b + 1]);
+    pds[1] = pack_bf16x2(ds[b + 2], ds[b + 3]);
+    pds[2] = pack_bf16x2(ds[b + 4], ds[b + 5]);
+    pds[3] = pack_bf16x2(ds[b + 6], ds[b + 7]);
+    plam[0] = pack_bf16x2(-lam[0][0] * p[b + 0], -lam[0][1] * p[b + 1]);
+    plam[1] = pack_bf16x2(-lam[0][0] * p[b + 2], -lam[0][1] * p[b + 3]);
+    plam[2] = pack_bf16x2(-lam[1][0] * p[b + 4], -lam[1][1] * p[b + 5]);
+    plam[3] = pack_bf16x2(-lam[1][0] * p[b + 6], -lam[1][1] * p[b + 7]);
+}
+
+
+/* The key-major gproj pass. stats {m, l} per row (gproj's forward stores repair's stats), D and lambda
+   [B*NH*T] from the workspace; writes the k and v slots of dqkv. */
+__global__ void __launch_bounds__(kThreads, 1)
+    gproj_keys_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                      const float* __restrict__ stats, const float* __restrict__ D, const float* __restrict__ lambda,
+                      bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
+    using Plan = SmemPlan;
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ int cta_abort; /* set by a bounded wait that ran out (see mbar_wait_bounded) */
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    unsigned char* k_s = smem + Plan::kK;
+    unsigned char* v_s = smem + Plan::kV;
+    unsigned char* q_s = smem + Plan::kQ;
+    unsigned char* do_s = smem + Plan::kDO;
+    float4* row_state = reinterpret_cast<float4*>(smem + Plan::kRowState);
+    uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    uint64_t* full = kv_full + 1;
+    uint64_t* empty = full + kStages;
+
+    const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
+    const int k0 = order.rank * kBlockK;
+    const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
+    const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* the warpgroup index through a shuffle: ptxas then knows it is warp-uniform, so the setmaxnreg regions
+       below are not divergent code to it (as hopper_bwd_fast) */
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+
+    if (threadIdx.x == 0) {
+        cta_abort = 0;
+        init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads); /* full: 32 producer lanes (row state) */
+    }
+    __syncthreads();
+
+    if (warpgroup == kConsumerWarpgroups) {
+        setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
+        if (warp != kConsumerThreads / 32) return; /* its warps 1-3 have no work */
+        /* ---- producer warp: lane 0 issues the copies, every lane writes the row state of 2 queries ---- */
+        if (lane == 0) {
+            mbar_arrive_expect_tx(kv_full, 2 * Plan::kKeyTileBytes);
+            for (int half = 0; half < kBlockK / kBoxRows; half++) {
+                /* a half wholly past T loads the first half again: finite data, all its keys masked */
+                const int row = (k0 + half * kBoxRows < T) ? k0 + half * kBoxRows : k0;
+                tma_load_4d(k_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotK * NH + h, row, b);
+                tma_load_4d(v_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotV * NH + h, row, b);
+            }
+        }
+        for (int i = 0; i < n_q_tiles; i++) {
+            const int s = i % kStages;
+            const int q0 = (qt_begin + i) * kBlockQ;
+            if (i >= kStages) {
+                mbar_wait_bounded(&empty[s], (uint32_t)((i / kStages - 1) & 1), ATTN_HANG_EMPTY, s, &cta_abort);
+                if (*static_cast<volatile int*>(&cta_abort) != 0) __trap(); /* see mbar_wait_bounded */
+            }
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int ql = lane + 32 * half, query = q0 + ql;
+                /* rows past T: values that leave P finite and lambda 0 (they are masked anyway) */
+                float4 st = make_float4(0.f, 1.f, 0.f, 0.f);
+                if (query < T) {
+                    const long long idx = (long long)bh * T + query;
+                    st.x = stats[idx * 2];                  /* m (raw score units) */
+                    st.y = __frcp_rn(stats[idx * 2 + 1]);   /* fl(1 / l) */
+                    st.z = D[idx];
+                    st.w = lambda[idx];
+                }
+                row_state[s * kBlockQ + ql] = st;
+            }
+            if (lane == 0) {
+                mbar_arrive_expect_tx(&full[s], 2 * Plan::kQTileBytes);
+                tma_load_4d(q_s + s * Plan::kQTileBytes, &qkv_map, &full[s], 0, kSlotQ * NH + h, q0, b);
+                tma_load_4d(do_s + s * Plan::kQTileBytes, &dout_map, &full[s], 0, h, q0, b);
+            } else {
+                mbar_arrive(&full[s]);
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<kConsumerRegs>();
+
+    /* ---- consumer warpgroups: wg owns keys k0 + 64 wg .. +63; this thread keys key0, key0 + 8 ---- */
+    const int wg = warpgroup, warp_in_wg = warp % 4, g = lane >> 2, t = lane & 3;
+    const int key0 = k0 + wg * kWarpgroupKeys + warp_in_wg * 16 + g;
+    const int wg_key_first = k0 + wg * kWarpgroupKeys;
+    const uint32_t k_addr = smem_u32(k_s) + wg * Plan::kBoxBytes, v_addr = smem_u32(v_s) + wg * Plan::kBoxBytes;
+    float dk[32], dv[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.f;
+
+    mbar_wait_bounded(kv_full, 0, ATTN_HANG_KV_FULL, 0, &cta_abort);
+    __syncwarp();
+
+    for (int i = 0; i < n_q_tiles; i++) {
+        const int s = i % kStages;
+        const int q0 = (qt_begin + i) * kBlockQ;
+        mbar_wait_bounded(&full[s], (uint32_t)((i / kStages) & 1), ATTN_HANG_FULL, s, &cta_abort);
+        __syncwarp();
+        const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes), do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
+        const float4* rs = row_state + s * kBlockQ;
+
+        float st[32], dpt[32];
+        warpgroup_two_ss_64x64(st, dpt, k_addr, q_addr, v_addr, do_addr);
+
+        /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
+           k-step (16 queries) at a time. Element 4j + 2r + e: key key0 + 8r, query q0 + 8j + 2t + e. */
+        const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+        uint32_t pa[kKSteps][4], pds[kKSteps][4], plam[kKSteps][4];
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; kk++) {
+            float lam[2][2];
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = 2 * kk + jj;
+                    const int query = q0 + 8 * j + 2 * t + e;
+                    const float4 row = rs[8 * j + 2 * t + e];
+                    lam[jj][e] = row.w;
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int idx = 4 * j + 2 * r + e;
+                        float p = 0.f, ds = 0.f;
+                        if (!masked || (key0 + 8 * r <= query && query < T)) {
+                            p = exp2f((st[idx] - row.x) * c) * row.y;
+                            ds = p * (dpt[idx] - row.z);
+                        }
+                        st[idx] = p;
+                        dpt[idx] = ds;
+                    }
+                }
+            pack_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+        }
+
+        /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
+           two dK ones chained on the same accumulator (wgmma orders same-accumulator operations); P and
+           dS are dead while it runs (64 accumulator + 48 A registers in flight). */
+        reg_fence(pa);
+        reg_fence(pds);
+        reg_fence(plam);
+        reg_fence(dv);
+        reg_fence(dk);
+        wgmma_fence();
+        warpgroup_rs_issue_n64(dv, pa, do_addr);
+        warpgroup_rs_issue_n64(dk, pds, q_addr);
+        warpgroup_rs_issue_n64(dk, plam, q_addr);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(dv);
+        reg_fence(dk);
+        reg_fence(pa);
+        reg_fence(pds);
+        reg_fence(plam);
+        mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+    }
+
+    /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN instead
+       if a wait of this CTA ran out (its accumulators are garbage: the result must not look fine) */
+    const bool gave_up = *static_cast<volatile int*>(&cta_abort) != 0;
+    const long long qkv_row = 3LL * NH * kHS;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + 8 * r;
+        if (key >= T) continue;
+        bf16* dk_row = dqkv + ((long long)b * T + key) * qkv_row + (long long)NH * kHS + (long long)h * kHS;
+        bf16* dv_row = dk_row + (long long)NH * kHS;
+#pragma unroll
+        for (int n = 0; n < kHS / 8; n++) {
+            *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
+                gave_up ? kBf16NanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+            *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) =
+                gave_up ? kBf16NanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+        }
+    }
+}
+
+/* Layout probe of the new operand form: one warpgroup, one tile at token 0 of batch 0 (T < 64: zero fill),
+   K and V in the SECOND 8 KB half of their tiles (warpgroup 1's offset), Q/dO in stage 1, a per-query
+   lambda [64] from global memory in the row state's .w, no softmax:
+     out_st   = S^T = K Q^T,  out_dpt = dP^T = V dO^T           (forms attention_hopper_bwd.cu's probe verified)
+     out_dk   = bf(dP^T) Q + bf(-lambda_q S^T) Q                (two RS batches into one accumulator)
+     out_corr = bf(-lambda_q S^T) Q                             (the correction alone)
+   [64 x 64] FP32 each, row-major [key][d] (S^T, dP^T: [key][query]). */
+__global__ void __launch_bounds__(128, 1)
+    gproj_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                       int NH, int head, const float* __restrict__ lambda_in, float* __restrict__ out_st,
+                       float* __restrict__ out_dpt, float* __restrict__ out_dk, float* __restrict__ out_corr) {
+    using Plan = SmemPlan;
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ int cta_abort;
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    float4* rs = reinterpret_cast<float4*>(smem + Plan::kRowState) + kBlockQ; /* stage 1's row state */
+    if (threadIdx.x == 0) {
+        cta_abort = 0;
+        mbar_init(bar, 1);
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    if (threadIdx.x < kBlockQ) rs[threadIdx.x] = make_float4(0.f, 1.f, 0.f, lambda_in[threadIdx.x]);
+    __syncthreads();
+    unsigned char* k_half = smem + Plan::kK + Plan::kBoxBytes;
+    unsigned char* v_half = smem + Plan::kV + Plan::kBoxBytes;
+    unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;
+    unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes;
+    if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(bar, 4 * Plan::kBoxBytes);
+        tma_load_4d(k_half, &qkv_map, bar, 0, kSlotK * NH + head, 0, 0);
+        tma_load_4d(v_half, &qkv_map, bar, 0, kSlotV * NH + head, 0, 0);
+        tma_load_4d(q_t, &qkv_map, bar, 0, kSlotQ * NH + head, 0, 0);
+        tma_load_4d(do_t, &dout_map, bar, 0, head, 0, 0);
+    }
+    mbar_wait_bounded(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
+    __syncwarp();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
+    float st[32], dpt[32];
+    warpgroup_two_ss_64x64(st, dpt, smem_u32(k_half), q_addr, smem_u32(v_half), do_addr);
+    auto write_acc = [&](float* dst, const float (&acc)[32]) {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) dst[(warp * 16 + g + 8 * r) * 64 + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
+    };
+    write_acc(out_st, st);
+    write_acc(out_dpt, dpt);
+    uint32_t pa[kKSteps][4], pds[kKSteps][4], plam[kKSteps][4]; /* pa: unused here (attention_hopper_bwd.cu's probe checks it) */
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; kk++) {
+        float lam[2][2];
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) lam[jj][e] = rs[16 * kk + 8 * jj + 2 * t + e].w;
+        pack_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+    }
+    float dk[32], corr[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) dk[i] = corr[i] = 0.f;
+    reg_fence(pds);
+    reg_fence(plam);
+    reg_fence(dk);
+    reg_fence(corr);
+    wgmma_fence();
+    warpgroup_rs_issue_n64(dk, pds, q_addr);
+    warpgroup_rs_issue_n64(dk, plam, q_addr);
+    warpgroup_rs_issue_n64(corr, plam, q_addr);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dk);
+    reg_fence(corr);
+    reg_fence(pds);
+    reg_fence(plam);
+    write_acc(out_dk, dk);
+    write_acc(out_corr, corr);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* host: tensor maps, launch                                                                         */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* qkv (heads = 3 NH) or dout (heads = NH) as a 4-D TMA tensor (hopper_wgmma.cuh's encode_head_map): boxes of
+   {64 columns, 1 head, 64 tokens, 1 batch}. */
+CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
+    return encode_head_map(base, s, heads, kBoxRows, "attention (Hopper gproj key-major pass)", what);
+}
+
+}  // namespace
+
+int attention_hopper_gproj_keys_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
+    if (mode != ATTN_GPROJ || s.HS != kHS) return 0;
+    if (s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535) return 0;
+    return ((uintptr_t)qkv % kTmaAlignBytes) == 0 && ((uintptr_t)dout % kTmaAlignBytes) == 0;
+}
+
+void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                          const float* stats, const float* D, const float* lambda,
+                                          __nv_bfloat16* dqkv, cudaStream_t stream) {
+    if (!attention_hopper_gproj_keys_supports(ATTN_GPROJ, s, qkv, dout)) {
+        die("attention_backward_hopper_gproj_keys: unsupported call (B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
+            "  hint: head size %d, B*NH <= 65535, qkv and dout 16-byte aligned; use attention_backward_cuda, which"
+            " falls back to the portable kernels", s.B, s.NH, s.T, s.HS, (const void*)qkv, (const void*)dout, kHS);
+    }
+    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
+    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    cudaCheck(cudaFuncSetAttribute(gproj_keys_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
+    gproj_keys_kernel<<<grid, kThreads, SmemPlan::kAlloc, stream>>>(qkv_map, dout_map, stats, D, lambda, dqkv, s.NH,
+                                                                    s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+    cudaCheckLastError();
+}
+
+void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
+    cudaCheck(cudaMemcpyToSymbol(g_gproj_hang_record, &device_ptr_of_mapped_record,
+                                 sizeof device_ptr_of_mapped_record));
+}
+
+void attention_hopper_gproj_keys_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
+                                              const __nv_bfloat16* dout, const float* lambda, float* tiles) {
+    if (s.B != 1 || s.T > ATTN_HOPPER_BWD_PROBE_TILE || head < 0 || head >= s.NH || s.HS != kHS) {
+        die("attention_hopper_gproj_keys_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d "
+            "T=%d HS=%d head %d)", ATTN_HOPPER_BWD_PROBE_TILE, kHS, s.B, s.NH, s.T, s.HS, head);
+    }
+    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
+    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const size_t tile = (size_t)ATTN_HOPPER_BWD_PROBE_TILE * ATTN_HOPPER_BWD_PROBE_TILE;
+    cudaCheck(cudaFuncSetAttribute(gproj_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+    gproj_probe_kernel<<<1, 128, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, lambda, tiles, tiles + tile,
+                                                     tiles + 2 * tile, tiles + 3 * tile);
+    cudaCheckLastError();
+}
