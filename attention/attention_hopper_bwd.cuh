@@ -138,10 +138,15 @@ int attention_hopper_gproj_keys_supports(AttnMode mode, AttnShape s, const void*
 void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                           const float* stats, const float* D, const float* lambda,
                                           __nv_bfloat16* dqkv, cudaStream_t stream);
+/* HS 128 only (dies otherwise); attention_backward_hopper_gproj_keys checks the rest and calls it. */
+void attention_backward_hopper_gproj_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                             const float* stats, const float* D, const float* lambda,
+                                             __nv_bfloat16* dqkv, cudaStream_t stream);
 
 /* Installs the hang record of this pass's translation unit (a __device__ pointer is per object without
    relocatable device code). attention_hopper_bwd_watch_hangs calls it: callers install once, there. */
 void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
+void attention_hopper_gproj_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
 
 /* Probe of the pass's one new operand form, qkv [1, T, 3, NH, 64] and dout [1, T, NH, 64] with T <= 64
    (tokens past T read as zeros), head `head` at token 0, lambda [64] per query (device): four [64][64]
@@ -150,5 +155,17 @@ void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* device_ptr_of_mappe
    bf(-lambda_q S^T) Q alone. Synchronous launch errors die; the caller synchronises. */
 void attention_hopper_gproj_keys_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
                                               const __nv_bfloat16* dout, const float* lambda, float* tiles);
+
+/* HS 128's probe (one CTA's keys x one query tile): qkv [1, T, 3, NH, 128] and dout [1, T, NH, 128] with
+   T <= 128 (tokens past T read as zeros), head `head` at token 0 (keys 0..127, queries 0..63 through stage 1),
+   lambda [64] per query (device): five FP32 tiles, row-major, consecutively at `tiles`: S^T = K Q^T,
+   dP^T = V dO^T [128 keys][64 queries], dK = bf(dP^T) Q + bf(-lambda_q S^T) Q (two register-A batches into one
+   accumulator), the correction bf(-lambda_q S^T) Q alone, dV = bf(S^T) dO [128 keys][128]. Three launches;
+   synchronous launch errors die; the caller synchronises and reads the hang record (a give-up leaves garbage
+   tiles). */
+#define ATTN_HOPPER_GPROJ128_PROBE_KEYS 128
+#define ATTN_HOPPER_GPROJ128_PROBE_QUERIES 64
+void attention_hopper_gproj_keys128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
+                                                 const __nv_bfloat16* dout, const float* lambda, float* tiles);
 
 #endif /* ATTENTION_ATTENTION_HOPPER_BWD_CUH */

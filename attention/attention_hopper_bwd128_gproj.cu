@@ -1,0 +1,609 @@
+/*
+ * attention/attention_hopper_bwd128_gproj.cu - the Hopper (sm_90a) key-major pass of gproj mode's backward at
+ * head size 128 (dK and dV only) on wgmma + TMA, a producer warpgroup and setmaxnreg. The API and which calls
+ * it serves: attention/attention_hopper_bwd.cuh (the gproj section at its end: attention_backward_hopper_gproj_keys
+ * dispatches here on HS 128; the HS-64 pass is attention_hopper_bwd_gproj.cu).
+ *
+ * Why: at HS 128 gproj's backward (gproj is the users' default mode) was all portable: prep + attn_bwd_rows_kernel
+ * + attn_bwd_kernel<128, ATTN_GPROJ> (attention/attention_cuda.cu), 2.2x bf16's Hopper backward at B2 H16 T4096
+ * d128, and the key-major kernel was most of it. This kernel is attention_hopper_bwd128.cu's CTA with gproj's
+ * numerics, as attention_hopper_bwd_gproj.cu is at HS 64: no dQ GEMM, no atomics, no dS staging tile (the row
+ * pass wrote dQ), one more register-A GEMM into dK. Written and first run as dev/attention_lab/
+ * hopper_bwd128_gproj.cu (engineer C; H200, 2026-11-29, session 5 call 4, dev/results/device_s5/call4/
+ * hopper_bwd128_gproj.log): layout probe exact in all five products, 257 passed / 0 failed against
+ * attention_backward_cuda(gproj, force_portable) on the same D and lambda (dK within 1 BF16 ulp, dV bit-equal),
+ * this kernel alone 0.137 ms = 313 TFLOP/s at B8 H8 T1024 and 0.687 ms = 500 TFLOP/s at B2 H16 T4096 (5 causal
+ * GEMMs), and prep + portable row pass + this kernel 1.26x / 1.39x faster than the portable gproj backward
+ * (0.303 vs 0.383 ms, 1.712 vs 2.372 ms; gproj/bf16 backward 1.69x -> 1.34x and 2.21x -> 1.60x). Moved here
+ * unchanged in what it computes and how it is laid out; the only additions are the give-up bookkeeping below
+ * (the NaN rows and the barrier before them). First run in this production form at the next GPU call.
+ *
+ * What it computes (docs/ATTENTION_NUMERICS.md, gproj; attn_bwd_kernel<128, ATTN_GPROJ>'s rounding points):
+ *   per query tile of 64 (from the diagonal on), per consumer warpgroup (64 keys):
+ *     S^T = K_w Q^T, dP^T = V_w dO^T         FP32 (wgmma SS)
+ *     P = exp2((S - m) c) * fl(1/l)           repair's softmax, which gproj uses (stats {m, l})
+ *     dS = P (dP - D)                         FP32; D from the prep kernel (the BF16 O); masked entries exactly 0
+ *     dV += bf(P)^T dO
+ *     dK += bf(dS)^T Q + bf(-lambda_q P)^T Q  the correction its own BF16 operand: -lambda_q * P in FP32, rounded
+ *                                             once (the portable kernel's `alp`; rounding dS - lambda P together
+ *                                             would lose it)
+ *   dK = bf(s acc), dV = bf(acc) into the k and v slots of dqkv; the q slot is not touched. D and lambda
+ *   [B*NH*T] are the workspace slots of carve_workspace (attention_cuda.cu) that the prep kernel (D) and the
+ *   row pass (lambda; portable or Hopper, either) write.
+ * Only the FP32 sum order differs from the portable kernel (wgmma's k order; dK sums the tile's 4 bf(dS)
+ * k-steps, then the 4 correction k-steps, where attn_bwd_kernel interleaves them per 16 queries; 64-query
+ * tiles here, 32 there): dK within a few BF16 ulps of the row scale (the lab: at most 1), dV bit-equal so far.
+ *
+ * Layout (attention_hopper_bwd128.cu's; FlashAttention-3's d128 split, read in Dao-AILab/flash-attention
+ * hopper/, no code copied): one CTA = 128 keys of one (b, h), 384 threads: two consumer warpgroups of 64 keys
+ * and a producer warpgroup (one warp issues TMA and writes the row state {m, fl(1/l), D} and lambda; setmaxnreg
+ * 24 there, 240 in the consumers: 128 * 24 + 256 * 240 = 384 * 168). Q/dO tiles of 64 queries in a 2-stage
+ * pipeline (full[s]: 32 producer lanes + the TMA bytes; empty[s]: the 256 consumer threads). Per step and
+ * consumer warpgroup:
+ *   S^T, dP^T                      m64n64k16 SS, 8 k-steps over two 64-column chunks            32 + 32 regs
+ *   bf(P), bf(dS), bf(-lambda P)   packed one k-step (16 queries) at a time, so the FP32 P and dS die step
+ *                                  by step                                                      16 + 16 + 16
+ *   dV += bf(P)^T dO               m64n128k16 RS, dO N-major (LBO = one 8 KB chunk)             64
+ *   dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: two batches issued back to back into the ONE
+ *                                  accumulator (wgmma orders same-accumulator operations)      64
+ * Shared memory 129 KiB: K, V 32 KB each (two 64-column chunks of 128 rows), Q, dO 2 stages x 16 KB each,
+ * the row state float4 [2][64], lambda float [2][64] (kept apart from the float4: as its .w the consumer code
+ * spilled 12 bytes at 240 registers), barriers. qkv and dout are hopper_wgmma.cuh's 4-D TMA tensors {HS, heads,
+ * T, B} in 64-column boxes of 64 tokens (128-byte swizzle, zero fill past T).
+ * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3; `make hopper_bwd128_gproj-regs` prints them): the kernel 168 at
+ * entry (240 after setmaxnreg.inc), 0 B spill, no C75xx warning (0 spills is also the sign setmaxnreg took:
+ * at 168 this code spills); the probe kernels (256 threads, no setmaxnreg) 90 / 218 / 106, 0 spill. Same as the
+ * lab's; the main loop's PTX is the lab's instruction for instruction (registers renamed), only the epilogue differs.
+ *
+ * Hangs (a pipeline protocol bug): as attention_hopper_bwd128.cu. Every mbarrier wait is bounded (~2 s of
+ * clock64; a legitimate wait is microseconds) and GIVES UP instead of trapping (hopper_bwd_common.cuh's
+ * mbar_wait_give_up; a __trap() on the consumer path makes ptxas ignore setmaxnreg.inc): it records the barrier
+ * in the host-mapped AttnHopperHang record (when attention_hopper_bwd_watch_hangs installed one; first give-up
+ * wins), sets the CTA's abort flag (every later wait of the CTA returns at once) and runs on; at the end the
+ * consumers, after a barrier that makes every give-up of the CTA visible, write NaN over all their dK and dV
+ * rows. A hang thus ends within seconds as NaN gradients (the tests' and the trainer's NaN checks fail
+ * loudly), never as a stuck job or silently wrong numbers.
+ *
+ * Not done: the longest-first tile order over all heads (tile_order.cuh; the HS-64 pass has it, this grid is
+ * still blockIdx.x = key tile as run); 3 stages or a persistent schedule; overlapping the next tile's S^T/dP^T
+ * with this tile's dV/dK batch (FA3's two-tile pipelining; the registers would not hold a second S^T/dP^T next to
+ * 48 A registers); fp32 mode (its key-major pass also makes dQ; it stays portable).
+ */
+#include <math.h>
+#include <stdint.h>
+#include "attention/attention_hopper_bwd.cuh"
+#include "attention/hopper_wgmma.cuh"
+#include "attention/hopper_bwd_common.cuh"
+
+using namespace hopper_wgmma;
+
+namespace {
+
+constexpr int kHS = ATTN_HOPPER_BWD128_HS; /* the head size of this kernel */
+constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
+constexpr int kChunks = kHS / kChunkCols;
+constexpr int kBlockK = 128;            /* keys per CTA */
+constexpr int kBlockQ = 64;             /* queries per pipelined Q/dO tile (the N of S^T, the k of dK/dV) */
+constexpr int kWarpgroupKeys = 64;      /* keys per consumer warpgroup (the M of every wgmma) */
+constexpr int kConsumerWarpgroups = kBlockK / kWarpgroupKeys;
+constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+constexpr int kThreads = kConsumerThreads + 128; /* + the producer warpgroup (one warp of it works) */
+/* setmaxnreg split of the 384-thread CTA (__launch_bounds__(384, 1): every thread starts at 168);
+   attention_hopper_bwd128.cu's */
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * 168,
+              "the setmaxnreg split must fit in what the CTA was launched with");
+constexpr int kStages = 2;              /* Q/dO double buffering */
+constexpr int kBoxRows = 64;            /* rows per TMA box */
+constexpr int kSwizzleRowBytes = 128;   /* one 64-column chunk row = one 128B-swizzle row */
+constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
+constexpr int kWgmmaK = 16;
+constexpr int kKStepsPerChunk = kChunkCols / kWgmmaK; /* 4 k-steps of 32 bytes per 128-byte row */
+constexpr int kQSteps = kBlockQ / kWgmmaK;            /* k-steps of the RS GEMMs (the tile's 64 queries) */
+constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands (and N = 64 B operands) ignore LBO */
+constexpr uint32_t kBf16NanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs: what a CTA that gave up writes */
+enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
+static_assert(kWarpgroupKeys == kBlockQ && kQSteps == kTileKSteps,
+              "S^T per warpgroup is 64 x 64: its 32 registers are the 4 k-steps of the RS GEMMs' A");
+static_assert(ATTN_HOPPER_GPROJ128_PROBE_KEYS == kBlockK && ATTN_HOPPER_GPROJ128_PROBE_QUERIES == kBlockQ,
+              "the probe covers one CTA's keys and one query tile");
+
+/* Shared-memory plan (byte offsets from a 1024-byte aligned base). A tile of R rows x 128 columns is two
+   chunks of [R rows][128 bytes], swizzled: column chunk c at c * (R * 128). */
+struct SmemPlan {
+    static constexpr int kBoxBytes = kBoxRows * kSwizzleRowBytes;           /* 8 KB */
+    static constexpr int kKeyChunkBytes = kBlockK * kSwizzleRowBytes;       /* 16 KB: 128 keys x 64 columns */
+    static constexpr int kKeyTileBytes = kChunks * kKeyChunkBytes;          /* 32 KB */
+    static constexpr int kQChunkBytes = kBlockQ * kSwizzleRowBytes;         /* 8 KB: 64 queries x 64 columns */
+    static constexpr int kQTileBytes = kChunks * kQChunkBytes;              /* 16 KB */
+    static constexpr int kK = 0;
+    static constexpr int kV = kK + kKeyTileBytes;
+    static constexpr int kQ = kV + kKeyTileBytes;            /* kStages tiles */
+    static constexpr int kDO = kQ + kStages * kQTileBytes;   /* kStages tiles */
+    static constexpr int kRowState = kDO + kStages * kQTileBytes; /* float4 [kStages][kBlockQ] */
+    static constexpr int kLambda = kRowState + kStages * kBlockQ * 16; /* float [kStages][kBlockQ] */
+    static constexpr int kBarriers = kLambda + kStages * kBlockQ * 4;
+    static constexpr int kNumBarriers = 1 + 2 * kStages;     /* kv_full, full[stages], empty[stages] */
+    static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
+    static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
+    static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
+    static_assert(kBoxBytes % kSwizzleAtomBytes == 0 && kQChunkBytes % kSwizzleAtomBytes == 0, "chunks 1024-aligned");
+    static_assert(kRowState % 16 == 0 && kLambda % 16 == 0 && kBarriers % 8 == 0, "float4 row state, float2 lambda pairs, barriers");
+    static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
+};
+
+/* Barrier of the two consumer warpgroups (256 threads; id 1: 0 is __syncthreads). */
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
+}
+
+/* bounded mbarrier waits that give up (see the file comment: no trap under setmaxnreg) */
+constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz */
+/* set by attention_hopper_bwd_watch_hangs (through attention_hopper_gproj_keys_watch_hangs); NULL: no record */
+__device__ AttnHopperHang* g_hang_record;
+__device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity, int site, int index,
+                                                  volatile int* cta_abort) {
+    mbar_wait_give_up<kHangCycles>(bar, parity, site, index, cta_abort, g_hang_record);
+}
+
+/* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
+
+/* acc = A B^T issued (64 x 64 over HS/16 = 8 k-steps): A the warpgroup's 64 rows of the K or V tile (chunks
+   kKeyChunkBytes apart), B the stage's Q or dO tile (chunks kQChunkBytes apart), both K-major; k-step kk
+   reads bytes 32 (kk % 4) of the 128-byte rows of column chunk kk / 4 (attention_hopper_bwd128.cu's form (a)). */
+__device__ __forceinline__ void warpgroup_ss_issue_hs128(float (&acc)[32], uint32_t a_addr, uint32_t b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
+        const uint32_t col = (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
+        const uint32_t chunk = kk / kKStepsPerChunk;
+        const uint64_t desc_a = make_smem_desc(a_addr + chunk * SmemPlan::kKeyChunkBytes + col, kUnusedLbo,
+                                               kSwizzleAtomBytes);
+        const uint64_t desc_b = make_smem_desc(b_addr + chunk * SmemPlan::kQChunkBytes + col, kUnusedLbo,
+                                               kSwizzleAtomBytes);
+        wgmma_m64n64k16_ss(acc, desc_a, desc_b);
+    }
+}
+
+/* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each) as one commit group, waited for. kw_addr,
+   vw_addr: the warpgroup's first row in chunk 0 of the K/V tile; q_addr, do_addr: the stage's tiles. */
+__device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[32], uint32_t kw_addr, uint32_t vw_addr,
+                                                 uint32_t q_addr, uint32_t do_addr) {
+#pragma unroll
+    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
+    reg_fence(st); /* keeps the zeroing above the fence */
+    reg_fence(dpt);
+    wgmma_fence();
+    warpgroup_ss_issue_hs128(st, kw_addr, q_addr);
+    warpgroup_ss_issue_hs128(dpt, vw_addr, do_addr);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(st);
+    reg_fence(dpt);
+}
+
+/* acc[64 x 128] += A[64 x 64] B[64 x 128]: A from registers (4 k-steps over the tile's 64 queries), B the
+   stage's Q or dO tile read N-major (16 rows = 2048 bytes per k-step; the second 64-column block of N is
+   one 8 KB chunk further: LBO = kQChunkBytes, attention_hopper_bwd128.cu's form (b)). Issued only. */
+__device__ __forceinline__ void warpgroup_kv_issue(float (&acc)[kHS / 2], const uint32_t (&a)[kQSteps][4],
+                                                   uint32_t b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < kQSteps; kk++)
+        wgmma_m64n128k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * kWgmmaK * kSwizzleRowBytes, SmemPlan::kQChunkBytes,
+                                                       kSwizzleAtomBytes));
+}
+
+/* k-step kk's three register A operands from the FP32 P (in st) and dS (in dpt) accumulators (registers
+   8kk..8kk+7: key g + 8 (i & 1), query 16kk + 8 (i >> 1) + 2t + e for register 8kk + 2i + e):
+     pa = bf(P), pds = bf(dS)   (pack_acc_a_operand's words, one k-step)
+     plam = bf(-lambda_q P)     lam[jj][e] = lambda of query 16kk + 8jj + 2t + e; the product in FP32,
+                                rounded once (production's `alp`). */
+__device__ __forceinline__ void pack_step_operands(uint32_t (&pa)[4], uint32_t (&pds)[4], uint32_t (&plam)[4],
+                                                   const float (&p)[32], const float (&ds)[32], int kk,
+                                                   const float (&lam)[2][2]) {
+    const int b = 8 * kk;
+    pa[0] = pack_bf16x2(p[b + 0], p[b + 1]);   /* key g,   queries 2t, 2t+1 */
+    pa[1] = pack_bf16x2(p[b + 2], p[b + 3]);   /* key g+8, queries 2t, 2t+1 */
+    pa[2] = pack_bf16x2(p[b + 4], p[b + 5]);   /* key g,   queries 2t+8, 2t+9 */
+    pa[3] = pack_bf16x2(p[b + 6], p[b + 7]);   /* key g+8, queries 2t+8, 2t+9 */
+    pds[0] = pack_bf16x2(ds[b + 0], ds[b + 1]);
+    pds[1] = pack_bf16x2(ds[b + 2], ds[b + 3]);
+    pds[2] = pack_bf16x2(ds[b + 4], ds[b + 5]);
+    pds[3] = pack_bf16x2(ds[b + 6], ds[b + 7]);
+    plam[0] = pack_bf16x2(-lam[0][0] * p[b + 0], -lam[0][1] * p[b + 1]);
+    plam[1] = pack_bf16x2(-lam[0][0] * p[b + 2], -lam[0][1] * p[b + 3]);
+    plam[2] = pack_bf16x2(-lam[1][0] * p[b + 4], -lam[1][1] * p[b + 5]);
+    plam[3] = pack_bf16x2(-lam[1][0] * p[b + 6], -lam[1][1] * p[b + 7]);
+}
+
+/* lambda of queries q and q + 1 (q even) of a stage's [kBlockQ] lambda row, one 8-byte shared load: a
+   thread's two query columns 2t, 2t + 1 of an 8-column block. */
+__device__ __forceinline__ float2 load_lambda_pair(const float* lam_row, int q) {
+    return *reinterpret_cast<const float2*>(lam_row + q);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* kernels                                                                                           */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* gproj's key-major pass at HS 128 (see the file comment). stats {m, l} per row (gproj's forward stores
+   repair's stats), D and lambda [B*NH*T] from the workspace; writes the k and v slots of dqkv. */
+__global__ void __launch_bounds__(kThreads, 1)
+    gproj128_keys_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                         const float* __restrict__ stats, const float* __restrict__ D,
+                         const float* __restrict__ lambda, bf16* __restrict__ dqkv, int NH, int T, float scale,
+                         float c) {
+    using Plan = SmemPlan;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    unsigned char* k_s = smem + Plan::kK;
+    unsigned char* v_s = smem + Plan::kV;
+    unsigned char* q_s = smem + Plan::kQ;
+    unsigned char* do_s = smem + Plan::kDO;
+    float4* row_state = reinterpret_cast<float4*>(smem + Plan::kRowState);
+    float* lambda_s = reinterpret_cast<float*>(smem + Plan::kLambda);
+    uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    uint64_t* full = kv_full + 1;
+    uint64_t* empty = full + kStages;
+
+    const int k0 = blockIdx.x * kBlockK;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
+    const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+    __shared__ int cta_abort; /* set by a bounded wait that gave up (mbar_wait_bounded) */
+
+    if (threadIdx.x == 0) {
+        cta_abort = 0;
+        /* full: 32 producer lanes (row state) + the TMA bytes; empty: every consumer thread, after its last read */
+        init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads);
+    }
+    __syncthreads();
+
+    if (warpgroup == kConsumerWarpgroups) {
+        setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
+        if (warp != kConsumerThreads / 32) return; /* warps 9-11 of the producer warpgroup have no work */
+        /* ---- producer warp: lane 0 issues the copies, every lane writes the row state of 2 queries ---- */
+        if (lane == 0) {
+            mbar_arrive_expect_tx(kv_full, 2 * Plan::kKeyTileBytes);
+            for (int half = 0; half < kBlockK / kBoxRows; half++) {
+                /* a half that starts at or past T (last key tile) loads the first half's rows again instead
+                   of a box wholly out of bounds: finite data, all its keys masked */
+                const int row = (k0 + half * kBoxRows < T) ? k0 + half * kBoxRows : k0;
+                for (int ch = 0; ch < kChunks; ch++) {
+                    const int dst = ch * Plan::kKeyChunkBytes + half * Plan::kBoxBytes;
+                    tma_load_4d(k_s + dst, &qkv_map, kv_full, ch * kChunkCols, kSlotK * NH + h, row, b);
+                    tma_load_4d(v_s + dst, &qkv_map, kv_full, ch * kChunkCols, kSlotV * NH + h, row, b);
+                }
+            }
+        }
+        for (int i = 0; i < n_q_tiles; i++) {
+            const int s = i % kStages;
+            const int q0 = (qt_begin + i) * kBlockQ;
+            /* stage s is free once the consumers released tile i - kStages (phase i / kStages - 1) */
+            if (i >= kStages) mbar_wait_bounded(&empty[s], (uint32_t)((i / kStages - 1) & 1), ATTN_HANG_EMPTY, s, &cta_abort);
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int ql = lane + 32 * half, query = q0 + ql;
+                float4 st = make_float4(0.f, 1.f, 0.f, 0.f); /* rows past T: P finite, lambda 0 (masked anyway) */
+                float lam = 0.f;
+                if (query < T) {
+                    const long long idx = (long long)bh * T + query;
+                    st.x = stats[idx * 2];                /* m (raw score units) */
+                    st.y = __frcp_rn(stats[idx * 2 + 1]); /* fl(1 / l) */
+                    st.z = D[idx];
+                    lam = lambda[idx];
+                }
+                row_state[s * kBlockQ + ql] = st;
+                lambda_s[s * kBlockQ + ql] = lam;
+            }
+            /* every lane's arrival releases its own row-state writes; lane 0's also announces the TMA bytes */
+            if (lane == 0) {
+                mbar_arrive_expect_tx(&full[s], 2 * Plan::kQTileBytes);
+                for (int ch = 0; ch < kChunks; ch++) {
+                    const int dst = s * Plan::kQTileBytes + ch * Plan::kQChunkBytes;
+                    tma_load_4d(q_s + dst, &qkv_map, &full[s], ch * kChunkCols, kSlotQ * NH + h, q0, b);
+                    tma_load_4d(do_s + dst, &dout_map, &full[s], ch * kChunkCols, h, q0, b);
+                }
+            } else {
+                mbar_arrive(&full[s]);
+            }
+        }
+        return;
+    }
+    setmaxnreg_inc<kConsumerRegs>();
+
+    /* ---- consumer warpgroups: wg owns keys k0 + 64 wg .. +63; this thread keys key0, key0 + 8 ---- */
+    const int wg = warpgroup, warp_in_wg = warp & 3, g = lane >> 2, t = lane & 3;
+    const int key0 = k0 + wg * kWarpgroupKeys + warp_in_wg * 16 + g;
+    const int wg_key_first = k0 + wg * kWarpgroupKeys;
+    const uint32_t kw_addr = smem_u32(k_s) + wg * Plan::kBoxBytes, vw_addr = smem_u32(v_s) + wg * Plan::kBoxBytes;
+    float dk[kHS / 2], dv[kHS / 2];
+#pragma unroll
+    for (int i = 0; i < kHS / 2; i++) dk[i] = dv[i] = 0.f;
+
+    mbar_wait_bounded(kv_full, 0, ATTN_HANG_KV_FULL, 0, &cta_abort);
+    __syncwarp();
+
+    for (int i = 0; i < n_q_tiles; i++) {
+        const int s = i % kStages;
+        const int q0 = (qt_begin + i) * kBlockQ;
+        mbar_wait_bounded(&full[s], (uint32_t)((i / kStages) & 1), ATTN_HANG_FULL, s, &cta_abort);
+        __syncwarp();
+        const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes), do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
+        const float4* rs = row_state + s * kBlockQ;
+        const float* lam_row = lambda_s + s * kBlockQ;
+
+        float st[32], dpt[32];
+        warpgroup_scores(st, dpt, kw_addr, vw_addr, q_addr, do_addr);
+
+        /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
+           k-step (16 queries) at a time. Element 4j + 2r + e: key key0 + 8r, query q0 + 8j + 2t + e. The
+           mask can bite only where the tile reaches the warpgroup's keys or T. */
+        const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+        uint32_t pa[kQSteps][4], pds[kQSteps][4], plam[kQSteps][4];
+#pragma unroll
+        for (int kk = 0; kk < kQSteps; kk++) {
+            float lam[2][2];
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++) {
+                const float2 lam2 = load_lambda_pair(lam_row, 8 * (2 * kk + jj) + 2 * t);
+                lam[jj][0] = lam2.x;
+                lam[jj][1] = lam2.y;
+            }
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = 2 * kk + jj;
+                    const int query = q0 + 8 * j + 2 * t + e;
+                    const float4 row = rs[8 * j + 2 * t + e];
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int idx = 4 * j + 2 * r + e;
+                        float p = 0.f, ds = 0.f;
+                        if (!masked || (key0 + 8 * r <= query && query < T)) {
+                            p = recompute_prob<ATTN_REPAIR>(st[idx], row.x, row.y, c);
+                            ds = p * (dpt[idx] - row.z);
+                        }
+                        st[idx] = p;
+                        dpt[idx] = ds;
+                    }
+                }
+            pack_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+        }
+
+        /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
+           two dK ones chained on the same accumulator; P and dS are dead while it runs (128 accumulator +
+           48 A registers in flight). */
+        reg_fence(pa);
+        reg_fence(pds);
+        reg_fence(plam);
+        reg_fence(dv);
+        reg_fence(dk);
+        wgmma_fence();
+        warpgroup_kv_issue(dv, pa, do_addr);
+        warpgroup_kv_issue(dk, pds, q_addr);
+        warpgroup_kv_issue(dk, plam, q_addr);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(dv);
+        reg_fence(dk);
+        reg_fence(pa);
+        reg_fence(pds);
+        reg_fence(plam);
+        mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+    }
+
+    /* a wait of this CTA that gave up (consumer or producer; the producer's give-up precedes an arrival on
+       full that every consumer waited for) is visible to every consumer thread after this barrier */
+    consumers_sync();
+    const bool gave_up = *static_cast<volatile int*>(&cta_abort) != 0;
+
+    /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN in every
+       element of both rows if the CTA gave up a wait (see the file comment: a hang must fail loudly) */
+    const long long qkv_row = 3LL * NH * kHS;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + 8 * r;
+        if (key >= T) continue;
+        bf16* dk_row = dqkv + ((long long)b * T + key) * qkv_row + (long long)NH * kHS + (long long)h * kHS;
+        bf16* dv_row = dk_row + (long long)NH * kHS;
+#pragma unroll
+        for (int n = 0; n < kHS / 8; n++) {
+            *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
+                gave_up ? kBf16NanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+            *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) =
+                gave_up ? kBf16NanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+        }
+    }
+}
+
+/* The probe's outputs of one accumulator over this thread's key rows: [keys][N] FP32, row-major; element
+   4j + 2r + e is row key_col + 8r, column 8j + 2t + e (hopper_wgmma.cuh's fragment layout). */
+template <int REGS>
+__device__ __forceinline__ void store_key_rows(float* out, const float (&acc)[REGS], int key_col, int t) {
+    constexpr int kCols = 2 * REGS;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) out[(key_col + 8 * r) * kCols + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
+}
+
+/* The probe's RS products: acc = first B (+ second B if `second`), both register-A batches of
+   warpgroup_kv_issue into the one accumulator, as the kernel chains dK's two batches. */
+__device__ __forceinline__ void probe_rs_batches(float (&acc)[kHS / 2], uint32_t (&first)[kQSteps][4],
+                                                 uint32_t (&second_a)[kQSteps][4], uint32_t b_addr,
+                                                 bool second = true) {
+#pragma unroll
+    for (int i = 0; i < kHS / 2; i++) acc[i] = 0.f;
+    reg_fence(first);
+    reg_fence(second_a);
+    reg_fence(acc);
+    wgmma_fence();
+    warpgroup_kv_issue(acc, first, b_addr);
+    if (second) warpgroup_kv_issue(acc, second_a, b_addr);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(acc);
+    reg_fence(first);
+    reg_fence(second_a);
+}
+
+/* Layout probe: the two consumer warpgroups (256 threads), one step, no softmax, at batch 0, head `head`:
+   K, V tokens 0..127 (T < 128: the TMA zero fill shows), Q and dO tokens 0..63 loaded into STAGE 1, a
+   per-query lambda [64] from global memory in stage 1's lambda row, through the kernel's own helpers
+   (P := S^T, dS := dP^T). Three launches, kPart: kProbeScores writes out_st and out_dpt, kProbeDkDv out_dk
+   and out_dv, kProbeCorr out_corr (S^T, dP^T recomputed by each: deterministic; one kernel writing all five
+   took 255 registers, spilled and serialised its wgmmas - ptxas kept the earlier accumulators live):
+     out_st   [128 keys][64 queries]  S^T = K Q^T
+     out_dpt  [128][64]               dP^T = V dO^T
+     out_dk   [128 keys][128]         bf(dP^T) Q + bf(-lambda_q S^T) Q   (the two chained batches)
+     out_corr [128][128]              bf(-lambda_q S^T) Q alone
+     out_dv   [128][128]              bf(S^T) dO
+   FP32, row-major. */
+enum ProbePart { kProbeScores = 0, kProbeDkDv = 1, kProbeCorr = 2 };
+template <int kPart>
+__global__ void __launch_bounds__(kConsumerThreads, 1)
+    gproj128_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                          int NH, int head, const float* __restrict__ lambda_in, float* __restrict__ out_st,
+                          float* __restrict__ out_dpt, float* __restrict__ out_dk, float* __restrict__ out_corr,
+                          float* __restrict__ out_dv) {
+    using Plan = SmemPlan;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    float* lam_row = reinterpret_cast<float*>(smem + Plan::kLambda) + kBlockQ; /* stage 1's lambda */
+    __shared__ int cta_abort;
+    unsigned char* k_s = smem + Plan::kK;
+    unsigned char* v_s = smem + Plan::kV;
+    unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;  /* stage 1 */
+    unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes; /* stage 1 */
+    if (threadIdx.x == 0) {
+        cta_abort = 0;
+        mbar_init(bar, 1);
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    if (threadIdx.x < kBlockQ) lam_row[threadIdx.x] = lambda_in[threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(bar, 2 * Plan::kKeyTileBytes + 2 * Plan::kQTileBytes);
+        for (int ch = 0; ch < kChunks; ch++) {
+            for (int half = 0; half < kBlockK / kBoxRows; half++) {
+                const int dst = ch * Plan::kKeyChunkBytes + half * Plan::kBoxBytes;
+                tma_load_4d(k_s + dst, &qkv_map, bar, ch * kChunkCols, kSlotK * NH + head, half * kBoxRows, 0);
+                tma_load_4d(v_s + dst, &qkv_map, bar, ch * kChunkCols, kSlotV * NH + head, half * kBoxRows, 0);
+            }
+            tma_load_4d(q_t + ch * Plan::kQChunkBytes, &qkv_map, bar, ch * kChunkCols, kSlotQ * NH + head, 0, 0);
+            tma_load_4d(do_t + ch * Plan::kQChunkBytes, &dout_map, bar, ch * kChunkCols, head, 0, 0);
+        }
+    }
+    mbar_wait_bounded(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
+    __syncwarp();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wg = warp / 4, warp_in_wg = warp % 4;
+    const int key_col = wg * kWarpgroupKeys + warp_in_wg * 16 + g;
+    const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
+    float st[32], dpt[32];
+    warpgroup_scores(st, dpt, smem_u32(k_s) + wg * Plan::kBoxBytes, smem_u32(v_s) + wg * Plan::kBoxBytes, q_addr,
+                     do_addr);
+    uint32_t pa[kQSteps][4], pds[kQSteps][4], plam[kQSteps][4];
+#pragma unroll
+    for (int kk = 0; kk < kQSteps; kk++) {
+        float lam[2][2];
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++) {
+            const float2 lam2 = load_lambda_pair(lam_row, 16 * kk + 8 * jj + 2 * t);
+            lam[jj][0] = lam2.x;
+            lam[jj][1] = lam2.y;
+        }
+        pack_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+    }
+    if (kPart == kProbeScores) {
+        store_key_rows(out_st, st, key_col, t);
+        store_key_rows(out_dpt, dpt, key_col, t);
+    } else if (kPart == kProbeDkDv) { /* one commit group per accumulator */
+        float dk[kHS / 2];
+        probe_rs_batches(dk, pds, plam, q_addr);
+        store_key_rows(out_dk, dk, key_col, t);
+        float dv[kHS / 2];
+        probe_rs_batches(dv, pa, pa, do_addr, /*second=*/false);
+        store_key_rows(out_dv, dv, key_col, t);
+    } else {
+        float corr[kHS / 2];
+        probe_rs_batches(corr, plam, plam, q_addr, /*second=*/false);
+        store_key_rows(out_corr, corr, key_col, t);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* host: tensor maps, launch                                                                         */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* qkv (heads = 3 NH) or dout (heads = NH) as hopper_wgmma.cuh's 4-D TMA tensor {HS, heads, T, B}: boxes of 64
+   columns x kBoxRows tokens (column chunk c at coordinate 64 c), 128-byte swizzle, zeros outside. */
+CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
+    static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
+    return encode_head_map(base, s, heads, kBoxRows, "attention (Hopper gproj key-major pass, HS 128)", what);
+}
+
+}  // namespace
+
+void attention_backward_hopper_gproj_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                             const float* stats, const float* D, const float* lambda,
+                                             __nv_bfloat16* dqkv, cudaStream_t stream) {
+    if (s.HS != kHS) {
+        die("attention_backward_hopper_gproj_keys128: HS %d (needs %d)\n"
+            "  hint: call attention_backward_hopper_gproj_keys (or attention_backward_cuda), which checks support",
+            s.HS, kHS);
+    }
+    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
+    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    cudaCheck(cudaFuncSetAttribute(gproj128_keys_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
+    gproj128_keys_kernel<<<grid, kThreads, SmemPlan::kAlloc, stream>>>(
+        qkv_map, dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+    cudaCheckLastError();
+}
+
+void attention_hopper_gproj_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
+    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
+}
+
+void attention_hopper_gproj_keys128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
+                                                 const __nv_bfloat16* dout, const float* lambda, float* tiles) {
+    if (s.B != 1 || s.T > ATTN_HOPPER_GPROJ128_PROBE_KEYS || head < 0 || head >= s.NH || s.HS != kHS) {
+        die("attention_hopper_gproj_keys128_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d "
+            "NH=%d T=%d HS=%d head %d)", ATTN_HOPPER_GPROJ128_PROBE_KEYS, kHS, s.B, s.NH, s.T, s.HS, head);
+    }
+    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
+    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const size_t n_st = (size_t)kBlockK * kBlockQ, n_kv = (size_t)kBlockK * kHS;
+    float* o_st = tiles;
+    float* o_dpt = o_st + n_st;
+    float* o_dk = o_dpt + n_st;
+    float* o_corr = o_dk + n_kv;
+    float* o_dv = o_corr + n_kv;
+    cudaCheck(cudaFuncSetAttribute(gproj128_probe_kernel<kProbeScores>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   SmemPlan::kAlloc));
+    cudaCheck(cudaFuncSetAttribute(gproj128_probe_kernel<kProbeDkDv>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   SmemPlan::kAlloc));
+    cudaCheck(cudaFuncSetAttribute(gproj128_probe_kernel<kProbeCorr>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   SmemPlan::kAlloc));
+    gproj128_probe_kernel<kProbeScores><<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, lambda,
+                                                                                  o_st, o_dpt, o_dk, o_corr, o_dv);
+    cudaCheckLastError();
+    gproj128_probe_kernel<kProbeDkDv><<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, lambda,
+                                                                                o_st, o_dpt, o_dk, o_corr, o_dv);
+    cudaCheckLastError();
+    gproj128_probe_kernel<kProbeCorr><<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, lambda,
+                                                                                o_st, o_dpt, o_dk, o_corr, o_dv);
+    cudaCheckLastError();
+}
