@@ -118,23 +118,29 @@ void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloa
 void attention_hopper_rows_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                         float* s_tile, float* dp_tile, float* x_tile, float* y_tile);
 
-/* ---- gproj's key-major pass (attention_hopper_bwd_gproj.cu) ----
-   dK and dV of gproj mode at head size 64 (no dQ: the row pass wrote it): dV += bf(P)^T dO,
+/* ---- gproj's key-major pass (attention_hopper_bwd_gproj.cu: HS 64 and the entry points;
+   attention_hopper_bwd128_gproj.cu: HS 128) ----
+   dK and dV of gproj mode (no dQ: the row pass wrote it): dV += bf(P)^T dO,
    dK += bf(dS)^T Q + bf(-lambda_q P)^T Q, dK = bf(s acc), dV = bf(acc), the portable
-   attn_bwd_kernel<64, ATTN_GPROJ>'s rounding points (FP32 sum order only). A producer warpgroup gives its
-   registers to the two consumer warpgroups (setmaxnreg 40 / 232). First run as a lab kernel in
-   dev/attention_lab/hopper_bwd_gproj.cu (probes exact, 301/0; the all-Hopper gproj backward 1.16-1.21x
-   faster than with the portable key-major pass). attention_backward_cuda runs it in
-   attn_bwd_kernel<64, ATTN_GPROJ>'s place on sm_90 (not force_portable), after the prep kernel (D) and the
-   Hopper row pass (lambda, dQ), reading the D and lambda workspace slots those two wrote.
+   attn_bwd_kernel<HS, ATTN_GPROJ>'s rounding points (FP32 sum order only). A producer warpgroup gives its
+   registers to the two consumer warpgroups (setmaxnreg 40 / 232 at HS 64, 24 / 240 at HS 128, the split of
+   attention_hopper_bwd128.cu). First run as lab kernels: HS 64 in dev/attention_lab/hopper_bwd_gproj.cu (probes
+   exact, 301/0; the all-Hopper gproj backward 1.16-1.21x faster than with the portable key-major pass), HS 128
+   in dev/attention_lab/hopper_bwd128_gproj.cu (session 5 call 4: probe exact, 257/0, dK within 1 ulp of the
+   portable kernel on the same lambda; 500 TFLOP/s at B2 H16 T4096; prep + portable row pass + this kernel
+   1.26-1.39x faster than the portable gproj backward). Both labs are now harnesses around these kernels, first
+   run in production form at the next GPU call. attention_backward_cuda runs the pass in
+   attn_bwd_kernel<HS, ATTN_GPROJ>'s place on sm_90 (not force_portable), after the prep kernel (D) and the
+   row pass (lambda, dQ), reading the D and lambda workspace slots those two wrote.
    A wait that runs out does not trap on the consumer path (a trap there disables setmaxnreg): the CTA
    gives up, records the barrier (through attention_hopper_bwd_watch_hangs' record) and writes NaN over its
-   dK and dV rows; the producer warp traps. */
-/* 1 iff mode gproj, head size 64, B*NH <= 65535, qkv and dout 16-byte aligned. Says nothing about the device. */
+   dK and dV rows; at HS 64 the producer warp then traps, at HS 128 nothing traps (as attention_hopper_bwd128.cu). */
+/* 1 iff mode gproj, head size 64 or 128, B*NH <= 65535, qkv and dout 16-byte aligned. Says nothing about the
+   device. */
 int attention_hopper_gproj_keys_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout);
 
 /* The pass alone (asynchronous on `stream`): reads qkv, dout, stats {m, l}, D and lambda [B*NH*T]; writes the
-   k and v slots of dqkv (the q slot is left as it is). Dies with a hint if unsupported. */
+   k and v slots of dqkv (the q slot is left as it is). Dies with a hint if unsupported. Dispatches on s.HS. */
 void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                           const float* stats, const float* D, const float* lambda,
                                           __nv_bfloat16* dqkv, cudaStream_t stream);
@@ -144,7 +150,8 @@ void attention_backward_hopper_gproj_keys128(AttnShape s, const __nv_bfloat16* q
                                              __nv_bfloat16* dqkv, cudaStream_t stream);
 
 /* Installs the hang record of this pass's translation unit (a __device__ pointer is per object without
-   relocatable device code). attention_hopper_bwd_watch_hangs calls it: callers install once, there. */
+   relocatable device code). attention_hopper_bwd_watch_hangs calls it: callers install once, there. It
+   installs the HS-128 kernel's too (attention_hopper_gproj_keys128_watch_hangs, that object's pointer alone). */
 void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
 void attention_hopper_gproj_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
 

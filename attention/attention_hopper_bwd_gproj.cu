@@ -1,7 +1,8 @@
 /*
  * attention/attention_hopper_bwd_gproj.cu - the Hopper (sm_90a) key-major pass of gproj mode's backward at
- * head size 64 (dK and dV only) on wgmma + TMA + a producer warpgroup and setmaxnreg. The API and which calls
- * it serves: attention/attention_hopper_bwd.cuh (the gproj section at its end).
+ * head size 64 (dK and dV only) on wgmma + TMA + a producer warpgroup and setmaxnreg, and the pass's entry
+ * points for both head sizes (HS 128: attention_hopper_bwd128_gproj.cu). The API and which calls it serves:
+ * attention/attention_hopper_bwd.cuh (the gproj section at its end).
  *
  * Why: on sm_90 gproj's backward was prep (D) + the Hopper row pass (attention_hopper_rows.cu: lambda and all
  * of dQ) + the portable mma.sync attn_bwd_kernel<64, ATTN_GPROJ> (attention/attention_cuda.cu) for dK and dV,
@@ -58,9 +59,8 @@
  * trap (-Xptxas -v: 0 spills). setmaxnreg itself cannot be bounded (the split is exact: it never waits on
  * another CTA).
  *
- * Not done: HS 128 (a lab of its own, dev/attention_lab/hopper_bwd128_gproj.cu), fp32 mode (its key-major
- * pass also computes dQ: three BF16 terms of dS through shared memory and atomics; it stays portable), D
- * fused into the row pass.
+ * Not done: fp32 mode (its key-major pass also computes dQ: three BF16 terms of dS through shared memory and
+ * atomics; it stays portable), D fused into the row pass.
  */
 #include <math.h>
 #include <stdint.h>
@@ -438,7 +438,7 @@ CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* 
 }  // namespace
 
 int attention_hopper_gproj_keys_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
-    if (mode != ATTN_GPROJ || s.HS != kHS) return 0;
+    if (mode != ATTN_GPROJ || (s.HS != kHS && s.HS != ATTN_HOPPER_BWD128_HS)) return 0;
     if (s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535) return 0;
     return ((uintptr_t)qkv % kTmaAlignBytes) == 0 && ((uintptr_t)dout % kTmaAlignBytes) == 0;
 }
@@ -448,8 +448,13 @@ void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv,
                                           __nv_bfloat16* dqkv, cudaStream_t stream) {
     if (!attention_hopper_gproj_keys_supports(ATTN_GPROJ, s, qkv, dout)) {
         die("attention_backward_hopper_gproj_keys: unsupported call (B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
-            "  hint: head size %d, B*NH <= 65535, qkv and dout 16-byte aligned; use attention_backward_cuda, which"
-            " falls back to the portable kernels", s.B, s.NH, s.T, s.HS, (const void*)qkv, (const void*)dout, kHS);
+            "  hint: head size %d or %d, B*NH <= 65535, qkv and dout 16-byte aligned; use attention_backward_cuda,"
+            " which falls back to the portable kernels", s.B, s.NH, s.T, s.HS, (const void*)qkv, (const void*)dout,
+            kHS, ATTN_HOPPER_BWD128_HS);
+    }
+    if (s.HS == ATTN_HOPPER_BWD128_HS) { /* attention_hopper_bwd128_gproj.cu */
+        attention_backward_hopper_gproj_keys128(s, qkv, dout, stats, D, lambda, dqkv, stream);
+        return;
     }
     const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
     const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
@@ -463,6 +468,7 @@ void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv,
 void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
     cudaCheck(cudaMemcpyToSymbol(g_gproj_hang_record, &device_ptr_of_mapped_record,
                                  sizeof device_ptr_of_mapped_record));
+    attention_hopper_gproj_keys128_watch_hangs(device_ptr_of_mapped_record);
 }
 
 void attention_hopper_gproj_keys_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
