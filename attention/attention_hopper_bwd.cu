@@ -1,6 +1,6 @@
 /*
  * attention/attention_hopper_bwd.cu - the Hopper (sm_90a) key-major causal attention backward of bf16 and
- * repair modes at head size 64 (dK, dV and the dQ atomics) on wgmma + TMA. The API and which calls it
+ * repair modes at head size 64 (dK, dV and the dQ reduce-adds) on wgmma + TMA. The API and which calls it
  * serves: attention/attention_hopper_bwd.cuh.
  *
  * Why: the portable backward (attention/attention_cuda.cu: prep, attn_bwd_kernel, dQ post-pass) is
@@ -16,10 +16,10 @@
  *     P = exp2(fma(S, c, -fl(LSE log2 e)))  (bf16: __fmaf_rn)  or  exp2((S - m) c) * fl(1/l)  (repair)
  *     dS = P (dP - D)                       (FP32, masked entries exactly 0)
  *     dV += bf(P)^T dO,  dK += bf(dS)^T Q   (wgmma RS: the accumulator repacked as the A operand)
- *     dQ_acc += bf(dS) K                    (wgmma RS, A = bf(dS) staged through shared memory) by
- *                                           float2 atomics into the FP32 workspace
+ *     dQ_acc += bf(dS) K                    (wgmma RS, A = bf(dS) staged through shared memory), the
+ *                                           64 x 64 FP32 partial added to the workspace by TMA reduce-add
  *   dK = bf(s dK_acc), dV = bf(dV_acc) into dqkv; dQ = bf(s dQ_acc) is the caller's post-pass.
- * Only the order of the FP32 sums differs from attn_bwd_kernel (tensor-core k-loops; dQ atomics arrive
+ * Only the order of the FP32 sums differs from attn_bwd_kernel (tensor-core k-loops; dQ partials arrive
  * per 64 keys here, per 128 there), so dQ/dK/dV agree within a few BF16 ulps of the row scale.
  *
  * Kernel layout: one CTA = 128 keys (kBlockK) of one (b, h); warps 0-3 and 4-7 are two consumer
@@ -27,7 +27,10 @@
  * boxes each); Q and dO tiles of 64 queries (kBlockQ) come in a 2-stage pipeline: full[s] (32 producer
  * lanes arrived after writing the tile's row state {row_a, row_b, D} to shared memory, plus the TMA bytes)
  * and empty[s] (all 256 consumer threads done with stage s). Each warpgroup's dQ partial (its 64 keys)
- * goes out by its own atomics; its bf(dS) tile is staged in a private shared buffer [query][key] (padded
+ * goes out on its own: stored to one of its two FP32 shared tiles (step parity, 128B swizzle) and added to
+ * the workspace by two TMA reduce-adds that one thread issues (session 5: 1.10-1.12x the red.global
+ * atomics it replaced, dev/results/device_s5/call3, lab hopper_bwd_fast v7; one tile per CTA instead,
+ * which couples the warpgroups, was 0.88-0.92x, call4); its bf(dS) tile is staged in a private shared buffer [query][key] (padded
  * rows) and read back as m16n8k16 A fragments, so no CTA-wide barrier is needed inside the loop. qkv
  * [B, T, 3, NH, 64] and dout [B, T, NH, 64] are 4-D TMA tensors {HS, heads, T, B}: rows past T read as
  * zeros, per batch; shared tiles use the 128-byte swizzle (one 128-byte row = 64 BF16).
@@ -81,9 +84,14 @@ struct SmemPlan {
     static constexpr int kRowState = kDs + kConsumerWarpgroups * kDsBytes; /* float4 [kStages][kBlockQ] */
     static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
     static constexpr int kNumBarriers = 1 + 2 * kStages; /* kv_full, full[stages], empty[stages] */
-    static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
+    /* per warpgroup 2 FP32 dQ tiles [64 queries][64] (step parity), each two 128B-swizzled boxes of 32 columns
+       (8 KB): the partial the warpgroup's TMA reduce-adds send */
+    static constexpr int kDqTileBytes = kBlockQ * kHS * 4;
+    static constexpr int kDqTile = (kBarriers + 8 * kNumBarriers + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
+    static constexpr int kBytes = kDqTile + kConsumerWarpgroups * 2 * kDqTileBytes;
     static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
     static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
+    static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
     static_assert(kRowState % 16 == 0, "float4 row state");
 };
 
@@ -129,8 +137,8 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
 template <int MODE>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_bwd_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
-                      const float* __restrict__ stats, const float* __restrict__ D, float* __restrict__ dq_acc,
-                      bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
+                      const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
+                      const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
     using Plan = SmemPlan;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
@@ -203,6 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     /* ---- consumer warpgroups: wg owns keys k0 + 64 wg .. +63; this thread keys key0, key0 + 8 ---- */
     const int wg = warp / 4, warp_in_wg = warp % 4, g = lane >> 2, t = lane & 3;
+    const int tid_in_wg = threadIdx.x & 127; /* thread 0 of each warpgroup issues its dQ reduce-adds */
     const int key0 = k0 + wg * kWarpgroupKeys + warp_in_wg * 16 + g;
     const int wg_key_first = k0 + wg * kWarpgroupKeys;
     bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsBytes);
@@ -266,6 +275,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         warpgroup_rs_issue_n64(dv, pa, do_addr);
         warpgroup_rs_issue_n64(dk, pds, q_addr);
         wgmma_commit();
+        /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it (at most
+           step i - 1's group still reading) before the barrier below lets the warpgroup rewrite it */
+        if (tid_in_wg == 0) bulk_wait_group_read<1>();
         warpgroup_sync(wg);
         stage_tile_transposed<kDsPitch>(ds_s, dpt, warp_in_wg, g, t);
         warpgroup_sync(wg);
@@ -290,17 +302,33 @@ __global__ void __launch_bounds__(kThreads, 1)
         reg_fence(adq);
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
 
-        /* dQ partial of this warpgroup's keys: rows = queries q0 + 16 warp_in_wg + g (+8), cols 8n + 2t */
+        /* The dQ partial of this warpgroup's keys (rows = queries q0 + 16 warp_in_wg + g (+8), cols 8n + 2t) into
+           the warpgroup's tile of this step's parity, then one thread adds the tile to the accumulator with two
+           TMA reduce-adds (rows past T are outside the map: skipped). The tile is two 128B-swizzled boxes of 32
+           columns: float2 (row r, cols 8n + 2t) is 16-byte chunk (2 (n % 4) + t / 2) ^ (r % 8) of row r of box
+           n / 4, and r % 8 = g. One bulk reduce per 16 KB instead of 128 threads' red.global: the red.global
+           atomics cost a quarter of the kernel (dev/results/device_s5/call2, ablation a1). */
+        unsigned char* dq_tile = smem + Plan::kDqTile + (wg * 2 + (i & 1)) * Plan::kDqTileBytes;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const int query = q0 + warp_in_wg * 16 + g + 8 * r;
-            if (query >= T) continue;
-            float* dst = dq_acc + ((long long)bh * T + query) * kHS + 2 * t;
+            const int row = warp_in_wg * 16 + g + 8 * r;
 #pragma unroll
-            for (int n = 0; n < kHS / 8; n++)
-                atomicAdd(reinterpret_cast<float2*>(dst + 8 * n), make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]));
+            for (int n = 0; n < kHS / 8; n++) {
+                const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+                *reinterpret_cast<float2*>(dq_tile + (n >> 2) * (kBlockQ * kSwizzleRowBytes) + row * kSwizzleRowBytes +
+                                           chunk * 16 + (t & 1) * 8) = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+            }
+        }
+        fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
+        warpgroup_sync(wg);
+        if (tid_in_wg == 0) {
+            tma_reduce_add_3d(&dq_map, dq_tile, 0, q0, bh);
+            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, 32, q0, bh);
+            bulk_commit_group();
         }
     }
+    /* the last reduce-adds complete before the CTA's shared memory goes away */
+    if (tid_in_wg == 0) bulk_wait_group<0>();
 
     /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t) */
     const long long qkv_row = 3LL * NH * kHS;
@@ -429,9 +457,10 @@ void hopper_bwd_keys_launch(AttnShape s, const CUtensorMap& qkv_map, const CUten
                             const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream) {
     cudaCheck(cudaFuncSetAttribute(hopper_bwd_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    SmemPlan::kAlloc));
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper backward)");
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
     hopper_bwd_kernel<MODE><<<grid, kThreads, SmemPlan::kAlloc, stream>>>(
-        qkv_map, dout_map, stats, D, dq_acc, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+        qkv_map, dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
     cudaCheckLastError();
 }
 
