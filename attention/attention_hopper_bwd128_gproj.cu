@@ -193,29 +193,6 @@ __device__ __forceinline__ void warpgroup_kv_issue(float (&acc)[kHS / 2], const 
                                                        kSwizzleAtomBytes));
 }
 
-/* k-step kk's three register A operands from the FP32 P (in st) and dS (in dpt) accumulators (registers
-   8kk..8kk+7: key g + 8 (i & 1), query 16kk + 8 (i >> 1) + 2t + e for register 8kk + 2i + e):
-     pa = bf(P), pds = bf(dS)   (pack_acc_a_operand's words, one k-step)
-     plam = bf(-lambda_q P)     lam[jj][e] = lambda of query 16kk + 8jj + 2t + e; the product in FP32,
-                                rounded once (production's `alp`). */
-__device__ __forceinline__ void pack_step_operands(uint32_t (&pa)[4], uint32_t (&pds)[4], uint32_t (&plam)[4],
-                                                   const float (&p)[32], const float (&ds)[32], int kk,
-                                                   const float (&lam)[2][2]) {
-    const int b = 8 * kk;
-    pa[0] = pack_bf16x2(p[b + 0], p[b + 1]);   /* key g,   queries 2t, 2t+1 */
-    pa[1] = pack_bf16x2(p[b + 2], p[b + 3]);   /* key g+8, queries 2t, 2t+1 */
-    pa[2] = pack_bf16x2(p[b + 4], p[b + 5]);   /* key g,   queries 2t+8, 2t+9 */
-    pa[3] = pack_bf16x2(p[b + 6], p[b + 7]);   /* key g+8, queries 2t+8, 2t+9 */
-    pds[0] = pack_bf16x2(ds[b + 0], ds[b + 1]);
-    pds[1] = pack_bf16x2(ds[b + 2], ds[b + 3]);
-    pds[2] = pack_bf16x2(ds[b + 4], ds[b + 5]);
-    pds[3] = pack_bf16x2(ds[b + 6], ds[b + 7]);
-    plam[0] = pack_bf16x2(-lam[0][0] * p[b + 0], -lam[0][1] * p[b + 1]);
-    plam[1] = pack_bf16x2(-lam[0][0] * p[b + 2], -lam[0][1] * p[b + 3]);
-    plam[2] = pack_bf16x2(-lam[1][0] * p[b + 4], -lam[1][1] * p[b + 5]);
-    plam[3] = pack_bf16x2(-lam[1][0] * p[b + 6], -lam[1][1] * p[b + 7]);
-}
-
 /* lambda of queries q and q + 1 (q even) of a stage's [kBlockQ] lambda row, one 8-byte shared load: a
    thread's two query columns 2t, 2t + 1 of an 8-column block. */
 __device__ __forceinline__ float2 load_lambda_pair(const float* lam_row, int q) {
@@ -373,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         dpt[idx] = ds;
                     }
                 }
-            pack_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+            pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
         }
 
         /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
@@ -524,7 +501,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
             lam[jj][0] = lam2.x;
             lam[jj][1] = lam2.y;
         }
-        pack_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+        pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
     }
     if (kPart == kProbeScores) {
         store_key_rows(out_st, st, key_col, t);

@@ -133,36 +133,6 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
     mbar_wait_give_up<kHangCycles>(bar, parity, site, index, cta_abort, g_gproj_hang_record);
 }
 
-/* ---- the three register A operands of one k-step (shared by the kernel and the probe) ---- */
-
-/* THE NEW OPERAND FORM, with the two old ones: k-step kk's three register A operands from the FP32 P and dS
-   accumulators (registers 8kk..8kk+7: key g + 8 (i & 1), query 16kk + 8 (i >> 1) + 2t + e for register
-   8kk + 2i + e, the fragment layout above):
-     pa   = bf(P),  pds = bf(dS)                         (pack_acc_a_operand of hopper_wgmma.cuh, one k-step)
-     plam = bf(-lambda_q P), lambda per query COLUMN: lam[jj][e] = lambda of query 16kk + 8 jj + 2t + e;
-            the product -lambda * P in FP32, rounded once (production's `alp` expression).
-   One k-step at a time, so the kernel packs each step right after computing its P and dS and those FP32
-   values die step by step (packing all of bf(P) first and the correction after kept P and dS live
-   together with dK/dV: 84 bytes of spills). */
-__device__ __forceinline__ void pack_step_operands(uint32_t (&pa)[4], uint32_t (&pds)[4], uint32_t (&plam)[4],
-                                                   const float (&p)[32], const float (&ds)[32], int kk,
-                                                   const float (&lam)[2][2]) {
-    const int b = 8 * kk;
-    pa[0] = pack_bf16x2(p[b + 0], p[b + 1]);   /* key g,   queries 2t, 2t+1 */
-    pa[1] = pack_bf16x2(p[b + 2], p[b + 3]);   /* key g+8, queries 2t, 2t+1 */
-    pa[2] = pack_bf16x2(p[b + 4], p[b + 5]);   /* key g,   queries 2t+8, 2t+9 */
-    pa[3] = pack_bf16x2(p[b + 6], p[b + 7]);   /* key g+8, queries 2t+8, 2t+9 */
-    pds[0] = pack_bf16x2(ds[b + 0], ds[b + 1]);
-    pds[1] = pack_bf16x2(ds[b + 2], ds[b + 3]);
-    pds[2] = pack_bf16x2(ds[b + 4], ds[b + 5]);
-    pds[3] = pack_bf16x2(ds[b + 6], ds[b + 7]);
-    plam[0] = pack_bf16x2(-lam[0][0] * p[b + 0], -lam[0][1] * p[b + 1]);
-    plam[1] = pack_bf16x2(-lam[0][0] * p[b + 2], -lam[0][1] * p[b + 3]);
-    plam[2] = pack_bf16x2(-lam[1][0] * p[b + 4], -lam[1][1] * p[b + 5]);
-    plam[3] = pack_bf16x2(-lam[1][0] * p[b + 6], -lam[1][1] * p[b + 7]);
-}
-
-
 /* The key-major gproj pass. stats {m, l} per row (gproj's forward stores repair's stats), D and lambda
    [B*NH*T] from the workspace; writes the k and v slots of dqkv. */
 __global__ void __launch_bounds__(kThreads, 1)
@@ -296,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         dpt[idx] = ds;
                     }
                 }
-            pack_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+            pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
         }
 
         /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
@@ -402,7 +372,7 @@ __global__ void __launch_bounds__(128, 1)
         for (int jj = 0; jj < 2; jj++)
 #pragma unroll
             for (int e = 0; e < 2; e++) lam[jj][e] = rs[16 * kk + 8 * jj + 2 * t + e].w;
-        pack_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+        pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
     }
     float dk[32], corr[32];
 #pragma unroll
