@@ -1,6 +1,6 @@
 /*
  * attention/attention_hopper_bwd128.cu - the Hopper (sm_90a) key-major causal attention backward of bf16 and
- * repair modes at head size 128 (dK, dV and the dQ atomics) on wgmma + TMA, with setmaxnreg. The API and
+ * repair modes at head size 128 (dK, dV and the dQ reduce-adds) on wgmma + TMA, with setmaxnreg. The API and
  * which calls it serves: attention/attention_hopper_bwd.cuh (attention_backward_hopper_keys dispatches here
  * on HS 128; the HS-64 kernel is attention_hopper_bwd.cu).
  *
@@ -13,7 +13,10 @@
  * the portable production backward within 4 BF16 ulps, the whole backward (prep + this kernel + dQ post-pass)
  * 1.40x faster than mma.sync at B8 H8 T1024 d128 (0.218 vs 0.304 ms) and 1.69x at B2 H16 T4096 d128 (1.04 vs
  * 1.76 ms; warm inputs). Moved here unchanged in what it computes and how it is laid out; the production form
- * (this file, called through attention_backward_cuda) is first run at the next GPU call.
+ * (this file, called through attention_backward_cuda) passed test_attention_gpu on the H200 (call3: 2207/0).
+ * Since then (session 5, first run at the next GPU call): the dQ partials go out by TMA reduce-add instead of
+ * red.global (as the HS-64 kernel's, 1.10-1.12x there), and the CTAs take their key tiles longest first over
+ * all heads (attention/tile_order.cuh).
  *
  * What it computes (docs/ATTENTION_NUMERICS.md; attn_bwd_kernel's rounding points, operation for operation,
  * as attention_hopper_bwd.cu): P = exp2(fma(S, c, -fl(LSE log2 e))) (bf16) or exp2((S - m) c) * fl(1/l)
@@ -33,12 +36,15 @@
  *   dV += bf(P)^T dO, dK += bf(dS)^T Q    m64n128k16 RS, dO/Q N-major (LBO = one 8 KB chunk)
  *   (256-thread named barrier: both warpgroups' halves of the dS tile written)
  *   dQ_half = bf(dS) K[:, 64w..64w+63]    m64n64k16 RS over the CTA's 128 keys, A loaded from the tile
- *   red.global.add.v2.f32 into dq_acc (warpgroup w owns dQ columns 64w..64w+63)
- * Shared memory 165 KiB: K, V 32 KB each; Q, dO 2 stages x 16 KB each; the dS tile double-buffered by step
- * parity (34 KB); row state [2][64] float4. qkv and dout are hopper_wgmma.cuh's 4-D TMA tensors
+ *   the dQ half into the warpgroup's FP32 shared tile (128B swizzle), added to dq_acc by two TMA reduce-adds
+ *   from one thread (warpgroup w owns dQ columns 64w..64w+63)
+ * Shared memory 197 KiB: K, V 32 KB each; Q, dO 2 stages x 16 KB each; the dS tile double-buffered by step
+ * parity (34 KB); row state [2][64] float4; one 16 KB dQ tile per warpgroup (single-buffered: a second pair
+ * would pass 227 KB; the previous step's reduce-adds have the whole score phase to finish reading it). qkv and dout are hopper_wgmma.cuh's 4-D TMA tensors
  * {HS, heads, T, B} in 64-column boxes of 64 tokens (128-byte swizzle, zero fill past T).
  * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3; `make hopper_bwd128-regs` prints them): kernel 168 at entry
- * (240 after setmaxnreg.inc), 0 B spill, no C75xx warning; layout probe 254, 0 spill. Same as the lab's.
+ * (240 after setmaxnreg.inc), no C75xx warning; bf16 0 B spill, repair 8 B (since the TMA dQ flush; the
+ * lab's red.global version had 0); layout probe 254, 0 spill.
  *
  * Hangs: every mbarrier wait is bounded (~2 s of clock64; a legitimate wait is microseconds). It does NOT
  * trap: a __trap() anywhere on the consumer path makes ptxas ignore setmaxnreg.inc (the consumers are then
@@ -52,7 +58,7 @@
  * stuck job or silently wrong numbers. Named barriers, wgmma waits and setmaxnreg cannot be bounded (their
  * counts are uniform by construction).
  *
- * Not done: FA3's dQ path (dQ tile to shared memory, TMA reduce-add by a separate warp); overlapping the dQ
+ * Not done: a separate warp issuing the dQ reduce-adds (FA3's); overlapping the dQ
  * GEMM with dV/dK or the next step's scores; 3 stages; a persistent schedule; fp32/gproj modes (their row
  * pass is HS 64 only); repair's tile-max-shift arm (portable end to end, as at HS 64).
  */
@@ -61,6 +67,7 @@
 #include "attention/attention_hopper_bwd.cuh"
 #include "attention/hopper_wgmma.cuh"
 #include "attention/hopper_bwd_common.cuh"
+#include "attention/tile_order.cuh"
 
 using namespace hopper_wgmma;
 
@@ -111,7 +118,11 @@ struct SmemPlan {
     static constexpr int kRowState = kDs + 2 * kDsBytes;     /* float4 [kStages][kBlockQ] */
     static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
     static constexpr int kNumBarriers = 1 + 2 * kStages;     /* kv_full, full[stages], empty[stages] */
-    static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
+    /* per warpgroup one FP32 dQ tile [64 queries][its 64 columns], two 128B-swizzled boxes of 32 columns (8 KB):
+       the partial its TMA reduce-adds send (one buffer: two would not fit next to the rest) */
+    static constexpr int kDqTileBytes = kBlockQ * kDqCols * 4;
+    static constexpr int kDqTile = (kBarriers + 8 * kNumBarriers + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
+    static constexpr int kBytes = kDqTile + kConsumerWarpgroups * kDqTileBytes;
     static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
     static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
     static_assert(kBoxBytes % kSwizzleAtomBytes == 0 && kQChunkBytes % kSwizzleAtomBytes == 0, "chunks 1024-aligned");
@@ -231,8 +242,8 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
 template <int MODE>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_bwd128_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
-                         const float* __restrict__ stats, const float* __restrict__ D, float* __restrict__ dq_acc,
-                         bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
+                         const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
+                         const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
     using Plan = SmemPlan;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
@@ -246,8 +257,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t* full = kv_full + 1;
     uint64_t* empty = full + kStages;
 
-    const int k0 = blockIdx.x * kBlockK; /* key tile 0 sees every query: first */
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
+    const int k0 = order.rank * kBlockK;
+    const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -377,6 +389,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         warpgroup_dkv_issue(dv, pa, do_addr);
         warpgroup_dkv_issue(dk, pds, q_addr);
         wgmma_commit();
+        /* the previous step's dQ reduce-adds have read this warpgroup's dQ tile before the barrier below lets
+           its threads rewrite it */
+        if ((threadIdx.x & 127) == 0) bulk_wait_group_read<0>();
         consumers_sync(); /* both warpgroups' halves of the dS tile are written */
         wgmma_wait<0>();
         reg_fence(dv);
@@ -400,16 +415,31 @@ __global__ void __launch_bounds__(kThreads, 1)
         reg_fence(dq);
         reg_fence(adq);
 
-        /* rows = queries q0 + 16 warp_in_wg + g (+8), cols 64 wg + 8n + 2t */
+        /* rows = queries q0 + 16 warp_in_wg + g (+8), cols 64 wg + 8n + 2t: into the warpgroup's dQ tile, then
+           one thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map). The
+           tile is two 128B-swizzled boxes of 32 columns: float2 (row r, cols 8n + 2t) is 16-byte chunk
+           (2 (n % 4) + t / 2) ^ (r % 8) of row r of box n / 4, and r % 8 = g (attention_hopper_bwd.cu's HS-64
+           flush, which replaced red.global atomics at 1.10-1.12x: dev/results/device_s5/call3) */
+        unsigned char* dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
+        unsigned char* dq_row = dq_tile + (warp_in_wg * 16 + g) * kSwizzleRowBytes + (t & 1) * 8;
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int query = q0 + warp_in_wg * 16 + g + 8 * r;
-            float* dst = dq_acc + ((long long)bh * T + query) * kHS + wg * kDqCols + 2 * t;
+        for (int r = 0; r < 2; r++)
 #pragma unroll
-            for (int n = 0; n < kDqCols / 8; n++)
-                red_add_f32x2_if(dst + 8 * n, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1], query < T);
+            for (int n = 0; n < kDqCols / 8; n++) {
+                const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+                *reinterpret_cast<float2*>(dq_row + (n >> 2) * (kBlockQ * kSwizzleRowBytes) + 8 * r * kSwizzleRowBytes +
+                                           chunk * 16) = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+            }
+        fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
+        named_bar_sync(2 + wg, 128); /* this warpgroup's 128 threads (barrier 1 is consumers_sync's) */
+        if ((threadIdx.x & 127) == 0) {
+            tma_reduce_add_3d(&dq_map, dq_tile, wg * kDqCols, q0, bh);
+            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, wg * kDqCols + 32, q0, bh);
+            bulk_commit_group();
         }
     }
+    /* the last reduce-adds complete before the CTA's shared memory goes away */
+    if ((threadIdx.x & 127) == 0) bulk_wait_group<0>();
 
     /* a wait of this CTA that gave up (consumer or producer; the producer's give-up precedes an arrival on
        full that every consumer waited for) is visible to every consumer thread after this barrier */
@@ -570,9 +600,10 @@ void hopper_bwd128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtenso
                           const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream) {
     cudaCheck(cudaFuncSetAttribute(hopper_bwd128_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    SmemPlan::kAlloc));
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper backward, HS 128)");
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
     hopper_bwd128_kernel<MODE><<<grid, kThreads, SmemPlan::kAlloc, stream>>>(
-        qkv_map, dout_map, stats, D, dq_acc, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+        qkv_map, dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
     cudaCheckLastError();
 }
 
