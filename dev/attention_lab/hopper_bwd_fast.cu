@@ -8,7 +8,14 @@
  * STATUS: first run on the H200 on 2026-11-29 (dev/results/device_s4/call5/hopper_bwd_fast.log): every
  * variant correct (500 passed, 0 failed), and none faster than v0: v1 1.00-1.01x, v2 0.88-0.91x, v3
  * 0.95-0.96x, v4 0.95-0.97x (B8 H16 T1024 / B4 H16 T2048 d64, median of 21). So none went into production;
- * the next step is a profile of v0, not another variant. v0 ran at 0.275 ms where the production kernel
+ * the next step is a profile of v0, not another variant.
+ * Session 5 (dev/results/device_s5/call2-call4, same shapes): v5 (the producer reads the row state before it
+ * waits) 0.97-0.98x, v6 (v5 + 3 stages) 0.91-0.93x; the ablations a1 (dQ partials computed, never sent)
+ * 1.31-1.37x and a2 (no dQ at all) 1.20-1.22x showed that the red.global dQ atomics cost a quarter of the
+ * kernel; v7 (the partial through a swizzled FP32 shared tile and two TMA reduce-adds per warpgroup) 1.10-1.12x,
+ * correct, and went into production (attention/attention_hopper_bwd.cu, and the HS-128 kernel); v8 (one tile
+ * per CTA, the warpgroups handing it over by named barriers) 0.88-0.92x: coupling the warpgroups costs more
+ * than the halved reduce traffic saves. v0 ran at 0.275 ms where the production kernel
  * measured 0.326 / 0.321 ms (dev/attention_lab/hopper_bwd.cu, build/bench_attention): v0 is this file's
  * own copy, which sends dQ with predicated non-returning reductions (red_add_f32x2_if) and gives up on a
  * hung barrier instead of trapping; the harnesses agree on the portable path within 1.5%. So the gap is
