@@ -99,9 +99,7 @@ constexpr int kBoxRows = 64;            /* rows per TMA box */
 constexpr int kSwizzleRowBytes = 128;   /* one 64-column chunk row = one 128B-swizzle row */
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
 constexpr int kWgmmaK = 16;
-constexpr int kKStepsPerChunk = kChunkCols / kWgmmaK; /* 4 k-steps of 32 bytes per 128-byte row */
 constexpr int kQSteps = kBlockQ / kWgmmaK;            /* k-steps of the RS GEMMs (the tile's 64 queries) */
-constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands (and N = 64 B operands) ignore LBO */
 constexpr uint32_t kBf16NanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs: what a CTA that gave up writes */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kWarpgroupKeys == kBlockQ && kQSteps == kTileKSteps,
@@ -147,51 +145,12 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
     mbar_wait_give_up<kHangCycles>(bar, parity, site, index, cta_abort, g_hang_record);
 }
 
-/* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
-
-/* acc = A B^T issued (64 x 64 over HS/16 = 8 k-steps): A the warpgroup's 64 rows of the K or V tile (chunks
-   kKeyChunkBytes apart), B the stage's Q or dO tile (chunks kQChunkBytes apart), both K-major; k-step kk
-   reads bytes 32 (kk % 4) of the 128-byte rows of column chunk kk / 4 (attention_hopper_bwd128.cu's form (a)). */
-__device__ __forceinline__ void warpgroup_ss_issue_hs128(float (&acc)[32], uint32_t a_addr, uint32_t b_addr) {
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t col = (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
-        const uint32_t chunk = kk / kKStepsPerChunk;
-        const uint64_t desc_a = make_smem_desc(a_addr + chunk * SmemPlan::kKeyChunkBytes + col, kUnusedLbo,
-                                               kSwizzleAtomBytes);
-        const uint64_t desc_b = make_smem_desc(b_addr + chunk * SmemPlan::kQChunkBytes + col, kUnusedLbo,
-                                               kSwizzleAtomBytes);
-        wgmma_m64n64k16_ss(acc, desc_a, desc_b);
-    }
-}
-
-/* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each) as one commit group, waited for. kw_addr,
-   vw_addr: the warpgroup's first row in chunk 0 of the K/V tile; q_addr, do_addr: the stage's tiles. */
-__device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[32], uint32_t kw_addr, uint32_t vw_addr,
-                                                 uint32_t q_addr, uint32_t do_addr) {
-#pragma unroll
-    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
-    reg_fence(st); /* keeps the zeroing above the fence */
-    reg_fence(dpt);
-    wgmma_fence();
-    warpgroup_ss_issue_hs128(st, kw_addr, q_addr);
-    warpgroup_ss_issue_hs128(dpt, vw_addr, do_addr);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(st);
-    reg_fence(dpt);
-}
-
-/* acc[64 x 128] += A[64 x 64] B[64 x 128]: A from registers (4 k-steps over the tile's 64 queries), B the
-   stage's Q or dO tile read N-major (16 rows = 2048 bytes per k-step; the second 64-column block of N is
-   one 8 KB chunk further: LBO = kQChunkBytes, attention_hopper_bwd128.cu's form (b)). Issued only. */
-__device__ __forceinline__ void warpgroup_kv_issue(float (&acc)[kHS / 2], const uint32_t (&a)[kQSteps][4],
-                                                   uint32_t b_addr) {
-#pragma unroll
-    for (int kk = 0; kk < kQSteps; kk++)
-        wgmma_m64n128k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * kWgmmaK * kSwizzleRowBytes, SmemPlan::kQChunkBytes,
-                                                       kSwizzleAtomBytes));
-}
+/* ---- one (key tile, query tile) step, per warpgroup: hopper_bwd_common.cuh's keymajor128_scores (S^T, dP^T)
+   and keymajor128_rs_issue (dV, dK batches; attention_hopper_bwd128.cu's CTA, the same tiles); here the lambda
+   pairs of the correction operand ---- */
+static_assert(SmemPlan::kKeyChunkBytes == kKeymajor128KeyChunkBytes && SmemPlan::kQChunkBytes == kKeymajor128QChunkBytes &&
+                  kHS == kKeymajor128HS && kQSteps == kKeymajor128QSteps,
+              "the tiles hopper_bwd_common.cuh's HS-128 GEMM steps address");
 
 /* lambda of queries q and q + 1 (q even) of a stage's [kBlockQ] lambda row, one 8-byte shared load: a
    thread's two query columns 2t, 2t + 1 of an 8-column block. */
@@ -315,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float* lam_row = lambda_s + s * kBlockQ;
 
         float st[32], dpt[32];
-        warpgroup_scores(st, dpt, kw_addr, vw_addr, q_addr, do_addr);
+        keymajor128_scores(st, dpt, kw_addr, vw_addr, q_addr, do_addr);
 
         /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
            k-step (16 queries) at a time. Element 4j + 2r + e: key key0 + 8r, query q0 + 8j + 2t + e. The
@@ -362,9 +321,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         reg_fence(dv);
         reg_fence(dk);
         wgmma_fence();
-        warpgroup_kv_issue(dv, pa, do_addr);
-        warpgroup_kv_issue(dk, pds, q_addr);
-        warpgroup_kv_issue(dk, plam, q_addr);
+        keymajor128_rs_issue(dv, pa, do_addr);
+        keymajor128_rs_issue(dk, pds, q_addr);
+        keymajor128_rs_issue(dk, plam, q_addr);
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(dv);
@@ -413,7 +372,7 @@ __device__ __forceinline__ void store_key_rows(float* out, const float (&acc)[RE
 }
 
 /* The probe's RS products: acc = first B (+ second B if `second`), both register-A batches of
-   warpgroup_kv_issue into the one accumulator, as the kernel chains dK's two batches. */
+   keymajor128_rs_issue into the one accumulator, as the kernel chains dK's two batches. */
 __device__ __forceinline__ void probe_rs_batches(float (&acc)[kHS / 2], uint32_t (&first)[kQSteps][4],
                                                  uint32_t (&second_a)[kQSteps][4], uint32_t b_addr,
                                                  bool second = true) {
@@ -423,8 +382,8 @@ __device__ __forceinline__ void probe_rs_batches(float (&acc)[kHS / 2], uint32_t
     reg_fence(second_a);
     reg_fence(acc);
     wgmma_fence();
-    warpgroup_kv_issue(acc, first, b_addr);
-    if (second) warpgroup_kv_issue(acc, second_a, b_addr);
+    keymajor128_rs_issue(acc, first, b_addr);
+    if (second) keymajor128_rs_issue(acc, second_a, b_addr);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(acc);
@@ -489,7 +448,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     const int key_col = wg * kWarpgroupKeys + warp_in_wg * 16 + g;
     const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
     float st[32], dpt[32];
-    warpgroup_scores(st, dpt, smem_u32(k_s) + wg * Plan::kBoxBytes, smem_u32(v_s) + wg * Plan::kBoxBytes, q_addr,
+    keymajor128_scores(st, dpt, smem_u32(k_s) + wg * Plan::kBoxBytes, smem_u32(v_s) + wg * Plan::kBoxBytes, q_addr,
                      do_addr);
     uint32_t pa[kQSteps][4], pds[kQSteps][4], plam[kQSteps][4];
 #pragma unroll

@@ -2,7 +2,8 @@
  * attention/hopper_bwd_common.cuh - device pieces shared by the Hopper (sm_90a) key-major backward kernels
  * (attention_hopper_bwd.cu at HS 64, attention_hopper_bwd128.cu at HS 128; gproj's attention_hopper_bwd_gproj.cu
  * and attention_hopper_bwd128_gproj.cu): the recomputed probability of one score, the bounded mbarrier wait that
- * GIVES UP instead of trapping, and gproj's three register A operands of one k-step.
+ * GIVES UP instead of trapping, the score and dK/dV GEMM steps of the HS-128 key-major CTA, and gproj's three
+ * register A operands of one k-step.
  *
  * Why: both kernels recompute P with attn_bwd_kernel's expression, one copy here; and a kernel with
  * setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and serialised
@@ -60,6 +61,73 @@ __device__ __forceinline__ void mbar_wait_give_up(uint64_t* bar, uint32_t parity
             break;
         }
     }
+}
+
+/* ---- the GEMM steps of the HS-128 key-major CTA, per consumer warpgroup (attention_hopper_bwd128_gproj.cu;
+   attention_hopper_bwd128.cu, the same CTA, still has its own copies: warpgroup_scores, warpgroup_dkv_issue).
+   K and V are tiles of 128 keys and Q and dO tiles of 64 queries, each two 64-column chunks [rows][128 bytes],
+   128B-swizzled and 1024-byte aligned, column chunk c at c * rows * 128 bytes (a static_assert in the kernel
+   ties its SmemPlan to these strides). ---- */
+constexpr int kKeymajor128HS = 128;
+constexpr int kKeymajor128ChunkCols = 64;                       /* BF16 columns per 128-byte swizzle row */
+constexpr int kKeymajor128KeyChunkBytes = 128 * 128;            /* 128 keys x 64 columns */
+constexpr int kKeymajor128QChunkBytes = 64 * 128;               /* 64 queries x 64 columns */
+constexpr int kKeymajor128QSteps = 64 / 16;                     /* k-steps over a Q/dO tile's 64 queries */
+
+/* acc = A B^T issued (64 x 64 over HS/16 = 8 k-steps; the caller zeroes, fences, commits and waits): A the
+   warpgroup's 64 rows of the K or V tile (chunks kKeymajor128KeyChunkBytes apart), B the stage's Q or dO tile
+   (chunks kKeymajor128QChunkBytes apart), both K-major; k-step kk reads bytes 32 (kk % 4) of the 128-byte rows
+   of column chunk kk / 4 (attention_hopper_bwd128.cu's assumption (a)). */
+__device__ __forceinline__ void keymajor128_ss_issue(float (&acc)[32], uint32_t a_addr, uint32_t b_addr) {
+    using namespace hopper_wgmma;
+    constexpr int kWgmmaK = 16;
+    constexpr int kKStepsPerChunk = kKeymajor128ChunkCols / kWgmmaK; /* 4 k-steps of 32 bytes per 128-byte row */
+    constexpr uint32_t kUnusedLbo = 16; /* K-major swizzled operands ignore LBO */
+    constexpr int kSwizzleAtomBytes = 8 * 128;
+#pragma unroll
+    for (int kk = 0; kk < kKeymajor128HS / kWgmmaK; kk++) {
+        const uint32_t col = (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
+        const uint32_t chunk = kk / kKStepsPerChunk;
+        const uint64_t desc_a = make_smem_desc(a_addr + chunk * kKeymajor128KeyChunkBytes + col, kUnusedLbo,
+                                               kSwizzleAtomBytes);
+        const uint64_t desc_b = make_smem_desc(b_addr + chunk * kKeymajor128QChunkBytes + col, kUnusedLbo,
+                                               kSwizzleAtomBytes);
+        wgmma_m64n64k16_ss(acc, desc_a, desc_b);
+    }
+}
+
+/* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each) as one commit group, waited for
+   (hopper_wgmma.cuh's warpgroup_two_ss_64x64 at HS 128). kw_addr, vw_addr: the warpgroup's first row in chunk
+   0 of the K/V tile; q_addr, do_addr: the stage's tiles. Written, not accumulated. */
+__device__ __forceinline__ void keymajor128_scores(float (&st)[32], float (&dpt)[32], uint32_t kw_addr,
+                                                   uint32_t vw_addr, uint32_t q_addr, uint32_t do_addr) {
+    using namespace hopper_wgmma;
+#pragma unroll
+    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
+    reg_fence(st); /* keeps the zeroing above the fence */
+    reg_fence(dpt);
+    wgmma_fence();
+    keymajor128_ss_issue(st, kw_addr, q_addr);
+    keymajor128_ss_issue(dpt, vw_addr, do_addr);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(st);
+    reg_fence(dpt);
+}
+
+/* acc[64 x 128] += A[64 x 64] B[64 x 128] (dV += bf(P)^T dO, dK += bf(dS)^T Q): A from registers (4 k-steps
+   over the tile's 64 queries), B the stage's Q or dO tile read N-major (rows = queries, 16 rows = 2048 bytes
+   per k-step; the second 64-column block of N is one 8 KB chunk further: LBO = kKeymajor128QChunkBytes,
+   attention_hopper_bwd128.cu's assumption (b)). Issued only. */
+__device__ __forceinline__ void keymajor128_rs_issue(float (&acc)[kKeymajor128HS / 2],
+                                                     const uint32_t (&a)[kKeymajor128QSteps][4], uint32_t b_addr) {
+    using namespace hopper_wgmma;
+    constexpr int kWgmmaK = 16;
+    constexpr int kSwizzleRowBytes = 128;
+#pragma unroll
+    for (int kk = 0; kk < kKeymajor128QSteps; kk++)
+        wgmma_m64n128k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * kWgmmaK * kSwizzleRowBytes,
+                                                       kKeymajor128QChunkBytes, 8 * kSwizzleRowBytes));
 }
 
 /* gproj's key-major pass (both head sizes): k-step kk's three register A operands from the FP32 P and dS
