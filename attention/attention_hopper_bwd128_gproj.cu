@@ -152,10 +152,16 @@ static_assert(SmemPlan::kKeyChunkBytes == kKeymajor128KeyChunkBytes && SmemPlan:
                   kHS == kKeymajor128HS && kQSteps == kKeymajor128QSteps,
               "the tiles hopper_bwd_common.cuh's HS-128 GEMM steps address");
 
-/* lambda of queries q and q + 1 (q even) of a stage's [kBlockQ] lambda row, one 8-byte shared load: a
-   thread's two query columns 2t, 2t + 1 of an 8-column block. */
-__device__ __forceinline__ float2 load_lambda_pair(const float* lam_row, int q) {
-    return *reinterpret_cast<const float2*>(lam_row + q);
+/* k-step kk's lambdas from a stage's [kBlockQ] lambda row, as pack_gproj_step_operands takes them:
+   lam[jj][e] = lambda of query 16kk + 8jj + 2t + e, each pair (e = 0, 1) one 8-byte shared load (a thread's two
+   query columns 2t, 2t + 1 of an 8-column block). */
+__device__ __forceinline__ void load_step_lambdas(float (&lam)[2][2], const float* lam_row, int kk, int t) {
+#pragma unroll
+    for (int jj = 0; jj < 2; jj++) {
+        const float2 lam2 = *reinterpret_cast<const float2*>(lam_row + 16 * kk + 8 * jj + 2 * t);
+        lam[jj][0] = lam2.x;
+        lam[jj][1] = lam2.y;
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -284,12 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < kQSteps; kk++) {
             float lam[2][2];
-#pragma unroll
-            for (int jj = 0; jj < 2; jj++) {
-                const float2 lam2 = load_lambda_pair(lam_row, 8 * (2 * kk + jj) + 2 * t);
-                lam[jj][0] = lam2.x;
-                lam[jj][1] = lam2.y;
-            }
+            load_step_lambdas(lam, lam_row, kk, t);
 #pragma unroll
             for (int jj = 0; jj < 2; jj++)
 #pragma unroll
@@ -454,12 +455,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kQSteps; kk++) {
         float lam[2][2];
-#pragma unroll
-        for (int jj = 0; jj < 2; jj++) {
-            const float2 lam2 = load_lambda_pair(lam_row, 16 * kk + 8 * jj + 2 * t);
-            lam[jj][0] = lam2.x;
-            lam[jj][1] = lam2.y;
-        }
+        load_step_lambdas(lam, lam_row, kk, t);
         pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
     }
     if (kPart == kProbeScores) {
