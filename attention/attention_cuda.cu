@@ -890,15 +890,19 @@ void forward_launch(AttnShape s, const bf16* qkv, bf16* out, float* stats, int t
 }
 
 /* hopper: the Hopper kernels of the mode (attention_hopper_bwd.cuh) in their portable twins' place - bf16
-   and repair: the key-major kernel for attn_bwd_kernel; fp32: the row pass for attn_bwd_rows_kernel; gproj:
-   the row pass, then gproj's key-major pass for attn_bwd_kernel (HS 64; both read and write the workspace
-   slots of carve_workspace: the prep kernel's D, the row pass's lambda). The caller has checked support and
-   the device (attention_backward_cuda_path). The prep and the dQ post-pass are the same either way. */
+   and repair: the key-major kernel for attn_bwd_kernel; fp32: the row pass for attn_bwd_rows_kernel (HS 64
+   and 128), then attn_bwd_kernel here; gproj: the row pass (HS 64 and 128), then gproj's key-major pass for
+   attn_bwd_kernel where it serves the head size, else attn_bwd_kernel here (both read and write the
+   workspace slots of carve_workspace: the prep kernel's D, the row pass's lambda). The caller has checked
+   the device and that some Hopper pass serves the call (attention_backward_cuda_path); each pass's own
+   support check picks it here. The prep and the dQ post-pass are the same either way. */
 template <int HS, int MODE>
 void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float* stats, const bf16* dout,
                      bf16* dqkv, void* workspace, int hopper, cudaStream_t stream) {
     constexpr bool kHasRowPass = (MODE == ATTN_FP32 || MODE == ATTN_GPROJ);
-    const int hopper_keys = hopper && !kHasRowPass, hopper_rows = hopper && kHasRowPass;
+    const int hopper_keys = hopper && !kHasRowPass;
+    const int hopper_rows =
+        hopper && kHasRowPass && attention_hopper_rows_supports((AttnMode)MODE, s, qkv, dout);
     const int hopper_gproj_keys =
         hopper && MODE == ATTN_GPROJ && attention_hopper_gproj_keys_supports((AttnMode)MODE, s, qkv, dout);
     const Workspace w = carve_workspace(s, workspace);

@@ -498,6 +498,7 @@ void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloa
 void attention_hopper_bwd_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
     cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
     attention_hopper_bwd128_watch_hangs(device_ptr_of_mapped_record);
+    attention_hopper_rows128_watch_hangs(device_ptr_of_mapped_record);
     attention_hopper_gproj_keys_watch_hangs(device_ptr_of_mapped_record);
 }
 

@@ -3,8 +3,8 @@
  * producer and two consumer warpgroups:
  *   the key-major kernels (dK, dV and the dQ atomics) for bf16 and repair modes: head size 64
  *   (attention_hopper_bwd.cu) and head size 128 (attention_hopper_bwd128.cu, with setmaxnreg);
- *   the query-major row pass (gproj's lambda and dQ, fp32's D) for gproj and fp32, head size 64
- *   (attention_hopper_rows.cu).
+ *   the query-major row pass (gproj's lambda and dQ, fp32's D) for gproj and fp32: head size 64
+ *   (attention_hopper_rows.cu) and head size 128 (attention_hopper_rows128.cu, with setmaxnreg).
  *
  * Why: the portable mma.sync backward (attention/attention_cuda.cu) is most of our attention time on the
  * H200. The key-major kernels compute the same dK, dV and dQ accumulator as attn_bwd_kernel with the same
@@ -38,18 +38,27 @@
  *       one tile of S^T, dP^T, dV, dK, dQ through the kernel's own TMA maps and wgmma helpers, so a layout
  *       mistake is named before the attention checks fail.
  *
- * The row pass: first run in dev/attention_lab/hopper_rows.cu (call2: probe exact, 159/0 against the
- * production backward, D and lambda bit-equal on every row checked). attention_backward_cuda runs it in
- * attn_bwd_rows_kernel's place on sm_90 for gproj and fp32 at HS 64 (not force_portable); it writes the
- * same workspace slots (fp32: D; gproj: lambda) and gproj's dQ, and the portable key-major kernel then
- * runs unchanged.
- *   attention_hopper_rows_supports - 1 iff mode gproj or fp32, head size 64, B*NH <= 65535, qkv and dout
- *       16-byte aligned. Says nothing about the device.
- *   attention_backward_hopper_rows - the row pass alone (asynchronous on `stream`): reads qkv, dout,
+ * The row pass: HS 64 first run in dev/attention_lab/hopper_rows.cu (call2: probe exact, 159/0 against the
+ * production backward, D and lambda bit-equal on every row checked); HS 128 first run as the lab
+ * dev/attention_lab/hopper_rows128.cu carrying its own copy of the kernel (H200 2026-11-29, s5 call3: probe
+ * exact, 188/0, D, lambda and dQ bit-equal; the row pass alone 1.49-1.81x (gproj) and 1.83-2.29x (fp32)
+ * faster than the portable one); the production form of HS 128 (attention_hopper_rows128.cu, the lab a
+ * harness around it) is first run at the next GPU call. attention_backward_cuda runs it in
+ * attn_bwd_rows_kernel's place on sm_90 for gproj and fp32 at HS 64 and 128 (not force_portable); it writes
+ * the same workspace slots (fp32: D; gproj: lambda) and gproj's dQ, and the key-major pass then runs on
+ * them (portable, or gproj's Hopper one where it serves the head size).
+ *   attention_hopper_rows_supports - 1 iff mode gproj or fp32, head size 64 or 128, B*NH <= 65535, qkv and
+ *       dout 16-byte aligned. Says nothing about the device.
+ *   attention_backward_hopper_rows - the row pass of s.HS alone (asynchronous on `stream`): reads qkv, dout,
  *       stats and (gproj) D [B*NH*T] from the prep kernel; writes gproj: lambda [B*NH*T] and the q slot of
- *       dqkv; fp32: D. Dies with a hint if unsupported.
- *   attention_hopper_rows_layout_probe - for the lab: S = Q K^T, dP = dO V^T ([128][128]) and
- *       X = bf(S) K, Y = bf(dP) K ([128][64]) of one tile through the row pass's own maps and helpers.
+ *       dqkv; fp32: D. Dies with a hint if unsupported. attention_backward_hopper_rows128 is its HS-128 half
+ *       (no support check). HS 64 waits unbounded (no setmaxnreg, as the forward); HS 128's waits give up
+ *       after ~2 s and the CTA writes NaN over all its outputs (lambda and dQ rows, or D), recording the
+ *       barrier in attention_hopper_bwd_watch_hangs' record (attention_hopper_rows128_watch_hangs installs it
+ *       in that translation unit).
+ *   attention_hopper_rows_layout_probe - for the labs: S = Q K^T, dP = dO V^T ([128][128]) and
+ *       X = bf(S) K, Y = bf(dP) K ([128][HS]) of one tile through the row pass's own maps and helpers
+ *       (dispatches on s.HS).
  */
 #ifndef ATTENTION_ATTENTION_HOPPER_BWD_CUH
 #define ATTENTION_ATTENTION_HOPPER_BWD_CUH
@@ -112,11 +121,23 @@ void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloa
                                     const float* stats, float* D, float* lambda, __nv_bfloat16* dqkv,
                                     cudaStream_t stream);
 
-/* qkv [1, T, 3, NH, 64], dout [1, T, NH, 64], T <= 128 (tokens past T read as zeros), head `head` at token 0:
-   s_tile, dp_tile [128][128], x_tile, y_tile [128][64] FP32, row-major (device pointers). Synchronous launch
-   errors die; the caller synchronises. */
+/* qkv [1, T, 3, NH, HS], dout [1, T, NH, HS], HS 64 or 128, T <= 128 (tokens past T read as zeros), head
+   `head` at token 0: s_tile, dp_tile [128][128], x_tile, y_tile [128][HS] FP32, row-major (device pointers).
+   Synchronous launch errors die; the caller synchronises (HS 128: and reads the hang record). */
 void attention_hopper_rows_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                         float* s_tile, float* dp_tile, float* x_tile, float* y_tile);
+
+/* HS 128 (attention_hopper_rows128.cu): gproj or fp32 only (dies otherwise); attention_backward_hopper_rows checks
+   the rest and calls it. Its probe (attention_hopper_rows_layout_probe calls it) and its hang record's installer
+   (attention_hopper_bwd_watch_hangs calls it). */
+#define ATTN_HOPPER_ROWS128_HS 128
+void attention_backward_hopper_rows128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv,
+                                       const __nv_bfloat16* dout, const float* stats, float* D, float* lambda,
+                                       __nv_bfloat16* dqkv, cudaStream_t stream);
+void attention_hopper_rows128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
+                                           const __nv_bfloat16* dout, float* s_tile, float* dp_tile, float* x_tile,
+                                           float* y_tile);
+void attention_hopper_rows128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
 
 /* ---- gproj's key-major pass (attention_hopper_bwd_gproj.cu: HS 64 and the entry points;
    attention_hopper_bwd128_gproj.cu: HS 128) ----

@@ -30,8 +30,9 @@
  * past T are zero-filled by TMA and masked. Every mbarrier wait is on a phase that a finite number of
  * copies/arrivals completes (as the forward). Registers (CUDA 13.0): gproj 168 (the cap for 288 threads),
  * fp32 106, no spills.
- * Not done: HS 128 (DSK and PK alone are 128 floats per thread there; the portable pass keeps it), overlap
- * of the DSK/PK GEMMs of one tile with S/dP of the next, setmaxnreg, D fused into the pass.
+ * HS 128 is attention_hopper_rows128.cu (DSK and PK alone are 128 floats per thread there: a producer
+ * warpgroup and setmaxnreg); the entry points below dispatch to it on s.HS.
+ * Not done: overlap of the DSK/PK GEMMs of one tile with S/dP of the next, setmaxnreg, D fused into the pass.
  */
 #include <math.h>
 #include <stdint.h>
@@ -39,6 +40,7 @@
 #include "attention/attention_hopper_bwd.cuh"
 #include "attention/tile_order.cuh"
 #include "attention/hopper_wgmma.cuh"
+#include "attention/hopper_rows_common.cuh"
 
 using namespace hopper_wgmma;
 
@@ -166,14 +168,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int wg = warp / 4, g = lane >> 2, t = lane & 3;
     const int row0 = q0 + wg * kWarpgroupRows + (warp % 4) * 16 + g;
     float row_m[2], row_rl[2], row_D[2]; /* m, fl(1 / l), D (gproj) */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int query = row0 + 8 * r;
-        const long long idx = (long long)bh * T + (query < T ? query : 0); /* rows past T: any finite state */
-        row_m[r] = stats[idx * 2];
-        row_rl[r] = __frcp_rn(stats[idx * 2 + 1]);
-        row_D[r] = kGproj ? D[idx] : 0.f;
-    }
+    load_row_state<kGproj>(row_m, row_rl, row_D, stats, D, bh, T, row0);
     float acc_a[2] = {0.f, 0.f}; /* gproj: r = sum bf(dS); fp32: sum P dP (this lane's keys, in key order) */
     float acc_b[2] = {0.f, 0.f}; /* gproj: p = sum bf(P) */
     float dsk[kDqRegs], pk[kDqRegs];
@@ -201,36 +196,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             float sacc[kSRegs], dpacc[kSRegs];
             warpgroup_two_ss_64x64(sacc, dpacc, q_addr, k_sub, do_addr, v_addr + sub * kSubTileBytes);
 
-            /* P, dS and the row sums (each lane its keys in increasing order, as production); masked
-               entries are exactly 0 in both GEMM operands */
-            auto row_sums = [&](auto masked_tag) {
-                constexpr bool kMasked = decltype(masked_tag)::value;
-#pragma unroll
-                for (int j = 0; j < kSubKeys / 8; j++)
-#pragma unroll
-                    for (int r = 0; r < 2; r++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int i = 4 * j + 2 * r + e;
-                            const int key = kt * kBlockK + sub * kSubKeys + 8 * j + 2 * t + e, query = row0 + 8 * r;
-                            float p = 0.f, ds = 0.f;
-                            if (!kMasked || (key <= query && query < T)) {
-                                p = exp2f((sacc[i] - row_m[r]) * c) * row_rl[r]; /* the forward's exponent */
-                                const float dpv = dpacc[i];
-                                if (kGproj) {
-                                    ds = p * (dpv - row_D[r]);
-                                    acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
-                                    acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
-                                } else {
-                                    acc_a[r] += p * dpv;
-                                }
-                            }
-                            sacc[i] = p;
-                            dpacc[i] = ds;
-                        }
-            };
-            if (tile_masked) row_sums(std::true_type{});
-            else row_sums(std::false_type{});
+            /* P, dS and the row sums (the mask only where it can bite) */
+            const int key0 = kt * kBlockK + sub * kSubKeys;
+            if (tile_masked)
+                row_probs_and_sums<kGproj, true>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
+            else
+                row_probs_and_sums<kGproj, false>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
 
             if (kGproj) {
                 uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
@@ -242,35 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
     }
 
-    float row_lambda[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float a = quad_sum(acc_a[r]); /* every lane of the quad gets the whole-row sums */
-        const float p = quad_sum(acc_b[r]);
-        row_lambda[r] = (p != 0.f) ? __fdiv_rn(a, p) : 0.f;
-        const int query = row0 + 8 * r;
-        if (t != 0 || query >= T) continue;
-        const long long idx = (long long)bh * T + query;
-        if (kGproj) lambda[idx] = row_lambda[r];
-        else D[idx] = a;
-    }
-    if (kGproj) {
-        /* dQ_i = bf(s * (DSK_i - lambda_i PK_i)), one FP32 fma per element, into the q slot of dqkv */
-        const long long qkv_row = 3LL * NH * kHS;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float lam = row_lambda[r];
-            const int query = row0 + 8 * r;
-            if (query >= T) continue;
-            bf16* dq_row = dqkv + ((long long)b * T + query) * qkv_row + (long long)h * kHS + 2 * t;
-#pragma unroll
-            for (int n = 0; n < kHS / 8; n++) {
-                const float v0 = __fmaf_rn(-lam, pk[4 * n + 2 * r], dsk[4 * n + 2 * r]);
-                const float v1 = __fmaf_rn(-lam, pk[4 * n + 2 * r + 1], dsk[4 * n + 2 * r + 1]);
-                *reinterpret_cast<uint32_t*>(dq_row + 8 * n) = pack_bf16x2(v0 * scale, v1 * scale);
-            }
-        }
-    }
+    store_row_outputs<kGproj, kHS>(acc_a, acc_b, dsk, pk, D, lambda, dqkv, bh, b, h, NH, T, row0, t, scale);
 }
 
 /* Layout probe: one CTA, the two consumer warpgroups, one tile of everything at token 0 of batch 0 (head
@@ -317,30 +260,13 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
         warpgroup_two_ss_64x64(sacc, dpacc, smem_u32(smem + SmemPlan::kQ) + wg_row_bytes,
                                k_addr + sub * kSubTileBytes, smem_u32(smem + SmemPlan::kDO) + wg_row_bytes,
                                smem_u32(smem + SmemPlan::kV) + sub * kSubTileBytes);
-#pragma unroll
-        for (int j = 0; j < kSubKeys / 8; j++)
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int col = sub * kSubKeys + 8 * j + 2 * t + e;
-                    s_out[(row0 + 8 * r) * kBlockK + col] = sacc[4 * j + 2 * r + e];
-                    dp_out[(row0 + 8 * r) * kBlockK + col] = dpacc[4 * j + 2 * r + e];
-                }
+        store_fragment_rows(s_out, dp_out, sacc, dpacc, row0, sub * kSubKeys, kBlockK, t);
         uint32_t sa[kKeySteps][4], dpa[kKeySteps][4];
         pack_acc_a_operand(sa, sacc);
         pack_acc_a_operand(dpa, dpacc);
         warpgroup_rs_k(y, x, dpa, sa, k_addr + sub * kSubTileBytes);
     }
-#pragma unroll
-    for (int n = 0; n < kHS / 8; n++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                x_out[(row0 + 8 * r) * kHS + 8 * n + 2 * t + e] = x[4 * n + 2 * r + e];
-                y_out[(row0 + 8 * r) * kHS + 8 * n + 2 * t + e] = y[4 * n + 2 * r + e];
-            }
+    store_fragment_rows(x_out, y_out, x, y, row0, 0, kHS, t);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -370,7 +296,7 @@ void hopper_rows_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorM
 
 int attention_hopper_rows_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
     if (mode != ATTN_GPROJ && mode != ATTN_FP32) return 0;
-    if (s.HS != kHS) return 0;
+    if (s.HS != kHS && s.HS != ATTN_HOPPER_ROWS128_HS) return 0; /* HS 128: attention_hopper_rows128.cu */
     if (s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535) return 0;
     return ((uintptr_t)qkv % kTmaAlignBytes) == 0 && ((uintptr_t)dout % kTmaAlignBytes) == 0;
 }
@@ -380,10 +306,14 @@ void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloa
                                     cudaStream_t stream) {
     if (!attention_hopper_rows_supports(mode, s, qkv, dout)) {
         die("attention_backward_hopper_rows: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
-            "  hint: gproj or fp32 mode, head size %d, B*NH <= 65535, qkv and dout 16-byte aligned; use "
+            "  hint: gproj or fp32 mode, head size %d or %d, B*NH <= 65535, qkv and dout 16-byte aligned; use "
             "attention_backward_cuda, which falls back to the portable row pass",
             (int)mode >= 0 && mode < ATTN_NUM_MODES ? attn_mode_name(mode) : "?", s.B, s.NH, s.T, s.HS,
-            (const void*)qkv, (const void*)dout, kHS);
+            (const void*)qkv, (const void*)dout, kHS, ATTN_HOPPER_ROWS128_HS);
+    }
+    if (s.HS == ATTN_HOPPER_ROWS128_HS) {
+        attention_backward_hopper_rows128(mode, s, qkv, dout, stats, D, lambda, dqkv, stream);
+        return;
     }
     const CUtensorMap qkv_map = make_map(qkv, s, 3 * s.NH, "qkv");
     const CUtensorMap dout_map = make_map(dout, s, s.NH, "dout");
@@ -393,8 +323,12 @@ void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloa
 
 void attention_hopper_rows_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                         float* s_tile, float* dp_tile, float* x_tile, float* y_tile) {
+    if (s.HS == ATTN_HOPPER_ROWS128_HS) {
+        attention_hopper_rows128_layout_probe(s, head, qkv, dout, s_tile, dp_tile, x_tile, y_tile);
+        return;
+    }
     if (s.B != 1 || s.T > ATTN_HOPPER_ROWS_PROBE_ROWS || head < 0 || head >= s.NH || s.HS != kHS) {
-        die("attention_hopper_rows_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d "
+        die("attention_hopper_rows_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d or 128 (got B=%d NH=%d "
             "T=%d HS=%d head %d)", ATTN_HOPPER_ROWS_PROBE_ROWS, kHS, s.B, s.NH, s.T, s.HS, head);
     }
     const CUtensorMap qkv_map = make_map(qkv, s, 3 * s.NH, "qkv");

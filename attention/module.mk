@@ -53,6 +53,15 @@ $(BUILD)/attention/attention_hopper_bwd128.cu.o: attention/attention_hopper_bwd1
         common/utils.h
 $(BUILD)/attention/attention_hopper_rows.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper_rows.cu.o: attention/attention_hopper_rows.cu attention/attention_hopper_bwd.cuh \
+        attention/hopper_rows_common.cuh attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h \
+        common/cuda_utils.cuh common/utils.h
+# attention_hopper_rows128.cu: the Hopper row pass at HS 128 (gproj, fp32; setmaxnreg), which
+# attention_backward_hopper_rows dispatches to on s.HS; same sm_90a-only rule.
+ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_rows128.cu.o
+CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_rows128.cu.o
+$(BUILD)/attention/attention_hopper_rows128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/attention_hopper_rows128.cu.o: attention/attention_hopper_rows128.cu \
+        attention/attention_hopper_bwd.cuh attention/hopper_bwd_common.cuh attention/hopper_rows_common.cuh \
         attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd_gproj.cu: gproj's Hopper key-major pass (dK, dV; HS 64), run in
 # attn_bwd_kernel<64, ATTN_GPROJ>'s place on sm_90 devices after the Hopper row pass; same sm_90a-only rule.
