@@ -19,17 +19,18 @@
  * odd sequence lengths (1, 77, 1000, 4097); 1 to 192 heads; the repair
  * tile-max shift arm; the saved softmax stats.
  * Two paths: on an sm_90 device (H100/H200) attention_forward_cuda runs the
- * Hopper wgmma forward by default, and attention_backward_cuda one Hopper
- * pass at HS 64 (bf16, repair: the key-major kernel; gproj, fp32: the row
- * pass) and at HS 128 for bf16 and repair (the HS-128 key-major kernel;
- * gproj and fp32 stay portable there); with AttnOptions.force_portable both
- * run the portable mma.sync
- * kernels. There every check runs on both (rows and checks say e.g.
+ * Hopper wgmma forward by default, and attention_backward_cuda at least one
+ * Hopper pass in every mode at HS 64 and 128 (bf16, repair: the key-major
+ * kernel; gproj, fp32: the row pass, then gproj's Hopper key-major pass where
+ * it serves the head size, else the portable one); with
+ * AttnOptions.force_portable both run the portable mma.sync kernels. There every check runs on both (rows and checks say e.g.
  * "[hopper fwd, hopper bwd]" or "[portable fwd, portable bwd]"; the backward
  * reads each path's own stats end to end), and direct comparisons check the
  * Hopper O within 4 BF16 ulps of the portable O and the stats at FP32 level
  * per mode, and the Hopper dQ, dK, dV within 4 BF16 ulps (gproj's dQ 8) of
- * the portable ones on the same forward outputs. Elsewhere only the portable
+ * the portable ones on the same forward outputs, and the row pass's own
+ * workspace outputs (fp32's D, gproj's lambda) within the row-pass labs'
+ * tolerances of the portable row pass's. Elsewhere only the portable
  * path exists, and the dispatch checks make sure it is the one taken.
  *
  * Tolerance GPU vs emulation (per head ||gpu - cpu|| / ||cpu||, median over
@@ -645,17 +646,20 @@ static void test_forward_paths(int is_sm90, uint64_t seed) {
 /* ---- the two backward paths: dispatch, and Hopper vs portable directly ---- */
 
 /* Which modes and head sizes the Hopper backward serves on an sm_90 device (attention_cuda.cuh): at HS 64
-   every mode has a Hopper pass (the key-major kernel for bf16 and repair, the row pass for gproj and fp32);
-   at HS 128 bf16 and repair (attention_hopper_bwd128.cu), while gproj and fp32 stay portable. */
+   and 128 every mode has a Hopper pass (the key-major kernel for bf16 and repair: attention_hopper_bwd.cu,
+   attention_hopper_bwd128.cu; the row pass for gproj and fp32: attention_hopper_rows.cu,
+   attention_hopper_rows128.cu). */
 static int hopper_bwd_expected(AttnMode mode, int HS) {
-    if (HS == 64) return 1;
-    return HS == 128 && (mode == ATTN_BF16 || mode == ATTN_REPAIR);
+    (void)mode;
+    return HS == 64 || HS == 128;
 }
 
-/* Backward of `mode` with opt on device inputs, dqkv to host floats (dqkv and workspace NaN-poisoned first). */
+/* Backward of `mode` with opt on device inputs, dqkv to host floats (dqkv and workspace NaN-poisoned first);
+   row_slots (or NULL): the workspace's D [rows] then lambda [rows] FP32, after dq_acc [rows * HS] (the
+   layout of carve_workspace in attention/attention_cuda.cu, internal there; the caller checks the size). */
 static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* d_qkv,
                              const __nv_bfloat16* d_out, const float* d_stats, const __nv_bfloat16* d_dout,
-                             float* dqkv) {
+                             float* dqkv, float* row_slots) {
     const size_t nqkv = attn_qkv_count(s), ws_bytes = attention_cuda_workspace_bytes(s, mode);
     __nv_bfloat16* d_dqkv;
     void* d_ws;
@@ -666,6 +670,11 @@ static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const 
     attention_backward_cuda(mode, opt, s, d_qkv, d_out, d_stats, d_dout, d_dqkv, d_ws, 0);
     cudaCheck(cudaDeviceSynchronize());
     from_device_bf16(dqkv, d_dqkv, nqkv);
+    if (row_slots != NULL) {
+        const size_t rows = (size_t)s.B * s.NH * s.T;
+        cudaCheck(cudaMemcpy(row_slots, (const float*)d_ws + rows * s.HS, 2 * rows * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+    }
     cudaCheck(cudaFree(d_dqkv));
     cudaCheck(cudaFree(d_ws));
 }
@@ -675,9 +684,48 @@ static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const 
    the BF16 rounding of one P or dS, so dQ, dK and dV agree within a few BF16 ulps of max(|a|, |b|, the
    row's RMS): 4 (dev/attention_lab/hopper_bwd.cu; H200 call2: max 1.00; the same 4 at HS 128,
    dev/attention_lab/hopper_bwd128.cu, 104/0 on the H200), and 8 for gproj's dQ, which the
-   row pass computes whole (dev/attention_lab/hopper_rows.cu; call2: bit-equal). */
+   row pass computes whole (dev/attention_lab/hopper_rows.cu, call2, and hopper_rows128.cu, s5 call3:
+   bit-equal). */
 static const double kPathMaxGradUlps = 4.0;
 static const double kPathMaxGprojDqUlps = 8.0;
+/* The row pass's workspace outputs, the row-pass labs' tolerances (dev/attention_lab/hopper_rows.cu, HS 64;
+   hopper_rows128.cu, HS 128: bit-equal on the H200 at both head sizes): fp32's D = sum P dP within 1e-5
+   sigma_dP; gproj's lambda within 16 u at most and 1e-2 u in the median, u = 2^-9 sigma_dP (one flipped
+   BF16 rounding of dS moves lambda by up to 2^-8 |dS| / p). sigma_dP = sqrt(HS) rms(dO) rms(V), the scale
+   of dP - D. */
+static const double kPathMaxDRel = 1e-5;
+static const double kPathMaxLambdaUnits = 16.0;
+static const double kPathMedLambdaUnits = 1e-2;
+
+static int cmp_double(const void* a, const void* b) {
+    const double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+/* fp32's D or gproj's lambda of the Hopper path (got) vs the portable one (ref), `rows` values: non-finite
+   values, and |diff| / unit: max and median. */
+static void compare_row_slot(const char* label, const char* what, const float* ref, const float* got, size_t rows,
+                             double unit, double max_tol, double med_tol) {
+    double* units = (double*)mallocCheck(sizeof(double) * (rows ? rows : 1));
+    size_t nonfinite = 0, n = 0, unequal = 0;
+    double max_units = 0;
+    for (size_t i = 0; i < rows; i++) {
+        if (!isfinite(ref[i]) || !isfinite(got[i])) { nonfinite++; continue; }
+        unequal += ref[i] != got[i];
+        units[n] = fabs((double)ref[i] - got[i]) / unit;
+        if (units[n] > max_units) max_units = units[n];
+        n++;
+    }
+    qsort(units, n, sizeof(double), cmp_double);
+    const double med_units = n ? units[n / 2] : 0;
+    printf("  %s: %s %zu of %zu rows not bit-equal, |diff| / %.3g: median %.3g, max %.3g\n", label, what, unequal,
+           rows, unit, med_units, max_units);
+    CHECK(nonfinite == 0, "%s: %s written and finite on both paths (%zu not)", label, what, nonfinite);
+    CHECK(max_units <= max_tol, "%s: %s max |diff| <= %.3g (max %.3g)", label, what, max_tol, max_units);
+    if (med_tol > 0)
+        CHECK(med_units <= med_tol, "%s: %s median |diff| <= %.0e (%.3g)", label, what, med_tol, med_units);
+    free(units);
+}
 
 static void test_backward_paths(int is_sm90, uint64_t seed) {
     test_section("backward paths: dispatch, and the Hopper backward vs the portable one (dQ, dK, dV in BF16 ulps)");
@@ -729,6 +777,17 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
             cudaCheck(cudaMalloc(&d_out, sizeof(__nv_bfloat16) * nout));
             cudaCheck(cudaMalloc(&d_stats, sizeof(float) * nstats));
             float *g_h = (float*)mallocCheck(sizeof(float) * nqkv), *g_p = (float*)mallocCheck(sizeof(float) * nqkv);
+            /* the row pass's scale: sigma_dP = sqrt(HS) rms(dO) rms(V) over the whole tensors */
+            const size_t rows = (size_t)s.B * s.NH * s.T;
+            double sq_do = 0, sq_v = 0;
+            for (size_t i = 0; i < nout; i++) sq_do += (double)dout[i] * dout[i];
+            for (size_t bt = 0; bt < (size_t)s.B * s.T; bt++)
+                for (size_t j = 0; j < (size_t)s.NH * s.HS; j++) {
+                    const double v = qkv[bt * 3 * s.NH * s.HS + 2 * (size_t)s.NH * s.HS + j]; /* v slot */
+                    sq_v += v * v;
+                }
+            const double sigma_dp = sqrt((double)s.HS) * sqrt(sq_do / nout) * sqrt(sq_v / nout);
+            float *rs_h = (float*)mallocCheck(sizeof(float) * 2 * rows), *rs_p = (float*)mallocCheck(sizeof(float) * 2 * rows);
             for (int m = 0; m < ATTN_NUM_MODES; m++) {
                 const AttnMode mode = (AttnMode)m;
                 if (!hopper_bwd_expected(mode, s.HS)) continue;
@@ -739,8 +798,18 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
                       "%s: the default path is the Hopper backward", label);
                 /* one forward (the default one), both backwards on its out and stats */
                 attention_forward_cuda(mode, automatic, s, d_qkv, d_out, d_stats, NULL, 0);
-                backward_to_host(mode, automatic, s, d_qkv, d_out, d_stats, d_dout, g_h);
-                backward_to_host(mode, portable, s, d_qkv, d_out, d_stats, d_dout, g_p);
+                backward_to_host(mode, automatic, s, d_qkv, d_out, d_stats, d_dout, g_h, rs_h);
+                backward_to_host(mode, portable, s, d_qkv, d_out, d_stats, d_dout, g_p, rs_p);
+                if (mode == ATTN_FP32 || mode == ATTN_GPROJ) { /* the row pass's own outputs */
+                    CHECK(attention_cuda_workspace_bytes(s, mode) == (rows * s.HS + 2 * rows) * sizeof(float),
+                          "%s: workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] FP32 (the layout read here)",
+                          label);
+                    if (mode == ATTN_FP32)
+                        compare_row_slot(label, "D = sum P dP", rs_p, rs_h, rows, sigma_dp, kPathMaxDRel, 0);
+                    else
+                        compare_row_slot(label, "lambda (u = 2^-9 sigma_dP)", rs_p + rows, rs_h + rows, rows,
+                                         ldexp(sigma_dp, -9), kPathMaxLambdaUnits, kPathMedLambdaUnits);
+                }
                 for (int slot = 0; slot < 3; slot++) {
                     long nonfinite = 0, over_1ulp = 0;
                     double max_ulps = 0;
@@ -770,7 +839,7 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
             }
             cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
             cudaCheck(cudaFree(d_stats));
-            free(qkv); free(dout); free(g_h); free(g_p);
+            free(qkv); free(dout); free(g_h); free(g_p); free(rs_h); free(rs_p);
         }
 }
 
