@@ -87,29 +87,6 @@ struct SmemPlan {
 };
 
 /* ---- the GEMMs of one key tile, per warpgroup (shared by the kernel and the layout probe) ---- */
-/* DSK += bf(dS) K and PK += bf(P) K over one half: kSubKeys/16 k-steps of 16 keys against the K tile at k_addr read N-major
-   (trans-b = 1: the head dim, N, is contiguous), each k-step 16 rows = 2048 bytes further; exactly the
-   forward's O += P V with K in place of V. The caller touched the accumulators/A registers since the last
-   wgmma: the fence orders that first. */
-__device__ __forceinline__ void warpgroup_rs_k(float (&dsk)[kDqRegs], float (&pk)[kDqRegs],
-                                               uint32_t (&dsa)[kKeySteps][4], uint32_t (&pa)[kKeySteps][4],
-                                               uint32_t k_addr) {
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kKeySteps; kk++) {
-        const uint64_t desc = make_smem_desc(k_addr + kk * kWgmmaK * kSwizzleRowBytes, SmemPlan::kTileBytes,
-                                             kSwizzleAtomBytes);
-        wgmma_m64n64k16_rs(dsk, dsa[kk], desc);
-        wgmma_m64n64k16_rs(pk, pa[kk], desc);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(dsk);
-    reg_fence(pk);
-    reg_fence(dsa); /* keeps the A registers live (unchanged) until the wgmmas that read them are done */
-    reg_fence(pa);
-}
-
 /* ------------------------------------------------------------------------------------------------ */
 /* the kernels                                                                                       */
 /* ------------------------------------------------------------------------------------------------ */
@@ -207,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
                 pack_acc_a_operand(pa, sacc);
                 pack_acc_a_operand(dsa, dpacc);
-                warpgroup_rs_k(dsk, pk, dsa, pa, k_sub);
+                warpgroup_rs_k<kDqRegs, false>(dsk, pk, dsa, pa, k_sub, SmemPlan::kTileBytes);
             }
         }
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
@@ -264,7 +241,8 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
         uint32_t sa[kKeySteps][4], dpa[kKeySteps][4];
         pack_acc_a_operand(sa, sacc);
         pack_acc_a_operand(dpa, dpacc);
-        warpgroup_rs_k(y, x, dpa, sa, k_addr + sub * kSubTileBytes);
+        warpgroup_rs_k<kDqRegs, false>(y, x, dpa, sa, k_addr + sub * kSubTileBytes,
+                                       SmemPlan::kTileBytes); /* the kernel's call */
     }
     store_fragment_rows(x_out, y_out, x, y, row0, 0, kHS, t);
 }

@@ -158,30 +158,6 @@ __device__ __forceinline__ void warpgroup_scores(float (&s)[kSRegs], float (&dp)
     reg_fence(dp);
 }
 
-/* DSK += bf(dS) K_h and PK += bf(P) K_h over one half: 4 k-steps of 16 keys, K_h read N-major (the head dim,
-   N = 128, contiguous within a chunk; the second 64-column block of N is one chunk further: LBO = 16 KB;
-   16 keys = 2048 bytes per k-step; assumption (b)). Fenced, committed and waited for here. */
-__device__ __forceinline__ void warpgroup_rs_k(float (&dsk)[kDqRegs], float (&pk)[kDqRegs],
-                                               uint32_t (&dsa)[kKeySteps][4], uint32_t (&pa)[kKeySteps][4],
-                                               uint32_t k_half_addr) {
-    reg_fence(dsa);
-    reg_fence(pa);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kKeySteps; kk++) {
-        const uint64_t desc = make_smem_desc(k_half_addr + kk * kWgmmaK * kSwizzleRowBytes, SmemPlan::kChunkBytes,
-                                             kSwizzleAtomBytes);
-        wgmma_m64n128k16_rs(dsk, dsa[kk], desc);
-        wgmma_m64n128k16_rs(pk, pa[kk], desc);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(dsk);
-    reg_fence(pk);
-    reg_fence(dsa); /* keeps the A registers live (unchanged) until the wgmmas that read them are done */
-    reg_fence(pa);
-}
-
 /* bounded mbarrier waits that give up (see the file comment: no trap under setmaxnreg) */
 constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz */
 /* set by attention_hopper_bwd_watch_hangs (through attention_hopper_rows128_watch_hangs); NULL: no record */
@@ -304,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
                 pack_acc_a_operand(pa, sacc);
                 pack_acc_a_operand(dsa, dpacc);
-                warpgroup_rs_k(dsk, pk, dsa, pa, k_half);
+                warpgroup_rs_k<kDqRegs, true>(dsk, pk, dsa, pa, k_half, SmemPlan::kChunkBytes);
             }
         }
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
@@ -394,7 +370,8 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
         uint32_t sa[kKeySteps][4], dpa[kKeySteps][4];
         pack_acc_a_operand(sa, sacc);
         pack_acc_a_operand(dpa, dpacc);
-        warpgroup_rs_k(y, x, dpa, sa, k_half); /* the kernel's call: (DSK, PK) <- (bf(dP) K, bf(S) K) */
+        /* the kernel's call: (DSK, PK) <- (bf(dP) K, bf(S) K) */
+        warpgroup_rs_k<kDqRegs, true>(y, x, dpa, sa, k_half, SmemPlan::kChunkBytes);
     }
     store_fragment_rows(x_out, y_out, x, y, row0, 0, kHS, t);
 }

@@ -1,8 +1,9 @@
 /*
  * attention/hopper_rows_common.cuh - device pieces shared by the Hopper (sm_90a) row passes of the backward
  * (attention_hopper_rows.cu at HS 64, attention_hopper_rows128.cu at HS 128): a thread's two query rows' state,
- * the recomputed P and dS of one 64-key accumulator pair with their row sums, the rows' outputs (lambda and dQ,
- * or D), and the store of an accumulator pair as row-major rows (the layout probes).
+ * the recomputed P and dS of one 64-key accumulator pair with their row sums, the DSK/PK GEMMs of one 64-key
+ * half, the rows' outputs (lambda and dQ, or D), and the store of an accumulator pair as row-major rows (the
+ * layout probes).
  *
  * Why: the two kernels differ in their GEMMs and pipeline (HS 128 needs a producer warpgroup, setmaxnreg and
  * 128-column accumulators), not in the per-element math, which must stay attn_bwd_rows_kernel's operation for
@@ -70,6 +71,38 @@ __device__ __forceinline__ void row_probs_and_sums(float (&sacc)[REGS], float (&
                 sacc[i] = p;
                 dpacc[i] = ds;
             }
+}
+
+/* DSK += bf(dS) K and PK += bf(P) K over one 64-key half: 4 k-steps of 16 keys against the K rows at k_addr read
+   N-major (trans-b = 1: the head dim, N = 2 REGS, contiguous within a 64-column chunk; the next 64-column block
+   of N is `chunk_bytes` further: the descriptor's LBO), each k-step 16 rows = 2048 bytes further; the forward's
+   O += P V with K in place of V (wgmma_pv: m64n64k16 or m64n128k16 by REGS). FENCE_A: the just-packed A
+   registers are fenced first (HS 128's form; HS 64's kernel ran without, and each kept the PTX that passed on
+   the H200). The A registers stay live until the wgmmas that read them are done; fenced, committed and waited
+   for here. */
+template <int REGS, bool FENCE_A>
+__device__ __forceinline__ void warpgroup_rs_k(float (&dsk)[REGS], float (&pk)[REGS],
+                                               uint32_t (&dsa)[hopper_wgmma::kTileKSteps][4],
+                                               uint32_t (&pa)[hopper_wgmma::kTileKSteps][4], uint32_t k_addr,
+                                               uint32_t chunk_bytes) {
+    using namespace hopper_wgmma;
+    if (FENCE_A) {
+        reg_fence(dsa);
+        reg_fence(pa);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kTileKSteps; kk++) {
+        const uint64_t desc = make_smem_desc(k_addr + kk * 16 * kTileRowBytes, chunk_bytes, kSwizzle128BAtomBytes);
+        wgmma_pv(dsk, dsa[kk], desc);
+        wgmma_pv(pk, pa[kk], desc);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dsk);
+    reg_fence(pk);
+    reg_fence(dsa); /* keeps the A registers live (unchanged) until the wgmmas that read them are done */
+    reg_fence(pa);
 }
 
 /* The rows' outputs: the quad's row sums; gproj: lambda = r / p (0 if p = 0) into lambda and
