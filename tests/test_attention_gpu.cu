@@ -787,7 +787,8 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
                     sq_v += v * v;
                 }
             const double sigma_dp = sqrt((double)s.HS) * sqrt(sq_do / nout) * sqrt(sq_v / nout);
-            float *rs_h = (float*)mallocCheck(sizeof(float) * 2 * rows), *rs_p = (float*)mallocCheck(sizeof(float) * 2 * rows);
+            float* rs_h = (float*)mallocCheck(sizeof(float) * 2 * rows); /* D then lambda, per path */
+            float* rs_p = (float*)mallocCheck(sizeof(float) * 2 * rows);
             for (int m = 0; m < ATTN_NUM_MODES; m++) {
                 const AttnMode mode = (AttnMode)m;
                 if (!hopper_bwd_expected(mode, s.HS)) continue;

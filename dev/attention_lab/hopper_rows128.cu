@@ -2,7 +2,8 @@
  * dev/attention_lab/hopper_rows128.cu - lab of the production Hopper (sm_90a) row pass of the backward at head
  * size 128 (attention/attention_hopper_rows128.cu: gproj's lambda and all of gproj's dQ, fp32's D, on wgmma + TMA
  * with setmaxnreg): its layout probe, then attention_backward_cuda on the Hopper path (the default on sm_90, which
- * runs this row pass in attn_bwd_rows_kernel<128>'s place, then the portable key-major kernel) against the same
+ * runs this row pass in attn_bwd_rows_kernel<128>'s place, then the key-major pass: gproj's Hopper one,
+ * attention_hopper_bwd128_gproj.cu, or fp32's portable attn_bwd_kernel<128>) against the same
  * call with AttnOptions.force_portable = 1, per quantity (D and lambda from the workspaces, dQ, dK, dV), and
  * timed kernel by kernel. The kernel lives in the library only; this file is host code (checks, timing, one spin
  * kernel) and builds for any NVCC_ARCH, but refuses to run off sm_90.
@@ -22,9 +23,10 @@
  *       bf(S) K, bf(dP) K;  (c) the K/V tiles of stage 1 (32 KB offsets) - all four.
  *
  * Expected: bit-equal D (fp32), lambda and dQ (gproj), as the lab kernel was on the H200 (same per-lane key
- * order, same rounding points; the tensor core's k-step sums came out equal), and so dK, dV bit-equal too (the
- * same portable key-major kernel on the same D and lambda). Checked separately from the tolerances below, so a
- * miss there and a pass of the tolerances reads as "order-level difference", not a layout error.
+ * order, same rounding points; the tensor core's k-step sums came out equal), and so fp32's dQ, dK, dV bit-equal
+ * too (the same portable key-major kernel on the same D); gproj's dK, dV come from different key-major kernels
+ * (tolerance only). Checked separately from the tolerances below, so a miss there and a pass of the tolerances
+ * reads as "order-level difference", not a layout error.
  *
  * Safety: the kernel's mbarrier waits are bounded (~2 s) and then give up: the CTA writes NaN over its lambda and
  * dQ rows (gproj) or D (fp32), and this lab installs the host-mapped record (attention_hopper_bwd_watch_hangs,
@@ -188,8 +190,10 @@ static void backward_kernels_free(BackwardKernels* k) {
     cudaCheck(cudaGraphDestroy(k->captured));
 }
 
-/* Compares one slot (q, k or v) of the two dqkv: prints and checks finiteness, the tolerance and bit-equality. */
-static void check_grad_slot(const uint16_t* h_ref, const uint16_t* h_new, AttnShape s, int slot, double max_ulps) {
+/* Compares one slot (q, k or v) of the two dqkv: prints and checks finiteness, the tolerance and, where both
+   paths run the same kernel on bit-equal inputs (bit_equal), bit-equality. */
+static void check_grad_slot(const uint16_t* h_ref, const uint16_t* h_new, AttnShape s, int slot, double max_ulps,
+                            int bit_equal) {
     static const char* kName[3] = {"dQ", "dK", "dV"};
     const SlotDiff d = compare_slot(h_ref, h_new, s, slot);
     printf("  %s: %zu of %zu not bit-equal; max |diff| %.3g, max %.2f BF16 ulps (at max(|a|, |b|, row RMS)),"
@@ -198,7 +202,9 @@ static void check_grad_slot(const uint16_t* h_ref, const uint16_t* h_new, AttnSh
     CHECK(d.nan_new == 0, "Hopper path wrote every %s, finite (%zu NaN left)", kName[slot], d.nan_new);
     CHECK(d.max_ulps <= max_ulps, "%s within %.0f BF16 ulps of the portable path (max %.2f)", kName[slot], max_ulps,
           d.max_ulps);
-    CHECK(d.unequal == 0, "%s bit-equal to the portable path, as the lab kernel (%zu differ)", kName[slot], d.unequal);
+    if (bit_equal)
+        CHECK(d.unequal == 0, "%s bit-equal to the portable path, as the lab kernel (%zu differ)", kName[slot],
+              d.unequal);
 }
 
 /* Times every kernel of both backwards alone and both whole backwards, interleaved, kReps times each. */
@@ -252,8 +258,9 @@ static void time_backwards(AttnMode mode, AttnShape s, const BackwardKernels& po
                " causal); speed-up %.2fx\n", ms_old, flops / ms_old * 1e-9, ms_new, flops / ms_new * 1e-9, n_gemms,
                ms_old / ms_new);
     }
-    printf("  time: whole %s backward (captured graph) portable %.4f ms, default (Hopper row pass) %.4f ms:"
-           " speed-up %.2fx\n", attn_mode_name(mode), med[whole_port], med[whole_hop], med[whole_port] / med[whole_hop]);
+    printf("  time: whole %s backward (captured graph) portable %.4f ms, default (Hopper passes) %.4f ms:"
+           " speed-up %.2fx\n", attn_mode_name(mode), med[whole_port], med[whole_hop],
+           med[whole_port] / med[whole_hop]);
 }
 
 /* One shape and mode: forward (portable), then attention_backward_cuda with force_portable (reference) and on the
@@ -335,9 +342,13 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     uint16_t* g_new = (uint16_t*)mallocCheck(nqkv * 2);
     cudaCheck(cudaMemcpy(g_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(g_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
-    check_grad_slot(g_ref, g_new, s, kSlotQ, mode == ATTN_GPROJ ? kMaxDqUlps : kMaxKvUlps);
-    check_grad_slot(g_ref, g_new, s, kSlotK, kMaxKvUlps);
-    check_grad_slot(g_ref, g_new, s, kSlotV, kMaxKvUlps);
+    /* gproj: dQ is the row pass's; dK, dV come from gproj's Hopper key-major pass (attention_hopper_bwd128_gproj.cu,
+       FP32 sum order differs: tolerance only). fp32: all three from the portable key-major kernel on the row
+       pass's D on both paths. */
+    const int keys_portable = mode == ATTN_FP32;
+    check_grad_slot(g_ref, g_new, s, kSlotQ, mode == ATTN_GPROJ ? kMaxDqUlps : kMaxKvUlps, 1);
+    check_grad_slot(g_ref, g_new, s, kSlotK, kMaxKvUlps, keys_portable);
+    check_grad_slot(g_ref, g_new, s, kSlotV, kMaxKvUlps, keys_portable);
     free(g_ref); free(g_new);
 
     if (time_it) {
