@@ -33,13 +33,14 @@
  *       must hold attention_cuda_workspace_bytes(s, mode) bytes; its contents
  *       need not be initialised. Which kernels run: always the portable prep
  *       (D, zeroed dQ accumulator) and dQ post-pass; on a compute-capability
- *       9.0 device (qkv and dout 16-byte aligned) one pass is a Hopper
- *       wgmma kernel (attention/attention_hopper_bwd.cuh): the key-major pass
- *       in bf16 and repair mode (not the tile-max-shift arm) at HS 64 and
- *       HS 128, the row pass in gproj and fp32 mode at HS 64; everywhere
- *       else (gproj and fp32 at HS 128 included) and with
- *       AttnOptions.force_portable = 1 the portable mma.sync kernels. Both
- *       agree to a few BF16 ulps (FP32 sum order only).
+ *       9.0 device (qkv and dout 16-byte aligned) the passes between are
+ *       Hopper wgmma kernels (attention/attention_hopper_bwd.cuh), at HS 64
+ *       and 128: in bf16 and repair mode (not the tile-max-shift arm) the
+ *       key-major pass; in fp32 mode the row pass (then the portable
+ *       key-major kernel); in gproj mode the row pass and gproj's key-major
+ *       pass. Everywhere else and with AttnOptions.force_portable = 1 the
+ *       portable mma.sync kernels. Both agree to a few BF16 ulps (FP32 sum
+ *       order only).
  *   attention_backward_cuda_path - which of the two the backward would take
  *       ("hopper" if any Hopper kernel runs); attn_bwd_path_name names it.
  *   attention_cuda_check_shape - dies with a hint if the shape is unsupported.

@@ -25,7 +25,7 @@
  *          m64n128k16, K read N-major); dQ_i = bf(s * fma(-lambda_i, PK_i, DSK_i)) into the q slot of dqkv;
  *   fp32:  D_i = sum_j P_ij dP_ij (per lane in key order, then the quad).
  * The workspace contract is production's (carve_workspace: dq_acc [rows HS], D [rows], lambda [rows]): gproj reads
- * D and writes lambda, fp32 writes D; the portable key-major kernel (attn_bwd_kernel<128, MODE>) then runs unchanged.
+ * D and writes lambda, fp32 writes D; the key-major pass then runs on them unchanged.
  *
  * Layout (HS 64's kernel stretched; FlashAttention-3's register split for two math warpgroups, read in
  * Dao-AILab/flash-attention hopper/, no code copied): one CTA = 128 query rows of one (b, h), longest rows first
@@ -56,9 +56,9 @@
  * (gproj: lambda and the dQ rows; fp32: D) instead of values. So a hang ends within seconds as NaN gradients (the
  * tests' finiteness checks and the trainer's NaN check fail loudly), never as a stuck job or silently wrong numbers.
  *
- * Not done: overlap of one half's DSK/PK GEMMs with the next half's S/dP; 3 stages; D fused in; a Hopper gproj
- * key-major pass at HS 128 (dev/attention_lab/hopper_bwd128_gproj.cu; until then gproj at HS 128 is this row pass,
- * then the portable attn_bwd_kernel<128, ATTN_GPROJ>).
+ * After it the key-major pass reads the D and lambda slots: gproj's Hopper one (attention_hopper_bwd128_gproj.cu)
+ * or, for fp32, the portable attn_bwd_kernel<128, ATTN_FP32>.
+ * Not done: overlap of one half's DSK/PK GEMMs with the next half's S/dP; 3 stages; D fused in.
  */
 #include <math.h>
 #include <stdint.h>
