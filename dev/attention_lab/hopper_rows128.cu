@@ -342,11 +342,13 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     uint16_t* g_new = (uint16_t*)mallocCheck(nqkv * 2);
     cudaCheck(cudaMemcpy(g_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(g_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
-    /* gproj: dQ is the row pass's; dK, dV come from gproj's Hopper key-major pass (attention_hopper_bwd128_gproj.cu,
-       FP32 sum order differs: tolerance only). fp32: all three from the portable key-major kernel on the row
-       pass's D on both paths. */
+    /* gproj: dQ is the row pass's (bit-equal); dK, dV come from gproj's Hopper key-major pass
+       (attention_hopper_bwd128_gproj.cu, FP32 sum order differs: tolerance only). fp32: all three from the
+       portable key-major kernel on the row pass's D on both paths; dK, dV bit-equal, but dQ is summed by FP32
+       atomics in no fixed order, so two runs of the SAME kernel may differ by an ulp in a few elements
+       (session 5 call 5: 128 of 16.8M at B2 H16 T4096, 34 of 8.4M at B8 H8 T1024, at most 1 ulp): tolerance only. */
     const int keys_portable = mode == ATTN_FP32;
-    check_grad_slot(g_ref, g_new, s, kSlotQ, mode == ATTN_GPROJ ? kMaxDqUlps : kMaxKvUlps, 1);
+    check_grad_slot(g_ref, g_new, s, kSlotQ, mode == ATTN_GPROJ ? kMaxDqUlps : kMaxKvUlps, mode == ATTN_GPROJ);
     check_grad_slot(g_ref, g_new, s, kSlotK, kMaxKvUlps, keys_portable);
     check_grad_slot(g_ref, g_new, s, kSlotV, kMaxKvUlps, keys_portable);
     free(g_ref); free(g_new);
