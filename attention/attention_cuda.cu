@@ -57,14 +57,16 @@
  * backward does not care which ran. Nothing is printed per call;
  * attention_forward_cuda_path tells which one a call takes.
  * Which backward runs where (attention_backward_cuda): prep and bwd_dq always
- * here; on sm_90 at HS 64 (qkv, dout 16-byte aligned; not force_portable) one
- * pass is a Hopper wgmma kernel (attention/attention_hopper_bwd.cuh, same
- * rounding points, FP32 sum order only): in bf16 and repair mode (not the
- * shift arm) the key-major pass (attention_hopper_bwd.cu for attn_bwd_kernel),
- * in fp32 mode the row pass (attention_hopper_rows.cu for
- * attn_bwd_rows_kernel, then attn_bwd_kernel here unchanged), in gproj mode
- * both passes (the row pass, then attention_hopper_bwd_gproj.cu for
- * attn_bwd_kernel<64, ATTN_GPROJ>, reading the D and lambda slots the prep
+ * here; on sm_90 at HS 64 and 128 (qkv, dout 16-byte aligned; not
+ * force_portable) Hopper wgmma kernels take these passes' places
+ * (attention/attention_hopper_bwd.cuh, same rounding points, FP32 sum order
+ * only): in bf16 and repair mode (not the shift arm) the key-major pass
+ * (attention_hopper_bwd.cu at HS 64, attention_hopper_bwd128.cu at HS 128, for
+ * attn_bwd_kernel), in fp32 mode the row pass (attention_hopper_rows.cu /
+ * attention_hopper_rows128.cu for attn_bwd_rows_kernel, then attn_bwd_kernel
+ * here unchanged), in gproj mode both passes (the row pass, then
+ * attention_hopper_bwd_gproj.cu / attention_hopper_bwd128_gproj.cu for
+ * attn_bwd_kernel<HS, ATTN_GPROJ>, reading the D and lambda slots the prep
  * kernel and the row pass wrote); everywhere else the kernels here.
  * attention_backward_cuda_path tells which.
  */
