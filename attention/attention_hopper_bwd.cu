@@ -330,21 +330,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* the last reduce-adds complete before the CTA's shared memory goes away */
     if (tid_in_wg == 0) bulk_wait_group<0>();
 
-    /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t) */
-    const long long qkv_row = 3LL * NH * kHS;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key0 + 8 * r;
-        if (key >= T) continue;
-        bf16* dk_row = dqkv + ((long long)b * T + key) * qkv_row + (long long)NH * kHS + (long long)h * kHS;
-        bf16* dv_row = dk_row + (long long)NH * kHS;
-#pragma unroll
-        for (int n = 0; n < kHS / 8; n++) {
-            *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
-                pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
-            *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) = pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
-        }
-    }
+    /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); its waits trap,
+       so no give-up to show */
+    keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, /*gave_up=*/false);
 }
 
 /* Layout probe: one warpgroup, one tile of everything at token 0 of batch 0 (K, V, Q of `head` from qkv;

@@ -100,7 +100,6 @@ constexpr int kSwizzleRowBytes = 128;   /* one 64-column chunk row = one 128B-sw
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
 constexpr int kWgmmaK = 16;
 constexpr int kQSteps = kBlockQ / kWgmmaK;            /* k-steps of the RS GEMMs (the tile's 64 queries) */
-constexpr uint32_t kBf16NanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs: what a CTA that gave up writes */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kWarpgroupKeys == kBlockQ && kQSteps == kTileKSteps,
               "S^T per warpgroup is 64 x 64: its 32 registers are the 4 k-steps of the RS GEMMs' A");
@@ -342,21 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN in every
        element of both rows if the CTA gave up a wait (see the file comment: a hang must fail loudly) */
-    const long long qkv_row = 3LL * NH * kHS;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key0 + 8 * r;
-        if (key >= T) continue;
-        bf16* dk_row = dqkv + ((long long)b * T + key) * qkv_row + (long long)NH * kHS + (long long)h * kHS;
-        bf16* dv_row = dk_row + (long long)NH * kHS;
-#pragma unroll
-        for (int n = 0; n < kHS / 8; n++) {
-            *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
-                gave_up ? kBf16NanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
-            *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) =
-                gave_up ? kBf16NanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
-        }
-    }
+    keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, gave_up);
 }
 
 /* The probe's outputs of one accumulator over this thread's key rows: [keys][N] FP32, row-major; element

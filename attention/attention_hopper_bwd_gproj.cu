@@ -94,7 +94,6 @@ constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
 constexpr int kWgmmaK = 16;
 constexpr int kKSteps = kBlockQ / kWgmmaK; /* k-steps of the RS GEMMs (over the tile's 64 queries) */
 constexpr size_t kTmaAlignBytes = 16;   /* global address alignment TMA requires */
-constexpr uint32_t kBf16NanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs: what a CTA that gave up writes */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(ATTN_HOPPER_BWD_PROBE_TILE == kBlockQ && ATTN_HOPPER_BWD_PROBE_TILE == kWarpgroupKeys,
               "the probe's tile is one consumer warpgroup step");
@@ -294,21 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN instead
        if a wait of this CTA ran out (its accumulators are garbage: the result must not look fine) */
     const bool gave_up = *static_cast<volatile int*>(&cta_abort) != 0;
-    const long long qkv_row = 3LL * NH * kHS;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key0 + 8 * r;
-        if (key >= T) continue;
-        bf16* dk_row = dqkv + ((long long)b * T + key) * qkv_row + (long long)NH * kHS + (long long)h * kHS;
-        bf16* dv_row = dk_row + (long long)NH * kHS;
-#pragma unroll
-        for (int n = 0; n < kHS / 8; n++) {
-            *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
-                gave_up ? kBf16NanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
-            *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) =
-                gave_up ? kBf16NanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
-        }
-    }
+    keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, gave_up);
 }
 
 /* Layout probe of the new operand form: one warpgroup, one tile at token 0 of batch 0 (T < 64: zero fill),

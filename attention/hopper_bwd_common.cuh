@@ -2,8 +2,8 @@
  * attention/hopper_bwd_common.cuh - device pieces shared by the Hopper (sm_90a) key-major backward kernels
  * (attention_hopper_bwd.cu at HS 64, attention_hopper_bwd128.cu at HS 128; gproj's attention_hopper_bwd_gproj.cu
  * and attention_hopper_bwd128_gproj.cu): the recomputed probability of one score, the bounded mbarrier wait that
- * GIVES UP instead of trapping, the score and dK/dV GEMM steps of the HS-128 key-major CTA, and gproj's three
- * register A operands of one k-step.
+ * GIVES UP instead of trapping, the score and dK/dV GEMM steps of the HS-128 key-major CTA, gproj's three
+ * register A operands of one k-step, and the dK/dV epilogue (NaN rows after a give-up) of every key-major kernel.
  *
  * Why: both kernels recompute P with attn_bwd_kernel's expression, one copy here; and a kernel with
  * setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and serialised
@@ -156,6 +156,35 @@ __device__ __forceinline__ void pack_gproj_step_operands(uint32_t (&pa)[4], uint
     plam[1] = pack_bf16x2(-lam[0][0] * p[b + 2], -lam[0][1] * p[b + 3]);
     plam[2] = pack_bf16x2(-lam[1][0] * p[b + 4], -lam[1][1] * p[b + 5]);
     plam[3] = pack_bf16x2(-lam[1][0] * p[b + 6], -lam[1][1] * p[b + 7]);
+}
+
+/* The key-major epilogue of every key-major kernel (bf16/repair and gproj, HS 64 and 128): dK = bf(scale acc),
+   dV = bf(acc) for this thread's keys (rows key0 and key0 + 8 of the k and v slots of dqkv [B, T, 3, NH, HS];
+   columns 8n + 2t + e from registers 4n + 2r + e, hopper_wgmma.cuh's fragment layout); keys past T write
+   nothing. gave_up (the CTA gave up a wait, mbar_wait_give_up): two BF16 quiet NaNs in every element of both
+   rows instead, so a hang fails loudly; a kernel whose waits trap passes false. */
+template <int HS>
+__device__ __forceinline__ void keymajor_store_dkv(const float (&dk)[HS / 2], const float (&dv)[HS / 2],
+                                                   hopper_wgmma::bf16* dqkv, int b, int h, int NH, int T, int key0,
+                                                   int t, float scale, bool gave_up) {
+    using hopper_wgmma::bf16;
+    using hopper_wgmma::pack_bf16x2;
+    constexpr uint32_t kNanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs */
+    const long long qkv_row = 3LL * NH * HS;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + 8 * r;
+        if (key >= T) continue;
+        bf16* dk_row = dqkv + ((long long)b * T + key) * qkv_row + (long long)NH * HS + (long long)h * HS;
+        bf16* dv_row = dk_row + (long long)NH * HS;
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
+                gave_up ? kNanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+            *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) =
+                gave_up ? kNanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+        }
+    }
 }
 
 }  // namespace
