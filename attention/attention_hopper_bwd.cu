@@ -66,7 +66,6 @@ constexpr int kSwizzleRowBytes = 128;   /* one row of HS 64 BF16 = one 128B-swiz
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
 constexpr int kWgmmaK = 16;
 constexpr int kDsPitch = kBlockQ + 8;   /* BF16 per row of a staged dS tile [query][key]: +8 against bank conflicts */
-constexpr float kLog2e = 1.4426950408889634f;
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kWarpgroupKeys == kBlockQ, "one staged dS tile is 64 x 64: the warpgroup's keys x the query tile");
 
@@ -94,6 +93,11 @@ struct SmemPlan {
     static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
     static_assert(kRowState % 16 == 0, "float4 row state");
 };
+static_assert(SmemPlan::kKeyTileBytes == KeymajorTiles<1>::kKeyTileBytes &&
+                  SmemPlan::kQTileBytes == KeymajorTiles<1>::kQTileBytes &&
+                  SmemPlan::kBoxBytes == KeymajorTiles<1>::kBoxBytes && kBlockK == KeymajorTiles<1>::kBlockK &&
+                  kBlockQ == KeymajorTiles<1>::kBlockQ && kHS == 64,
+              "the tiles hopper_bwd_common.cuh's producer steps (keymajor_load_kv, keymajor_fill_stage) address");
 
 /* mbarrier wait with a limit: polls for about kHangCycles clock cycles (~10 s at 1.98 GHz), then writes
    which barrier hung into g_hang_record (host-mapped pinned memory: it survives the trap) and traps, so a
@@ -166,45 +170,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (warp == kConsumerThreads / 32) {
         /* ---- producer warp: lane 0 issues the copies, every lane writes row state for 2 queries ---- */
-        if (lane == 0) {
-            mbar_arrive_expect_tx(kv_full, 2 * Plan::kKeyTileBytes);
-            for (int half = 0; half < kBlockK / kBoxRows; half++) {
-                /* a half that starts at or past T (last key tile) loads the first half's rows again
-                   instead of a box wholly out of bounds: its keys are all masked (dS = 0), and finite
-                   data keeps 0 * K = 0 in dQ (uninitialised shared memory could hold NaN patterns) */
-                const int row = (k0 + half * kBoxRows < T) ? k0 + half * kBoxRows : k0;
-                tma_load_4d(k_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotK * NH + h, row, b);
-                tma_load_4d(v_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotV * NH + h, row, b);
-            }
-        }
+        if (lane == 0) keymajor_load_kv<1>(k_s, v_s, &qkv_map, kv_full, k0, T, h, NH, b);
         for (int i = 0; i < n_q_tiles; i++) {
             const int s = i % kStages;
             const int q0 = (qt_begin + i) * kBlockQ;
             /* stage s is free once the consumers released tile i - kStages (phase i / kStages - 1) */
             if (i >= kStages) mbar_wait_bounded(&empty[s], (uint32_t)((i / kStages - 1) & 1), kHangEmpty, s);
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int ql = lane + 32 * half, query = q0 + ql;
-                /* rows past T: values that leave P finite (they are masked to 0 anyway) */
-                float4 st = make_float4(0.f, 1.f, 0.f, 0.f);
-                if (query < T) {
-                    const long long idx = (long long)bh * T + query;
-                    const float a = stats[idx * 2];
-                    st.x = (MODE == ATTN_BF16) ? a * kLog2e : a;                         /* fl(LSE log2 e) or m */
-                    st.y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(stats[idx * 2 + 1]);    /* 1 or fl(1 / l) */
-                    st.z = D[idx];
-                }
-                row_state[s * kBlockQ + ql] = st;
-            }
-            /* every lane's arrival releases its own row-state writes (the phase needs all 32); lane 0's
-               arrival also announces the TMA bytes, which must land before the phase completes */
-            if (lane == 0) {
-                mbar_arrive_expect_tx(&full[s], 2 * Plan::kQTileBytes);
-                tma_load_4d(q_s + s * Plan::kQTileBytes, &qkv_map, &full[s], 0, kSlotQ * NH + h, q0, b);
-                tma_load_4d(do_s + s * Plan::kQTileBytes, &dout_map, &full[s], 0, h, q0, b);
-            } else {
-                mbar_arrive(&full[s]);
-            }
+            keymajor_stage_row_state<MODE, kKeymajorNoLambda>(row_state + s * kBlockQ, nullptr, stats, D, nullptr,
+                                                              bh, T, q0, lane);
+            keymajor_fill_stage<1>(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map, &dout_map,
+                                   &full[s], q0, h, NH, b, lane);
         }
         return;
     }

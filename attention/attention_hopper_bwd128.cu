@@ -95,7 +95,6 @@ constexpr int kWgmmaK = 16;
 constexpr int kKStepsPerChunk = kChunkCols / kWgmmaK; /* 4 k-steps of 32 bytes per 128-byte row */
 constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands (and N = 64 B operands) ignore LBO */
 constexpr int kDsPitch = kBlockK + 8;   /* BF16 per row of the staged dS tile [query][128 keys]: +8 against bank conflicts */
-constexpr float kLog2e = 1.4426950408889634f;
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kWarpgroupKeys == kBlockQ, "S^T per warpgroup is 64 x 64: its A operand covers the 4 k-steps of dV/dK");
 static_assert(kBlockQ / kWgmmaK == kTileKSteps,
@@ -129,6 +128,12 @@ struct SmemPlan {
     static_assert(kDsBytes % 16 == 0 && kRowState % 16 == 0, "float4 row state");
     static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
 };
+
+static_assert(SmemPlan::kKeyChunkBytes == KeymajorTiles<kChunks>::kKeyChunkBytes &&
+                  SmemPlan::kQChunkBytes == KeymajorTiles<kChunks>::kQChunkBytes &&
+                  SmemPlan::kBoxBytes == KeymajorTiles<kChunks>::kBoxBytes && kBlockK == KeymajorTiles<kChunks>::kBlockK &&
+                  kBlockQ == KeymajorTiles<kChunks>::kBlockQ,
+              "the tiles hopper_bwd_common.cuh's producer steps (keymajor_load_kv, keymajor_fill_stage) address");
 
 /* Barrier of the two consumer warpgroups (256 threads; id 1: 0 is __syncthreads). */
 __device__ __forceinline__ void consumers_sync() {
@@ -278,49 +283,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
         if (warp != kConsumerThreads / 32) return; /* warps 9-11 of the producer warpgroup have no work */
         /* ---- producer warp: lane 0 issues the copies, every lane writes row state for 2 queries ---- */
-        if (lane == 0) {
-            mbar_arrive_expect_tx(kv_full, 2 * Plan::kKeyTileBytes);
-            for (int half = 0; half < kBlockK / kBoxRows; half++) {
-                /* a half that starts at or past T (last key tile) loads the first half's rows again instead
-                   of a box wholly out of bounds: its keys are all masked (dS = 0), and finite data keeps
-                   0 * K = 0 in dQ (as attention_hopper_bwd.cu) */
-                const int row = (k0 + half * kBoxRows < T) ? k0 + half * kBoxRows : k0;
-                for (int ch = 0; ch < kChunks; ch++) {
-                    const int dst = ch * Plan::kKeyChunkBytes + half * Plan::kBoxBytes;
-                    tma_load_4d(k_s + dst, &qkv_map, kv_full, ch * kChunkCols, kSlotK * NH + h, row, b);
-                    tma_load_4d(v_s + dst, &qkv_map, kv_full, ch * kChunkCols, kSlotV * NH + h, row, b);
-                }
-            }
-        }
+        if (lane == 0) keymajor_load_kv<kChunks>(k_s, v_s, &qkv_map, kv_full, k0, T, h, NH, b);
         for (int i = 0; i < n_q_tiles; i++) {
             const int s = i % kStages;
             const int q0 = (qt_begin + i) * kBlockQ;
             /* stage s is free once the consumers released tile i - kStages (phase i / kStages - 1) */
             if (i >= kStages) mbar_wait_bounded(&empty[s], (uint32_t)((i / kStages - 1) & 1), ATTN_HANG_EMPTY, s, &cta_abort);
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int ql = lane + 32 * half, query = q0 + ql;
-                float4 st = make_float4(0.f, 1.f, 0.f, 0.f); /* rows past T: P stays finite (masked anyway) */
-                if (query < T) {
-                    const long long idx = (long long)bh * T + query;
-                    const float a = stats[idx * 2];
-                    st.x = (MODE == ATTN_BF16) ? a * kLog2e : a;                      /* fl(LSE log2 e) or m */
-                    st.y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(stats[idx * 2 + 1]); /* 1 or fl(1 / l) */
-                    st.z = D[idx];
-                }
-                row_state[s * kBlockQ + ql] = st;
-            }
-            /* every lane's arrival releases its own row-state writes; lane 0's also announces the TMA bytes */
-            if (lane == 0) {
-                mbar_arrive_expect_tx(&full[s], 2 * Plan::kQTileBytes);
-                for (int ch = 0; ch < kChunks; ch++) {
-                    const int dst = s * Plan::kQTileBytes + ch * Plan::kQChunkBytes;
-                    tma_load_4d(q_s + dst, &qkv_map, &full[s], ch * kChunkCols, kSlotQ * NH + h, q0, b);
-                    tma_load_4d(do_s + dst, &dout_map, &full[s], ch * kChunkCols, h, q0, b);
-                }
-            } else {
-                mbar_arrive(&full[s]);
-            }
+            keymajor_stage_row_state<MODE, kKeymajorNoLambda>(row_state + s * kBlockQ, nullptr, stats, D, nullptr,
+                                                              bh, T, q0, lane);
+            keymajor_fill_stage<kChunks>(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map,
+                                         &dout_map, &full[s], q0, h, NH, b, lane);
         }
         return;
     }

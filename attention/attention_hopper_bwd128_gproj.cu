@@ -150,6 +150,11 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
 static_assert(SmemPlan::kKeyChunkBytes == kKeymajor128KeyChunkBytes && SmemPlan::kQChunkBytes == kKeymajor128QChunkBytes &&
                   kHS == kKeymajor128HS && kQSteps == kKeymajor128QSteps,
               "the tiles hopper_bwd_common.cuh's HS-128 GEMM steps address");
+static_assert(SmemPlan::kKeyChunkBytes == KeymajorTiles<kChunks>::kKeyChunkBytes &&
+                  SmemPlan::kQChunkBytes == KeymajorTiles<kChunks>::kQChunkBytes &&
+                  SmemPlan::kBoxBytes == KeymajorTiles<kChunks>::kBoxBytes && kBlockK == KeymajorTiles<kChunks>::kBlockK &&
+                  kBlockQ == KeymajorTiles<kChunks>::kBlockQ,
+              "the tiles hopper_bwd_common.cuh's producer steps (keymajor_load_kv, keymajor_fill_stage) address");
 
 /* k-step kk's lambdas from a stage's [kBlockQ] lambda row, as pack_gproj_step_operands takes them:
    lam[jj][e] = lambda of query 16kk + 8jj + 2t + e, each pair (e = 0, 1) one 8-byte shared load (a thread's two
@@ -208,50 +213,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
         if (warp != kConsumerThreads / 32) return; /* warps 9-11 of the producer warpgroup have no work */
         /* ---- producer warp: lane 0 issues the copies, every lane writes the row state of 2 queries ---- */
-        if (lane == 0) {
-            mbar_arrive_expect_tx(kv_full, 2 * Plan::kKeyTileBytes);
-            for (int half = 0; half < kBlockK / kBoxRows; half++) {
-                /* a half that starts at or past T (last key tile) loads the first half's rows again instead
-                   of a box wholly out of bounds: finite data, all its keys masked */
-                const int row = (k0 + half * kBoxRows < T) ? k0 + half * kBoxRows : k0;
-                for (int ch = 0; ch < kChunks; ch++) {
-                    const int dst = ch * Plan::kKeyChunkBytes + half * Plan::kBoxBytes;
-                    tma_load_4d(k_s + dst, &qkv_map, kv_full, ch * kChunkCols, kSlotK * NH + h, row, b);
-                    tma_load_4d(v_s + dst, &qkv_map, kv_full, ch * kChunkCols, kSlotV * NH + h, row, b);
-                }
-            }
-        }
+        if (lane == 0) keymajor_load_kv<kChunks>(k_s, v_s, &qkv_map, kv_full, k0, T, h, NH, b);
         for (int i = 0; i < n_q_tiles; i++) {
             const int s = i % kStages;
             const int q0 = (qt_begin + i) * kBlockQ;
             /* stage s is free once the consumers released tile i - kStages (phase i / kStages - 1) */
             if (i >= kStages) mbar_wait_bounded(&empty[s], (uint32_t)((i / kStages - 1) & 1), ATTN_HANG_EMPTY, s, &cta_abort);
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int ql = lane + 32 * half, query = q0 + ql;
-                float4 st = make_float4(0.f, 1.f, 0.f, 0.f); /* rows past T: P finite, lambda 0 (masked anyway) */
-                float lam = 0.f;
-                if (query < T) {
-                    const long long idx = (long long)bh * T + query;
-                    st.x = stats[idx * 2];                /* m (raw score units) */
-                    st.y = __frcp_rn(stats[idx * 2 + 1]); /* fl(1 / l) */
-                    st.z = D[idx];
-                    lam = lambda[idx];
-                }
-                row_state[s * kBlockQ + ql] = st;
-                lambda_s[s * kBlockQ + ql] = lam;
-            }
-            /* every lane's arrival releases its own row-state writes; lane 0's also announces the TMA bytes */
-            if (lane == 0) {
-                mbar_arrive_expect_tx(&full[s], 2 * Plan::kQTileBytes);
-                for (int ch = 0; ch < kChunks; ch++) {
-                    const int dst = s * Plan::kQTileBytes + ch * Plan::kQChunkBytes;
-                    tma_load_4d(q_s + dst, &qkv_map, &full[s], ch * kChunkCols, kSlotQ * NH + h, q0, b);
-                    tma_load_4d(do_s + dst, &dout_map, &full[s], ch * kChunkCols, h, q0, b);
-                }
-            } else {
-                mbar_arrive(&full[s]);
-            }
+            keymajor_stage_row_state<ATTN_GPROJ, kKeymajorLambdaRow>(row_state + s * kBlockQ, lambda_s + s * kBlockQ,
+                                                                     stats, D, lambda, bh, T, q0, lane);
+            keymajor_fill_stage<kChunks>(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map,
+                                         &dout_map, &full[s], q0, h, NH, b, lane);
         }
         return;
     }

@@ -115,6 +115,11 @@ struct SmemPlan {
     static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
     static_assert(kRowState % 16 == 0, "float4 row state");
 };
+static_assert(SmemPlan::kKeyTileBytes == KeymajorTiles<1>::kKeyTileBytes &&
+                  SmemPlan::kQTileBytes == KeymajorTiles<1>::kQTileBytes &&
+                  SmemPlan::kBoxBytes == KeymajorTiles<1>::kBoxBytes && kBlockK == KeymajorTiles<1>::kBlockK &&
+                  kBlockQ == KeymajorTiles<1>::kBlockQ && kHS == 64,
+              "the tiles hopper_bwd_common.cuh's producer steps (keymajor_load_kv, keymajor_fill_stage) address");
 
 /* ---- bounded mbarrier waits (see the file comment, "Hangs") ---- */
 
@@ -172,15 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
         if (warp != kConsumerThreads / 32) return; /* its warps 1-3 have no work */
         /* ---- producer warp: lane 0 issues the copies, every lane writes the row state of 2 queries ---- */
-        if (lane == 0) {
-            mbar_arrive_expect_tx(kv_full, 2 * Plan::kKeyTileBytes);
-            for (int half = 0; half < kBlockK / kBoxRows; half++) {
-                /* a half wholly past T loads the first half again: finite data, all its keys masked */
-                const int row = (k0 + half * kBoxRows < T) ? k0 + half * kBoxRows : k0;
-                tma_load_4d(k_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotK * NH + h, row, b);
-                tma_load_4d(v_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotV * NH + h, row, b);
-            }
-        }
+        if (lane == 0) keymajor_load_kv<1>(k_s, v_s, &qkv_map, kv_full, k0, T, h, NH, b);
         for (int i = 0; i < n_q_tiles; i++) {
             const int s = i % kStages;
             const int q0 = (qt_begin + i) * kBlockQ;
@@ -188,27 +185,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 mbar_wait_bounded(&empty[s], (uint32_t)((i / kStages - 1) & 1), ATTN_HANG_EMPTY, s, &cta_abort);
                 if (*static_cast<volatile int*>(&cta_abort) != 0) __trap(); /* see mbar_wait_bounded */
             }
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int ql = lane + 32 * half, query = q0 + ql;
-                /* rows past T: values that leave P finite and lambda 0 (they are masked anyway) */
-                float4 st = make_float4(0.f, 1.f, 0.f, 0.f);
-                if (query < T) {
-                    const long long idx = (long long)bh * T + query;
-                    st.x = stats[idx * 2];                  /* m (raw score units) */
-                    st.y = __frcp_rn(stats[idx * 2 + 1]);   /* fl(1 / l) */
-                    st.z = D[idx];
-                    st.w = lambda[idx];
-                }
-                row_state[s * kBlockQ + ql] = st;
-            }
-            if (lane == 0) {
-                mbar_arrive_expect_tx(&full[s], 2 * Plan::kQTileBytes);
-                tma_load_4d(q_s + s * Plan::kQTileBytes, &qkv_map, &full[s], 0, kSlotQ * NH + h, q0, b);
-                tma_load_4d(do_s + s * Plan::kQTileBytes, &dout_map, &full[s], 0, h, q0, b);
-            } else {
-                mbar_arrive(&full[s]);
-            }
+            keymajor_stage_row_state<ATTN_GPROJ, kKeymajorLambdaInW>(row_state + s * kBlockQ, nullptr, stats, D,
+                                                                     lambda, bh, T, q0, lane);
+            keymajor_fill_stage<1>(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map, &dout_map,
+                                   &full[s], q0, h, NH, b, lane);
         }
         return;
     }

@@ -3,7 +3,8 @@
  * (attention_hopper_bwd.cu at HS 64, attention_hopper_bwd128.cu at HS 128; gproj's attention_hopper_bwd_gproj.cu
  * and attention_hopper_bwd128_gproj.cu): the recomputed probability of one score, the bounded mbarrier wait that
  * GIVES UP instead of trapping, the score and dK/dV GEMM steps of the HS-128 key-major CTA, gproj's three
- * register A operands of one k-step, and the dK/dV epilogue (NaN rows after a give-up) of every key-major kernel.
+ * register A operands of one k-step; and for every key-major kernel its producer warp's steps (K/V once, a
+ * stage's row state, its Q/dO loads) and the dK/dV epilogue (NaN rows after a give-up).
  *
  * Why: both kernels recompute P with attn_bwd_kernel's expression, one copy here; and a kernel with
  * setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and serialised
@@ -156,6 +157,98 @@ __device__ __forceinline__ void pack_gproj_step_operands(uint32_t (&pa)[4], uint
     plam[1] = pack_bf16x2(-lam[0][0] * p[b + 2], -lam[0][1] * p[b + 3]);
     plam[2] = pack_bf16x2(-lam[1][0] * p[b + 4], -lam[1][1] * p[b + 5]);
     plam[3] = pack_bf16x2(-lam[1][0] * p[b + 6], -lam[1][1] * p[b + 7]);
+}
+
+/* ---- the producer warp of the key-major CTA (all four key-major kernels, HS 64 and 128): a CTA of 128 keys
+   loads K and V once and then one stage of 64 queries of Q and dO per step, with the row state of those
+   queries. Every tile is CHUNKS = HS / 64 column chunks of [rows][128 bytes] (128B-swizzled), chunk c at c *
+   rows * 128 bytes; each kernel's SmemPlan is tied to these strides by a static_assert. qkv [B, T, 3, NH, HS]
+   through a 4-D map {column, slot * NH + head, token, batch}, dout [B, T, NH, HS] through {column, head, token,
+   batch} (hopper_wgmma.cuh's tma_load_4d). ---- */
+enum { kKeymajorSlotQ = 0, kKeymajorSlotK = 1, kKeymajorSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
+template <int CHUNKS>
+struct KeymajorTiles {
+    static constexpr int kBlockK = 128, kBlockQ = 64, kBoxRows = 64, kRowBytes = 128, kChunkCols = 64;
+    static constexpr int kBoxBytes = kBoxRows * kRowBytes;             /* one 64-row TMA box of a chunk */
+    static constexpr int kKeyChunkBytes = kBlockK * kRowBytes;
+    static constexpr int kKeyTileBytes = CHUNKS * kKeyChunkBytes;
+    static constexpr int kQChunkBytes = kBlockQ * kRowBytes;
+    static constexpr int kQTileBytes = CHUNKS * kQChunkBytes;
+};
+
+/* Lane 0's load of the CTA's K and V tiles (keys k0 .. k0 + 127) onto kv_full, which it arrives on with their
+   bytes. A 64-key half that starts at or past T (the last key tile) loads the first half's rows again instead
+   of a box wholly out of bounds: its keys are all masked (dS = 0), and finite data keeps 0 * K = 0 in dQ
+   (uninitialised shared memory could hold NaN patterns). */
+template <int CHUNKS>
+__device__ __forceinline__ void keymajor_load_kv(unsigned char* k_s, unsigned char* v_s, const CUtensorMap* qkv_map,
+                                                 uint64_t* kv_full, int k0, int T, int h, int NH, int b) {
+    using Tiles = KeymajorTiles<CHUNKS>;
+    hopper_wgmma::mbar_arrive_expect_tx(kv_full, 2 * Tiles::kKeyTileBytes);
+    for (int half = 0; half < Tiles::kBlockK / Tiles::kBoxRows; half++) {
+        const int row = (k0 + half * Tiles::kBoxRows < T) ? k0 + half * Tiles::kBoxRows : k0;
+        for (int ch = 0; ch < CHUNKS; ch++) {
+            const int dst = ch * Tiles::kKeyChunkBytes + half * Tiles::kBoxBytes;
+            hopper_wgmma::tma_load_4d(k_s + dst, qkv_map, kv_full, ch * Tiles::kChunkCols, kKeymajorSlotK * NH + h,
+                                      row, b);
+            hopper_wgmma::tma_load_4d(v_s + dst, qkv_map, kv_full, ch * Tiles::kChunkCols, kKeymajorSlotV * NH + h,
+                                      row, b);
+        }
+    }
+}
+
+/* Where gproj's per-query lambda goes in a stage: nowhere (bf16, repair), the row state's .w (HS 64), or a
+   float row of its own (HS 128, whose consumers read it as float2 pairs). */
+enum KeymajorLambda { kKeymajorNoLambda, kKeymajorLambdaInW, kKeymajorLambdaRow };
+
+/* Every producer lane's part of a stage's row state: queries q0 + lane and q0 + lane + 32 get float4
+   {a, b, D, lambda or 0} for recompute_prob<MODE> (bf16: a = fl(LSE log2 e), b = 1; repair and gproj:
+   a = m, b = fl(1 / l)), D and (LAMBDA) gproj's lambda. Rows past T get {0, 1, 0, 0}: P stays finite and
+   lambda 0 (they are masked anyway). The lane's arrival on the stage's full barrier releases these writes. */
+template <int MODE, int LAMBDA>
+__device__ __forceinline__ void keymajor_stage_row_state(float4* rs, float* lam_row, const float* __restrict__ stats,
+                                                         const float* __restrict__ D,
+                                                         const float* __restrict__ lambda, int bh, int T, int q0,
+                                                         int lane) {
+    constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int ql = lane + 32 * half, query = q0 + ql;
+        float4 st = make_float4(0.f, 1.f, 0.f, 0.f);
+        float lam = 0.f;
+        if (query < T) {
+            const long long idx = (long long)bh * T + query;
+            const float a = stats[idx * 2];
+            st.x = (MODE == ATTN_BF16) ? a * kLog2e : a;                      /* fl(LSE log2 e) or m */
+            st.y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(stats[idx * 2 + 1]); /* 1 or fl(1 / l) */
+            st.z = D[idx];
+            if (LAMBDA == kKeymajorLambdaInW) st.w = lambda[idx];
+            if (LAMBDA == kKeymajorLambdaRow) lam = lambda[idx];
+        }
+        rs[ql] = st;
+        if (LAMBDA == kKeymajorLambdaRow) lam_row[ql] = lam;
+    }
+}
+
+/* The producer lane's arrival on a stage's full barrier: lane 0's also announces the Q and dO tiles' bytes and
+   issues their loads (queries q0 .. q0 + 63 into q_stage, do_stage); the phase needs all 32 lanes' arrivals
+   (each releases its row-state writes) and the bytes. */
+template <int CHUNKS>
+__device__ __forceinline__ void keymajor_fill_stage(unsigned char* q_stage, unsigned char* do_stage,
+                                                    const CUtensorMap* qkv_map, const CUtensorMap* dout_map,
+                                                    uint64_t* full_s, int q0, int h, int NH, int b, int lane) {
+    using Tiles = KeymajorTiles<CHUNKS>;
+    if (lane == 0) {
+        hopper_wgmma::mbar_arrive_expect_tx(full_s, 2 * Tiles::kQTileBytes);
+        for (int ch = 0; ch < CHUNKS; ch++) {
+            const int dst = ch * Tiles::kQChunkBytes;
+            hopper_wgmma::tma_load_4d(q_stage + dst, qkv_map, full_s, ch * Tiles::kChunkCols, kKeymajorSlotQ * NH + h,
+                                      q0, b);
+            hopper_wgmma::tma_load_4d(do_stage + dst, dout_map, full_s, ch * Tiles::kChunkCols, h, q0, b);
+        }
+    } else {
+        hopper_wgmma::mbar_arrive(full_s);
+    }
 }
 
 /* The key-major epilogue of every key-major kernel (bf16/repair and gproj, HS 64 and 128): dK = bf(scale acc),
