@@ -334,17 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int e = 0; e < 2; e++) {
                 const int query = q0 + 8 * j + 2 * t + e;
                 const float4 row = rs[8 * j + 2 * t + e];
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int idx = 4 * j + 2 * r + e;
-                    float p = 0.f, ds = 0.f;
-                    if (!masked || (key0 + 8 * r <= query && query < T)) {
-                        p = recompute_prob<MODE>(st[idx], row.x, row.y, c);
-                        ds = p * (dpt[idx] - row.z);
-                    }
-                    st[idx] = p;
-                    dpt[idx] = ds;
-                }
+                keymajor_probs_column<MODE>(st, dpt, row, j, e, query, key0, T, masked, c);
             }
 
         /* bf(P), bf(dS) as A operands; bf(dS) also to the shared tile (this warpgroup's 64 key columns) */

@@ -233,17 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const int query = q0 + 8 * j + 2 * t + e;
                     const float4 row = rs[8 * j + 2 * t + e];
                     lam[jj][e] = row.w;
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const int idx = 4 * j + 2 * r + e;
-                        float p = 0.f, ds = 0.f;
-                        if (!masked || (key0 + 8 * r <= query && query < T)) {
-                            p = exp2f((st[idx] - row.x) * c) * row.y;
-                            ds = p * (dpt[idx] - row.z);
-                        }
-                        st[idx] = p;
-                        dpt[idx] = ds;
-                    }
+                    keymajor_probs_column<ATTN_REPAIR>(st, dpt, row, j, e, query, key0, T, masked, c);
                 }
             pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
         }

@@ -4,7 +4,8 @@
  * and attention_hopper_bwd128_gproj.cu): the recomputed probability of one score, the bounded mbarrier wait that
  * GIVES UP instead of trapping, the score and dK/dV GEMM steps of the HS-128 key-major CTA, gproj's three
  * register A operands of one k-step; and for every key-major kernel its producer warp's steps (K/V once, a
- * stage's row state, its Q/dO loads) and the dK/dV epilogue (NaN rows after a give-up).
+ * stage's row state, its Q/dO loads), P and dS of one query column, and the dK/dV epilogue (NaN rows after a
+ * give-up).
  *
  * Why: both kernels recompute P with attn_bwd_kernel's expression, one copy here; and a kernel with
  * setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and serialised
@@ -29,6 +30,30 @@ template <int MODE>
 __device__ __forceinline__ float recompute_prob(float score, float row_a, float row_b, float c) {
     if (MODE == ATTN_BF16) return exp2f(__fmaf_rn(score, c, -row_a));
     return exp2f((score - row_a) * c) * row_b;
+}
+
+/* P and dS in place of S^T (st) and dP^T (dpt) in one query column of a consumer thread's 64 x 64 (keys x
+   queries) tile, every key-major kernel's per-element step: registers 4j + 2r + e, keys key0 + 8r, the query
+   `query` = q0 + 8j + 2t + e with row state `row` {a, b, D} (hopper_wgmma.cuh's fragment layout).
+   P = recompute_prob<MODE>, dS = P (dP - D): attn_bwd_kernel's expressions (gproj passes ATTN_REPAIR: its
+   stats are repair's). masked (the tile reaches the warpgroup's keys or T): keys past the query and queries
+   past T give exactly 0 in both. row by reference: by value, attention_hopper_bwd.cu's PTX changed (its
+   producer's register numbering). */
+template <int MODE>
+__device__ __forceinline__ void keymajor_probs_column(float (&st)[32], float (&dpt)[32], const float4& row,
+                                                      int j, int e, int query, int key0, int T, bool masked,
+                                                      float c) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int idx = 4 * j + 2 * r + e;
+        float p = 0.f, ds = 0.f;
+        if (!masked || (key0 + 8 * r <= query && query < T)) {
+            p = recompute_prob<MODE>(st[idx], row.x, row.y, c);
+            ds = p * (dpt[idx] - row.z);
+        }
+        st[idx] = p;
+        dpt[idx] = ds;
+    }
 }
 
 /* Polls `bar` for phase `parity`. After HANG_CYCLES clock cycles (or at once, once the CTA gave up) it sets
