@@ -550,6 +550,74 @@ enum ProbePart { kProbeScores = 0, kProbeDkDv = 1, kProbeDq = 2, kProbeDqLo = 3,
 struct ProbeOut {
     float *st, *dpt, *dv, *dk, *dq, *dq_lo, *dq_lo2;
 };
+/* The probe's split products (parts kProbeDkDv .. kProbeDqLo2) from its S^T (as P) and dP^T (as dS). */
+template <int kPart>
+__device__ __forceinline__ void fp32keys128_probe_products(const float (&st)[32], const float (&dpt)[32], bf16* ds_tiles,
+                                                           uint32_t k_dq_addr, uint32_t q_addr, uint32_t do_addr,
+                                                           const ProbeOut& out, int key_col, int warp_in_wg, int g,
+                                                           int t) {
+    uint32_t pa[kQSteps][4], pa_lo[kQSteps][4], pds[kQSteps][4], pds_lo[kQSteps][4];
+#pragma unroll
+    for (int kk = 0; kk < kQSteps; kk++) {
+        uint32_t unused[4], x2[4];
+        pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
+        pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
+        uint32_t w0[4], w1[4], w2[4]; /* the part's tiles: its terms, zeros elsewhere */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            w0[i] = (kPart == kProbeDq) ? pds[kk][i] : 0u;
+            w1[i] = (kPart == kProbeDq || kPart == kProbeDqLo) ? pds_lo[kk][i] : 0u;
+            w2[i] = (kPart == kProbeDqLo) ? 0u : x2[i];
+        }
+        stage_ds_step(ds_tiles, w0, kk, key_col, t);
+        stage_ds_step(ds_tiles + kDsTileElems, w1, kk, key_col, t);
+        stage_ds_step(ds_tiles + 2 * kDsTileElems, w2, kk, key_col, t);
+    }
+    if constexpr (kPart == kProbeDkDv) {
+        float acc[kHS / 2];
+#pragma unroll
+        for (int i = 0; i < kHS / 2; i++) acc[i] = 0.f;
+        reg_fence(pa);
+        reg_fence(pa_lo);
+        reg_fence(acc);
+        wgmma_fence();
+        keymajor128_rs_issue(acc, pa, do_addr);
+        keymajor128_rs_issue(acc, pa_lo, do_addr);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(acc);
+        store_key_rows(out.dv, acc, key_col, t);
+#pragma unroll
+        for (int i = 0; i < kHS / 2; i++) acc[i] = 0.f;
+        reg_fence(pds);
+        reg_fence(pds_lo);
+        reg_fence(acc);
+        wgmma_fence();
+        keymajor128_rs_issue(acc, pds, q_addr);
+        keymajor128_rs_issue(acc, pds_lo, q_addr);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(acc);
+        store_key_rows(out.dk, acc, key_col, t);
+    } else {
+        consumers_sync(); /* both warpgroups' halves of the tiles written */
+        float dq[32];
+#pragma unroll
+        for (int k = 0; k < 32; k++) dq[k] = 0.f;
+        reg_fence(dq);
+        warpgroup_dq_terms(dq, ds_tiles, k_dq_addr, warp_in_wg, g, t);
+        float* o = (kPart == kProbeDq) ? out.dq : (kPart == kProbeDqLo) ? out.dq_lo : out.dq_lo2;
+#pragma unroll
+        for (int n = 0; n < kDqCols / 8; n++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    o[(warp_in_wg * 16 + g + 8 * r) * kHS + (key_col / kWarpgroupKeys) * kDqCols + 8 * n + 2 * t + e] =
+                        dq[4 * n + 2 * r + e];
+    }
+}
+
 template <int kPart>
 __global__ void __launch_bounds__(kConsumerThreads, 1)
     fp32keys128_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
@@ -593,70 +661,13 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     float st[32], dpt[32];
     keymajor128_scores(st, dpt, smem_u32(k_s) + wg * Plan::kBoxBytes, smem_u32(v_s) + wg * Plan::kBoxBytes, q_addr,
                        do_addr);
-    if (kPart == kProbeScores) {
+    if constexpr (kPart == kProbeScores) {
         store_key_rows(out.st, st, key_col, t);
         store_key_rows(out.dpt, dpt, key_col, t);
-        return;
+    } else {
+        fp32keys128_probe_products<kPart>(st, dpt, ds_tiles, smem_u32(k_s) + wg * Plan::kKeyChunkBytes, q_addr, do_addr,
+                                         out, key_col, warp_in_wg, g, t);
     }
-    uint32_t pa[kQSteps][4], pa_lo[kQSteps][4], pds[kQSteps][4], pds_lo[kQSteps][4];
-#pragma unroll
-    for (int kk = 0; kk < kQSteps; kk++) {
-        uint32_t unused[4], x2[4];
-        pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
-        pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
-        uint32_t w0[4], w1[4], w2[4]; /* the part's tiles: its terms, zeros elsewhere */
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            w0[i] = (kPart == kProbeDq) ? pds[kk][i] : 0u;
-            w1[i] = (kPart == kProbeDq || kPart == kProbeDqLo) ? pds_lo[kk][i] : 0u;
-            w2[i] = (kPart == kProbeDqLo) ? 0u : x2[i];
-        }
-        stage_ds_step(ds_tiles, w0, kk, key_col, t);
-        stage_ds_step(ds_tiles + kDsTileElems, w1, kk, key_col, t);
-        stage_ds_step(ds_tiles + 2 * kDsTileElems, w2, kk, key_col, t);
-    }
-    if (kPart == kProbeDkDv) {
-        float acc[kHS / 2];
-#pragma unroll
-        for (int i = 0; i < kHS / 2; i++) acc[i] = 0.f;
-        reg_fence(pa);
-        reg_fence(pa_lo);
-        reg_fence(acc);
-        wgmma_fence();
-        keymajor128_rs_issue(acc, pa, do_addr);
-        keymajor128_rs_issue(acc, pa_lo, do_addr);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(acc);
-        store_key_rows(out.dv, acc, key_col, t);
-#pragma unroll
-        for (int i = 0; i < kHS / 2; i++) acc[i] = 0.f;
-        reg_fence(pds);
-        reg_fence(pds_lo);
-        reg_fence(acc);
-        wgmma_fence();
-        keymajor128_rs_issue(acc, pds, q_addr);
-        keymajor128_rs_issue(acc, pds_lo, q_addr);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(acc);
-        store_key_rows(out.dk, acc, key_col, t);
-        return;
-    }
-    consumers_sync(); /* both warpgroups' halves of the tiles written */
-    float dq[32];
-#pragma unroll
-    for (int k = 0; k < 32; k++) dq[k] = 0.f;
-    reg_fence(dq);
-    warpgroup_dq_terms(dq, ds_tiles, smem_u32(k_s) + wg * Plan::kKeyChunkBytes, warp_in_wg, g, t);
-    float* o = (kPart == kProbeDq) ? out.dq : (kPart == kProbeDqLo) ? out.dq_lo : out.dq_lo2;
-#pragma unroll
-    for (int n = 0; n < kDqCols / 8; n++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                o[(warp_in_wg * 16 + g + 8 * r) * kHS + wg * kDqCols + 8 * n + 2 * t + e] = dq[4 * n + 2 * r + e];
 }
 
 /* ------------------------------------------------------------------------------------------------ */
