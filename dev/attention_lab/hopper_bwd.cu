@@ -41,20 +41,12 @@
 typedef __nv_bfloat16 bf16;
 static_assert(ATTN_HOPPER_BWD_HS == 64, "the shapes below and the probe inputs (hopper_lab.cuh) are HS 64");
 
-/* The hang record lives in pinned host memory mapped into the device, so it can still be read after a
-   trap has killed the context. */
-static AttnHopperHang* g_hang_host = NULL;
-static void hang_record_install(void) {
-    cudaCheck(cudaHostAlloc((void**)&g_hang_host, sizeof(AttnHopperHang), cudaHostAllocMapped));
-    memset(g_hang_host, 0, sizeof(AttnHopperHang));
-    AttnHopperHang* dev = NULL;
-    cudaCheck(cudaHostGetDevicePointer((void**)&dev, g_hang_host, 0));
-    attention_hopper_bwd_watch_hangs(dev);
-}
-/* cudaDeviceSynchronize (or an event wait) that, on failure, names the barrier that hung (if one did). */
+/* cudaDeviceSynchronize (or an event wait) that, on failure, names the barrier that hung (if one did). The
+   record: hopper_lab.cuh's lab_watch_hangs (host-mapped, so it can still be read after a trap has killed the
+   context). */
 static void sync_or_report(cudaError_t e, const char* where) {
     if (e == cudaSuccess) return;
-    const volatile AttnHopperHang* r = g_hang_host;
+    const volatile AttnHopperHang* r = g_lab_hang;
     if (r != NULL && r->site != ATTN_HANG_NONE)
         fprintf(stderr, "hopper_bwd: HANG: mbarrier %s, index %d, parity %d, block (%d, %d), thread %d\n",
                 attn_hopper_hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread);
@@ -189,7 +181,7 @@ int main(int argc, char** argv) {
     attn_rng_init(&g_rng, 0x13198A2E03707344ull);
     if (argc != 1) die("usage: %s   (no arguments)\n  hint: the shapes are fixed in main()", argv[0]);
     const cudaDeviceProp prop = require_sm90("hopper_bwd");
-    hang_record_install();
+    lab_watch_hangs();
     printf("hopper_bwd on %s: the production Hopper backward (attention_hopper_bwd.cu) vs the portable one\n", prop.name);
     layout_probe();
     /* correctness: T = 1, T not a multiple of the tiles, B*NH from 1 to 128 */

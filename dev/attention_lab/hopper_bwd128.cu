@@ -59,21 +59,11 @@ typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_BWD128_HS; /* the head size of this lab */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 };  /* the 3 of qkv [B, T, 3, NH, HS] */
 
-/* The hang record lives in pinned host memory mapped into the device, so it can be read whatever the
-   kernel's results are. */
-static AttnHopperHang* g_hang_host = NULL;
-static void hang_record_install(void) {
-    cudaCheck(cudaHostAlloc((void**)&g_hang_host, sizeof(AttnHopperHang), cudaHostAllocMapped));
-    memset(g_hang_host, 0, sizeof(AttnHopperHang));
-    AttnHopperHang* dev = NULL;
-    cudaCheck(cudaHostGetDevicePointer((void**)&dev, g_hang_host, 0));
-    attention_hopper_bwd_watch_hangs(dev);
-}
-
 /* cudaDeviceSynchronize (or an event wait) that names the barrier that hung, if one did (the HS-128 kernel
-   gives up and runs on, so a hang is not a CUDA error), and stops on either. */
+   gives up and runs on, so a hang is not a CUDA error), and stops on either. The record: hopper_lab.cuh's
+   lab_watch_hangs (host-mapped, installed for every Hopper backward kernel). */
 static void sync_or_report(cudaError_t e, const char* where) {
-    const volatile AttnHopperHang* r = g_hang_host;
+    const volatile AttnHopperHang* r = g_lab_hang;
     const int hung = r != NULL && r->site != ATTN_HANG_NONE;
     if (e == cudaSuccess && !hung) return;
     if (hung) {
@@ -199,41 +189,6 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
 }
 
-/* ref[i][j] = sum_k term(i, j, k) and mag[i][j] = sum_k |term(i, j, k)| (k ascending) over a rows x cols
-   product, row-major: hopper_lab.cuh's probe_product (64 x 64 only) for this probe's 128-row and 128-column
-   outputs. */
-template <typename Term>
-static void probe_product_rect(double* ref, double* mag, int rows, int cols, int depth, Term term) {
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) {
-            double r = 0, m = 0;
-            for (int k = 0; k < depth; k++) {
-                const double p = term(i, j, k);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * cols + j] = r;
-            mag[i * cols + j] = m;
-        }
-}
-
-/* Checks one probe output [rows x cols] against a host product within hopper_lab.cuh's kProbeTol of the sum
-   of |products| (its probe_compare for any shape); prints the first misses and a summary line. */
-static int probe_compare(const char* name, const float* got, const double* ref, const double* mag, int rows, int cols) {
-    int bad = 0;
-    double worst = 0;
-    for (int i = 0; i < rows * cols; i++) {
-        const double err = fabs(got[i] - ref[i]);
-        if (!(err <= kProbeTol * mag[i] + 1e-30)) {
-            if (bad++ < 3) printf("  %s[%d][%d] = %.6g, want %.6g\n", name, i / cols, i % cols, got[i], ref[i]);
-        }
-        const double rel = isnan(got[i]) ? INFINITY : err / (mag[i] + 1e-30);
-        if (rel > worst) worst = rel;
-    }
-    printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, rows * cols, worst);
-    return bad;
-}
-
 /* Runs the library's layout probe (attention_hopper_bwd128_layout_probe) on B1 NH3 T100 (head 1: slot and
    head coordinates; keys 100..127 zero-filled) and checks its five products against double loops over the
    same BF16 values (the kernel's own S^T, dP^T, rounded to BF16 as it rounds them, for the register-A and
@@ -268,25 +223,25 @@ static void layout_probe(void) {
     double* mag = (double*)mallocCheck(n_dkv * sizeof(double));
     int bad[5];
     /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    probe_product_rect(ref, mag, nk, nq, kHS,
-                       [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
-    bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
+    lab_probe_product(ref, mag, nk, nq, kHS,
+                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
+    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
     /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    probe_product_rect(ref, mag, nk, nq, kHS,
-                       [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
-    bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
+    lab_probe_product(ref, mag, nk, nq, kHS,
+                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
+    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
     /* dV[key][n] = sum_q bf(S^T[key][q]) dO[q][n] */
-    probe_product_rect(ref, mag, nk, kHS, nq,
-                       [&](int i, int n, int q) { return bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n); });
-    bad[2] = probe_compare("dV = bf(S^T) dO", g_dv, ref, mag, nk, kHS);
+    lab_probe_product(ref, mag, nk, kHS, nq,
+                      [&](int i, int n, int q) { return bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n); });
+    bad[2] = lab_probe_compare("dV = bf(S^T) dO", g_dv, ref, mag, nk, kHS);
     /* dK[key][n] = sum_q bf(dP^T[key][q]) Q[q][n] */
-    probe_product_rect(ref, mag, nk, kHS, nq,
-                       [&](int i, int n, int q) { return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kSlotQ, n); });
-    bad[3] = probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag, nk, kHS);
+    lab_probe_product(ref, mag, nk, kHS, nq,
+                      [&](int i, int n, int q) { return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kSlotQ, n); });
+    bad[3] = lab_probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag, nk, kHS);
     /* dQ[q][n] = sum_key bf(dP^T[key][q]) K[key][n] over all 128 keys */
-    probe_product_rect(ref, mag, nq, kHS, nk,
-                       [&](int q, int n, int k) { return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, k, kSlotK, n); });
-    bad[4] = probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag, nq, kHS);
+    lab_probe_product(ref, mag, nq, kHS, nk,
+                      [&](int q, int n, int k) { return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, k, kSlotK, n); });
+    bad[4] = lab_probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag, nq, kHS);
     CHECK(bad[0] == 0, "S^T = K Q^T: (a) m64n64k16 SS over 8 k-steps, the chunk jump at k-step 4, K rows at the"
                        " warpgroup's 8 KB offset inside 16 KB chunks, Q chunks 8 KB apart (stage 1)");
     CHECK(bad[1] == 0, "dP^T = V dO^T: (a) with the dout map at HS 128 (column coordinate 64 for chunk 1)");
@@ -304,7 +259,7 @@ static void layout_probe(void) {
 static void run_child(int child) {
     attn_rng_init(&g_rng, 0x13198A2E03707344ull);
     require_sm90("hopper_bwd128");
-    hang_record_install();
+    lab_watch_hangs();
     if (child == 0) {
         layout_probe();
         return;
@@ -333,40 +288,5 @@ int main(int argc, char** argv) {
     printf("hopper_bwd128: the production HS-128 Hopper backward (attention_hopper_bwd128.cu) vs the portable one;"
            " the probe and the checks each in its own process\n");
     static const char* kChildName[] = {"the layout probe", "the checks against the portable backward"};
-    int passed = 0, failed = 0;
-    for (int child = 0; child < 2; child++) {
-        const char* what = kChildName[child];
-        int fds[2];
-        if (pipe(fds) != 0) die("hopper_bwd128: pipe() failed\n  hint: out of file descriptors?");
-        fflush(stdout);
-        fflush(stderr);
-        const pid_t pid = fork();
-        if (pid < 0) die("hopper_bwd128: fork() failed\n  hint: out of processes or memory?");
-        if (pid == 0) {
-            close(fds[0]);
-            run_child(child);
-            const int counts[2] = {g_tests_passed, g_tests_failed};
-            fflush(stdout);
-            if (write(fds[1], counts, sizeof counts) != (ssize_t)sizeof counts) _exit(3);
-            _exit(0);
-        }
-        close(fds[1]);
-        int counts[2] = {0, 0};
-        const ssize_t got = read(fds[0], counts, sizeof counts);
-        close(fds[0]);
-        int status = 0;
-        waitpid(pid, &status, 0);
-        if (got != (ssize_t)sizeof counts) {
-            printf("  FAIL %s: its process ended without reporting (%s %d); the checks after its last line did"
-                   " not run\n", what, WIFSIGNALED(status) ? "signal" : "exit status",
-                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-            failed++;
-        } else {
-            printf("  %s: %d passed, %d failed (this process)\n", what, counts[0], counts[1]);
-            passed += counts[0];
-            failed += counts[1];
-        }
-    }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    return lab_run_children("hopper_bwd128", 2, kChildName, run_child, 0);
 }

@@ -87,20 +87,9 @@ __global__ void spin_for_ns(unsigned long long ns) {
 /* host: process plumbing, checks and timing                                                         */
 /* ------------------------------------------------------------------------------------------------ */
 
-static int g_report_fd = -1; /* the child's end of the pipe to the parent (pass/fail counts) */
-
-/* Sends this child's counts to the parent and ends the process (also the way out after a fatal error). */
-static void child_report_and_exit(void) {
-    const int counts[2] = {g_tests_passed, g_tests_failed};
-    fflush(stdout);
-    fflush(stderr);
-    if (g_report_fd < 0 || write(g_report_fd, counts, sizeof counts) != (ssize_t)sizeof counts) _exit(3);
-    _exit(0);
-}
-
 /* A synchronisation result plus the hang record (hopper_lab.cuh's lab_watch_hangs): on either, one FAIL line
-   naming the barrier (or the CUDA error), then the child reports and ends (the context or the results are
-   gone). */
+   naming the barrier (or the CUDA error), then the child reports and ends (hopper_lab.cuh's
+   lab_child_report_and_exit: the context or the results are gone). */
 static void sync_or_report(cudaError_t e, const char* where) {
     const volatile AttnHopperHang* r = g_lab_hang;
     const int hung = r != NULL && r->site != ATTN_HANG_NONE;
@@ -111,7 +100,7 @@ static void sync_or_report(cudaError_t e, const char* where) {
               r->parity, r->block_x, r->block_y, r->thread);
     if (e != cudaSuccess)
         CHECK(0, "CUDA error after %s: %s (hint: run under compute-sanitizer)", where, cudaGetErrorString(e));
-    child_report_and_exit();
+    lab_child_report_and_exit();
 }
 
 /* Tolerances, fixed before any run. dK, dV: only FP32 sum orders differ (wgmma k order, dK's two batches
@@ -315,41 +304,6 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def));
 }
 
-/* ref[i][j] = sum_k term(i, j, k) and mag[i][j] = sum_k |term(i, j, k)| (k ascending) over a rows x cols
-   product, row-major (hopper_lab.cuh's probe_product is 64 x 64 only). */
-template <typename Term>
-static void probe_product_rect(double* ref, double* mag, int rows, int cols, int depth, Term term) {
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) {
-            double r = 0, m = 0;
-            for (int k = 0; k < depth; k++) {
-                const double p = term(i, j, k);
-                r += p;
-                m += fabs(p);
-            }
-            ref[i * cols + j] = r;
-            mag[i * cols + j] = m;
-        }
-}
-
-/* Checks one probe output [rows x cols] against a host product within hopper_lab.cuh's kProbeTol of the sum
-   of |products|; prints the first misses and a summary line; returns the number wrong. */
-static int probe_compare_rect(const char* name, const float* got, const double* ref, const double* mag, int rows,
-                              int cols) {
-    int bad = 0;
-    double worst = 0;
-    for (int i = 0; i < rows * cols; i++) {
-        const double err = fabs(got[i] - ref[i]);
-        if (!(err <= kProbeTol * mag[i] + 1e-30)) {
-            if (bad++ < 3) printf("  %s[%d][%d] = %.6g, want %.6g\n", name, i / cols, i % cols, got[i], ref[i]);
-        }
-        const double rel = isnan(got[i]) ? INFINITY : err / (mag[i] + 1e-30);
-        if (rel > worst) worst = rel;
-    }
-    printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, rows * cols, worst);
-    return bad;
-}
-
 /* The layout probe on B1 NH3 T100 HS128 (head 1; keys 100..127 zero-filled), lambda_q spread over [-2, 2]
    per query (a per-key mapping, a wrong query pairing or a dropped batch cannot pass), checked against
    double loops on the kernel's own S^T and dP^T, rounded as the kernel rounds them. */
@@ -385,20 +339,20 @@ static void layout_probe(void) {
     double* mag = (double*)mallocCheck(n_kv * sizeof(double));
     int bad[5];
     /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    probe_product_rect(ref, mag, nk, nq, kHS,
-                       [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
-    bad[0] = probe_compare_rect("S^T = K Q^T", g_st, ref, mag, nk, nq);
+    lab_probe_product(ref, mag, nk, nq, kHS,
+                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
+    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
     /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    probe_product_rect(ref, mag, nk, nq, kHS,
-                       [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
-    bad[1] = probe_compare_rect("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
+    lab_probe_product(ref, mag, nk, nq, kHS,
+                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
+    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
     /* the correction alone: sum_q bf(-lambda_q S^T[key][q]) Q[q][n], the product in FP32 as the kernel does */
     auto corr_term = [&](int i, int n, int q) {
         const float prod = -h_lambda[q] * g_st[i * nq + q];
         return (double)bf16_round(prod) * probe_qkv(in, q, kSlotQ, n);
     };
-    probe_product_rect(ref, mag, nk, kHS, nq, corr_term);
-    bad[2] = probe_compare_rect("bf(-lambda_q S^T) Q", g_corr, ref, mag, nk, kHS);
+    lab_probe_product(ref, mag, nk, kHS, nq, corr_term);
+    bad[2] = lab_probe_compare("bf(-lambda_q S^T) Q", g_corr, ref, mag, nk, kHS);
     /* both batches into one accumulator: per q the two terms (their |.| both counted in mag) */
     for (int i = 0; i < nk; i++)
         for (int n = 0; n < kHS; n++) {
@@ -412,11 +366,11 @@ static void layout_probe(void) {
             ref[i * kHS + n] = r;
             mag[i * kHS + n] = m;
         }
-    bad[3] = probe_compare_rect("bf(dP^T) Q + bf(-lambda_q S^T) Q", g_dk, ref, mag, nk, kHS);
+    bad[3] = lab_probe_compare("bf(dP^T) Q + bf(-lambda_q S^T) Q", g_dk, ref, mag, nk, kHS);
     /* dV[key][n] = sum_q bf(S^T[key][q]) dO[q][n] */
-    probe_product_rect(ref, mag, nk, kHS, nq,
-                       [&](int i, int n, int q) { return (double)bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n); });
-    bad[4] = probe_compare_rect("dV = bf(S^T) dO", g_dv, ref, mag, nk, kHS);
+    lab_probe_product(ref, mag, nk, kHS, nq,
+                      [&](int i, int n, int q) { return (double)bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n); });
+    bad[4] = lab_probe_compare("dV = bf(S^T) dO", g_dv, ref, mag, nk, kHS);
     CHECK(bad[0] == 0, "S^T = K Q^T: the SS form through the pass's probe (both warpgroups, stage 1)");
     CHECK(bad[1] == 0, "dP^T = V dO^T: the SS form with the dout map, through the pass's probe");
     CHECK(bad[2] == 0, "bf(-lambda_q P) as register A of m64n128k16 RS: lambda per query column from the"
@@ -465,37 +419,5 @@ int main(int argc, char** argv) {
     printf("hopper_bwd128_gproj: gproj's Hopper key-major pass at HS 128 (dK, dV) vs the production backward"
            ", the probe and the checks each in its own process\n");
     static const char* kChildName[2] = {"the layout probe", "the checks and timings"};
-    int passed = 0, failed = 0;
-    for (int child = 0; child < 2; child++) {
-        int fds[2];
-        if (pipe(fds) != 0) die("hopper_bwd128_gproj: pipe() failed\n  hint: out of file descriptors?");
-        fflush(stdout);
-        fflush(stderr);
-        const pid_t pid = fork();
-        if (pid < 0) die("hopper_bwd128_gproj: fork() failed\n  hint: out of processes or memory?");
-        if (pid == 0) {
-            close(fds[0]);
-            g_report_fd = fds[1];
-            run_child(child);
-            child_report_and_exit();
-        }
-        close(fds[1]);
-        int counts[2] = {0, 0};
-        const ssize_t got = read(fds[0], counts, sizeof counts);
-        close(fds[0]);
-        int status = 0;
-        waitpid(pid, &status, 0);
-        if (got != (ssize_t)sizeof counts) {
-            printf("  FAIL %s: its process ended without reporting (%s %d); the checks after its last line did"
-                   " not run\n", kChildName[child], WIFSIGNALED(status) ? "signal" : "exit status",
-                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-            failed++;
-        } else {
-            printf("  %s: %d passed, %d failed (this process)\n", kChildName[child], counts[0], counts[1]);
-            passed += counts[0];
-            failed += counts[1];
-        }
-    }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    return lab_run_children("hopper_bwd128_gproj", 2, kChildName, run_child, 0);
 }

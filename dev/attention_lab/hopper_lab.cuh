@@ -22,12 +22,14 @@
  *   lab_alloc_poisoned, lab_upload  - device buffers filled with NaN (0xFF bytes) or with a host copy;
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
- *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks;
+ *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks
+ *                                     (lab_probe_product, lab_probe_compare: any rows x cols);
  *   ProbeInputs (probe_inputs_make / _free, probe_qkv, probe_dout) - the backward probes' one-head inputs;
  *   keymajor_probe_products         - the five products of the key-major backward's probe, checked;
  *   lab_watch_hangs, lab_sync_or_report - the production Hopper backward's hang record (AttnHopperHang,
  *                                     attention_hopper_bwd_watch_hangs) installed in host-mapped memory, and a
- *                                     synchronisation that stops with the hung barrier's name or the CUDA error.
+ *                                     synchronisation that stops with the hung barrier's name or the CUDA error;
+ *   lab_run_children, lab_child_report_and_exit - main's one process per group of checks, counts through a pipe.
  */
 #ifndef DEV_ATTENTION_LAB_HOPPER_LAB_CUH
 #define DEV_ATTENTION_LAB_HOPPER_LAB_CUH
@@ -36,6 +38,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
@@ -184,38 +188,49 @@ static inline cudaDeviceProp require_sm90(const char* lab) {
    error is off by O(1). */
 static const double kProbeTol = 1e-4;
 
-/* ref[i][j] = sum_k term(i, j, k) and mag[i][j] = sum_k |term(i, j, k)| (k ascending) over a 64 x 64 tile,
-   row-major: the host product a probe output is checked against. */
+/* ref[i][j] = sum_k term(i, j, k) and mag[i][j] = sum_k |term(i, j, k)| (k ascending) over a rows x cols
+   product, row-major: the host product a probe output is checked against (any shape: the HS-128 probes'
+   128-row and 128-column outputs). */
 template <typename Term>
-static void probe_product(double* ref, double* mag, int depth, Term term) {
-    for (int i = 0; i < 64; i++)
-        for (int j = 0; j < 64; j++) {
+static void lab_probe_product(double* ref, double* mag, int rows, int cols, int depth, Term term) {
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
             double r = 0, m = 0;
             for (int k = 0; k < depth; k++) {
                 const double p = term(i, j, k);
                 r += p;
                 m += fabs(p);
             }
-            ref[i * 64 + j] = r;
-            mag[i * 64 + j] = m;
+            ref[i * cols + j] = r;
+            mag[i * cols + j] = m;
         }
 }
+/* The same over a 64 x 64 tile. */
+template <typename Term>
+static void probe_product(double* ref, double* mag, int depth, Term term) {
+    lab_probe_product(ref, mag, 64, 64, depth, term);
+}
 
-/* Checks one [64 x 64] probe output against a host product within kProbeTol of the sum of |products|;
+/* Checks one [rows x cols] probe output against a host product within kProbeTol of the sum of |products|;
    prints the first misses and a summary line; returns the number of wrong elements. */
-static inline int probe_compare(const char* name, const float* got, const double* ref, const double* mag) {
+static inline int lab_probe_compare(const char* name, const float* got, const double* ref, const double* mag,
+                                    int rows, int cols) {
     int bad = 0;
     double worst = 0;
-    for (int i = 0; i < 64 * 64; i++) {
+    for (int i = 0; i < rows * cols; i++) {
         const double err = fabs(got[i] - ref[i]);
         if (!(err <= kProbeTol * mag[i] + 1e-30)) {
-            if (bad++ < 3) printf("  %s[%d][%d] = %.6g, want %.6g\n", name, i / 64, i % 64, got[i], ref[i]);
+            if (bad++ < 3) printf("  %s[%d][%d] = %.6g, want %.6g\n", name, i / cols, i % cols, got[i], ref[i]);
         }
         const double rel = isnan(got[i]) ? INFINITY : err / (mag[i] + 1e-30);
         if (rel > worst) worst = rel;
     }
-    printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, 64 * 64, worst);
+    printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, rows * cols, worst);
     return bad;
+}
+/* The same for a [64 x 64] output. */
+static inline int probe_compare(const char* name, const float* got, const double* ref, const double* mag) {
+    return lab_probe_compare(name, got, ref, mag, 64, 64);
 }
 
 /* The backward probes' inputs: B1 NH3 T50 HS64 standard normals (head 1 probes the slot and head
@@ -315,6 +330,64 @@ static inline void lab_sync_or_report(cudaError_t e, const char* lab, const char
     test_summary();
     die("%s: stopped after %s\n  hint: a HANG line names the mbarrier that never completed (a pipeline protocol"
         " bug); otherwise run under compute-sanitizer", lab, where);
+}
+
+/* ---- one process per group of checks ---- */
+
+/* The child's end of the pipe to the parent (lab_run_children sets it in each child). */
+static int g_lab_report_fd = -1;
+
+/* Sends this child's pass/fail counts to the parent and ends the process (also the way out of a child after a
+   fatal error: the counts so far still reach the parent). */
+static inline void lab_child_report_and_exit(void) {
+    const int counts[2] = {g_tests_passed, g_tests_failed};
+    fflush(stdout);
+    fflush(stderr);
+    if (g_lab_report_fd < 0 || write(g_lab_report_fd, counts, sizeof counts) != (ssize_t)sizeof counts) _exit(3);
+    _exit(0);
+}
+
+/* Runs run(i) for i = 0 .. n - 1, each in a child process of its own (announce: first a line "=== name[i]"),
+   the child reporting its counts through a pipe; prints each child's counts (or a FAIL line for one that
+   ended without reporting, counted as one failure) and the lab's final "N passed, N failed" line; returns
+   main's exit status. The parent never touches CUDA: each child gets a fresh context, so a fault or a hang
+   report in one costs that child's results only. */
+static inline int lab_run_children(const char* lab, int n, const char* const* name, void (*run)(int), int announce) {
+    int passed = 0, failed = 0;
+    for (int child = 0; child < n; child++) {
+        const char* what = name[child];
+        int fds[2];
+        if (pipe(fds) != 0) die("%s: pipe() failed\n  hint: out of file descriptors?", lab);
+        fflush(stdout);
+        fflush(stderr);
+        const pid_t pid = fork();
+        if (pid < 0) die("%s: fork() failed\n  hint: out of processes or memory?", lab);
+        if (pid == 0) {
+            close(fds[0]);
+            g_lab_report_fd = fds[1];
+            if (announce) printf("=== %s\n", what);
+            run(child);
+            lab_child_report_and_exit();
+        }
+        close(fds[1]);
+        int counts[2] = {0, 0};
+        const ssize_t got = read(fds[0], counts, sizeof counts);
+        close(fds[0]);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (got != (ssize_t)sizeof counts) {
+            printf("  FAIL %s: its process ended without reporting (%s %d); the checks after its last line did"
+                   " not run\n", what, WIFSIGNALED(status) ? "signal" : "exit status",
+                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            failed++;
+        } else {
+            printf("  %s: %d passed, %d failed (this process)\n", what, counts[0], counts[1]);
+            passed += counts[0];
+            failed += counts[1];
+        }
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
 }
 
 #endif /* DEV_ATTENTION_LAB_HOPPER_LAB_CUH */

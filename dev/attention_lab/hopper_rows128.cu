@@ -501,41 +501,5 @@ int main(int argc, char** argv) {
     if (argc != 1) die("usage: %s   (no arguments)\n  hint: the shapes are fixed in the program", argv[0]);
     printf("hopper_rows128: the production HS-128 Hopper row pass (attention_hopper_rows128.cu; gproj: lambda, dQ;"
            " fp32: D) in attention_backward_cuda vs force_portable; %d groups, one process each\n", kNumGroups);
-    int passed = 0, failed = 0;
-    for (int group = 0; group < kNumGroups; group++) {
-        const char* what = kGroupName[group];
-        int fds[2];
-        if (pipe(fds) != 0) die("hopper_rows128: pipe() failed\n  hint: out of file descriptors?");
-        fflush(stdout);
-        fflush(stderr);
-        const pid_t pid = fork();
-        if (pid < 0) die("hopper_rows128: fork() failed\n  hint: out of processes or memory?");
-        if (pid == 0) {
-            close(fds[0]);
-            printf("=== %s\n", what);
-            run_group(group);
-            const int counts[2] = {g_tests_passed, g_tests_failed};
-            fflush(stdout);
-            if (write(fds[1], counts, sizeof counts) != (ssize_t)sizeof counts) _exit(3);
-            _exit(0);
-        }
-        close(fds[1]);
-        int counts[2] = {0, 0};
-        const ssize_t got = read(fds[0], counts, sizeof counts);
-        close(fds[0]);
-        int status = 0;
-        waitpid(pid, &status, 0);
-        if (got != (ssize_t)sizeof counts) {
-            printf("  FAIL %s: its process ended without reporting (%s %d); the checks after its last line did"
-                   " not run\n", what, WIFSIGNALED(status) ? "signal" : "exit status",
-                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-            failed++;
-        } else {
-            printf("  %s: %d passed, %d failed (this process)\n", what, counts[0], counts[1]);
-            passed += counts[0];
-            failed += counts[1];
-        }
-    }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    return lab_run_children(kLab, kNumGroups, kGroupName, run_group, 1);
 }
