@@ -92,7 +92,6 @@ constexpr int kBoxRows = 64;            /* rows per TMA box */
 constexpr int kSwizzleRowBytes = 128;   /* one 64-column chunk row = one 128B-swizzle row */
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
 constexpr int kWgmmaK = 16;
-constexpr int kKStepsPerChunk = kChunkCols / kWgmmaK; /* 4 k-steps of 32 bytes per 128-byte row */
 constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands (and N = 64 B operands) ignore LBO */
 constexpr int kDsPitch = kBlockK + 8;   /* BF16 per row of the staged dS tile [query][128 keys]: +8 against bank conflicts */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
@@ -140,53 +139,12 @@ __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
 }
 
-/* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe) ---- */
-
-/* acc = A B^T issued (64 x 64 over HS/16 = 8 k-steps; the caller zeroes, fences, commits and waits): A the
-   warpgroup's 64 rows of the K or V tile (chunks kKeyChunkBytes apart), B the stage's Q or dO tile (chunks
-   kQChunkBytes apart), both K-major; k-step kk reads bytes 32 (kk % 4) of the 128-byte rows of column chunk
-   kk / 4 (assumption (a)). */
-__device__ __forceinline__ void warpgroup_ss_issue_hs128(float (&acc)[32], uint32_t a_addr, uint32_t b_addr) {
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t col = (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
-        const uint32_t chunk = kk / kKStepsPerChunk;
-        const uint64_t desc_a = make_smem_desc(a_addr + chunk * SmemPlan::kKeyChunkBytes + col, kUnusedLbo,
-                                               kSwizzleAtomBytes);
-        const uint64_t desc_b = make_smem_desc(b_addr + chunk * SmemPlan::kQChunkBytes + col, kUnusedLbo,
-                                               kSwizzleAtomBytes);
-        wgmma_m64n64k16_ss(acc, desc_a, desc_b);
-    }
-}
-
-/* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries each) as one commit group (hopper_wgmma.cuh's
-   warpgroup_two_ss_64x64 at HS 128). kw_addr, vw_addr: the warpgroup's first row in chunk 0 of the K/V tile;
-   q_addr, do_addr: the stage's tiles. Written, not accumulated. */
-__device__ __forceinline__ void warpgroup_scores(float (&st)[32], float (&dpt)[32], uint32_t kw_addr, uint32_t vw_addr,
-                                                 uint32_t q_addr, uint32_t do_addr) {
-#pragma unroll
-    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
-    reg_fence(st); /* keeps the zeroing above the fence */
-    reg_fence(dpt);
-    wgmma_fence();
-    warpgroup_ss_issue_hs128(st, kw_addr, q_addr);
-    warpgroup_ss_issue_hs128(dpt, vw_addr, do_addr);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(st);
-    reg_fence(dpt);
-}
-
-/* acc[64 x 128] += A[64 x 64] B[64 x 128]: A from registers (4 k-steps over the 64 queries of the tile), B
-   the stage's Q or dO tile read N-major (rows = queries, 16 rows = 2048 bytes per k-step; the second
-   64-column block of N is one 8 KB chunk further: LBO = kQChunkBytes, assumption (b)). Issued only. */
-__device__ __forceinline__ void warpgroup_dkv_issue(float (&acc)[kHS / 2], const uint32_t (&a)[kBlockQ / kWgmmaK][4],
-                                                    uint32_t b_addr) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
-        wgmma_m64n128k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * kWgmmaK * kSwizzleRowBytes, SmemPlan::kQChunkBytes,
-                                                       kSwizzleAtomBytes));
-}
+/* ---- the GEMMs of one (key tile, query tile) step, per warpgroup (shared by the kernel and the probe):
+   S^T, dP^T and the dV, dK batches are hopper_bwd_common.cuh's keymajor128_scores and keymajor128_rs_issue
+   (assumptions (a), (b)); the dQ GEMM and the dS staging are this kernel's own ---- */
+static_assert(SmemPlan::kKeyChunkBytes == kKeymajor128KeyChunkBytes && SmemPlan::kQChunkBytes == kKeymajor128QChunkBytes &&
+                  kHS == kKeymajor128HS && kBlockQ / kWgmmaK == kKeymajor128QSteps,
+              "the tiles hopper_bwd_common.cuh's HS-128 GEMM steps address");
 
 /* dQ_half[64 queries x 64 dims] = A[64 x 128 keys] K[128 keys x 64 dims]: A from registers (8 k-steps of 16
    keys), B = column chunk `half` of the K tile read N-major: 128 key rows of 128 bytes, 16 rows = 2048 bytes
@@ -322,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + (i & 1) * Plan::kDsBytes);
 
         float st[32], dpt[32];
-        warpgroup_scores(st, dpt, kw_addr, vw_addr, q_addr, do_addr);
+        keymajor128_scores(st, dpt, kw_addr, vw_addr, q_addr, do_addr);
 
         /* P and dS in registers (st <- P, dpt <- dS), masked entries exactly 0. Element 4j + 2r + e: key
            key0 + 8r, query q0 + 8j + 2t + e. The mask can bite only where the tile reaches the warpgroup's
@@ -348,8 +306,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         reg_fence(dv);
         reg_fence(dk);
         wgmma_fence();
-        warpgroup_dkv_issue(dv, pa, do_addr);
-        warpgroup_dkv_issue(dk, pds, q_addr);
+        keymajor128_rs_issue(dv, pa, do_addr);
+        keymajor128_rs_issue(dk, pds, q_addr);
         wgmma_commit();
         /* the previous step's dQ reduce-adds have read this warpgroup's dQ tile before the barrier below lets
            its threads rewrite it */
@@ -480,8 +438,8 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     const int wg = warp / 4, warp_in_wg = warp % 4;
     const int key_col = wg * kWarpgroupKeys + warp_in_wg * 16 + g;
     float st[32], dpt[32];
-    warpgroup_scores(st, dpt, smem_u32(k_s) + wg * Plan::kBoxBytes, smem_u32(v_s) + wg * Plan::kBoxBytes, smem_u32(q_t),
-                     smem_u32(do_t));
+    keymajor128_scores(st, dpt, smem_u32(k_s) + wg * Plan::kBoxBytes, smem_u32(v_s) + wg * Plan::kBoxBytes,
+                       smem_u32(q_t), smem_u32(do_t));
     store_key_rows(out_st, out_dpt, st, dpt, key_col, t);
     uint32_t pa[4][4], pds[4][4];
     pack_acc_a_operand(pa, st);
@@ -497,8 +455,8 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     reg_fence(dv);
     reg_fence(dk);
     wgmma_fence();
-    warpgroup_dkv_issue(dv, pa, smem_u32(do_t));
-    warpgroup_dkv_issue(dk, pds, smem_u32(q_t));
+    keymajor128_rs_issue(dv, pa, smem_u32(do_t));
+    keymajor128_rs_issue(dk, pds, smem_u32(q_t));
     wgmma_commit();
     consumers_sync();
     wgmma_wait<0>();

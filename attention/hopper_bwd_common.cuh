@@ -89,8 +89,8 @@ __device__ __forceinline__ void mbar_wait_give_up(uint64_t* bar, uint32_t parity
     }
 }
 
-/* ---- the GEMM steps of the HS-128 key-major CTA, per consumer warpgroup (attention_hopper_bwd128_gproj.cu;
-   attention_hopper_bwd128.cu, the same CTA, still has its own copies: warpgroup_scores, warpgroup_dkv_issue).
+/* ---- the GEMM steps of the HS-128 key-major CTA, per consumer warpgroup (attention_hopper_bwd128.cu and
+   attention_hopper_bwd128_gproj.cu).
    K and V are tiles of 128 keys and Q and dO tiles of 64 queries, each two 64-column chunks [rows][128 bytes],
    128B-swizzled and 1024-byte aligned, column chunk c at c * rows * 128 bytes (a static_assert in the kernel
    ties its SmemPlan to these strides). ---- */
