@@ -349,7 +349,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int q0 = (qt_begin + i) * kBlockQ;
             /* stage s is free once the consumers released tile i - kStages (phase i / kStages - 1) */
             if (i >= kStages) mbar_wait_bounded(&empty[s], (uint32_t)((i / kStages - 1) & 1), ATTN_HANG_EMPTY, s, &cta_abort);
-#pragma unroll
+            /* one query at a time (not unrolled): the producer has 24 registers, and with two queries' loads
+               in flight it spilled (production repair's 8 B are probably this) */
+#pragma unroll 1
             for (int half = 0; half < 2; half++) {
                 const int ql = lane + 32 * half, query = q0 + ql;
                 float4 st = make_float4(0.f, 1.f, 0.f, 0.f); /* rows past T: P stays finite (masked anyway) */
@@ -422,17 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const int j = 2 * kk + jj;
                     const int query = q0 + 8 * j + 2 * t + e;
                     const float4 row = rs[8 * j + 2 * t + e];
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const int idx = 4 * j + 2 * r + e;
-                        float p = 0.f, ds = 0.f;
-                        if (!masked || (key0 + 8 * r <= query && query < T)) {
-                            p = recompute_prob<ATTN_FP32>(st[idx], row.x, row.y, c);
-                            ds = p * (dpt[idx] - row.z);
-                        }
-                        st[idx] = p;
-                        dpt[idx] = ds;
-                    }
+                    keymajor_probs_column<ATTN_FP32>(st, dpt, row, j, e, query, key0, T, masked, c);
                 }
             uint32_t unused[4], x2[4];
             pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
@@ -479,12 +471,16 @@ __global__ void __launch_bounds__(kThreads, 1)
            tile, then one thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside
            the map): attention_hopper_bwd128.cu's flush, unchanged */
         unsigned char* dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
-        unsigned char* dq_row = dq_tile + (warp_in_wg * 16 + g) * kSwizzleRowBytes + (t & 1) * 8;
+        /* g passed through an opaque move here: otherwise the four swizzled column offsets below are hoisted
+           out of the loop and kept live across it (8 bytes of spills at 240 registers) */
+        int g_here;
+        asm volatile("mov.u32 %0, %1;\n" : "=r"(g_here) : "r"(g));
+        unsigned char* dq_row = dq_tile + (warp_in_wg * 16 + g_here) * kSwizzleRowBytes + (t & 1) * 8;
 #pragma unroll
         for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int n = 0; n < kDqCols / 8; n++) {
-                const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+                const int chunk = (2 * (n & 3) + (t >> 1)) ^ g_here;
                 *reinterpret_cast<float2*>(dq_row + (n >> 2) * (kBlockQ * kSwizzleRowBytes) + 8 * r * kSwizzleRowBytes +
                                            chunk * 16) = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
             }
