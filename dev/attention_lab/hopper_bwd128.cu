@@ -197,14 +197,7 @@ static void layout_probe(void) {
     test_section("layout probe HS128: S^T, dP^T (SS n64, 2 chunks), dV, dK (RS n128, LBO 8 KB), dQ (dS of both"
                  " warpgroups staged, K chunk N-major over 128 keys)");
     /* hopper_lab.cuh's probe inputs (accessors probe_qkv / probe_dout) at this probe's shape */
-    ProbeInputs in;
-    in.s = AttnShape{1, 3, 100, kHS};
-    in.head = 1;
-    const size_t nqkv = attn_qkv_count(in.s), nout = attn_out_count(in.s);
-    in.h_qkv = random_bf16_bits(nqkv);
-    in.h_dout = random_bf16_bits(nout);
-    lab_upload(&in.qkv, in.h_qkv, nqkv * 2);
-    lab_upload(&in.dout, in.h_dout, nout * 2);
+    ProbeInputs in = probe_inputs_make_shape(AttnShape{1, 3, 100, kHS}, 1);
     const int nk = ATTN_HOPPER_BWD128_PROBE_KEYS, nq = ATTN_HOPPER_BWD128_PROBE_QUERIES;
     const size_t n_st = (size_t)nk * nq, n_dkv = (size_t)nk * kHS, n_dq = (size_t)nq * kHS;
     const size_t total = 2 * n_st + 2 * n_dkv + n_dq;

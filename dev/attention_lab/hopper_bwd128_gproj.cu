@@ -310,14 +310,7 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
 static void layout_probe(void) {
     test_section("layout probe HS128 gproj: dK = bf(dP^T) Q + bf(-lambda_q S^T) Q (two RS n128 batches, one"
                  " accumulator, lambda per query column), the correction alone, dV, S^T, dP^T");
-    ProbeInputs in;
-    in.s = AttnShape{1, 3, 100, kHS};
-    in.head = 1;
-    const size_t nqkv = attn_qkv_count(in.s), nout = attn_out_count(in.s);
-    in.h_qkv = random_bf16_bits(nqkv);
-    in.h_dout = random_bf16_bits(nout);
-    lab_upload(&in.qkv, in.h_qkv, nqkv * 2);
-    lab_upload(&in.dout, in.h_dout, nout * 2);
+    ProbeInputs in = probe_inputs_make_shape(AttnShape{1, 3, 100, kHS}, 1);
     float h_lambda[kBlockQ];
     for (int q = 0; q < kBlockQ; q++) h_lambda[q] = (float)(4.0 * attn_rng_uniform(&g_rng) - 2.0);
     const int nk = kBlockK, nq = kBlockQ;

@@ -24,7 +24,8 @@
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
  *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks
  *                                     (lab_probe_product, lab_probe_compare: any rows x cols);
- *   ProbeInputs (probe_inputs_make / _free, probe_qkv, probe_dout) - the backward probes' one-head inputs;
+ *   ProbeInputs (probe_inputs_make / _make_shape / _free, probe_qkv, probe_dout) - the backward probes' one-head
+ *                                     inputs;
  *   keymajor_probe_products         - the five products of the key-major backward's probe, checked;
  *   lab_watch_hangs, lab_sync_or_report - the production Hopper backward's hang record (AttnHopperHang,
  *                                     attention_hopper_bwd_watch_hangs) installed in host-mapped memory, and a
@@ -241,10 +242,11 @@ struct ProbeInputs {
     uint16_t *h_qkv, *h_dout;
     __nv_bfloat16 *qkv, *dout;
 };
-static inline ProbeInputs probe_inputs_make(void) {
+/* The same at any shape and head (the HS-128 probes: B1 NH3 T100, head 1): qkv, then dout, drawn from g_rng. */
+static inline ProbeInputs probe_inputs_make_shape(AttnShape s, int head) {
     ProbeInputs in;
-    in.s = AttnShape{1, 3, 50, 64};
-    in.head = 1;
+    in.s = s;
+    in.head = head;
     const size_t nqkv = attn_qkv_count(in.s), nout = attn_out_count(in.s);
     in.h_qkv = random_bf16_bits(nqkv);
     in.h_dout = random_bf16_bits(nout);
@@ -252,6 +254,7 @@ static inline ProbeInputs probe_inputs_make(void) {
     lab_upload(&in.dout, in.h_dout, nout * 2);
     return in;
 }
+static inline ProbeInputs probe_inputs_make(void) { return probe_inputs_make_shape(AttnShape{1, 3, 50, 64}, 1); }
 static inline void probe_inputs_free(ProbeInputs* in) {
     free(in->h_qkv);
     free(in->h_dout);

@@ -408,14 +408,7 @@ static int probe_check(const char* name, const float* got, int nrows, int ncols,
 static void layout_probe(void) {
     test_section("layout probe HS128: S = Q K^T, dP = dO V^T (SS n64, 8 k-steps over 2 chunks, 64-row slices),"
                  " bf(S) K, bf(dP) K (RS n128, K N-major from row 0 and row 64, LBO 16 KB), K/V in stage 1");
-    ProbeInputs in;
-    in.s = AttnShape{1, 3, 100, kHS};
-    in.head = 1;
-    const size_t nqkv = attn_qkv_count(in.s), nout = attn_out_count(in.s);
-    in.h_qkv = random_bf16_bits(nqkv);
-    in.h_dout = random_bf16_bits(nout);
-    lab_upload(&in.qkv, in.h_qkv, nqkv * 2);
-    lab_upload(&in.dout, in.h_dout, nout * 2);
+    ProbeInputs in = probe_inputs_make_shape(AttnShape{1, 3, 100, kHS}, 1);
     const size_t n_sq = (size_t)kBlockQ * kBlockK, n_dq = (size_t)kBlockQ * kHS;
     float *d_s, *d_dp, *d_x, *d_y;
     lab_alloc_poisoned(&d_s, n_sq * 4);
