@@ -327,23 +327,24 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
 /* ------------------------------------------------------------------------ */
 /* backward: prep (zero dQ accumulator; D from the stored BF16 O)            */
 /* ------------------------------------------------------------------------ */
+/* grid (ceil(T / kWarps), B*NH): one warp per row, the head from blockIdx.y (no 64-bit division per row:
+   ncu had the one-dimensional version at 74% SM throughput, instruction-bound) */
 template <int HS>
 __global__ void attn_bwd_prep_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout,
                                      float* __restrict__ D, float* __restrict__ dq_acc, int NH, int T,
-                                     long long rows, int zero_dq, int want_D) {
-    const long long row = (long long)blockIdx.x * kWarps + (threadIdx.x >> 5); /* (b*NH + h)*T + t */
-    const int lane = threadIdx.x & 31;
-    if (row >= rows) return;
-    if (zero_dq) {
-        float* acc = dq_acc + row * HS;
-#pragma unroll
-        for (int d = lane; d < HS; d += 32) acc[d] = 0.f;
+                                     int zero_dq, int want_D) {
+    const int tok = blockIdx.x * kWarps + (threadIdx.x >> 5);
+    const int bh = blockIdx.y, lane = threadIdx.x & 31;
+    if (tok >= T) return;
+    const long long row = (long long)bh * T + tok; /* (b*NH + h)*T + t */
+    if (zero_dq) { /* the row's HS floats, one vector store per lane */
+        static_assert(HS == 64 || HS == 128, "the zeroing below covers a row of 64 or 128 floats");
+        if constexpr (HS == 64) reinterpret_cast<float2*>(dq_acc + row * HS)[lane] = make_float2(0.f, 0.f);
+        else reinterpret_cast<float4*>(dq_acc + row * HS)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     if (!want_D) return;
-    const long long bh = row / T;
-    const int tok = (int)(row % T);
-    const long long b = bh / NH, h = bh % NH;
-    const long long off = (b * T + tok) * NH * HS + h * HS;
+    const int b = bh / NH, h = bh % NH;
+    const long long off = ((long long)b * T + tok) * NH * HS + (long long)h * HS;
     float sum = 0.f;
 #pragma unroll
     for (int d = lane; d < HS; d += 32)
@@ -839,9 +840,27 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
     }
 }
 
-/* dQ = bf(s * accumulator) into the q slot of dqkv; one thread per 2 elements */
+/* dQ = bf(s * accumulator) into the q slot of dqkv, 8 elements per thread (two float4 loads, one 16-byte
+   store): grid (ceil(T * HS / 8 / 256), B*NH), 256 threads; dqkv 16-byte aligned (attn_bwd_dq_pairs_kernel
+   otherwise: the same bits) */
 template <int HS>
 __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T,
+                                   float scale) {
+    constexpr int kChunks = HS / 8; /* 8-element chunks per row */
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * kChunks) return;
+    const int tok = i / kChunks, d = (i % kChunks) * 8;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const float4* src = reinterpret_cast<const float4*>(dq_acc + ((long long)bh * T + tok) * HS + d);
+    const float4 lo = src[0], hi = src[1];
+    const uint4 packed = make_uint4(pack_bf16x2(lo.x * scale, lo.y * scale), pack_bf16x2(lo.z * scale, lo.w * scale),
+                                    pack_bf16x2(hi.x * scale, hi.y * scale), pack_bf16x2(hi.z * scale, hi.w * scale));
+    *reinterpret_cast<uint4*>(dqkv + ((long long)b * T + tok) * 3LL * NH * HS + (long long)h * HS + d) = packed;
+}
+
+/* attn_bwd_dq_kernel for a dqkv that is not 16-byte aligned; one thread per 2 elements */
+template <int HS>
+__global__ void attn_bwd_dq_pairs_kernel(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T,
                                    float scale, long long pairs) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= pairs) return;
@@ -911,8 +930,8 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
     const long long rows = (long long)s.B * s.NH * s.T;
     const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
     /* gproj's row pass (launched next) computes dQ whole, without the accumulator */
-    attn_bwd_prep_kernel<HS><<<(unsigned)ceil_div(rows, kWarps), kThreads, 0, stream>>>(
-        out, dout, w.D, w.dq_acc, s.NH, s.T, rows, MODE != ATTN_GPROJ, MODE != ATTN_FP32);
+    attn_bwd_prep_kernel<HS><<<dim3((unsigned)ceil_div(s.T, kWarps), (unsigned)(s.B * s.NH)), kThreads, 0, stream>>>(
+        out, dout, w.D, w.dq_acc, s.NH, s.T, MODE != ATTN_GPROJ, MODE != ATTN_FP32);
     cudaCheckLastError();
     if constexpr (kHasRowPass) { /* (no row-pass kernels for the other modes) */
         if (hopper_rows) {
@@ -941,9 +960,14 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
         cudaCheckLastError();
     }
     if constexpr (MODE != ATTN_GPROJ) { /* gproj's row pass wrote dQ */
-        const long long pairs = rows * HS / 2;
-        attn_bwd_dq_kernel<HS><<<(unsigned)ceil_div(pairs, 256), 256, 0, stream>>>(w.dq_acc, dqkv, s.NH, s.T, scale,
-                                                                                   pairs);
+        if ((uintptr_t)dqkv % 16 == 0) {
+            const dim3 grid((unsigned)ceil_div((long long)s.T * (HS / 8), 256), (unsigned)(s.B * s.NH));
+            attn_bwd_dq_kernel<HS><<<grid, 256, 0, stream>>>(w.dq_acc, dqkv, s.NH, s.T, scale);
+        } else {
+            const long long pairs = rows * HS / 2;
+            attn_bwd_dq_pairs_kernel<HS><<<(unsigned)ceil_div(pairs, 256), 256, 0, stream>>>(w.dq_acc, dqkv, s.NH, s.T,
+                                                                                             scale, pairs);
+        }
         cudaCheckLastError();
     }
 }
