@@ -37,19 +37,28 @@
  * Q/dO tiles of 64 queries in 2 stages. Per step and consumer warpgroup:
  *   S^T, dP^T                   m64n64k16 SS, 8 k-steps                                         32 + 32 regs
  *   (consumers_sync: both warpgroups have read the previous step's dS tiles - they are single-buffered)
- *   P, dS one k-step (16 queries) at a time -> A words bf(P), bf(P - bf(P)), bf(dS), bf(r1) (16 regs per
- *     k-step; the FP32 values die step by step, gproj's order) and the three dS terms to the shared tiles
- *   dV += [bf(P), bf(P - bf(P))]^T dO, dK += [bf(dS), bf(r1)]^T Q: ONE batch of 16 wgmmas,
- *     128 accumulator + 64 A registers in flight
+ *   P, dS one k-step (16 queries) at a time (hopper_bwd_common.cuh's keymajor_probs_column<ATTN_FP32>) -> A
+ *     words bf(P), bf(P - bf(P)), bf(dS), bf(r1) (16 registers per k-step; the FP32 values die step by step,
+ *     gproj's order), and bf(dS), bf(r1), bf(r1 - bf(r1)) stored to the three shared tiles [query][key]
+ *   dV += [bf(P), bf(P - bf(P))]^T dO, dK += [bf(dS), bf(r1)]^T Q: ONE batch of 16 m64n128k16 RS wgmmas
+ *     (keymajor128_rs_issue, two chained per accumulator), 128 accumulator + 64 A registers in flight
  *   (consumers_sync: both warpgroups' halves of the three tiles written)
- *   dQ_half = sum over 3 terms x 2 key halves of A[64 q x 64 keys] K[64 keys x 64 dims]: six batches of 4
- *     m64n64k16 RS into one 32-register accumulator, A loaded from the tiles into two alternating register
+ *   dQ_half = sum over 3 terms x 2 key halves of A[64 q x 64 keys] K[64 keys x 64 dims]: six commit groups of
+ *     4 m64n64k16 RS into one 32-register accumulator, A loaded from the tiles into two alternating register
  *     sets of 16 (wait<1> before a set is reloaded): 128 + 32 + 32 registers
  *   the dQ half into the warpgroup's swizzled FP32 tile, two TMA reduce-adds (production's flush)
  * Shared memory: K, V 32 KB each, Q, dO 2 stages x 16 KB each (128 KB), three dS tiles [64][128 + 8] BF16
  * (51 KB, single-buffered: double-buffering them would pass 227 KB; hence the extra barrier above), row state
- * [2][64] float4, barriers, two 16 KB FP32 dQ tiles: 215 KB (SmemPlan's static_assert keeps it <= 227 KB).
- * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3; `make hopper_bwd128_fp32-regs`): see REGS below.
+ * [2][64] float4, barriers, two 16 KB FP32 dQ tiles: 215 KB (220160 bytes with the alignment slack; SmemPlan's
+ * static_assert keeps it <= 227 KB).
+ * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math, with or without -lineinfo; `make
+ * hopper_bwd128_fp32-regs` prints them): fp32keys128_kernel 168 at entry (240 after setmaxnreg.inc), 0 bytes
+ * spill, no C75xx warning; probes 90 (scores, dQ parts) / 218 (dK+dV), 0 spill. What it took: at first 8-28
+ * bytes spilled; two things, found by elimination (no disassembler here): the PRODUCER (24 registers) spilled
+ * with its two-query row-state loop unrolled (now `#pragma unroll 1`; fp32's row state needs stats[2i+1] and an
+ * frcp, as repair's: probably production repair's 8 B), and the dQ flush's four swizzled column offsets were
+ * hoisted out of the loop and kept live (g now goes through an opaque move there). One batch of 16 wgmmas
+ * spilled less than a dV batch issued before the dS packing (two batches).
  *
  * Forms new here (not yet run on a GPU in this shape) and the probe that checks each (child 0):
  *   (n1) dQ as six RS batches (3 tiles x 2 key halves) chained into one accumulator across separate commit
@@ -67,9 +76,10 @@
  *
  * How the checks compose production's pieces (no production hook, nothing in attention/ changed):
  *   reference  attention_backward_cuda(fp32, force_portable): portable row pass + attn_bwd_kernel<128, FP32>.
- *   (1) the default fp32 backward runs (prep + Hopper row pass + portable key-major + post-pass); then into a
- *       second workspace: dq_acc zeroed, D copied from the default run's workspace, this kernel on it (dqkv's
- *       k and v slots poisoned), then the lab's post-pass (attn_bwd_dq_kernel's one expression,
+ *   (0) the default fp32 backward (prep + Hopper row pass + portable key-major + post-pass) itself, within 4
+ *       ulps of the reference (context: what production gives today);
+ *   (1) then, into a second workspace: dq_acc zeroed, D copied from the default run's workspace, this kernel
+ *       on it (into a dqkv all NaN), then the lab's post-pass (attn_bwd_dq_kernel's one expression,
  *       bf(s * acc), copied: production's is file-local): dQ, dK, dV within 4 BF16 ulps of the reference.
  *   (2) the composed fp32 backward as ONE CUDA graph: attention_backward_cuda(fp32, default options) and this
  *       kernel captured from one stream (prep -> Hopper rows -> attn_bwd_kernel -> attn_bwd_dq_kernel -> this
@@ -79,11 +89,15 @@
  *   Timing (median of 21, queued behind a spin; warm inputs): this kernel alone, the composed graph, the
  *   default fp32 backward, the portable fp32 backward, the default bf16 backward (bf16's own forward).
  *
- * Moving it to production (mechanical): the kernel, SmemPlan and helpers go to a new
- * attention/attention_hopper_bwd128_fp32.cu as attention_hopper_bwd128_gproj.cu did (host: an
+ * Moving it to production (mechanical): everything above "host: process plumbing" except the probe moves to a
+ * new attention/attention_hopper_bwd128_fp32.cu (sm_90a-only rule in attention/module.mk, as
+ * attention_hopper_bwd128_gproj.cu): the kernel, SmemPlan and device helpers unchanged; host
  * attention_backward_hopper_fp32_keys128(s, qkv, dout, stats, D, dq_acc, dqkv, stream) = fp32keys128_prepare +
- * fp32keys128_launch, a watch_hangs and a probe entry), and backward_launch runs it in attn_bwd_kernel's
- * place when MODE == ATTN_FP32, hopper_rows and HS == 128 (the post-pass stays).
+ * fp32keys128_launch (the same signature as attention_backward_hopper_keys), a _watch_hangs (install the
+ * record pointer into g_hang_record, from attention_hopper_bwd_watch_hangs) and, if wanted, the probe as a
+ * _layout_probe entry. attention_cuda.cu's backward_launch then calls it instead of attn_bwd_kernel when
+ * MODE == ATTN_FP32 && HS == 128 && hopper_rows (same arguments: w.D, w.dq_acc; prep and post-pass stay), and
+ * attention_backward_cuda_path already says "hopper" for that call. lab_dq_postpass stays here.
  *
  * Usage: hopper_bwd128_fp32   (no arguments; needs an sm_90 GPU). Three processes (probe; checks; benchmark
  * shapes with timings), "N passed, N failed" summed at the end; a process that dies without reporting counts
