@@ -18,7 +18,8 @@
  *   g_rng, normal01                 - the lab's seeded generator (main seeds g_rng) and one standard normal;
  *   random_qkv_bits, random_qkv_offset_bits, random_bf16_bits - host inputs of standard normals as BF16 bits
  *                                     (q optionally scaled, keys optionally offset along a per-head direction);
- *   bf16_ulp, median_ms             - one BF16 ulp at max(|x|, floor); the median of n timings (sorts v);
+ *   bf16_ulp, median_ms, median_d   - one BF16 ulp at max(|x|, floor); the median of n timings or doubles (sorts v);
+ *   lab_sigma_dp                    - the scale of dP - D of a case's inputs (sqrt(HS) rms(dO) rms(V));
  *   lab_alloc_poisoned, lab_upload  - device buffers filled with NaN (0xFF bytes) or with a host copy;
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
@@ -117,6 +118,31 @@ static inline float median_ms(float* v, int n) {
             v[j - 1] = tmp;
         }
     return v[n / 2];
+}
+
+/* The median of n doubles (v sorted in place by qsort: n may be millions of rows); 0 for n = 0. */
+static inline double median_d(double* v, size_t n) {
+    if (n == 0) return 0;
+    qsort(v, n, sizeof(double), [](const void* a, const void* b) {
+        const double x = *(const double*)a, y = *(const double*)b;
+        return (x > y) - (x < y);
+    });
+    return v[n / 2];
+}
+
+/* The scale of dP - D of the inputs (BF16 bits, qkv [B, T, 3, NH, HS] and dout [B, T, NH, HS]):
+   sigma_dP = sqrt(HS) rms(dO) rms(V), the V slot's square sum over the count of dout's elements (as many). */
+static inline double lab_sigma_dp(const uint16_t* h_qkv, const uint16_t* h_dout, AttnShape s) {
+    constexpr int kVSlot = 2; /* q, k, v */
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
+    double sq_do = 0, sq_v = 0;
+    const size_t row = 3ull * s.NH * s.HS;
+    for (size_t i = 0; i < nqkv; i++) {
+        const int slot = (int)((i % row) / ((size_t)s.NH * s.HS));
+        if (slot == kVSlot) sq_v += (double)bf16_bits_to_float(h_qkv[i]) * bf16_bits_to_float(h_qkv[i]);
+    }
+    for (size_t i = 0; i < nout; i++) sq_do += (double)bf16_bits_to_float(h_dout[i]) * bf16_bits_to_float(h_dout[i]);
+    return sqrt((double)s.HS) * sqrt(sq_do / nout) * sqrt(sq_v / nout);
 }
 
 /* A device buffer of `bytes` filled with 0xFF bytes: NaN as BF16 (0xFFFF) and as FP32 (0xFFFFFFFF), so

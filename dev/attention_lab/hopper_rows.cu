@@ -59,15 +59,6 @@ static RowsWorkspace carve_rows_workspace(AttnShape s, void* ws) {
 /* host: checks (Hopper path vs force_portable), timing                                             */
 /* ------------------------------------------------------------------------------------------------ */
 
-static double median_d(double* v, size_t n) {
-    if (n == 0) return 0;
-    qsort(v, n, sizeof(double), [](const void* a, const void* b) {
-        const double x = *(const double*)a, y = *(const double*)b;
-        return (x > y) - (x < y);
-    });
-    return v[n / 2];
-}
-
 /* Tolerances, set before any run. dQ: the two kernels sum DSK and PK in different orders inside the tensor
    core (and S, dP, so a BF16 rounding of P or dS may flip): a few BF16 ulps of the row scale (the row's RMS
    as the floor), far below the O(1) of a layout error. lambda (and fp32's D): r_i is a sum of BF16-rounded
@@ -103,15 +94,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
           ws_bytes);
     uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
     uint16_t* h_dout = random_bf16_bits(nout);
-    /* the scale of dP - D: sigma_dp = sqrt(HS) rms(dO) rms(V) */
-    double sq_do = 0, sq_v = 0;
-    const size_t row = 3ull * s.NH * s.HS;
-    for (size_t i = 0; i < nqkv; i++) {
-        const int slot = (int)((i % row) / ((size_t)s.NH * s.HS));
-        if (slot == kSlotV) sq_v += (double)bf16_bits_to_float(h_qkv[i]) * bf16_bits_to_float(h_qkv[i]);
-    }
-    for (size_t i = 0; i < nout; i++) sq_do += (double)bf16_bits_to_float(h_dout[i]) * bf16_bits_to_float(h_dout[i]);
-    const double sigma_dp = sqrt((double)s.HS) * sqrt(sq_do / nout) * sqrt(sq_v / nout);
+    const double sigma_dp = lab_sigma_dp(h_qkv, h_dout, s); /* the scale of dP - D (hopper_lab.cuh) */
+    const size_t row = 3ull * s.NH * s.HS;                   /* qkv elements per token */
     const double lambda_unit = ldexp(sigma_dp, -9);
 
     bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_new;

@@ -103,15 +103,6 @@ static size_t rows_of(AttnShape s) { return (size_t)s.B * s.NH * s.T; }
 static float* ws_D(AttnShape s, void* ws) { return static_cast<float*>(ws) + rows_of(s) * s.HS; }
 static float* ws_lambda(AttnShape s, void* ws) { return ws_D(s, ws) + rows_of(s); }
 
-static double median_d(double* v, size_t n) {
-    if (n == 0) return 0;
-    qsort(v, n, sizeof(double), [](const void* a, const void* b) {
-        const double x = *(const double*)a, y = *(const double*)b;
-        return (x > y) - (x < y);
-    });
-    return v[n / 2];
-}
-
 /* Compares n FP32 row values (D or lambda) of the reference and this kernel: NaNs, rows not bit-equal,
    median and max |diff| in `unit`. */
 struct RowDiff {
@@ -279,15 +270,7 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
           ws_bytes);
     uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
     uint16_t* h_dout = random_bf16_bits(nout);
-    /* the scale of dP - D: sigma_dp = sqrt(HS) rms(dO) rms(V) */
-    double sq_do = 0, sq_v = 0;
-    const size_t row = 3ull * s.NH * s.HS;
-    for (size_t i = 0; i < nqkv; i++) {
-        const int slot = (int)((i % row) / ((size_t)s.NH * s.HS));
-        if (slot == kSlotV) sq_v += (double)bf16_bits_to_float(h_qkv[i]) * bf16_bits_to_float(h_qkv[i]);
-    }
-    for (size_t i = 0; i < nout; i++) sq_do += (double)bf16_bits_to_float(h_dout[i]) * bf16_bits_to_float(h_dout[i]);
-    const double sigma_dp = sqrt((double)s.HS) * sqrt(sq_do / nout) * sqrt(sq_v / nout);
+    const double sigma_dp = lab_sigma_dp(h_qkv, h_dout, s); /* the scale of dP - D (hopper_lab.cuh) */
     const double lambda_unit = ldexp(sigma_dp, -9);
 
     bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_new;
