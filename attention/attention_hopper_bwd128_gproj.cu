@@ -276,22 +276,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
            two dK ones chained on the same accumulator; P and dS are dead while it runs (128 accumulator +
            48 A registers in flight). */
-        reg_fence(pa);
-        reg_fence(pds);
-        reg_fence(plam);
-        reg_fence(dv);
-        reg_fence(dk);
-        wgmma_fence();
-        keymajor128_rs_issue(dv, pa, do_addr);
-        keymajor128_rs_issue(dk, pds, q_addr);
-        keymajor128_rs_issue(dk, plam, q_addr);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(dv);
-        reg_fence(dk);
-        reg_fence(pa);
-        reg_fence(pds);
-        reg_fence(plam);
+        keymajor_gproj_dkv_batch<kHS>(dv, dk, pa, pds, plam, q_addr, do_addr);
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
     }
 

@@ -241,22 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
            two dK ones chained on the same accumulator (wgmma orders same-accumulator operations); P and
            dS are dead while it runs (64 accumulator + 48 A registers in flight). */
-        reg_fence(pa);
-        reg_fence(pds);
-        reg_fence(plam);
-        reg_fence(dv);
-        reg_fence(dk);
-        wgmma_fence();
-        warpgroup_rs_issue_n64(dv, pa, do_addr);
-        warpgroup_rs_issue_n64(dk, pds, q_addr);
-        warpgroup_rs_issue_n64(dk, plam, q_addr);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(dv);
-        reg_fence(dk);
-        reg_fence(pa);
-        reg_fence(pds);
-        reg_fence(plam);
+        keymajor_gproj_dkv_batch<kHS>(dv, dk, pa, pds, plam, q_addr, do_addr);
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
     }
 

@@ -4,8 +4,8 @@
  * and attention_hopper_bwd128_gproj.cu): the recomputed probability of one score, the bounded mbarrier wait that
  * GIVES UP instead of trapping, the score and dK/dV GEMM steps of the HS-128 key-major CTA, gproj's three
  * register A operands of one k-step; and for every key-major kernel its producer warp's steps (K/V once, a
- * stage's row state, its Q/dO loads), P and dS of one query column, and the dK/dV epilogue (NaN rows after a
- * give-up).
+ * stage's row state, its Q/dO loads), P and dS of one query column, gproj's dV/dK batch, and the dK/dV
+ * epilogue (NaN rows after a give-up).
  *
  * Why: both kernels recompute P with attn_bwd_kernel's expression, one copy here; and a kernel with
  * setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and serialised
@@ -182,6 +182,44 @@ __device__ __forceinline__ void pack_gproj_step_operands(uint32_t (&pa)[4], uint
     plam[1] = pack_bf16x2(-lam[0][0] * p[b + 2], -lam[0][1] * p[b + 3]);
     plam[2] = pack_bf16x2(-lam[1][0] * p[b + 4], -lam[1][1] * p[b + 5]);
     plam[3] = pack_bf16x2(-lam[1][0] * p[b + 6], -lam[1][1] * p[b + 7]);
+}
+
+/* gproj's dV/dK batch of one query tile (both head sizes): dV += bf(P)^T dO; dK += bf(dS)^T Q, then
+   dK += bf(-lambda P)^T Q, one commit group of 12 wgmmas (the two dK ones chained on the same accumulator:
+   wgmma orders same-accumulator operations), fenced and waited for; the A registers stay live until it is
+   done. HS 64: m64n64k16 (hopper_wgmma.cuh's warpgroup_rs_issue_n64, the stage's 64-row tiles); HS 128:
+   keymajor128_rs_issue. q_addr, do_addr: the stage's Q and dO tiles. */
+template <int HS>
+__device__ __forceinline__ void keymajor_gproj_dkv_batch(float (&dv)[HS / 2], float (&dk)[HS / 2],
+                                                         uint32_t (&pa)[kKeymajor128QSteps][4],
+                                                         uint32_t (&pds)[kKeymajor128QSteps][4],
+                                                         uint32_t (&plam)[kKeymajor128QSteps][4], uint32_t q_addr,
+                                                         uint32_t do_addr) {
+    using namespace hopper_wgmma;
+    static_assert(HS == 64 || HS == kKeymajor128HS, "the key-major passes' head sizes");
+    static_assert(kKeymajor128QSteps == kTileKSteps, "4 k-steps over a 64-query tile at both head sizes");
+    reg_fence(pa);
+    reg_fence(pds);
+    reg_fence(plam);
+    reg_fence(dv);
+    reg_fence(dk);
+    wgmma_fence();
+    if constexpr (HS == 64) {
+        warpgroup_rs_issue_n64(dv, pa, do_addr);
+        warpgroup_rs_issue_n64(dk, pds, q_addr);
+        warpgroup_rs_issue_n64(dk, plam, q_addr);
+    } else {
+        keymajor128_rs_issue(dv, pa, do_addr);
+        keymajor128_rs_issue(dk, pds, q_addr);
+        keymajor128_rs_issue(dk, plam, q_addr);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dv);
+    reg_fence(dk);
+    reg_fence(pa);
+    reg_fence(pds);
+    reg_fence(plam);
 }
 
 /* ---- the producer warp of the key-major CTA (all four key-major kernels, HS 64 and 128): a CTA of 128 keys
