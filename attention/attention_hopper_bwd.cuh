@@ -196,4 +196,41 @@ void attention_hopper_gproj_keys_layout_probe(AttnShape s, int head, const __nv_
 void attention_hopper_gproj_keys128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
                                                  const __nv_bfloat16* dout, const float* lambda, float* tiles);
 
+/* ---- fp32's key-major pass at HS 128 (attention_hopper_bwd128_fp32.cu) ----
+   dK, dV and the dQ partials of fp32 mode (attn_bwd_kernel<128, ATTN_FP32>'s rounding points, FP32 sum order
+   only): P and dS in FP32, dV += bf(P)^T dO + bf(P - bf(P))^T dO, dK += bf(dS)^T Q + bf(r1)^T Q, and
+   dQ_acc += (bf(dS) + bf(r1) + bf(r1 - bf(r1))) K by TMA reduce-add (r1 = dS - bf(dS)); setmaxnreg 24/240, the
+   CTA of attention_hopper_bwd128.cu. First run as the lab dev/attention_lab/hopper_bwd128_fp32.cu (session 5
+   call 7: probe exact, 367/0 within 4 BF16 ulps of force_portable; 1.335 ms alone at B2 H16 T4096, the fp32
+   backward 2.570 -> 1.648 ms); the lab is now a harness around this kernel, first run in production form at
+   the next GPU call. attention_backward_cuda runs it in attn_bwd_kernel<128, ATTN_FP32>'s place on sm_90 (not
+   force_portable) after the prep kernel (zeroed dq_acc) and the Hopper row pass (D); the dQ post-pass follows.
+   fp32 at HS 64 keeps the portable key-major kernel. A wait that runs out gives up (no trap), records the
+   barrier through attention_hopper_bwd_watch_hangs' record, and the CTA writes NaN over its dK and dV rows. */
+#define ATTN_HOPPER_FP32_KEYS128_HS 128
+#define ATTN_HOPPER_FP32_KEYS128_PROBE_KEYS 128
+#define ATTN_HOPPER_FP32_KEYS128_PROBE_QUERIES 64
+/* 1 iff mode fp32, head size 128, B*NH <= 65535, qkv and dout 16-byte aligned. Says nothing about the device. */
+int attention_hopper_fp32_keys128_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout);
+
+/* The pass alone (asynchronous on `stream`): reads qkv, dout, stats {m, l} and D [B*NH*T]; atomically adds
+   s-less dQ partials into the zeroed dq_acc [B*NH*T][128] FP32 (TMA reduce-add); writes the k and v slots of
+   dqkv (the q slot is left to the post-pass). Dies with a hint if unsupported. */
+void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                            const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
+                                            cudaStream_t stream);
+
+/* Installs this pass's hang record (its translation unit's pointer); attention_hopper_bwd_watch_hangs calls it. */
+void attention_hopper_fp32_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
+
+/* qkv [1, T, 3, NH, 128] and dout [1, T, NH, 128] with T <= 128 (tokens past T read as zeros), head `head` at
+   token 0 (keys 0..127, queries 0..63 through stage 1), no softmax (P := S^T, dS := dP^T, split and staged as
+   the kernel does): seven FP32 tiles, row-major, consecutively at `tiles`: S^T = K Q^T, dP^T = V dO^T
+   [128 keys][64 queries]; dV = (bf(S^T) + bf(S^T - bf(S^T))) dO, dK = (bf(dP^T) + bf(r1)) Q [128 keys][128];
+   dQ = (bf(dP^T) + bf(r1) + bf(r1 - bf(r1)))^T K, the bf(r1) term alone, the bf(r1 - bf(r1)) term alone
+   [64 queries][128]. Five launches; synchronous launch errors die; the caller synchronises and reads the hang
+   record (a give-up leaves garbage tiles). */
+void attention_hopper_fp32_keys128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
+                                                const __nv_bfloat16* dout, float* tiles);
+
 #endif /* ATTENTION_ATTENTION_HOPPER_BWD_CUH */
