@@ -111,27 +111,6 @@ static const double kMaxDqUlpsRowPass = 8.0;
 static const double kExact = 0.0; /* bit-equal */
 static const char* kSlotName[3] = {"dQ", "dK", "dV"};
 
-/* Largest over heads of ||sum_j dK_j|| / ||dK|| (the gproj identity: 0 up to the BF16 output rounding). */
-static double worst_key_sum(const uint16_t* dqkv, AttnShape s) {
-    double worst = 0;
-    for (int b = 0; b < s.B; b++)
-        for (int h = 0; h < s.NH; h++) {
-            double sum[kHS] = {0}, sq = 0;
-            for (int tok = 0; tok < s.T; tok++) {
-                const size_t base = ((size_t)b * s.T + tok) * 3 * s.NH * s.HS + ((size_t)s.NH + h) * s.HS;
-                for (int d = 0; d < s.HS; d++) {
-                    const double x = bf16_bits_to_float(dqkv[base + d]);
-                    sum[d] += x;
-                    sq += x * x;
-                }
-            }
-            double n2 = 0;
-            for (int d = 0; d < s.HS; d++) n2 += sum[d] * sum[d];
-            if (sq > 0) worst = fmax(worst, sqrt(n2 / sq));
-        }
-    return worst;
-}
-
 /* Compares one slot and CHECKs it within max_ulps (bit-equal when kExact) against `ref`. */
 static void check_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot, const char* what,
                        const char* against, double max_ulps) {
@@ -227,8 +206,8 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     check_slot(h_ref, h_new, s, 0, "(a) this pass, same lambda:", "the force_portable backward (untouched)", kExact);
     for (int slot = 1; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(a) this pass, same lambda:", "the force_portable backward", kMaxUlps);
-    printf("  max over heads ||sum_j dK_j|| / ||dK||: force_portable %.3g, this pass %.3g\n", worst_key_sum(h_ref, s),
-           worst_key_sum(h_new, s));
+    printf("  max over heads ||sum_j dK_j|| / ||dK||: force_portable %.3g, this pass %.3g\n",
+           lab_worst_key_sum(h_ref, s), lab_worst_key_sum(h_new, s));
     /* (b) the default backward, on poisoned dqkv and workspace */
     attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st);
     sync_or_report(cudaStreamSynchronize(st), "the default gproj backward");
@@ -236,7 +215,7 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     check_slot(h_ref, h_new, s, 0, "(b) default backward:", "the force_portable backward", kMaxDqUlpsRowPass);
     for (int slot = 1; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(b) default backward:", "the force_portable backward", kMaxUlps);
-    printf("  max over heads ||sum_j dK_j|| / ||dK||: default backward %.3g\n", worst_key_sum(h_new, s));
+    printf("  max over heads ||sum_j dK_j|| / ||dK||: default backward %.3g\n", lab_worst_key_sum(h_new, s));
     /* (c) the pass alone on the default path's D and lambda: what the default path ran, bit for bit */
     pass_alone(s, qkv, dout, stats, ws_def, dqkv_def, dqkv_pass, st);
     sync_or_report(cudaStreamSynchronize(st), "the gproj key-major pass on the default path's D and lambda");

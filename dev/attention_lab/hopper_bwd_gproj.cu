@@ -71,27 +71,6 @@ static const double kMaxUlps = 4.0;
 
 static const char* kSlotName[3] = {"dQ", "dK", "dV"};
 
-/* Largest over heads of ||sum_j dK_j|| / ||dK|| (the gproj identity: 0 up to the BF16 output rounding). */
-static double worst_key_sum(const uint16_t* dqkv, AttnShape s) {
-    double worst = 0;
-    for (int b = 0; b < s.B; b++)
-        for (int h = 0; h < s.NH; h++) {
-            double sum[64] = {0}, sq = 0;
-            for (int tok = 0; tok < s.T; tok++) {
-                const size_t base = ((size_t)b * s.T + tok) * 3 * s.NH * s.HS + ((size_t)kSlotK * s.NH + h) * s.HS;
-                for (int d = 0; d < s.HS; d++) {
-                    const double x = bf16_bits_to_float(dqkv[base + d]);
-                    sum[d] += x;
-                    sq += x * x;
-                }
-            }
-            double n2 = 0;
-            for (int d = 0; d < s.HS; d++) n2 += sum[d] * sum[d];
-            if (sq > 0) worst = fmax(worst, sqrt(n2 / sq));
-        }
-    return worst;
-}
-
 /* Compares one slot and CHECKs it within kMaxUlps (or bit-equal when exact) against `ref`. */
 static void check_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot, const char* against, int exact) {
     const SlotDiff d = compare_slot(ref, got, s, slot);
@@ -173,7 +152,7 @@ static void check_case(CheckInputs in, int time_it) {
     cudaCheck(cudaMemcpy(h_pass, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
     printf(" the default (Hopper) gproj backward:\n");
     for (int slot = 0; slot < 3; slot++) check_slot(h_ref, h_def, s, slot, "the force_portable backward", 0);
-    const double ks_ref = worst_key_sum(h_ref, s), ks_def = worst_key_sum(h_def, s);
+    const double ks_ref = lab_worst_key_sum(h_ref, s), ks_def = lab_worst_key_sum(h_def, s);
     printf("  max over heads ||sum_j dK_j|| / ||dK||: force_portable %.3g, Hopper %.3g\n", ks_ref, ks_def);
     printf(" the pass alone on the default path's D and lambda (k, v poisoned first):\n");
     for (int slot = 0; slot < 3; slot++) check_slot(h_def, h_pass, s, slot, "the default backward", 1);

@@ -20,6 +20,7 @@
  *                                     (q optionally scaled, keys optionally offset along a per-head direction);
  *   bf16_ulp, median_ms, median_d   - one BF16 ulp at max(|x|, floor); the median of n timings or doubles (sorts v);
  *   lab_sigma_dp                    - the scale of dP - D of a case's inputs (sqrt(HS) rms(dO) rms(V));
+ *   lab_worst_key_sum               - gproj's identity: max over heads of ||sum_j dK_j|| / ||dK||;
  *   lab_alloc_poisoned, lab_upload  - device buffers filled with NaN (0xFF bytes) or with a host copy;
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
@@ -128,6 +129,30 @@ static inline double median_d(double* v, size_t n) {
         return (x > y) - (x < y);
     });
     return v[n / 2];
+}
+
+/* gproj's identity check: the largest over heads of ||sum_j dK_j|| / ||dK|| of a dqkv [B, T, 3, NH, HS] as
+   BF16 bits (0 up to the BF16 output rounding for gproj; O(1) for the other modes). HS up to 128. */
+static inline double lab_worst_key_sum(const uint16_t* dqkv, AttnShape s) {
+    constexpr int kMaxHS = 128, kKSlot = 1; /* q, k, v */
+    if (s.HS > kMaxHS) die("lab_worst_key_sum: HS %d > %d\n  hint: raise kMaxHS", s.HS, kMaxHS);
+    double worst = 0;
+    for (int b = 0; b < s.B; b++)
+        for (int h = 0; h < s.NH; h++) {
+            double sum[kMaxHS] = {0}, sq = 0;
+            for (int tok = 0; tok < s.T; tok++) {
+                const size_t base = ((size_t)b * s.T + tok) * 3 * s.NH * s.HS + ((size_t)kKSlot * s.NH + h) * s.HS;
+                for (int d = 0; d < s.HS; d++) {
+                    const double x = bf16_bits_to_float(dqkv[base + d]);
+                    sum[d] += x;
+                    sq += x * x;
+                }
+            }
+            double n2 = 0;
+            for (int d = 0; d < s.HS; d++) n2 += sum[d] * sum[d];
+            if (sq > 0) worst = fmax(worst, sqrt(n2 / sq));
+        }
+    return worst;
 }
 
 /* The scale of dP - D of the inputs (BF16 bits, qkv [B, T, 3, NH, HS] and dout [B, T, NH, HS]):
