@@ -21,8 +21,9 @@
  * Two paths: on an sm_90 device (H100/H200) attention_forward_cuda runs the
  * Hopper wgmma forward by default, and attention_backward_cuda at least one
  * Hopper pass in every mode at HS 64 and 128 (bf16, repair: the key-major
- * kernel; gproj, fp32: the row pass, then gproj's Hopper key-major pass where
- * it serves the head size, else the portable one); with
+ * kernel; gproj, fp32: the row pass, then the mode's Hopper key-major pass
+ * where it serves the head size - gproj at 64 and 128, fp32 at 128 - else the
+ * portable one); with
  * AttnOptions.force_portable both run the portable mma.sync kernels. There every check runs on both (rows and checks say e.g.
  * "[hopper fwd, hopper bwd]" or "[portable fwd, portable bwd]"; the backward
  * reads each path's own stats end to end), and direct comparisons check the
@@ -648,7 +649,8 @@ static void test_forward_paths(int is_sm90, uint64_t seed) {
 /* Which modes and head sizes the Hopper backward serves on an sm_90 device (attention_cuda.cuh): at HS 64
    and 128 every mode has a Hopper pass (the key-major kernel for bf16 and repair: attention_hopper_bwd.cu,
    attention_hopper_bwd128.cu; the row pass for gproj and fp32: attention_hopper_rows.cu,
-   attention_hopper_rows128.cu). */
+   attention_hopper_rows128.cu, then gproj's key-major pass at both head sizes and fp32's at HS 128:
+   attention_hopper_bwd_gproj.cu, attention_hopper_bwd128_gproj.cu, attention_hopper_bwd128_fp32.cu). */
 static int hopper_bwd_expected(AttnMode mode, int HS) {
     (void)mode;
     return HS == 64 || HS == 128;
@@ -683,7 +685,8 @@ static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const 
    dK/dV and the dQ partials (or gproj's DSK/PK) in different FP32 orders, and a changed FP32 S can flip
    the BF16 rounding of one P or dS, so dQ, dK and dV agree within a few BF16 ulps of max(|a|, |b|, the
    row's RMS): 4 (dev/attention_lab/hopper_bwd.cu; H200 call2: max 1.00; the same 4 at HS 128,
-   dev/attention_lab/hopper_bwd128.cu, 104/0 on the H200), and 8 for gproj's dQ, which the
+   dev/attention_lab/hopper_bwd128.cu, 104/0 on the H200; fp32's at HS 128 the same 4 for all three slots,
+   dev/attention_lab/hopper_bwd128_fp32.cu, s5 call7 367/0), and 8 for gproj's dQ, which the
    row pass computes whole (dev/attention_lab/hopper_rows.cu, call2, and hopper_rows128.cu, s5 call3:
    bit-equal). */
 static const double kPathMaxGradUlps = 4.0;
