@@ -1,8 +1,9 @@
 /*
  * dev/attention_lab/hopper_lab.cuh - the host scaffolding the Hopper attention labs share (hopper_fwd,
- * hopper_bwd, hopper_rows, hopper_bwd_fast, hopper_bwd_gproj): seeded inputs, the BF16-ulp comparison of two
- * dqkv buffers, median timing, the refusal to run off sm_90, the layout probes' host products and their
- * comparison.
+ * hopper_bwd, hopper_rows, hopper_bwd_fast, hopper_bwd_gproj and the HS-128 labs hopper_bwd128,
+ * hopper_bwd128_gproj, hopper_rows128): seeded inputs, the BF16-ulp comparison of two dqkv buffers, median
+ * timing, the refusal to run off sm_90, the layout probes' host products and their comparison, the hang
+ * record, and main's one process per group of checks.
  *
  * Why: every lab checks a Hopper kernel against a reference in the same way, and each used to carry its own
  * copy of these helpers (a fix in one, say of the ulp floor, did not reach the others). Host code only: no
