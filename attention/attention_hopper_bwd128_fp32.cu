@@ -16,7 +16,10 @@
  * 1.335 ms at B2 H16 T4096 d128; the composed fp32 backward (prep + Hopper row pass + this kernel + post-pass)
  * 1.648 ms vs the default of then (Hopper row pass + the portable key-major kernel) 2.570 ms: fp32/bf16
  * backward 3.32x -> 2.13x. Moved here unchanged in what it computes and how it is laid out (the kernels' PTX
- * is the lab's, register names aside); the host side now encodes the maps per call, as the other passes do.
+ * is the lab's, register names aside); the host side now encodes the maps per call, as the other passes do,
+ * and the producer's K/V load and stage fill and the dK/dV epilogue are hopper_bwd_common.cuh's
+ * keymajor_load_kv / keymajor_fill_stage / keymajor_store_dkv in place of the lab's copies of them (PTX
+ * byte-identical either way, sm_90a -O3 --use_fast_math without -lineinfo).
  * First run in this production form at the next GPU call.
  *
  * What it computes (docs/ATTENTION_NUMERICS.md "fp32"; attn_bwd_kernel<128, ATTN_FP32>'s rounding points,
@@ -154,6 +157,11 @@ struct SmemPlan {
     static_assert(kConsumerWarpgroups * kDqTileBytes >= kDsBytes, "the probe uses the dQ tiles as a zero BF16 dS tile");
     static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
 };
+static_assert(SmemPlan::kKeyChunkBytes == KeymajorTiles<kChunks>::kKeyChunkBytes &&
+                  SmemPlan::kQChunkBytes == KeymajorTiles<kChunks>::kQChunkBytes &&
+                  SmemPlan::kBoxBytes == KeymajorTiles<kChunks>::kBoxBytes && kBlockK == KeymajorTiles<kChunks>::kBlockK &&
+                  kBlockQ == KeymajorTiles<kChunks>::kBlockQ,
+              "the tiles hopper_bwd_common.cuh's producer steps (keymajor_load_kv, keymajor_fill_stage) address");
 constexpr int kDsTileElems = SmemPlan::kDsBytes / 2; /* BF16 elements from one staged dS term to the next */
 
 /* Barrier of the two consumer warpgroups (256 threads; id 1: 0 is __syncthreads, 2 and 3 the warpgroups'). */
@@ -287,20 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
         if (warp != kConsumerThreads / 32) return; /* warps 9-11 of the producer warpgroup have no work */
         /* ---- producer warp: lane 0 issues the copies, every lane writes the row state of 2 queries ---- */
-        if (lane == 0) {
-            mbar_arrive_expect_tx(kv_full, 2 * Plan::kKeyTileBytes);
-            for (int half = 0; half < kBlockK / kBoxRows; half++) {
-                /* a half that starts at or past T (last key tile) loads the first half's rows again instead
-                   of a box wholly out of bounds: its keys are all masked (dS = 0), and finite data keeps
-                   0 * K = 0 in dQ */
-                const int row = (k0 + half * kBoxRows < T) ? k0 + half * kBoxRows : k0;
-                for (int ch = 0; ch < kChunks; ch++) {
-                    const int dst = ch * Plan::kKeyChunkBytes + half * Plan::kBoxBytes;
-                    tma_load_4d(k_s + dst, &qkv_map, kv_full, ch * kChunkCols, kSlotK * NH + h, row, b);
-                    tma_load_4d(v_s + dst, &qkv_map, kv_full, ch * kChunkCols, kSlotV * NH + h, row, b);
-                }
-            }
-        }
+        if (lane == 0) keymajor_load_kv<kChunks>(k_s, v_s, &qkv_map, kv_full, k0, T, h, NH, b);
         for (int i = 0; i < n_q_tiles; i++) {
             const int s = i % kStages;
             const int q0 = (qt_begin + i) * kBlockQ;
@@ -321,16 +316,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 row_state[s * kBlockQ + ql] = st;
             }
             /* every lane's arrival releases its own row-state writes; lane 0's also announces the TMA bytes */
-            if (lane == 0) {
-                mbar_arrive_expect_tx(&full[s], 2 * Plan::kQTileBytes);
-                for (int ch = 0; ch < kChunks; ch++) {
-                    const int dst = s * Plan::kQTileBytes + ch * Plan::kQChunkBytes;
-                    tma_load_4d(q_s + dst, &qkv_map, &full[s], ch * kChunkCols, kSlotQ * NH + h, q0, b);
-                    tma_load_4d(do_s + dst, &dout_map, &full[s], ch * kChunkCols, h, q0, b);
-                }
-            } else {
-                mbar_arrive(&full[s]);
-            }
+            keymajor_fill_stage<kChunks>(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map, &dout_map,
+                                         &full[s], q0, h, NH, b, lane);
         }
         return;
     }
@@ -457,22 +444,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool gave_up = *static_cast<volatile int*>(&cta_abort) != 0;
 
     /* dK = bf(s acc), dV = bf(acc) for this thread's keys; NaN in both rows if the CTA gave up a wait */
-    const long long qkv_row = 3LL * NH * kHS;
-    constexpr uint32_t kNanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key0 + 8 * r;
-        if (key >= T) continue;
-        bf16* dk_row = dqkv + ((long long)b * T + key) * qkv_row + (long long)NH * kHS + (long long)h * kHS;
-        bf16* dv_row = dk_row + (long long)NH * kHS;
-#pragma unroll
-        for (int n = 0; n < kHS / 8; n++) {
-            *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
-                gave_up ? kNanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
-            *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) =
-                gave_up ? kNanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
-        }
-    }
+    keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, gave_up);
 }
 
 /* The probe's outputs of one accumulator over this thread's key rows: [keys][N] FP32, row-major; element
