@@ -13,7 +13,7 @@
  * faster for the whole backward). HS 128: first run as the lab dev/attention_lab/hopper_bwd128.cu carrying
  * its own copy of the kernel (H200 2026-11-29: probe exact, 104/0, whole backward 1.40x at B8 H8 T1024 and
  * 1.69x at B2 H16 T4096); the production form (the kernel in attention_hopper_bwd128.cu, called through
- * attention_backward_cuda, the lab a harness around it) is first run at the next GPU call.
+ * attention_backward_cuda, the lab a harness around it) passed on the H200 in session 5 (calls 5, 8).
  * Callers normally do not call them directly: attention_backward_cuda runs the portable prep kernel (D and
  * the zeroed FP32 dQ accumulator), then the key-major kernel of the head size in place of attn_bwd_kernel
  * when attention_hopper_bwd_supports() says yes, the device is sm_90 and AttnOptions.force_portable is 0,
@@ -43,7 +43,7 @@
  * dev/attention_lab/hopper_rows128.cu carrying its own copy of the kernel (H200 2026-11-29, s5 call3: probe
  * exact, 188/0, D, lambda and dQ bit-equal; the row pass alone 1.49-1.81x (gproj) and 1.83-2.29x (fp32)
  * faster than the portable one); the production form of HS 128 (attention_hopper_rows128.cu, the lab a
- * harness around it) is first run at the next GPU call. attention_backward_cuda runs it in
+ * harness around it) passed on the H200 in session 5 (call 8). attention_backward_cuda runs it in
  * attn_bwd_rows_kernel's place on sm_90 for gproj and fp32 at HS 64 and 128 (not force_portable); it writes
  * the same workspace slots (fp32: D; gproj: lambda) and gproj's dQ, and the key-major pass then runs on
  * them (portable, or gproj's Hopper one where it serves the head size).
@@ -149,8 +149,8 @@ void attention_hopper_rows128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_r
    exact, 301/0; the all-Hopper gproj backward 1.16-1.21x faster than with the portable key-major pass), HS 128
    in dev/attention_lab/hopper_bwd128_gproj.cu (session 5 call 4: probe exact, 257/0, dK within 1 ulp of the
    portable kernel on the same lambda; 500 TFLOP/s at B2 H16 T4096; prep + portable row pass + this kernel
-   1.26-1.39x faster than the portable gproj backward). Both labs are now harnesses around these kernels, first
-   run in production form at the next GPU call. attention_backward_cuda runs the pass in
+   1.26-1.39x faster than the portable gproj backward). Both labs are now harnesses around these kernels; the
+   production forms passed on the H200 (session 5 calls 5 and 8). attention_backward_cuda runs the pass in
    attn_bwd_kernel<HS, ATTN_GPROJ>'s place on sm_90 (not force_portable), after the prep kernel (D) and the
    row pass (lambda, dQ), reading the D and lambda workspace slots those two wrote.
    A wait that runs out does not trap on the consumer path (a trap there disables setmaxnreg): the CTA
@@ -202,8 +202,8 @@ void attention_hopper_gproj_keys128_layout_probe(AttnShape s, int head, const __
    dQ_acc += (bf(dS) + bf(r1) + bf(r1 - bf(r1))) K by TMA reduce-add (r1 = dS - bf(dS)); setmaxnreg 24/240, the
    CTA of attention_hopper_bwd128.cu. First run as the lab dev/attention_lab/hopper_bwd128_fp32.cu (session 5
    call 7: probe exact, 367/0 within 4 BF16 ulps of force_portable; 1.335 ms alone at B2 H16 T4096, the fp32
-   backward 2.570 -> 1.648 ms); the lab is now a harness around this kernel, first run in production form at
-   the next GPU call. attention_backward_cuda runs it in attn_bwd_kernel<128, ATTN_FP32>'s place on sm_90 (not
+   backward 2.570 -> 1.648 ms); the lab is now a harness around this kernel; the production form passed on the
+   H200 (call 8: 367/0). attention_backward_cuda runs it in attn_bwd_kernel<128, ATTN_FP32>'s place on sm_90 (not
    force_portable) after the prep kernel (zeroed dq_acc) and the Hopper row pass (D); the dQ post-pass follows.
    fp32 at HS 64 keeps the portable key-major kernel. A wait that runs out gives up (no trap), records the
    barrier through attention_hopper_bwd_watch_hangs' record, and the CTA writes NaN over its dK and dV rows. */

@@ -14,7 +14,7 @@
  * 1.40x faster than mma.sync at B8 H8 T1024 d128 (0.218 vs 0.304 ms) and 1.69x at B2 H16 T4096 d128 (1.04 vs
  * 1.76 ms; warm inputs). Moved here unchanged in what it computes and how it is laid out; the production form
  * (this file, called through attention_backward_cuda) passed test_attention_gpu on the H200 (call3: 2207/0).
- * Since then (session 5, first run at the next GPU call): the dQ partials go out by TMA reduce-add instead of
+ * Since then (session 5, on the H200 in calls 5 and 8): the dQ partials go out by TMA reduce-add instead of
  * red.global (as the HS-64 kernel's, 1.10-1.12x there), and the CTAs take their key tiles longest first over
  * all heads (attention/tile_order.cuh).
  *

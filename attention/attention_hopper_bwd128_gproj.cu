@@ -16,7 +16,7 @@
  * GEMMs), and prep + portable row pass + this kernel 1.26x / 1.39x faster than the portable gproj backward
  * (0.303 vs 0.383 ms, 1.712 vs 2.372 ms; gproj/bf16 backward 1.69x -> 1.34x and 2.21x -> 1.60x). Moved here
  * unchanged in what it computes and how it is laid out; the only additions are the give-up bookkeeping below
- * (the NaN rows and the barrier before them). First run in this production form at the next GPU call.
+ * (the NaN rows and the barrier before them). This production form passed on the H200 (calls 5, 8: 353/0).
  *
  * What it computes (docs/ATTENTION_NUMERICS.md, gproj; attn_bwd_kernel<128, ATTN_GPROJ>'s rounding points):
  *   per query tile of 64 (from the diagonal on), per consumer warpgroup (64 keys):

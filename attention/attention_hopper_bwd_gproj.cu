@@ -14,7 +14,7 @@
  * the all-Hopper gproj backward (prep, row pass, this kernel) 0.349 ms vs 0.404 ms for prep + Hopper row
  * pass + portable key-major (1.16x) at B8 H16 T1024 d64, 0.544 vs 0.661 ms (1.21x) at B4 H16 T2048; gproj's
  * backward over bf16's went from 1.27x / 1.33x to 1.10x / 1.09x; this kernel alone 0.174 ms = 247 TFLOP/s
- * and 0.272 ms = 316 TFLOP/s (5 causal GEMMs). First run in this production form at the next GPU call.
+ * and 0.272 ms = 316 TFLOP/s (5 causal GEMMs). This production form passed on the H200 (calls 5, 8: 224/0).
  *
  * What it computes (docs/ATTENTION_NUMERICS.md, gproj; attn_bwd_kernel<64, ATTN_GPROJ>'s rounding points):
  *   per key tile, for each query tile from the diagonal on (per consumer warpgroup, 64 keys x 64 queries):

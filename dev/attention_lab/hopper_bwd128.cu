@@ -13,7 +13,7 @@
  * layout probe exact in all five products, 104 passed / 0 failed, whole backward
  * 1.40x at B8 H8 T1024 and 1.69x at B2 H16 T4096 (same timing method as below). Then the kernel moved into
  * attention/ unchanged (PTX of the kernel and the probe identical to the lab's, apart from symbol names and
- * the NaN-on-give-up tail the production form adds); this harness's first run is the next GPU call.
+ * the NaN-on-give-up tail the production form adds); this harness passed in session 5 calls 5 and 8 (115/0).
  *
  * The probe (attention_hopper_bwd128_layout_probe) runs the kernel's operand forms on one CTA tile against
  * host loops first, so a failure names the wrong assumption before the attention checks fail:

@@ -17,7 +17,7 @@
  * backward 2.47x -> 1.72x, 3.32x -> 2.13x). Then moved into attention/ unchanged (PTX identical to the lab's
  * but for symbol names) and dispatched by attention_backward_cuda in attn_bwd_kernel<128, ATTN_FP32>'s place, so
  * the graph surgery that composed it is gone: the default fp32 backward is the composed one. First run in
- * production form at the final GPU call of session 5.
+ * production form in session 5 call 8 (367/0).
  *
  * Checks (in order; the probe, the cases and the benchmark shapes each in a child process of their own):
  *   1. the layout probe (attention_hopper_fp32_keys128_layout_probe, B1 NH3 T100, head 1, keys 100..127

@@ -15,7 +15,7 @@
  * than the portable gproj backward (gproj/bf16 backward 1.69x -> 1.34x, 2.21x -> 1.60x). Then moved into
  * attention/ unchanged (numerics, layout, registers; a CTA that gives up a wait now writes NaN rows) and
  * dispatched by attention_backward_hopper_gproj_keys on HS 128, so the graph surgery that composed it is gone:
- * the default gproj backward is the composed one. First run in production form at the next GPU call.
+ * the default gproj backward is the composed one. Passed in production form in session 5 calls 5 and 8 (353/0).
  *
  * Checks (in order; the probe and the cases each in a child process of their own):
  *   1. the layout probe (attention_hopper_gproj_keys128_layout_probe, B1 NH3 T100, head 1, keys 100..127

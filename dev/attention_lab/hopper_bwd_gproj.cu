@@ -12,7 +12,7 @@
  * 0.404 ms with the portable key-major pass at B8 H16 T1024 d64, 0.544 vs 0.661 ms at B4 H16 T2048; gproj's
  * backward over bf16's 1.10x / 1.09x, was 1.27x / 1.33x), then moved into attention/ unchanged (numerics,
  * layout, registers); the CTAs now take their key tiles longest first over all heads (tile_order.cuh), as
- * every production causal grid does. First run in production form at the next GPU call.
+ * every production causal grid does. Passed in production form in session 5 calls 5 and 8 (224/0).
  *
  * Checks (in order):
  *   1. the layout probe of the one new operand form (attention_hopper_gproj_keys_layout_probe):
