@@ -848,9 +848,9 @@ template <int HS>
 __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T,
                                    float scale) {
     constexpr int kChunks = HS / 8; /* 8-element chunks per row */
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; /* T * kChunks may pass 2^31 */
-    if (i >= (long long)T * kChunks) return;
-    const int tok = (int)(i / kChunks), d = (int)(i % kChunks) * 8;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * kChunks) return;
+    const int tok = i / kChunks, d = (i % kChunks) * 8;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const float4* src = reinterpret_cast<const float4*>(dq_acc + ((long long)bh * T + tok) * HS + d);
     const float4 lo = src[0], hi = src[1];
