@@ -15,6 +15,9 @@
 #           diagcost run450m resume450m finalruns modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
+#   labs:   LABS="hopper_bwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
+#           LABS_ONLY=1 skips the attention test after them; hopper_bwd_fast reads HOPPER_BWD_FAST_VARIANTS="0 7".
+#   attnbench: ATTN_MODES (bench_attention --modes). Every call of session 5: dev/results/device_s5/README.md.
 set -u
 OUT=${1:?usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]}
 shift
