@@ -20,6 +20,16 @@
  * own copy, which sends dQ with predicated non-returning reductions (red_add_f32x2_if) and gives up on a
  * hung barrier instead of trapping; the harnesses agree on the portable path within 1.5%. So the gap is
  * most likely production's value-returning atomics (docs/attention_kernels.md); not confirmed yet.
+ * NEVER RUN (written after session 5's last GPU call, compile-checked only): v9 = v7 whose dQ tiles are sent
+ * by the PRODUCER warp (FA3's arrangement): per warpgroup and tile buffer an mbarrier pair dq_full (the
+ * warpgroup's 128 threads after their stores and fence.proxy.async) / dq_empty (the producer lane after
+ * cp.async.bulk.wait_group.read), so the consumers never wait on a bulk group nor sync their warpgroup for
+ * the send (in v7 thread 0 waits on the bulk group of step i - 2 before the dS staging barrier, and the
+ * warpgroup syncs once more before thread 0 issues);
+ * v10 = v9 with two producer lanes, lane w serving warpgroup w. The producer's order (the kernel's comment at
+ * dq_send) is deadlock-free by construction; a protocol bug shows as a HANG line naming dq_full / dq_empty,
+ * the warpgroup and the buffer. To run next: HOPPER_BWD_FAST_VARIANTS="0 7 9 10" (indexes: v0..v10 = 0..10,
+ * a1 11, a2 12). Expected: between v7 (1.10-1.12x) and a1 (1.31-1.37x) if the consumers' send was the cost.
  *
  * Why: hopper_bwd's header says what was left on the table: nothing overlaps (each wgmma batch is waited
  * on before the next step), dQ is a second serial batch, each warpgroup sends its own dQ atomics, and the
@@ -39,6 +49,15 @@
  *                      for its 32 columns: half the atomics (as production's per-128-key partials)
  *                                                                               0 spill, no C75xx
  *   v4 +3 stages       3 Q/dO stages (137 KB of shared memory)                  0 spill, no C75xx
+ * and on v0 (session 5, one change each; bf16 / repair):
+ *   v5, v6             prefetched row state; + 3 stages                         161 / 168, 0 / 28 B spill
+ *   v7 TMA dQ          dQ partial -> swizzled FP32 shared tile -> 2 TMA reduce-adds per warpgroup
+ *                                                                               154 / 168, 0 / 40 B spill
+ *   v8 one tile/CTA    v7, warpgroups coupled by named barriers                 163 / 168, 0 / 68 B spill
+ *   v9 producer sends  v7, the producer warp's lane 0 sends both warpgroups' tiles (mbarriers)
+ *                                                                               157 / 168, 0 / 24 B spill
+ *   v10 two lanes      v9, lane w sends warpgroup w's tiles                     157 / 168, 0 / 24 B spill
+ *   (no C75xx in any; the repair instantiations at the 288-thread launch's 168 have spilt since v0)
  * What the compiler forced (seen with -Xptxas -v, worth knowing for the production kernel):
  *   - a __trap() anywhere on the consumer path makes ptxas IGNORE setmaxnreg.inc (silently: the consumer
  *     code is then allocated 168 registers, 260 B of spills, C7512). So the bounded waits here give up
@@ -47,8 +66,8 @@
  *     inject a wgmma wait (C7517) or serialise (C7518, with predicated atomics): it is copied first (mov);
  *   - an index computed from the warpgroup number puts an accumulator in local memory: selects instead;
  *   - the role branch uses a shuffled (warp-uniform) warpgroup index, as CUTLASS does.
- * Not done (next candidates): FA3's dQ path (accumulate dQ per query tile in shared memory and write it
- * with a TMA reduce-add from a separate warp, instead of red.global from the math warpgroups); issuing
+ * Not done (next candidates): a run of v9/v10 (FA3's dQ path: the TMA reduce-add issued by a warp that
+ * does no math; FA3 also accumulates dQ per query tile in shared memory, not done here); issuing
  * step i+1's S^T/dP^T before waiting for step i's dQ GEMM (tried, not kept: with st/dpt in flight across
  * the loop's back edge the compiler merges them with permuting moves and ptxas serialises every wgmma,
  * C7514/C7515 - it needs the scores carried in a form ptxas can coalesce, e.g. a 2x unrolled loop with
@@ -132,6 +151,11 @@ constexpr int kDsPitch = kBlockQ + 8;   /* BF16 per row of a staged dS tile [que
    16 FP32 values of its dQ fragment that lie in the partner's half of the head dimension. */
 constexpr int kDqHalfRegs = 16;
 constexpr float kLog2e = 1.4426950408889634f;
+/* The producer-sent dQ (TMA_DQ 3 and 4): how many lanes of the producer warp issue the reduce-adds (3: lane 0
+   for both warpgroups; 4: lane w for warpgroup w), and the offset added to a dq_full / dq_empty wait's index
+   in the hang record (whose sites are full and empty, shared with the Q/dO stages): index 100 + 2 wg + parity. */
+__host__ __device__ constexpr int dq_issue_lanes(int tma_dq) { return tma_dq == 4 ? kConsumerWarpgroups : 1; }
+constexpr int kHangDqIndexBase = 100;
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kWarpgroupKeys == kBlockQ, "one staged dS tile is 64 x 64: the warpgroup's keys x the query tile");
 
@@ -152,12 +176,15 @@ struct SmemPlan {
     static constexpr int kXchgFloats = kConsumerThreads * kDqHalfRegs; /* one buffer */
     static constexpr int kRowState = kXchg + 2 * kXchgFloats * 4; /* float4 [STAGES][kBlockQ] */
     static constexpr int kBarriers = kRowState + STAGES * kBlockQ * 16;
-    static constexpr int kNumBarriers = 1 + 2 * STAGES; /* kv_full, full[stages], empty[stages] */
-    /* TMA_DQ: 2 FP32 dQ tiles [64 queries][64] (step parity) per warpgroup (1) or per CTA (2), each two
+    /* kv_full, full[stages], empty[stages]; TMA_DQ >= 3 (the producer sends dQ) adds dq_full[wg][parity] and
+       dq_empty[wg][parity] */
+    static constexpr int kNumDqBarriers = TMA_DQ >= 3 ? 2 * 2 * kConsumerWarpgroups : 0;
+    static constexpr int kNumBarriers = 1 + 2 * STAGES + kNumDqBarriers;
+    /* TMA_DQ: 2 FP32 dQ tiles [64 queries][64] (step parity) per warpgroup (1, 3, 4) or per CTA (2), each two
        128B-swizzled boxes of 32 columns (8 KB), 1024-byte aligned */
     static constexpr int kDqBuf = (kBarriers + 8 * kNumBarriers + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
     static constexpr int kDqTileBytes = kBlockQ * kHS * 4;
-    static constexpr int kDqTiles = TMA_DQ == 1 ? 2 * kConsumerWarpgroups : 2;
+    static constexpr int kDqTiles = TMA_DQ == 2 ? 2 : 2 * kConsumerWarpgroups;
     static constexpr int kBytes = TMA_DQ ? kDqBuf + kDqTiles * kDqTileBytes : kBarriers + 8 * kNumBarriers;
     static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
     static_assert(kQ % kSwizzleAtomBytes == 0 && kDO % kSwizzleAtomBytes == 0, "TMA tiles 1024-byte aligned");
@@ -232,6 +259,11 @@ __device__ __forceinline__ void consumers_sync() {
      PREFETCH    - the producer reads the next tile's row state (stats, D: global loads) BEFORE it waits for
                    the stage to be free, and issues the tile's TMA before writing the row state, so neither
                    global latency sits between a consumer's release and the next tile being ready;
+     TMA_DQ      - the dQ partial as FP32 shared tiles sent by TMA reduce-adds: 0 no (red.global, flush_dq); 1 one
+                   tile per warpgroup, sent by one of its threads (v7, production); 2 one tile per CTA, the
+                   warpgroups coupled by named barriers (v8); 3 one tile per warpgroup, sent by lane 0 of the
+                   PRODUCER warp through mbarriers dq_full / dq_empty, so no consumer waits on a bulk group (v9);
+                   4 as 3 with lane w of the producer warp serving warpgroup w (v10);
      ABLATE      - timing-only ablations (results wrong by design, never checked): 0 none; 1 the dQ partials
                    are computed but not sent (no red.global); 2 no dQ at all (no staging, dQ GEMM, atomics).
                    What the full kernel loses to each piece is the difference to variant 0. */
@@ -244,6 +276,8 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
     static_assert(!SHARED_DQ || OVERLAP, "the dQ exchange is written into the deferred (overlapped) flush");
     static_assert(ABLATE < 2 || !OVERLAP, "the no-dQ ablation is written for the serial (v0) step");
     static_assert(!TMA_DQ || (!OVERLAP && !SHARED_DQ && ABLATE == 0), "the TMA dQ flush is written for v0's step");
+    static_assert(TMA_DQ < 3 || !PREFETCH, "the producer's dQ service is written into the non-prefetch loop body");
+    static_assert(TMA_DQ < 3 || kConsumerWarpgroups % dq_issue_lanes(TMA_DQ) == 0, "issuing lanes split the warpgroups");
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
                                       (kSwizzleAtomBytes - 1));
@@ -256,6 +290,11 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
     uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
     uint64_t* full = kv_full + 1;
     uint64_t* empty = full + STAGES;
+    /* TMA_DQ >= 3: [2 wg + parity]; dq_full: the warpgroup's 128 threads after storing their partial into tile
+       buffer (wg, parity) and fence.proxy.async; dq_empty: the issuing producer lane once the buffer's two
+       reduce-adds have read it (cp.async.bulk.wait_group.read) */
+    uint64_t* dq_full = empty + STAGES;
+    uint64_t* dq_empty = dq_full + 2 * kConsumerWarpgroups;
 
     const int k0 = blockIdx.x * kBlockK; /* key tile 0 sees every query: first */
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
@@ -269,6 +308,12 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
 
     if (threadIdx.x == 0) {
         cta_abort = 0;
+        if constexpr (TMA_DQ >= 3) { /* before init_pipeline_barriers: its fence publishes these too */
+            for (int k = 0; k < 2 * kConsumerWarpgroups; k++) {
+                mbar_init(&dq_full[k], 128);
+                mbar_init(&dq_empty[k], 1);
+            }
+        }
         init_pipeline_barriers<STAGES>(kv_full, full, empty, 32, kConsumerThreads); /* full: 32 producer lanes (row state) */
     }
     __syncthreads();
@@ -288,6 +333,33 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
                 tma_load_4d(v_s + half * Plan::kBoxBytes, &qkv_map, kv_full, 0, kSlotV * NH + h, row, b);
             }
         }
+        /* TMA_DQ >= 3: the dQ tiles. Lane `lane` (< dq_issue_lanes) serves warpgroups lane, lane + lanes, ...;
+           its bulk groups are its own (one per warpgroup and step, in step order). Iteration i of the loop below,
+           after loading tile i: (1) wait until this lane's groups (steps <= i - 2) have read their buffers and
+           free them (dq_empty of step i - 2: the consumers rewrite those buffers at the end of step i), then
+           (2) wait for step i - 1's partials (dq_full) and send them. Why no deadlock: (1) waits on no thread;
+           (2) waits for the consumers' step i - 1, which needed only tile i - 1 (loaded at iteration i - 1) and
+           the buffers of step i - 3 (freed at iteration i - 1); the stage wait of iteration i + 1 (tile i - 1
+           released, before the consumers' dQ stores) is then already satisfied. And no new coupling: the
+           consumers' step i needs dq_empty of step i - 2, given right after the load of tile i that it already
+           waited for. The last step is sent after the loop, and every group completes before the lane exits
+           (the CTA's shared memory lives until then). */
+        const bool dq_issuer = TMA_DQ >= 3 && lane < dq_issue_lanes(TMA_DQ);
+        auto dq_release = [&](int step) {
+            bulk_wait_group_read<0>();
+            for (int w = lane; w < kConsumerWarpgroups; w += dq_issue_lanes(TMA_DQ)) mbar_arrive(&dq_empty[2 * w + (step & 1)]);
+        };
+        auto dq_send = [&](int step) {
+            const int p = step & 1, q0 = (qt_begin + step) * kBlockQ;
+            for (int w = lane; w < kConsumerWarpgroups; w += dq_issue_lanes(TMA_DQ)) {
+                mbar_wait_bounded(&dq_full[2 * w + p], (uint32_t)((step / 2) & 1), kHangFull, kHangDqIndexBase + 2 * w + p,
+                                  &cta_abort);
+                const unsigned char* buf = smem + Plan::kDqBuf + (2 * w + p) * Plan::kDqTileBytes;
+                tma_reduce_add_3d(&dq_map, buf, 0, q0, bh);
+                tma_reduce_add_3d(&dq_map, buf + kBlockQ * kSwizzleRowBytes, 32, q0, bh);
+                bulk_commit_group();
+            }
+        };
         for (int i = 0; i < n_q_tiles; i++) {
             const int s = i % STAGES;
             const int q0 = (qt_begin + i) * kBlockQ;
@@ -335,6 +407,18 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
                 tma_load_4d(do_s + s * Plan::kQTileBytes, &dout_map, &full[s], 0, h, q0, b);
             } else {
                 mbar_arrive(&full[s]);
+            }
+            if constexpr (TMA_DQ >= 3) {
+                if (dq_issuer) {
+                    if (i >= 2) dq_release(i - 2);
+                    if (i >= 1) dq_send(i - 1);
+                }
+            }
+        }
+        if constexpr (TMA_DQ >= 3) {
+            if (dq_issuer) {
+                dq_send(n_q_tiles - 1); /* n_q_tiles >= 1: key tile k0 < T sees query tile k0 / 64 */
+                bulk_wait_group<0>();
             }
         }
         return;
@@ -604,6 +688,29 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
                 tma_reduce_add_3d(&dq_map, buf + kBlockQ * kSwizzleRowBytes, 32, q0, bh);
                 bulk_commit_group();
             }
+        } else if constexpr (TMA_DQ >= 3) {
+            /* v7's tile stores, but the producer warp sends the tile: buffer (wg, parity) was last sent at step
+               i - 2; wait until the producer says its reduce-adds have read it (dq_empty), store, make the stores
+               visible to the async proxy, and arrive on dq_full. No thread of the warpgroup waits on a bulk
+               group or on the other threads of its warpgroup here. */
+            const int p = i & 1;
+            unsigned char* buf = smem + Plan::kDqBuf + (wg * 2 + p) * Plan::kDqTileBytes;
+            if (i >= 2)
+                mbar_wait_bounded(&dq_empty[2 * wg + p], (uint32_t)((i / 2 - 1) & 1), kHangEmpty, kHangDqIndexBase + 2 * wg + p,
+                                  &cta_abort);
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                const int row = warp_in_wg * 16 + g + 8 * rr;
+#pragma unroll
+                for (int n = 0; n < kHS / 8; n++) {
+                    const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+                    float2* dst = reinterpret_cast<float2*>(buf + (n >> 2) * (kBlockQ * kSwizzleRowBytes) +
+                                                            row * kSwizzleRowBytes + chunk * 16 + (t & 1) * 8);
+                    *dst = make_float2(dq_out[4 * n + 2 * rr], dq_out[4 * n + 2 * rr + 1]);
+                }
+            }
+            fence_proxy_async();
+            mbar_arrive(&dq_full[2 * wg + p]);
         } else if constexpr (!OVERLAP) {
             flush_dq(q0, 0, true);
         }
@@ -612,7 +719,7 @@ __global__ void __launch_bounds__(cta_threads(PRODUCER_WG), 1)
         if (n_q_tiles > 0) flush_dq((qt_begin + n_q_tiles - 1) * kBlockQ, (n_q_tiles + 1) & 1, true);
     }
 
-    /* the last reduce-adds complete before the CTA's shared memory goes away */
+    /* the last reduce-adds complete before the CTA's shared memory goes away (TMA_DQ >= 3: the producer lane waits) */
     if constexpr (TMA_DQ == 1) {
         if (tid_in_wg == 0) bulk_wait_group<0>();
     }
@@ -745,7 +852,9 @@ static CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const
 }
 
 /* The variants, cumulative, in the order they are expected to pay; 0 is hopper_bwd.cu's kernel as it ran
-   on the H200 (13:11: 0.325 ms at B8 H16 T1024), so each line of the log says what one step added. */
+   on the H200 (13:11: 0.325 ms at B8 H16 T1024), so each line of the log says what one step added.
+   HOPPER_BWD_FAST_VARIANTS picks them by their index here: v0..v10 are 0..10, the ablations a1 11 and a2 12
+   (until v9 and v10 were added, a1 was 9 and a2 10: the session-5 logs name them, not their index). */
 typedef void (*KernelLaunch)(dim3 grid, cudaStream_t stream, const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                              const CUtensorMap& dq_map,
                              const float* stats, const float* D, float* dq_acc, bf16* dqkv, int NH, int T, float scale,
@@ -796,6 +905,11 @@ static const Variant kVariants[] = {
     FAST_VARIANT("v8 v7 one tile per CTA", "v7 with one dQ tile per 128 keys: warpgroup 0 stores its partial, warpgroup 1"
                  " adds its own in place and sends the sum (named barriers FULL/FREE between them)",
                  false, false, false, 2, false, 0, 2),
+    FAST_VARIANT("v9 v7 producer sends dQ", "v7 whose dQ tiles are sent by lane 0 of the producer warp (mbarriers"
+                 " dq_full / dq_empty per warpgroup and buffer): the consumers never wait on a bulk group",
+                 false, false, false, 2, false, 0, 3),
+    FAST_VARIANT("v10 v9 two issuing lanes", "v9 with lane w of the producer warp sending warpgroup w's tiles (both"
+                 " lanes wait and issue side by side)", false, false, false, 2, false, 0, 4),
     FAST_VARIANT("a1 v0 no dQ atomics", "ablation (timing only): v0 computing the dQ partials but not sending them",
                  false, false, false, 2, false, 1, 0),
     FAST_VARIANT("a2 v0 no dQ", "ablation (timing only): v0 without the dQ staging, GEMM and atomics", false, false,
@@ -867,10 +981,23 @@ static void sync_or_report(cudaError_t e, const char* where) {
     const int hung = r != NULL && r->site > kHangNone && r->site <= kHangProbe;
     if (e == cudaSuccess && !hung) return;
     if (hung) {
+        /* v9/v10's dQ barriers record the full / empty sites with index kHangDqIndexBase + 2 wg + parity */
+        const int dq_barrier = r->index >= kHangDqIndexBase &&
+                               (r->site == kHangFull || r->site == kHangEmpty);
+        char name[128];
+        if (dq_barrier) {
+            snprintf(name, sizeof name, "%s (dQ tile of warpgroup %d, buffer %d; %s)",
+                     r->site == kHangFull ? "dq_full" : "dq_empty", (r->index - kHangDqIndexBase) / 2,
+                     (r->index - kHangDqIndexBase) % 2,
+                     r->site == kHangFull ? "the producer lane waited for the consumers' partial"
+                                          : "the consumers waited for the producer to free the buffer");
+        } else {
+            snprintf(name, sizeof name, "%s", hang_site_name(r->site));
+        }
         fprintf(stderr, "hopper_bwd_fast: HANG: mbarrier %s, index %d, parity %d, block (%d, %d), thread %d"
                 " (the CTA gave up waiting and ran on: its results are garbage)\n",
-                hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread);
-        printf("  FAIL HANG in %s: mbarrier %s never completed\n", where, hang_site_name(r->site));
+                name, r->index, r->parity, r->block_x, r->block_y, r->thread);
+        printf("  FAIL HANG in %s: mbarrier %s never completed\n", where, name);
         fflush(stdout);
     }
     die("hopper_bwd_fast: %s after %s%s%s\n  hint: a HANG line names the mbarrier that never completed (a pipeline"
@@ -1051,7 +1178,7 @@ static void run_child(int variant) {
 int main(int argc, char** argv) {
     if (argc != 1) {
         die("usage: %s   (no arguments)\n  hint: the shapes are fixed in the program; HOPPER_BWD_FAST_VARIANTS=\"0 7\""
-            " (indexes into the variant table) runs some variants only", argv[0]);
+            " (indexes into the variant table: v0..v10 are 0..10, a1 11, a2 12) runs some variants only", argv[0]);
     }
     /* HOPPER_BWD_FAST_VARIANTS: a list of variant indexes (the probe always runs) */
     int selected[kNumVariants];
@@ -1069,8 +1196,8 @@ int main(int argc, char** argv) {
             while (*end == ' ' || *end == ',') end++;
         }
     }
-    printf("hopper_bwd_fast: %d variants of the wgmma key-major backward (first run of v1-v4: written without a"
-           " GPU), each in its own process\n", kNumVariants);
+    printf("hopper_bwd_fast: %d variants of the wgmma key-major backward (v9 and v10 written without a GPU, never"
+           " run before this), each in its own process\n", kNumVariants);
     int passed = 0, failed = 0;
     for (int child = -1; child < kNumVariants; child++) {
         if (child >= 0 && !selected[child]) continue;
