@@ -38,9 +38,9 @@
  * row state 2 KB, barriers, four 16 KB FP32 dQ tiles: SmemPlan::kAlloc = 190464 bytes (<= 227 KB, asserted).
  * Registers (`make hopper_bwd64_fp32-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math): fp32keys64_kernel
  * 168 (what a 288-thread CTA gets: warps are allotted registers in groups of 4), 0 bytes spill, no C75xx
- * warning; the probe kernels 90 / 157 / 106, 0 spill. With all three dQ terms' A fragments live at once (48
- * registers, one batch of 12 wgmmas) ptxas serialised the wgmmas (C7512) and spilled 16 bytes: hence the two
- * alternating sets.
+ * warning; the probe kernels 90 (scores, dQ parts) / 157 (dK + dV), 0 spill. With all three dQ terms' A
+ * fragments live at once (48 registers, one batch of 12 wgmmas) ptxas serialised the wgmmas (C7512) and
+ * spilled 16 bytes: hence the two alternating sets.
  *
  * Hangs: every mbarrier wait is bounded (~2 s of clock64) and traps (no setmaxnreg here, so a trap is
  * allowed), naming the barrier in the lab's host-mapped record (g_lab_hang, installed into this file's
