@@ -300,16 +300,6 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def)); cudaCheck(cudaFree(ws_pass));
 }
 
-/* The BF16 split of an FP32 value as the kernel makes it: term 0 = bf(x), 1 = bf(x - bf(x)), 2 = bf(r - bf(r))
-   with r = x - bf(x) (each difference exact in FP32). */
-static double split_term(float x, int term) {
-    const float hi = bf16_round(x), r1 = x - hi;
-    if (term == 0) return hi;
-    const float r1_hi = bf16_round(r1);
-    if (term == 1) return r1_hi;
-    return bf16_round(r1 - r1_hi);
-}
-
 /* The layout probe on B1 NH3 T100 HS128 (head 1; keys 100..127 zero-filled), checked against double loops on
    the kernel's own S^T and dP^T, split as the kernel splits them. */
 static void layout_probe(void) {
@@ -332,37 +322,8 @@ static void layout_probe(void) {
     const float* g_dq = g_dk + n_kv;
     const float* g_dq_lo = g_dq + n_q;
     const float* g_dq_lo2 = g_dq_lo + n_q;
-    double* ref = (double*)mallocCheck(n_kv * sizeof(double));
-    double* mag = (double*)mallocCheck(n_kv * sizeof(double));
     int bad[7];
-    lab_probe_product(ref, mag, nk, nq, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
-    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
-    lab_probe_product(ref, mag, nk, nq, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
-    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
-    /* two-term products: per q both terms (both |.| in mag) */
-    auto two_terms = [&](const float* x, int i, int q, double b) {
-        return (split_term(x[i * nq + q], 0) + split_term(x[i * nq + q], 1)) * b;
-    };
-    lab_probe_product(ref, mag, nk, kHS, nq,
-                      [&](int i, int n, int q) { return two_terms(g_st, i, q, probe_dout(in, q, n)); });
-    bad[2] = lab_probe_compare("dV = (bf(S^T) + bf(S^T - bf(S^T))) dO", g_dv, ref, mag, nk, kHS);
-    lab_probe_product(ref, mag, nk, kHS, nq,
-                      [&](int i, int n, int q) { return two_terms(g_dpt, i, q, probe_qkv(in, q, kSlotQ, n)); });
-    bad[3] = lab_probe_compare("dK = (bf(dP^T) + bf(r1)) Q", g_dk, ref, mag, nk, kHS);
-    /* dQ[q][n] = sum_key (terms of dP^T[key][q]) K[key][n] */
-    lab_probe_product(ref, mag, nq, kHS, nk, [&](int q, int n, int k) {
-        const float x = g_dpt[k * nq + q];
-        return (split_term(x, 0) + split_term(x, 1) + split_term(x, 2)) * probe_qkv(in, k, kSlotK, n);
-    });
-    bad[4] = lab_probe_compare("dQ = (bf(dP) + bf(r1) + bf(r1 - bf(r1)))^T K", g_dq, ref, mag, nq, kHS);
-    lab_probe_product(ref, mag, nq, kHS, nk,
-                      [&](int q, int n, int k) { return split_term(g_dpt[k * nq + q], 1) * probe_qkv(in, k, kSlotK, n); });
-    bad[5] = lab_probe_compare("dQ, the bf(r1) tile alone", g_dq_lo, ref, mag, nq, kHS);
-    lab_probe_product(ref, mag, nq, kHS, nk,
-                      [&](int q, int n, int k) { return split_term(g_dpt[k * nq + q], 2) * probe_qkv(in, k, kSlotK, n); });
-    bad[6] = lab_probe_compare("dQ, the bf(r1 - bf(r1)) tile alone", g_dq_lo2, ref, mag, nq, kHS);
+    fp32_keymajor_probe_products(in, nk, nq, g_st, g_dpt, g_dv, g_dk, g_dq, g_dq_lo, g_dq_lo2, bad);
     CHECK(bad[0] == 0, "S^T = K Q^T through keymajor128_scores (both warpgroups, stage 1)");
     CHECK(bad[1] == 0, "dP^T = V dO^T through keymajor128_scores (the dout map)");
     CHECK(bad[2] == 0, "dV: bf(P), bf(P - bf(P)) packed per k-step, two RS n128 batches chained (dO N-major)");
@@ -370,7 +331,7 @@ static void layout_probe(void) {
     CHECK(bad[4] == 0, "dQ over the three staged terms: six RS n64 batches into one accumulator");
     CHECK(bad[5] == 0, "dQ's second term (its tile, its staging) alone");
     CHECK(bad[6] == 0, "dQ's third term (its tile, its staging) alone");
-    free(h); free(ref); free(mag);
+    free(h);
     probe_inputs_free(&in);
     cudaCheck(cudaFree(d_out));
 }

@@ -752,15 +752,6 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def)); cudaCheck(cudaFree(ws_pass));
 }
 
-/* The BF16 split of an FP32 value as the kernel makes it: term 0 = bf(x), 1 = bf(x - bf(x)), 2 = bf(r - bf(r)) */
-static double split_term(float x, int term) {
-    const float hi = bf16_round(x), r1 = x - hi;
-    if (term == 0) return hi;
-    const float r1_hi = bf16_round(r1);
-    if (term == 1) return r1_hi;
-    return bf16_round(r1 - r1_hi);
-}
-
 /* The layout probe on B1 NH3 T50 HS64 (head 1; tokens 50..63 zero-filled) against double loops on the kernel's
    own S^T and dP^T, split as the kernel splits them. */
 static void layout_probe(void) {
@@ -778,35 +769,8 @@ static void layout_probe(void) {
     cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
     const float *g_st = h, *g_dpt = h + tile, *g_dv = h + 2 * tile, *g_dk = h + 3 * tile, *g_dq = h + 4 * tile;
     const float *g_dq_lo = h + 5 * tile, *g_dq_lo2 = h + 6 * tile;
-    double* ref = (double*)mallocCheck(tile * sizeof(double));
-    double* mag = (double*)mallocCheck(tile * sizeof(double));
     int bad[7];
-    lab_probe_product(ref, mag, n, n, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
-    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, n, n);
-    lab_probe_product(ref, mag, n, n, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
-    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, n, n);
-    auto two_terms = [&](const float* x, int i, int q, double b) {
-        return (split_term(x[i * n + q], 0) + split_term(x[i * n + q], 1)) * b;
-    };
-    lab_probe_product(ref, mag, n, kHS, n,
-                      [&](int i, int c, int q) { return two_terms(g_st, i, q, probe_dout(in, q, c)); });
-    bad[2] = lab_probe_compare("dV = (bf(S^T) + bf(S^T - bf(S^T))) dO", g_dv, ref, mag, n, kHS);
-    lab_probe_product(ref, mag, n, kHS, n,
-                      [&](int i, int c, int q) { return two_terms(g_dpt, i, q, probe_qkv(in, q, kSlotQ, c)); });
-    bad[3] = lab_probe_compare("dK = (bf(dP^T) + bf(r1)) Q", g_dk, ref, mag, n, kHS);
-    lab_probe_product(ref, mag, n, kHS, n, [&](int q, int c, int k) {
-        const float x = g_dpt[k * n + q];
-        return (split_term(x, 0) + split_term(x, 1) + split_term(x, 2)) * probe_qkv(in, k, kSlotK, c);
-    });
-    bad[4] = lab_probe_compare("dQ = (bf(dP) + bf(r1) + bf(r1 - bf(r1)))^T K", g_dq, ref, mag, n, kHS);
-    lab_probe_product(ref, mag, n, kHS, n,
-                      [&](int q, int c, int k) { return split_term(g_dpt[k * n + q], 1) * probe_qkv(in, k, kSlotK, c); });
-    bad[5] = lab_probe_compare("dQ, the bf(r1) tile alone", g_dq_lo, ref, mag, n, kHS);
-    lab_probe_product(ref, mag, n, kHS, n,
-                      [&](int q, int c, int k) { return split_term(g_dpt[k * n + q], 2) * probe_qkv(in, k, kSlotK, c); });
-    bad[6] = lab_probe_compare("dQ, the bf(r1 - bf(r1)) tile alone", g_dq_lo2, ref, mag, n, kHS);
+    fp32_keymajor_probe_products(in, n, n, g_st, g_dpt, g_dv, g_dk, g_dq, g_dq_lo, g_dq_lo2, bad);
     CHECK(bad[0] == 0, "S^T = K Q^T through warpgroup_two_ss_64x64 (warpgroup 1's K half, stage 1)");
     CHECK(bad[1] == 0, "dP^T = V dO^T through warpgroup_two_ss_64x64 (the dout map)");
     CHECK(bad[2] == 0, "dV (NEW form): bf(P), bf(P - bf(P)) packed per k-step, two RS n64 batches chained (dO N-major)");
@@ -814,7 +778,7 @@ static void layout_probe(void) {
     CHECK(bad[4] == 0, "dQ (NEW form): three terms staged from words at pitch 72, three groups of 4 RS n64, one accumulator");
     CHECK(bad[5] == 0, "dQ's second term (its tile, its staging) alone");
     CHECK(bad[6] == 0, "dQ's third term (its tile, its staging) alone");
-    free(h); free(ref); free(mag);
+    free(h);
     probe_inputs_free(&in);
     cudaCheck(cudaFree(d_out));
 }

@@ -358,6 +358,62 @@ static inline void keymajor_probe_products(const ProbeInputs& in, const float* h
     free(mag);
 }
 
+/* The BF16 split of an FP32 value as fp32 mode's kernels make it: term 0 = bf(x), 1 = bf(x - bf(x)),
+   2 = bf(r - bf(r)) with r = x - bf(x) (each difference exact in FP32). */
+static inline double fp32_split_term(float x, int term) {
+    const float hi = bf16_round(x), r1 = x - hi;
+    if (term == 0) return hi;
+    const float r1_hi = bf16_round(r1);
+    if (term == 1) return r1_hi;
+    return bf16_round(r1 - r1_hi);
+}
+
+/* The seven products of fp32 mode's key-major layout probe (hopper_bwd64_fp32 and hopper_bwd128_fp32: nk keys
+   x nq queries, head size in.s.HS), each against double loops over the same BF16 values (the kernel's own S^T,
+   dP^T split as it splits them): tiles S^T, dP^T [nk][nq]; dV = two terms of S^T times dO and dK = two terms of
+   dP^T times Q [nk][HS]; dQ over the three terms of dP^T, and its second and third terms alone, [nq][HS].
+   bad[k]: wrong elements of product k (the callers CHECK them with what each product exercises). */
+static inline void fp32_keymajor_probe_products(const ProbeInputs& in, int nk, int nq, const float* g_st,
+                                                const float* g_dpt, const float* g_dv, const float* g_dk,
+                                                const float* g_dq, const float* g_dq_lo, const float* g_dq_lo2,
+                                                int bad[7]) {
+    enum { kQ = 0, kK = 1, kV = 2 };
+    const int hs = in.s.HS;
+    const size_t most = (size_t)(nk > nq ? nk : nq) * (nq > hs ? nq : hs);
+    double* ref = (double*)mallocCheck(most * sizeof(double));
+    double* mag = (double*)mallocCheck(most * sizeof(double));
+    lab_probe_product(ref, mag, nk, nq, hs,
+                      [&](int i, int j, int d) { return probe_qkv(in, i, kK, d) * probe_qkv(in, j, kQ, d); });
+    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
+    lab_probe_product(ref, mag, nk, nq, hs,
+                      [&](int i, int j, int d) { return probe_qkv(in, i, kV, d) * probe_dout(in, j, d); });
+    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
+    /* two-term products: per q both terms (both |.| in mag) */
+    auto two_terms = [&](const float* x, int i, int q, double b) {
+        return (fp32_split_term(x[i * nq + q], 0) + fp32_split_term(x[i * nq + q], 1)) * b;
+    };
+    lab_probe_product(ref, mag, nk, hs, nq,
+                      [&](int i, int n, int q) { return two_terms(g_st, i, q, probe_dout(in, q, n)); });
+    bad[2] = lab_probe_compare("dV = (bf(S^T) + bf(S^T - bf(S^T))) dO", g_dv, ref, mag, nk, hs);
+    lab_probe_product(ref, mag, nk, hs, nq,
+                      [&](int i, int n, int q) { return two_terms(g_dpt, i, q, probe_qkv(in, q, kQ, n)); });
+    bad[3] = lab_probe_compare("dK = (bf(dP^T) + bf(r1)) Q", g_dk, ref, mag, nk, hs);
+    /* dQ[q][n] = sum_key (terms of dP^T[key][q]) K[key][n] */
+    lab_probe_product(ref, mag, nq, hs, nk, [&](int q, int n, int k) {
+        const float x = g_dpt[k * nq + q];
+        return (fp32_split_term(x, 0) + fp32_split_term(x, 1) + fp32_split_term(x, 2)) * probe_qkv(in, k, kK, n);
+    });
+    bad[4] = lab_probe_compare("dQ = (bf(dP) + bf(r1) + bf(r1 - bf(r1)))^T K", g_dq, ref, mag, nq, hs);
+    lab_probe_product(ref, mag, nq, hs, nk,
+                      [&](int q, int n, int k) { return fp32_split_term(g_dpt[k * nq + q], 1) * probe_qkv(in, k, kK, n); });
+    bad[5] = lab_probe_compare("dQ, the bf(r1) tile alone", g_dq_lo, ref, mag, nq, hs);
+    lab_probe_product(ref, mag, nq, hs, nk,
+                      [&](int q, int n, int k) { return fp32_split_term(g_dpt[k * nq + q], 2) * probe_qkv(in, k, kK, n); });
+    bad[6] = lab_probe_compare("dQ, the bf(r1 - bf(r1)) tile alone", g_dq_lo2, ref, mag, nq, hs);
+    free(ref);
+    free(mag);
+}
+
 /* ---- the production Hopper backward's hang record (attention/attention_hopper_bwd.cuh) ---- */
 
 /* The record lives in pinned host memory mapped into the device, so it can be read whatever became of the
