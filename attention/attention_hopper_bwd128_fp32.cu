@@ -169,27 +169,7 @@ __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
 }
 
-/* ---- the fp32 operand split of one k-step (16 queries) ---- */
-
-/* x - bf(x), exact in FP32 (attention/mma_bf16.cuh's bf16_residual; the same expression). */
-__device__ __forceinline__ float bf16_residual(float x) { return x - __bfloat162float(__float2bfloat16_rn(x)); }
-
-/* k-step kk's register A words from a 64 x 64 FP32 accumulator x (P or dS), registers 8kk..8kk+7 (key
-   g + 8 (i & 1), query 16kk + 8 (i >> 1) + 2t + e for register 8kk + 2i + e: pack_acc_a_operand's words):
-   hi = bf(x), lo = bf(x - bf(x)); with x2 (dS only) also bf(r1 - bf(r1)) for r1 = x - bf(x). These are
-   attn_bwd_kernel<HS, ATTN_FP32>'s ap / ap_lo and ads / ads_lo / x2 words. */
-template <bool kThirdTerm>
-__device__ __forceinline__ void pack_split_step(uint32_t (&hi)[4], uint32_t (&lo)[4], uint32_t (&x2)[4],
-                                                const float (&x)[32], int kk) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float v0 = x[8 * kk + 2 * i], v1 = x[8 * kk + 2 * i + 1];
-        const float r0 = bf16_residual(v0), r1 = bf16_residual(v1);
-        hi[i] = pack_bf16x2(v0, v1);
-        lo[i] = pack_bf16x2(r0, r1);
-        if (kThirdTerm) x2[i] = pack_bf16x2(bf16_residual(r0), bf16_residual(r1));
-    }
-}
+/* ---- one k-step (16 queries) of the fp32 operands (their split: hopper_bwd_common.cuh's pack_split_step) ---- */
 
 /* One k-step's packed dS^T words to a shared tile as [query][key] (attention_hopper_bwd128.cu's stage_ds,
    one k-step of it: its assumption (c)): word w[i] holds key key_col + 8 (i & 1) and queries q, q + 1 with

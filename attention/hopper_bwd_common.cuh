@@ -3,7 +3,7 @@
  * (attention_hopper_bwd.cu at HS 64, attention_hopper_bwd128.cu at HS 128; gproj's attention_hopper_bwd_gproj.cu
  * and attention_hopper_bwd128_gproj.cu): the recomputed probability of one score, the bounded mbarrier wait that
  * GIVES UP instead of trapping, the score and dK/dV GEMM steps of the HS-128 key-major CTA, gproj's three
- * register A operands of one k-step; and for every key-major kernel its producer warp's steps (K/V once, a
+ * register A operands of one k-step, fp32's BF16 split terms of one k-step (pack_split_step); and for every key-major kernel its producer warp's steps (K/V once, a
  * stage's row state, its Q/dO loads), P and dS of one query column, gproj's dV/dK batch, and the dK/dV
  * epilogue (NaN rows after a give-up).
  *
@@ -21,8 +21,28 @@
 #include "attention/attention.h"
 #include "attention/attention_hopper_bwd.cuh"
 #include "attention/hopper_wgmma.cuh"
+#include "attention/mma_bf16.cuh"
 
 namespace {
+
+/* k-step kk's register A words from a 64 x 64 FP32 accumulator x (P or dS), registers 8kk..8kk+7 (key
+   g + 8 (i & 1), query 16kk + 8 (i >> 1) + 2t + e for register 8kk + 2i + e: pack_acc_a_operand's words):
+   hi = bf(x), lo = bf(x - bf(x)); with kThirdTerm (dS only) also x2 = bf(r1 - bf(r1)) for r1 = x - bf(x).
+   fp32 mode's split terms: attn_bwd_kernel<HS, ATTN_FP32>'s ap / ap_lo and ads / ads_lo / x2 words, the
+   residual being attention/mma_bf16.cuh's bf16_residual (the portable kernel's). */
+template <bool kThirdTerm>
+__device__ __forceinline__ void pack_split_step(uint32_t (&hi)[4], uint32_t (&lo)[4], uint32_t (&x2)[4],
+                                                const float (&x)[32], int kk) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float v0 = x[8 * kk + 2 * i], v1 = x[8 * kk + 2 * i + 1];
+        const float r0 = attn_mma::bf16_residual(v0), r1 = attn_mma::bf16_residual(v1);
+        hi[i] = hopper_wgmma::pack_bf16x2(v0, v1);
+        lo[i] = hopper_wgmma::pack_bf16x2(r0, r1);
+        if (kThirdTerm)
+            x2[i] = hopper_wgmma::pack_bf16x2(attn_mma::bf16_residual(r0), attn_mma::bf16_residual(r1));
+    }
+}
 
 /* The recomputed probability of one score (attention_cuda.cu's backward_prob, the same expression): bf16:
    row_a = fl(LSE log2 e), P = exp2(fma(S, c, -row_a)); repair: row_a = m, row_b = fl(1/l). */

@@ -161,24 +161,7 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
     }
 }
 
-/* x - bf(x), exact in FP32 (attention/mma_bf16.cuh's bf16_residual; the same expression) */
-__device__ __forceinline__ float bf16_residual(float x) { return x - __bfloat162float(__float2bfloat16_rn(x)); }
-
-/* k-step kk's register A words from a 64 x 64 FP32 tile x (P or dS; registers 8kk..8kk+7, pack_acc_a_operand's
-   words): hi = bf(x), lo = bf(x - bf(x)); with kThirdTerm also x2 = bf(r1 - bf(r1)), r1 = x - bf(x)
-   (attn_bwd_kernel<HS, ATTN_FP32>'s words; attention_hopper_bwd128_fp32.cu's pack_split_step). */
-template <bool kThirdTerm>
-__device__ __forceinline__ void pack_split_step(uint32_t (&hi)[4], uint32_t (&lo)[4], uint32_t (&x2)[4],
-                                                const float (&x)[32], int kk) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float v0 = x[8 * kk + 2 * i], v1 = x[8 * kk + 2 * i + 1];
-        const float r0 = bf16_residual(v0), r1 = bf16_residual(v1);
-        hi[i] = pack_bf16x2(v0, v1);
-        lo[i] = pack_bf16x2(r0, r1);
-        if (kThirdTerm) x2[i] = pack_bf16x2(bf16_residual(r0), bf16_residual(r1));
-    }
-}
+/* (the fp32 split of one k-step, pack_split_step: hopper_bwd_common.cuh) */
 
 /* One k-step's packed words to a warpgroup's staged tile [query][key] (pitch kDsPitch): word w[i] holds key
    key_row + 8 (i & 1) and queries q, q + 1, q = 16kk + 8 (i >> 1) + 2t (low half: q) - the placement of
