@@ -355,6 +355,50 @@ __global__ void attn_bwd_prep_kernel(const bf16* __restrict__ out, const bf16* _
     if (lane == 0) D[row] = sum;
 }
 
+/* attn_bwd_prep_kernel with 16-byte accesses, for out and dout 16-byte aligned (the usual case: the trainer's
+   buffers): HS / 8 lanes per row, each lane loads 8 BF16 of O and of dO with one 16-byte load each and zeroes 8
+   accumulator floats with two float4 stores; 256 threads = 256 * 8 / HS rows per block. The one-warp-per-row
+   kernel issues 4-byte loads, too few bytes in flight to stream O and dO at full bandwidth. The FP32 sum order of
+   D differs from that kernel's (the spec leaves it free: docs/ATTENTION_NUMERICS.md). */
+constexpr int kPrepVecThreads = 256;
+template <int HS>
+__global__ void __launch_bounds__(kPrepVecThreads) attn_bwd_prep_vec_kernel(const bf16* __restrict__ out,
+                                                                        const bf16* __restrict__ dout,
+                                                                        float* __restrict__ D,
+                                                                        float* __restrict__ dq_acc, int NH, int T,
+                                                                        int zero_dq, int want_D) {
+    constexpr int kLanesPerRow = HS / 8, kRowsPerBlock = kPrepVecThreads / kLanesPerRow;
+    static_assert(32 % kLanesPerRow == 0, "a row's lanes must sit in one warp (the shuffle below)");
+    const int tok = blockIdx.x * kRowsPerBlock + threadIdx.x / kLanesPerRow;
+    const int d = (threadIdx.x % kLanesPerRow) * 8, bh = blockIdx.y;
+    const bool active = tok < T; /* no early return: whole warps take part in the shuffle */
+    const long long row = (long long)bh * T + tok;
+    if (active && zero_dq) {
+        float4* acc = reinterpret_cast<float4*>(dq_acc + row * HS + d);
+        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (!want_D) return; /* uniform over the grid */
+    float sum = 0.f;
+    if (active) {
+        const int b = bh / NH, h = bh % NH;
+        const long long off = ((long long)b * T + tok) * NH * HS + (long long)h * HS + d;
+        const uint4 o8 = __ldg(reinterpret_cast<const uint4*>(out + off));
+        const uint4 g8 = __ldg(reinterpret_cast<const uint4*>(dout + off));
+        const uint32_t ow[4] = {o8.x, o8.y, o8.z, o8.w}, gw[4] = {g8.x, g8.y, g8.z, g8.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 of = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ow[k]));
+            const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gw[k]));
+            sum += gf.x * of.x;
+            sum += gf.y * of.y;
+        }
+    }
+#pragma unroll
+    for (int k = kLanesPerRow / 2; k >= 1; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
+    if (active && d == 0) D[row] = sum;
+}
+
 /* ------------------------------------------------------------------------ */
 /* backward: whole-row pass (fp32: D = sum P dP; gproj: lambda = r / p)      */
 /* ------------------------------------------------------------------------ */
@@ -848,9 +892,9 @@ template <int HS>
 __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T,
                                    float scale) {
     constexpr int kChunks = HS / 8; /* 8-element chunks per row */
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= T * kChunks) return;
-    const int tok = i / kChunks, d = (i % kChunks) * 8;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; /* T * kChunks may pass 2^31 */
+    if (i >= (long long)T * kChunks) return;
+    const int tok = (int)(i / kChunks), d = (int)(i % kChunks) * 8;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const float4* src = reinterpret_cast<const float4*>(dq_acc + ((long long)bh * T + tok) * HS + d);
     const float4 lo = src[0], hi = src[1];
@@ -935,8 +979,16 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
     const long long rows = (long long)s.B * s.NH * s.T;
     const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
     /* gproj's row pass (launched next) computes dQ whole, without the accumulator */
-    attn_bwd_prep_kernel<HS><<<dim3((unsigned)ceil_div(s.T, kWarps), (unsigned)(s.B * s.NH)), kThreads, 0, stream>>>(
-        out, dout, w.D, w.dq_acc, s.NH, s.T, MODE != ATTN_GPROJ, MODE != ATTN_FP32);
+    if ((uintptr_t)out % 16 == 0 && (uintptr_t)dout % 16 == 0) {
+        constexpr int kRowsPerBlock = kPrepVecThreads / (HS / 8);
+        attn_bwd_prep_vec_kernel<HS><<<dim3((unsigned)ceil_div(s.T, kRowsPerBlock), (unsigned)(s.B * s.NH)),
+                                       kPrepVecThreads, 0, stream>>>(out, dout, w.D, w.dq_acc, s.NH, s.T,
+                                                                     MODE != ATTN_GPROJ, MODE != ATTN_FP32);
+    } else {
+        attn_bwd_prep_kernel<HS><<<dim3((unsigned)ceil_div(s.T, kWarps), (unsigned)(s.B * s.NH)), kThreads, 0,
+                                   stream>>>(out, dout, w.D, w.dq_acc, s.NH, s.T, MODE != ATTN_GPROJ,
+                                             MODE != ATTN_FP32);
+    }
     cudaCheckLastError();
     if constexpr (kHasRowPass) { /* (no row-pass kernels for the other modes) */
         if (hopper_rows) {

@@ -847,6 +847,99 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
         }
 }
 
+/* out, dout and dqkv 2 bytes past 16-byte alignment: the backward takes the one-warp-per-row prep kernel (4-byte
+   loads) and the two-element dQ post-pass instead of their 16-byte versions. Same inputs, force_portable on
+   both sides, so only those two kernels differ: D's FP32 sum order (the prep; fp32 mode takes D from its row
+   pass) and nothing else (the post-pass writes the same bits), besides the order of the dQ atomics, which is
+   never fixed. dQ, dK, dV within the path tolerance of the aligned call, D within kPathMaxDRel sigma_dP. */
+static void test_backward_misaligned(uint64_t seed) {
+    test_section("backward with out, dout, dqkv 2 bytes off 16-byte alignment (scalar prep and dQ post-pass)");
+    AttnOptions portable = {0};
+    portable.force_portable = 1;
+    static const char* kSlotName[3] = {"dQ", "dK", "dV"};
+    const AttnShape shapes[] = {{2, 3, 77, 64}, {1, 2, 130, 128}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const AttnShape s = shapes[si];
+        const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+        const size_t rows = (size_t)s.B * s.NH * s.T;
+        float* qkv = (float*)mallocCheck(sizeof(float) * nqkv);
+        float* dout = (float*)mallocCheck(sizeof(float) * nout);
+        AttnCase cs = attn_case_random(4.f, seed + 17 * si);
+        attn_case_fill(&cs, s, qkv, dout);
+        __nv_bfloat16* d_qkv = to_device_bf16(qkv, nqkv);
+        __nv_bfloat16* d_dout = to_device_bf16(dout, nout);
+        __nv_bfloat16 *d_out, *d_out_off, *d_dout_off, *d_dqkv_off;
+        float* d_stats;
+        void* d_ws;
+        cudaCheck(cudaMalloc(&d_out, sizeof(__nv_bfloat16) * nout));
+        cudaCheck(cudaMalloc(&d_stats, sizeof(float) * nstats));
+        cudaCheck(cudaMalloc(&d_out_off, sizeof(__nv_bfloat16) * (nout + 1)));
+        cudaCheck(cudaMalloc(&d_dout_off, sizeof(__nv_bfloat16) * (nout + 1)));
+        cudaCheck(cudaMalloc(&d_dqkv_off, sizeof(__nv_bfloat16) * (nqkv + 1)));
+        double sq_do = 0, sq_v = 0;
+        for (size_t i = 0; i < nout; i++) sq_do += (double)dout[i] * dout[i];
+        for (size_t bt = 0; bt < (size_t)s.B * s.T; bt++)
+            for (size_t j = 0; j < (size_t)s.NH * s.HS; j++) {
+                const double v = qkv[bt * 3 * s.NH * s.HS + 2 * (size_t)s.NH * s.HS + j];
+                sq_v += v * v;
+            }
+        const double sigma_dp = sqrt((double)s.HS) * sqrt(sq_do / nout) * sqrt(sq_v / nout);
+        float *g_a = (float*)mallocCheck(sizeof(float) * nqkv), *g_m = (float*)mallocCheck(sizeof(float) * nqkv);
+        float *rs_a = (float*)mallocCheck(sizeof(float) * 2 * rows), *rs_m = (float*)mallocCheck(sizeof(float) * 2 * rows);
+        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+            const AttnMode mode = (AttnMode)m;
+            char label[128];
+            snprintf(label, sizeof label, "B%d NH%d T%d HS%d %s misaligned vs aligned", s.B, s.NH, s.T, s.HS,
+                     attn_mode_name(mode));
+            attention_forward_cuda(mode, portable, s, d_qkv, d_out, d_stats, NULL, 0);
+            backward_to_host(mode, portable, s, d_qkv, d_out, d_stats, d_dout, g_a, rs_a);
+            /* the same out and dout, one element further in; dqkv poisoned and read back from there */
+            __nv_bfloat16 *out_m = d_out_off + 1, *dout_m = d_dout_off + 1, *dqkv_m = d_dqkv_off + 1;
+            cudaCheck(cudaMemcpy(out_m, d_out, sizeof(__nv_bfloat16) * nout, cudaMemcpyDeviceToDevice));
+            cudaCheck(cudaMemcpy(dout_m, d_dout, sizeof(__nv_bfloat16) * nout, cudaMemcpyDeviceToDevice));
+            cudaCheck(cudaMemset(d_dqkv_off, 0xFF, sizeof(__nv_bfloat16) * (nqkv + 1)));
+            const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
+            cudaCheck(cudaMalloc(&d_ws, ws_bytes));
+            cudaCheck(cudaMemset(d_ws, 0xFF, ws_bytes));
+            attention_backward_cuda(mode, portable, s, d_qkv, out_m, d_stats, dout_m, dqkv_m, d_ws, 0);
+            cudaCheck(cudaDeviceSynchronize());
+            from_device_bf16(g_m, dqkv_m, nqkv);
+            cudaCheck(cudaMemcpy(rs_m, (const float*)d_ws + rows * s.HS, 2 * rows * sizeof(float),
+                                 cudaMemcpyDeviceToHost));
+            cudaCheck(cudaFree(d_ws));
+            if (mode != ATTN_FP32) /* the prep kernel's D (fp32 mode: its row pass's) */
+                compare_row_slot(label, "D = dO . O", rs_a, rs_m, rows, sigma_dp, kPathMaxDRel, 0);
+            for (int slot = 0; slot < 3; slot++) {
+                long nonfinite = 0;
+                double max_ulps = 0;
+                for (size_t v = 0; v < (size_t)s.B * s.T * s.NH; v++) {
+                    const size_t bt = v / s.NH, h = v % s.NH;
+                    const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
+                    double sq = 0;
+                    for (int d = 0; d < s.HS; d++) sq += (double)g_a[base + d] * g_a[base + d];
+                    const double rms = sqrt(sq / s.HS);
+                    for (int d = 0; d < s.HS; d++) {
+                        const double a = g_a[base + d], x = g_m[base + d];
+                        if (!isfinite(a) || !isfinite(x)) { nonfinite++; continue; }
+                        const double diff = fabs(a - x), ulp = bf16_ulp_at(fmax(fabs(a), fabs(x)), rms);
+                        const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
+                        if (ulps > max_ulps) max_ulps = ulps;
+                    }
+                }
+                printf("  %s: %s max %.2f BF16 ulps\n", label, kSlotName[slot], max_ulps);
+                CHECK(nonfinite == 0, "%s: %s written and finite (%ld not)", label, kSlotName[slot], nonfinite);
+                const double tol = (mode == ATTN_GPROJ && slot == 0) ? kPathMaxGprojDqUlps : kPathMaxGradUlps;
+                CHECK(max_ulps <= tol, "%s: %s within %.0f BF16 ulps (max %.2f)", label, kSlotName[slot], tol,
+                      max_ulps);
+            }
+        }
+        cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
+        cudaCheck(cudaFree(d_stats)); cudaCheck(cudaFree(d_out_off)); cudaCheck(cudaFree(d_dout_off));
+        cudaCheck(cudaFree(d_dqkv_off));
+        free(qkv); free(dout); free(g_a); free(g_m); free(rs_a); free(rs_m);
+    }
+}
+
 int main(void) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -869,6 +962,7 @@ int main(void) {
     test_workspace_size();
     test_forward_paths(is_sm90, seed + 4);
     test_backward_paths(is_sm90, seed + 5);
+    test_backward_misaligned(seed + 6);
     test_hard_cases(64, 1024, seed);
     test_hard_cases(128, 1000, seed + 1);
     test_shapes(seed + 2);
