@@ -11,13 +11,13 @@
 # under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu sweep attnbench trainbench
+#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes sweep attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_bwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
 #           LABS_ONLY=1 skips the attention test after them; hopper_bwd_fast reads HOPPER_BWD_FAST_VARIANTS="0 7".
-#   attnbench: ATTN_MODES (bench_attention --modes). Every call of session 5: dev/results/device_s5/README.md.
+#   attnbench: ATTN_MODES (bench_attention --modes); kerneltimes: KT_MODES (space-separated, default "bf16 gproj"). Every call of session 5: dev/results/device_s5/README.md.
 set -u
 OUT=${1:?usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]}
 shift
@@ -251,6 +251,21 @@ for phase in "$@"; do
         timeout 240 bash scripts/bench_attention.sh "$OUT/attn" --shape 8,16,1024,64 --shape 4,16,2048,64 \
             --shape 8,8,1024,128 --shape 2,16,4096,128 ${ATTN_MODES:+--modes "$ATTN_MODES"} > "$OUT/attnbench.log" 2>&1
         rc=$?; tail -n 12 "$OUT/attnbench.log" | tee -a "$SUMMARY"; end $rc ;;
+    kerneltimes)
+        # issue 4: how long each launch of one attention call takes (fwd; bwd = prep, key-major/row pass, dQ
+        # post-pass), warm L2 and unlocked clocks, so the parts add up to what bench_attention times
+        begin "kernel times: one attention call per mode at B8 H16 T1024 D64 and B2 H16 T4096 D128"
+        for shape in 8,16,1024,64 2,16,4096,128; do
+            for m in ${KT_MODES:-bf16 gproj}; do
+                timeout 60 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+                    build/bench_attention --shape "$shape" --modes "$m" --warmup 1 --repeats 1 \
+                    > "$OUT/kerneltimes_${m}_${shape//,/x}.txt" 2>&1
+                say "   $m $shape: rc $?"
+                awk '/^  [a-z_A-Z].*\(/ {name=$1} /gpu__time_duration.sum/ {print "     " name, $(NF)" "$(NF-1)}' \
+                    "$OUT/kerneltimes_${m}_${shape//,/x}.txt" | head -n 20 | tee -a "$SUMMARY"
+            done
+        done
+        end 0 ;;
     trainbench)
         # issue 5: our training step (every mode, per-kernel breakdown) vs the PyTorch twin, side by side
         begin "training step vs the PyTorch twin (scripts/bench_train.sh)"
