@@ -24,16 +24,39 @@
  * changes between keys 64 and 127 rounds bf(e) at another max. O agrees to about one BF16 ulp of its
  * row's scale; m is the same row max (exact, up to the last bits of S), l and the LSE agree to FP32 level.
  *
- * Kernel layout: one CTA = 128 query rows of one (b, h); warps 0-3 and 4-7 are two consumer warpgroups of
- * 64 query rows each (wgmma needs 4 aligned warps), warp 8 is the producer (one elected lane issues the
- * TMA copies). K/V tiles of 128 keys, two stages: full[s] (TMA bytes landed) and empty[s] (all 256
- * consumer threads are done with stage s) mbarriers. The fused qkv [B, T, 3, NH, HS] is described to TMA
- * as a 4-D tensor {HS, 3*NH, T, B} (encoded per call on the host - it holds the qkv pointer - and passed
- * __grid_constant__), so the strided layout costs nothing and rows past T read as zeros, per batch.
- * Shared tiles use the 128-byte swizzle, which TMA writes and wgmma reads natively: a tile is stored as
- * HS/64 column chunks of [rows][64] BF16 (128 bytes per row).
+ * The loop of a consumer warpgroup (FlashAttention-3's intra-warpgroup overlap; the idea read in its
+ * hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp, no code copied). Session 4's kernel ran each key tile strictly
+ * in sequence (S GEMM, wait, softmax, P V GEMM, wait), so a warpgroup's own tensor-core work never
+ * overlapped its softmax. Now iteration kt issues S(kt) = Q K(kt)^T and then O += P(kt-1) V(kt-1) (A
+ * registers packed in iteration kt-1) as two commit groups, waits for S(kt) only (wgmma_wait<1>: groups
+ * retire in order), masks and runs tile kt's softmax (max, exp2, row sums) while the P V GEMM runs, then
+ * waits for it, rescales O by alpha(kt) and packs P(kt); tile 0's S runs alone before the loop and the last
+ * P V after it. O still sees exactly the old sequence (O *= alpha(kt), then O += P(kt) V(kt), for every
+ * kt), and m, l exactly the old updates, so O and the stats are bit-identical to session 4's kernel in
+ * every mode (the lab's v0 check, dev/attention_lab/hopper_fwd_v0.cuh).
+ * The cost is registers: P(kt-1)'s A operand (32 registers, 64 in fp32 mode) is live during the softmax
+ * beside S and O, past the 168 a 288-thread CTA gets. So the producer is a whole warpgroup that gives its
+ * registers back (setmaxnreg 24) and the two consumer warpgroups take 240 (FlashAttention-3's split).
+ *
+ * Kernel layout: one CTA = 128 query rows of one (b, h); warpgroups 0 and 1 are consumers of 64 query rows
+ * each (wgmma needs 4 aligned warps), warpgroup 2 the producer (one elected lane of its first warp issues
+ * the TMA copies; its other warps leave at once). K/V tiles of 128 keys, kFwdStages (2) stages, with
+ * SEPARATE K and V barriers: V(kt) is now read until P(kt) V(kt) retires in iteration kt + 1, one
+ * iteration after K(kt) is done with, so one barrier pair per stage would hold the next K copy back by an
+ * iteration. full_k[s] / full_v[s] (TMA bytes landed), empty_k[s] (all 256 consumer threads have S(kt))
+ * and empty_v[s] (P V(kt) retired); the producer issues in the order the consumers need the tiles: K(0),
+ * then K(kt), V(kt-1) for kt = 1.., then the last V. The stage count is a template parameter so the lab
+ * can time 3 stages next to 2 (attention_forward_hopper_stages); 3 fit at HS 128 too (226 KB of 227).
+ * The fused qkv [B, T, 3, NH, HS] is described to TMA as a 4-D tensor {HS, 3*NH, T, B} (encoded per call
+ * on the host - it holds the qkv pointer - and passed __grid_constant__), so the strided layout costs
+ * nothing and rows past T read as zeros, per batch. Shared tiles use the 128-byte swizzle, which TMA
+ * writes and wgmma reads natively: a tile is stored as HS/64 column chunks of [rows][64] BF16 (128 bytes
+ * per row).
+ * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3): see docs/attention_kernels.md, "Hopper forward: intra-
+ * warpgroup overlap" (168 at entry, the consumers' 240 after setmaxnreg.inc; spills and C75xx listed there).
  * Bounded waits: every mbarrier wait is on a phase that a finite number of copies/arrivals completes (no
  * data-dependent spin), so a layout bug shows as wrong numbers, not a hang; the lab runs it under timeout.
+ * No __trap() on the consumer path: it would make ptxas ignore setmaxnreg.inc (attention_hopper_bwd128.cu).
  */
 #include <math.h>
 #include <stdint.h>
@@ -50,61 +73,87 @@ constexpr int kBlockK = ATTN_HOPPER_BLOCK_K; /* keys per K/V tile */
 constexpr int kWarpgroupRows = 64;      /* query rows per consumer warpgroup (the M of wgmma) */
 constexpr int kConsumerWarpgroups = kBlockQ / kWarpgroupRows;
 constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-constexpr int kThreads = kConsumerThreads + 32; /* + one producer warp, after the warpgroups (alignment) */
-constexpr int kStages = 2;              /* K/V double buffering */
+constexpr int kThreads = kConsumerThreads + 128; /* + the producer warpgroup (setmaxnreg needs a whole one) */
+constexpr int kProducerWarp = kConsumerThreads / 32; /* the first warp of the producer warpgroup */
+/* setmaxnreg split of the 384-thread CTA (__launch_bounds__(384, 1): every thread starts at 168) */
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * 168,
+              "the setmaxnreg split must fit in what the CTA was launched with");
+constexpr int kFwdStages = ATTN_HOPPER_FWD_STAGES; /* K/V stages of production (the lab also times 3) */
 constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
 constexpr int kSwizzleRowBytes = 128;
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes; /* 8 rows x 128 B: the repeat of the 128B swizzle */
 constexpr int kWgmmaK = 16;             /* k of every bf16 wgmma */
 constexpr int kPvSteps = kBlockK / kWgmmaK;
+constexpr int kSRegs = kBlockK / 2;     /* S accumulator: 64 x kBlockK FP32 over 128 threads */
 constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO ("assumed 1", i.e. 16 bytes) */
 constexpr size_t kTmaAlignBytes = 16;   /* global address alignment TMA requires */
+constexpr int kMaxDynamicSmem = 227 * 1024; /* sm_90's per-block opt-in limit */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kBlockQ == kBlockK, "one tensor map (one box shape) serves Q, K and V tiles");
 
 /* Shared-memory plan of one CTA (byte offsets from a 1024-byte aligned base). Every tile (Q; K and V of
    each stage) is kBlockK rows x HS BF16, stored as HS/64 chunks of [kBlockK rows][128 bytes], swizzled. */
-template <int HS>
+template <int HS, int STAGES>
 struct SmemPlan {
     static constexpr int kChunks = HS / kChunkCols;
     static constexpr int kChunkBytes = kBlockK * kSwizzleRowBytes;
     static constexpr int kTileBytes = kChunks * kChunkBytes;
     static constexpr int kQ = 0;
-    static constexpr int kK = kQ + kTileBytes;           /* kStages tiles */
-    static constexpr int kV = kK + kStages * kTileBytes; /* kStages tiles */
-    static constexpr int kBarriers = kV + kStages * kTileBytes;
-    static constexpr int kNumBarriers = 1 + 2 * kStages; /* q_full, full[stages], empty[stages] */
+    static constexpr int kK = kQ + kTileBytes;          /* STAGES tiles */
+    static constexpr int kV = kK + STAGES * kTileBytes; /* STAGES tiles */
+    static constexpr int kBarriers = kV + STAGES * kTileBytes;
+    static constexpr int kNumBarriers = 1 + 4 * STAGES; /* q_full, full_k, empty_k, full_v, empty_v [STAGES] */
     static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
     static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
     static_assert(kChunkBytes % kSwizzleAtomBytes == 0, "tiles must stay 1024-byte aligned");
+    static_assert(kAlloc <= kMaxDynamicSmem, "Q + STAGES x (K + V) tiles must fit in 227 KB of shared memory");
 };
 
 /* ---- the two GEMMs of one key tile, per warpgroup (shared by the kernel and the layout probe) ---- */
 
-/* S = Q K^T for the warpgroup's 64 query rows x kBlockK keys: HS/16 k-steps. q_addr, k_addr: shared
-   addresses of the warpgroup's first Q row and of the K tile (chunked, swizzled, 1024-aligned). k-step kk
-   reads bytes 32 (kk % 4) .. +31 of the 128-byte rows of chunk kk / 4. S is written, not accumulated. */
+/* Issues S = Q K^T for the warpgroup's 64 query rows x kBlockK keys: HS/16 k-steps, no fence, commit or
+   wait (the caller's). q_addr, k_addr: shared addresses of the warpgroup's first Q row and of the K tile
+   (chunked, swizzled, 1024-aligned). k-step kk reads bytes 32 (kk % 4) .. +31 of the 128-byte rows of
+   chunk kk / 4. sacc must hold zeros (the wgmma accumulates). */
 template <int HS>
-__device__ __forceinline__ void warpgroup_qk(float (&sacc)[kBlockK / 2], uint32_t q_addr, uint32_t k_addr) {
-    constexpr int kChunkBytes = SmemPlan<HS>::kChunkBytes;
+__device__ __forceinline__ void issue_qk(float (&sacc)[kSRegs], uint32_t q_addr, uint32_t k_addr) {
+    constexpr int kChunkBytes = kBlockK * kSwizzleRowBytes;
     constexpr int kKStepsPerChunk = kChunkCols / kWgmmaK; /* 4 k-steps of 32 bytes in a 128-byte row */
-#pragma unroll
-    for (int i = 0; i < kBlockK / 2; i++) sacc[i] = 0.f;
-    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HS / kWgmmaK; kk++) {
         const uint32_t off = (kk / kKStepsPerChunk) * kChunkBytes + (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
         wgmma_m64n128k16_ss(sacc, make_smem_desc(q_addr + off, kUnusedLbo, kSwizzleAtomBytes),
                             make_smem_desc(k_addr + off, kUnusedLbo, kSwizzleAtomBytes));
     }
+}
+/* Zeroes S, pinned before the coming wgmma_fence (else the compiler may sink the moves past it and ptxas
+   has to serialise the wgmmas). */
+__device__ __forceinline__ void zero_scores(float (&sacc)[kSRegs]) {
+#pragma unroll
+    for (int i = 0; i < kSRegs; i++) sacc[i] = 0.f;
+    reg_fence(sacc);
+}
+/* S = Q K^T, waited for (the layout probe and tile 0 of the kernel). */
+template <int HS>
+__device__ __forceinline__ void warpgroup_qk(float (&sacc)[kSRegs], uint32_t q_addr, uint32_t k_addr) {
+    zero_scores(sacc);
+    wgmma_fence();
+    issue_qk<HS>(sacc, q_addr, k_addr);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(sacc);
 }
 
-/* The register A operand of O += P V from the S accumulator, rounded to BF16: k-step kk takes S columns
-   16kk..16kk+15 = accumulator registers 8kk..8kk+7 (hopper_wgmma.cuh, "Register fragments"). With
-   residual, the operand is bf(x - bf(x)) instead (fp32 mode's second term). */
+/* The register A operand(s) of O += P V from the S accumulator (holding e), rounded to BF16: k-step kk
+   takes S columns 16kk..16kk+15 = accumulator registers 8kk..8kk+7 (hopper_wgmma.cuh, "Register
+   fragments"). Term 0 is bf(e); fp32 mode has a term 1, bf(e - bf(e)). */
+template <int MODE>
+struct POperand {
+    static constexpr int kTerms = (MODE == ATTN_FP32) ? 2 : 1;
+    uint32_t a[kTerms][kPvSteps][4];
+};
 template <bool kResidual>
 __device__ __forceinline__ uint32_t pack_p_pair(float lo, float hi) {
     if (kResidual) {
@@ -114,7 +163,7 @@ __device__ __forceinline__ uint32_t pack_p_pair(float lo, float hi) {
     return pack_bf16x2(lo, hi);
 }
 template <bool kResidual>
-__device__ __forceinline__ void pack_p_operand(uint32_t (&pa)[kPvSteps][4], const float (&sacc)[kBlockK / 2]) {
+__device__ __forceinline__ void pack_p_operand(uint32_t (&pa)[kPvSteps][4], const float (&sacc)[kSRegs]) {
 #pragma unroll
     for (int kk = 0; kk < kPvSteps; kk++) {
         pa[kk][0] = pack_p_pair<kResidual>(sacc[8 * kk + 0], sacc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
@@ -123,37 +172,112 @@ __device__ __forceinline__ void pack_p_operand(uint32_t (&pa)[kPvSteps][4], cons
         pa[kk][3] = pack_p_pair<kResidual>(sacc[8 * kk + 6], sacc[8 * kk + 7]); /* row g+8, cols 2t+8, 2t+9 */
     }
 }
+template <int MODE>
+__device__ __forceinline__ void pack_p(POperand<MODE>& p, const float (&sacc)[kSRegs]) {
+    pack_p_operand<false>(p.a[0], sacc);
+    if constexpr (POperand<MODE>::kTerms == 2) pack_p_operand<true>(p.a[1], sacc);
+}
 
-/* O += P V: kPvSteps k-steps of 16 keys, each 16 rows (2048 bytes) further into the V tile at v_addr.
-   The caller has touched o (rescale) and pa since the last wgmma: the fence orders that first. */
+/* Issues O += P V (every term, term 0 first): kPvSteps k-steps of 16 keys each, each 16 rows (2048 bytes)
+   further into the V tile at v_addr. No fence, commit or wait (the caller's). */
 template <int HS>
 __device__ __forceinline__ void issue_pv(float (&o)[HS / 2], const uint32_t (&pa)[kPvSteps][4], uint32_t v_addr) {
+    constexpr int kChunkBytes = kBlockK * kSwizzleRowBytes; /* LBO: from one 64-column block of V to the next */
 #pragma unroll
     for (int kk = 0; kk < kPvSteps; kk++)
-        wgmma_pv(o, pa[kk], make_smem_desc(v_addr + kk * kWgmmaK * kSwizzleRowBytes, SmemPlan<HS>::kChunkBytes,
-                                           kSwizzleAtomBytes));
+        wgmma_pv(o, pa[kk], make_smem_desc(v_addr + kk * kWgmmaK * kSwizzleRowBytes, kChunkBytes, kSwizzleAtomBytes));
+}
+template <int HS, int MODE>
+__device__ __forceinline__ void issue_pv_terms(float (&o)[HS / 2], const POperand<MODE>& p, uint32_t v_addr) {
+#pragma unroll
+    for (int term = 0; term < POperand<MODE>::kTerms; term++) issue_pv<HS>(o, p.a[term], v_addr);
+}
+/* After the wait that retired the P V GEMM: O may be read, and the A registers stay live (unchanged) up to
+   here, so the compiler cannot hand them to other values while the tensor core still reads them. */
+template <int HS, int MODE>
+__device__ __forceinline__ void pv_retired(float (&o)[HS / 2], POperand<MODE>& p) {
+    reg_fence(o);
+#pragma unroll
+    for (int term = 0; term < POperand<MODE>::kTerms; term++) reg_fence(p.a[term]);
+}
+
+/* Online softmax of one key tile (attention_cuda.cu's forward, operation for operation), on the FP32 S
+   accumulator in place (S -> e): the mask (if `masked`: key j visible to query i iff j <= i, which also
+   hides keys >= T), the row max, alpha = exp2((m_old - m_new) c), e, l = l alpha + sum e, m = m_new.
+   O's rescale by alpha is the caller's (rescale_o), after the previous tile's P V has retired. key0: the
+   tile's first key; row0: this thread's first query row (the second is row0 + 8). Every row sees key 0
+   in tile 0, so m_new is finite from the first tile on. */
+template <int MODE>
+__device__ __forceinline__ void softmax_tile(float (&sacc)[kSRegs], float (&m_run)[2], float (&l_part)[2],
+                                             float (&alpha)[2], bool masked, int key0, int row0, int t, float c) {
+    if (masked) {
+#pragma unroll
+        for (int j = 0; j < kBlockK / 8; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    if (key0 + 8 * j + 2 * t + e > row0 + 8 * r) sacc[4 * j + 2 * r + e] = -INFINITY;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kBlockK / 8; j++) mx = fmaxf(mx, fmaxf(sacc[4 * j + 2 * r], sacc[4 * j + 2 * r + 1]));
+        mx = quad_max(mx);
+        const float m_new = fmaxf(m_run[r], mx);
+        alpha[r] = exp2f((m_run[r] - m_new) * c); /* 0 on the first tile */
+        const float m_c = m_new * c;              /* fl(m * c), bf16 mode */
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kBlockK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float sc = sacc[4 * j + 2 * r + e];
+                const float x = (MODE == ATTN_BF16) ? __fmaf_rn(sc, c, -m_c) : (sc - m_new) * c;
+                const float p = exp2f(x);
+                sacc[4 * j + 2 * r + e] = p;
+                sum += p;
+            }
+        l_part[r] = l_part[r] * alpha[r] + sum;
+        m_run[r] = m_new;
+    }
 }
 template <int HS>
-__device__ __forceinline__ void warpgroup_pv(float (&o)[HS / 2], uint32_t (&pa)[kPvSteps][4], uint32_t v_addr) {
-    wgmma_fence();
-    issue_pv<HS>(o, pa, v_addr);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(o);
-    reg_fence(pa); /* keeps the A registers live (unchanged) until the wgmmas that read them are done */
+__device__ __forceinline__ void rescale_o(float (&o)[HS / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            o[4 * n + 2 * r] *= alpha[r];
+            o[4 * n + 2 * r + 1] *= alpha[r];
+        }
+}
+
+/* Producer: one K or V tile (index j) into its stage, after the consumers released the tile j - STAGES
+   that last used it (its release completed phase j / STAGES - 1 of empty[s]). */
+template <int HS, int STAGES>
+__device__ __forceinline__ void produce_tile(unsigned char* tiles, uint64_t* full, uint64_t* empty,
+                                             const CUtensorMap* map, int j, int slot, int NH, int h, int b) {
+    using Plan = SmemPlan<HS, STAGES>;
+    const int s = j % STAGES;
+    if (j >= STAGES) mbar_wait(&empty[s], (uint32_t)((j / STAGES - 1) & 1));
+    mbar_arrive_expect_tx(&full[s], Plan::kTileBytes);
+    for (int ch = 0; ch < Plan::kChunks; ch++)
+        tma_load_4d(tiles + s * Plan::kTileBytes + ch * Plan::kChunkBytes, map, &full[s], ch * kChunkCols,
+                    slot * NH + h, j * kBlockK, b);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
 /* the kernel                                                                                        */
 /* ------------------------------------------------------------------------------------------------ */
-template <int HS, int MODE>
+template <int HS, int MODE, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_fwd_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16* __restrict__ out, float* __restrict__ stats,
                       int NH, int T, float scale, float c) {
-    using Plan = SmemPlan<HS>;
-    constexpr int kChunks = Plan::kChunks, kChunkBytes = Plan::kChunkBytes, kTileBytes = Plan::kTileBytes;
-    constexpr int kSRegs = kBlockK / 2; /* S accumulator: 64 x kBlockK FP32 over 128 threads */
-    constexpr int kORegs = HS / 2;      /* O accumulator: 64 x HS */
+    using Plan = SmemPlan<HS, STAGES>;
+    constexpr int kTileBytes = Plan::kTileBytes;
+    constexpr int kORegs = HS / 2; /* O accumulator: 64 x HS */
 
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = aligned_smem_base(smem_raw);
@@ -161,8 +285,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned char* k_s = smem + Plan::kK;
     unsigned char* v_s = smem + Plan::kV;
     uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
-    uint64_t* full = q_full + 1;
-    uint64_t* empty = full + kStages;
+    uint64_t* full_k = q_full + 1;
+    uint64_t* empty_k = full_k + STAGES;
+    uint64_t* full_v = empty_k + STAGES;
+    uint64_t* empty_v = full_v + STAGES;
 
     const AttnTileOrder order = attn_tile_longest_first(); /* longest rows first, over all heads */
     const int q_tile = gridDim.x - 1 - order.rank;
@@ -172,116 +298,99 @@ __global__ void __launch_bounds__(kThreads, 1)
        (kBlockQ == kBlockK and q0 is a multiple of both), so it is the only one that needs the mask */
     const int n_key_tiles = (min(q0 + kBlockQ, T) - 1) / kBlockK + 1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
 
     if (threadIdx.x == 0) {
-        init_pipeline_barriers<kStages>(q_full, full, empty, 1, kConsumerThreads);
+        /* full_*: the producer's arrive.expect_tx + the TMA bytes; empty_*: every consumer thread */
+        init_pipeline_barriers<STAGES>(q_full, full_k, empty_k, 1, kConsumerThreads);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full_v[s], 1);
+            mbar_init(&empty_v[s], kConsumerThreads);
+        }
+        mbar_init_fence();
+        fence_proxy_async();
     }
     __syncthreads();
 
-    if (warp == kConsumerThreads / 32) {
-        /* ---- producer warp: one lane issues every copy ---- */
-        if (lane == 0) {
+    if (warpgroup == kConsumerWarpgroups) {
+        setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
+        /* ---- producer: one lane of its first warp issues every copy, in the order the consumers need
+           them (iteration kt reads K(kt) and V(kt - 1)); warps 9-11 have no work ---- */
+        if (warp == kProducerWarp && lane == 0) {
             mbar_arrive_expect_tx(q_full, kTileBytes);
-            for (int ch = 0; ch < kChunks; ch++)
-                tma_load_4d(q_s + ch * kChunkBytes, &qkv_map, q_full, ch * kChunkCols, kSlotQ * NH + h, q0, b);
-            for (int kt = 0; kt < n_key_tiles; kt++) {
-                const int s = kt % kStages;
-                /* reuse of stage s: wait until the consumers released the tile of kt - kStages (its
-                   release completed phase kt / kStages - 1 of empty[s]) */
-                if (kt >= kStages) mbar_wait(&empty[s], (uint32_t)((kt / kStages - 1) & 1));
-                mbar_arrive_expect_tx(&full[s], 2 * kTileBytes);
-                for (int ch = 0; ch < kChunks; ch++) {
-                    tma_load_4d(k_s + s * kTileBytes + ch * kChunkBytes, &qkv_map, &full[s], ch * kChunkCols,
-                                kSlotK * NH + h, kt * kBlockK, b);
-                    tma_load_4d(v_s + s * kTileBytes + ch * kChunkBytes, &qkv_map, &full[s], ch * kChunkCols,
-                                kSlotV * NH + h, kt * kBlockK, b);
-                }
+            for (int ch = 0; ch < Plan::kChunks; ch++)
+                tma_load_4d(q_s + ch * Plan::kChunkBytes, &qkv_map, q_full, ch * kChunkCols, kSlotQ * NH + h, q0, b);
+            produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, 0, kSlotK, NH, h, b);
+            for (int kt = 1; kt < n_key_tiles; kt++) {
+                produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, kt, kSlotK, NH, h, b);
+                produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, kt - 1, kSlotV, NH, h, b);
             }
+            produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, n_key_tiles - 1, kSlotV, NH, h, b);
         }
         return; /* no block-wide barrier follows */
     }
+    setmaxnreg_inc<kConsumerRegs>();
 
     /* ---- consumer warpgroups: wg owns query rows q0 + 64 wg .. +63; this thread rows row0, row0 + 8 ---- */
-    const int wg = warp / 4, g = lane >> 2, t = lane & 3;
+    const int wg = warpgroup, g = lane >> 2, t = lane & 3;
     const int row0 = q0 + wg * kWarpgroupRows + (warp % 4) * 16 + g;
     float o[kORegs];
 #pragma unroll
     for (int i = 0; i < kORegs; i++) o[i] = 0.f;
     float m_run[2] = {-INFINITY, -INFINITY};
     float l_part[2] = {0.f, 0.f}; /* this lane's part of the row sums (quad-summed at the end) */
+    float alpha[2];
+    float sacc[kSRegs];
+    POperand<MODE> p; /* bf(e) of the previous tile (fp32: + its residual), the A operand of its P V */
 
     /* this warpgroup's 64 rows of the Q tile start 64 rows into each chunk (8 KB: 1024-aligned) */
     const uint32_t q_addr = smem_u32(q_s) + wg * kWarpgroupRows * kSwizzleRowBytes;
+    const uint32_t k_base = smem_u32(k_s), v_base = smem_u32(v_s);
     mbar_wait(q_full, 0);
-    __syncwarp(); /* lanes leave the polling loop at different times: reconverge for the .aligned wgmma */
 
-    for (int kt = 0; kt < n_key_tiles; kt++) {
-        const int s = kt % kStages;
-        mbar_wait(&full[s], (uint32_t)((kt / kStages) & 1));
+    /* tile 0: S alone (there is no previous P V to overlap with) */
+    mbar_wait(&full_k[0], 0);
+    __syncwarp(); /* lanes leave the polling loops at different times: reconverge for the .aligned wgmma */
+    warpgroup_qk<HS>(sacc, q_addr, k_base);
+    mbar_arrive(&empty_k[0]); /* this thread no longer reads K(0) */
+    softmax_tile<MODE>(sacc, m_run, l_part, alpha, n_key_tiles == 1, 0, row0, t, c);
+    rescale_o<HS>(o, alpha); /* O is 0 and alpha 0: kept so that O sees every operation the old loop did */
+    pack_p<MODE>(p, sacc);
+
+    for (int kt = 1; kt < n_key_tiles; kt++) {
+        const int s = kt % STAGES, sv = (kt - 1) % STAGES; /* K(kt)'s stage, V(kt - 1)'s stage */
+        mbar_wait(&full_k[s], (uint32_t)((kt / STAGES) & 1));
+        mbar_wait(&full_v[sv], (uint32_t)(((kt - 1) / STAGES) & 1));
         __syncwarp();
-        const uint32_t k_addr = smem_u32(k_s + s * kTileBytes), v_addr = smem_u32(v_s + s * kTileBytes);
+        zero_scores(sacc);
+        wgmma_fence(); /* orders the rescale of O, the packing of P and the zeroing of S before the wgmmas */
+        issue_qk<HS>(sacc, q_addr, k_base + s * kTileBytes);
+        wgmma_commit();
+        issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes); /* O += P(kt-1) V(kt-1) */
+        wgmma_commit();
+        wgmma_wait<1>(); /* S(kt) is in (groups retire in order); P V(kt - 1) may still run */
+        reg_fence(sacc);
+        mbar_arrive(&empty_k[s]);
+        softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_key_tiles - 1, kt * kBlockK, row0, t, c);
+        wgmma_wait<0>();
+        pv_retired<HS, MODE>(o, p);
+        mbar_arrive(&empty_v[sv]);
+        rescale_o<HS>(o, alpha);
+        pack_p<MODE>(p, sacc);
+    }
 
-        float sacc[kSRegs];
-        warpgroup_qk<HS>(sacc, q_addr, k_addr);
-
-        if (kt == n_key_tiles - 1) { /* key j visible to query i iff j <= i (also hides keys >= T) */
-#pragma unroll
-            for (int j = 0; j < kBlockK / 8; j++)
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++)
-                        if (kt * kBlockK + 8 * j + 2 * t + e > row0 + 8 * r) sacc[4 * j + 2 * r + e] = -INFINITY;
-        }
-        /* online softmax (attention_cuda.cu's forward, operation for operation); every row sees key 0
-           in tile 0, so m_new is finite from the first tile on */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < kBlockK / 8; j++) mx = fmaxf(mx, fmaxf(sacc[4 * j + 2 * r], sacc[4 * j + 2 * r + 1]));
-            mx = quad_max(mx);
-            const float m_new = fmaxf(m_run[r], mx);
-            const float alpha = exp2f((m_run[r] - m_new) * c); /* 0 on the first tile */
-            const float m_c = m_new * c;                       /* fl(m * c), bf16 mode */
-            float sum = 0.f;
-#pragma unroll
-            for (int j = 0; j < kBlockK / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const float sc = sacc[4 * j + 2 * r + e];
-                    const float x = (MODE == ATTN_BF16) ? __fmaf_rn(sc, c, -m_c) : (sc - m_new) * c;
-                    const float p = exp2f(x);
-                    sacc[4 * j + 2 * r + e] = p;
-                    sum += p;
-                }
-            l_part[r] = l_part[r] * alpha + sum;
-            m_run[r] = m_new;
-#pragma unroll
-            for (int n = 0; n < HS / 8; n++) {
-                o[4 * n + 2 * r] *= alpha;
-                o[4 * n + 2 * r + 1] *= alpha;
-            }
-        }
-        /* O += bf(e) V (fp32 mode: + bf(e - bf(e)) V), bf(e) from registers */
-        if constexpr (MODE == ATTN_FP32) {
-            uint32_t pa[kPvSteps][4], pa_lo[kPvSteps][4];
-            pack_p_operand<false>(pa, sacc);
-            pack_p_operand<true>(pa_lo, sacc);
-            wgmma_fence();
-            issue_pv<HS>(o, pa, v_addr);
-            issue_pv<HS>(o, pa_lo, v_addr);
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence(o);
-            reg_fence(pa);
-            reg_fence(pa_lo);
-        } else {
-            uint32_t pa[kPvSteps][4];
-            pack_p_operand<false>(pa, sacc);
-            warpgroup_pv<HS>(o, pa, v_addr);
-        }
-        mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
+    /* the last tile's P V */
+    {
+        const int kt = n_key_tiles - 1, sv = kt % STAGES;
+        mbar_wait(&full_v[sv], (uint32_t)((kt / STAGES) & 1));
+        __syncwarp();
+        wgmma_fence();
+        issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes);
+        wgmma_commit();
+        wgmma_wait<0>();
+        pv_retired<HS, MODE>(o, p);
+        mbar_arrive(&empty_v[sv]); /* nobody waits for it; kept so every stage use is released */
     }
 
     /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
@@ -310,7 +419,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 /* Layout probe: one CTA, the two consumer warpgroups, one tile of everything at token 0 of batch 0: the
    TMA copies (slot, head, zero fill past T), S = Q K^T by warpgroup_qk, written out through the assumed
-   accumulator mapping, and O = bf(S) V by pack_p_operand + warpgroup_pv (no softmax). The host checks
+   accumulator mapping, and O = bf(S) V by pack_p_operand + issue_pv (no softmax). The host checks
    both against plain loops, so a failure says which assumption is wrong: S wrong -> the TMA map, the
    K-major descriptors/swizzle or the accumulator mapping; S right and O wrong -> the N-major V
    descriptor or the register-A mapping. */
@@ -318,7 +427,7 @@ template <int HS>
 __global__ void __launch_bounds__(kConsumerThreads, 1)
     layout_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, int NH, int head, float* __restrict__ s_out,
                         float* __restrict__ o_out) {
-    using Plan = SmemPlan<HS>;
+    using Plan = SmemPlan<HS, kFwdStages>;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = aligned_smem_base(smem_raw);
     uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
@@ -340,7 +449,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     __syncwarp();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp / 4, g = lane >> 2, t = lane & 3;
     const int row0 = wg * kWarpgroupRows + (warp % 4) * 16 + g;
-    float sacc[kBlockK / 2];
+    float sacc[kSRegs];
     warpgroup_qk<HS>(sacc, smem_u32(smem + Plan::kQ) + wg * kWarpgroupRows * kSwizzleRowBytes,
                      smem_u32(smem + Plan::kK));
 #pragma unroll
@@ -354,7 +463,12 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     float o[HS / 2];
 #pragma unroll
     for (int i = 0; i < HS / 2; i++) o[i] = 0.f;
-    warpgroup_pv<HS>(o, pa, smem_u32(smem + Plan::kV));
+    wgmma_fence();
+    issue_pv<HS>(o, pa, smem_u32(smem + Plan::kV));
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(o);
+    reg_fence(pa);
 #pragma unroll
     for (int n = 0; n < HS / 8; n++)
 #pragma unroll
@@ -373,25 +487,43 @@ CUtensorMap make_qkv_map(const bf16* qkv, AttnShape s) {
     return encode_head_map(qkv, s, 3 * s.NH, kBlockK, "attention (Hopper)", "qkv");
 }
 
-template <int HS, int MODE>
+template <int HS, int MODE, int STAGES>
 void hopper_fwd_launch(const CUtensorMap& map, AttnShape s, bf16* out, float* stats, cudaStream_t stream) {
-    constexpr int smem = SmemPlan<HS>::kAlloc;
-    cudaCheck(cudaFuncSetAttribute(hopper_fwd_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    constexpr int smem = SmemPlan<HS, STAGES>::kAlloc;
+    cudaCheck(cudaFuncSetAttribute(hopper_fwd_kernel<HS, MODE, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   smem));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
-    hopper_fwd_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(map, out, stats, s.NH, s.T, attn_softmax_scale(HS),
-                                                                   attn_exp2_scale(HS));
+    hopper_fwd_kernel<HS, MODE, STAGES><<<grid, kThreads, smem, stream>>>(map, out, stats, s.NH, s.T,
+                                                                          attn_softmax_scale(HS), attn_exp2_scale(HS));
     cudaCheckLastError();
 }
 
-template <int HS>
+template <int HS, int STAGES>
 void hopper_fwd_dispatch_mode(AttnMode mode, const CUtensorMap& map, AttnShape s, bf16* out, float* stats,
                               cudaStream_t stream) {
     switch (mode) {
-        case ATTN_FP32: hopper_fwd_launch<HS, ATTN_FP32>(map, s, out, stats, stream); break;
-        case ATTN_BF16: hopper_fwd_launch<HS, ATTN_BF16>(map, s, out, stats, stream); break;
-        case ATTN_REPAIR: hopper_fwd_launch<HS, ATTN_REPAIR>(map, s, out, stats, stream); break;
-        case ATTN_GPROJ: hopper_fwd_launch<HS, ATTN_GPROJ>(map, s, out, stats, stream); break;
+        case ATTN_FP32: hopper_fwd_launch<HS, ATTN_FP32, STAGES>(map, s, out, stats, stream); break;
+        case ATTN_BF16: hopper_fwd_launch<HS, ATTN_BF16, STAGES>(map, s, out, stats, stream); break;
+        case ATTN_REPAIR: hopper_fwd_launch<HS, ATTN_REPAIR, STAGES>(map, s, out, stats, stream); break;
+        case ATTN_GPROJ: hopper_fwd_launch<HS, ATTN_GPROJ, STAGES>(map, s, out, stats, stream); break;
         default: die("attention_forward_hopper: invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
+    }
+}
+
+template <int STAGES>
+void hopper_fwd_dispatch(AttnMode mode, const CUtensorMap& map, AttnShape s, bf16* out, float* stats,
+                         cudaStream_t stream) {
+    if (s.HS == 64) hopper_fwd_dispatch_mode<64, STAGES>(mode, map, s, out, stats, stream);
+    else hopper_fwd_dispatch_mode<128, STAGES>(mode, map, s, out, stats, stream);
+}
+
+void check_supported(const char* who, AttnMode mode, AttnShape s, const void* qkv) {
+    const AttnOptions no_options = {};
+    if (!attention_hopper_fwd_supports(mode, no_options, s, qkv)) {
+        die("%s: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p)\n"
+            "  hint: head size 64 or 128, B*NH <= 65535, qkv 16-byte aligned; use attention_forward_cuda, which "
+            "falls back to the portable kernel", who, (int)mode >= 0 && mode < ATTN_NUM_MODES ? attn_mode_name(mode) : "?",
+            s.B, s.NH, s.T, s.HS, qkv);
     }
 }
 
@@ -407,16 +539,17 @@ int attention_hopper_fwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, c
 
 void attention_forward_hopper(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, __nv_bfloat16* out, float* stats,
                               cudaStream_t stream) {
-    const AttnOptions no_options = {};
-    if (!attention_hopper_fwd_supports(mode, no_options, s, qkv)) {
-        die("attention_forward_hopper: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p)\n"
-            "  hint: head size 64 or 128, B*NH <= 65535, qkv 16-byte aligned; use attention_forward_cuda, which "
-            "falls back to the portable kernel", (int)mode >= 0 && mode < ATTN_NUM_MODES ? attn_mode_name(mode) : "?",
-            s.B, s.NH, s.T, s.HS, (const void*)qkv);
-    }
+    check_supported("attention_forward_hopper", mode, s, qkv);
+    hopper_fwd_dispatch<kFwdStages>(mode, make_qkv_map(qkv, s), s, out, stats, stream);
+}
+
+void attention_forward_hopper_stages(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, __nv_bfloat16* out,
+                                     float* stats, int stages, cudaStream_t stream) {
+    check_supported("attention_forward_hopper_stages", mode, s, qkv);
     const CUtensorMap map = make_qkv_map(qkv, s);
-    if (s.HS == 64) hopper_fwd_dispatch_mode<64>(mode, map, s, out, stats, stream);
-    else hopper_fwd_dispatch_mode<128>(mode, map, s, out, stats, stream);
+    if (stages == 2) hopper_fwd_dispatch<2>(mode, map, s, out, stats, stream);
+    else if (stages == 3) hopper_fwd_dispatch<3>(mode, map, s, out, stats, stream);
+    else die("attention_forward_hopper_stages: %d K/V stages (hint: 2 or 3; production uses %d)", stages, kFwdStages);
 }
 
 void attention_hopper_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, float* s_tile, float* o_tile) {
@@ -426,13 +559,13 @@ void attention_hopper_layout_probe(AttnShape s, int head, const __nv_bfloat16* q
     }
     const CUtensorMap map = make_qkv_map(qkv, s);
     if (s.HS == 64) {
-        cudaCheck(cudaFuncSetAttribute(layout_probe_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       SmemPlan<64>::kAlloc));
-        layout_probe_kernel<64><<<1, kConsumerThreads, SmemPlan<64>::kAlloc>>>(map, s.NH, head, s_tile, o_tile);
+        constexpr int smem = SmemPlan<64, kFwdStages>::kAlloc;
+        cudaCheck(cudaFuncSetAttribute(layout_probe_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        layout_probe_kernel<64><<<1, kConsumerThreads, smem>>>(map, s.NH, head, s_tile, o_tile);
     } else {
-        cudaCheck(cudaFuncSetAttribute(layout_probe_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       SmemPlan<128>::kAlloc));
-        layout_probe_kernel<128><<<1, kConsumerThreads, SmemPlan<128>::kAlloc>>>(map, s.NH, head, s_tile, o_tile);
+        constexpr int smem = SmemPlan<128, kFwdStages>::kAlloc;
+        cudaCheck(cudaFuncSetAttribute(layout_probe_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        layout_probe_kernel<128><<<1, kConsumerThreads, smem>>>(map, s.NH, head, s_tile, o_tile);
     }
     cudaCheckLastError();
 }
