@@ -104,11 +104,15 @@ $(BUILD)/dev/attention_lab/attention_lab.cu.o: dev/attention_lab/attention_lab.c
 $(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_lab.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 
-# Lab of the production Hopper forward (attention/attention_hopper.cu): its layout probe, then every mode
-# against the portable mma.sync forward, checked and timed; a lab, so in no test target. Host code only
-# (the kernels are in the library), so it builds for any NVCC_ARCH; it refuses to run off sm_90.
+# Lab of the production Hopper forward (attention/attention_hopper.cu): its layout probe, the production
+# forward bit for bit against v0 (a copy of the kernel before the intra-warpgroup overlap,
+# hopper_fwd_v0.cuh), every mode against the portable mma.sync forward, checked and timed; a lab, so in
+# no test target. v0's kernel is compiled into the lab, so its object is sm_90a only (as the library's
+# Hopper objects); it refuses to run off sm_90.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_fwd
-$(BUILD)/dev/attention_lab/hopper_fwd.cu.o: dev/attention_lab/hopper_fwd.cu dev/attention_lab/hopper_lab.cuh attention/attention_cuda.cuh \
+$(BUILD)/dev/attention_lab/hopper_fwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/dev/attention_lab/hopper_fwd.cu.o: dev/attention_lab/hopper_fwd.cu dev/attention_lab/hopper_lab.cuh \
+        dev/attention_lab/hopper_fwd_v0.cuh attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention_cuda.cuh \
         attention/attention_hopper.cuh attention/attention.h attention/attn_cases.h tests/testing.h \
         common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_fwd: $(BUILD)/dev/attention_lab/hopper_fwd.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)

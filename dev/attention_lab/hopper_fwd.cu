@@ -1,23 +1,42 @@
 /*
  * dev/attention_lab/hopper_fwd.cu - the lab of the production Hopper (sm_90a) attention forward
- * (attention/attention_hopper.cu: wgmma + TMA + a producer warp and two consumer warpgroups): its layout
- * probe, then every mode it serves against the portable mma.sync forward (attention_forward_cuda with
- * AttnOptions.force_portable = 1) on the same inputs, element by element, and both timed side by side.
+ * (attention/attention_hopper.cu: wgmma + TMA, a producer warpgroup and two consumer warpgroups): its layout
+ * probe; the production forward against "v0", a copy of the kernel before the intra-warpgroup overlap
+ * (dev/attention_lab/hopper_fwd_v0.cuh), BIT FOR BIT; every mode against the portable mma.sync forward
+ * (attention_forward_cuda with AttnOptions.force_portable = 1), element by element; and the variants timed
+ * side by side.
  *
  * History: written here as a bf16-only prototype, first run on an H200 on 2026-11-29
  * (dev/results/device_s4/call1/hopper_fwd.log: layout probe exact for both head sizes, 69 passed,
  * 0 failed, within 2.5 BF16 ulps of the row scale, LSE within 2e-7; 1.33x (B8 H16 T1024 d64) and 1.51x
  * (B4 H16 T2048 d64) faster than the mma.sync forward). The kernel then moved into the attention library
  * (one copy, all modes but repair's tile-max-shift arm); this lab calls it through
- * attention/attention_hopper.cuh. docs/attention_kernels.md, "Hopper forward", has the numbers.
+ * attention/attention_hopper.cuh. Session 6 (engineer F) added FlashAttention-3's intra-warpgroup overlap
+ * to it (S(kt) issued with P(kt-1) V(kt-1); separate K and V barriers; setmaxnreg) and here the v0 copy,
+ * the bit-identity checks and the v0 / 2-stage / 3-stage timing. docs/attention_kernels.md, "Hopper
+ * forward", has the numbers.
  *
- * What is compared: the two kernels round e to BF16 at different running maxima (key tiles of 64 there,
- * 128 here) and sum in different orders, so O should agree to about one BF16 ulp of its row's scale
- * (tolerance 4); stats to FP32 level: bf16 LSE within 1e-5 relative to 1 + |LSE|; the other modes m (the
- * same row max, up to the last bits of S) within 1e-5 of 1 + |m| and l within 1e-5 relative.
+ * Variants (the "vN" of the output): v0 = git 55d0434's kernel (sequential per tile, 288 threads);
+ * v1 = production (attention_forward_hopper: overlap, ATTN_HOPPER_FWD_STAGES = 2 stages);
+ * v1s3 = the same kernel with 3 K/V stages (attention_forward_hopper_stages), the alternative to time.
+ *
+ * What is compared:
+ * - v1 and v1s3 vs v0: every O element and both stats floats bit-identical (the overlap keeps the exact
+ *   sequence of operations on O, m and l), every mode x HS 64/128 x T in {1, 77, 128, 129, 1000, 1024,
+ *   2048} at B2 NH3, a sharp (q x8) case per head size, and again at the timing shapes. The v0 outputs
+ *   are poisoned with 0xFF bytes (NaN), the others with 0x7F bytes (finite), so an element either kernel
+ *   leaves unwritten cannot compare equal.
+ * - production vs portable: the two kernels round e to BF16 at different running maxima (key tiles of 64
+ *   there, 128 here) and sum in different orders, so O should agree to about one BF16 ulp of its row's
+ *   scale (tolerance 4); stats to FP32 level: bf16 LSE within 1e-5 relative to 1 + |LSE|; the other modes
+ *   m (the same row max, up to the last bits of S) within 1e-5 of 1 + |m| and l within 1e-5 relative.
  *
  * The program runs the layout probe first (one tile of S = Q K^T and O = bf(S) V through the kernel's own
  * GEMM helpers, against host loops), so that a layout mistake is named before the attention checks fail.
+ * Hangs: the forward's mbarrier waits are bounded by construction (a finite number of copies/arrivals
+ * completes each phase), so a hang is a protocol bug (parity, byte count, arrival count); every launch here
+ * is waited for at most kHangSeconds, after which the lab prints a FAIL line naming the variant and shape,
+ * its summary line, and exits (the lead runs it under timeout as well).
  *
  * Usage: hopper_fwd   (no arguments; needs an sm_90 GPU: H100/H200). Ends with "N passed, N failed".
  */
@@ -26,6 +45,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
@@ -36,13 +57,175 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/hopper_fwd_v0.cuh"
 
 typedef __nv_bfloat16 bf16;
 static const int kBlockQ = ATTN_HOPPER_BLOCK_Q, kBlockK = ATTN_HOPPER_BLOCK_K;
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 
 /* ------------------------------------------------------------------------------------------------ */
-/* host: checks against the production kernel, timing                                                */
+/* host: hang watch, the variants                                                                     */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A legitimate forward here takes well under a second. */
+static const double kHangSeconds = 20.0;
+
+static double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+/* Waits for the launches so far on the default stream, at most kHangSeconds. A kernel still running then
+   is stuck on an mbarrier (a pipeline protocol bug): a FAIL line names it, the summary line follows, and
+   the process ends (the stuck kernel goes with its context). */
+static void sync_or_hang(const char* what) {
+    const double t0 = wall_seconds();
+    cudaError_t e;
+    while ((e = cudaStreamQuery(0)) == cudaErrorNotReady) {
+        if (wall_seconds() - t0 > kHangSeconds) {
+            CHECK(0, "HANG: %s did not finish within %.0f s (an mbarrier phase never completed: the parities,"
+                  " expect_tx byte counts or arrival counts of the K/V pipeline)", what, kHangSeconds);
+            test_summary();
+            fflush(stdout);
+            _exit(1);
+        }
+        struct timespec nap = {0, 200000};
+        nanosleep(&nap, NULL);
+    }
+    if (e != cudaSuccess) die("hopper_fwd: CUDA error after %s: %s\n  hint: run under compute-sanitizer", what,
+                              cudaGetErrorString(e));
+}
+
+typedef void (*ForwardFn)(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats);
+static void forward_v0(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats) {
+    hopper_fwd_v0::forward(mode, s, qkv, out, stats, 0);
+}
+static void forward_production(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats) {
+    attention_forward_hopper(mode, s, qkv, out, stats, 0);
+}
+static void forward_3_stages(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats) {
+    attention_forward_hopper_stages(mode, s, qkv, out, stats, 3, 0);
+}
+struct FwdVariant {
+    const char* name;
+    const char* what;
+    ForwardFn run;
+};
+static const FwdVariant kVariants[] = {
+    {"v0", "session 4's kernel: sequential per tile (git 55d0434, hopper_fwd_v0.cuh)", forward_v0},
+    {"v1", "production: intra-warpgroup overlap, 2 K/V stages", forward_production},
+    {"v1s3", "the same with 3 K/V stages", forward_3_stages},
+};
+enum { kNumVariants = sizeof kVariants / sizeof kVariants[0] };
+
+/* Runs every variant on the same inputs (v0 into 0xFF-poisoned buffers, the others into 0x7F-poisoned
+   ones), then checks that v0 wrote finite values everywhere and that every other variant's O and stats
+   are bit-identical to v0's. With time_it, also times them side by side (median of kReps, the variants
+   interleaved within each repetition) and prints "vN ... x v0" lines. */
+static void check_bits_and_time(AttnMode mode, AttnShape s, float q_scale, int time_it) {
+    char title[200];
+    snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d%s: v1 (production) and v1s3 bit-identical to v0", attn_mode_name(mode),
+             s.B, s.NH, s.T, s.HS, q_scale != 1.f ? " (q x8)" : "");
+    test_section(title);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+    uint16_t* h_qkv = random_qkv_bits(s, q_scale);
+    bf16* qkv;
+    lab_upload(&qkv, h_qkv, nqkv * 2);
+    bf16* out[kNumVariants];
+    float* st[kNumVariants];
+    uint16_t* h_out[kNumVariants];
+    uint32_t* h_st[kNumVariants];
+    for (int v = 0; v < kNumVariants; v++) {
+        const int poison = v == 0 ? 0xFF : 0x7F;
+        cudaCheck(cudaMalloc(&out[v], nout * 2));
+        cudaCheck(cudaMalloc(&st[v], nstats * 4));
+        cudaCheck(cudaMemset(out[v], poison, nout * 2));
+        cudaCheck(cudaMemset(st[v], poison, nstats * 4));
+        h_out[v] = (uint16_t*)mallocCheck(nout * 2);
+        h_st[v] = (uint32_t*)mallocCheck(nstats * 4);
+    }
+    for (int v = 0; v < kNumVariants; v++) {
+        char what[200];
+        snprintf(what, sizeof what, "%s on %s", kVariants[v].name, title);
+        kVariants[v].run(mode, s, qkv, out[v], st[v]);
+        sync_or_hang(what);
+        cudaCheck(cudaMemcpy(h_out[v], out[v], nout * 2, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h_st[v], st[v], nstats * 4, cudaMemcpyDeviceToHost));
+    }
+    size_t v0_nan = 0;
+    for (size_t i = 0; i < nout; i++) v0_nan += isnan(bf16_bits_to_float(h_out[0][i]));
+    for (size_t i = 0; i < nstats; i++) {
+        float x;
+        memcpy(&x, &h_st[0][i], 4);
+        v0_nan += isnan(x);
+    }
+    CHECK(v0_nan == 0, "v0 wrote every O element and stats float, finite (%zu NaN)", v0_nan);
+    for (int v = 1; v < kNumVariants; v++) {
+        size_t o_diff = 0, st_diff = 0, first_o = nout, first_st = nstats;
+        for (size_t i = 0; i < nout; i++)
+            if (h_out[v][i] != h_out[0][i] && o_diff++ == 0) first_o = i;
+        for (size_t i = 0; i < nstats; i++)
+            if (h_st[v][i] != h_st[0][i] && st_diff++ == 0) first_st = i;
+        printf("  %s vs v0: O %zu of %zu elements differ, stats %zu of %zu floats differ\n", kVariants[v].name,
+               o_diff, nout, st_diff, nstats);
+        if (first_o < nout) { /* out [B, T, NH, HS] */
+            const size_t d = first_o % s.HS, h = first_o / s.HS % s.NH, tq = first_o / s.HS / s.NH % s.T,
+                         b = first_o / s.HS / s.NH / s.T;
+            printf("    first O difference: b %zu t %zu h %zu d %zu: v0 %.8g (0x%04x), %s %.8g (0x%04x)\n", b, tq, h, d,
+                   bf16_bits_to_float(h_out[0][first_o]), h_out[0][first_o], kVariants[v].name,
+                   bf16_bits_to_float(h_out[v][first_o]), h_out[v][first_o]);
+        }
+        if (first_st < nstats) { /* stats [B*NH, T, 2] */
+            float a, x;
+            memcpy(&a, &h_st[0][first_st], 4);
+            memcpy(&x, &h_st[v][first_st], 4);
+            printf("    first stats difference: bh %zu t %zu float %zu: v0 %.9g, %s %.9g\n", first_st / 2 / s.T,
+                   first_st / 2 % s.T, first_st % 2, a, kVariants[v].name, x);
+        }
+        CHECK(o_diff == 0, "%s O bit-identical to v0 (%zu elements differ)", kVariants[v].name, o_diff);
+        CHECK(st_diff == 0, "%s stats bit-identical to v0 (%zu floats differ)", kVariants[v].name, st_diff);
+    }
+
+    if (time_it) {
+        enum { kWarmup = 3, kReps = 21 };
+        cudaEvent_t e0, e1;
+        cudaCheck(cudaEventCreate(&e0));
+        cudaCheck(cudaEventCreate(&e1));
+        float t[kNumVariants][kReps];
+        for (int i = 0; i < kWarmup; i++)
+            for (int v = 0; v < kNumVariants; v++) kVariants[v].run(mode, s, qkv, out[v], st[v]);
+        sync_or_hang("the warm-up launches");
+        for (int i = 0; i < kReps; i++)
+            for (int v = 0; v < kNumVariants; v++) {
+                cudaCheck(cudaEventRecord(e0));
+                kVariants[v].run(mode, s, qkv, out[v], st[v]); /* includes the per-call tensor map */
+                cudaCheck(cudaEventRecord(e1));
+                sync_or_hang("a timed launch");
+                cudaCheck(cudaEventElapsedTime(&t[v][i], e0, e1));
+            }
+        const double flops = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS; /* causal forward, FlashAttention count */
+        float ms[kNumVariants];
+        for (int v = 0; v < kNumVariants; v++) ms[v] = median_ms(t[v], kReps);
+        printf("  time (median of %d, variants interleaved), %s B%d H%d T%d d%d:\n", (int)kReps, attn_mode_name(mode),
+               s.B, s.NH, s.T, s.HS);
+        for (int v = 0; v < kNumVariants; v++)
+            printf("    %-4s %.4f ms = %5.1f TFLOP/s  %.2fx v0   (%s)\n", kVariants[v].name, ms[v],
+                   flops / ms[v] * 1e-9, ms[0] / ms[v], kVariants[v].what);
+        cudaCheck(cudaEventDestroy(e0));
+        cudaCheck(cudaEventDestroy(e1));
+    }
+    free(h_qkv);
+    cudaCheck(cudaFree(qkv));
+    for (int v = 0; v < kNumVariants; v++) {
+        free(h_out[v]);
+        free(h_st[v]);
+        cudaCheck(cudaFree(out[v]));
+        cudaCheck(cudaFree(st[v]));
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* host: checks against the portable kernel, timing                                                   */
 /* ------------------------------------------------------------------------------------------------ */
 
 /* Tolerances (set before the first run; see the doc): the two kernels round e to BF16 at different running
@@ -74,7 +257,7 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
           "attention_forward_cuda picks the Hopper forward for %s on this device", attn_mode_name(mode));
     attention_forward_cuda(mode, portable, s, qkv, out_ref, st_ref, NULL, 0);
     attention_forward_hopper(mode, s, qkv, out_new, st_new, 0);
-    cudaCheck(cudaDeviceSynchronize());
+    sync_or_hang(title);
 
     uint16_t* h_ref = (uint16_t*)mallocCheck(nout * 2);
     uint16_t* h_new = (uint16_t*)mallocCheck(nout * 2);
@@ -190,7 +373,7 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_s, (size_t)kBlockQ * kBlockK * 4);
     lab_alloc_poisoned(&d_o, (size_t)kBlockQ * HS * 4);
     attention_hopper_layout_probe(s, head, qkv, d_s, d_o);
-    cudaCheck(cudaDeviceSynchronize());
+    sync_or_hang(title);
     float* h_s = (float*)mallocCheck((size_t)kBlockQ * kBlockK * 4);
     float* h_o = (float*)mallocCheck((size_t)kBlockQ * HS * 4);
     cudaCheck(cudaMemcpy(h_s, d_s, (size_t)kBlockQ * kBlockK * 4, cudaMemcpyDeviceToHost));
@@ -241,11 +424,23 @@ int main(int argc, char** argv) {
     attn_rng_init(&g_rng, 0x243F6A8885A308D3ull);
     if (argc != 1) die("usage: %s   (no arguments)\n  hint: the shapes are fixed in main()", argv[0]);
     const cudaDeviceProp prop = require_sm90("hopper_fwd");
-    printf("hopper_fwd on %s: the production Hopper forward (attention/attention_hopper.cu) vs the portable one\n",
-           prop.name);
+    printf("hopper_fwd on %s: the production Hopper forward (attention/attention_hopper.cu) vs v0 (bit for bit)"
+           " and vs the portable one\n", prop.name);
     /* the GEMM building blocks alone first: if these fail, the attention checks below fail too */
     layout_probe<64>();
     layout_probe<128>();
+    const AttnMode modes[] = {ATTN_BF16, ATTN_REPAIR, ATTN_GPROJ, ATTN_FP32};
+    const int n_modes = (int)(sizeof modes / sizeof modes[0]);
+    /* v1 / v1s3 vs v0, bit for bit: smallest shapes first (a protocol hang shows at once) */
+    const int bit_T[] = {1, 77, 128, 129, 1000, 1024, 2048};
+    const int bit_HS[] = {64, 128};
+    for (size_t ti = 0; ti < sizeof bit_T / sizeof bit_T[0]; ti++)
+        for (size_t hi = 0; hi < sizeof bit_HS / sizeof bit_HS[0]; hi++)
+            for (int mi = 0; mi < n_modes; mi++) check_bits_and_time(modes[mi], AttnShape{2, 3, bit_T[ti], bit_HS[hi]}, 1.f, 0);
+    for (int mi = 0; mi < n_modes; mi++) {
+        check_bits_and_time(modes[mi], AttnShape{2, 4, 500, 64}, 8.f, 0);
+        check_bits_and_time(modes[mi], AttnShape{2, 2, 1000, 128}, 8.f, 0);
+    }
     /* correctness: T not a multiple of the tile, T = 1, B*NH from 1 to 128, both head sizes, every mode
        the Hopper forward serves (repair's tile-max-shift arm stays on the portable kernel) */
     const AttnShape shapes[] = {
@@ -254,12 +449,15 @@ int main(int argc, char** argv) {
     };
     const AttnShape sharp = {1, 4, 500, 64};
     const AttnShape bench[] = {{8, 16, 1024, 64}, {4, 16, 2048, 64}};
-    const AttnMode modes[] = {ATTN_BF16, ATTN_REPAIR, ATTN_GPROJ, ATTN_FP32};
-    for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
+    for (int mi = 0; mi < n_modes; mi++) {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_shape(modes[mi], shapes[i], 1.f, 0);
         check_shape(modes[mi], sharp, 8.f, 0);
         /* timing (and checks) at the issue's benchmark shapes */
         for (size_t i = 0; i < sizeof bench / sizeof bench[0]; i++) check_shape(modes[mi], bench[i], 1.f, 1);
     }
+    /* v0 vs v1 vs v1s3 timed side by side (and checked bit for bit again) at the issue's four shapes */
+    const AttnShape timed[] = {{8, 16, 1024, 64}, {4, 16, 2048, 64}, {8, 8, 1024, 128}, {2, 16, 4096, 128}};
+    for (int mi = 0; mi < n_modes; mi++)
+        for (size_t i = 0; i < sizeof timed / sizeof timed[0]; i++) check_bits_and_time(modes[mi], timed[i], 1.f, 1);
     return test_summary();
 }
