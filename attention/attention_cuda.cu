@@ -63,9 +63,9 @@
  * only): in bf16 and repair mode (not the shift arm) the key-major pass
  * (attention_hopper_bwd.cu at HS 64, attention_hopper_bwd128.cu at HS 128, for
  * attn_bwd_kernel), in fp32 mode the row pass (attention_hopper_rows.cu /
- * attention_hopper_rows128.cu for attn_bwd_rows_kernel, then at HS 128
- * attention_hopper_bwd128_fp32.cu for attn_bwd_kernel<128, ATTN_FP32>, at HS 64
- * attn_bwd_kernel here unchanged), in gproj mode both passes (the row pass, then
+ * attention_hopper_rows128.cu for attn_bwd_rows_kernel, then
+ * attention_hopper_bwd64_fp32.cu / attention_hopper_bwd128_fp32.cu for
+ * attn_bwd_kernel<HS, ATTN_FP32>), in gproj mode both passes (the row pass, then
  * attention_hopper_bwd_gproj.cu / attention_hopper_bwd128_gproj.cu for
  * attn_bwd_kernel<HS, ATTN_GPROJ>, reading the D and lambda slots the prep
  * kernel and the row pass wrote); everywhere else the kernels here.
@@ -957,8 +957,8 @@ void forward_launch(AttnShape s, const bf16* qkv, bf16* out, float* stats, int t
 
 /* hopper: the Hopper kernels of the mode (attention_hopper_bwd.cuh) in their portable twins' place - bf16
    and repair: the key-major kernel for attn_bwd_kernel; fp32: the row pass for attn_bwd_rows_kernel (HS 64
-   and 128), then at HS 128 fp32's key-major pass (attention_hopper_bwd128_fp32.cu) for attn_bwd_kernel, at
-   HS 64 attn_bwd_kernel here; gproj: the row pass (HS 64 and 128), then gproj's key-major pass for
+   and 128), then fp32's key-major pass (attention_hopper_bwd64_fp32.cu / attention_hopper_bwd128_fp32.cu)
+   for attn_bwd_kernel; gproj: the row pass (HS 64 and 128), then gproj's key-major pass for
    attn_bwd_kernel where it serves the head size, else attn_bwd_kernel here (both read and write the
    workspace slots of carve_workspace: the prep kernel's D, the row pass's lambda). The caller has checked
    the device and that some Hopper pass serves the call (attention_backward_cuda_path); each pass's own
@@ -972,9 +972,9 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
         hopper && kHasRowPass && attention_hopper_rows_supports((AttnMode)MODE, s, qkv, dout);
     const int hopper_gproj_keys =
         hopper && MODE == ATTN_GPROJ && attention_hopper_gproj_keys_supports((AttnMode)MODE, s, qkv, dout);
-    /* fp32 at HS 128 after the Hopper row pass (its D); HS 64 keeps attn_bwd_kernel */
+    /* fp32 at HS 64 and 128 after the Hopper row pass (its D) */
     const int hopper_fp32_keys =
-        hopper_rows && MODE == ATTN_FP32 && attention_hopper_fp32_keys128_supports((AttnMode)MODE, s, qkv, dout);
+        hopper_rows && MODE == ATTN_FP32 && attention_hopper_fp32_keys_supports((AttnMode)MODE, s, qkv, dout);
     const Workspace w = carve_workspace(s, workspace);
     const long long rows = (long long)s.B * s.NH * s.T;
     const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
@@ -1008,7 +1008,7 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
     } else if (hopper_gproj_keys) { /* dK, dV from the D and lambda written above */
         attention_backward_hopper_gproj_keys(s, qkv, dout, stats, w.D, w.lambda, dqkv, stream);
     } else if (hopper_fp32_keys) { /* dK, dV and the dQ partials from the row pass's D */
-        attention_backward_hopper_fp32_keys128(s, qkv, dout, stats, w.D, w.dq_acc, dqkv, stream);
+        attention_backward_hopper_fp32_keys(s, qkv, dout, stats, w.D, w.dq_acc, dqkv, stream);
     } else {
         const size_t smem = bwd_smem_bytes<HS, MODE>();
         cudaCheck(cudaFuncSetAttribute(attn_bwd_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,

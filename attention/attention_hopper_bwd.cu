@@ -453,7 +453,7 @@ void attention_hopper_bwd_watch_hangs(AttnHopperHang* device_ptr_of_mapped_recor
     attention_hopper_bwd128_watch_hangs(device_ptr_of_mapped_record);
     attention_hopper_rows128_watch_hangs(device_ptr_of_mapped_record);
     attention_hopper_gproj_keys_watch_hangs(device_ptr_of_mapped_record);
-    attention_hopper_fp32_keys128_watch_hangs(device_ptr_of_mapped_record);
+    attention_hopper_fp32_keys_watch_hangs(device_ptr_of_mapped_record); /* HS 64 and 128 */
 }
 
 const char* attn_hopper_hang_site_name(int site) {

@@ -4,7 +4,8 @@
  *   the key-major kernels (dK, dV and the dQ atomics) for bf16 and repair modes: head size 64
  *   (attention_hopper_bwd.cu) and head size 128 (attention_hopper_bwd128.cu, with setmaxnreg);
  *   the query-major row pass (gproj's lambda and dQ, fp32's D) for gproj and fp32: head size 64
- *   (attention_hopper_rows.cu) and head size 128 (attention_hopper_rows128.cu, with setmaxnreg).
+ *   (attention_hopper_rows.cu) and head size 128 (attention_hopper_rows128.cu, with setmaxnreg);
+ *   the key-major passes of gproj and fp32 after the row pass (their sections at the end), at both head sizes.
  *
  * Why: the portable mma.sync backward (attention/attention_cuda.cu) is most of our attention time on the
  * H200. The key-major kernels compute the same dK, dV and dQ accumulator as attn_bwd_kernel with the same
@@ -46,7 +47,7 @@
  * harness around it) passed on the H200 in session 5 (call 8). attention_backward_cuda runs it in
  * attn_bwd_rows_kernel's place on sm_90 for gproj and fp32 at HS 64 and 128 (not force_portable); it writes
  * the same workspace slots (fp32: D; gproj: lambda) and gproj's dQ, and the key-major pass then runs on
- * them (portable, or gproj's Hopper one where it serves the head size).
+ * them (the mode's Hopper key-major pass: gproj's or fp32's, both at HS 64 and 128).
  *   attention_hopper_rows_supports - 1 iff mode gproj or fp32, head size 64 or 128, B*NH <= 65535, qkv and
  *       dout 16-byte aligned. Says nothing about the device.
  *   attention_backward_hopper_rows - the row pass of s.HS alone (asynchronous on `stream`): reads qkv, dout,
@@ -196,7 +197,8 @@ void attention_hopper_gproj_keys_layout_probe(AttnShape s, int head, const __nv_
 void attention_hopper_gproj_keys128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
                                                  const __nv_bfloat16* dout, const float* lambda, float* tiles);
 
-/* ---- fp32's key-major pass at HS 128 (attention_hopper_bwd128_fp32.cu) ----
+/* ---- fp32's key-major pass (attention_hopper_bwd64_fp32.cu: HS 64 and the entry points;
+   attention_hopper_bwd128_fp32.cu: HS 128) ----
    dK, dV and the dQ partials of fp32 mode (attn_bwd_kernel<128, ATTN_FP32>'s rounding points, FP32 sum order
    only): P and dS in FP32, dV += bf(P)^T dO + bf(P - bf(P))^T dO, dK += bf(dS)^T Q + bf(r1)^T Q, and
    dQ_acc += (bf(dS) + bf(r1) + bf(r1 - bf(r1))) K by TMA reduce-add (r1 = dS - bf(dS)); setmaxnreg 24/240, the
@@ -205,8 +207,15 @@ void attention_hopper_gproj_keys128_layout_probe(AttnShape s, int head, const __
    backward 2.570 -> 1.648 ms); the lab is now a harness around this kernel; the production form passed on the
    H200 (call 8: 367/0). attention_backward_cuda runs it in attn_bwd_kernel<128, ATTN_FP32>'s place on sm_90 (not
    force_portable) after the prep kernel (zeroed dq_acc) and the Hopper row pass (D); the dQ post-pass follows.
-   fp32 at HS 64 keeps the portable key-major kernel. A wait that runs out gives up (no trap), records the
-   barrier through attention_hopper_bwd_watch_hangs' record, and the CTA writes NaN over its dK and dV rows. */
+   A wait that runs out gives up (no trap), records the barrier through attention_hopper_bwd_watch_hangs'
+   record, and the CTA writes NaN over its dK and dV rows.
+   HS 64 (session 6): the same numerics in attention_hopper_bwd.cu's 288-thread CTA (two consumer warpgroups,
+   a producer warp, no setmaxnreg; dV/dK as two chained m64n64k16 RS batches each, dQ over the three staged
+   terms). First run as the lab dev/attention_lab/hopper_bwd64_fp32.cu (session 6 call 1: probe exact, 247/0
+   within 4 BF16 ulps of force_portable; the fp32 backward 1.13x / 1.17x faster at B8 H16 T1024 / B4 H16 T2048
+   d64); the lab is now a harness around this kernel. attention_backward_cuda runs it in
+   attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 exactly as HS 128's. Its waits are bounded (~2 s) and TRAP
+   (no setmaxnreg to lose), naming the barrier in the same record first. */
 #define ATTN_HOPPER_FP32_KEYS128_HS 128
 #define ATTN_HOPPER_FP32_KEYS128_PROBE_KEYS 128
 #define ATTN_HOPPER_FP32_KEYS128_PROBE_QUERIES 64
@@ -223,6 +232,24 @@ void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qk
 /* Installs this pass's hang record (its translation unit's pointer); attention_hopper_bwd_watch_hangs calls it. */
 void attention_hopper_fp32_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
 
+/* Both head sizes (attention_hopper_bwd64_fp32.cu): 1 iff mode fp32, head size 64 or 128, B*NH <= 65535, qkv and
+   dout 16-byte aligned. Says nothing about the device. */
+#define ATTN_HOPPER_FP32_KEYS64_HS 64
+int attention_hopper_fp32_keys_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout);
+
+/* The pass of s.HS alone (asynchronous on `stream`; HS 128: attention_backward_hopper_fp32_keys128): reads qkv,
+   dout, stats {m, l} and D [B*NH*T]; adds s-less dQ partials into the zeroed dq_acc [B*NH*T][HS] FP32 (TMA
+   reduce-add); writes the k and v slots of dqkv (the q slot is left to the post-pass). Dies with a hint if
+   unsupported. */
+void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                         const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
+                                         cudaStream_t stream);
+
+/* Installs the hang record of both head sizes' objects (HS 64's pointer, then
+   attention_hopper_fp32_keys128_watch_hangs); attention_hopper_bwd_watch_hangs calls it: callers install once,
+   there. */
+void attention_hopper_fp32_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
+
 /* qkv [1, T, 3, NH, 128] and dout [1, T, NH, 128] with T <= 128 (tokens past T read as zeros), head `head` at
    token 0 (keys 0..127, queries 0..63 through stage 1), no softmax (P := S^T, dS := dP^T, split and staged as
    the kernel does): seven FP32 tiles, row-major, consecutively at `tiles`: S^T = K Q^T, dP^T = V dO^T
@@ -232,5 +259,16 @@ void attention_hopper_fp32_keys128_watch_hangs(AttnHopperHang* device_ptr_of_map
    record (a give-up leaves garbage tiles). */
 void attention_hopper_fp32_keys128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
                                                 const __nv_bfloat16* dout, float* tiles);
+
+/* HS 64: qkv [1, T, 3, NH, 64] and dout [1, T, NH, 64] with T <= 64 (tokens past T read as zeros), head `head` at
+   token 0, one consumer warpgroup at warpgroup 1's offsets (stage 1), no softmax (P := S^T, dS := dP^T, split and
+   staged as the kernel does): seven [64][64] FP32 tiles, row-major, consecutively at `tiles`: S^T = K Q^T,
+   dP^T = V dO^T; dV = (bf(S^T) + bf(S^T - bf(S^T))) dO, dK = (bf(dP^T) + bf(r1)) Q [keys][dims];
+   dQ = (bf(dP^T) + bf(r1) + bf(r1 - bf(r1)))^T K, the bf(r1) term alone, the bf(r1 - bf(r1)) term alone
+   [queries][dims]. Five launches; synchronous launch errors die; the caller synchronises (a hung wait traps:
+   a CUDA error, the barrier in the hang record). */
+#define ATTN_HOPPER_FP32_KEYS64_PROBE_TILE 64
+void attention_hopper_fp32_keys64_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
+                                               const __nv_bfloat16* dout, float* tiles);
 
 #endif /* ATTENTION_ATTENTION_HOPPER_BWD_CUH */

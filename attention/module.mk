@@ -87,6 +87,15 @@ $(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o: private override NVCC_ARCH
 $(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o: attention/attention_hopper_bwd128_fp32.cu \
         attention/attention_hopper_bwd.cuh attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh \
         attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+# attention_hopper_bwd64_fp32.cu: fp32 mode's key-major pass at HS 64 (dK, dV, dQ partials; 288 threads, no
+# setmaxnreg) and the entry points of fp32's Hopper key-major pass at both head sizes, run in
+# attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 after the Hopper row pass; same sm_90a-only rule.
+ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o
+CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o
+$(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o: attention/attention_hopper_bwd64_fp32.cu \
+        attention/attention_hopper_bwd.cuh attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh \
+        attention/mma_bf16.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 
 # GPU test: every mode against the CPU emulation and the fp64 reference on the hard cases.
 GPU_TESTS += $(BUILD)/tests/test_attention_gpu
