@@ -810,11 +810,11 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
                attn_bwd_path_name(attention_backward_cuda_path(mode, opt, s, qkv, dout)), ms_prod, ms_prod_lab, ms_wide);
         printf("  time: kernels alone: production %.4f ms (%.1f TFLOP/s, 5 causal GEMMs), wide %.4f ms (%.1f TFLOP/s)\n",
                ms_prod_kernel, 5.0 * gemm / ms_prod_kernel * 1e-9, ms_wide_kernel, 5.0 * gemm / ms_wide_kernel * 1e-9);
-        printf("  wide vs production %.2fx (whole backward, production's own prep/post-pass vs the lab's copies)\n",
+        printf("  time: wide vs production %.2fx (whole backward, production's own prep/post-pass vs the lab's copies)\n",
                ms_prod / ms_wide);
-        printf("  wide vs production %.2fx (whole backward, same lab prep/post-pass around both kernels)\n",
+        printf("  time: wide vs production %.2fx (whole backward, same lab prep/post-pass around both kernels)\n",
                ms_prod_lab / ms_wide);
-        printf("  wide vs production %.2fx (key-major kernels alone)\n", ms_prod_kernel / ms_wide_kernel);
+        printf("  time: wide vs production %.2fx (key-major kernels alone)\n", ms_prod_kernel / ms_wide_kernel);
         for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventDestroy(ev[r]));
     }
     free(h_qkv); free(h_dout); free(h_ref); free(h_new);
