@@ -46,14 +46,16 @@
  * iteration. full_k[s] / full_v[s] (TMA bytes landed), empty_k[s] (all 256 consumer threads have S(kt))
  * and empty_v[s] (P V(kt) retired); the producer issues in the order the consumers need the tiles: K(0),
  * then K(kt), V(kt-1) for kt = 1.., then the last V. The stage count is a template parameter so the lab
- * can time 3 stages next to 2 (attention_forward_hopper_stages); 3 fit at HS 128 too (226 KB of 227).
+ * can time 3 stages next to 2 (attention_forward_hopper_stages); 3 fit at HS 128 too (225 KB of 227).
  * The fused qkv [B, T, 3, NH, HS] is described to TMA as a 4-D tensor {HS, 3*NH, T, B} (encoded per call
  * on the host - it holds the qkv pointer - and passed __grid_constant__), so the strided layout costs
  * nothing and rows past T read as zeros, per batch. Shared tiles use the 128-byte swizzle, which TMA
  * writes and wgmma reads natively: a tile is stored as HS/64 column chunks of [rows][64] BF16 (128 bytes
  * per row).
- * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3): see docs/attention_kernels.md, "Hopper forward: intra-
- * warpgroup overlap" (168 at entry, the consumers' 240 after setmaxnreg.inc; spills and C75xx listed there).
+ * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3), all 16 instances (4 modes x HS 64/128 x 2/3 stages): 168
+ * at entry, the consumers' 240 after setmaxnreg.inc, 0 bytes spill (fp32 mode spilled 24 / 52 bytes before),
+ * no C75xx / "wgmma serialized" warning; layout probe 154 / 186, 0 spill. docs/attention_kernels.md,
+ * "Hopper forward: intra-warpgroup overlap", has the design notes.
  * Bounded waits: every mbarrier wait is on a phase that a finite number of copies/arrivals completes (no
  * data-dependent spin), so a layout bug shows as wrong numbers, not a hang; the lab runs it under timeout.
  * No __trap() on the consumer path: it would make ptxas ignore setmaxnreg.inc (attention_hopper_bwd128.cu).
