@@ -51,14 +51,13 @@
  * compute-capability 9.0 device (H100/H200) the Hopper wgmma + TMA forward of
  * attention/attention_hopper.cu (compiled for sm_90a only, always linked) for
  * every mode but repair's tile-max-shift arm; on every other device, for that
- * arm, for a qkv pointer TMA cannot take (not 16-byte aligned) and whenever
- * AttnOptions.force_portable is set, the mma.sync forward here. Same out (to
+ * arm and whenever AttnOptions.force_portable is set, the mma.sync forward
+ * here. Every BF16 pointer must be 16-byte aligned (both calls refuse others). Same out (to
  * about one BF16 ulp: 128- vs 64-key tiles, sum order) and same stats, so the
  * backward does not care which ran. Nothing is printed per call;
  * attention_forward_cuda_path tells which one a call takes.
  * Which backward runs where (attention_backward_cuda): prep and bwd_dq always
- * here; on sm_90 at HS 64 and 128 (qkv, dout 16-byte aligned; not
- * force_portable) Hopper wgmma kernels take these passes' places
+ * here; on sm_90 at HS 64 and 128 (not force_portable) Hopper wgmma kernels take these passes' places
  * (attention/attention_hopper_bwd.cuh, same rounding points, FP32 sum order
  * only): in bf16 and repair mode (not the shift arm) the key-major pass
  * (attention_hopper_bwd.cu at HS 64, attention_hopper_bwd128.cu at HS 128, for
@@ -87,7 +86,6 @@ using namespace attn_mma;
 namespace {
 
 constexpr int kThreads = 128; /* 4 warps */
-constexpr int kWarps = kThreads / 32;
 constexpr int kPad = 8;       /* BF16 elements of padding per shared-memory row */
 constexpr int kKeyTile = 64;  /* keys per tile everywhere (also the tile-shift tile) */
 constexpr int kFwdQueryTile = 128; /* forward: 8 warps x 16 query rows share each K/V tile */
@@ -328,46 +326,19 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
 /* ------------------------------------------------------------------------ */
 /* backward: prep (zero dQ accumulator; D from the stored BF16 O)            */
 /* ------------------------------------------------------------------------ */
-/* grid (ceil(T / kWarps), B*NH): one warp per row, the head from blockIdx.y (no 64-bit division per row:
-   ncu had the one-dimensional version at 74% SM throughput, instruction-bound) */
+/* HS / 8 lanes per row: each lane loads 8 BF16 of O and of dO with one 16-byte load each and zeroes 8
+   accumulator floats with two float4 stores; 256 threads = 256 * 8 / HS rows per block, the head from
+   blockIdx.y (no 64-bit division per row). out and dout are 16-byte aligned (attention_backward_cuda
+   checks). Session 5's one-warp-per-row kernel issued 4-byte loads, too few bytes in flight to stream O and
+   dO at full bandwidth. The FP32 sum order of D is free (docs/ATTENTION_NUMERICS.md). */
+constexpr int kPrepThreads = 256;
 template <int HS>
-__global__ void attn_bwd_prep_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout,
-                                     float* __restrict__ D, float* __restrict__ dq_acc, int NH, int T,
-                                     int zero_dq, int want_D) {
-    const int tok = blockIdx.x * kWarps + (threadIdx.x >> 5);
-    const int bh = blockIdx.y, lane = threadIdx.x & 31;
-    if (tok >= T) return;
-    const long long row = (long long)bh * T + tok; /* (b*NH + h)*T + t */
-    if (zero_dq) { /* the row's HS floats, one vector store per lane */
-        static_assert(HS == 64 || HS == 128, "the zeroing below covers a row of 64 or 128 floats");
-        if constexpr (HS == 64) reinterpret_cast<float2*>(dq_acc + row * HS)[lane] = make_float2(0.f, 0.f);
-        else reinterpret_cast<float4*>(dq_acc + row * HS)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    if (!want_D) return;
-    const int b = bh / NH, h = bh % NH;
-    const long long off = ((long long)b * T + tok) * NH * HS + (long long)h * HS;
-    float sum = 0.f;
-#pragma unroll
-    for (int d = lane; d < HS; d += 32)
-        sum += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
-#pragma unroll
-    for (int k = 16; k >= 1; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
-    if (lane == 0) D[row] = sum;
-}
-
-/* attn_bwd_prep_kernel with 16-byte accesses, for out and dout 16-byte aligned (the usual case: the trainer's
-   buffers): HS / 8 lanes per row, each lane loads 8 BF16 of O and of dO with one 16-byte load each and zeroes 8
-   accumulator floats with two float4 stores; 256 threads = 256 * 8 / HS rows per block. The one-warp-per-row
-   kernel issues 4-byte loads, too few bytes in flight to stream O and dO at full bandwidth. The FP32 sum order of
-   D differs from that kernel's (the spec leaves it free: docs/ATTENTION_NUMERICS.md). */
-constexpr int kPrepVecThreads = 256;
-template <int HS>
-__global__ void __launch_bounds__(kPrepVecThreads) attn_bwd_prep_vec_kernel(const bf16* __restrict__ out,
+__global__ void __launch_bounds__(kPrepThreads) attn_bwd_prep_kernel(const bf16* __restrict__ out,
                                                                         const bf16* __restrict__ dout,
                                                                         float* __restrict__ D,
                                                                         float* __restrict__ dq_acc, int NH, int T,
                                                                         int zero_dq, int want_D) {
-    constexpr int kLanesPerRow = HS / 8, kRowsPerBlock = kPrepVecThreads / kLanesPerRow;
+    constexpr int kLanesPerRow = HS / 8, kRowsPerBlock = kPrepThreads / kLanesPerRow;
     static_assert(32 % kLanesPerRow == 0, "a row's lanes must sit in one warp (the shuffle below)");
     const int tok = blockIdx.x * kRowsPerBlock + threadIdx.x / kLanesPerRow;
     const int d = (threadIdx.x % kLanesPerRow) * 8, bh = blockIdx.y;
@@ -886,8 +857,8 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
 }
 
 /* dQ = bf(s * accumulator) into the q slot of dqkv, 8 elements per thread (two float4 loads, one 16-byte
-   store): grid (ceil(T * HS / 8 / 256), B*NH), 256 threads; dqkv 16-byte aligned (attn_bwd_dq_pairs_kernel
-   otherwise: the same bits) */
+   store): grid (ceil(T * HS / 8 / 256), B*NH), 256 threads; dqkv 16-byte aligned (attention_backward_cuda
+   checks) */
 template <int HS>
 __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T,
                                    float scale) {
@@ -901,22 +872,6 @@ __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __res
     const uint4 packed = make_uint4(pack_bf16x2(lo.x * scale, lo.y * scale), pack_bf16x2(lo.z * scale, lo.w * scale),
                                     pack_bf16x2(hi.x * scale, hi.y * scale), pack_bf16x2(hi.z * scale, hi.w * scale));
     *reinterpret_cast<uint4*>(dqkv + ((long long)b * T + tok) * 3LL * NH * HS + (long long)h * HS + d) = packed;
-}
-
-/* attn_bwd_dq_kernel for a dqkv that is not 16-byte aligned; one thread per 2 elements */
-template <int HS>
-__global__ void attn_bwd_dq_pairs_kernel(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T,
-                                   float scale, long long pairs) {
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= pairs) return;
-    const long long e = 2 * i; /* element of the [B*NH][T][HS] accumulator */
-    const int d = (int)(e % HS);
-    const long long row = e / HS;
-    const int tok = (int)(row % T);
-    const long long bh = row / T, b = bh / NH, h = bh % NH;
-    const float2 v = *reinterpret_cast<const float2*>(dq_acc + e);
-    bf16* dst = dqkv + (b * T + tok) * 3LL * NH * HS + h * HS + d;
-    *reinterpret_cast<uint32_t*>(dst) = pack_bf16x2(v.x * scale, v.y * scale);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -976,19 +931,11 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
     const int hopper_fp32_keys =
         hopper_rows && MODE == ATTN_FP32 && attention_hopper_fp32_keys_supports((AttnMode)MODE, s, qkv, dout);
     const Workspace w = carve_workspace(s, workspace);
-    const long long rows = (long long)s.B * s.NH * s.T;
     const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
     /* gproj's row pass (launched next) computes dQ whole, without the accumulator */
-    if ((uintptr_t)out % 16 == 0 && (uintptr_t)dout % 16 == 0) {
-        constexpr int kRowsPerBlock = kPrepVecThreads / (HS / 8);
-        attn_bwd_prep_vec_kernel<HS><<<dim3((unsigned)ceil_div(s.T, kRowsPerBlock), (unsigned)(s.B * s.NH)),
-                                       kPrepVecThreads, 0, stream>>>(out, dout, w.D, w.dq_acc, s.NH, s.T,
-                                                                     MODE != ATTN_GPROJ, MODE != ATTN_FP32);
-    } else {
-        attn_bwd_prep_kernel<HS><<<dim3((unsigned)ceil_div(s.T, kWarps), (unsigned)(s.B * s.NH)), kThreads, 0,
-                                   stream>>>(out, dout, w.D, w.dq_acc, s.NH, s.T, MODE != ATTN_GPROJ,
-                                             MODE != ATTN_FP32);
-    }
+    constexpr int kPrepRowsPerBlock = kPrepThreads / (HS / 8);
+    attn_bwd_prep_kernel<HS><<<dim3((unsigned)ceil_div(s.T, kPrepRowsPerBlock), (unsigned)(s.B * s.NH)), kPrepThreads,
+                               0, stream>>>(out, dout, w.D, w.dq_acc, s.NH, s.T, MODE != ATTN_GPROJ, MODE != ATTN_FP32);
     cudaCheckLastError();
     if constexpr (kHasRowPass) { /* (no row-pass kernels for the other modes) */
         if (hopper_rows) {
@@ -1019,14 +966,8 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
         cudaCheckLastError();
     }
     if constexpr (MODE != ATTN_GPROJ) { /* gproj's row pass wrote dQ */
-        if ((uintptr_t)dqkv % 16 == 0) {
-            const dim3 grid((unsigned)ceil_div((long long)s.T * (HS / 8), 256), (unsigned)(s.B * s.NH));
-            attn_bwd_dq_kernel<HS><<<grid, 256, 0, stream>>>(w.dq_acc, dqkv, s.NH, s.T, scale);
-        } else {
-            const long long pairs = rows * HS / 2;
-            attn_bwd_dq_pairs_kernel<HS><<<(unsigned)ceil_div(pairs, 256), 256, 0, stream>>>(w.dq_acc, dqkv, s.NH, s.T,
-                                                                                             scale, pairs);
-        }
+        const dim3 grid((unsigned)ceil_div((long long)s.T * (HS / 8), 256), (unsigned)(s.B * s.NH));
+        attn_bwd_dq_kernel<HS><<<grid, 256, 0, stream>>>(w.dq_acc, dqkv, s.NH, s.T, scale);
         cudaCheckLastError();
     }
 }
@@ -1096,6 +1037,17 @@ static int current_device_is_sm90(void) {
     return cached[dev] == kYes;
 }
 
+/* Every BF16 tensor the kernels touch is moved in 16-byte vectors (cp.async, TMA, the prep's and the dQ
+   post-pass's loads and stores), so a pointer off 16-byte alignment is refused here, with the fix, rather
+   than faulting in a kernel ("misaligned address") or taking a slower path nobody asked for. */
+static void require_16_byte_aligned(const char* fn, const char* name, const void* p) {
+    if ((uintptr_t)p % 16 != 0) {
+        die("%s: %s (%p) is not 16-byte aligned\n"
+            "  hint: pass buffers from cudaMalloc, offset by multiples of 8 BF16 elements (the kernels move "
+            "16-byte vectors)", fn, name, p);
+    }
+}
+
 AttnFwdPath attention_forward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv) {
     if (opt.force_portable) return ATTN_FWD_PORTABLE;
     if (!attention_hopper_fwd_supports(mode, opt, s, qkv)) return ATTN_FWD_PORTABLE;
@@ -1119,6 +1071,8 @@ void attention_forward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const _
                             __nv_bfloat16* out, float* stats, void* workspace, cudaStream_t stream) {
     (void)workspace; /* the forward needs none */
     attention_cuda_check_shape(s, mode);
+    require_16_byte_aligned("attention_forward_cuda", "qkv", qkv);
+    require_16_byte_aligned("attention_forward_cuda", "out", out);
     if (attention_forward_cuda_path(mode, opt, s, qkv) == ATTN_FWD_HOPPER) {
         attention_forward_hopper(mode, s, qkv, out, stats, stream);
         return;
@@ -1133,6 +1087,10 @@ void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const 
                              const __nv_bfloat16* out, const float* stats, const __nv_bfloat16* dout,
                              __nv_bfloat16* dqkv, void* workspace, cudaStream_t stream) {
     attention_cuda_check_shape(s, mode);
+    require_16_byte_aligned("attention_backward_cuda", "qkv", qkv);
+    require_16_byte_aligned("attention_backward_cuda", "out", out);
+    require_16_byte_aligned("attention_backward_cuda", "dout", dout);
+    require_16_byte_aligned("attention_backward_cuda", "dqkv", dqkv);
     /* the portable backward reads the shifted max, if any, from stats; opt picks the path */
     if (workspace == NULL) {
         die("attention_backward_cuda: workspace is NULL\n"

@@ -10,8 +10,9 @@
  * Layouts (device pointers, BF16 unless noted; see attention.h):
  *   qkv [B, T, 3, NH, HS], out/dout [B, T, NH, HS], dqkv like qkv,
  *   stats [B, NH, T, 2] fp32 (bf16 mode {LSE, 0}; other modes {m, l}).
- * Supported: HS 64 or 128, any T >= 1, causal. Other shapes die with a clear
- * message. Kernels are flash-style (no T x T matrix in memory), tensor cores
+ * Supported: HS 64 or 128, any T >= 1, causal, every BF16 pointer 16-byte
+ * aligned (the kernels move 16-byte vectors). Other shapes and pointers die
+ * with a clear message. Kernels are flash-style (no T x T matrix in memory), tensor cores
  * with BF16 operands and FP32 accumulation; docs/attention_kernels.md says
  * what each kernel does per mode and what it costs.
  *
@@ -33,7 +34,7 @@
  *       must hold attention_cuda_workspace_bytes(s, mode) bytes; its contents
  *       need not be initialised. Which kernels run: always the portable prep
  *       (D, zeroed dQ accumulator) and dQ post-pass; on a compute-capability
- *       9.0 device (qkv and dout 16-byte aligned) the passes between are
+ *       9.0 device the passes between are
  *       Hopper wgmma kernels (attention/attention_hopper_bwd.cuh), at HS 64
  *       and 128: in bf16 and repair mode (not the tile-max-shift arm) the
  *       key-major pass; in fp32 mode the row pass, then fp32's Hopper

@@ -21,9 +21,8 @@
  * Two paths: on an sm_90 device (H100/H200) attention_forward_cuda runs the
  * Hopper wgmma forward by default, and attention_backward_cuda at least one
  * Hopper pass in every mode at HS 64 and 128 (bf16, repair: the key-major
- * kernel; gproj, fp32: the row pass, then the mode's Hopper key-major pass
- * where it serves the head size - gproj at 64 and 128, fp32 at 128 - else the
- * portable one); with
+ * kernel; gproj, fp32: the row pass, then the mode's Hopper key-major pass,
+ * at 64 and 128 for both; fp32's at HS 64 since session 6); with
  * AttnOptions.force_portable both run the portable mma.sync kernels. There every check runs on both (rows and checks say e.g.
  * "[hopper fwd, hopper bwd]" or "[portable fwd, portable bwd]"; the backward
  * reads each path's own stats end to end), and direct comparisons check the
@@ -59,6 +58,7 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
+#include "attention/attention_hopper_bwd.cuh"
 #include "attention/attn_cases.h"
 #include "attention/attn_metrics.h"
 #include "common/cuda_utils.cuh"
@@ -649,8 +649,9 @@ static void test_forward_paths(int is_sm90, uint64_t seed) {
 /* Which modes and head sizes the Hopper backward serves on an sm_90 device (attention_cuda.cuh): at HS 64
    and 128 every mode has a Hopper pass (the key-major kernel for bf16 and repair: attention_hopper_bwd.cu,
    attention_hopper_bwd128.cu; the row pass for gproj and fp32: attention_hopper_rows.cu,
-   attention_hopper_rows128.cu, then gproj's key-major pass at both head sizes and fp32's at HS 128:
-   attention_hopper_bwd_gproj.cu, attention_hopper_bwd128_gproj.cu, attention_hopper_bwd128_fp32.cu). */
+   attention_hopper_rows128.cu, then the mode's key-major pass at both head sizes:
+   attention_hopper_bwd_gproj.cu, attention_hopper_bwd128_gproj.cu, attention_hopper_bwd64_fp32.cu,
+   attention_hopper_bwd128_fp32.cu). */
 static int hopper_bwd_expected(AttnMode mode, int HS) {
     (void)mode;
     return HS == 64 || HS == 128;
@@ -686,7 +687,8 @@ static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const 
    the BF16 rounding of one P or dS, so dQ, dK and dV agree within a few BF16 ulps of max(|a|, |b|, the
    row's RMS): 4 (dev/attention_lab/hopper_bwd.cu; H200 call2: max 1.00; the same 4 at HS 128,
    dev/attention_lab/hopper_bwd128.cu, 104/0 on the H200; fp32's at HS 128 the same 4 for all three slots,
-   dev/attention_lab/hopper_bwd128_fp32.cu, s5 call7 367/0), and 8 for gproj's dQ, which the
+   dev/attention_lab/hopper_bwd128_fp32.cu, s5 call7 367/0, and at HS 64, hopper_bwd64_fp32.cu, s6 call1
+   247/0, max 1.00), and 8 for gproj's dQ, which the
    row pass computes whole (dev/attention_lab/hopper_rows.cu, call2, and hopper_rows128.cu, s5 call3:
    bit-equal). */
 static const double kPathMaxGradUlps = 4.0;
@@ -755,6 +757,16 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
     }
     CHECK(attention_backward_cuda_path(ATTN_REPAIR, shift, s64, aligned, aligned) == ATTN_BWD_PORTABLE,
           "repair with the tile-max shift arm gives the portable backward");
+    /* The path name only says "hopper" once any Hopper pass runs; which key-major pass follows fp32's row pass is
+       backward_launch's pick by attention_hopper_fp32_keys_supports: fp32's Hopper one at both head sizes
+       (attention_hopper_bwd64_fp32.cu at HS 64 since session 6, attention_hopper_bwd128_fp32.cu at HS 128). */
+    CHECK(attention_hopper_fp32_keys_supports(ATTN_FP32, s64, aligned, aligned) &&
+              attention_hopper_fp32_keys_supports(ATTN_FP32, s128, aligned, aligned),
+          "fp32: its Hopper key-major pass serves HS 64 and HS 128 (run after the row pass on sm_90)");
+    CHECK(!attention_hopper_fp32_keys_supports(ATTN_BF16, s64, aligned, aligned) &&
+              !attention_hopper_fp32_keys_supports(ATTN_FP32, s64, misaligned, aligned) &&
+              !attention_hopper_fp32_keys_supports(ATTN_FP32, s64, aligned, misaligned),
+          "fp32's Hopper key-major pass refuses other modes and qkv or dout pointers TMA cannot take");
     if (!is_sm90) {
         printf("  (the direct Hopper-vs-portable comparison needs an sm_90 device; this one is not)\n");
         return;
@@ -847,99 +859,6 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
         }
 }
 
-/* out, dout and dqkv 2 bytes past 16-byte alignment: the backward takes the one-warp-per-row prep kernel (4-byte
-   loads) and the two-element dQ post-pass instead of their 16-byte versions. Same inputs, force_portable on
-   both sides, so only those two kernels differ: D's FP32 sum order (the prep; fp32 mode takes D from its row
-   pass) and nothing else (the post-pass writes the same bits), besides the order of the dQ atomics, which is
-   never fixed. dQ, dK, dV within the path tolerance of the aligned call, D within kPathMaxDRel sigma_dP. */
-static void test_backward_misaligned(uint64_t seed) {
-    test_section("backward with out, dout, dqkv 2 bytes off 16-byte alignment (scalar prep and dQ post-pass)");
-    AttnOptions portable = {0};
-    portable.force_portable = 1;
-    static const char* kSlotName[3] = {"dQ", "dK", "dV"};
-    const AttnShape shapes[] = {{2, 3, 77, 64}, {1, 2, 130, 128}};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const AttnShape s = shapes[si];
-        const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
-        const size_t rows = (size_t)s.B * s.NH * s.T;
-        float* qkv = (float*)mallocCheck(sizeof(float) * nqkv);
-        float* dout = (float*)mallocCheck(sizeof(float) * nout);
-        AttnCase cs = attn_case_random(4.f, seed + 17 * si);
-        attn_case_fill(&cs, s, qkv, dout);
-        __nv_bfloat16* d_qkv = to_device_bf16(qkv, nqkv);
-        __nv_bfloat16* d_dout = to_device_bf16(dout, nout);
-        __nv_bfloat16 *d_out, *d_out_off, *d_dout_off, *d_dqkv_off;
-        float* d_stats;
-        void* d_ws;
-        cudaCheck(cudaMalloc(&d_out, sizeof(__nv_bfloat16) * nout));
-        cudaCheck(cudaMalloc(&d_stats, sizeof(float) * nstats));
-        cudaCheck(cudaMalloc(&d_out_off, sizeof(__nv_bfloat16) * (nout + 1)));
-        cudaCheck(cudaMalloc(&d_dout_off, sizeof(__nv_bfloat16) * (nout + 1)));
-        cudaCheck(cudaMalloc(&d_dqkv_off, sizeof(__nv_bfloat16) * (nqkv + 1)));
-        double sq_do = 0, sq_v = 0;
-        for (size_t i = 0; i < nout; i++) sq_do += (double)dout[i] * dout[i];
-        for (size_t bt = 0; bt < (size_t)s.B * s.T; bt++)
-            for (size_t j = 0; j < (size_t)s.NH * s.HS; j++) {
-                const double v = qkv[bt * 3 * s.NH * s.HS + 2 * (size_t)s.NH * s.HS + j];
-                sq_v += v * v;
-            }
-        const double sigma_dp = sqrt((double)s.HS) * sqrt(sq_do / nout) * sqrt(sq_v / nout);
-        float *g_a = (float*)mallocCheck(sizeof(float) * nqkv), *g_m = (float*)mallocCheck(sizeof(float) * nqkv);
-        float *rs_a = (float*)mallocCheck(sizeof(float) * 2 * rows), *rs_m = (float*)mallocCheck(sizeof(float) * 2 * rows);
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
-            const AttnMode mode = (AttnMode)m;
-            char label[128];
-            snprintf(label, sizeof label, "B%d NH%d T%d HS%d %s misaligned vs aligned", s.B, s.NH, s.T, s.HS,
-                     attn_mode_name(mode));
-            attention_forward_cuda(mode, portable, s, d_qkv, d_out, d_stats, NULL, 0);
-            backward_to_host(mode, portable, s, d_qkv, d_out, d_stats, d_dout, g_a, rs_a);
-            /* the same out and dout, one element further in; dqkv poisoned and read back from there */
-            __nv_bfloat16 *out_m = d_out_off + 1, *dout_m = d_dout_off + 1, *dqkv_m = d_dqkv_off + 1;
-            cudaCheck(cudaMemcpy(out_m, d_out, sizeof(__nv_bfloat16) * nout, cudaMemcpyDeviceToDevice));
-            cudaCheck(cudaMemcpy(dout_m, d_dout, sizeof(__nv_bfloat16) * nout, cudaMemcpyDeviceToDevice));
-            cudaCheck(cudaMemset(d_dqkv_off, 0xFF, sizeof(__nv_bfloat16) * (nqkv + 1)));
-            const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-            cudaCheck(cudaMalloc(&d_ws, ws_bytes));
-            cudaCheck(cudaMemset(d_ws, 0xFF, ws_bytes));
-            attention_backward_cuda(mode, portable, s, d_qkv, out_m, d_stats, dout_m, dqkv_m, d_ws, 0);
-            cudaCheck(cudaDeviceSynchronize());
-            from_device_bf16(g_m, dqkv_m, nqkv);
-            cudaCheck(cudaMemcpy(rs_m, (const float*)d_ws + rows * s.HS, 2 * rows * sizeof(float),
-                                 cudaMemcpyDeviceToHost));
-            cudaCheck(cudaFree(d_ws));
-            if (mode != ATTN_FP32) /* the prep kernel's D (fp32 mode: its row pass's) */
-                compare_row_slot(label, "D = dO . O", rs_a, rs_m, rows, sigma_dp, kPathMaxDRel, 0);
-            for (int slot = 0; slot < 3; slot++) {
-                long nonfinite = 0;
-                double max_ulps = 0;
-                for (size_t v = 0; v < (size_t)s.B * s.T * s.NH; v++) {
-                    const size_t bt = v / s.NH, h = v % s.NH;
-                    const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
-                    double sq = 0;
-                    for (int d = 0; d < s.HS; d++) sq += (double)g_a[base + d] * g_a[base + d];
-                    const double rms = sqrt(sq / s.HS);
-                    for (int d = 0; d < s.HS; d++) {
-                        const double a = g_a[base + d], x = g_m[base + d];
-                        if (!isfinite(a) || !isfinite(x)) { nonfinite++; continue; }
-                        const double diff = fabs(a - x), ulp = bf16_ulp_at(fmax(fabs(a), fabs(x)), rms);
-                        const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
-                        if (ulps > max_ulps) max_ulps = ulps;
-                    }
-                }
-                printf("  %s: %s max %.2f BF16 ulps\n", label, kSlotName[slot], max_ulps);
-                CHECK(nonfinite == 0, "%s: %s written and finite (%ld not)", label, kSlotName[slot], nonfinite);
-                const double tol = (mode == ATTN_GPROJ && slot == 0) ? kPathMaxGprojDqUlps : kPathMaxGradUlps;
-                CHECK(max_ulps <= tol, "%s: %s within %.0f BF16 ulps (max %.2f)", label, kSlotName[slot], tol,
-                      max_ulps);
-            }
-        }
-        cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
-        cudaCheck(cudaFree(d_stats)); cudaCheck(cudaFree(d_out_off)); cudaCheck(cudaFree(d_dout_off));
-        cudaCheck(cudaFree(d_dqkv_off));
-        free(qkv); free(dout); free(g_a); free(g_m); free(rs_a); free(rs_m);
-    }
-}
-
 int main(void) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -962,7 +881,6 @@ int main(void) {
     test_workspace_size();
     test_forward_paths(is_sm90, seed + 4);
     test_backward_paths(is_sm90, seed + 5);
-    test_backward_misaligned(seed + 6);
     test_hard_cases(64, 1024, seed);
     test_hard_cases(128, 1000, seed + 1);
     test_shapes(seed + 2);
