@@ -101,7 +101,7 @@ $(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o: attention/attention_hopper_
 GPU_TESTS += $(BUILD)/tests/test_attention_gpu
 CUDA_PROGRAMS += $(BUILD)/tests/test_attention_gpu
 $(BUILD)/tests/test_attention_gpu.cu.o: tests/test_attention_gpu.cu attention/attention_cuda.cuh attention/attention_hopper.cuh \
-        attention/attention.h attention/attn_cases.h attention/attn_metrics.h tests/testing.h \
+        attention/attention_hopper_bwd.cuh attention/attention.h attention/attn_cases.h attention/attn_metrics.h tests/testing.h \
         common/cuda_utils.cuh common/utils.h
 $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
