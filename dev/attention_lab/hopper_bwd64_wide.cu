@@ -36,10 +36,21 @@
  *   dQ rows 0-63 and 64-127 = bf(dS) K_w  two accumulators, m64n64k16 RS, A loaded from the staging tile
  *   the 128 x 64 FP32 partial into the warpgroup's 32 KB dQ tile (two 128B-swizzled boxes of 32 columns x 128
  *   rows), fence.proxy.async, warpgroup barrier, two TMA reduce-adds by thread 0 (rows past T: outside the map)
+ * That is variant v0 (template kSsDq = false). Variant v1 (kSsDq = true) changes only the dQ path, FA3's way:
+ * bf(dS) is staged K-major with the 128B swizzle ([128 queries][64 keys], 16 KB, fenced for the async proxy) and
+ * dQ's two M blocks are m64n64k16 SS wgmmas (A = that tile, B = K_w N-major) issued right behind the dV/dK
+ * wgmmas after the warpgroup barrier, one wait for all 24: no A-fragment loads, one wgmma wait per step instead
+ * of two. Both variants are checked and timed.
  * Shared memory (SmemPlan): K, V 16 KB each; Q, dO 2 x 16 KB each; two 32 KB dQ tiles (one per warpgroup, single
  * buffered: a second pair would pass 227 KB; the score phase separates a send from the next rewrite); two dS
- * staging tiles of 18 KB; row state 2 x 128 float4; barriers: 205864 bytes with the alignment slack.
- * Registers: see the file's end (`make hopper_bwd64_wide-regs`).
+ * staging tiles of 18 KB (v1 uses 16 KB of each, 1024-aligned); row state 2 x 128 float4; barriers: 205864 bytes
+ * with the alignment slack (one CTA per SM, as production's ~148 KB).
+ * Registers (`make hopper_bwd64_wide-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math): every
+ * wide_bwd_kernel instantiation (bf16 / repair x v0 / v1) 168 at entry (232 after setmaxnreg.inc), 0 bytes spill,
+ * no C75xx; probes 154 (scores) / 186 (v0) / 218 (v1), 0 spill, no C75xx. What ptxas forced: 24 / 240 (HS 128's
+ * split) spilled 32 B in repair (the producer's row state), 56 / 224 28 B, so 40 / 232; the probe writing S^T /
+ * dP^T in the same kernel as the dV/dK GEMMs serialised its wgmmas (C7512), hence a launch of its own; v1 without
+ * an explicit wgmma.fence after zeroing the dQ accumulators got an injected one (C7519).
  *
  * Hangs: every mbarrier wait is bounded (~2 s of clock64) and GIVES UP instead of trapping (a trap on the
  * consumer path makes ptxas ignore setmaxnreg.inc): hopper_bwd_common.cuh's mbar_wait_give_up records the
@@ -53,18 +64,20 @@
  *      [64 x 64] (RS over 8 k-steps crossing the box boundary), dQ [128 x 64] (dS staged from words at pitch 72,
  *      two M blocks), and that dQ sent through the 32 KB swizzled tile and two TMA reduce-adds with 128-row boxes
  *      into a zeroed accumulator: bit-equal to the register values for rows < T, nothing written elsewhere;
- *   1. bf16, 2. repair: per case, forward, then the reference attention_backward_cuda (default options; its path
+ *      v1's dV, dK and dQ (swizzled staging, SS with B N-major) against the same double loops;
+ *   1. bf16, 2. repair: per case and variant, forward, then the reference attention_backward_cuda (default options; its path
  *      must be "hopper"); (a) this kernel on the reference's own D (copied from its workspace) + the lab's
  *      post-pass; (b) the lab's whole backward (prep + kernel + post-pass) on poisoned buffers: dQ, dK, dV
  *      within 4 BF16 ulps of the row scale of the reference (hopper_bwd_fast's tolerance: FP32 sum order only,
  *      one flipped BF16 rounding of P or dS at most per element), every element finite;
  *   3. B8 H16 T1024 and B4 H16 T2048 (bf16; checked as above, then timed: medians of 21, warm inputs, queued
  *      behind a spin): the production backward, the lab's harness around the production kernel (same prep and
- *      post-pass as the wide one: the kernels compared alone), the wide backward, and both kernels alone.
- *      Lines "wide vs production N.NNx" (> 1: the wide one is faster).
+ *      post-pass as the wide one: the kernels compared alone), the production kernel alone, and per variant the
+ *      wide backward and the wide kernel alone. Lines "time: vN: wide vs production N.NNx" (> 1: the wide one is
+ *      faster), three per variant and shape.
  *
  * Usage: hopper_bwd64_wide   (no arguments; needs an sm_90 GPU). Ends with "N passed, N failed".
- * Status: written without a GPU, never run; compile-checked (ptxas below).
+ * Status: written without a GPU, never run; compile-checked (ptxas above).
  */
 #include <math.h>
 #include <stdint.h>
@@ -330,11 +343,63 @@ __device__ __forceinline__ void send_dq_tile(const CUtensorMap* dq_map, const un
     bulk_commit_group();
 }
 
+/* ---- variant v1: bf(dS) staged K-major and 128B-swizzled, dQ read from it by SS wgmmas in the dV/dK batch ---- */
+
+/* D[64 x 64] += A[64 x 16] B[16 x 64], A and B from shared memory: A K-major (imm-trans-a = 0), B N-major
+   (imm-trans-b = 1: K_w stored [key][head dim]); scale-d true, no negation. hopper_wgmma.cuh's m64n64k16 SS with
+   the B of its RS form (v1's one new instruction form; the probe checks it). */
+__device__ __forceinline__ void wgmma_m64n64k16_ss_tb(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, acc, 1, 1, 0, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+/* bf(dS^T) from its packed words to the warpgroup's swizzled staging tile [128 queries][64 keys] (16 KB, 1024-byte
+   aligned): BF16 (q, key) at byte q * 128 + ((key / 8) ^ (q % 8)) * 16 + (key % 8) * 2, the 128B swizzle TMA
+   writes for a K-major tile (keys are dQ's reduced dimension); words as stage_ds's. The writer fences the
+   generic-proxy stores before the warpgroup barrier that precedes the wgmmas reading them (async proxy). */
+__device__ __forceinline__ void stage_ds_swizzled(unsigned char* ds_sw, const uint32_t (&pds)[kQSteps][4], int key_row,
+                                                  int t) {
+#pragma unroll
+    for (int kk = 0; kk < kQSteps; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int key = key_row + 8 * (i & 1);
+            const int q = 16 * kk + 8 * (i >> 1) + 2 * t; /* and q + 1: q even, so (q + 1) % 8 = q % 8 + 1 */
+            const int within = (key & 7) * 2;
+            *reinterpret_cast<unsigned short*>(ds_sw + q * kRowBytes + (((key >> 3) ^ (q & 7)) << 4) + within) =
+                (unsigned short)(pds[kk][i] & 0xFFFFu);
+            *reinterpret_cast<unsigned short*>(ds_sw + (q + 1) * kRowBytes + (((key >> 3) ^ ((q + 1) & 7)) << 4) +
+                                               within) = (unsigned short)(pds[kk][i] >> 16);
+        }
+}
+
+/* dq_blk += bf(dS)[queries 64 blk ..][64 keys] K_w for blk = 0, 1: 4 SS k-steps each, A = the swizzled staging tile
+   (K-major: k-step kk at byte 32 kk of the rows, M block blk 8 KB on), B = K_w N-major (production's dQ B). Issued
+   only: the caller fences, commits and waits. */
+__device__ __forceinline__ void issue_dq_ss(float (&dq0)[32], float (&dq1)[32], uint32_t ds_sw_addr, uint32_t kw_addr) {
+#pragma unroll
+    for (int kk = 0; kk < kTileKSteps; kk++) {
+        const uint64_t desc_b = make_smem_desc(kw_addr + kk * kWgmmaK * kRowBytes, kUnusedLboN64, kAtomBytes);
+        const uint32_t col = kk * kWgmmaK * (int)sizeof(bf16);
+        wgmma_m64n64k16_ss_tb(dq0, make_smem_desc(ds_sw_addr + col, kUnusedLbo, kAtomBytes), desc_b);
+        wgmma_m64n64k16_ss_tb(dq1, make_smem_desc(ds_sw_addr + 64 * kRowBytes + col, kUnusedLbo, kAtomBytes), desc_b);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------ */
 /* the kernel                                                                                        */
 /* ------------------------------------------------------------------------------------------------ */
 
-template <int MODE>
+/* kSsDq: variant v1 (dS staged swizzled, dQ as SS wgmmas in the dV/dK batch); false: v0 (dS staged padded, dQ as a
+   second RS batch with A loaded from it, production's form) */
+template <int MODE, bool kSsDq>
 __global__ void __launch_bounds__(kThreads, 1)
     wide_bwd_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                     const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
@@ -419,22 +484,45 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t pa[kQSteps][4], pds[kQSteps][4];
         pack_a_n128(pa, st);
         pack_a_n128(pds, dpt);
-        /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
-        stage_ds(ds_s, pds, key_row, t);
-        issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
-        /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
-           warpgroup rewrite it */
-        if (tid_in_wg == 0) bulk_wait_group_read<0>();
-        warpgroup_sync(wg); /* the staging tile is written */
-        wgmma_wait<0>();
-        reg_fence(dv);
-        reg_fence(dk);
-        reg_fence(pa);
-        reg_fence(pds);
-        mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-
         float dq0[32], dq1[32];
-        dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
+        if constexpr (!kSsDq) {
+            /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
+            stage_ds(ds_s, pds, key_row, t);
+            issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
+            /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
+               warpgroup rewrite it */
+            if (tid_in_wg == 0) bulk_wait_group_read<0>();
+            warpgroup_sync(wg); /* the staging tile is written */
+            wgmma_wait<0>();
+            reg_fence(dv);
+            reg_fence(dk);
+            reg_fence(pa);
+            reg_fence(pds);
+            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+            dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
+        } else {
+            /* the previous step's dQ wgmmas read the staging tile before its wait<0>, so it may be rewritten */
+            stage_ds_swizzled(reinterpret_cast<unsigned char*>(ds_s), pds, key_row, t);
+            fence_proxy_async(); /* the staged dS, before the async proxy (wgmma) reads it */
+            issue_dkv(dv, dk, pa, pds, q_addr, do_addr); /* fences, issues and commits dV, dK */
+            if (tid_in_wg == 0) bulk_wait_group_read<0>(); /* the dQ tile read by the previous reduce-adds */
+            warpgroup_sync(wg); /* every warp's rows of the staging tile are written */
+#pragma unroll
+            for (int k = 0; k < 32; k++) dq0[k] = dq1[k] = 0.f;
+            reg_fence(dq0);
+            reg_fence(dq1);
+            wgmma_fence(); /* the zeroed accumulators (without it ptxas injects one itself: C7519) */
+            issue_dq_ss(dq0, dq1, smem_u32(ds_s), kw_addr);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(dv);
+            reg_fence(dk);
+            reg_fence(pa);
+            reg_fence(pds);
+            reg_fence(dq0);
+            reg_fence(dq1);
+            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+        }
         store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
         store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
         fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
@@ -458,9 +546,12 @@ __global__ void __launch_bounds__(kThreads, 1)
    and dQ tiles; one step, no softmax (P := S^T, dS := dP^T). Outputs (FP32, row-major):
      st, dpt [64 keys][128 queries]; dv, dk [64 keys][64]; dq [128 queries][64] from the registers;
    and dq once more through the dQ tile and two TMA reduce-adds into dq_acc (the caller zeroed it; head `head`).
-   Two launches: kScores writes st and dpt only, the other launch the rest (its own S^T, dP^T, identical). */
+   Three launches (kPart): kProbeScores writes st and dpt only; kProbeV0 the rest through v0's helpers; kProbeV1 dv,
+   dk and dq through v1's (dS staged swizzled, dQ SS in the dV/dK batch) into dv_v1, dk_v1, dq_v1 (each launch its own
+   S^T, dP^T: identical). */
+enum ProbePart { kProbeScores = 0, kProbeV0 = 1, kProbeV1 = 2 };
 struct ProbeOut {
-    float *st, *dpt, *dv, *dk, *dq;
+    float *st, *dpt, *dv, *dk, *dq, *dv_v1, *dk_v1, *dq_v1;
 };
 template <int REGS>
 __device__ __forceinline__ void probe_write(float* dst, const float (&acc)[REGS], int row0, int g, int t) {
@@ -472,7 +563,7 @@ __device__ __forceinline__ void probe_write(float* dst, const float (&acc)[REGS]
 #pragma unroll
             for (int e = 0; e < 2; e++) dst[(row0 + g + 8 * r) * kCols + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
 }
-template <bool kScores>
+template <int kPart>
 __global__ void __launch_bounds__(128, 1)
     wide_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                       const __grid_constant__ CUtensorMap dq_map, int NH, int T, int head, ProbeOut out) {
@@ -512,7 +603,7 @@ __global__ void __launch_bounds__(128, 1)
     const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
     float st[kScoreRegs], dpt[kScoreRegs];
     scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-    if constexpr (kScores) { /* a launch of its own: with these stores in the same kernel as the GEMMs below,
+    if constexpr (kPart == kProbeScores) { /* a launch of its own: with these stores in the same kernel as the GEMMs below,
                                 ptxas kept S^T, dP^T live next to dV, dK and serialised the wgmmas (C7512) */
         probe_write(out.st, st, warp * 16, g, t);
         probe_write(out.dpt, dpt, warp * 16, g, t);
@@ -521,6 +612,34 @@ __global__ void __launch_bounds__(128, 1)
     uint32_t pa[kQSteps][4], pds[kQSteps][4];
     pack_a_n128(pa, st);
     pack_a_n128(pds, dpt);
+    if constexpr (kPart == kProbeV1) { /* the kernel's v1 sequence */
+        float dv[32], dk[32], dq0[32], dq1[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) dv[i] = dk[i] = 0.f;
+        stage_ds_swizzled(reinterpret_cast<unsigned char*>(ds_s), pds, key_row, t);
+        fence_proxy_async();
+        issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
+        warpgroup_sync(0);
+#pragma unroll
+        for (int k = 0; k < 32; k++) dq0[k] = dq1[k] = 0.f;
+        reg_fence(dq0);
+        reg_fence(dq1);
+        wgmma_fence();
+        issue_dq_ss(dq0, dq1, smem_u32(ds_s), kw_addr);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(dv);
+        reg_fence(dk);
+        reg_fence(pa);
+        reg_fence(pds);
+        reg_fence(dq0);
+        reg_fence(dq1);
+        probe_write(out.dv_v1, dv, warp * 16, g, t);
+        probe_write(out.dk_v1, dk, warp * 16, g, t);
+        probe_write(out.dq_v1, dq0, warp * 16, g, t);
+        probe_write(out.dq_v1, dq1, 64 + warp * 16, g, t);
+        return;
+    }
     stage_ds(ds_s, pds, key_row, t);
     float dv[32], dk[32];
 #pragma unroll
@@ -556,10 +675,10 @@ void watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
     cudaCheck(cudaMemcpyToSymbol(g_wide_hang, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
 }
 
-/* The wide key-major kernel alone (asynchronous): reads qkv, dout, stats, D; adds s-less dQ partials into dq_acc
+/* The wide key-major kernel alone (variant 0 or 1, the kernel's kSsDq; asynchronous): reads qkv, dout, stats, D; adds s-less dQ partials into dq_acc
    (zeroed by the caller, or meant to accumulate); writes the k and v slots of dqkv. */
-void launch_pass(AttnMode mode, AttnShape s, const bf16* qkv, const bf16* dout, const float* stats, const float* D,
-                 float* dq_acc, bf16* dqkv, cudaStream_t stream) {
+void launch_pass(int variant, AttnMode mode, AttnShape s, const bf16* qkv, const bf16* dout, const float* stats,
+                 const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream) {
     if ((mode != ATTN_BF16 && mode != ATTN_REPAIR) || s.HS != kHS || s.B < 1 || s.NH < 1 || s.T < 1 ||
         (long long)s.B * s.NH > 65535 || ((uintptr_t)qkv % 16) != 0 || ((uintptr_t)dout % 16) != 0)
         die("%s: unsupported call (mode %d, B=%d NH=%d T=%d HS=%d)\n  hint: bf16 or repair, HS 64, B*NH <= 65535,"
@@ -574,8 +693,13 @@ void launch_pass(AttnMode mode, AttnShape s, const bf16* qkv, const bf16* dout, 
                                                               attn_softmax_scale(kHS), attn_exp2_scale(kHS));
         cudaCheckLastError();
     };
-    if (mode == ATTN_BF16) launch(wide_bwd_kernel<ATTN_BF16>);
-    else launch(wide_bwd_kernel<ATTN_REPAIR>);
+    if (variant == 0) {
+        if (mode == ATTN_BF16) launch(wide_bwd_kernel<ATTN_BF16, false>);
+        else launch(wide_bwd_kernel<ATTN_REPAIR, false>);
+    } else {
+        if (mode == ATTN_BF16) launch(wide_bwd_kernel<ATTN_BF16, true>);
+        else launch(wide_bwd_kernel<ATTN_REPAIR, true>);
+    }
 }
 
 /* The probe on qkv [1, T, 3, NH, 64], dout [1, T, NH, 64], T <= 128: outputs as ProbeOut (device), dq_acc
@@ -592,8 +716,9 @@ void layout_probe(AttnShape s, int head, const bf16* qkv, const bf16* dout, Prob
         kernel<<<1, 128, SmemPlan::kAlloc>>>(qkv_map, dout_map, dq_map, s.NH, s.T, head, o);
         cudaCheckLastError();
     };
-    launch(wide_probe_kernel<true>);  /* S^T, dP^T */
-    launch(wide_probe_kernel<false>); /* dV, dK, dQ (registers and through the reduce-adds) */
+    launch(wide_probe_kernel<kProbeScores>); /* S^T, dP^T */
+    launch(wide_probe_kernel<kProbeV0>);     /* dV, dK, dQ (registers and through the reduce-adds) */
+    launch(wide_probe_kernel<kProbeV1>);     /* dV, dK, dQ through v1's helpers */
 }
 
 }  // namespace wide64
@@ -666,12 +791,19 @@ static void launch_postpass(AttnShape s, void* ws, bf16* dqkv, cudaStream_t st) 
     cudaCheckLastError();
 }
 
-/* The whole backward with the wide kernel (wide = 1) or production's key-major kernel (wide = 0) between the same
-   prep and post-pass copies. Overwrites dqkv; ws: attention_cuda_workspace_bytes(s, mode) bytes. */
-static void lab_backward(int wide, AttnMode mode, AttnShape s, const bf16* qkv, const bf16* out, const float* stats,
+/* The lab's variants of the key-major pass: production's kernel (attention_backward_hopper_keys) and the wide
+   kernel's two (wide64::launch_pass's variant 0 / 1). */
+enum { kPassProduction = -1, kPassWideV0 = 0, kPassWideV1 = 1 };
+static const int kWideVariants = 2;
+static const char* kWideName[kWideVariants] = {"wide v0 (dS staged padded, dQ a second RS batch)",
+                                               "wide v1 (dS staged swizzled, dQ SS in the dV/dK batch)"};
+
+/* The whole backward with key-major pass `pass` (kPass*) between the same prep and post-pass copies. Overwrites
+   dqkv; ws: attention_cuda_workspace_bytes(s, mode) bytes. */
+static void lab_backward(int pass, AttnMode mode, AttnShape s, const bf16* qkv, const bf16* out, const float* stats,
                          const bf16* dout, bf16* dqkv, void* ws, cudaStream_t st) {
     launch_prep(s, out, dout, ws, st);
-    if (wide) wide64::launch_pass(mode, s, qkv, dout, stats, ws_D(ws, s), ws_dq_acc(ws), dqkv, st);
+    if (pass != kPassProduction) wide64::launch_pass(pass, mode, s, qkv, dout, stats, ws_D(ws, s), ws_dq_acc(ws), dqkv, st);
     else attention_backward_hopper_keys(mode, s, qkv, dout, stats, ws_D(ws, s), ws_dq_acc(ws), dqkv, st);
     launch_postpass(s, ws, dqkv, st);
 }
@@ -751,22 +883,30 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
     cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
 
-    /* (a) the wide kernel on the reference's own D (zeroed accumulator, NaN dqkv), then the lab's post-pass */
-    cudaCheck(cudaMemsetAsync(ws_dq_acc(ws_new), 0, rows * s.HS * sizeof(float), st));
-    cudaCheck(cudaMemcpyAsync(ws_D(ws_new, s), ws_D(ws_ref, s), rows * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    wide64::launch_pass(mode, s, qkv, dout, stats, ws_D(ws_new, s), ws_dq_acc(ws_new), dqkv_new, st);
-    launch_postpass(s, ws_new, dqkv_new, st);
-    sync_or_report(cudaStreamSynchronize(st), "(a) the wide kernel on production's D + the lab's post-pass");
-    cudaCheck(cudaMemcpy(h_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
-    for (int slot = 0; slot < 3; slot++) check_slot(h_ref, h_new, s, slot, "(a) on production's D:");
+    for (int v = 0; v < kWideVariants; v++) {
+        char what[160];
+        /* (a) the wide kernel on the reference's own D (zeroed accumulator, NaN dqkv), then the lab's post-pass */
+        cudaCheck(cudaMemsetAsync(dqkv_new, 0xFF, nqkv * 2, st));
+        cudaCheck(cudaMemsetAsync(ws_dq_acc(ws_new), 0, rows * s.HS * sizeof(float), st));
+        cudaCheck(cudaMemcpyAsync(ws_D(ws_new, s), ws_D(ws_ref, s), rows * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        wide64::launch_pass(v, mode, s, qkv, dout, stats, ws_D(ws_new, s), ws_dq_acc(ws_new), dqkv_new, st);
+        launch_postpass(s, ws_new, dqkv_new, st);
+        snprintf(what, sizeof what, "(a) %s on production's D + the lab's post-pass", kWideName[v]);
+        sync_or_report(cudaStreamSynchronize(st), what);
+        cudaCheck(cudaMemcpy(h_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
+        snprintf(what, sizeof what, "(a) v%d on production's D:", v);
+        for (int slot = 0; slot < 3; slot++) check_slot(h_ref, h_new, s, slot, what);
 
-    /* (b) the lab's whole backward on poisoned buffers */
-    cudaCheck(cudaMemsetAsync(dqkv_new, 0xFF, nqkv * 2, st));
-    cudaCheck(cudaMemsetAsync(ws_new, 0xFF, ws_bytes, st));
-    lab_backward(1, mode, s, qkv, out, stats, dout, dqkv_new, ws_new, st);
-    sync_or_report(cudaStreamSynchronize(st), "(b) the lab's wide backward (prep + wide kernel + post-pass)");
-    cudaCheck(cudaMemcpy(h_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
-    for (int slot = 0; slot < 3; slot++) check_slot(h_ref, h_new, s, slot, "(b) whole backward:");
+        /* (b) the lab's whole backward on poisoned buffers */
+        cudaCheck(cudaMemsetAsync(dqkv_new, 0xFF, nqkv * 2, st));
+        cudaCheck(cudaMemsetAsync(ws_new, 0xFF, ws_bytes, st));
+        lab_backward(v, mode, s, qkv, out, stats, dout, dqkv_new, ws_new, st);
+        snprintf(what, sizeof what, "(b) the lab's whole backward with %s (prep + kernel + post-pass)", kWideName[v]);
+        sync_or_report(cudaStreamSynchronize(st), what);
+        cudaCheck(cudaMemcpy(h_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
+        snprintf(what, sizeof what, "(b) v%d whole backward:", v);
+        for (int slot = 0; slot < 3; slot++) check_slot(h_ref, h_new, s, slot, what);
+    }
 
     if (time_it) {
         enum { kWarmup = 3, kReps = 21 };
@@ -787,34 +927,37 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
             for (int i = 0; i < kReps; i++) cudaCheck(cudaEventElapsedTime(&tm[i], ev[i], ev[i + 1]));
             return median_ms(tm, kReps);
         };
+        /* the key-major kernel's 5 causal BF16 GEMMs: S^T, dP^T, dV, dK, dQ */
+        const double gemm = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
         auto run_prod = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st); };
-        auto run_prod_lab = [&]() { lab_backward(0, mode, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st); };
-        auto run_wide = [&]() { lab_backward(1, mode, s, qkv, out, stats, dout, dqkv_new, ws_new, st); };
-        /* alone: they keep adding into the accumulators (their values no longer matter) */
+        auto run_prod_lab = [&]() { lab_backward(kPassProduction, mode, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st); };
+        /* alone: it keeps adding into the accumulator (its values no longer matter) */
         auto run_prod_kernel = [&]() {
             attention_backward_hopper_keys(mode, s, qkv, dout, stats, ws_D(ws_ref, s), ws_dq_acc(ws_ref), dqkv_ref, st);
         };
-        auto run_wide_kernel = [&]() {
-            wide64::launch_pass(mode, s, qkv, dout, stats, ws_D(ws_new, s), ws_dq_acc(ws_new), dqkv_new, st);
-        };
         const float ms_prod = time_of(run_prod, "timing the production backward");
         const float ms_prod_lab = time_of(run_prod_lab, "timing the lab harness around the production kernel");
-        const float ms_wide = time_of(run_wide, "timing the wide backward");
         const float ms_prod_kernel = time_of(run_prod_kernel, "timing the production key-major kernel alone");
-        const float ms_wide_kernel = time_of(run_wide_kernel, "timing the wide kernel alone");
-        /* the key-major kernel's 5 causal BF16 GEMMs: S^T, dP^T, dV, dK, dQ */
-        const double gemm = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
         printf("  time (median of %d, warm inputs, queued behind a spin): production backward (attention_backward_cuda,"
-               " path %s) %.4f ms; lab harness (lab prep + production kernel + lab post-pass) %.4f ms; wide backward"
-               " (lab prep + wide kernel + lab post-pass) %.4f ms\n", (int)kReps,
-               attn_bwd_path_name(attention_backward_cuda_path(mode, opt, s, qkv, dout)), ms_prod, ms_prod_lab, ms_wide);
-        printf("  time: kernels alone: production %.4f ms (%.1f TFLOP/s, 5 causal GEMMs), wide %.4f ms (%.1f TFLOP/s)\n",
-               ms_prod_kernel, 5.0 * gemm / ms_prod_kernel * 1e-9, ms_wide_kernel, 5.0 * gemm / ms_wide_kernel * 1e-9);
-        printf("  time: wide vs production %.2fx (whole backward, production's own prep/post-pass vs the lab's copies)\n",
-               ms_prod / ms_wide);
-        printf("  time: wide vs production %.2fx (whole backward, same lab prep/post-pass around both kernels)\n",
-               ms_prod_lab / ms_wide);
-        printf("  time: wide vs production %.2fx (key-major kernels alone)\n", ms_prod_kernel / ms_wide_kernel);
+               " path %s) %.4f ms; lab harness (lab prep + production kernel + lab post-pass) %.4f ms; production"
+               " kernel alone %.4f ms (%.1f TFLOP/s, 5 causal GEMMs)\n", (int)kReps,
+               attn_bwd_path_name(attention_backward_cuda_path(mode, opt, s, qkv, dout)), ms_prod, ms_prod_lab,
+               ms_prod_kernel, 5.0 * gemm / ms_prod_kernel * 1e-9);
+        for (int v = 0; v < kWideVariants; v++) {
+            auto run_wide = [&]() { lab_backward(v, mode, s, qkv, out, stats, dout, dqkv_new, ws_new, st); };
+            auto run_wide_kernel = [&]() {
+                wide64::launch_pass(v, mode, s, qkv, dout, stats, ws_D(ws_new, s), ws_dq_acc(ws_new), dqkv_new, st);
+            };
+            const float ms_wide = time_of(run_wide, "timing the wide backward");
+            const float ms_wide_kernel = time_of(run_wide_kernel, "timing the wide kernel alone");
+            printf("  time: %s: backward (lab prep + kernel + lab post-pass) %.4f ms, kernel alone %.4f ms (%.1f"
+                   " TFLOP/s)\n", kWideName[v], ms_wide, ms_wide_kernel, 5.0 * gemm / ms_wide_kernel * 1e-9);
+            printf("  time: v%d: wide vs production %.2fx (whole backward, production's own prep/post-pass vs the lab's"
+                   " copies)\n", v, ms_prod / ms_wide);
+            printf("  time: v%d: wide vs production %.2fx (whole backward, the same lab prep/post-pass around both)\n", v,
+                   ms_prod_lab / ms_wide);
+            printf("  time: v%d: wide vs production %.2fx (key-major kernels alone)\n", v, ms_prod_kernel / ms_wide_kernel);
+        }
         for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventDestroy(ev[r]));
     }
     free(h_qkv); free(h_dout); free(h_ref); free(h_new);
@@ -832,7 +975,7 @@ static void layout_probe(void) {
     enum { kQ = 0, kK = 1, kV = 2 };
     const int nk = 64, nq = wide64::kBlockQ, key_base = 64; /* warpgroup 1's keys: tokens 64..127 */
     const size_t n_st = (size_t)nk * nq, n_kv = (size_t)nk * kHS, n_dq = (size_t)nq * kHS;
-    const size_t total = 2 * n_st + 2 * n_kv + n_dq;
+    const size_t total = 2 * n_st + 4 * n_kv + 2 * n_dq;
     const size_t acc_elems = (size_t)ps.NH * ps.T * kHS;
     float *d_out, *d_acc;
     lab_alloc_poisoned(&d_out, total * 4);
@@ -844,6 +987,9 @@ static void layout_probe(void) {
     o.dv = o.dpt + n_st;
     o.dk = o.dv + n_kv;
     o.dq = o.dk + n_kv;
+    o.dv_v1 = o.dq + n_dq;
+    o.dk_v1 = o.dv_v1 + n_kv;
+    o.dq_v1 = o.dk_v1 + n_kv;
     wide64::layout_probe(ps, in.head, in.qkv, in.dout, o, d_acc);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
     float* h = (float*)mallocCheck(total * 4);
@@ -851,6 +997,7 @@ static void layout_probe(void) {
     cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(h_acc, d_acc, acc_elems * 4, cudaMemcpyDeviceToHost));
     const float *g_st = h, *g_dpt = h + n_st, *g_dv = g_dpt + n_st, *g_dk = g_dv + n_kv, *g_dq = g_dk + n_kv;
+    const float *g_dv_v1 = g_dq + n_dq, *g_dk_v1 = g_dv_v1 + n_kv, *g_dq_v1 = g_dk_v1 + n_kv;
     double* ref = (double*)mallocCheck(n_st * sizeof(double));
     double* mag = (double*)mallocCheck(n_st * sizeof(double));
     lab_probe_product(ref, mag, nk, nq, kHS,
@@ -865,15 +1012,22 @@ static void layout_probe(void) {
                       [&](int i, int n, int q) { return bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n); });
     CHECK(lab_probe_compare("dV = bf(S^T) dO", g_dv, ref, mag, nk, kHS) == 0,
           "dV = bf(S^T) dO: 8 register-A k-steps (pack_a_n128), dO N-major across its two boxes");
+    CHECK(lab_probe_compare("v1: dV = bf(S^T) dO", g_dv_v1, ref, mag, nk, kHS) == 0,
+          "v1: dV = bf(S^T) dO (the same form, in v1's batch)");
     lab_probe_product(ref, mag, nk, kHS, nq,
                       [&](int i, int n, int q) { return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kQ, n); });
     CHECK(lab_probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag, nk, kHS) == 0,
           "dK = bf(dP^T) Q: the Q tile read N-major across its two boxes after being read K-major");
+    CHECK(lab_probe_compare("v1: dK = bf(dP^T) Q", g_dk_v1, ref, mag, nk, kHS) == 0,
+          "v1: dK = bf(dP^T) Q (the same form, in v1's batch)");
     lab_probe_product(ref, mag, nq, kHS, nk, [&](int q, int n, int k) {
         return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, key_base + k, kK, n);
     });
     CHECK(lab_probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag, nq, kHS) == 0,
           "dQ = bf(dS) K_w: dS staged from words into [128 queries][72], two 64-query M blocks, K_w N-major");
+    CHECK(lab_probe_compare("v1: dQ = bf(dP^T)^T K", g_dq_v1, ref, mag, nq, kHS) == 0,
+          "v1 (NEW forms): dS staged K-major 128B-swizzled [128 queries][64 keys], dQ = m64n64k16 SS with A from it"
+          " (K-major) and B = K_w N-major (imm-trans-b 1), two M blocks 8 KB apart, in the dV/dK commit group");
     /* the same dQ through the swizzled tile and the reduce-adds: rows < T of the probed head bit-equal to the
        registers (added to zeros), every other element of the accumulator still 0 */
     size_t wrong_rows = 0, stray = 0;
