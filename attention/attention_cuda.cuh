@@ -38,7 +38,7 @@
  *       Hopper wgmma kernels (attention/attention_hopper_bwd.cuh), at HS 64
  *       and 128: in bf16 and repair mode (not the tile-max-shift arm) the
  *       key-major pass; in fp32 mode the row pass, then fp32's Hopper
- *       key-major pass at HS 128 (the portable key-major kernel at HS 64);
+ *       key-major pass (HS 64 since session 6, HS 128);
  *       in gproj mode the row pass and gproj's key-major
  *       pass. Everywhere else and with AttnOptions.force_portable = 1 the
  *       portable mma.sync kernels. Both agree to a few BF16 ulps (FP32 sum

@@ -3,7 +3,8 @@
  * head size 128 (dK, dV and the dQ partials) on wgmma + TMA, a producer warpgroup and setmaxnreg. The API and
  * which calls it serves: attention/attention_hopper_bwd.cuh (the fp32 section at its end:
  * attention_backward_hopper_fp32_keys128; attention_backward_cuda runs it in attn_bwd_kernel<128, ATTN_FP32>'s
- * place on sm_90 after the Hopper row pass). fp32 at HS 64 keeps the portable key-major kernel.
+ * place on sm_90 after the Hopper row pass). fp32 at HS 64: attention_hopper_bwd64_fp32.cu (session 6), which also
+ * holds the entry points of both head sizes (attention_backward_hopper_fp32_keys hands HS 128 to this file).
  *
  * Why: after the other HS-128 Hopper kernels landed, fp32 mode's fwd+bwd at B2 H16 T4096 d128 was 2.86x bf16's
  * (dev/results/device_s5/call5/attn/bench_attention.md; the target is at most 2.5x), and most of its backward
@@ -82,7 +83,7 @@
  * kernel's own helpers: S^T, dP^T; dV and dK with their two chained split terms; dQ over the three staged terms
  * and its second and third terms alone (their contribution is 2^-8 / 2^-16 of the first: invisible next to it).
  *
- * Not done: fp32 at HS 64 (still the portable key-major kernel after the Hopper row pass); 3 stages or a
+ * Not done: 3 stages or a
  * persistent schedule; overlapping the next tile's S^T/dP^T with this tile's batches (no registers left).
  */
 #include <math.h>
