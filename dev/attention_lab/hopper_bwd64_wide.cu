@@ -740,24 +740,38 @@ __global__ void spin_for_ns(unsigned long long ns) {
     } while (now - start < ns);
 }
 
-/* D and the zeroed dQ accumulator: attention_cuda.cu's attn_bwd_prep_kernel<64> (file-local there; the committed
-   scalar form), one warp per (b, h, t) row, 4 rows per block, grid (T / 4, B * NH). */
-constexpr int kPrepWarps = 4;
-__global__ void lab_prep(const bf16* __restrict__ out, const bf16* __restrict__ dout, float* __restrict__ D,
-                         float* __restrict__ dq_acc, int NH, int T) {
-    const int tok = blockIdx.x * kPrepWarps + (threadIdx.x >> 5);
-    const int bh = blockIdx.y, lane = threadIdx.x & 31;
-    if (tok >= T) return;
+/* D and the zeroed dQ accumulator: attention_cuda.cu's attn_bwd_prep_kernel<64> (file-local there; its session-6
+   form with 16-byte loads, without the programmatic-launch trigger): 8 lanes per row, each loads 8 BF16 of O and dO
+   and zeroes 8 accumulator floats; 256 threads = 32 rows per block, grid (T / 32, B * NH). */
+constexpr int kPrepThreads = 256, kPrepLanesPerRow = kHS / 8, kPrepRowsPerBlock = kPrepThreads / kPrepLanesPerRow;
+__global__ void __launch_bounds__(kPrepThreads) lab_prep(const bf16* __restrict__ out, const bf16* __restrict__ dout,
+                                                         float* __restrict__ D, float* __restrict__ dq_acc, int NH,
+                                                         int T) {
+    const int tok = blockIdx.x * kPrepRowsPerBlock + threadIdx.x / kPrepLanesPerRow;
+    const int d = (threadIdx.x % kPrepLanesPerRow) * 8, bh = blockIdx.y;
+    const bool active = tok < T; /* no early return: whole warps take part in the shuffle */
     const long long row = (long long)bh * T + tok;
-    reinterpret_cast<float2*>(dq_acc + row * kHS)[lane] = make_float2(0.f, 0.f);
-    const int b = bh / NH, h = bh % NH;
-    const long long off = ((long long)b * T + tok) * NH * kHS + (long long)h * kHS;
     float sum = 0.f;
+    if (active) {
+        float4* acc = reinterpret_cast<float4*>(dq_acc + row * kHS + d);
+        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        const int b = bh / NH, h = bh % NH;
+        const long long off = ((long long)b * T + tok) * NH * kHS + (long long)h * kHS + d;
+        const uint4 o8 = __ldg(reinterpret_cast<const uint4*>(out + off));
+        const uint4 g8 = __ldg(reinterpret_cast<const uint4*>(dout + off));
+        const uint32_t ow[4] = {o8.x, o8.y, o8.z, o8.w}, gw[4] = {g8.x, g8.y, g8.z, g8.w};
 #pragma unroll
-    for (int d = lane; d < kHS; d += 32) sum += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
+        for (int k = 0; k < 4; k++) {
+            const float2 of = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ow[k]));
+            const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gw[k]));
+            sum += gf.x * of.x;
+            sum += gf.y * of.y;
+        }
+    }
 #pragma unroll
-    for (int k = 16; k >= 1; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
-    if (lane == 0) D[row] = sum;
+    for (int k = kPrepLanesPerRow / 2; k >= 1; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
+    if (active && d == 0) D[row] = sum;
 }
 
 /* dQ = bf(s acc) into the q slot of dqkv: attn_bwd_dq_kernel<64> (file-local there), 8 elements per thread,
@@ -781,7 +795,7 @@ static float* ws_dq_acc(void* ws) { return (float*)ws; }
 static float* ws_D(void* ws, AttnShape s) { return (float*)ws + (size_t)s.B * s.NH * s.T * s.HS; }
 
 static void launch_prep(AttnShape s, const bf16* out, const bf16* dout, void* ws, cudaStream_t st) {
-    lab_prep<<<dim3((unsigned)ceil_div(s.T, kPrepWarps), (unsigned)(s.B * s.NH)), 32 * kPrepWarps, 0, st>>>(
+    lab_prep<<<dim3((unsigned)ceil_div(s.T, kPrepRowsPerBlock), (unsigned)(s.B * s.NH)), kPrepThreads, 0, st>>>(
         out, dout, ws_D(ws, s), ws_dq_acc(ws), s.NH, s.T);
     cudaCheckLastError();
 }
