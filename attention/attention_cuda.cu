@@ -80,6 +80,7 @@
 #include "attention/attention_hopper.cuh"
 #include "attention/attention_hopper_bwd.cuh"
 #include "attention/mma_bf16.cuh"
+#include "attention/launch_overlap.cuh"
 
 using namespace attn_mma;
 
@@ -340,6 +341,7 @@ __global__ void __launch_bounds__(kPrepThreads) attn_bwd_prep_kernel(const bf16*
                                                                         int zero_dq, int want_D) {
     constexpr int kLanesPerRow = HS / 8, kRowsPerBlock = kPrepThreads / kLanesPerRow;
     static_assert(32 % kLanesPerRow == 0, "a row's lanes must sit in one warp (the shuffle below)");
+    let_next_grid_launch(); /* the key-major pass may take its place on the SMs and wait there (launch_overlap.cuh) */
     const int tok = blockIdx.x * kRowsPerBlock + threadIdx.x / kLanesPerRow;
     const int d = (threadIdx.x % kLanesPerRow) * 8, bh = blockIdx.y;
     const bool active = tok < T; /* no early return: whole warps take part in the shuffle */
@@ -863,6 +865,7 @@ template <int HS>
 __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T,
                                    float scale) {
     constexpr int kChunks = HS / 8; /* 8-element chunks per row */
+    wait_for_previous_grid(); /* launched with PDL on sm_90: the key-major pass's last reduce-adds have landed */
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; /* T * kChunks may pass 2^31 */
     if (i >= (long long)T * kChunks) return;
     const int tok = (int)(i / kChunks), d = (int)(i % kChunks) * 8;
@@ -967,7 +970,8 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
     }
     if constexpr (MODE != ATTN_GPROJ) { /* gproj's row pass wrote dQ */
         const dim3 grid((unsigned)ceil_div((long long)s.T * (HS / 8), 256), (unsigned)(s.B * s.NH));
-        attn_bwd_dq_kernel<HS><<<grid, 256, 0, stream>>>(w.dq_acc, dqkv, s.NH, s.T, scale);
+        launch_after_previous_grid(hopper, attn_bwd_dq_kernel<HS>, grid, dim3(256), 0, stream, w.dq_acc, dqkv, s.NH,
+                                   s.T, scale);
         cudaCheckLastError();
     }
 }

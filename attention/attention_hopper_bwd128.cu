@@ -67,6 +67,7 @@
 #include "attention/attention_hopper_bwd.cuh"
 #include "attention/hopper_wgmma.cuh"
 #include "attention/hopper_bwd_common.cuh"
+#include "attention/launch_overlap.cuh"
 #include "attention/tile_order.cuh"
 
 using namespace hopper_wgmma;
@@ -236,6 +237,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads);
     }
     __syncthreads();
+    /* launched with PDL (launch_overlap.cuh): the prep kernel's D and zeroed accumulator are ready from here on;
+       the dQ post-pass may be placed on the SMs as soon as every CTA of this grid has started */
+    wait_for_previous_grid();
+    let_next_grid_launch();
 
     if (warpgroup == kConsumerWarpgroups) {
         setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
@@ -507,9 +512,9 @@ void hopper_bwd128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtenso
                                    SmemPlan::kAlloc));
     const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper backward, HS 128)");
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    hopper_bwd128_kernel<MODE><<<grid, kThreads, SmemPlan::kAlloc, stream>>>(
-        qkv_map, dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
-    cudaCheckLastError();
+    launch_after_previous_grid(1, hopper_bwd128_kernel<MODE>, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map,
+                               dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+                               attn_exp2_scale(kHS));
 }
 
 }  // namespace

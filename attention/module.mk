@@ -39,17 +39,17 @@ ATTN_CUDA_OBJS := $(BUILD)/attention/attention_cuda.cu.o $(BUILD)/attention/atte
 CUDA_OBJECTS += $(ATTN_CUDA_OBJS)
 $(BUILD)/attention/attention_cuda.cu.o: attention/attention_cuda.cu attention/attention_cuda.cuh \
         attention/attention_hopper.cuh attention/attention_hopper_bwd.cuh attention/mma_bf16.cuh attention/tile_order.cuh \
-        attention/attention.h common/cuda_utils.cuh common/utils.h
+        attention/launch_overlap.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/attention_hopper.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper.cu.o: attention/attention_hopper.cu attention/attention_hopper.cuh \
         attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/attention_hopper_bwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper_bwd.cu.o: attention/attention_hopper_bwd.cu attention/attention_hopper_bwd.cuh \
-        attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h \
+        attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh attention/launch_overlap.cuh attention/tile_order.cuh attention/attention.h \
         common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/attention_hopper_bwd128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper_bwd128.cu.o: attention/attention_hopper_bwd128.cu attention/attention_hopper_bwd.cuh \
-        attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh attention/attention.h common/cuda_utils.cuh \
+        attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh attention/launch_overlap.cuh attention/attention.h common/cuda_utils.cuh \
         common/utils.h
 $(BUILD)/attention/attention_hopper_rows.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/attention_hopper_rows.cu.o: attention/attention_hopper_rows.cu attention/attention_hopper_bwd.cuh \
