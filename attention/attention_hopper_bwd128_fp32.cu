@@ -91,6 +91,7 @@
 #include "attention/attention_hopper_bwd.cuh"
 #include "attention/hopper_wgmma.cuh"
 #include "attention/hopper_bwd_common.cuh"
+#include "attention/launch_overlap.cuh"
 #include "attention/tile_order.cuh"
 #include "common/cuda_utils.cuh"
 
@@ -271,6 +272,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads);
     }
     __syncthreads();
+    /* launched with PDL (launch_overlap.cuh): the previous kernel's outputs (D, lambda, the zeroed accumulator)
+       are ready from here on; the next kernel may be placed on the SMs once every CTA of this grid has started */
+    wait_for_previous_grid();
+    let_next_grid_launch();
 
     if (warpgroup == kConsumerWarpgroups) {
         setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
@@ -609,9 +614,8 @@ void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qk
     const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper fp32 key-major pass, HS 128)");
     cudaCheck(cudaFuncSetAttribute(fp32keys128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    fp32keys128_kernel<<<grid, kThreads, SmemPlan::kAlloc, stream>>>(qkv_map, dout_map, dq_map, stats, D, dqkv, s.NH,
-                                                                     s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
-    cudaCheckLastError();
+    launch_after_previous_grid(1, fp32keys128_kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
+                               dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
 }
 
 void attention_hopper_fp32_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

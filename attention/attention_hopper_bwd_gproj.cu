@@ -68,6 +68,7 @@
 #include "attention/tile_order.cuh"
 #include "attention/hopper_wgmma.cuh"
 #include "attention/hopper_bwd_common.cuh"
+#include "attention/launch_overlap.cuh"
 
 using namespace hopper_wgmma;
 
@@ -172,6 +173,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads); /* full: 32 producer lanes (row state) */
     }
     __syncthreads();
+    /* launched with PDL (launch_overlap.cuh): the previous kernel's outputs (D, lambda, the zeroed accumulator)
+       are ready from here on; the next kernel may be placed on the SMs once every CTA of this grid has started */
+    wait_for_previous_grid();
+    let_next_grid_launch();
 
     if (warpgroup == kConsumerWarpgroups) {
         setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
@@ -370,9 +375,8 @@ void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv,
     const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
     cudaCheck(cudaFuncSetAttribute(gproj_keys_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    gproj_keys_kernel<<<grid, kThreads, SmemPlan::kAlloc, stream>>>(qkv_map, dout_map, stats, D, lambda, dqkv, s.NH,
-                                                                    s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
-    cudaCheckLastError();
+    launch_after_previous_grid(1, gproj_keys_kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
+                               stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
 }
 
 void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

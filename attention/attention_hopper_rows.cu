@@ -41,6 +41,7 @@
 #include "attention/tile_order.cuh"
 #include "attention/hopper_wgmma.cuh"
 #include "attention/hopper_rows_common.cuh"
+#include "attention/launch_overlap.cuh"
 
 using namespace hopper_wgmma;
 
@@ -122,6 +123,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         init_pipeline_barriers<kStages>(q_full, full, empty, 1, kConsumerThreads);
     }
     __syncthreads();
+    /* launched with PDL (launch_overlap.cuh): the previous kernel's outputs (D, lambda, the zeroed accumulator)
+       are ready from here on; the next kernel may be placed on the SMs once every CTA of this grid has started */
+    wait_for_previous_grid();
+    let_next_grid_launch();
 
     if (warp == kConsumerThreads / 32) {
         /* ---- producer warp: one lane issues every copy ---- */
@@ -265,9 +270,9 @@ void hopper_rows_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorM
     cudaCheck(cudaFuncSetAttribute(hopper_rows_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    SmemPlan::kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
-    hopper_rows_kernel<MODE><<<grid, kThreads, SmemPlan::kAlloc, stream>>>(
-        qkv_map, dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
-    cudaCheckLastError();
+    launch_after_previous_grid(1, hopper_rows_kernel<MODE>, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map,
+                               dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+                               attn_exp2_scale(kHS));
 }
 
 }  // namespace

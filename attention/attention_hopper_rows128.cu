@@ -68,6 +68,7 @@
 #include "attention/hopper_wgmma.cuh"
 #include "attention/hopper_bwd_common.cuh"
 #include "attention/hopper_rows_common.cuh"
+#include "attention/launch_overlap.cuh"
 
 using namespace hopper_wgmma;
 
@@ -208,6 +209,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         init_pipeline_barriers<kStages>(q_full, full, empty, 1, kConsumerThreads);
     }
     __syncthreads();
+    /* launched with PDL (launch_overlap.cuh): the previous kernel's outputs (D, lambda, the zeroed accumulator)
+       are ready from here on; the next kernel may be placed on the SMs once every CTA of this grid has started */
+    wait_for_previous_grid();
+    let_next_grid_launch();
 
     if (warpgroup == kConsumerWarpgroups) {
         setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
@@ -393,9 +398,9 @@ void hopper_rows128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtens
     cudaCheck(cudaFuncSetAttribute(hopper_rows128_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    SmemPlan::kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
-    hopper_rows128_kernel<MODE><<<grid, kThreads, SmemPlan::kAlloc, stream>>>(
-        qkv_map, dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
-    cudaCheckLastError();
+    launch_after_previous_grid(1, hopper_rows128_kernel<MODE>, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map,
+                               dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+                               attn_exp2_scale(kHS));
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ $(BUILD)/attention/attention_hopper_bwd128.cu.o: attention/attention_hopper_bwd1
         attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh attention/launch_overlap.cuh attention/attention.h common/cuda_utils.cuh \
         common/utils.h
 $(BUILD)/attention/attention_hopper_rows.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_rows.cu.o: attention/attention_hopper_rows.cu attention/attention_hopper_bwd.cuh \
+$(BUILD)/attention/attention_hopper_rows.cu.o: attention/attention_hopper_rows.cu attention/launch_overlap.cuh attention/attention_hopper_bwd.cuh \
         attention/hopper_rows_common.cuh attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h \
         common/cuda_utils.cuh common/utils.h
 # attention_hopper_rows128.cu: the Hopper row pass at HS 128 (gproj, fp32; setmaxnreg), which
@@ -60,7 +60,7 @@ $(BUILD)/attention/attention_hopper_rows.cu.o: attention/attention_hopper_rows.c
 ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_rows128.cu.o
 CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_rows128.cu.o
 $(BUILD)/attention/attention_hopper_rows128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_rows128.cu.o: attention/attention_hopper_rows128.cu \
+$(BUILD)/attention/attention_hopper_rows128.cu.o: attention/attention_hopper_rows128.cu attention/launch_overlap.cuh \
         attention/attention_hopper_bwd.cuh attention/hopper_bwd_common.cuh attention/hopper_rows_common.cuh \
         attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd_gproj.cu: gproj's Hopper key-major pass (dK, dV; HS 64), run in
@@ -68,7 +68,7 @@ $(BUILD)/attention/attention_hopper_rows128.cu.o: attention/attention_hopper_row
 ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_bwd_gproj.cu.o
 CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_bwd_gproj.cu.o
 $(BUILD)/attention/attention_hopper_bwd_gproj.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_bwd_gproj.cu.o: attention/attention_hopper_bwd_gproj.cu attention/attention_hopper_bwd.cuh \
+$(BUILD)/attention/attention_hopper_bwd_gproj.cu.o: attention/attention_hopper_bwd_gproj.cu attention/launch_overlap.cuh attention/attention_hopper_bwd.cuh \
         attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h \
         common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd128_gproj.cu: the same pass at HS 128 (setmaxnreg 24/240), which
@@ -76,7 +76,7 @@ $(BUILD)/attention/attention_hopper_bwd_gproj.cu.o: attention/attention_hopper_b
 ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_bwd128_gproj.cu.o
 CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_bwd128_gproj.cu.o
 $(BUILD)/attention/attention_hopper_bwd128_gproj.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_bwd128_gproj.cu.o: attention/attention_hopper_bwd128_gproj.cu \
+$(BUILD)/attention/attention_hopper_bwd128_gproj.cu.o: attention/attention_hopper_bwd128_gproj.cu attention/launch_overlap.cuh \
         attention/attention_hopper_bwd.cuh attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh \
         attention/attention.h common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd128_fp32.cu: fp32 mode's key-major pass at HS 128 (dK, dV, dQ partials; setmaxnreg
@@ -84,7 +84,7 @@ $(BUILD)/attention/attention_hopper_bwd128_gproj.cu.o: attention/attention_hoppe
 ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o
 CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o
 $(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o: attention/attention_hopper_bwd128_fp32.cu \
+$(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o: attention/attention_hopper_bwd128_fp32.cu attention/launch_overlap.cuh \
         attention/attention_hopper_bwd.cuh attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh \
         attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd64_fp32.cu: fp32 mode's key-major pass at HS 64 (dK, dV, dQ partials; 288 threads, no
@@ -93,7 +93,7 @@ $(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o: attention/attention_hopper
 ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o
 CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o
 $(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o: attention/attention_hopper_bwd64_fp32.cu \
+$(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o: attention/attention_hopper_bwd64_fp32.cu attention/launch_overlap.cuh \
         attention/attention_hopper_bwd.cuh attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh \
         attention/mma_bf16.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 
