@@ -1,8 +1,9 @@
 /*
  * attention/attention_hopper_bwd.cuh - the Hopper (sm_90a) kernels of the attention backward, wgmma + TMA, a
  * producer and two consumer warpgroups:
- *   the key-major kernels (dK, dV and the dQ atomics) for bf16 and repair modes: head size 64
- *   (attention_hopper_bwd.cu) and head size 128 (attention_hopper_bwd128.cu, with setmaxnreg);
+ *   the key-major kernels (dK, dV and the dQ reduce-adds) for bf16 and repair modes: head size 64
+ *   (attention_hopper_bwd.cu, 128-query steps) and head size 128 (attention_hopper_bwd128.cu), both with
+ *   setmaxnreg;
  *   the query-major row pass (gproj's lambda and dQ, fp32's D) for gproj and fp32: head size 64
  *   (attention_hopper_rows.cu) and head size 128 (attention_hopper_rows128.cu, with setmaxnreg);
  *   the key-major passes of gproj and fp32 after the row pass (their sections at the end), at both head sizes.
@@ -11,7 +12,10 @@
  * H200. The key-major kernels compute the same dK, dV and dQ accumulator as attn_bwd_kernel with the same
  * rounding points (only the FP32 sum order differs). HS 64: first run in dev/attention_lab/hopper_bwd.cu
  * (dev/results/device_s4/call2: layout probe exact, 104/0 against attention_backward_cuda, 1.08-1.11x
- * faster for the whole backward). HS 128: first run as the lab dev/attention_lab/hopper_bwd128.cu carrying
+ * faster for the whole backward) with 64-query steps; since session 6 the kernel with 128-query steps of the
+ * lab dev/attention_lab/hopper_bwd64_wide.cu (s6 call 3: 1074/0, within 4 ulps of the 64-query kernel, the
+ * whole bf16 backward 1.06x / 1.18x faster at B8 H16 T1024 / B4 H16 T2048; the lab is now a harness around
+ * it). HS 128: first run as the lab dev/attention_lab/hopper_bwd128.cu carrying
  * its own copy of the kernel (H200 2026-11-29: probe exact, 104/0, whole backward 1.40x at B8 H8 T1024 and
  * 1.69x at B2 H16 T4096); the production form (the kernel in attention_hopper_bwd128.cu, called through
  * attention_backward_cuda, the lab a harness around it) passed on the H200 in session 5 (calls 5, 8).
@@ -30,14 +34,14 @@
  *       qkv, dout, stats and D [B*NH*T], atomically adds s-less dQ partials into the zeroed dq_acc
  *       [B*NH*T][HS] FP32, writes the k and v slots of dqkv. Dies with a hint if unsupported.
  *       attention_backward_hopper_keys128 is its HS-128 half (attention_hopper_bwd128.cu; no support check).
- *   attention_hopper_bwd_watch_hangs - every mbarrier wait of both kernels is bounded. HS 64: ~10 s of
- *       clock64, then a trap (a CUDA error). HS 128: ~2 s, then the CTA gives up and writes NaN to all its
- *       dK/dV rows (no trap: it would void setmaxnreg; see attention_hopper_bwd128.cu). Given a host-mapped
- *       AttnHopperHang (cudaHostAllocMapped, device pointer), the first hung wait records which barrier it
- *       was, so a lab can name it after the CUDA error or the NaNs. NULL: no record.
+ *   attention_hopper_bwd_watch_hangs - every mbarrier wait of both kernels is bounded (~2 s of clock64),
+ *       then the CTA gives up and writes NaN to all its dK/dV rows (no trap: it would void setmaxnreg; see
+ *       attention_hopper_bwd128.cu). Given a host-mapped AttnHopperHang (cudaHostAllocMapped, device
+ *       pointer), the first hung wait records which barrier it was, so a lab can name it after the NaNs (or,
+ *       for the kernels whose waits still trap, the CUDA error). NULL: no record.
  *   attention_hopper_bwd_layout_probe (HS 64), attention_hopper_bwd128_layout_probe (HS 128) - for the labs:
- *       one tile of S^T, dP^T, dV, dK, dQ through the kernel's own TMA maps and wgmma helpers, so a layout
- *       mistake is named before the attention checks fail.
+ *       one tile of S^T, dP^T, dV, dK, dQ through the kernel's own TMA maps and wgmma helpers (HS 64: also
+ *       dQ through its TMA reduce-add), so a layout mistake is named before the attention checks fail.
  *
  * The row pass: HS 64 first run in dev/attention_lab/hopper_rows.cu (call2: probe exact, 159/0 against the
  * production backward, D and lambda bit-equal on every row checked); HS 128 first run as the lab
@@ -68,9 +72,13 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 
-/* Head size and the probe's tile edge (keys x queries of one consumer warpgroup step) of the HS-64 kernel; the
-   HS-128 kernel's head size and its probe's tile (one CTA's keys x one query tile). */
+/* Head size of the HS-64 kernels; the bf16/repair key-major probe's tile (one consumer warpgroup's keys x one
+   128-query step); the 64 x 64 tile edge of the HS-64 gproj key-major probe (attention_hopper_bwd_gproj.cu,
+   one warpgroup's keys x one 64-query tile); the HS-128 kernel's head size and its probe's tile (one CTA's keys
+   x one query tile). */
 #define ATTN_HOPPER_BWD_HS 64
+#define ATTN_HOPPER_BWD_PROBE_KEYS 64
+#define ATTN_HOPPER_BWD_PROBE_QUERIES 128
 #define ATTN_HOPPER_BWD_PROBE_TILE 64
 #define ATTN_HOPPER_BWD128_HS 128
 #define ATTN_HOPPER_BWD128_PROBE_KEYS 128
@@ -98,12 +106,16 @@ void attention_hopper_bwd128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_re
 /* "kv_full (K/V tiles)", ...; "none" for ATTN_HANG_NONE or an unknown site. */
 const char* attn_hopper_hang_site_name(int site);
 
-/* qkv [1, T, 3, NH, 64] and dout [1, T, NH, 64] with T <= 64 (tokens past T read as zeros), head `head`
-   at token 0; writes five [64][64] FP32 tiles, row-major, consecutively at `tiles`:
-   S^T = K Q^T, dP^T = V dO^T, dV = bf(S^T) dO, dK = bf(dP^T) Q, dQ = bf(dP^T)^T K. Synchronous launch
-   errors die; the caller synchronises. */
+/* qkv [1, T, 3, NH, 64] and dout [1, T, NH, 64] with T <= 128 (tokens past T read as zeros), head `head`, one
+   consumer warpgroup at warpgroup 1's offsets: keys 64..127 (the K/V tiles' second halves), queries 0..127
+   (stage 1, two 64-row boxes), no softmax (P := S^T, dS := dP^T). Writes five FP32 tiles, row-major,
+   consecutively at `tiles`: S^T = K Q^T, dP^T = V dO^T [64 keys][128 queries], dV = bf(S^T) dO,
+   dK = bf(dP^T) Q [64 keys][64], dQ = bf(dP^T)^T K [128 queries][64]; and adds that dQ once more, through the
+   kernel's FP32 dQ tile and TMA reduce-adds, into rows 0..T-1 of head `head` of dq_acc [NH][T][64] FP32 (the
+   caller zeroes it; rows past T and other heads must stay 0). Two launches; synchronous launch errors die;
+   the caller synchronises and reads the hang record (a give-up leaves garbage tiles). */
 void attention_hopper_bwd_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                       float* tiles);
+                                       float* tiles, float* dq_acc);
 
 /* HS 128: qkv [1, T, 3, NH, 128] and dout [1, T, NH, 128] with T <= 128 (tokens past T read as zeros), head
    `head` at token 0 (keys 0..127, queries 0..63); writes five FP32 tiles, row-major, consecutively at `tiles`:
@@ -209,9 +221,9 @@ void attention_hopper_gproj_keys128_layout_probe(AttnShape s, int head, const __
    force_portable) after the prep kernel (zeroed dq_acc) and the Hopper row pass (D); the dQ post-pass follows.
    A wait that runs out gives up (no trap), records the barrier through attention_hopper_bwd_watch_hangs'
    record, and the CTA writes NaN over its dK and dV rows.
-   HS 64 (session 6): the same numerics in attention_hopper_bwd.cu's 288-thread CTA (two consumer warpgroups,
-   a producer warp, no setmaxnreg; dV/dK as two chained m64n64k16 RS batches each, dQ over the three staged
-   terms). First run as the lab dev/attention_lab/hopper_bwd64_fp32.cu (session 6 call 1: probe exact, 247/0
+   HS 64 (session 6): the same numerics in the 288-thread CTA of the first HS-64 bf16/repair kernel (64-query
+   steps; two consumer warpgroups, a producer warp, no setmaxnreg; dV/dK as two chained m64n64k16 RS batches
+   each, dQ over the three staged terms). First run as the lab dev/attention_lab/hopper_bwd64_fp32.cu (session 6 call 1: probe exact, 247/0
    within 4 BF16 ulps of force_portable; the fp32 backward 1.13x / 1.17x faster at B8 H16 T1024 / B4 H16 T2048
    d64); the lab is now a harness around this kernel. attention_backward_cuda runs it in
    attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 exactly as HS 128's. Its waits are bounded (~2 s) and TRAP

@@ -1,24 +1,27 @@
 /*
  * dev/attention_lab/hopper_bwd.cu - lab of the production Hopper (sm_90a) key-major attention backward
- * (attention/attention_hopper_bwd.cu: dK, dV and the dQ atomics on wgmma + TMA, bf16 and repair modes, head
+ * (attention/attention_hopper_bwd.cu: dK, dV and the dQ reduce-adds on wgmma + TMA, bf16 and repair modes, head
  * size 64): its layout probe, then the whole backward by attention_backward_cuda on the Hopper path (the
  * default on sm_90) against the same call with AttnOptions.force_portable = 1 (the mma.sync kernels),
  * element by element, and both timed side by side. The kernel lives in the library only; this file is host
  * code (checks and timing) and builds for any NVCC_ARCH, but refuses to run off sm_90.
  *
  * History: written here as a prototype (2026-11-29), first H200 run dev/results/device_s4/call2 (layout
- * probe exact, 104/0, 1.08x at B8 H16 T1024, 1.11x at B4 H16 T2048), then moved into attention/.
+ * probe exact, 104/0, 1.08x at B8 H16 T1024, 1.11x at B4 H16 T2048), then moved into attention/. Session 6:
+ * the production kernel became the 128-query-step one of dev/attention_lab/hopper_bwd64_wide.cu (its lab and
+ * harness, with more cases and timings); this file follows it (probe shapes) and keeps its own checks.
  *
- * The probe (attention_hopper_bwd_layout_probe) runs the kernel's operand forms on one tile against host
- * loops first: (1) wgmma m64n64k16 SS, (2) the dout tensor map {HS, NH, T, B}, (3) 64-row TMA boxes with a
- * 128-key tile loaded as two boxes into consecutive 8 KB halves, (4) one shared tile read both K-major (Q as
- * B of S^T) and N-major (Q as B of dK), (5) the dS staging [query][key] in shared memory read back as A
- * fragments, (6) K as an N-major B at the warpgroup's 8 KB offset. So a failure names the wrong assumption
- * before the attention checks fail.
+ * The probe (attention_hopper_bwd_layout_probe, B1 NH3 T100, head 1) runs the kernel's operand forms on one
+ * step of one consumer warpgroup (keys 64..127 at warpgroup 1's offsets, queries 0..127 in stage 1, both
+ * partly zero-filled past T) against host loops first: S^T, dP^T (m64n128k16 SS over two 64-row boxes), dV, dK
+ * (register-A RS over 8 k-steps, dO/Q read N-major across the box boundary), dQ (dS staged [query][key] and
+ * read back as A fragments, two 64-query M blocks, K N-major at the warpgroup's 8 KB offset), and that dQ
+ * through the FP32 swizzled tile and the TMA reduce-adds. So a failure names the wrong assumption before the
+ * attention checks fail.
  *
- * Safety: every mbarrier wait of the kernel is bounded (~10 s, then a trap); this lab installs a host-mapped
- * record (attention_hopper_bwd_watch_hangs) so the trap names the barrier that hung. Run it under `timeout`
- * anyway.
+ * Safety: every mbarrier wait of the kernel is bounded (~2 s) and gives up: the CTA writes NaN over its dK/dV
+ * rows and the barrier is named in the host-mapped record (attention_hopper_bwd_watch_hangs) that this lab
+ * reads after every synchronisation. Run it under `timeout` anyway.
  *
  * Usage: hopper_bwd   (no arguments; needs an sm_90 GPU: H100/H200). Ends with "N passed, N failed".
  */
@@ -39,19 +42,20 @@
 #include "dev/attention_lab/hopper_lab.cuh"
 
 typedef __nv_bfloat16 bf16;
-static_assert(ATTN_HOPPER_BWD_HS == 64, "the shapes below and the probe inputs (hopper_lab.cuh) are HS 64");
+static_assert(ATTN_HOPPER_BWD_HS == 64, "the shapes below and the probe inputs are HS 64");
 
-/* cudaDeviceSynchronize (or an event wait) that, on failure, names the barrier that hung (if one did). The
-   record: hopper_lab.cuh's lab_watch_hangs (host-mapped, so it can still be read after a trap has killed the
-   context). */
+/* cudaDeviceSynchronize (or an event wait) that, on failure or after a give-up, names the barrier that hung (if
+   one did) and dies. The record: hopper_lab.cuh's lab_watch_hangs (host-mapped). A give-up is no CUDA error (the
+   CTA ends with NaN dK/dV rows), so the record is read after every synchronisation. */
 static void sync_or_report(cudaError_t e, const char* where) {
-    if (e == cudaSuccess) return;
     const volatile AttnHopperHang* r = g_lab_hang;
-    if (r != NULL && r->site != ATTN_HANG_NONE)
+    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
+    if (e == cudaSuccess && !hung) return;
+    if (hung)
         fprintf(stderr, "hopper_bwd: HANG: mbarrier %s, index %d, parity %d, block (%d, %d), thread %d\n",
                 attn_hopper_hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread);
-    die("hopper_bwd: CUDA error after %s: %s\n  hint: a HANG line above names the mbarrier that never"
-        " completed; otherwise run under compute-sanitizer", where, cudaGetErrorString(e));
+    die("hopper_bwd: %s after %s\n  hint: a HANG line above names the mbarrier that never completed; otherwise"
+        " run under compute-sanitizer", e != cudaSuccess ? cudaGetErrorString(e) : "a bounded wait gave up", where);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -150,31 +154,68 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
 }
 
-/* Runs the library's layout probe (attention_hopper_bwd_layout_probe) on B1 NH3 T50 (head 1: slot and head coordinates; T < 64: zero fill) and
-   checks its five products against double loops over the same BF16 values (the kernel's own S^T, dP^T,
-   rounded to BF16 as it rounds them, for the three register-A products). */
+/* Runs the library's layout probe (attention_hopper_bwd_layout_probe) on B1 NH3 T100 (head 1: slot and head
+   coordinates; T < 128: keys 100..127 and queries 100..127 zero-filled) and checks its products against double
+   loops over the same BF16 values (the kernel's own S^T, dP^T, rounded to BF16 as it rounds them, for the three
+   register-A products), and the reduce-added dQ against the register dQ bit for bit. */
 static void layout_probe(void) {
-    test_section("layout probe HS64: S^T, dP^T (SS n64), dV, dK (RS, N-major dO/Q), dQ (staged dS, N-major K)");
-    ProbeInputs in = probe_inputs_make();
-    float* d_out; /* 5 tiles of 64 x 64 */
-    const size_t tile = 64 * 64;
-    lab_alloc_poisoned(&d_out, 5 * tile * 4);
-    attention_hopper_bwd_layout_probe(in.s, in.head, in.qkv, in.dout, d_out);
+    test_section("layout probe HS64, 128-query step: S^T, dP^T (SS n128), dV, dK (RS, N-major dO/Q), dQ (staged dS,"
+                 " N-major K), dQ through the TMA reduce-add");
+    enum { kQ = 0, kK = 1, kV = 2 };
+    const int nk = ATTN_HOPPER_BWD_PROBE_KEYS, nq = ATTN_HOPPER_BWD_PROBE_QUERIES, hs = ATTN_HOPPER_BWD_HS;
+    const int key_base = nk; /* warpgroup 1's keys: tokens 64..127 */
+    ProbeInputs in = probe_inputs_make_shape(AttnShape{1, 3, 100, hs}, 1);
+    const size_t n_st = (size_t)nk * nq, n_kv = (size_t)nk * hs, n_dq = (size_t)nq * hs;
+    const size_t total = 2 * n_st + 2 * n_kv + n_dq, acc_elems = (size_t)in.s.NH * in.s.T * hs;
+    float *d_out, *d_acc;
+    lab_alloc_poisoned(&d_out, total * 4);
+    cudaCheck(cudaMalloc(&d_acc, acc_elems * 4));
+    cudaCheck(cudaMemset(d_acc, 0, acc_elems * 4));
+    attention_hopper_bwd_layout_probe(in.s, in.head, in.qkv, in.dout, d_out, d_acc);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
-    float* h = (float*)mallocCheck(5 * tile * 4);
-    cudaCheck(cudaMemcpy(h, d_out, 5 * tile * 4, cudaMemcpyDeviceToHost));
-    int bad[5];
-    keymajor_probe_products(in, h, bad);
-    CHECK(bad[0] == 0, "S^T = K Q^T: wgmma m64n64k16 SS (new wrapper), K-major K as A and Q as B, 64-row boxes,"
-                       " the second 8 KB half of the K tile");
-    CHECK(bad[1] == 0, "dP^T = V dO^T: the dout tensor map {HS, NH, T, B} (new), V as A, dO as K-major B");
-    CHECK(bad[2] == 0, "dV = bf(S^T) dO: accumulator -> register A (as the forward), dO as N-major B");
-    CHECK(bad[3] == 0, "dK = bf(dP^T) Q: the Q tile read N-major after being read K-major");
-    CHECK(bad[4] == 0, "dQ = bf(dS) K: dS staged [query][key] in shared memory and read as A fragments,"
-                       " K as N-major B at the warpgroup's 8 KB offset");
-    free(h);
+    float* h = (float*)mallocCheck(total * 4);
+    float* h_acc = (float*)mallocCheck(acc_elems * 4);
+    cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_acc, d_acc, acc_elems * 4, cudaMemcpyDeviceToHost));
+    const float *g_st = h, *g_dpt = h + n_st, *g_dv = g_dpt + n_st, *g_dk = g_dv + n_kv, *g_dq = g_dk + n_kv;
+    double* ref = (double*)mallocCheck(n_st * sizeof(double));
+    double* mag = (double*)mallocCheck(n_st * sizeof(double));
+    lab_probe_product(ref, mag, nk, nq, hs,
+                      [&](int i, int j, int d) { return probe_qkv(in, key_base + i, kK, d) * probe_qkv(in, j, kQ, d); });
+    CHECK(lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq) == 0,
+          "S^T = K Q^T: wgmma m64n128k16 SS, K-major K (the tile's second 8 KB half) as A, the 128-row Q tile as B");
+    lab_probe_product(ref, mag, nk, nq, hs,
+                      [&](int i, int j, int d) { return probe_qkv(in, key_base + i, kV, d) * probe_dout(in, j, d); });
+    CHECK(lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq) == 0,
+          "dP^T = V dO^T: the dout tensor map {HS, NH, T, B}, V as A, dO as K-major B");
+    lab_probe_product(ref, mag, nk, hs, nq,
+                      [&](int i, int n, int q) { return bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n); });
+    CHECK(lab_probe_compare("dV = bf(S^T) dO", g_dv, ref, mag, nk, hs) == 0,
+          "dV = bf(S^T) dO: accumulator -> register A over 8 k-steps, dO as N-major B across its two boxes");
+    lab_probe_product(ref, mag, nk, hs, nq,
+                      [&](int i, int n, int q) { return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kQ, n); });
+    CHECK(lab_probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag, nk, hs) == 0,
+          "dK = bf(dP^T) Q: the Q tile read N-major after being read K-major");
+    lab_probe_product(ref, mag, nq, hs, nk, [&](int q, int n, int k) {
+        return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, key_base + k, kK, n);
+    });
+    CHECK(lab_probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag, nq, hs) == 0,
+          "dQ = bf(dS) K: dS staged [query][key] in shared memory and read as A fragments (two M blocks), K as"
+          " N-major B at the warpgroup's 8 KB offset");
+    size_t wrong = 0, stray = 0;
+    for (int hh = 0; hh < in.s.NH; hh++)
+        for (int q = 0; q < in.s.T; q++)
+            for (int n = 0; n < hs; n++) {
+                const float got = h_acc[((size_t)hh * in.s.T + q) * hs + n];
+                if (hh == in.head) wrong += !(got == g_dq[q * hs + n]);
+                else stray += got != 0.f;
+            }
+    CHECK(wrong == 0 && stray == 0, "dQ through the FP32 swizzled tile and the TMA reduce-adds (128-row boxes) equals"
+          " the register dQ bit for bit in rows < T, nothing written elsewhere (%zu wrong, %zu stray)", wrong, stray);
+    free(ref); free(mag); free(h); free(h_acc);
     probe_inputs_free(&in);
     cudaCheck(cudaFree(d_out));
+    cudaCheck(cudaFree(d_acc));
 }
 
 int main(int argc, char** argv) {
