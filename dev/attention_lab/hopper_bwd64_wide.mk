@@ -1,19 +1,19 @@
-# dev/attention_lab/hopper_bwd64_wide.mk - lab of an HS-64 key-major backward (bf16, repair) with 128-query steps
-# (its own kernel and layout probe, checked against attention_backward_cuda's production Hopper path and timed next
-# to it); -included by attention/module.mk. A lab, so in no test target. wgmma/setmaxnreg exist only on sm_90a, so
-# its object is compiled for that target alone (private: the setting does not leak). Registers:
-# `make hopper_bwd64_wide-regs`.
+# dev/attention_lab/hopper_bwd64_wide.mk - lab of the production Hopper key-major backward of bf16 and repair at
+# head size 64 with 128-query steps (attention/attention_hopper_bwd.cu; it was this lab's v0 until session 6): its
+# layout probe, then attention_backward_cuda on the default path and the kernel alone against force_portable, and
+# the timings; -included by attention/module.mk. A lab, so in no test target; `make all` and cuda-compile-check
+# build it. Host code, a spin kernel and a dQ post-pass only (the kernel is in the library), so it builds for any
+# NVCC_ARCH; it refuses to run off sm_90. The kernel's registers: `make hopper_bwd64_wide-regs`.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_bwd64_wide
-$(BUILD)/dev/attention_lab/hopper_bwd64_wide.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/dev/attention_lab/hopper_bwd64_wide.cu.o: dev/attention_lab/hopper_bwd64_wide.cu dev/attention_lab/hopper_lab.cuh \
-        attention/attention_cuda.cuh attention/attention_hopper_bwd.cuh attention/hopper_wgmma.cuh \
-        attention/hopper_bwd_common.cuh attention/tile_order.cuh attention/attention.h attention/attn_cases.h \
+        attention/attention_cuda.cuh attention/attention_hopper_bwd.cuh attention/attention.h attention/attn_cases.h \
         tests/testing.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_bwd64_wide: $(BUILD)/dev/attention_lab/hopper_bwd64_wide.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 
-# ptxas's registers and spills of the lab's kernels (0 spill and no C75xx wanted)
+# ptxas's registers and spills of the production kernel and its probe (the lab has none of its own; 0 spill and
+# no C75xx wanted)
 .PHONY: hopper_bwd64_wide-regs
 hopper_bwd64_wide-regs:
 	$(NVCC) $(filter-out -gencode arch=%,$(NVCCFLAGS)) -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
-	    -c dev/attention_lab/hopper_bwd64_wide.cu -o /dev/null 2>&1 | grep -E "Compiling entry|registers|spill|C75|warning"
+	    -c attention/attention_hopper_bwd.cu -o /dev/null 2>&1 | grep -E "Compiling entry|registers|spill|C75|warning"
