@@ -146,3 +146,4 @@ CPU_TEST_COMMANDS += "$(or $(TORCH_PYTHON),python3) tests/test_attention_torch.p
 -include dev/attention_lab/hopper_bwd128_fp32.mk
 -include dev/attention_lab/hopper_bwd64_fp32.mk
 -include dev/attention_lab/hopper_bwd64_wide.mk
+-include dev/attention_lab/hopper_bwd64_gproj_wide.mk

@@ -160,7 +160,7 @@ for phase in "$@"; do
         labs=""
         # LABS (names, space-separated) picks some of them: a session's first call runs the labs not yet run
         for l in ${LABS:-hopper_fwd hopper_bwd hopper_rows hopper_bwd_fast hopper_bwd128 hopper_bwd_gproj hopper_bwd128_gproj \
-                          hopper_rows128 hopper_bwd128_fp32 hopper_bwd64_fp32 hopper_bwd64_wide}; do
+                          hopper_rows128 hopper_bwd128_fp32 hopper_bwd64_fp32 hopper_bwd64_wide hopper_bwd64_gproj_wide}; do
             [ -f dev/attention_lab/$l.cu ] && labs="$labs $l"; done
         run_labs $labs
         # LABS_ONLY=1: a quick look at a lab variant, without the attention test
