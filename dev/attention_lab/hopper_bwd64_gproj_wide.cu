@@ -36,9 +36,14 @@
  * Shared memory (SmemPlan<kStages>): K, V 16 KB each; Q, dO kStages x 16 KB each; row state kStages x 128
  * float4; barriers: 2 stages 100 KB (+ alignment slack), 3 stages 134 KB. One CTA per SM (the registers).
  * Registers (`make hopper_bwd64_gproj_wide-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math): both
- * gproj_wide_kernel instantiations 168 at entry (232 after setmaxnreg.inc), 0 bytes spill, no C75xx; the probe
- * kernels: see the commit message / report of the session (re-run the target after any change).
- *
+ * gproj_wide_kernel instantiations (2, 3 stages) 168 at entry (232 after setmaxnreg.inc), 0 bytes spill, no C75xx
+ * (0 spills is also the sign that setmaxnreg took effect); probes 154 (scores) / 190 (dV, dK) / 99 (correction),
+ * 0 spill. What ptxas forced: making all of a step's P and dS first and packing k-step by k-step (production's
+ * order, 8 k-steps) spilled 60-76 bytes at 232 (12-36 at 240, 84-144 at 224): the consumer path, not the
+ * producer; turning each column block of 8 queries into its A words right away (column_block_operands) needs
+ * none. The producer trap keeps the split (0 spills with and without it).
+ * Launch: with the PDL attribute and griddepcontrol.wait after the barrier init, as production's pass since
+ * e301ab8, so back-to-back timings treat both alike.
  * Hangs: every mbarrier wait is bounded (~2 s of clock64) and GIVES UP on the consumer path (a trap there makes
  * ptxas ignore setmaxnreg.inc): hopper_bwd_common.cuh's mbar_wait_give_up records the barrier in the lab's
  * host-mapped record and sets the CTA's abort flag; the consumers run to the end and write NaN over all their
@@ -83,6 +88,7 @@
 #include "attention/hopper_wgmma.cuh"
 #include "attention/hopper_bwd_common.cuh"
 #include "attention/tile_order.cuh"
+#include "attention/launch_overlap.cuh"
 #include "attention/attn_cases.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
@@ -317,6 +323,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         init_pipeline_barriers<STAGES>(kv_full, full, empty, 32, kConsumerThreads);
     }
     __syncthreads();
+    /* launched with PDL (launch_overlap.cuh), as production's pass since e301ab8: the previous kernel's outputs (D,
+       lambda) are ready from here on; the next kernel may be placed once every CTA of this grid has started */
+    wait_for_previous_grid();
+    let_next_grid_launch();
 
     if (warpgroup == kConsumerWarpgroups) {
         setmaxnreg_dec<kProducerRegs>();
@@ -483,8 +493,9 @@ void watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
 constexpr int kVariants = 2;
 constexpr int kVariantStages[kVariants] = {2, 3};
 
-/* The wide pass alone (asynchronous): reads qkv, dout, stats {m, l}, D and lambda [B*NH*T]; writes the k and v
-   slots of dqkv (the q slot is left alone). variant: index into kVariantStages. */
+/* The wide pass alone (asynchronous; with the PDL attribute, as production's pass: the lab runs on sm_90 only):
+   reads qkv, dout, stats {m, l}, D and lambda [B*NH*T]; writes the k and v slots of dqkv (the q slot is left
+   alone). variant: index into kVariantStages. */
 void launch_pass(int variant, AttnShape s, const bf16* qkv, const bf16* dout, const float* stats, const float* D,
                  const float* lambda, bf16* dqkv, cudaStream_t stream) {
     if (s.HS != kHS || s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535 ||
@@ -496,9 +507,8 @@ void launch_pass(int variant, AttnShape s, const bf16* qkv, const bf16* dout, co
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
     auto launch = [&](auto kernel, int smem_bytes) {
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-        kernel<<<grid, kThreads, smem_bytes, stream>>>(qkv_map, dout_map, stats, D, lambda, dqkv, s.NH, s.T,
-                                                        attn_softmax_scale(kHS), attn_exp2_scale(kHS));
-        cudaCheckLastError();
+        launch_after_previous_grid(1, kernel, grid, dim3(kThreads), smem_bytes, stream, qkv_map, dout_map, stats, D,
+                                   lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
     };
     static_assert(kVariantStages[0] == 2 && kVariantStages[1] == 3, "launch_pass's two instantiations");
     if (variant == 0) launch(gproj_wide_kernel<2>, SmemPlan<2>::kAlloc);

@@ -7,7 +7,8 @@ CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_bwd64_gproj_wide
 $(BUILD)/dev/attention_lab/hopper_bwd64_gproj_wide.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/dev/attention_lab/hopper_bwd64_gproj_wide.cu.o: dev/attention_lab/hopper_bwd64_gproj_wide.cu \
         dev/attention_lab/hopper_lab.cuh attention/attention_cuda.cuh attention/attention_hopper_bwd.cuh \
-        attention/hopper_wgmma.cuh attention/hopper_bwd_common.cuh attention/tile_order.cuh attention/attention.h \
+        attention/hopper_wgmma.cuh attention/hopper_bwd_common.cuh attention/tile_order.cuh attention/launch_overlap.cuh \
+        attention/attention.h \
         attention/attn_cases.h tests/testing.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_bwd64_gproj_wide: $(BUILD)/dev/attention_lab/hopper_bwd64_gproj_wide.cu.o \
         $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
