@@ -18,12 +18,18 @@
  *
  * Variants (the "vN" of the output): v0 = git 55d0434's kernel (sequential per tile, 288 threads);
  * v1 = production (attention_forward_hopper: overlap, ATTN_HOPPER_FWD_STAGES = 2 stages);
- * v1s3 = the same kernel with 3 K/V stages (attention_forward_hopper_stages), the alternative to time.
+ * v1s3 = the same kernel with 3 K/V stages (attention_forward_hopper_stages), the alternative to time;
+ * v2 = 192 query rows per CTA, three consumer warpgroups (setmaxnreg 24/160), HS 64 only (skipped at 128);
+ * v3 = production's CTA with ping-pong between its two consumer warpgroups (named barriers), HS 64 and 128.
+ * v2 and v3 live in dev/attention_lab/hopper_fwd_v2.cuh (its comment has the designs). Each timed shape
+ * also prints "time: vN vs v1 (production) ..." lines: the ratio each variant must win before it moves
+ * into attention/attention_hopper.cu.
  *
  * What is compared:
- * - v1 and v1s3 vs v0: every O element and both stats floats bit-identical (the overlap keeps the exact
- *   sequence of operations on O, m and l), every mode x HS 64/128 x T in {1, 77, 128, 129, 1000, 1024,
- *   2048} at B2 NH3, a sharp (q x8) case per head size, and again at the timing shapes. The v0 outputs
+ * - v1, v1s3, v2, v3 vs v0: every O element and both stats floats bit-identical (the overlap, the taller
+ *   CTA and the ping-pong keep the exact sequence of operations on O, m and l of every row), every mode x
+ *   HS 64/128 x T in {1, 77, 128, 129, 192, 193, 320, 1000, 1024, 2048} at B2 NH3 (the 192-row tile's
+ *   edges: idle warpgroups past T, warpgroups with one key tile fewer than their CTA), a sharp (q x8) case per head size, and again at the timing shapes. The v0 outputs
  *   are poisoned with 0xFF bytes (NaN), the others with 0x7F bytes (finite), so an element either kernel
  *   leaves unwritten cannot compare equal.
  * - production vs portable: the two kernels round e to BF16 at different running maxima (key tiles of 64
@@ -58,6 +64,7 @@
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
 #include "dev/attention_lab/hopper_fwd_v0.cuh"
+#include "dev/attention_lab/hopper_fwd_v2.cuh"
 
 typedef __nv_bfloat16 bf16;
 static const int kBlockQ = ATTN_HOPPER_BLOCK_Q, kBlockK = ATTN_HOPPER_BLOCK_K;
@@ -106,16 +113,27 @@ static void forward_production(AttnMode mode, AttnShape s, const bf16* qkv, bf16
 static void forward_3_stages(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats) {
     attention_forward_hopper_stages(mode, s, qkv, out, stats, 3, 0);
 }
+static void forward_v2(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats) {
+    hopper_fwd_v2::forward_v2(mode, s, qkv, out, stats, 0);
+}
+static void forward_v3(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats) {
+    hopper_fwd_v2::forward_v3(mode, s, qkv, out, stats, 0);
+}
 struct FwdVariant {
     const char* name;
     const char* what;
     ForwardFn run;
+    int only_hs; /* 0: every head size; else the one head size the variant is built for */
 };
 static const FwdVariant kVariants[] = {
-    {"v0", "session 4's kernel: sequential per tile (git 55d0434, hopper_fwd_v0.cuh)", forward_v0},
-    {"v1", "production: intra-warpgroup overlap, 2 K/V stages", forward_production},
-    {"v1s3", "the same with 3 K/V stages", forward_3_stages},
+    {"v0", "session 4's kernel: sequential per tile (git 55d0434, hopper_fwd_v0.cuh)", forward_v0, 0},
+    {"v1", "production: intra-warpgroup overlap, 2 K/V stages", forward_production, 0},
+    {"v1s3", "the same with 3 K/V stages", forward_3_stages, 0},
+    {"v2", "192 rows / 3 consumer warpgroups, 24/160 regs (fp32 mode: no overlap), hopper_fwd_v2.cuh", forward_v2, 64},
+    {"v3", "production + ping-pong of the 2 consumer warpgroups (named barriers), hopper_fwd_v2.cuh", forward_v3, 0},
 };
+enum { kVariantV1 = 1 }; /* production, the one each variant must beat */
+static int variant_applies(int v, AttnShape s) { return kVariants[v].only_hs == 0 || kVariants[v].only_hs == s.HS; }
 enum { kNumVariants = sizeof kVariants / sizeof kVariants[0] };
 
 /* Runs every variant on the same inputs (v0 into 0xFF-poisoned buffers, the others into 0x7F-poisoned
@@ -124,7 +142,7 @@ enum { kNumVariants = sizeof kVariants / sizeof kVariants[0] };
    interleaved within each repetition) and prints "vN ... x v0" lines. */
 static void check_bits_and_time(AttnMode mode, AttnShape s, const bf16* qkv, float q_scale, int time_it) {
     char title[200];
-    snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d%s: v1 (production) and v1s3 bit-identical to v0", attn_mode_name(mode),
+    snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d%s: v1 (production), v1s3, v2, v3 bit-identical to v0", attn_mode_name(mode),
              s.B, s.NH, s.T, s.HS, q_scale != 1.f ? " (q x8)" : "");
     test_section(title);
     const size_t nout = attn_out_count(s), nstats = attn_stats_count(s);
@@ -142,6 +160,7 @@ static void check_bits_and_time(AttnMode mode, AttnShape s, const bf16* qkv, flo
         h_st[v] = (uint32_t*)mallocCheck(nstats * 4);
     }
     for (int v = 0; v < kNumVariants; v++) {
+        if (!variant_applies(v, s)) continue;
         char what[200];
         snprintf(what, sizeof what, "%s on %s", kVariants[v].name, title);
         kVariants[v].run(mode, s, qkv, out[v], st[v]);
@@ -158,6 +177,7 @@ static void check_bits_and_time(AttnMode mode, AttnShape s, const bf16* qkv, flo
     }
     CHECK(v0_nan == 0, "v0 wrote every O element and stats float, finite (%zu NaN)", v0_nan);
     for (int v = 1; v < kNumVariants; v++) {
+        if (!variant_applies(v, s)) continue;
         size_t o_diff = 0, st_diff = 0, first_o = nout, first_st = nstats;
         for (size_t i = 0; i < nout; i++)
             if (h_out[v][i] != h_out[0][i] && o_diff++ == 0) first_o = i;
@@ -190,10 +210,12 @@ static void check_bits_and_time(AttnMode mode, AttnShape s, const bf16* qkv, flo
         cudaCheck(cudaEventCreate(&e1));
         float t[kNumVariants][kReps];
         for (int i = 0; i < kWarmup; i++)
-            for (int v = 0; v < kNumVariants; v++) kVariants[v].run(mode, s, qkv, out[v], st[v]);
+            for (int v = 0; v < kNumVariants; v++)
+                if (variant_applies(v, s)) kVariants[v].run(mode, s, qkv, out[v], st[v]);
         sync_or_hang("the warm-up launches");
         for (int i = 0; i < kReps; i++)
             for (int v = 0; v < kNumVariants; v++) {
+                if (!variant_applies(v, s)) continue;
                 cudaCheck(cudaEventRecord(e0));
                 kVariants[v].run(mode, s, qkv, out[v], st[v]); /* includes the per-call tensor map */
                 cudaCheck(cudaEventRecord(e1));
@@ -202,12 +224,18 @@ static void check_bits_and_time(AttnMode mode, AttnShape s, const bf16* qkv, flo
             }
         const double flops = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS; /* causal forward, FlashAttention count */
         float ms[kNumVariants];
-        for (int v = 0; v < kNumVariants; v++) ms[v] = median_ms(t[v], kReps);
+        for (int v = 0; v < kNumVariants; v++) ms[v] = variant_applies(v, s) ? median_ms(t[v], kReps) : 0.f;
         printf("  time (median of %d, variants interleaved), %s B%d H%d T%d d%d:\n", (int)kReps, attn_mode_name(mode),
                s.B, s.NH, s.T, s.HS);
-        for (int v = 0; v < kNumVariants; v++)
-            printf("    %-4s %.4f ms = %5.1f TFLOP/s  %.2fx v0   (%s)\n", kVariants[v].name, ms[v],
-                   flops / ms[v] * 1e-9, ms[0] / ms[v], kVariants[v].what);
+        for (int v = 0; v < kNumVariants; v++) {
+            if (!variant_applies(v, s)) continue;
+            printf("    %-4s %.4f ms = %5.1f TFLOP/s  %.2fx v0  %.2fx v1   (%s)\n", kVariants[v].name, ms[v],
+                   flops / ms[v] * 1e-9, ms[0] / ms[v], ms[kVariantV1] / ms[v], kVariants[v].what);
+        }
+        for (int v = kVariantV1 + 1; v < kNumVariants; v++)
+            if (variant_applies(v, s))
+                printf("time: %s vs v1 (production) %s B%d H%d T%d d%d: %.2fx (%.4f vs %.4f ms)\n", kVariants[v].name,
+                       attn_mode_name(mode), s.B, s.NH, s.T, s.HS, ms[kVariantV1] / ms[v], ms[v], ms[kVariantV1]);
         cudaCheck(cudaEventDestroy(e0));
         cudaCheck(cudaEventDestroy(e1));
     }
@@ -439,7 +467,7 @@ int main(int argc, char** argv) {
     const AttnMode modes[] = {ATTN_BF16, ATTN_REPAIR, ATTN_GPROJ, ATTN_FP32};
     const int n_modes = (int)(sizeof modes / sizeof modes[0]);
     /* v1 / v1s3 vs v0, bit for bit: smallest shapes first (a protocol hang shows at once) */
-    const int bit_T[] = {1, 77, 128, 129, 1000, 1024, 2048};
+    const int bit_T[] = {1, 77, 128, 129, 192, 193, 320, 1000, 1024, 2048}; /* 192-row tile edges too (v2) */
     const int bit_HS[] = {64, 128};
     for (size_t ti = 0; ti < sizeof bit_T / sizeof bit_T[0]; ti++)
         for (size_t hi = 0; hi < sizeof bit_HS / sizeof bit_HS[0]; hi++)
