@@ -64,12 +64,15 @@
  *      and lambda (read from its workspace: dq_acc[rows*HS], D[rows], lambda[rows]) over a copy of production's
  *      dqkv whose k and v slots are poisoned with NaN: dQ bit-equal to production's (untouched), dK, dV within
  *      4 BF16 ulps of the row scale of production's (hopper_bwd_gproj's tolerance, fixed before any run),
- *      written everywhere and finite; ||sum_j dK_j|| / ||dK|| printed for both;
+ *      written everywhere and finite; ||sum_j dK_j|| / ||dK|| printed for both; then the whole gproj backward
+ *      composed here (a copy of production's prep for D, production's Hopper row pass for lambda and dQ, the
+ *      wide pass) on NaN-poisoned dqkv and workspace: dQ, dK, dV within 4 ulps of production's, finite;
  *   2. B8 H16 T1024 and B4 H16 T2048 (checked as in 1, then timed: medians of 21, warm inputs, queued behind a
  *      spin): production's gproj key-major pass alone, this kernel alone per stage count, the production gproj
- *      and bf16 backwards. Lines "time: gproj wide sN vs production N.NNx (key-major kernels alone)" (> 1: the
- *      wide one is faster) and the gproj/bf16 backward ratio with the wide pass put in production's place
- *      (an estimate: production backward - production pass + wide pass).
+ *      and bf16 backwards, the composed backward with either pass. Lines "time: gproj wide sN vs production
+ *      N.NNx (key-major kernels alone)" (> 1: the wide one is faster), the composed backwards' ratio (measured)
+ *      and the gproj/bf16 backward ratio with the wide pass in production's place (measured, composed; and an
+ *      estimate: production backward - production pass + wide pass).
  * Cases: T 1, 77, 128, 129, 257, 1000, 1024, 2048; B, NH > 1; q x8 (sharp); key offsets 20 and 128 (rho 16).
  *
  * Usage: hopper_bwd64_gproj_wide   (no arguments; needs an sm_90 GPU). Ends with "N passed, N failed".
@@ -558,6 +561,53 @@ __global__ void spin_for_ns(unsigned long long ns) {
 static const float* ws_D(const void* ws, AttnShape s) { return (const float*)ws + (size_t)s.B * s.NH * s.T * s.HS; }
 static const float* ws_lambda(const void* ws, AttnShape s) { return ws_D(ws, s) + (size_t)s.B * s.NH * s.T; }
 
+/* D of gproj's backward: attention_cuda.cu's attn_bwd_prep_kernel<64> (file-local there) as gproj runs it (no
+   accumulator to zero: the row pass writes dQ whole), with its programmatic-launch trigger: 8 lanes per row, each
+   loads 8 BF16 of O and dO; 256 threads = 32 rows per block, grid (T / 32, B * NH). */
+constexpr int kPrepThreads = 256, kPrepLanesPerRow = kHS / 8, kPrepRowsPerBlock = kPrepThreads / kPrepLanesPerRow;
+__global__ void __launch_bounds__(kPrepThreads) lab_prep_D(const bf16* __restrict__ out, const bf16* __restrict__ dout,
+                                                           float* __restrict__ D, int NH, int T) {
+    let_next_grid_launch(); /* as production's prep: the row pass may take its place and wait there */
+    const int tok = blockIdx.x * kPrepRowsPerBlock + threadIdx.x / kPrepLanesPerRow;
+    const int d = (threadIdx.x % kPrepLanesPerRow) * 8, bh = blockIdx.y;
+    const bool active = tok < T; /* no early return: whole warps take part in the shuffle */
+    const long long row = (long long)bh * T + tok;
+    float sum = 0.f;
+    if (active) {
+        const int b = bh / NH, h = bh % NH;
+        const long long off = ((long long)b * T + tok) * NH * kHS + (long long)h * kHS + d;
+        const uint4 o8 = __ldg(reinterpret_cast<const uint4*>(out + off));
+        const uint4 g8 = __ldg(reinterpret_cast<const uint4*>(dout + off));
+        const uint32_t ow[4] = {o8.x, o8.y, o8.z, o8.w}, gw[4] = {g8.x, g8.y, g8.z, g8.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 of = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ow[k]));
+            const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gw[k]));
+            sum += gf.x * of.x;
+            sum += gf.y * of.y;
+        }
+    }
+#pragma unroll
+    for (int k = kPrepLanesPerRow / 2; k >= 1; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
+    if (active && d == 0) D[row] = sum;
+}
+
+/* The whole gproj backward composed here: the prep copy above (D), production's Hopper row pass
+   (attention_backward_hopper_rows: lambda and dQ) and key-major pass `pass` (kPassProduction:
+   attention_backward_hopper_gproj_keys; 0, 1: the wide one's variants) on the workspace layout above. */
+enum { kPassProduction = -1 };
+static void lab_gproj_backward(int pass, AttnShape s, const bf16* qkv, const bf16* out, const float* stats,
+                               const bf16* dout, bf16* dqkv, void* ws, cudaStream_t st) {
+    float* D = (float*)ws_D(ws, s);
+    float* lambda = (float*)ws_lambda(ws, s);
+    lab_prep_D<<<dim3((unsigned)ceil_div(s.T, kPrepRowsPerBlock), (unsigned)(s.B * s.NH)), kPrepThreads, 0, st>>>(
+        out, dout, D, s.NH, s.T);
+    cudaCheckLastError();
+    attention_backward_hopper_rows(ATTN_GPROJ, s, qkv, dout, stats, D, lambda, dqkv, st);
+    if (pass == kPassProduction) attention_backward_hopper_gproj_keys(s, qkv, dout, stats, D, lambda, dqkv, st);
+    else gwide::launch_pass(pass, s, qkv, dout, stats, D, lambda, dqkv, st);
+}
+
 /* A synchronisation result plus the hang record: on either, one FAIL line naming the barrier (or the CUDA error),
    then the child reports its counts and ends. */
 static void sync_or_report(cudaError_t e, const char* where) {
@@ -584,14 +634,17 @@ static void poison_kv(bf16* dqkv, AttnShape s, cudaStream_t st) {
     cudaCheck(cudaMemset2DAsync(dqkv + (size_t)s.NH * s.HS, pitch, 0xFF, width, (size_t)s.B * s.T, st));
 }
 
-static void check_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot, const char* what) {
+/* dq_untouched: the q slot must be bit-equal (the pass alone over production's dqkv); else every slot within
+   kMaxUlps (a composed backward, whose dQ comes from the row pass on its own D). */
+static void check_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot, const char* what,
+                       int dq_untouched = 1) {
     const SlotDiff d = compare_slot(ref, got, s, slot);
     printf("  %s %s vs production: max |diff| %.3g, max %.2f BF16 ulps, %zu of %zu over 1 ulp, %zu not bit-equal\n",
            what, kSlotName[slot], d.max_abs, d.max_ulps, d.over_1ulp, d.count, d.unequal);
     CHECK(d.nan_ref == 0, "%s: the production backward has every element finite (%zu NaN)", kSlotName[slot], d.nan_ref);
     CHECK(d.nan_new == 0, "%s %s: written everywhere, finite (%zu NaN left of the poison or from a give-up)", what,
           kSlotName[slot], d.nan_new);
-    if (slot == 0)
+    if (slot == 0 && dq_untouched)
         CHECK(d.unequal == 0, "%s dQ untouched: bit-equal to production's (the wide pass writes only k and v; %zu"
               " differ)", what, d.unequal);
     else
@@ -630,6 +683,8 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
     lab_alloc_poisoned(&dqkv_new, nqkv * 2);
     lab_alloc_poisoned(&ws_ref, ws_bytes);
+    void* ws_new;
+    lab_alloc_poisoned(&ws_new, ws_bytes);
     const AttnOptions opt = {};
     sync_or_report(cudaDeviceSynchronize(), "the uploads and poison fills");
     const AttnBwdPath path = attention_backward_cuda_path(mode, opt, s, qkv, dout);
@@ -659,6 +714,16 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         for (int slot = 0; slot < 3; slot++) check_slot(h_ref, h_new, s, slot, what);
         printf("  max over heads ||sum_j dK_j|| / ||dK||: production %.3g, wide s%d %.3g\n", lab_worst_key_sum(h_ref, s),
                gwide::kVariantStages[v], lab_worst_key_sum(h_new, s));
+        /* the whole gproj backward composed with the wide pass (lab prep + production row pass + wide pass) on
+           poisoned dqkv and workspace: dQ (the row pass's, on the lab prep's D) within 4 ulps too */
+        cudaCheck(cudaMemsetAsync(dqkv_new, 0xFF, nqkv * 2, st));
+        cudaCheck(cudaMemsetAsync(ws_new, 0xFF, ws_bytes, st));
+        lab_gproj_backward(v, s, qkv, out, stats, dout, dqkv_new, ws_new, st);
+        snprintf(what, sizeof what, "the composed gproj backward with the wide pass (%d stages)", gwide::kVariantStages[v]);
+        sync_or_report(cudaStreamSynchronize(st), what);
+        cudaCheck(cudaMemcpy(h_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
+        snprintf(what, sizeof what, "whole backward (lab prep + row pass + wide s%d):", gwide::kVariantStages[v]);
+        for (int slot = 0; slot < 3; slot++) check_slot(h_ref, h_new, s, slot, what, 0);
     }
 
     if (time_it) {
@@ -698,16 +763,22 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         auto run_bf16_bwd = [&]() {
             attention_backward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, dout, dqkv_new, ws_b, st);
         };
+        auto run_lab_prod = [&]() { lab_gproj_backward(kPassProduction, s, qkv, out, stats, dout, dqkv_new, ws_new, st); };
         const float ms_prod_pass = time_of(run_prod_pass, "timing production's gproj key-major pass alone");
+        const float ms_lab_prod = time_of(run_lab_prod, "timing the composed backward with production's pass");
         const float ms_prod_bwd = time_of(run_prod_bwd, "timing the production gproj backward");
         const float ms_bf16_bwd = time_of(run_bf16_bwd, "timing the production bf16 backward");
         printf("  time (median of %d, warm inputs, queued behind a spin): production gproj key-major pass alone %.4f ms"
                " (%.1f TFLOP/s, 5 causal GEMMs); production gproj backward %.4f ms; bf16 backward %.4f ms (gproj/bf16"
                " backward %.2fx)\n", (int)kReps, ms_prod_pass, 5.0 * gemm / ms_prod_pass * 1e-9, ms_prod_bwd,
                ms_bf16_bwd, ms_prod_bwd / ms_bf16_bwd);
+        printf("  time: composed gproj backward (lab prep + production row pass + production pass) %.4f ms\n",
+               ms_lab_prod);
         for (int v = 0; v < gwide::kVariants; v++) {
             auto run_wide = [&]() { gwide::launch_pass(v, s, qkv, dout, stats, D, lambda, dqkv_new, st); };
+            auto run_lab_wide = [&]() { lab_gproj_backward(v, s, qkv, out, stats, dout, dqkv_new, ws_new, st); };
             const float ms_wide = time_of(run_wide, "timing the wide pass alone");
+            const float ms_lab_wide = time_of(run_lab_wide, "timing the composed backward with the wide pass");
             const float est = ms_prod_bwd - ms_prod_pass + ms_wide;
             printf("  time: gproj wide s%d pass alone %.4f ms (%.1f TFLOP/s)\n", gwide::kVariantStages[v], ms_wide,
                    5.0 * gemm / ms_wide * 1e-9);
@@ -716,16 +787,19 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
             printf("  time: gproj wide s%d: estimated gproj backward %.4f ms (production's - its pass + the wide"
                    " pass), gproj/bf16 backward %.2fx (production %.2fx)\n", gwide::kVariantStages[v], est,
                    est / ms_bf16_bwd, ms_prod_bwd / ms_bf16_bwd);
+            printf("  time: gproj wide s%d: composed gproj backward %.4f ms vs %.4f with production's pass: %.2fx;"
+                   " gproj/bf16 backward %.2fx (measured, composed)\n", gwide::kVariantStages[v], ms_lab_wide,
+                   ms_lab_prod, ms_lab_prod / ms_lab_wide, ms_lab_wide / ms_bf16_bwd);
         }
-        /* the timing loops rewrote the k and v slots: the last wide pass's output is checked once more (s3) */
+        /* the timing loops rewrote dqkv_new, last the composed backward with wide s3: its k and v slots once more */
         cudaCheck(cudaMemcpy(h_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
-        for (int slot = 1; slot < 3; slot++) check_slot(h_ref, h_new, s, slot, "after timing, wide s3:");
+        for (int slot = 1; slot < 3; slot++) check_slot(h_ref, h_new, s, slot, "after timing, composed with wide s3:");
         for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventDestroy(ev[r]));
         cudaCheck(cudaFree(out_b)); cudaCheck(cudaFree(stats_b)); cudaCheck(cudaFree(ws_b));
     }
     free(h_qkv); free(h_dout); free(h_ref); free(h_new);
     cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_new)); cudaCheck(cudaFree(ws_ref));
+    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_new)); cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
 }
 
 /* The layout probe on B1 NH3 T100 HS64 (head 1) against double loops over the same BF16 values; lambda_q spread
