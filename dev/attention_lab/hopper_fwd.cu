@@ -51,6 +51,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <cuda_runtime.h>
@@ -132,9 +134,90 @@ static const FwdVariant kVariants[] = {
     {"v2", "192 rows / 3 consumer warpgroups, 24/160 regs (fp32 mode: no overlap), hopper_fwd_v2.cuh", forward_v2, 64},
     {"v3", "production + ping-pong of the 2 consumer warpgroups (named barriers), hopper_fwd_v2.cuh", forward_v3, 0},
 };
-enum { kVariantV1 = 1 }; /* production, the one each variant must beat */
-static int variant_applies(int v, AttnShape s) { return kVariants[v].only_hs == 0 || kVariants[v].only_hs == s.HS; }
 enum { kNumVariants = sizeof kVariants / sizeof kVariants[0] };
+enum { kVariantV1 = 1 }; /* production, the one each variant must beat */
+enum { kFirstLabVariant = 3 }; /* v2 on: the variants whose protocol has not yet run on a GPU */
+static int g_variant_on[kNumVariants] = {1, 1, 1, 1, 1}; /* a lab variant that failed its smoke run is left out */
+static_assert(kNumVariants == 5, "g_variant_on lists every variant");
+static int variant_applies(int v, AttnShape s) {
+    return g_variant_on[v] && (kVariants[v].only_hs == 0 || kVariants[v].only_hs == s.HS);
+}
+
+/* The smoke run of one lab variant, in a child process forked BEFORE the parent touches CUDA: every mode on
+   small shapes that reach each branch of its protocol (T 1: idle warpgroups; 77, 129, 193, 320: partial and
+   skipped key tiles; 1000: several stages), each launch watched for kHangSeconds. A variant with a
+   pipeline bug would otherwise hang the whole lab at its first shape (a stuck kernel takes its context
+   with it) and lose every later result; this way it is named and left out, and the rest runs. The child
+   checks no numbers (the parent's bit checks do). Exit 0: every launch finished without a CUDA error. */
+static int child_wait(double limit_s) {
+    const double t0 = wall_seconds();
+    cudaError_t e;
+    while ((e = cudaStreamQuery(0)) == cudaErrorNotReady) {
+        if (wall_seconds() - t0 > limit_s) return 2;
+        struct timespec nap = {0, 200000};
+        nanosleep(&nap, NULL);
+    }
+    return e == cudaSuccess ? 0 : 3;
+}
+static void smoke_child(int v) {
+    const AttnMode modes[] = {ATTN_BF16, ATTN_REPAIR, ATTN_GPROJ, ATTN_FP32};
+    const int smoke_T[] = {1, 77, 129, 193, 320, 1000};
+    const int smoke_HS[] = {64, 128};
+    for (size_t hi = 0; hi < sizeof smoke_HS / sizeof smoke_HS[0]; hi++)
+        for (size_t ti = 0; ti < sizeof smoke_T / sizeof smoke_T[0]; ti++) {
+            const AttnShape s = {2, 3, smoke_T[ti], smoke_HS[hi]};
+            if (kVariants[v].only_hs != 0 && kVariants[v].only_hs != s.HS) continue;
+            uint16_t* h_qkv = random_qkv_bits(s, 1.f);
+            bf16 *qkv, *out;
+            float* st;
+            lab_upload(&qkv, h_qkv, attn_qkv_count(s) * 2);
+            cudaCheck(cudaMalloc(&out, attn_out_count(s) * 2));
+            cudaCheck(cudaMalloc(&st, attn_stats_count(s) * 4));
+            for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
+                kVariants[v].run(modes[mi], s, qkv, out, st);
+                const int rc = child_wait(kHangSeconds);
+                if (rc != 0) {
+                    printf("  smoke %s: %s at %s B2 NH3 T%d HS%d (%s)\n", kVariants[v].name,
+                           rc == 2 ? "HANG" : "CUDA error", attn_mode_name(modes[mi]), s.T, s.HS,
+                           rc == 2 ? "an mbarrier or named-barrier phase never completed" :
+                                     cudaGetErrorString(cudaGetLastError()));
+                    fflush(stdout);
+                    _exit(rc);
+                }
+            }
+            free(h_qkv);
+            cudaCheck(cudaFree(qkv));
+            cudaCheck(cudaFree(out));
+            cudaCheck(cudaFree(st));
+        }
+    fflush(stdout);
+    _exit(0);
+}
+/* Forks a smoke run per lab variant (before the parent initialises CUDA) and turns off each that fails. */
+static void smoke_lab_variants(void) {
+    for (int v = kFirstLabVariant; v < kNumVariants; v++) {
+        fflush(stdout);
+        const pid_t pid = fork();
+        if (pid < 0) die("hopper_fwd: fork failed for %s's smoke run", kVariants[v].name);
+        if (pid == 0) smoke_child(v);
+        /* the child bounds its own launches; this bounds the child (stuck in context creation, say) */
+        const double t0 = wall_seconds(), limit = 3 * kHangSeconds;
+        int status = 0;
+        pid_t done;
+        while ((done = waitpid(pid, &status, WNOHANG)) == 0 && wall_seconds() - t0 < limit) {
+            struct timespec nap = {0, 20000000};
+            nanosleep(&nap, NULL);
+        }
+        if (done == 0) {
+            kill(pid, SIGKILL); /* our own child, by its id */
+            waitpid(pid, &status, 0);
+        }
+        const int ok = done == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        g_variant_on[v] = ok;
+        CHECK(ok, "%s's smoke run (child process: every mode, T 1..1000, hang watch) finished cleanly%s",
+              kVariants[v].name, ok ? "" : ": LEFT OUT of the checks and timings below");
+    }
+}
 
 /* Runs every variant on the same inputs (v0 into 0xFF-poisoned buffers, the others into 0x7F-poisoned
    ones), then checks that v0 wrote finite values everywhere and that every other variant's O and stats
@@ -458,6 +541,8 @@ static void layout_probe(void) {
 int main(int argc, char** argv) {
     attn_rng_init(&g_rng, 0x243F6A8885A308D3ull);
     if (argc != 1) die("usage: %s   (no arguments)\n  hint: the shapes are fixed in main()", argv[0]);
+    test_section("lab variants v2, v3: smoke runs in child processes (a hang there leaves the variant out)");
+    smoke_lab_variants(); /* before this process touches CUDA: fork and a live context do not mix */
     const cudaDeviceProp prop = require_sm90("hopper_fwd");
     printf("hopper_fwd on %s: the production Hopper forward (attention/attention_hopper.cu) vs v0 (bit for bit)"
            " and vs the portable one\n", prop.name);
