@@ -20,13 +20,14 @@
  * v1 = production (attention_forward_hopper: overlap, ATTN_HOPPER_FWD_STAGES = 2 stages);
  * v1s3 = the same kernel with 3 K/V stages (attention_forward_hopper_stages), the alternative to time;
  * v2 = 192 query rows per CTA, three consumer warpgroups (setmaxnreg 24/160), HS 64 only (skipped at 128);
+ * v2s3 = the same with 3 K/V stages;
  * v3 = production's CTA with ping-pong between its two consumer warpgroups (named barriers), HS 64 and 128.
  * v2 and v3 live in dev/attention_lab/hopper_fwd_v2.cuh (its comment has the designs). Each timed shape
  * also prints "time: vN vs v1 (production) ..." lines: the ratio each variant must win before it moves
  * into attention/attention_hopper.cu.
  *
  * What is compared:
- * - v1, v1s3, v2, v3 vs v0: every O element and both stats floats bit-identical (the overlap, the taller
+ * - v1, v1s3, v2, v2s3, v3 vs v0: every O element and both stats floats bit-identical (the overlap, the taller
  *   CTA and the ping-pong keep the exact sequence of operations on O, m and l of every row), every mode x
  *   HS 64/128 x T in {1, 77, 128, 129, 192, 193, 320, 1000, 1024, 2048} at B2 NH3 (the 192-row tile's
  *   edges: idle warpgroups past T, warpgroups with one key tile fewer than their CTA), a sharp (q x8) case per head size, and again at the timing shapes. The v0 outputs
@@ -116,7 +117,10 @@ static void forward_3_stages(AttnMode mode, AttnShape s, const bf16* qkv, bf16* 
     attention_forward_hopper_stages(mode, s, qkv, out, stats, 3, 0);
 }
 static void forward_v2(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats) {
-    hopper_fwd_v2::forward_v2(mode, s, qkv, out, stats, 0);
+    hopper_fwd_v2::forward_v2(mode, s, qkv, out, stats, 2, 0);
+}
+static void forward_v2_3_stages(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats) {
+    hopper_fwd_v2::forward_v2(mode, s, qkv, out, stats, 3, 0);
 }
 static void forward_v3(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats) {
     hopper_fwd_v2::forward_v3(mode, s, qkv, out, stats, 0);
@@ -132,13 +136,14 @@ static const FwdVariant kVariants[] = {
     {"v1", "production: intra-warpgroup overlap, 2 K/V stages", forward_production, 0},
     {"v1s3", "the same with 3 K/V stages", forward_3_stages, 0},
     {"v2", "192 rows / 3 consumer warpgroups, 24/160 regs (fp32 mode: no overlap), hopper_fwd_v2.cuh", forward_v2, 64},
+    {"v2s3", "the same with 3 K/V stages", forward_v2_3_stages, 64},
     {"v3", "production + ping-pong of the 2 consumer warpgroups (named barriers), hopper_fwd_v2.cuh", forward_v3, 0},
 };
 enum { kNumVariants = sizeof kVariants / sizeof kVariants[0] };
 enum { kVariantV1 = 1 }; /* production, the one each variant must beat */
 enum { kFirstLabVariant = 3 }; /* v2 on: the variants whose protocol has not yet run on a GPU */
-static int g_variant_on[kNumVariants] = {1, 1, 1, 1, 1}; /* a lab variant that failed its smoke run is left out */
-static_assert(kNumVariants == 5, "g_variant_on lists every variant");
+static int g_variant_on[kNumVariants] = {1, 1, 1, 1, 1, 1}; /* a lab variant that failed its smoke run is left out */
+static_assert(kNumVariants == 6, "g_variant_on lists every variant");
 static int variant_applies(int v, AttnShape s) {
     return g_variant_on[v] && (kVariants[v].only_hs == 0 || kVariants[v].only_hs == s.HS);
 }
@@ -225,7 +230,7 @@ static void smoke_lab_variants(void) {
    interleaved within each repetition) and prints "vN ... x v0" lines. */
 static void check_bits_and_time(AttnMode mode, AttnShape s, const bf16* qkv, float q_scale, int time_it) {
     char title[200];
-    snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d%s: v1 (production), v1s3, v2, v3 bit-identical to v0", attn_mode_name(mode),
+    snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d%s: v1 (production), v1s3, v2, v2s3, v3 bit-identical to v0", attn_mode_name(mode),
              s.B, s.NH, s.T, s.HS, q_scale != 1.f ? " (q x8)" : "");
     test_section(title);
     const size_t nout = attn_out_count(s), nstats = attn_stats_count(s);
@@ -541,7 +546,7 @@ static void layout_probe(void) {
 int main(int argc, char** argv) {
     attn_rng_init(&g_rng, 0x243F6A8885A308D3ull);
     if (argc != 1) die("usage: %s   (no arguments)\n  hint: the shapes are fixed in main()", argv[0]);
-    test_section("lab variants v2, v3: smoke runs in child processes (a hang there leaves the variant out)");
+    test_section("lab variants v2, v2s3, v3: smoke runs in child processes (a hang there leaves the variant out)");
     smoke_lab_variants(); /* before this process touches CUDA: fork and a live context do not mix */
     const cudaDeviceProp prop = require_sm90("hopper_fwd");
     printf("hopper_fwd on %s: the production Hopper forward (attention/attention_hopper.cu) vs v0 (bit for bit)"

@@ -49,7 +49,8 @@
  * Bounded waits: as production (every mbarrier phase completes after a finite number of copies and
  * arrivals; the named barriers after a finite number of turns). No __trap() on the consumer path.
  *
- * Offers (namespace hopper_fwd_v2): forward_v2(mode, shape, qkv, out, stats, stream) (HS 64 only: HS 128
+ * Offers (namespace hopper_fwd_v2): forward_v2(mode, shape, qkv, out, stats, stages, stream) (2 or 3 K/V
+ * stages; HS 64 only: HS 128
  * keeps two warpgroups, i.e. the production kernel, the caller's choice), forward_v3(...) (HS 64 and 128),
  * and kConsumerRegs<NWG> for the report. The caller checks attention_hopper_fwd_supports. Compiled for
  * sm_90a only (the including object is built with -gencode arch=compute_90a,code=sm_90a).
@@ -500,10 +501,9 @@ void launch(const CUtensorMap& kv_map, const CUtensorMap& q_map, AttnShape s, bf
     cudaCheckLastError();
 }
 
-template <int HS, int NWG, bool PINGPONG>
+template <int HS, int NWG, bool PINGPONG, int kStages>
 void dispatch_mode(const char* who, AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats,
                    cudaStream_t stream) {
-    constexpr int kStages = ATTN_HOPPER_FWD_STAGES;
     const CUtensorMap kv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, who, "qkv (K/V tiles)");
     const CUtensorMap q_map = encode_head_map(qkv, s, 3 * s.NH, kWarpgroupRows, who, "qkv (Q boxes)");
     switch (mode) {
@@ -515,18 +515,22 @@ void dispatch_mode(const char* who, AttnMode mode, AttnShape s, const bf16* qkv,
     }
 }
 
-/* v2: 192 query rows per CTA (three consumer warpgroups), head size 64 only. */
+/* v2: 192 query rows per CTA (three consumer warpgroups), head size 64 only; 2 K/V stages (production's
+   count) or 3 (120 KB of shared memory at HS 64). */
 inline void forward_v2(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, __nv_bfloat16* out, float* stats,
-                       cudaStream_t stream) {
+                       int stages, cudaStream_t stream) {
     if (s.HS != 64) die("hopper_fwd_v2::forward_v2: head size %d (hint: v2 is the HS-64 variant; HS 128 keeps "
                         "production's two warpgroups)", s.HS);
-    dispatch_mode<64, 3, false>("hopper_fwd_v2", mode, s, qkv, out, stats, stream);
+    if (stages == 2) dispatch_mode<64, 3, false, 2>("hopper_fwd_v2", mode, s, qkv, out, stats, stream);
+    else if (stages == 3) dispatch_mode<64, 3, false, 3>("hopper_fwd_v2", mode, s, qkv, out, stats, stream);
+    else die("hopper_fwd_v2::forward_v2: %d K/V stages (hint: 2 or 3)", stages);
 }
 /* v3: production's 128-row CTA with ping-pong between its two consumer warpgroups, head size 64 or 128. */
 inline void forward_v3(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, __nv_bfloat16* out, float* stats,
                        cudaStream_t stream) {
-    if (s.HS == 64) dispatch_mode<64, 2, true>("hopper_fwd_v3", mode, s, qkv, out, stats, stream);
-    else if (s.HS == 128) dispatch_mode<128, 2, true>("hopper_fwd_v3", mode, s, qkv, out, stats, stream);
+    constexpr int kStages = ATTN_HOPPER_FWD_STAGES;
+    if (s.HS == 64) dispatch_mode<64, 2, true, kStages>("hopper_fwd_v3", mode, s, qkv, out, stats, stream);
+    else if (s.HS == 128) dispatch_mode<128, 2, true, kStages>("hopper_fwd_v3", mode, s, qkv, out, stats, stream);
     else die("hopper_fwd_v2::forward_v3: head size %d (hint: 64 or 128)", s.HS);
 }
 
