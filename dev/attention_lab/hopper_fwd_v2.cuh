@@ -18,17 +18,17 @@
  *
  * What changes against production, v2:
  * - CTA = 192 query rows (kWarpgroupRows x NWG), grid ceil(T / 192) x B*NH, the same longest-first tile
- *   order (attention/tile_order.cuh) on it. Q comes through its own tensor map with a 64-row box, one box
- *   per warpgroup (a 192-row box would break the one-map-per-box-shape rule; the 8 KB boxes land at the
- *   warpgroup's 1024-aligned offset, so the swizzle is the same as one tall box's); K and V keep the
- *   128-row map.
+ *   order (attention/tile_order.cuh) on it. Q comes through production's one tensor map (128-row boxes,
+ *   one map encoded per call like production, since the lab times the call): two boxes, the second one's
+ *   last 64 rows unused (Q's region is 256 rows, 32 KB: 96 KB in all at 2 stages); a box starting at or
+ *   past T is not loaded.
  * - Per-warpgroup key range: a 192-row tile spans parts of two 128-key diagonal tiles, so warpgroup wg
  *   (rows r0 = q0 + 64 wg .. r0 + 63, all inside one 128-key tile since r0 is a multiple of 64) runs
  *   n_wg = (min(r0 + 64, T) - 1) / 128 + 1 key tiles - fewer than the CTA's last one when its rows end
  *   before it - and masks only its own last tile (the only one with a key past its first row). The tiles
  *   it skips it still releases (waits for the tile's full barrier, then arrives on its empty barrier), so
  *   the empty barriers keep counting every consumer thread once per tile and the phases stay in step. A
- *   warpgroup whose rows all lie at or past T loads no Q box and only releases.
+ *   warpgroup whose rows all lie at or past T reads no Q and only releases.
  * - Registers: 512 threads at __launch_bounds__(512, 1) start at 128 each; setmaxnreg gives the producer
  *   24 and the consumers 160 (128 x 24 + 384 x 160 = 64512 <= 65536). The overlap at HS 64 holds S (64),
  *   O (32) and P(kt-1) (32 packed BF16 pairs) during the softmax: fits. fp32 mode's P has two terms
@@ -102,8 +102,10 @@ static_assert(CtaShape<3>::kLaunchRegs == 128 && CtaShape<3>::kConsumerRegs == 1
 template <int HS, int STAGES, int NWG>
 struct SmemPlan {
     static constexpr int kChunks = HS / kChunkCols;
-    static constexpr int kQChunkBytes = CtaShape<NWG>::kRows * kSwizzleRowBytes;
-    static constexpr int kQBoxBytes = kWarpgroupRows * kSwizzleRowBytes; /* one warpgroup's rows of a chunk */
+    /* Q arrives in boxes of kBlockK rows (the one tensor map's box), so its region is rounded up to them */
+    static constexpr int kQBoxes = (CtaShape<NWG>::kRows + kBlockK - 1) / kBlockK;
+    static constexpr int kQChunkBytes = kQBoxes * kBlockK * kSwizzleRowBytes;
+    static constexpr int kWgQBytes = kWarpgroupRows * kSwizzleRowBytes; /* one warpgroup's rows of a chunk */
     static constexpr int kChunkBytes = kBlockK * kSwizzleRowBytes;
     static constexpr int kTileBytes = kChunks * kChunkBytes;
     static constexpr int kQ = 0;
@@ -113,8 +115,8 @@ struct SmemPlan {
     static constexpr int kNumBarriers = 1 + 4 * STAGES; /* q_full, full_k, empty_k, full_v, empty_v [STAGES] */
     static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
     static constexpr int kAlloc = kBytes + kSwizzleAtomBytes;
-    static_assert(kQBoxBytes % kSwizzleAtomBytes == 0 && kChunkBytes % kSwizzleAtomBytes == 0,
-                  "tiles and Q boxes must stay 1024-byte aligned");
+    static_assert(kWgQBytes % kSwizzleAtomBytes == 0 && kChunkBytes % kSwizzleAtomBytes == 0,
+                  "tiles and each warpgroup's Q rows must stay 1024-byte aligned");
     static_assert(kAlloc <= kMaxDynamicSmem, "Q + STAGES x (K + V) tiles must fit in 227 KB of shared memory");
 };
 
@@ -276,8 +278,8 @@ __device__ __forceinline__ void release_tile(uint64_t* full_k, uint64_t* empty_k
 /* ------------------------------------------------------------------------------------------------ */
 template <int HS, int MODE, int STAGES, int NWG, bool PINGPONG>
 __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
-    fwd_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ CUtensorMap q_map,
-               bf16* __restrict__ out, float* __restrict__ stats, int NH, int T, float scale, float c) {
+    fwd_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16* __restrict__ out, float* __restrict__ stats, int NH,
+               int T, float scale, float c) {
     using Cta = CtaShape<NWG>;
     using Plan = SmemPlan<HS, STAGES, NWG>;
     static_assert(!PINGPONG || NWG == 2, "ping-pong alternates two warpgroups");
@@ -320,19 +322,20 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
     if (warpgroup == NWG) {
         setmaxnreg_dec<kProducerRegs>();
         if (warp == 4 * NWG && lane == 0) {
-            /* Q: one 64-row box per warpgroup with rows before T (the others only release tiles) */
-            const int active_wgs = min(NWG, (T - q0 + kWarpgroupRows - 1) / kWarpgroupRows);
-            mbar_arrive_expect_tx(q_full, active_wgs * Plan::kChunks * Plan::kQBoxBytes);
-            for (int w = 0; w < active_wgs; w++)
+            /* Q: boxes of 128 rows through the K/V map (v2's second box carries 64 rows past the CTA's 192,
+               unused); a box that starts at or past T is not loaded (its warpgroup only releases tiles) */
+            const int q_boxes = min(Plan::kQBoxes, (T - q0 + kBlockK - 1) / kBlockK);
+            mbar_arrive_expect_tx(q_full, q_boxes * Plan::kChunks * Plan::kChunkBytes);
+            for (int w = 0; w < q_boxes; w++)
                 for (int ch = 0; ch < Plan::kChunks; ch++)
-                    tma_load_4d(q_s + ch * Plan::kQChunkBytes + w * Plan::kQBoxBytes, &q_map, q_full, ch * kChunkCols,
-                                kSlotQ * NH + h, q0 + w * kWarpgroupRows, b);
-            produce_tile<HS, STAGES, NWG>(k_s, full_k, empty_k, &kv_map, 0, kSlotK, NH, h, b);
+                    tma_load_4d(q_s + ch * Plan::kQChunkBytes + w * Plan::kChunkBytes, &qkv_map, q_full,
+                                ch * kChunkCols, kSlotQ * NH + h, q0 + w * kBlockK, b);
+            produce_tile<HS, STAGES, NWG>(k_s, full_k, empty_k, &qkv_map, 0, kSlotK, NH, h, b);
             for (int kt = 1; kt < n_key_tiles; kt++) {
-                produce_tile<HS, STAGES, NWG>(k_s, full_k, empty_k, &kv_map, kt, kSlotK, NH, h, b);
-                produce_tile<HS, STAGES, NWG>(v_s, full_v, empty_v, &kv_map, kt - 1, kSlotV, NH, h, b);
+                produce_tile<HS, STAGES, NWG>(k_s, full_k, empty_k, &qkv_map, kt, kSlotK, NH, h, b);
+                produce_tile<HS, STAGES, NWG>(v_s, full_v, empty_v, &qkv_map, kt - 1, kSlotV, NH, h, b);
             }
-            produce_tile<HS, STAGES, NWG>(v_s, full_v, empty_v, &kv_map, n_key_tiles - 1, kSlotV, NH, h, b);
+            produce_tile<HS, STAGES, NWG>(v_s, full_v, empty_v, &qkv_map, n_key_tiles - 1, kSlotV, NH, h, b);
         }
         return;
     }
@@ -355,7 +358,7 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
         float l_part[2] = {0.f, 0.f};
         float alpha[2];
         float sacc[kSRegs];
-        const uint32_t q_addr = smem_u32(q_s) + wg * Plan::kQBoxBytes;
+        const uint32_t q_addr = smem_u32(q_s) + wg * Plan::kWgQBytes;
         mbar_wait(q_full, 0);
 
         if constexpr (kOverlap) {
@@ -490,13 +493,12 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
 /* host                                                                                              */
 /* ------------------------------------------------------------------------------------------------ */
 template <int HS, int MODE, int STAGES, int NWG, bool PINGPONG>
-void launch(const CUtensorMap& kv_map, const CUtensorMap& q_map, AttnShape s, bf16* out, float* stats,
-            cudaStream_t stream) {
+void launch(const CUtensorMap& qkv_map, AttnShape s, bf16* out, float* stats, cudaStream_t stream) {
     constexpr int smem = SmemPlan<HS, STAGES, NWG>::kAlloc;
     auto kernel = fwd_kernel<HS, MODE, STAGES, NWG, PINGPONG>;
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const dim3 grid((unsigned)ceil_div(s.T, CtaShape<NWG>::kRows), (unsigned)(s.B * s.NH));
-    kernel<<<grid, CtaShape<NWG>::kThreads, smem, stream>>>(kv_map, q_map, out, stats, s.NH, s.T,
+    kernel<<<grid, CtaShape<NWG>::kThreads, smem, stream>>>(qkv_map, out, stats, s.NH, s.T,
                                                             attn_softmax_scale(HS), attn_exp2_scale(HS));
     cudaCheckLastError();
 }
@@ -504,13 +506,13 @@ void launch(const CUtensorMap& kv_map, const CUtensorMap& q_map, AttnShape s, bf
 template <int HS, int NWG, bool PINGPONG, int kStages>
 void dispatch_mode(const char* who, AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats,
                    cudaStream_t stream) {
-    const CUtensorMap kv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, who, "qkv (K/V tiles)");
-    const CUtensorMap q_map = encode_head_map(qkv, s, 3 * s.NH, kWarpgroupRows, who, "qkv (Q boxes)");
+    /* one map per call, as production (its encoding is inside the lab's timed interval) */
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, who, "qkv");
     switch (mode) {
-        case ATTN_FP32: launch<HS, ATTN_FP32, kStages, NWG, PINGPONG>(kv_map, q_map, s, out, stats, stream); break;
-        case ATTN_BF16: launch<HS, ATTN_BF16, kStages, NWG, PINGPONG>(kv_map, q_map, s, out, stats, stream); break;
-        case ATTN_REPAIR: launch<HS, ATTN_REPAIR, kStages, NWG, PINGPONG>(kv_map, q_map, s, out, stats, stream); break;
-        case ATTN_GPROJ: launch<HS, ATTN_GPROJ, kStages, NWG, PINGPONG>(kv_map, q_map, s, out, stats, stream); break;
+        case ATTN_FP32: launch<HS, ATTN_FP32, kStages, NWG, PINGPONG>(qkv_map, s, out, stats, stream); break;
+        case ATTN_BF16: launch<HS, ATTN_BF16, kStages, NWG, PINGPONG>(qkv_map, s, out, stats, stream); break;
+        case ATTN_REPAIR: launch<HS, ATTN_REPAIR, kStages, NWG, PINGPONG>(qkv_map, s, out, stats, stream); break;
+        case ATTN_GPROJ: launch<HS, ATTN_GPROJ, kStages, NWG, PINGPONG>(qkv_map, s, out, stats, stream); break;
         default: die("%s: invalid mode %d (choices: %s)", who, (int)mode, attn_mode_choices());
     }
 }
