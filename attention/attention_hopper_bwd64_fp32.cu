@@ -1,7 +1,8 @@
 /*
  * attention/attention_hopper_bwd64_fp32.cu - the Hopper (sm_90a) key-major pass of fp32 mode's backward at
- * head size 64 (dK, dV and the dQ partials) on wgmma + TMA: attention_hopper_bwd.cu's 288-thread CTA (two
- * consumer warpgroups, one producer warp, no setmaxnreg) with fp32's split terms. Also the entry points of
+ * head size 64 (dK, dV and the dQ partials) on wgmma + TMA: the 288-thread CTA of the first HS-64 bf16/repair
+ * kernel (attention_hopper_bwd.cu before 6c6c28f: two consumer warpgroups, one producer warp, no setmaxnreg,
+ * 64-query steps) with fp32's split terms. Also the entry points of
  * fp32's Hopper key-major pass for both head sizes (HS 128: attention_hopper_bwd128_fp32.cu). The API and which
  * calls it serves: attention/attention_hopper_bwd.cuh (the fp32 section at its end); attention_backward_cuda
  * runs it in attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 after the Hopper row pass.
@@ -33,7 +34,7 @@
  *   FP32 accumulator by TMA reduce-add, and the portable post-pass (attn_bwd_dq_kernel) writes dQ = bf(s acc).
  *   Workspace contract = attn_bwd_kernel's: the prep kernel zeroed dq_acc [B*NH*T][64], the row pass wrote D.
  *
- * Layout: attention_hopper_bwd.cu's HS-64 CTA (288 threads: two consumer warpgroups of 64 keys and a producer
+ * Layout: the first HS-64 bf16/repair kernel's CTA (attention_hopper_bwd.cu before 6c6c28f; 288 threads: two consumer warpgroups of 64 keys and a producer
  * warp; no setmaxnreg; 2 Q/dO stages; longest key tiles first, tile_order.cuh), with hopper_wgmma.cuh's 64 x 64
  * steps and hopper_bwd_common.cuh's producer steps, row state, split terms (pack_split_step) and epilogue. Per
  * step and consumer warpgroup:
@@ -47,7 +48,7 @@
  *   dQ: three commit groups of 4 RS wgmmas (one per term) into one 32-register accumulator, A loaded from the
  *     tiles into two alternating register sets of 16 (wait<1> before the first set is reloaded)
  *   the partial into the warpgroup's swizzled FP32 dQ tile (step parity) and two TMA reduce-adds
- *   (attention_hopper_bwd.cu's flush, unchanged)
+ *   (the first HS-64 bf16/repair kernel's flush, unchanged)
  * Shared memory: K, V 16 KB each, Q, dO 2 stages x 8 KB, three dS tiles [64][72] BF16 per warpgroup (54 KB),
  * row state 2 KB, barriers, four 16 KB FP32 dQ tiles: SmemPlan::kAlloc = 190464 bytes (<= 227 KB, asserted).
  * Registers (`make hopper_bwd64_fp32-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math): fp32keys64_kernel
@@ -57,8 +58,8 @@
  * spilled 16 bytes: hence the two alternating sets.
  *
  * Hangs (a pipeline protocol bug): every mbarrier wait is bounded (~2 s of clock64; a legitimate wait is
- * microseconds) and TRAPS (no setmaxnreg here, so a trap costs nothing; attention_hopper_bwd.cu does the same
- * at HS 64), first writing which barrier it was into the host-mapped AttnHopperHang record that
+ * microseconds) and TRAPS (no setmaxnreg here, so a trap costs nothing; the first HS-64 bf16/repair kernel
+ * did the same, today's gives up and writes NaN, as HS 128), first writing which barrier it was into the host-mapped AttnHopperHang record that
  * attention_hopper_bwd_watch_hangs installs (through attention_hopper_fp32_keys_watch_hangs). A hang is thus a
  * CUDA error with a named barrier, never a stuck job.
  *
@@ -340,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         warpgroup_dq_three_terms(dq, ds_tiles, k_addr, warp_in_wg, g, t);
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
 
-        /* attention_hopper_bwd.cu's flush: the partial into the warpgroup's swizzled tile of this parity, then
+        /* the first HS-64 bf16/repair kernel's flush: the partial into the warpgroup's swizzled tile of this parity, then
            one thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
         unsigned char* dq_tile = smem + Plan::kDqTile + (wg * 2 + (i & 1)) * Plan::kDqTileBytes;
 #pragma unroll

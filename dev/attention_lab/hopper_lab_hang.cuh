@@ -7,8 +7,9 @@
  * with a stuck job; both labs had their own identical copy of this machinery. It is the device half of
  * dev/attention_lab/hopper_lab.cuh and a header of its own because it defines a __device__ global: the labs
  * without kernels (hopper_fwd, hopper_bwd, hopper_rows, which build for any NVCC_ARCH) include hopper_lab.cuh
- * only and so stay free of device code. Needs attention/hopper_wgmma.cuh (sm_90a only). The production
- * kernels trap instead (attention/attention_hopper_bwd.cu; setmaxnreg kernels cannot, see below).
+ * only and so stay free of device code. Needs attention/hopper_wgmma.cuh (sm_90a only). Of the production
+ * kernels only fp32's HS-64 key-major pass traps (attention/attention_hopper_bwd64_fp32.cu, no setmaxnreg);
+ * the others give up and write NaN, as here (setmaxnreg kernels cannot trap, see below).
  *
  * The wait polls for about kHangCycles clock cycles (~2 s at 1.98 GHz; a legitimate wait is microseconds),
  * then writes which barrier hung into g_hang_record (host-mapped pinned memory) and GIVES UP: it sets the
