@@ -21,8 +21,11 @@
  *       like <<<grid, block, smem, stream>>>, with the PDL attribute when overlap is nonzero. Callers pass
  *       overlap only on devices of compute capability 9.0 (the attribute's home) and only for kernels that
  *       call wait_for_previous_grid() before touching the previous grid's data.
+ *       The environment variable ATTN_PDL=0 launches everything without the attribute (plain stream order;
+ *       the waits are then no-ops): the A/B switch for measuring what PDL buys. Read once per process.
  */
 #pragma once
+#include <stdlib.h>
 #include <utility>
 #include <cuda_runtime.h>
 #include "common/cuda_utils.cuh"
@@ -39,6 +42,16 @@ __device__ __forceinline__ void let_next_grid_launch() {
 #endif
 }
 
+/* ATTN_PDL unset or not "0": PDL where callers ask for it */
+static inline int launch_overlap_enabled(void) {
+    static int enabled = -1; /* a race between host threads writes the same answer twice */
+    if (enabled < 0) {
+        const char* env = getenv("ATTN_PDL");
+        enabled = !(env != NULL && env[0] == '0' && env[1] == '\0');
+    }
+    return enabled;
+}
+
 template <typename... KernelArgs, typename... Args>
 void launch_after_previous_grid(int overlap, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
                                 cudaStream_t stream, Args&&... args) {
@@ -51,6 +64,6 @@ void launch_after_previous_grid(int overlap, void (*kernel)(KernelArgs...), dim3
     attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attribute;
-    config.numAttrs = overlap ? 1 : 0;
+    config.numAttrs = (overlap && launch_overlap_enabled()) ? 1 : 0;
     cudaCheck(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }

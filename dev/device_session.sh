@@ -11,7 +11,7 @@
 # under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes sweep attnbench trainbench
+#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
@@ -263,6 +263,19 @@ for phase in "$@"; do
                 say "   $m $shape: rc $?"
                 awk '/^  [a-z_A-Z].*\(/ {name=$1} /gpu__time_duration.sum/ {print "     " name, $(NF)" "$(NF-1)}' \
                     "$OUT/kerneltimes_${m}_${shape//,/x}.txt" | head -n 20 | tee -a "$SUMMARY"
+            done
+        done
+        end 0 ;;
+    pdlab)
+        # issue 4: what programmatic dependent launch buys (attention/launch_overlap.cuh), ATTN_PDL=1 vs 0
+        # alternating, twice each, bench_attention alone (our modes; fwd, bwd and fwd+bwd medians)
+        begin "PDL on/off: bench_attention at B8 H16 T1024 D64 and B2 H16 T4096 D128"
+        for rep in 1 2; do
+            for pdl in 1 0; do
+                ATTN_PDL=$pdl timeout 120 build/bench_attention --shape 8,16,1024,64 --shape 2,16,4096,128 \
+                    --modes "${PDL_MODES:-bf16,repair,fp32}" > "$OUT/pdlab_${rep}_pdl$pdl.txt" 2>&1
+                say "   run $rep, ATTN_PDL=$pdl: rc $?"
+                grep -E '^B[0-9]' "$OUT/pdlab_${rep}_pdl$pdl.txt" | tee -a "$SUMMARY"
             done
         done
         end 0 ;;
