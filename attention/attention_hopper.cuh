@@ -32,6 +32,8 @@
 
 /* Query rows per CTA and keys per K/V tile of the Hopper forward (the portable kernel's key tile is 64). */
 #define ATTN_HOPPER_BLOCK_Q 128
+/* Query rows per CTA at head size 64 (three consumer warpgroups; ATTN_HOPPER_BLOCK_Q is HS 128's and the probe's). */
+#define ATTN_HOPPER_BLOCK_Q_HS64 192
 #define ATTN_HOPPER_BLOCK_K 128
 /* K/V pipeline stages of the forward that attention_forward_hopper runs (the lab also times 3). */
 #define ATTN_HOPPER_FWD_STAGES 2

@@ -121,7 +121,7 @@ $(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_l
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_fwd
 $(BUILD)/dev/attention_lab/hopper_fwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/dev/attention_lab/hopper_fwd.cu.o: dev/attention_lab/hopper_fwd.cu dev/attention_lab/hopper_lab.cuh \
-        dev/attention_lab/hopper_fwd_v0.cuh dev/attention_lab/hopper_fwd_v2.cuh attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention_cuda.cuh \
+        dev/attention_lab/hopper_fwd_v0.cuh dev/attention_lab/hopper_fwd_v1.cuh dev/attention_lab/hopper_fwd_v2.cuh attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention_cuda.cuh \
         attention/attention_hopper.cuh attention/attention.h attention/attn_cases.h tests/testing.h \
         common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_fwd: $(BUILD)/dev/attention_lab/hopper_fwd.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
