@@ -38,7 +38,9 @@
  * beside S and O, past the 168 a 288-thread CTA gets. So the producer is a whole warpgroup that gives its
  * registers back (setmaxnreg 24) and the two consumer warpgroups take 240 (FlashAttention-3's split).
  *
- * Kernel layout: one CTA = 128 query rows of one (b, h); warpgroups 0 and 1 are consumers of 64 query rows
+ * Two kernels share every piece above the kernel level (GEMM issue, packing, softmax, producer, plan):
+ * hopper_fwd_kernel (HS 128) and hopper_fwd_tall_kernel (HS 64; below). The HS-128 kernel's layout:
+ * one CTA = 128 query rows of one (b, h); warpgroups 0 and 1 are consumers of 64 query rows
  * each (wgmma needs 4 aligned warps), warpgroup 2 the producer (one elected lane of its first warp issues
  * the TMA copies; its other warps leave at once). K/V tiles of 128 keys, kFwdStages (2) stages, with
  * SEPARATE K and V barriers: V(kt) is now read until P(kt) V(kt) retires in iteration kt + 1, one
@@ -52,10 +54,28 @@
  * nothing and rows past T read as zeros, per batch. Shared tiles use the 128-byte swizzle, which TMA
  * writes and wgmma reads natively: a tile is stored as HS/64 column chunks of [rows][64] BF16 (128 bytes
  * per row).
- * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3), all 16 instances (4 modes x HS 64/128 x 2/3 stages): 168
- * at entry, the consumers' 240 after setmaxnreg.inc, 0 bytes spill (fp32 mode spilled 24 / 52 bytes before),
- * no C75xx / "wgmma serialized" warning; layout probe 154 / 186, 0 spill. docs/attention_kernels.md,
- * "Hopper forward: intra-warpgroup overlap", has the design notes.
+ * HS 64: hopper_fwd_tall_kernel, THREE consumer warpgroups, 192 query rows per CTA (session 6; the lab's
+ * v2, dev/attention_lab/hopper_fwd_v2.cuh; FlashAttention-3's tile height at head dim 64, the idea read in
+ * its hopper/tile_size.h, no code copied). At HS 64 a warpgroup's per-tile GEMMs are short (S: 64 x 128 x
+ * 64), so two warpgroups leave the tensor core idle during their softmaxes; a third one sharing each K/V
+ * tile gives it more work per loaded tile and spreads the producer, barriers and K/V traffic over 1.5x
+ * the rows. Same key tile (128), same per-row sequence of operations on O, m and l, so O and the stats are
+ * bit-identical to the 128-row kernel's (and v0's) in every mode: H200, s6 call 4
+ * (dev/results/device_s6/call4/hopper_fwd.log), 1255 passed / 0 failed, 1.07-1.13x the 128-row kernel
+ * (B8 H16 T1024 / B4 H16 T2048 d64: bf16 1.10/1.13, repair 1.10/1.12, gproj 1.09/1.12, fp32 1.07/1.12).
+ * What differs from the 128-row kernel: grid ceil(T / 192) x B*NH in the same longest-first order; Q in
+ * two 128-row boxes of the one tensor map (the last 64 rows unused; a box starting at or past T not
+ * loaded); each warpgroup runs only the key tiles up to its own last row (its rows lie inside one 128-key
+ * tile) and masks only its own last one, and releases the CTA's tiles past its own (waits for them to land,
+ * then arrives), so the empty barriers count every consumer thread once per tile; 512 threads start at
+ * 128 registers, setmaxnreg gives the producer 24 and the consumers 160, which holds S, O and P(kt-1)
+ * at HS 64 but not fp32 mode's two-term P beside them: fp32 mode runs each tile in sequence there (S,
+ * softmax, P V one term at a time; the same k-steps on O in the same order: still bit-identical).
+ * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3), all 16 instances (4 modes x 2/3 stages x the two
+ * kernels), 0 bytes spill, no C75xx / "wgmma serialized" warning: HS 128 168 at entry, 240 after
+ * setmaxnreg.inc; HS 64 128 at entry, 160 after; layout probe 154 / 186, 0 spill. The HS-128 kernel's PTX
+ * is byte-identical to before the HS-64 move, the HS-64 kernel's to the lab's v2 but for symbol and label
+ * names. docs/attention_kernels.md, "Hopper forward", has the design notes and the numbers.
  * Bounded waits: every mbarrier wait is on a phase that a finite number of copies/arrivals completes (no
  * data-dependent spin), so a layout bug shows as wrong numbers, not a hang; the lab runs it under timeout.
  * No __trap() on the consumer path: it would make ptxas ignore setmaxnreg.inc (attention_hopper_bwd128.cu).
@@ -70,7 +90,7 @@ using namespace hopper_wgmma;
 
 namespace {
 
-constexpr int kBlockQ = ATTN_HOPPER_BLOCK_Q; /* query rows per CTA */
+constexpr int kBlockQ = ATTN_HOPPER_BLOCK_Q; /* query rows per CTA of the HS-128 kernel and the probe */
 constexpr int kBlockK = ATTN_HOPPER_BLOCK_K; /* keys per K/V tile */
 constexpr int kWarpgroupRows = 64;      /* query rows per consumer warpgroup (the M of wgmma) */
 constexpr int kConsumerWarpgroups = kBlockQ / kWarpgroupRows;

@@ -1,7 +1,7 @@
 /*
- * attention/attention_hopper.cuh - the Hopper (sm_90a) attention forward: wgmma + TMA + a producer warp
- * and two consumer warpgroups, for the modes whose forward it computes exactly as
- * docs/ATTENTION_NUMERICS.md defines them.
+ * attention/attention_hopper.cuh - the Hopper (sm_90a) attention forward: wgmma + TMA + a producer
+ * warpgroup and two (HS 128) or three (HS 64, since session 6) consumer warpgroups, for the modes whose
+ * forward it computes exactly as docs/ATTENTION_NUMERICS.md defines them.
  *
  * Why: on an H200 the portable mma.sync forward (attention/attention_cuda.cu) reaches 0.40-0.58x of
  * cuDNN's; this kernel ran 1.33-1.51x faster than it in bf16 mode (dev/results/device_s4/call1). It
@@ -17,7 +17,8 @@
  *       fp32; head size 64 or 128; qkv 16-byte aligned (TMA). Says nothing about the device.
  *   attention_forward_hopper - the forward (asynchronous on `stream`); dies with a hint if unsupported.
  *       The caller makes sure the current device is sm_90.
- *   attention_forward_hopper_stages - for the lab: the same forward with 2 or 3 K/V stages (timed side by side).
+ *   attention_forward_hopper_stages - for the lab: the same forward with 2 or 3 K/V stages (timed side by
+ *       side; 3 stages at HS 64 were no faster in s6 call 4).
  *   attention_hopper_layout_probe - for the lab (dev/attention_lab/hopper_fwd.cu): one tile of
  *       S = Q K^T and O = bf(S) V through the kernel's own TMA map and wgmma helpers, written as fp32
  *       [ATTN_HOPPER_BLOCK_Q][ATTN_HOPPER_BLOCK_K] and [ATTN_HOPPER_BLOCK_Q][HS] (device pointers), so a

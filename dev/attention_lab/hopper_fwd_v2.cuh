@@ -2,7 +2,10 @@
  * dev/attention_lab/hopper_fwd_v2.cuh - two lab variants of the Hopper (sm_90a) forward at head size 64, built
  * on production's kernel (attention/attention_hopper.cu: intra-warpgroup overlap, producer warpgroup,
  * setmaxnreg, separate K and V stage barriers), to be timed against it in dev/attention_lab/hopper_fwd.cu
- * before any of it moves into the library:
+ * before any of it moves into the library. Status (session 6, after s6 call 4): v2 at 2 stages IS production at
+ * head size 64 now (attention/attention_hopper.cu's hopper_fwd_tall_kernel, PTX-identical to fwd_kernel<64, M, S,
+ * 3, false> here but for names), so the lab reaches it through attention_forward_hopper ("prod"); forward_v2
+ * stays for experiments on top of it. v3 measured 1.02-1.06x the old production: not adopted, lab only.
  *   v2: THREE consumer warpgroups, 192 query rows per CTA (FlashAttention-3's tile height at head dim 64:
  *       hopper/tile_size.h; the idea read there, no code copied). At HS 64 a warpgroup's per-tile GEMMs are
  *       short (S: 64 x 128 x 64), so a CTA of two warpgroups leaves the tensor core idle during their
