@@ -64,9 +64,10 @@ int comm_check_agreement(Comm* c, uint64_t digest, const char* what, char* err, 
    more than one process, it writes "<id_file>.failed" (rank 0 deletes a stale
    one before publishing the NCCL id); every rank's host waits in
    comm_sum_scalars and comm_check_agreement poll for that file (and for NCCL
-   errors) and then stop with a message naming the failed rank, after
-   ncclCommAbort, instead of waiting forever in a collective whose peer is
-   gone. Under mpirun the trainer uses MPI_Abort instead; elsewhere a no-op.
+   errors) and then print a message naming the failed rank and leave at once
+   (_exit: no ncclCommAbort, no exit-time CUDA teardown, either of which can
+   wait on the collective kernel spinning for the gone peer), instead of
+   waiting forever in a collective whose peer is gone. Under mpirun the trainer uses MPI_Abort instead; elsewhere a no-op.
    c may be NULL (failure before the communicator existed: nothing to say). */
 void comm_report_failure(Comm* c);
 /* cudaStreamSynchronize(s) that also stops (as above) when a peer failed:

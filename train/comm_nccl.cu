@@ -107,12 +107,21 @@ void comm_synchronize(Comm* c, cudaStream_t s) {
                 who[strcspn(who, "\n")] = 0;
             }
             if (who[0] != '\0' || (async != ncclSuccess && async != ncclInProgress)) {
+                /* Say why first, then leave at once with _exit: s6 call 7 (2 H200s) had rank 0 wait out its
+                   120 s limit with nothing printed after rank 1 failed, and ncclCommAbort or the CUDA teardown
+                   of exit() waiting on the collective kernel that spins for the dead peer is the likely place.
+                   The driver reclaims the GPU when the process ends. Not yet re-run on several GPUs. */
                 c->stopping = 1;
-                ncclCommAbort(c->nccl);
+                fflush(stdout);
                 if (who[0] != '\0')
-                    die("rank %d stops: %s failed (see its output; marker %s)", c->dist.rank, who, c->failure_path);
-                die("rank %d stops: NCCL reports %s\n  hint: NCCL_DEBUG=WARN shows why", c->dist.rank,
-                    ncclGetErrorString(async));
+                    fprintf(stderr, "error: rank %d stops: %s failed (see its output; marker %s)\n", c->dist.rank, who,
+                            c->failure_path);
+                else
+                    fprintf(stderr, "error: rank %d stops: NCCL reports %s\n  hint: NCCL_DEBUG=WARN shows why\n",
+                            c->dist.rank, ncclGetErrorString(async));
+                fprintf(stderr, "  (at %s:%d)\n", __FILE__, __LINE__);
+                fflush(stderr);
+                _exit(EXIT_FAILURE);
             }
         }
         nanosleep(&nap, NULL);
