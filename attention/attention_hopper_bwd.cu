@@ -218,17 +218,7 @@ __device__ __forceinline__ void probs_n128(float (&st)[kScoreRegs], float (&dpt)
         for (int e = 0; e < 2; e++) {
             const int ql = 8 * j + 2 * t + e, query = q0 + ql;
             const float4 row = rs[ql];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int idx = 4 * j + 2 * r + e;
-                float p = 0.f, ds = 0.f;
-                if (!masked || (key0 + 8 * r <= query && query < T)) {
-                    p = recompute_prob<MODE>(st[idx], row.x, row.y, c);
-                    ds = p * (dpt[idx] - row.z);
-                }
-                st[idx] = p;
-                dpt[idx] = ds;
-            }
+            keymajor_probs_column<MODE, kScoreRegs>(st, dpt, row, j, e, query, key0, T, masked, c);
         }
 }
 

@@ -59,8 +59,8 @@ __device__ __forceinline__ float recompute_prob(float score, float row_a, float 
    stats are repair's). masked (the tile reaches the warpgroup's keys or T): keys past the query and queries
    past T give exactly 0 in both. row by reference: by value, attention_hopper_bwd.cu's PTX changed (its
    producer's register numbering). */
-template <int MODE>
-__device__ __forceinline__ void keymajor_probs_column(float (&st)[32], float (&dpt)[32], const float4& row,
+template <int MODE, int kRegs = 32> /* kRegs: 32 for 64-query tiles, 64 for the 128-query steps at HS 64 */
+__device__ __forceinline__ void keymajor_probs_column(float (&st)[kRegs], float (&dpt)[kRegs], const float4& row,
                                                       int j, int e, int query, int key0, int T, bool masked,
                                                       float c) {
 #pragma unroll
