@@ -1,7 +1,8 @@
 /*
  * dev/attention_lab/hopper_lab.cuh - the host scaffolding the Hopper attention labs share (hopper_fwd,
- * hopper_bwd, hopper_rows, hopper_bwd_fast, hopper_bwd_gproj and the HS-128 labs hopper_bwd128,
- * hopper_bwd128_gproj, hopper_rows128): seeded inputs, the BF16-ulp comparison of two dqkv buffers, median
+ * hopper_bwd, hopper_rows, hopper_bwd_fast, hopper_bwd_gproj, hopper_bwd64_fp32, hopper_bwd64_wide,
+ * hopper_bwd64_gproj_wide and the HS-128 labs hopper_bwd128, hopper_bwd128_gproj, hopper_bwd128_fp32,
+ * hopper_rows128): seeded inputs, the BF16-ulp comparison of two dqkv buffers, median
  * timing, the refusal to run off sm_90, the layout probes' host products and their comparison, the hang
  * record, and main's one process per group of checks.
  *
