@@ -17,7 +17,7 @@
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_bwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
 #           LABS_ONLY=1 skips the attention test after them; hopper_bwd_fast reads HOPPER_BWD_FAST_VARIANTS="0 7".
-#   attnbench: ATTN_MODES (bench_attention --modes); kerneltimes: KT_MODES (space-separated, default "bf16 gproj"). Every call of session 5: dev/results/device_s5/README.md.
+#   attnbench: ATTN_MODES (bench_attention --modes); kerneltimes: KT_MODES (space-separated, default "bf16 gproj"). Every call of session 6: dev/results/device_s6/README.md.
 set -u
 OUT=${1:?usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]}
 shift
