@@ -6,6 +6,7 @@
 # it builds for any NVCC_ARCH; it refuses to run off sm_90. The kernel's registers: `make hopper_bwd128_fp32-regs`.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_bwd128_fp32
 $(BUILD)/dev/attention_lab/hopper_bwd128_fp32.cu.o: dev/attention_lab/hopper_bwd128_fp32.cu dev/attention_lab/hopper_lab.cuh \
+        dev/attention_lab/hopper_fp32_keys_lab.cuh \
         attention/attention_cuda.cuh attention/attention_hopper_bwd.cuh attention/attention.h attention/attn_cases.h \
         tests/testing.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_bwd128_fp32: $(BUILD)/dev/attention_lab/hopper_bwd128_fp32.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)

@@ -1,0 +1,253 @@
+/*
+ * dev/attention_lab/hopper_fp32_keys_lab.cuh - the per-case checks and timings of the two labs of fp32 mode's
+ * Hopper key-major pass (hopper_bwd64_fp32, hopper_bwd128_fp32): the pass through its entry point
+ * attention_backward_hopper_fp32_keys (which serves both head sizes) against attention_backward_cuda's fp32
+ * backward, on the default path and with force_portable, and the timings. Each lab keeps what differs: its
+ * layout probe, its cases and shapes, and its main.
+ *
+ * Why: both labs carried the same ~220 lines (spin kernel, the lab's dQ post-pass, check_slot, pass_alone,
+ * check_case), differing only in the head size they printed and in how their kernel ends a hang.
+ *
+ * The including lab defines kHangOutcome (what its kernel does when a wait runs out: the HS-64 pass traps, the
+ * HS-128 one gives up and writes NaN) before including this header, after dev/attention_lab/hopper_lab.cuh.
+ * One lab = one translation unit: everything here is file-local (static).
+ */
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "attention/attention.h"
+#include "attention/attention_cuda.cuh"
+#include "attention/attention_hopper_bwd.cuh"
+#include "common/cuda_utils.cuh"
+#include "common/utils.h"
+#include "tests/testing.h"
+#include "dev/attention_lab/hopper_lab.cuh"
+
+typedef __nv_bfloat16 bf16;
+
+/* Spins for `ns` nanoseconds of the global timer (bounded by construction): holds the GPU while the timed
+   launches are queued behind it, so host-side launch work never shows as idle time inside an interval. */
+__global__ void spin_for_ns(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+
+/* dQ = bf(s * accumulator) into the q slot of dqkv: attention_cuda.cu's attn_bwd_dq_kernel<HS> expression
+   (file-local there), for checks (a) and (c), where the pass runs alone. */
+__global__ void lab_dq_postpass(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T, int HS,
+                                float scale, long long pairs) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= pairs) return;
+    const long long e = 2 * i;
+    const int d = (int)(e % HS);
+    const long long row = e / HS;
+    const int tok = (int)(row % T);
+    const long long bh = row / T, b = bh / NH, h = bh % NH;
+    const float2 v = *reinterpret_cast<const float2*>(dq_acc + e);
+    bf16* dst = dqkv + (b * T + tok) * 3LL * NH * HS + h * HS + d;
+    __nv_bfloat162 pair = __floats2bfloat162_rn(v.x * scale, v.y * scale);
+    *reinterpret_cast<__nv_bfloat162*>(dst) = pair;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* host: checks and timing                                                                           */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A synchronisation result plus the hang record (hopper_lab.cuh's lab_watch_hangs): on either, one FAIL line
+   naming the barrier (or the CUDA error), then the child reports and ends. */
+static void sync_or_report(cudaError_t e, const char* where) {
+    const volatile AttnHopperHang* r = g_lab_hang;
+    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
+    if (e == cudaSuccess && !hung) return;
+    if (hung)
+        CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d; %s)",
+              where, attn_hopper_hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread,
+              kHangOutcome);
+    if (e != cudaSuccess)
+        CHECK(0, "CUDA error after %s: %s (hint: run under compute-sanitizer)", where, cudaGetErrorString(e));
+    lab_child_report_and_exit();
+}
+
+/* The file comment's tolerance (fixed before any run) and bit-equality. */
+static const double kMaxUlps = 4.0;
+static const double kExact = 0.0;
+static const char* kSlotName[3] = {"dQ", "dK", "dV"};
+
+/* Compares one slot and CHECKs it within max_ulps (bit-equal when kExact) against `ref`. */
+static void check_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot, const char* what,
+                       const char* against, double max_ulps) {
+    const SlotDiff d = compare_slot(ref, got, s, slot);
+    printf("  %s %s vs %s: max |diff| %.3g, max %.2f BF16 ulps, %zu of %zu over 1 ulp, %zu not bit-equal\n", what,
+           kSlotName[slot], against, d.max_abs, d.max_ulps, d.over_1ulp, d.count, d.unequal);
+    CHECK(d.nan_ref == 0, "%s: %s has every element finite (%zu NaN)", kSlotName[slot], against, d.nan_ref);
+    CHECK(d.nan_new == 0, "%s %s: written everywhere, finite (%zu NaN left of the poison or of a give-up)", what,
+          kSlotName[slot], d.nan_new);
+    if (max_ulps == kExact)
+        CHECK(d.unequal == 0, "%s %s bit-equal to %s (%zu differ)", what, kSlotName[slot], against, d.unequal);
+    else
+        CHECK(d.max_ulps <= max_ulps, "%s %s within %.0f BF16 ulps of %s (max %.2f)", what, kSlotName[slot], max_ulps,
+              against, d.max_ulps);
+}
+
+/* The pass alone on the D of workspace `from_ws` (carve_workspace's slots: dq_acc [rows * HS], D [rows],
+   lambda [rows]): into workspace `ws` (accumulator zeroed, D copied) and an all-NaN dqkv `into`, then the
+   lab's post-pass. */
+static void pass_alone(AttnShape s, const bf16* qkv, const bf16* dout, const float* stats, const void* from_ws,
+                       void* ws, bf16* into, cudaStream_t st) {
+    const size_t rows = (size_t)s.B * s.NH * s.T;
+    float* dq_acc = (float*)ws;
+    float* D = dq_acc + rows * s.HS;
+    cudaCheck(cudaMemsetAsync(dq_acc, 0, rows * s.HS * sizeof(float), st));
+    cudaCheck(cudaMemcpyAsync(D, (const float*)from_ws + rows * s.HS, rows * sizeof(float), cudaMemcpyDeviceToDevice,
+                              st));
+    cudaCheck(cudaMemsetAsync(into, 0xFF, attn_qkv_count(s) * 2, st));
+    attention_backward_hopper_fp32_keys(s, qkv, dout, stats, D, dq_acc, into, st);
+    const long long pairs = (long long)rows * s.HS / 2;
+    lab_dq_postpass<<<(unsigned)ceil_div(pairs, 256), 256, 0, st>>>(dq_acc, into, s.NH, s.T, s.HS,
+                                                                    attn_softmax_scale(s.HS), pairs);
+    cudaCheckLastError();
+}
+
+struct CheckCase {
+    AttnShape s;
+    float q_scale;
+    float key_offset; /* |K offset| added to every key of a head along a random unit vector */
+};
+
+/* One case: the file comment's check 2; with time_it also 3. */
+static void check_case(CheckCase in, int time_it, cudaStream_t st) {
+    const AttnShape s = in.s;
+    const AttnMode mode = ATTN_FP32;
+    char title[200];
+    snprintf(title, sizeof title, "B%d NH%d T%d HS%d q x%g key offset %g: Hopper fp32 key-major pass at HS %d", s.B,
+             s.NH, s.T, s.HS, in.q_scale, in.key_offset, s.HS);
+    test_section(title);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+    const size_t rows = (size_t)s.B * s.NH * s.T;
+    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
+    CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
+          "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; carve_workspace's layout, which"
+          " this lab reads)", ws_bytes);
+    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
+    uint16_t* h_dout = random_bf16_bits(nout);
+    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def, *dqkv_pass;
+    float* stats;
+    void *ws_ref, *ws_def, *ws_pass;
+    lab_upload(&qkv, h_qkv, nqkv * 2);
+    lab_upload(&dout, h_dout, nout * 2);
+    cudaCheck(cudaMalloc(&out, nout * 2));
+    cudaCheck(cudaMalloc(&stats, nstats * 4));
+    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
+    lab_alloc_poisoned(&dqkv_def, nqkv * 2);
+    lab_alloc_poisoned(&dqkv_pass, nqkv * 2);
+    lab_alloc_poisoned(&ws_ref, ws_bytes);
+    lab_alloc_poisoned(&ws_def, ws_bytes);
+    lab_alloc_poisoned(&ws_pass, ws_bytes);
+    AttnOptions opt = {0}, portable = {0};
+    portable.force_portable = 1;
+    /* the uploads and poison fills ran on the legacy default stream, which `st` (non-blocking) does not
+       wait for */
+    sync_or_report(cudaDeviceSynchronize(), "the uploads and poison fills");
+    const AttnBwdPath path_default = attention_backward_cuda_path(mode, opt, s, qkv, dout);
+    printf("  dispatch: default fp32 backward %s, force_portable %s\n", attn_bwd_path_name(path_default),
+           attn_bwd_path_name(attention_backward_cuda_path(mode, portable, s, qkv, dout)));
+    CHECK(path_default == ATTN_BWD_HOPPER &&
+              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+          "dispatch: the default fp32 backward at HS %d is the Hopper one (row pass + this pass), force_portable"
+          " the portable one", s.HS);
+    CHECK(attention_hopper_fp32_keys_supports(mode, s, qkv, dout), "attention_hopper_fp32_keys_supports says yes"
+          " (fp32, HS %d, aligned): backward_launch runs this pass", s.HS);
+
+    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, st);
+    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st);
+    sync_or_report(cudaStreamSynchronize(st), "the forward and the force_portable backward");
+    /* (a) the pass alone on the reference's D */
+    pass_alone(s, qkv, dout, stats, ws_ref, ws_pass, dqkv_pass, st);
+    sync_or_report(cudaStreamSynchronize(st), "(a) the fp32 key-major pass on the reference's D + the lab's post-pass");
+    uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
+    uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
+    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
+    for (int slot = 0; slot < 3; slot++)
+        check_slot(h_ref, h_new, s, slot, "(a) this pass on the reference's D:", "the force_portable backward",
+                   kMaxUlps);
+    /* (b) the default backward, on poisoned dqkv and workspace */
+    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st);
+    sync_or_report(cudaStreamSynchronize(st), "(b) the default fp32 backward");
+    cudaCheck(cudaMemcpy(h_new, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    for (int slot = 0; slot < 3; slot++)
+        check_slot(h_ref, h_new, s, slot, "(b) default backward:", "the force_portable backward", kMaxUlps);
+    /* (c) the pass alone on the default path's D: what the default path ran (dK, dV bit for bit) */
+    pass_alone(s, qkv, dout, stats, ws_def, ws_pass, dqkv_pass, st);
+    sync_or_report(cudaStreamSynchronize(st), "(c) the fp32 key-major pass on the default path's D");
+    cudaCheck(cudaMemcpy(h_ref, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
+    check_slot(h_ref, h_new, s, 0, "(c) this pass, default path's D:", "the default backward", kMaxUlps);
+    for (int slot = 1; slot < 3; slot++)
+        check_slot(h_ref, h_new, s, slot, "(c) this pass, default path's D:", "the default backward", kExact);
+
+    if (time_it) {
+        enum { kWarmup = 3, kReps = 21 };
+        cudaEvent_t ev[kReps + 1];
+        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventCreate(&ev[r]));
+        /* the bf16 backward of the ratio needs bf16's own forward (stats {LSE, 0}, its O for D) */
+        bf16 *out_b, *dqkv_b;
+        float* stats_b;
+        void* ws_b;
+        cudaCheck(cudaMalloc(&out_b, nout * 2));
+        cudaCheck(cudaMalloc(&dqkv_b, nqkv * 2));
+        cudaCheck(cudaMalloc(&stats_b, nstats * 4));
+        cudaCheck(cudaMalloc(&ws_b, attention_cuda_workspace_bytes(s, ATTN_BF16)));
+        attention_forward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, NULL, st);
+        float* dq_acc_pass = (float*)ws_pass;
+        const float* D_pass = dq_acc_pass + rows * s.HS;
+        auto run_portable = [&]() { attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st); };
+        auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st); };
+        auto run_bf16 = [&]() { attention_backward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, dout, dqkv_b, ws_b, st); };
+        /* alone: keeps adding into ws_pass's accumulator (its values do not matter any more) */
+        auto run_pass = [&]() { attention_backward_hopper_fp32_keys(s, qkv, dout, stats, D_pass, dq_acc_pass, dqkv_pass, st); };
+        /* kReps back-to-back runs queued behind a spin (2 ms + 100 us per run: longer than queueing them) */
+        auto time_of = [&](auto fn, const char* what) {
+            float t[kReps];
+            for (int i = 0; i < kWarmup; i++) fn();
+            sync_or_report(cudaStreamSynchronize(st), what);
+            spin_for_ns<<<1, 1, 0, st>>>(2000000ull + 100000ull * kReps);
+            cudaCheckLastError();
+            cudaCheck(cudaEventRecord(ev[0], st));
+            for (int i = 0; i < kReps; i++) {
+                fn();
+                cudaCheck(cudaEventRecord(ev[i + 1], st));
+            }
+            sync_or_report(cudaStreamSynchronize(st), what);
+            for (int i = 0; i < kReps; i++) cudaCheck(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
+            return median_ms(t, kReps);
+        };
+        const float ms_pass = time_of(run_pass, "timing the fp32 key-major pass alone");
+        const float ms_portable = time_of(run_portable, "timing the portable fp32 backward");
+        const float ms_default = time_of(run_default, "timing the default fp32 backward");
+        const float ms_bf16 = time_of(run_bf16, "timing the default bf16 backward");
+        const char* path_bf16 = attn_bwd_path_name(attention_backward_cuda_path(ATTN_BF16, opt, s, qkv, dout));
+        /* the pass's GEMM work in BF16 tensor-core products, causal: S^T, dP^T (1 each), dV, dK (2 each: the
+           split), dQ (3) = 9 GEMMs of 2 B H T^2 d / 2 */
+        const double gemm = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
+        printf("  time (median of %d, warm inputs, queued behind a spin): this pass alone %.4f ms (%.1f TFLOP/s"
+               " counting its 9 BF16 GEMMs, causal); the rest of the default backward (prep, row pass, post-pass)"
+               " %.4f ms\n", (int)kReps, ms_pass, 9.0 * gemm / ms_pass * 1e-9, ms_default - ms_pass);
+        printf("  time: fp32 backward: portable %.4f ms, default (path %s: prep + Hopper row pass + this pass +"
+               " post-pass) %.4f ms = %.2fx faster than the portable\n", ms_portable,
+               attn_bwd_path_name(path_default), ms_default, ms_portable / ms_default);
+        printf("  time: bf16 default backward (path %s) %.4f ms -> fp32/bf16 backward: portable %.2fx, default"
+               " %.2fx\n", path_bf16, ms_bf16, ms_portable / ms_bf16, ms_default / ms_bf16);
+        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventDestroy(ev[r]));
+        cudaCheck(cudaFree(out_b)); cudaCheck(cudaFree(dqkv_b)); cudaCheck(cudaFree(stats_b)); cudaCheck(cudaFree(ws_b));
+    }
+    free(h_qkv); free(h_dout); free(h_ref); free(h_new);
+    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(stats));
+    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_def)); cudaCheck(cudaFree(dqkv_pass));
+    cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def)); cudaCheck(cudaFree(ws_pass));
+}
