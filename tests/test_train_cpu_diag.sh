@@ -238,7 +238,7 @@ done
 NAME="test_cpu_diag_$$"
 trap 'rm -rf "$TMP" "runs/$NAME"' EXIT
 if [ -z "$PY" ]; then
-    fail=$((fail + 1)); echo "  FAIL no python3 with matplotlib (set PYTHON=...) for compare_runs.py"
+    fail=$((fail + 1)); echo "  FAIL no python3 with matplotlib for compare_runs.py: install it (Debian: apt-get install python3-matplotlib) or set PYTHON=/path/to/python3 that has it"
 else
     t0=$SECONDS
     if PYTHON=$PY scripts/matched_runs.sh --cpu --name "$NAME" --gauge-arm bf16 --diag-every 5 -- --steps 20 \
