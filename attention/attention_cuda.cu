@@ -6,7 +6,7 @@
  * kernel does to training. So these kernels are a FlashAttention-2 style
  * implementation (mma.sync BF16 operands, FP32 accumulation, online softmax,
  * no T x T matrix in memory, Q/K/V read in place from the fused qkv buffer)
- * whose rounding points follow docs/ATTENTION_NUMERICS.md exactly, with the
+ * whose rounding points follow docs/attention_numerics.md exactly, with the
  * mode as a template parameter picked at run time by the host dispatch.
  * docs/attention_kernels.md describes the kernels and their measured cost.
  *
@@ -38,7 +38,7 @@
  *              accumulator.
  *   bwd_dq     dQ = bf(s * accumulator) into dqkv (not gproj).
  * gproj's dQ_i = s (sum_j bf(dS_ij) K_j - lambda_i sum_j bf(P_ij) K_j) is the
- * definition of docs/ATTENTION_NUMERICS.md up to the order of the FP32 sums:
+ * definition of docs/attention_numerics.md up to the order of the FP32 sums:
  * both sums run over the row in the row pass, key tile after key tile, and
  * are combined once at the end (until 2026-11-29 the key-major kernel summed
  * both per key tile, combined them there and added the tiles by atomics).
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
    accumulator floats with two float4 stores; 256 threads = 256 * 8 / HS rows per block, the head from
    blockIdx.y (no 64-bit division per row). out and dout are 16-byte aligned (attention_backward_cuda
    checks). Session 5's one-warp-per-row kernel issued 4-byte loads, too few bytes in flight to stream O and
-   dO at full bandwidth. The FP32 sum order of D is free (docs/ATTENTION_NUMERICS.md). */
+   dO at full bandwidth. The FP32 sum order of D is free (docs/attention_numerics.md). */
 constexpr int kPrepThreads = 256;
 template <int HS>
 __global__ void __launch_bounds__(kPrepThreads) attn_bwd_prep_kernel(const bf16* __restrict__ out,

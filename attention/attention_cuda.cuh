@@ -5,7 +5,7 @@
  * Why: the trainer, the probe and the benchmarks call attention through this
  * one API, whatever the mode; the mode is a run-time argument, the layout and
  * the saved state (out + stats) are the same for every mode, so switching the
- * mode changes nothing else (see attention.h and docs/ATTENTION_NUMERICS.md).
+ * mode changes nothing else (see attention.h and docs/attention_numerics.md).
  *
  * Layouts (device pointers, BF16 unless noted; see attention.h):
  *   qkv [B, T, 3, NH, HS], out/dout [B, T, NH, HS], dqkv like qkv,

@@ -11,7 +11,7 @@
  * 69/0 against the mma.sync forward in bf16 mode, 1.33-1.51x faster) are dev/attention_lab/hopper_fwd.cu
  * and dev/results/device_s4/call1/hopper_fwd.log; the building blocks are attention/hopper_wgmma.cuh.
  *
- * What it computes (docs/ATTENTION_NUMERICS.md; attention_cuda.cu's forward is the operation-by-operation
+ * What it computes (docs/attention_numerics.md; attention_cuda.cu's forward is the operation-by-operation
  * spec, so the stats mean exactly what the backward expects):
  *   S = Q K^T in FP32 (wgmma, BF16 operands); running max m per row over key tiles;
  *   bf16:                 x = fma(S, c, -fl(m c)) (__fmaf_rn), stats {m s + ln l, 0}

@@ -1,7 +1,7 @@
 /*
  * attention/attention_hopper.cuh - the Hopper (sm_90a) attention forward: wgmma + TMA + a producer
  * warpgroup and two (HS 128) or three (HS 64, since session 6) consumer warpgroups, for the modes whose
- * forward it computes exactly as docs/ATTENTION_NUMERICS.md defines them.
+ * forward it computes exactly as docs/attention_numerics.md defines them.
  *
  * Why: on an H200 the portable mma.sync forward (attention/attention_cuda.cu) reaches 0.40-0.58x of
  * cuDNN's; this kernel ran 1.33-1.51x faster than it in bf16 mode (dev/results/device_s4/call1). It

@@ -18,7 +18,7 @@
  * (PTX identical to the lab's v0 but for symbol names and the programmatic-launch lines below); the lab is now
  * a harness around this kernel.
  *
- * What it computes (docs/ATTENTION_NUMERICS.md; attn_bwd_kernel's rounding points, operation for operation):
+ * What it computes (docs/attention_numerics.md; attn_bwd_kernel's rounding points, operation for operation):
  *   per key tile, for each 128-query step from the diagonal on:
  *     S^T = K Q^T, dP^T = V dO^T           (FP32 accumulators, wgmma SS, M = 64 keys per warpgroup)
  *     P = exp2(fma(S, c, -fl(LSE log2 e)))  (bf16: __fmaf_rn)  or  exp2((S - m) c) * fl(1/l)  (repair)

@@ -18,7 +18,7 @@
  * red.global (as the HS-64 kernel's, 1.10-1.12x there), and the CTAs take their key tiles longest first over
  * all heads (attention/tile_order.cuh).
  *
- * What it computes (docs/ATTENTION_NUMERICS.md; attn_bwd_kernel's rounding points, operation for operation,
+ * What it computes (docs/attention_numerics.md; attn_bwd_kernel's rounding points, operation for operation,
  * as attention_hopper_bwd.cu): P = exp2(fma(S, c, -fl(LSE log2 e))) (bf16) or exp2((S - m) c) * fl(1/l)
  * (repair), dS = P (dP - D) (masked entries exactly 0), dV += bf(P)^T dO, dK += bf(dS)^T Q, dQ_acc += bf(dS) K
  * in FP32; dK = bf(s acc), dV = bf(acc) into dqkv. The workspace contract is production's: the portable prep

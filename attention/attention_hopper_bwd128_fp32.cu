@@ -23,7 +23,7 @@
  * byte-identical either way, sm_90a -O3 --use_fast_math without -lineinfo).
  * This production form passed on the H200 in call 8 (harness 367/0, test_attention_gpu 2487/0).
  *
- * What it computes (docs/ATTENTION_NUMERICS.md "fp32"; attn_bwd_kernel<128, ATTN_FP32>'s rounding points,
+ * What it computes (docs/attention_numerics.md "fp32"; attn_bwd_kernel<128, ATTN_FP32>'s rounding points,
  * operation for operation; only the FP32 summation order differs):
  *   per CTA 128 keys of one (b, h), two consumer warpgroups of 64 keys; per query tile of 64 (from the
  *   diagonal on), per warpgroup:

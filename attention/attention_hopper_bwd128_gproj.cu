@@ -18,7 +18,7 @@
  * unchanged in what it computes and how it is laid out; the only additions are the give-up bookkeeping below
  * (the NaN rows and the barrier before them). This production form passed on the H200 (calls 5, 8: 353/0).
  *
- * What it computes (docs/ATTENTION_NUMERICS.md, gproj; attn_bwd_kernel<128, ATTN_GPROJ>'s rounding points):
+ * What it computes (docs/attention_numerics.md, gproj; attn_bwd_kernel<128, ATTN_GPROJ>'s rounding points):
  *   per query tile of 64 (from the diagonal on), per consumer warpgroup (64 keys):
  *     S^T = K_w Q^T, dP^T = V_w dO^T         FP32 (wgmma SS)
  *     P = exp2((S - m) c) * fl(1/l)           repair's softmax, which gproj uses (stats {m, l})

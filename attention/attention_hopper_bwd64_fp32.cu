@@ -22,7 +22,7 @@
  * (nvcc -ptx, sm_90a, -O3 --use_fast_math, without -lineinfo); the lab became a harness around it. The
  * production form has not yet run on a GPU (first at the lead's session-6 call after this commit).
  *
- * What it computes (docs/ATTENTION_NUMERICS.md "fp32"; attn_bwd_kernel<64, ATTN_FP32>'s rounding points,
+ * What it computes (docs/attention_numerics.md "fp32"; attn_bwd_kernel<64, ATTN_FP32>'s rounding points,
  * operation for operation; only the FP32 summation order differs):
  *   S^T = K_w Q^T, dP^T = V_w dO^T (FP32), P = exp2((S - m) c) * fl(1/l), dS = P (dP - D), masked entries 0;
  *   dV += bf(P)^T dO + bf(P - bf(P))^T dO               (two RS n64 batches chained into one accumulator)

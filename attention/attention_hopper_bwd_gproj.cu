@@ -16,7 +16,7 @@
  * backward over bf16's went from 1.27x / 1.33x to 1.10x / 1.09x; this kernel alone 0.174 ms = 247 TFLOP/s
  * and 0.272 ms = 316 TFLOP/s (5 causal GEMMs). This production form passed on the H200 (calls 5, 8: 224/0).
  *
- * What it computes (docs/ATTENTION_NUMERICS.md, gproj; attn_bwd_kernel<64, ATTN_GPROJ>'s rounding points):
+ * What it computes (docs/attention_numerics.md, gproj; attn_bwd_kernel<64, ATTN_GPROJ>'s rounding points):
  *   per key tile, for each query tile from the diagonal on (per consumer warpgroup, 64 keys x 64 queries):
  *     S^T = K Q^T, dP^T = V dO^T          (FP32, wgmma SS)
  *     P = exp2((S - m) c) * fl(1/l)        (repair's softmax, which gproj uses; stats {m, l})

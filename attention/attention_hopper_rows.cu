@@ -11,7 +11,7 @@
  * the same workspace slots (D for fp32, lambda for gproj, carve_workspace's layout) and gproj's dQ into
  * the q slot of dqkv, so the portable key-major kernel attn_bwd_kernel then runs unchanged.
  *
- * What it computes, per query row i over its visible keys j <= i (docs/ATTENTION_NUMERICS.md; the portable
+ * What it computes, per query row i over its visible keys j <= i (docs/attention_numerics.md; the portable
  * row pass operation for operation, except the order of the FP32 sums inside the tensor core):
  *   S = Q K^T, dP = dO V^T (FP32, wgmma from shared memory, both K-major);
  *   P_ij = exp2((S_ij - m_i) c) * fl(1 / l_i) from the forward's stats {m, l};

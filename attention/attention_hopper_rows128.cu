@@ -15,7 +15,7 @@
  * unchanged in what it computes and how it is laid out, with the production hang handling added (below); the
  * production form (this file, called through attention_backward_cuda) passed on the H200 (call 8: 440/0).
  *
- * What it computes (docs/ATTENTION_NUMERICS.md; attn_bwd_rows_kernel operation for operation, only the FP32 sums
+ * What it computes (docs/attention_numerics.md; attn_bwd_rows_kernel operation for operation, only the FP32 sums
  * inside the tensor core may differ in order), per query row i over its visible keys j <= i:
  *   S = Q K^T, dP = dO V^T (FP32, wgmma SS, both K-major, 8 k-steps over the two 64-column chunks of HS);
  *   P_ij = exp2((S_ij - m_i) c) * fl(1 / l_i) from the forward's stats {m, l};

@@ -7,7 +7,7 @@
  *
  * Why: the two kernels differ in their GEMMs and pipeline (HS 128 needs a producer warpgroup, setmaxnreg and
  * 128-column accumulators), not in the per-element math, which must stay attn_bwd_rows_kernel's operation for
- * operation (docs/ATTENTION_NUMERICS.md): one copy here keeps both on the same rounding points. Needs
+ * operation (docs/attention_numerics.md): one copy here keeps both on the same rounding points. Needs
  * attention/hopper_wgmma.cuh (fragment layout, quad_sum, pack_bf16x2); everything is in the including file's
  * anonymous namespace.
  *

@@ -2,7 +2,7 @@
  * dev/gproj_variants.h - CPU emulation of cheaper variants of the gproj
  * attention backward, for the study in docs/gproj_variants.md.
  *
- * Why: exact gproj (docs/ATTENTION_NUMERICS.md) needs whole-row sums
+ * Why: exact gproj (docs/attention_numerics.md) needs whole-row sums
  * r_i = sum_j bf(dS_ij), p_i = sum_j bf(P_ij) before any dK contribution, so
  * its CUDA kernel runs a query-major pre-pass plus two extra GEMMs (1.5x bf16
  * mode). Before anyone writes CUDA for a cheaper, separately named mode we

@@ -1,7 +1,7 @@
 /*
  * dev/gproj_variants_main.c - the study tool build/gproj_variants: errors of
  * the cheaper gproj variants (dev/gproj_variants.h) on the hard cases of
- * docs/ATTENTION_NUMERICS.md, next to the fp32, bf16, repair and exact gproj
+ * docs/attention_numerics.md, next to the fp32, bf16, repair and exact gproj
  * modes of the CPU emulation, all against the fp64 reference on the same
  * BF16 inputs. docs/gproj_variants.md holds its output and what it means.
  *

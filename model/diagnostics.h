@@ -7,7 +7,7 @@
  * quietly spoils training. Its fingerprints are a key offset that grows
  * (rho = |mean key| / rms spread of the keys), a key bias that drifts although
  * its exact gradient is zero, and a dQ error that grows with rho
- * (docs/ATTENTION_NUMERICS.md). This module measures them every N steps from
+ * (docs/attention_numerics.md). This module measures them every N steps from
  * the buffers the trainers already hold, writes them as log.jsonl fields that
  * scripts/compare_runs.py plots, replays one layer's backward against a more
  * accurate recomputation (the in-run probe), writes attention captures, and

@@ -36,7 +36,7 @@ typedef struct {
 /*
  * Presets by name:
  *   "tiny"  L2  C64   NH4  T64   (tests)
- *   "small" L4  C256  NH4  T256  (quick runs; the ATTENTION_NUMERICS first measurement shape)
+ *   "small" L4  C256  NH4  T256  (quick runs; the docs/attention_numerics.md first measurement shape)
  *   "dN"    llm.c descriptors: d6, d12 (124M), d24 (350M), d36, d48
  *   "450m"  L20 C1280 NH20 T1024 (about 459M parameters)
  * Returns 0 on success, -1 (with a message in err) for an unknown name.

@@ -34,7 +34,7 @@
 #
 # Defaults (a quick matched run; scripts/preset_450m.sh is the serious one):
 #   GPU: --model small --batch-size 16 --steps 2000 --lr 2e-3 --warmup-steps 100
-#        --weight-decay 0 --val-every 100 --seed 1337 (the ATTENTION_NUMERICS.md
+#        --weight-decay 0 --val-every 100 --seed 1337 (the docs/attention_numerics.md
 #        first-measurement setting: L4 C256 T256, AdamW 2e-3, no weight decay)
 #   CPU: --model tiny --batch-size 4 --steps 300 --lr 2e-3 --weight-decay 0
 #        --val-every 50 --seed 1337

@@ -3,7 +3,7 @@
  * against the CPU emulation of the same mode and against the fp64 reference.
  *
  * Why: the kernels are the thing the trainer runs; the CPU emulation
- * (attention_cpu.c) is the executable form of docs/ATTENTION_NUMERICS.md and
+ * (attention_cpu.c) is the executable form of docs/attention_numerics.md and
  * the fp64 reference (attention_ref.c) is the truth. A kernel is right when
  * it agrees with the emulation of its mode up to accumulation order, and when
  * its errors against fp64 show what the mode promises: fp32 and gproj flat at
@@ -347,7 +347,7 @@ static int compare_mode(const char* base_label, AttnMode mode, AttnOptions base_
     return n_results;
 }
 
-/* ---- the hard cases of docs/ATTENTION_NUMERICS.md, all modes ---- */
+/* ---- the hard cases of docs/attention_numerics.md, all modes ---- */
 static void test_hard_cases(int HS, int T, uint64_t seed) {
     char title[96];
     snprintf(title, sizeof title, "hard cases, B1 NH4 T%d HS%d (errors vs fp64, percent)", T, HS);

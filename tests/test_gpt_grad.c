@@ -154,7 +154,7 @@ int main(void) {
 
     test_section("key-bias gradient vanishes (softmax shift invariance)");
     {   /* adding a vector to every key of a head leaves the loss unchanged, so
-           d loss / d key bias = sum_j dK_j = 0 exactly (ATTENTION_NUMERICS.md) */
+           d loss / d key bias = sum_j dK_j = 0 exactly (docs/attention_numerics.md) */
         const ParamTensorInfo* qkvb = &m.params_info[P_QKVB];
         double key_max = 0.0, query_max = 0.0;
         for (int l = 0; l < cfg.num_layers; l++) {

@@ -78,7 +78,7 @@ static const FlagRow g_rows[NUM_FLAGS] = {
     {FLAG_SEED, "seed", FLAG_TYPE_INT64, OFF(seed), "1337", NULL, 0, BIG, "N", NULL, "optimizer", 0,
      "seed of the initial weights, the data order and sampling"},
     {FLAG_ATTN, "attn", FLAG_TYPE_CHOICE, OFF(attn), "gproj", "fp32|bf16|repair|gproj", 0, 0, NULL, NULL,
-     "attention", 0, "attention numerics mode (docs/ATTENTION_NUMERICS.md)"},
+     "attention", 0, "attention numerics mode (docs/attention_numerics.md)"},
     {FLAG_ATTN_TILE_MAX_SHIFT, "attn-tile-max-shift", FLAG_TYPE_BOOL, OFF(attn_tile_max_shift), "0", NULL, 0, 1,
      "0|1", "1", "attention", 0, "repair mode only: the Qiu & Yao tile-max shift arm"},
     {FLAG_VAL_EVERY, "val-every", FLAG_TYPE_INT, OFF(val_every), "250", NULL, 0, 2147483647.0, "N", NULL, "output",

@@ -11,7 +11,7 @@
  * (dev/results/device_s6/call3). This lab asks the same of gproj's pass, which is lighter than bf16's: no dQ
  * GEMM, no dS staging, no reduce-adds, but a third register-A GEMM (the correction) into dK.
  *
- * What it computes: production gproj's rounding points exactly (docs/ATTENTION_NUMERICS.md, gproj;
+ * What it computes: production gproj's rounding points exactly (docs/attention_numerics.md, gproj;
  * attention_hopper_bwd_gproj.cu's file comment):
  *   S^T = K_w Q^T, dP^T = V_w dO^T (FP32); P = exp2((S - m) c) fl(1/l) (recompute_prob<ATTN_REPAIR>: gproj's stats
  *   are repair's {m, l}); dS = P (dP - D); masked entries (key past the query, query past T) exactly 0;
