@@ -3,16 +3,21 @@
 
 Why: scripts/compare_runs.py decides which numbers a matched-run report shows
 (the gap to fp32, the step it is read at) and scripts/matched_runs.sh decides
-which runs share a GPU. Both had new behaviour that the end-to-end recipe test
+which runs exist, what each is named and given (--seeds, --stop-at, the gauge
+arms), which share a GPU (--per-gpu batches) and which a --resume continues,
+starts or leaves alone. The end-to-end recipe test
 (tests/test_train_cpu_diag.sh, CPU trainer, runs of equal length) cannot
-reach: runs stopped at different steps by a time limit, a log whose last
-record was cut short, several runs per GPU, a list of gauge arms. Here the
-logs are synthetic, so every expected number is known exactly.
+reach most of that: runs stopped at different steps by a time limit, a log
+whose last record was cut short, batches of runs per GPU, a half-finished
+group. Here the logs and run folders are synthetic and matched_runs.sh runs
+with --dry-run, so every expected command and number is known exactly.
+The per-mode statistics across seeds are tested in tests/test_compare_runs.py.
 
 Usage: python3 tests/test_run_scripts.py   (from anywhere; ends with "N passed, N failed")
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,6 +58,21 @@ def compare(*args):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compare_runs.py"), *args],
                        capture_output=True, text=True)
     return r.returncode, r.stdout, r.stderr
+
+
+def matched(*args):
+    return subprocess.run(["bash", os.path.join(ROOT, "scripts", "matched_runs.sh"), *args],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def commands(stdout):
+    """The trainer command lines a --dry-run printed."""
+    return [l for l in stdout.splitlines() if "train_gpt" in l and not l.startswith("matched_runs:")]
+
+
+def out_dir(cmd):
+    parts = cmd.split()
+    return parts[parts.index("--out-dir") + 1]
 
 
 def table(stdout):
@@ -100,10 +120,9 @@ with tempfile.TemporaryDirectory() as tmp:
           "a damaged record before the end is refused with file:line", err)
 
     # matched_runs.sh: --per-gpu puts several runs on one GPU at once, --gauge-arm takes a list
-    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "matched_runs.sh"), "--dry-run", "--per-gpu", "3",
-                        "--modes", "fp32 bf16", "--gauge-arm", "bf16 gproj", "--", "--steps", "10"],
-                       capture_output=True, text=True, cwd=ROOT)
-    cmds = [l for l in r.stdout.splitlines() if "train_gpt" in l]
+    r = matched("--dry-run", "--per-gpu", "3", "--modes", "fp32 bf16", "--gauge-arm", "bf16 gproj", "--",
+                "--steps", "10")
+    cmds = commands(r.stdout)
     check(r.returncode == 0 and len(cmds) == 4, "matched_runs --dry-run: 4 runs (2 modes + 2 gauge arms)",
           r.stdout + r.stderr)
     check(all(c.startswith("CUDA_VISIBLE_DEVICES=0 ") for c in cmds), "--per-gpu: all on GPU 0 (parallel)",
@@ -111,10 +130,75 @@ with tempfile.TemporaryDirectory() as tmp:
     check(sum("--zero-key-bias-grad 1" in c for c in cmds) == 2 and
           any("--attn gproj --out-dir runs/matched_gpu/gproj_zkbg" in c for c in cmds),
           "--gauge-arm \"bf16 gproj\": bf16_zkbg and gproj_zkbg with the arm on", "\n".join(cmds))
-    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "matched_runs.sh"), "--dry-run", "--per-gpu", "0"],
-                       capture_output=True, text=True, cwd=ROOT)
+    check(all(" --seed 1337 " in c for c in cmds) and all("_s" not in out_dir(c) for c in cmds),
+          "without --seeds: folders named MODE, every run with --seed 1337", "\n".join(cmds))
+    r = matched("--dry-run", "--per-gpu", "0")
     check(r.returncode != 0 and "--per-gpu '0'" in r.stderr, "--per-gpu 0 is refused with the value named",
           r.stderr)
+
+    # --seeds: every mode x seed, named MODE_sSEED, each with its own --seed (weights and data order), scheduled
+    # seed by seed in batches of --per-gpu (a "wait" line where a batch ends); --stop-at reaches every run
+    r = matched("--dry-run", "--seeds", "7 8 9", "--per-gpu", "4", "--gauge-arm", "bf16", "--stop-at", "500",
+                "--", "--steps", "1000")
+    cmds = commands(r.stdout)
+    want = [f"{m}_s{s}" for s in (7, 8, 9) for m in ("fp32", "bf16", "repair", "gproj", "bf16_zkbg")]
+    got = [os.path.basename(out_dir(c)) for c in cmds]
+    check(r.returncode == 0 and got == want, "--seeds \"7 8 9\": 15 runs MODE_sSEED, seed by seed", got)
+    check(all(f" --seed {o.rsplit('_s', 1)[1]} " in c and c.count("--seed ") == 1 for o, c in zip(got, cmds)),
+          "each run gets exactly one --seed, its own", "\n".join(cmds))
+    check(all(c.rstrip().endswith("--stop-at 500 --steps 1000") for c in cmds), "--stop-at 500 on every run",
+          "\n".join(cmds[:2]))
+    lines = [l for l in r.stdout.splitlines() if "train_gpt" in l or l == "wait"]
+    batches = " ".join(lines).split("wait")
+    check([b.count("train_gpt") for b in batches] == [4, 4, 4, 3], "--per-gpu 4: batches of 4, 4, 4, 3", lines)
+    check(sum("--zero-key-bias-grad 1" in c for c in cmds) == 3 and
+          all(("--zero-key-bias-grad 1" in c) == ("_zkbg_" in o) for o, c in zip(got, cmds)),
+          "gauge arm per seed, named bf16_zkbg_sSEED", got)
+    for bad, what in ((["--seeds", "7 x"], "'x' is not a seed"), (["--seeds", "7 7"], "names a seed twice"),
+                      (["--seeds", "7", "--", "--seed", "3"], "say the same thing twice"),
+                      (["--stop-at", "0"], "--stop-at '0'"), (["--", "--resume"], "pass --resume to matched_runs")):
+        r = matched("--dry-run", *bad)
+        check(r.returncode != 0 and what in r.stderr, f"refused: {' '.join(bad)} ({what})", r.stderr)
+
+    # --resume: each run of an existing group continues from its own folder; finished runs, runs already at
+    # --stop-at and missing folders are handled, a folder without a state is refused
+    name = f"test_run_scripts_{os.getpid()}"
+    grp = os.path.join(ROOT, "runs", name)
+    try:
+        for label, states, done in (("fp32_s1", [100, 200], False), ("bf16_s1", [200], True),
+                                    ("fp32_s2", [100, 300], False)):
+            os.makedirs(os.path.join(grp, label))
+            for st in states:
+                open(os.path.join(grp, label, f"state_{st:08d}.bin"), "w").close()
+            with open(os.path.join(grp, label, "log.jsonl"), "w") as f:
+                f.write('{"event": "config"}\n')
+                if done:
+                    f.write('{"event": "stop", "step": 200, "reason": "done", "val_loss": 4.5}\n')
+        r = matched("--dry-run", "--name", name, "--seeds", "1 2", "--modes", "fp32 bf16", "--resume",
+                    "--stop-at", "300", "--", "--steps", "400", "--init-from", "x.bin")
+        cmds = commands(r.stdout)
+        by = {os.path.basename(out_dir(c)): c for c in cmds}
+        check(r.returncode == 0 and sorted(by) == ["bf16_s2", "fp32_s1"],
+              "--resume: runs fp32_s1 (state 200 < 300) and bf16_s2 (new), not bf16_s1 (done) or fp32_s2 (at 300)",
+              r.stdout + r.stderr)
+        check("fp32_s1" in by and "--resume" in by["fp32_s1"] and "--init-from" not in by["fp32_s1"],
+              "a resumed run gets --resume and loses --init-from (its weights are in its folder)", by.get("fp32_s1"))
+        check("bf16_s2" in by and "--resume" not in by["bf16_s2"] and "--init-from x.bin" in by["bf16_s2"],
+              "a run without a folder starts fresh, with the given --init-from", by.get("bf16_s2"))
+        check("bf16_s1 finished" in r.stdout and "fp32_s2 is at step 300" in r.stdout,
+              "what is left alone is said, with why", r.stdout)
+        os.makedirs(os.path.join(grp, "bf16_s2"))
+        open(os.path.join(grp, "bf16_s2", "log.jsonl"), "w").close()
+        r = matched("--dry-run", "--name", name, "--seeds", "1 2", "--modes", "fp32 bf16", "--resume")
+        check(r.returncode != 0 and "bf16_s2 holds no state_NNNNNNNN.bin" in r.stderr,
+              "--resume refuses a run folder without a state, naming it", r.stderr)
+        r = matched("--dry-run", "--name", name + "_none", "--resume")
+        check(r.returncode != 0 and "no run group" in r.stderr, "--resume of a group that does not exist is refused",
+              r.stderr)
+        r = matched("--dry-run", "--name", name, "--resume", "--", "--overwrite", "1")
+        check(r.returncode != 0 and "give one" in r.stderr, "--resume with --overwrite is refused", r.stderr)
+    finally:
+        shutil.rmtree(grp, ignore_errors=True)
 
     # --smooth averages the per-step series only: a moving average over sparse validation records would
     # pull the step-0 evaluation into later points (the 2026-11-29 450m plot showed 8.4 at step 100 for a
