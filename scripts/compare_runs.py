@@ -1,23 +1,48 @@
 #!/usr/bin/env python3
-"""scripts/compare_runs.py - overlay matched runs and report the final gap to fp32.
+"""scripts/compare_runs.py - compare runs that differ in --attn (and seed): plots, tables, verdicts.
 
-Why: the question this project answers ("does the attention mode change
-training?") is a comparison of runs that differ only in --attn. This script
-reads each run's JSON-lines log (RUN_DIR/log.jsonl, written by both trainers),
-plots loss, validation loss, gradient norm, key offset rho and the in-run dQ
-error per run into PNG files, and prints a table of final losses and their gap
-to the fp32 run (or to the first run when none is fp32).
+Why: the question this project answers ("does BF16 attention spoil training, and does the fix work?") is
+a comparison of runs that differ only in --attn, and one seed per mode is an anecdote. This script reads
+each run's JSON-lines log (RUN_DIR/log.jsonl, written by both trainers), groups the runs by mode, and
+reports only what the seeds support:
+  - per metric (train loss, validation loss, gradient norm, max rho, in-run dQ error, key-bias norm:
+    whatever the logs hold) one PNG in --out: per mode a band (min-max over its seeds) and every seed as
+    a thin line; each attn_warning event of a run is a short vertical tick at the bottom of the axes;
+  - a table per run and a table per mode: number of seeds, final train loss (mean over the last --last-k
+    steps) and final validation loss with mean, std and min-max, the gap to fp32 (paired by seed where
+    fp32 has the same seed, else the difference of the means), and per seed whether and where it broke;
+  - one verdict line per mode, and the early-warning record: first warning per run, lead time (break
+    step - first warning step) for runs that broke, false alarms (warnings in runs that never broke);
+  - --json FILE: the same numbers for machine checks;
+  - --thin-to DIR: per-run thinned logs (every --thin-every-th step record, the last 200 step records,
+    every non-finite step and every other record except text samples) that --from-thinned DIR reads
+    back, so a figure can be redrawn from the thinned logs kept next to it.
 
-Usage: scripts/compare_runs.py RUN_DIR [RUN_DIR ...] [--out DIR] [--smooth N] [--at-step N]
-Labels are the run folders' names (the logged mode for bare .jsonl files).
-The table compares every run at the same step: --at-step, or by default the
-last step that all runs reached (a run stopped early, e.g. by a time limit,
-would otherwise be compared at a different point of its schedule).
+Grouping: a run folder named MODE, MODE_zkbg (the gauge arm), MODE_sSEED or MODE_zkbg_sSEED (the names
+scripts/matched_runs.sh gives) is grouped by that name; any other run by its log's config record (the
+--attn flag, plus _zkbg with --zero-key-bias-grad 1, and its --seed).
+
+"Broke" (printed with the table; --break-margin M, --break-steps N, --break-ema E): a run broke at step s
+when the exponential moving average of its train loss (span E steps) rises more than M nats above its
+own running minimum at s and stays above it through step s + N; or when a train loss is non-finite, or
+the log has a non-finite "stop" event (the trainer stops there).
+
+The comparison step: --at-step, else the last step every run reached, not counting runs that ended at a
+non-finite stop (a run stopped early by a time limit would otherwise be compared at another point of
+its schedule). Breaks and warnings are read from the whole log.
+
+A bad line in a log (invalid UTF-8, JSON cut short by a killed run) is skipped and named once per file.
+
+Usage: scripts/compare_runs.py RUN_DIR [RUN_DIR ...] [--out DIR] [--json FILE] [--smooth N] [--at-step N]
+           [--last-k K] [--break-margin M] [--break-steps N] [--break-ema E] [--thin-to DIR [--thin-every N]]
+       scripts/compare_runs.py --from-thinned DIR [--out DIR] ...   (every DIR/*/log.jsonl)
 """
 import argparse
+import glob
 import json
 import math
 import os
+import re
 import sys
 
 # Series that are plotted when present in the logs: (key, y label, log scale, smoothed). --smooth
@@ -29,60 +54,97 @@ SERIES = [
     ("val_loss", "validation loss", False, False),
     ("grad_norm", "gradient norm (before clipping)", True, True),
     ("rho_max", "key offset rho, max over layers and heads", True, False),
-    ("probe_dq_err", "in-run dQ relative error vs fp64 recompute", True, False),
+    ("probe_dq_err", "in-run dQ relative error vs recompute", True, False),
     ("key_bias_norm", "norm of the key bias (all layers)", True, False),
 ]
 SMOOTHED = {key: smoothed for key, _, _, smoothed in SERIES}
+MODES = ["fp32", "bf16", "repair", "gproj"]
+LABEL_RE = re.compile(r"^(fp32|bf16|repair|gproj)(_zkbg)?(?:_s(\d+))?$")
+THIN_KEEP_LAST = 200  # step records kept in full at the end of a thinned log (the final-loss window)
 
 
+def fnum(x):
+    """x as a float when it is a finite JSON number, else None."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+# ---------------------------------------------------------------- reading logs
 def read_log(run_dir):
+    """(path, rows) of one run; unreadable lines are skipped and named once (stderr)."""
     path = run_dir if run_dir.endswith(".jsonl") else os.path.join(run_dir, "log.jsonl")
     if not os.path.isfile(path):
         sys.exit(f"compare_runs: error: no log at {path} (expected a run folder written with --out-dir)")
-    rows = []
-    with open(path) as f:
-        lines = f.read().split("\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    for lineno, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line:
+    with open(path, "rb") as f:
+        raw = f.read().split(b"\n")
+    rows, bad, replaced = [], [], []
+    for lineno, b in enumerate(raw, 1):
+        if not b.strip():
             continue
+        line = b.decode("utf-8", errors="replace")
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            if lineno == len(lines):  # a run stopped while writing its last record
-                print(f"note: {path}:{lineno}: last record cut short; ignored", file=sys.stderr)
-                break
-            sys.exit(f"compare_runs: error: {path}:{lineno} is not JSON ({e}); is the log damaged?")
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            bad.append(lineno)
+            continue
+        if not isinstance(rec, dict):
+            bad.append(lineno)
+            continue
+        if "\ufffd" in line and "\ufffd".encode() not in b:
+            replaced.append(lineno)
+        rows.append(rec)
+    if bad:
+        lines = ", ".join(map(str, bad[:10])) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+        print(f"note: {path}: skipped {len(bad)} unreadable line(s) (not JSON or cut short): line {lines}",
+              file=sys.stderr)
+    if replaced:
+        print(f"note: {path}: invalid UTF-8 replaced in line {', '.join(map(str, replaced[:10]))} (records kept)",
+              file=sys.stderr)
     return path, rows
 
 
+def config_of(rows):
+    """The flags of the last config/resume record ({} when none)."""
+    cfg = {}
+    for r in rows:
+        if r.get("event") in ("config", "resume") and isinstance(r.get("flags"), dict):
+            cfg = r["flags"]
+    return cfg
+
+
 def mode_of(rows):
+    cfg = config_of(rows)
+    if isinstance(cfg.get("attn"), str):
+        return cfg["attn"]
     return next((r["attn"] for r in rows if isinstance(r.get("attn"), str)), None)
 
 
-def label_of(run_dir, rows):
-    """The run folder's name (matched_runs.sh names folders by mode, and extra
-    arms such as bf16_zkbg by mode plus arm); the logged mode for bare .jsonl files."""
-    if run_dir.endswith(".jsonl"):
-        return mode_of(rows) or os.path.basename(run_dir)
-    return os.path.basename(os.path.normpath(run_dir))
+def group_and_seed(label, rows):
+    """(group, seed) of a run: from its MODE[_zkbg][_sSEED] name, else from its config record."""
+    m = LABEL_RE.match(label)
+    cfg = config_of(rows)
+    if m:
+        seed = int(m.group(3)) if m.group(3) else (int(cfg["seed"]) if fnum(cfg.get("seed")) is not None else None)
+        return m.group(1) + (m.group(2) or ""), seed
+    mode = mode_of(rows)
+    if mode is None:
+        return label, None
+    arm = "_zkbg" if cfg.get("zero-key-bias-grad") in (1, True, "1") else ""
+    return mode + arm, (int(cfg["seed"]) if fnum(cfg.get("seed")) is not None else None)
+
+
+def step_records(rows):
+    """The per-step records (train loss), as the trainers write them: a "loss" and no "event"."""
+    return [r for r in rows if "loss" in r and "event" not in r and isinstance(r.get("step"), int)]
 
 
 def series(rows, key):
-    pts = [(r["step"], r[key]) for r in rows if key in r and "step" in r and r[key] is not None]
-    return [p for p in pts if isinstance(p[1], (int, float)) and math.isfinite(p[1])]
+    pts = [(r["step"], fnum(r.get(key))) for r in rows if key in r and isinstance(r.get("step"), int)]
+    return [p for p in pts if p[1] is not None]
 
 
-def plotted(rows, key, n):
-    """The (steps, values) drawn for one run's series KEY with --smooth N: the per-step series averaged
-    over the last N logged steps, the sparse ones (validation, diagnostics) as logged."""
-    pts = series(rows, key)
-    ys = [p[1] for p in pts]
-    return [p[0] for p in pts], (smooth(ys, n) if SMOOTHED[key] else ys)
-
-
+# ---------------------------------------------------------------- per-run numbers
 def smooth(values, n):
     if n <= 1:
         return values
@@ -95,6 +157,14 @@ def smooth(values, n):
     return out
 
 
+def plotted(rows, key, n):
+    """The (steps, values) drawn for one run's series KEY with --smooth N: the per-step series averaged
+    over the last N logged steps, the sparse ones (validation, diagnostics) as logged."""
+    pts = series(rows, key)
+    ys = [p[1] for p in pts]
+    return [p[0] for p in pts], (smooth(ys, n) if SMOOTHED[key] else ys)
+
+
 def median(values):
     """Median (NaN for none): step times, robust to the slow steps that run diagnostics or evals."""
     v = sorted(values)
@@ -103,88 +173,445 @@ def median(values):
     return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
 
 
-def final_mean(pts, last=20):
-    vals = [v for _, v in pts[-last:]]
-    return sum(vals) / len(vals) if vals else float("nan")
+def mean(values):
+    return sum(values) / len(values) if values else float("nan")
+
+
+def std(values):
+    """Sample standard deviation (NaN for fewer than two values)."""
+    if len(values) < 2:
+        return float("nan")
+    m = mean(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
 def upto(pts, step):
-    """The points logged at or before step (all of them for step None)."""
     return pts if step is None else [p for p in pts if p[0] <= step]
 
 
-def last_value(pts):
-    return pts[-1][1] if pts else float("nan")
+def final_train(pts, at, last_k):
+    """Mean train loss over the steps in (end - last_k, end], end = the last logged step <= at."""
+    pts = upto(pts, at)
+    if not pts:
+        return float("nan")
+    end = pts[-1][0]
+    return mean([v for s, v in pts if s > end - last_k])
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("runs", nargs="+", help="run folders (each with log.jsonl) or .jsonl files")
-    ap.add_argument("--out", default="compare", help="folder for the PNG plots (default: compare)")
-    ap.add_argument("--smooth", type=int, default=1,
-                    help="moving average over N logged steps for the per-step plots (train loss, gradient norm)")
-    ap.add_argument("--at-step", type=int, default=None,
-                    help="compare the runs at this step (default: the last step every run reached)")
-    args = ap.parse_args()
+def find_break(rows, margin, span, ema_steps):
+    """(step, why) of the first break of a run, or (None, None); see the module comment."""
+    bad = next((r for r in step_records(rows) if fnum(r.get("loss")) is None), None)
+    stop = next((r for r in rows if r.get("event") == "stop" and str(r.get("reason", "")).startswith("non-finite")
+                 and isinstance(r.get("step"), int)), None)
+    found = [(bad["step"], "non-finite loss")] if bad else []
+    if stop:
+        found.append((stop["step"], f"stop event: {stop.get('reason')}"))
+    alpha = 2.0 / (ema_steps + 1)
+    ema, prev, run_min, start = None, None, float("inf"), None
+    for s, v in series(rows, "loss"):
+        # EMA per step, also across gaps in the steps (a thinned log): the weight of the old value decays
+        # by (1 - alpha) for every step in between
+        ema = v if ema is None else ema + (1 - (1 - alpha) ** max(s - prev, 1)) * (v - ema)
+        prev = s
+        if ema > run_min + margin:
+            start = s if start is None else start
+            if s - start >= span:
+                found.append((start, f"loss EMA > running minimum + {margin:g} nats for {span} steps"))
+                break
+        else:
+            start = None
+        run_min = min(run_min, ema)
+    return min(found) if found else (None, None)
 
-    runs = []
-    for d in args.runs:
-        path, rows = read_log(d)
-        runs.append((label_of(d, rows), path, rows))
 
-    ref = next((r for r in runs if r[0] == "fp32"), None) or \
-        next((r for r in runs if mode_of(r[2]) == "fp32"), runs[0])
-    ends = [series(rows, "loss")[-1][0] for _, _, rows in runs if series(rows, "loss")]
-    at = args.at_step
-    if at is None and ends and min(ends) != max(ends):
-        at = min(ends)
-        print(f"note: the runs end at different steps ({min(ends)}..{max(ends)}); all are compared at step {at}")
-    ref_train = final_mean(upto(series(ref[2], "loss"), at))
-    ref_val = last_value(upto(series(ref[2], "val_loss"), at))
-    print(f"{'run':<12} {'steps':>7} {'train loss (last 20)':>21} {'gap':>8} {'final val':>10} {'gap':>8}"
-          f" {'max rho':>8} {'grad norm':>10} {'dQ err':>8} {'ms/step':>8}")
-    for label, path, rows in runs:
-        tr = upto(series(rows, "loss"), at)
-        va = upto(series(rows, "val_loss"), at)
-        rho = upto(series(rows, "rho_max"), at)
-        gn = upto(series(rows, "grad_norm"), at)
-        probe = upto(series(rows, "probe_dq_err"), at)
-        t = final_mean(tr)
-        v = last_value(va)
-        print(f"{label:<12} {tr[-1][0] if tr else 0:>7} {t:>21.4f} {t - ref_train:>+8.4f} {v:>10.4f}"
-              f" {v - ref_val:>+8.4f} {last_value(rho):>8.3g}"
-              f" {final_mean(gn):>10.4g} {final_mean(probe, 5):>8.3g}"
-              f" {median([v for _, v in series(rows, 'ms')[1:]]):>8.2f}")
-    print(f"(gaps are relative to the '{ref[0]}' run: {ref[1]}; max rho is the last logged value, dQ err the"
-          " mean of the last 5 in-run probes; ms/step is the median over logged steps after the first)")
+def crashed(rows):
+    """1 when the run ended at a non-finite loss (a null step loss or a non-finite stop event)."""
+    return any(r.get("event") == "stop" and str(r.get("reason", "")).startswith("non-finite") for r in rows) or \
+        any(fnum(r.get("loss")) is None for r in step_records(rows))
 
+
+def warnings_of(rows):
+    return [r for r in rows if r.get("event") == "attn_warning" and isinstance(r.get("step"), int)]
+
+
+def fmt_step(s):
+    if s is None:
+        return "-"
+    if s < 1000:
+        return str(s)
+    return f"{s / 1000:.0f}k" if s >= 100000 else f"{s / 1000:.3g}k"
+
+
+def fmt(x, spec="+.3f"):
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+# ---------------------------------------------------------------- per-mode numbers and verdicts
+def order_groups(groups):
+    def key(g):
+        base = g.replace("_zkbg", "")
+        return (MODES.index(base) if base in MODES else len(MODES), g != base, g)
+    return sorted(groups, key=key)
+
+
+def gap_stats(mode_runs, ref_runs, field):
+    """The gap of field (final train/val loss) to fp32: paired by seed when every seed of the mode has an
+    fp32 run of the same seed, else the difference of the means (spread: the standard error)."""
+    have = [r for r in mode_runs if not math.isnan(r[field])]
+    mine = {r["seed"]: r[field] for r in have}
+    ref = {r["seed"]: r[field] for r in ref_runs if not math.isnan(r[field])}
+    if not mine or not ref:
+        return None
+    if len(mine) == len(have) and all(s in ref for s in mine):
+        gaps = [mine[s] - ref[s] for s in mine]
+        return {"kind": "paired", "n": len(gaps), "mean": mean(gaps), "std": std(gaps), "min": min(gaps),
+                "max": max(gaps)}
+    a, b = list(mine.values()), list(ref.values())
+    se = math.sqrt((std(a) ** 2 if len(a) > 1 else 0) / len(a) + (std(b) ** 2 if len(b) > 1 else 0) / len(b))
+    return {"kind": "unpaired", "n": len(a), "mean": mean(a) - mean(b), "std": se if len(a) > 1 or len(b) > 1
+            else float("nan"), "min": min(a) - max(b), "max": max(a) - min(b)}
+
+
+def summarise(runs, groups):
+    out = {}
+    ref = groups.get("fp32", [])
+    for g in order_groups(groups):
+        rs = groups[g]
+        tr = [r["train"] for r in rs if not math.isnan(r["train"])]
+        va = [r["val"] for r in rs if not math.isnan(r["val"])]
+        unbroken = [r for r in rs if r["break_step"] is None]
+        out[g] = {
+            "seeds": len(rs), "seed_list": [r["seed"] for r in rs],
+            "train": {"n": len(tr), "mean": mean(tr), "std": std(tr), "min": min(tr, default=float("nan")),
+                      "max": max(tr, default=float("nan"))},
+            "val": {"n": len(va), "mean": mean(va), "std": std(va), "min": min(va, default=float("nan")),
+                    "max": max(va, default=float("nan"))},
+            "broke": [{"run": r["label"], "seed": r["seed"], "step": r["break_step"], "why": r["break_why"]}
+                      for r in rs if r["break_step"] is not None],
+            "gap_train": gap_stats(unbroken, ref, "train") if g != "fp32" else None,
+            "gap_val": gap_stats(unbroken, ref, "val") if g != "fp32" else None,
+            "unbroken": len(unbroken),
+        }
+    return out
+
+
+def verdict(g, s, ref):
+    n = s["seeds"]
+    broke = sorted((b["step"] for b in s["broke"]), key=lambda x: x if x is not None else -1)
+    parts = []
+    if n < 3:
+        parts.append(f"anecdote ({n} seed{'s' if n != 1 else ''})")
+    if broke:
+        names = [fmt_step(b) for b in broke]
+        where = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+        parts.append(f"broke in {len(broke)} of {n} seeds, at {where}")
+    else:
+        parts.append(f"0 of {n} broke")
+    if g == "fp32":
+        t = s["train"]
+        parts.append(f"reference: final train loss {fmt(t['mean'], '.3f')} +- {fmt(t['std'], '.3f')}"
+                     f" (min-max {fmt(t['min'], '.3f')}..{fmt(t['max'], '.3f')})")
+        return f"{g}: " + "; ".join(parts)
+    gap = s["gap_train"]
+    if ref is None:
+        parts.append("no fp32 runs to compare with")
+    elif gap is None:
+        parts.append("no final loss to compare (every seed broke or ended before the comparison step)")
+    else:
+        txt = f"gap to fp32 {fmt(gap['mean'])} +- {fmt(gap['std'], '.3f')}" + (
+            f" (the {s['unbroken']} unbroken)" if broke else "")
+        rt, mt = ref["train"], s["train"]
+        if n < 3 or ref["seeds"] < 3:
+            if n >= 3:
+                txt += f" (fp32 has {ref['seeds']} seed{'s' if ref['seeds'] != 1 else ''}: no spread to judge by)"
+            parts.append(txt)
+        elif not broke and rt["min"] <= mt["mean"] <= rt["max"]:
+            parts.append(f"final loss within the fp32 seed spread ({n} seeds); {txt}")
+        elif mt["max"] < rt["min"] or mt["min"] > rt["max"]:
+            side = "above" if mt["min"] > rt["max"] else "below"
+            parts.append(f"final loss {side} fp32's in every seed: {txt} (outside the fp32 seed spread)")
+        else:
+            parts.append(f"{txt} (inside the spread: not a result)")
+    return f"{g}: " + "; ".join(parts)
+
+
+# ---------------------------------------------------------------- thinning
+def thin(runs, out_dir, every, at):
+    """DIR/RUN/log.jsonl per run: every `every`-th step record, every step record of the last THIN_KEEP_LAST
+    steps of the run and of the THIN_KEEP_LAST steps up to the comparison step `at` (so the final losses
+    read back the same for --last-k up to that), every non-finite step, and every other record except the
+    text samples; a first record {"event": "thinned", ...} says how it was made."""
+    for r in runs:
+        rows = r["rows"]
+        steps = step_records(rows)
+        end = steps[-1]["step"] if steps else 0
+        kept = [{"event": "thinned", "every": every, "keep_last": THIN_KEEP_LAST, "at_step": at, "source": r["path"]}]
+        for x in rows:
+            if x.get("event") == "sample":
+                continue
+            if "loss" in x and "event" not in x and isinstance(x.get("step"), int):
+                s = x["step"]
+                full = s > end - THIN_KEEP_LAST or (at is not None and at - THIN_KEEP_LAST < s <= at)
+                if s % every and not full and fnum(x.get("loss")) is not None:
+                    continue
+            kept.append(x)
+        d = os.path.join(out_dir, r["label"])
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "log.jsonl"), "w") as f:
+            for x in kept:
+                f.write(json.dumps(x) + "\n")
+        print(f"wrote {os.path.join(d, 'log.jsonl')} ({len(kept)} of {len(rows)} records)")
+
+
+def band(curves):
+    """Per mode band over seeds: (grid, lo, hi, have) on the union of the seeds' steps, each seed
+    interpolated linearly inside its own range only; `have` marks the steps where at least two seeds
+    have a value (elsewhere lo/hi are NaN and no band is drawn)."""
+    import numpy as np
+    grid = np.unique(np.concatenate([np.asarray(x, float) for x, _ in curves]))
+    vals = np.full((len(curves), len(grid)), np.nan)
+    for i, (x, y) in enumerate(curves):
+        x, y = np.asarray(x, float), np.asarray(y, float)
+        inside = (grid >= x[0]) & (grid <= x[-1])
+        vals[i, inside] = np.interp(grid[inside], x, y)
+    have = np.sum(~np.isnan(vals), axis=0) >= 2
+    lo = np.full(len(grid), np.nan)
+    hi = np.full(len(grid), np.nan)
+    lo[have] = np.nanmin(vals[:, have], axis=0)
+    hi[have] = np.nanmax(vals[:, have], axis=0)
+    return grid, lo, hi, have
+
+
+# ---------------------------------------------------------------- plots
+def plot(runs, groups, args):
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import numpy  # noqa: F401 (band() needs it)
     except ImportError:
-        sys.exit("compare_runs: error: matplotlib is needed for the plots (Debian: apt-get install "
-                 "python3-matplotlib); the table above was printed without it")
+        sys.exit("compare_runs: error: matplotlib (and numpy) are needed for the plots (Debian: apt-get install "
+                 "python3-matplotlib); the tables above were printed without them")
     os.makedirs(args.out, exist_ok=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    written = []
     for key, ylabel, logy, smoothed in SERIES:
-        if not any(series(rows, key) for _, _, rows in runs):
+        if not any(series(r["rows"], key) for r in runs):
             continue
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for label, _, rows in runs:
-            xs, ys = plotted(rows, key, args.smooth)
-            if xs:
-                ax.plot(xs, ys, label=label, lw=1.2, marker=None if smoothed else ".")
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        for gi, g in enumerate(order_groups(groups)):
+            c = colours[gi % len(colours)]
+            curves = []
+            for r in groups[g]:
+                xs, ys = plotted(r["rows"], key, args.smooth)
+                if xs:
+                    curves.append((xs, ys))
+                    ax.plot(xs, ys, color=c, lw=0.7, alpha=0.85, marker=None if smoothed else ".", ms=2)
+            if len(curves) >= 2:
+                grid, lo, hi, have = band(curves)
+                if have.any():
+                    ax.fill_between(grid, lo, hi, where=have, color=c, alpha=0.2, lw=0)
+            n = len(groups[g])
+            ax.plot([], [], color=c, lw=6, alpha=0.4, label=f"{g} ({n} seed{'s' if n != 1 else ''})")
+            for r in groups[g]:
+                for w in r["warnings"]:
+                    ax.axvline(w["step"], ymin=0, ymax=0.05, color=c, lw=1.2)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         if logy:
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=8)
+        ax.set_title("band: min-max over seeds; lines: seeds; ticks at the bottom: attn_warning", fontsize=8)
         fig.tight_layout()
         out = os.path.join(args.out, f"{key}.png")
         fig.savefig(out, dpi=110)
         plt.close(fig)
+        written.append(out)
         print(f"wrote {out}")
+    return written
+
+
+# ---------------------------------------------------------------- main
+def json_clean(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: json_clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [json_clean(v) for v in x]
+    return x
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="*", help="run folders (each with log.jsonl) or .jsonl files")
+    ap.add_argument("--from-thinned", metavar="DIR", help="read every DIR/*/log.jsonl (written by --thin-to)")
+    ap.add_argument("--out", default="compare", help="folder for the PNG plots (default: compare)")
+    ap.add_argument("--json", metavar="FILE", help="also write the per-run and per-mode numbers as JSON")
+    ap.add_argument("--no-plots", action="store_true", help="tables only")
+    ap.add_argument("--smooth", type=int, default=1,
+                    help="moving average over N logged steps for the per-step plots (train loss, gradient norm)")
+    ap.add_argument("--at-step", type=int, default=None,
+                    help="compare the runs at this step (default: the last step every run reached)")
+    ap.add_argument("--last-k", type=int, default=20,
+                    help="final train loss = mean over the last K steps up to the comparison step (default 20)")
+    ap.add_argument("--break-margin", type=float, default=0.5,
+                    help="broke: loss EMA this many nats above its running minimum (default 0.5)")
+    ap.add_argument("--break-steps", type=int, default=100,
+                    help="... for at least this many steps (default 100)")
+    ap.add_argument("--break-ema", type=int, default=50, help="span in steps of the loss EMA (default 50)")
+    ap.add_argument("--thin-to", metavar="DIR", help="write thinned per-run logs DIR/RUN/log.jsonl")
+    ap.add_argument("--thin-every", type=int, default=10, help="keep every Nth step record (default 10)")
+    args = ap.parse_args()
+    if args.last_k < 1 or args.break_steps < 0 or args.break_ema < 1 or args.thin_every < 1 or args.break_margin <= 0:
+        sys.exit("compare_runs: error: --last-k, --break-ema and --thin-every must be >= 1, --break-steps >= 0 and "
+                 "--break-margin > 0")
+    sources = list(args.runs)
+    if args.from_thinned:
+        found = sorted(glob.glob(os.path.join(args.from_thinned, "*", "log.jsonl")))
+        if not found:
+            sys.exit(f"compare_runs: error: --from-thinned {args.from_thinned}: no RUN/log.jsonl in it "
+                     "(write them with --thin-to)")
+        sources += [os.path.dirname(p) for p in found]
+    if not sources:
+        sys.exit("compare_runs: error: no runs given (run folders, .jsonl files or --from-thinned DIR)")
+
+    runs = []
+    for d in sources:
+        path, rows = read_log(d)
+        label = (mode_of(rows) or os.path.basename(d)) if d.endswith(".jsonl") else \
+            os.path.basename(os.path.normpath(d))
+        group, seed = group_and_seed(label, rows)
+        brk, why = find_break(rows, args.break_margin, args.break_steps, args.break_ema)
+        runs.append({"label": label, "path": path, "rows": rows, "group": group, "seed": seed,
+                     "break_step": brk, "break_why": why, "warnings": warnings_of(rows)})
+    labels = [r["label"] for r in runs]
+    if len(set(labels)) != len(labels):
+        sys.exit(f"compare_runs: error: two runs share a name ({labels}); give run folders distinct names")
+
+    # the comparison step
+    at = args.at_step
+    ends = {r["label"]: series(r["rows"], "loss")[-1][0] for r in runs if series(r["rows"], "loss")
+            and not crashed(r["rows"])}
+    if at is None and ends and min(ends.values()) != max(ends.values()):
+        at = min(ends.values())
+        short = [k for k, v in ends.items() if v == at]
+        print(f"note: the runs end at different steps ({min(ends.values())}..{max(ends.values())}); all are "
+              f"compared at step {at}, where {', '.join(short)} ended (--at-step to choose another)")
+
+    if args.thin_to:
+        thin(runs, args.thin_to, args.thin_every, at)
+
+    groups = {}
+    for r in runs:
+        tr = upto(series(r["rows"], "loss"), at)
+        r["steps"] = tr[-1][0] if tr else None
+        r["train"] = final_train(series(r["rows"], "loss"), at, args.last_k)
+        va = upto(series(r["rows"], "val_loss"), at)
+        r["val"] = va[-1][1] if va else float("nan")
+        if at is not None and r["steps"] is not None and r["steps"] < at:
+            r["train"] = r["val"] = float("nan")  # ended (non-finite) before the comparison step
+        rho = upto(series(r["rows"], "rho_max"), at)
+        r["rho"] = rho[-1][1] if rho else float("nan")
+        probe = upto(series(r["rows"], "probe_dq_err"), at)
+        r["dq"] = mean([v for _, v in probe[-5:]])
+        r["ms"] = median([v for _, v in series(r["rows"], "ms")[1:]])
+        r["first_warning"] = r["warnings"][0]["step"] if r["warnings"] else None
+        groups.setdefault(r["group"], []).append(r)
+    for g in groups:
+        groups[g].sort(key=lambda r: (r["seed"] is None, r["seed"] or 0, r["label"]))
+
+    # the per-run table; gaps against the fp32 run of the same seed (else fp32's mean)
+    ref_by_seed = {r["seed"]: r for r in groups.get("fp32", [])}
+    ref_mean = {f: mean([r[f] for r in groups.get("fp32", []) if not math.isnan(r[f])]) for f in ("train", "val")}
+    print(f"{'run':<18} {'mode':<10} {'seed':>5} {'steps':>7} {'train':>8} {'gap':>8} {'val':>8} {'gap':>8}"
+          f" {'max rho':>8} {'dQ err':>8} {'broke':>7} {'warned':>7} {'ms/step':>8}")
+    for g in order_groups(groups):
+        for r in groups[g]:
+            ref = ref_by_seed.get(r["seed"])
+            gt = r["train"] - (ref["train"] if ref else ref_mean["train"])
+            gv = r["val"] - (ref["val"] if ref else ref_mean["val"])
+            r["gap_train"], r["gap_val"] = gt, gv
+            print(f"{r['label']:<18} {g:<10} {r['seed'] if r['seed'] is not None else '-':>5}"
+                  f" {r['steps'] if r['steps'] is not None else '-':>7} {fmt(r['train'], '.4f'):>8}"
+                  f" {fmt(gt, '+.4f'):>8} {fmt(r['val'], '.4f'):>8} {fmt(gv, '+.4f'):>8} {fmt(r['rho'], '.3g'):>8}"
+                  f" {fmt(r['dq'], '.3g'):>8} {fmt_step(r['break_step']):>7} {fmt_step(r['first_warning']):>7}"
+                  f" {fmt(r['ms'], '.2f'):>8}")
+    print(f"(train: mean loss over the last {args.last_k} steps up to {'step ' + str(at) if at is not None else 'the end'};"
+          " val: the last validation then; gaps to the fp32 run of the same seed, else to fp32's mean;"
+          " max rho: last logged; dQ err: mean of the last 5 in-run probes; broke / warned: first step)")
+
+    stats = summarise(runs, groups)
+    print()
+    print(f"{'mode':<10} {'seeds':>5} {'train mean':>10} {'std':>7} {'min..max':>15} {'val mean':>9} {'std':>7}"
+          f" {'gap to fp32':>12} {'+-':>6} {'gap min..max':>17} {'broke':>6}")
+    for g, s in stats.items():
+        t, v, gp = s["train"], s["val"], s["gap_train"]
+        print(f"{g:<10} {s['seeds']:>5} {fmt(t['mean'], '.4f'):>10} {fmt(t['std'], '.4f'):>7}"
+              f" {fmt(t['min'], '.3f') + '..' + fmt(t['max'], '.3f'):>15} {fmt(v['mean'], '.4f'):>9}"
+              f" {fmt(v['std'], '.4f'):>7} {fmt(gp and gp['mean'], '+.4f'):>12} {fmt(gp and gp['std'], '.4f'):>6}"
+              f" {(fmt(gp['min'], '+.3f') + '..' + fmt(gp['max'], '+.3f')) if gp else 'n/a':>17}"
+              f" {len(s['broke'])}/{s['seeds']:<4}")
+    print("(std: sample standard deviation over seeds; gap: per seed against fp32 of the same seed ('paired'),"
+          " else the difference of the means with its standard error ('unpaired'); seeds that broke are left"
+          " out of the gap)")
+    for g, s in stats.items():
+        for b in s["broke"]:
+            print(f"  {g} seed {b['seed']}: broke at step {b['step']} ({b['why']})")
+    definition = (f"broke = the train-loss EMA (span {args.break_ema} steps) rises more than {args.break_margin:g}"
+                  f" nats above its running minimum and stays there for {args.break_steps} steps (the step where"
+                  " it first rose is reported), or a non-finite loss / non-finite stop event")
+    print(definition)
+
+    print()
+    print("verdicts (fewer than 3 seeds = anecdote):")
+    verdicts = {g: verdict(g, s, stats.get("fp32")) for g, s in stats.items()}
+    for g in verdicts:
+        print("  " + verdicts[g])
+
+    # early warning
+    warned = [r for r in runs if r["warnings"]]
+    broke_runs = [r for r in runs if r["break_step"] is not None]
+    unbroken = [r for r in runs if r["break_step"] is None]
+    false_alarm_runs = [r for r in unbroken if r["warnings"]]
+    lead = {}
+    for r in broke_runs:
+        fw = r["first_warning"]
+        lead[r["label"]] = None if fw is None else r["break_step"] - fw
+    warn_summary = {
+        "runs_warned": len(warned), "runs_broke": len(broke_runs),
+        "false_alarm_runs": [r["label"] for r in false_alarm_runs],
+        "false_alarm_warnings": sum(len(r["warnings"]) for r in false_alarm_runs),
+        "lead_steps": lead,
+    }
+    if warned or broke_runs:
+        print()
+        print("early warning (attn_warning events):")
+        for r in broke_runs:
+            l = lead[r["label"]]
+            txt = "no warning before it" if l is None or l < 0 else f"first warning at step {r['first_warning']}, " \
+                  f"lead {l} steps"
+            print(f"  {r['label']}: broke at step {r['break_step']}; {txt}")
+        print(f"  false alarms: {len(false_alarm_runs)} of {len(unbroken)} runs that never broke warned"
+              f" ({warn_summary['false_alarm_warnings']} warnings"
+              f"{': ' + ', '.join(warn_summary['false_alarm_runs']) if false_alarm_runs else ''})")
+
+    if args.json:
+        doc = {"at_step": at, "last_k": args.last_k, "definition": definition,
+               "break": {"margin": args.break_margin, "steps": args.break_steps, "ema": args.break_ema},
+               "runs": {r["label"]: {k: r[k] for k in ("group", "seed", "steps", "train", "val", "gap_train",
+                                                       "gap_val", "rho", "dq", "break_step", "break_why",
+                                                       "first_warning", "ms")}
+                        | {"warnings": len(r["warnings"])} for r in runs},
+               "modes": stats, "verdicts": verdicts, "warnings": warn_summary}
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(json_clean(doc), f, indent=1)
+        print(f"wrote {args.json}")
+
+    if not args.no_plots:
+        plot(runs, groups, args)
 
 
 if __name__ == "__main__":

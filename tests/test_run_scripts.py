@@ -55,9 +55,13 @@ def write_log(path, mode, steps, loss_offset, cut_last=False, damage_line=None):
 
 
 def compare(*args):
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compare_runs.py"), *args],
-                       capture_output=True, text=True)
-    return r.returncode, r.stdout, r.stderr
+    """compare_runs.py with --json (tables only, no plots): (exit code, stdout, stderr, the JSON document)."""
+    with tempfile.TemporaryDirectory() as d:
+        js = os.path.join(d, "c.json")
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compare_runs.py"), *args, "--json", js,
+                            "--no-plots"], capture_output=True, text=True)
+        doc = json.load(open(js)) if os.path.exists(js) else {}
+    return r.returncode, r.stdout, r.stderr, doc
 
 
 def matched(*args):
@@ -76,11 +80,11 @@ def out_dir(cmd):
 
 
 def table(stdout):
-    """{label: [columns]} of the printed table."""
+    """{run: [columns]} of the printed per-run table (run, mode, seed, steps, train, gap, val, gap, ...)."""
     rows = {}
     for line in stdout.splitlines():
         parts = line.split()
-        if len(parts) >= 10 and parts[1].isdigit():
+        if len(parts) == 13 and parts[3].isdigit():
             rows[parts[0]] = parts
     return rows
 
@@ -89,35 +93,40 @@ with tempfile.TemporaryDirectory() as tmp:
     # fp32 ran 100 steps, bf16 was stopped at 80 (its last record cut short), bf16 is 0.1 worse throughout
     write_log(f"{tmp}/g/fp32/log.jsonl", "fp32", 100, 0.0)
     write_log(f"{tmp}/g/bf16/log.jsonl", "bf16", 80, 0.1, cut_last=True)
-    rc, out, err = compare(f"{tmp}/g/fp32", f"{tmp}/g/bf16", "--out", f"{tmp}/plots")
-    rows = table(out)
-    check(set(rows) == {"fp32", "bf16"}, "compare_runs: a table row per run", out + err)
-    check("compared at step 79" in out, "runs of different lengths are compared at the last common step (79)", out)
-    check("last record cut short" in err, "a cut-short last record is reported and skipped", err)
-    if set(rows) == {"fp32", "bf16"}:
+    rc, out, err, js = compare(f"{tmp}/g/fp32", f"{tmp}/g/bf16")
+    runs = js.get("runs", {})
+    check(rc == 0 and set(runs) == {"fp32", "bf16"} and set(table(out)) == {"fp32", "bf16"},
+          "compare_runs: a table row and a JSON entry per run", out + err)
+    check("compared at step 79" in out and js.get("at_step") == 79,
+          "runs of different lengths are compared at the last common step (79)", out)
+    check("bf16/log.jsonl: skipped 1 unreadable line(s)" in err and "line 98" in err,
+          "a cut-short last record is skipped and named (file and line)", err)
+    if set(runs) == {"fp32", "bf16"}:
         # mean of the 20 losses at steps 60..79: 5 - 0.01 * 69.5 = 4.305 (fp32), +0.1 for bf16
-        check(rows["fp32"][1] == "79" and rows["bf16"][1] == "79", "both rows read at step 79", str(rows))
-        check(abs(float(rows["fp32"][2]) - 4.305) < 1e-4, "fp32 train loss = mean of steps 60-79 = 4.305",
-              rows["fp32"][2])
-        check(abs(float(rows["bf16"][3]) - 0.1) < 1e-4, "bf16 gap to fp32 = +0.1000", rows["bf16"][3])
+        check(runs["fp32"]["steps"] == 79 and runs["bf16"]["steps"] == 79, "both runs read at step 79", str(runs))
+        check(abs(runs["fp32"]["train"] - 4.305) < 1e-9, "fp32 train loss = mean of steps 60-79 = 4.305",
+              runs["fp32"]["train"])
+        check(abs(runs["bf16"]["gap_train"] - 0.1) < 1e-9, "bf16 gap to fp32 = +0.1", runs["bf16"]["gap_train"])
         # validation at step 70 (the last at or before 79): 5.5 - 0.7 = 4.8; rho 1.7
-        check(abs(float(rows["fp32"][4]) - 4.8) < 1e-4, "validation read at step 70 (4.8), not at 90", rows["fp32"][4])
-        check(abs(float(rows["bf16"][5]) - 0.1) < 1e-4, "bf16 validation gap +0.1000", rows["bf16"][5])
-        check(abs(float(rows["fp32"][6]) - 1.7) < 1e-3, "max rho read at step 70 (1.7)", rows["fp32"][6])
-        check(abs(float(rows["bf16"][8]) - 0.01) < 1e-6, "in-run dQ error column = mean of the last 5 probes",
-              rows["bf16"][8])
+        check(abs(runs["fp32"]["val"] - 4.8) < 1e-9, "validation read at step 70 (4.8), not at 90",
+              runs["fp32"]["val"])
+        check(abs(runs["bf16"]["gap_val"] - 0.1) < 1e-9, "bf16 validation gap +0.1", runs["bf16"]["gap_val"])
+        check(abs(runs["fp32"]["rho"] - 1.7) < 1e-9, "max rho read at step 70 (1.7)", runs["fp32"]["rho"])
+        check(abs(runs["bf16"]["dq"] - 0.01) < 1e-12, "in-run dQ error = mean of the last 5 probes",
+              runs["bf16"]["dq"])
+        check(table(out)["bf16"][5] == "+0.1000", "the printed table shows the same gap (+0.1000)", out)
 
     # --at-step overrides the common step
-    rc, out, err = compare(f"{tmp}/g/fp32", f"{tmp}/g/bf16", "--out", f"{tmp}/plots", "--at-step", "39")
-    rows = table(out)
-    check(rows.get("fp32", [None, None])[1] == "39" and "compared at step" not in out,
+    rc, out, err, js = compare(f"{tmp}/g/fp32", f"{tmp}/g/bf16", "--at-step", "39")
+    check(js.get("runs", {}).get("fp32", {}).get("steps") == 39 and "compared at step" not in out,
           "--at-step 39 reads every run at step 39", out)
 
-    # a damaged record in the middle is an error that names the file and line
+    # a damaged record in the middle is skipped and named with its line; the rest of the log is read
     write_log(f"{tmp}/h/fp32/log.jsonl", "fp32", 30, 0.0, damage_line=5)
-    rc, out, err = compare(f"{tmp}/h/fp32", "--out", f"{tmp}/plots")
-    check(rc != 0 and "log.jsonl:6" in err and "damaged" in err,
-          "a damaged record before the end is refused with file:line", err)
+    rc, out, err, js = compare(f"{tmp}/h/fp32")
+    check(rc == 0 and "h/fp32/log.jsonl: skipped 1 unreadable line(s)" in err and "line 6" in err and
+          js.get("runs", {}).get("fp32", {}).get("steps") == 29,
+          "a damaged record before the end is skipped, named by file:line, the rest read", err)
 
     # matched_runs.sh: --per-gpu puts several runs on one GPU at once, --gauge-arm takes a list
     r = matched("--dry-run", "--per-gpu", "3", "--modes", "fp32 bf16", "--gauge-arm", "bf16 gproj", "--",

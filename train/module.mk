@@ -40,5 +40,7 @@ $(BUILD)/train_gpt_cpu: $(DIAG_CPU_OBJS)
 # Its diagnostics end to end: records, captures, the gauge arm, resume with them on, matched_runs --cpu.
 CPU_TEST_COMMANDS += "bash tests/test_train_cpu_diag.sh"
 # The run recipes' own logic on synthetic logs (compare_runs.py's common step and damaged logs,
-# matched_runs.sh --per-gpu / --gauge-arm lists); no training.
+# matched_runs.sh --seeds / --per-gpu / --gauge-arm / --resume, as dry runs); no training.
 CPU_TEST_COMMANDS += "python3 tests/test_run_scripts.py"
+# compare_runs.py across seeds on synthetic logs: statistics, breaks, verdicts, warnings, bands, thinned logs.
+CPU_TEST_COMMANDS += "python3 tests/test_compare_runs.py"
