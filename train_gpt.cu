@@ -281,6 +281,7 @@ typedef struct {
     double step_ms;           /* diagnostics time of the current step (captures, which are file writes, excluded) */
     double sum_ms;            /* over measured steps after the first (which pays the probe's allocations) */
     int steps_with_diag, steps_summed;
+    DiagWarn warn;            /* --warn-rho, --warn-dq-err (model/diagnostics.h) */
 } TrainDiag;
 
 /* attn_hook: the probe and captures read the layer's dO right after its attention backward. */
@@ -688,6 +689,7 @@ int main(int argc, char** argv) {
     td.out_dir = out_dir;
     td.probe_layer = -1;
     td.capture_step = -1;
+    diag_warn_init(&td.warn, f.warn_rho, f.warn_dq_err, attn_mode);
     const int want_diag = f.diag_every > 0 || probe_every > 0 || capture_spec.num_steps > 0;
     if (master_rank && want_diag) {
         diag_cuda_init(&td.diag, &cfg, B, T, DIAG_DEFAULT_ROWS_PER_HEAD);
@@ -855,6 +857,15 @@ int main(int argc, char** argv) {
                 runlog_write_number(df, td.step_ms);
             }
             runlog_end(&log);
+            diag_warn_check(&td.warn, td.host_layers, cfg.num_layers, &probe);
+            for (int i = 0; i < td.warn.num_pending; i++) {  /* {"event": "attn_warning", ...} after the record */
+                char msg[1024], body[512];
+                diag_warning_text(&td.warn, i, step, msg, sizeof(msg), body, sizeof(body));
+                printf("%s\n", msg);
+                FILE* wf = runlog_begin(&log, "attn_warning");
+                if (wf) fprintf(wf, ", %s", body);
+                runlog_end(&log);
+            }
         }
         if (step == start_step || (step + 1) % f.log_every == 0 || step + 1 == f.steps) {
             const double mean_dt = timed_steps ? time_sum / timed_steps : dt;

@@ -226,6 +226,7 @@ typedef struct {
     double pending_ms;            /* its wall time (captures excluded) */
     double sum_ms;                /* over every measured step */
     int measured_steps;
+    DiagWarn warn;                /* --warn-rho, --warn-dq-err: what this step's record crossed */
 } CpuDiag;
 
 /* The diagnostics of one step, after backward (the activations are the last
@@ -261,6 +262,7 @@ static void run_diagnostics(CpuDiag* d, GPTCpu* model, AttnMode mode, int step, 
                            gpt_act_ptr(model, model->grads_acts, A_ATTY, pl), NULL, NULL, &probe);
         }
         diag_write_json(d->json, diag_json_bytes(L), d->layers, L, &probe);
+        diag_warn_check(&d->warn, d->layers, L, &probe);
         d->pending_ms = 1000.0 * (runlog_now_s() - t0);
         d->pending = 1;
         d->sum_ms += d->pending_ms;
@@ -284,6 +286,14 @@ static void log_diagnostics(CpuDiag* d, int step, RunLog* log) {
         runlog_write_number(df, d->pending_ms);
     }
     runlog_end(log);
+    for (int i = 0; i < d->warn.num_pending; i++) {  /* {"event": "attn_warning", ...} after the diag record */
+        char msg[1024], body[512];
+        diag_warning_text(&d->warn, i, step, msg, sizeof(msg), body, sizeof(body));
+        printf("%s\n", msg);
+        FILE* wf = runlog_begin(log, "attn_warning");
+        if (wf) fprintf(wf, ", %s", body);
+        runlog_end(log);
+    }
     d->pending = 0;
 }
 
@@ -429,6 +439,7 @@ int main(int argc, char** argv) {
     memset(&diag, 0, sizeof(diag));
     diag.diag_every = f.diag_every;
     diag.probe_every = flags_was_set(&f, FLAG_PROBE_EVERY) ? f.probe_every : f.diag_every;
+    diag_warn_init(&diag.warn, f.warn_rho, f.warn_dq_err, attn_mode);
     if (f.capture_attn[0] && (f.capture_steps[0] || f.capture_layers[0]))
         fatal_flag("--capture-attn and --capture-steps/--capture-layers say the same thing twice; give one of them");
     if ((f.capture_attn[0] ? diag_capture_spec_parse(f.capture_attn, cfg.num_layers, &diag.capture, err, sizeof(err))

@@ -11,8 +11,9 @@
  * the buffers the trainers already hold, writes them as log.jsonl fields that
  * scripts/compare_runs.py plots, replays one layer's backward against a more
  * accurate recomputation (the in-run probe), writes attention captures, and
- * offers the gauge-fixing arm (--zero-key-bias-grad). docs/diagnostics.md
- * explains every number and what it costs.
+ * offers the gauge-fixing arm (--zero-key-bias-grad), and decides when the
+ * trainer warns that rho or the dQ error crossed a threshold (--warn-rho,
+ * --warn-dq-err). docs/diagnostics.md explains every number and what it costs.
  *
  * What is measured per layer (LayerDiag; NaN = not measured, written as null):
  *   rho_max, rho_median   key offset per head h over all B*T keys of h:
@@ -160,6 +161,42 @@ void diag_probe_cpu(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape s, int 
 int diag_write_json(char* buf, size_t cap, const LayerDiag* per_layer, int L, const DiagProbe* probe);
 /* A buffer size that always suffices for diag_write_json with L layers. */
 size_t diag_json_bytes(int L);
+
+/* ---- early warning: a layer's rho or the in-run probe's dQ error crossed a threshold ---- */
+/* The trainers' --warn-rho and --warn-dq-err (docs/diagnostics.md, "Early warning"). A warning fires
+   when a value rises above its threshold, once per (kind, layer): it re-arms only after the value has
+   fallen below DIAG_WARN_REARM x threshold, so a value that hovers at the threshold does not warn at
+   every diagnostics step. The state lives in memory only: a resumed run starts with every warning
+   armed. Layers past DIAG_WARN_MAX_LAYERS are not watched. */
+#define DIAG_WARN_MAX_LAYERS 256
+#define DIAG_WARN_REARM 0.8
+typedef enum { DIAG_WARN_RHO = 0, DIAG_WARN_DQ_ERR = 1, DIAG_WARN_KINDS = 2 } DiagWarnKind;
+
+typedef struct {
+    DiagWarnKind kind;
+    int layer;
+    double value, threshold;
+} DiagWarning;
+
+typedef struct {
+    double threshold[DIAG_WARN_KINDS];  /* <= 0: that kind is off */
+    AttnMode mode;                      /* the run's mode, for the hint */
+    unsigned char fired[DIAG_WARN_KINDS][DIAG_WARN_MAX_LAYERS];  /* 1: warned, not yet re-armed */
+    DiagWarning pending[DIAG_WARN_KINDS * DIAG_WARN_MAX_LAYERS]; /* the last diag_warn_check's new warnings */
+    int num_pending;
+} DiagWarn;
+
+/* Every warning armed; warn_rho / warn_dq_err <= 0 turn that kind off. */
+void diag_warn_init(DiagWarn* w, double warn_rho, double warn_dq_err, AttnMode mode);
+/* Checks one diagnostics step: per layer rho_max of per_layer[0..L) (NaN = not measured: skipped) and,
+   when probe != NULL and probe->layer >= 0, the probed layer's dq_err_median. Fills w->pending with the
+   warnings that fire now and returns their number. */
+int diag_warn_check(DiagWarn* w, const LayerDiag* per_layer, int L, const DiagProbe* probe);
+/* Pending warning i as a console message (one line plus a hint line: how to continue under gproj) and
+   as the body of the log record {"event": "attn_warning", <body>}:
+   "step": S, "kind": "rho"|"dq_err", "layer": l, "value": v, "threshold": t, "mode": "bf16". */
+void diag_warning_text(const DiagWarn* w, int i, int64_t step, char* console, size_t console_cap, char* json,
+                       size_t json_cap);
 
 /* ---- attention capture at chosen steps and layers ---- */
 #define DIAG_CAPTURE_MAX_ITEMS 256

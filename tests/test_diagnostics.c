@@ -529,6 +529,67 @@ static void bench(void) {
     gpt_cpu_free(&m);
 }
 
+/* The early warning (--warn-rho, --warn-dq-err): fires on the way up, once per (kind, layer), re-arms only
+   below DIAG_WARN_REARM x threshold, skips layers not measured, names layer, step and value, and hints at
+   gproj for the leaking modes. */
+static void test_warn(void) {
+    test_section("early warning: diag_warn_check / diag_warning_text");
+    enum { L = 3 };
+    LayerDiag d[L];
+    DiagProbe p;
+    DiagWarn* w = (DiagWarn*)mallocCheck(sizeof(DiagWarn));
+    diag_warn_init(w, 20.0, 0.05, ATTN_BF16);
+    diag_layers_clear(d, L);
+    diag_probe_clear(&p);
+    d[0].rho_max = 3.0f; d[1].rho_max = 19.9f; d[2].rho_max = 4.0f;
+    CHECK(diag_warn_check(w, d, L, &p) == 0, "rho 3, 19.9, 4 under --warn-rho 20: no warning");
+    d[1].rho_max = 25.0f;
+    CHECK(diag_warn_check(w, d, L, &p) == 1 && w->pending[0].kind == DIAG_WARN_RHO && w->pending[0].layer == 1 &&
+              w->pending[0].value == 25.0 && w->pending[0].threshold == 20.0,
+          "layer 1 at rho 25: one rho warning naming layer 1, value 25, threshold 20");
+    char con[1024], js[512];
+    diag_warning_text(w, 0, 1200, con, sizeof(con), js, sizeof(js));
+    CHECK(strstr(con, "step 1200") && strstr(con, "layer 1") && strstr(con, "rho 25") && strstr(con, "--warn-rho 20") &&
+              strstr(con, "--resume --attn gproj"),
+          "console line names step, layer, value, flag and the gproj --resume hint: %s", con);
+    CHECK(strcmp(js, "\"step\": 1200, \"kind\": \"rho\", \"layer\": 1, \"value\": 25, \"threshold\": 20, "
+                     "\"mode\": \"bf16\"") == 0, "log record body: %s", js);
+    d[1].rho_max = 60.0f;
+    CHECK(diag_warn_check(w, d, L, &p) == 0, "still above (60): no second warning for the same crossing");
+    d[1].rho_max = 17.0f;
+    CHECK(diag_warn_check(w, d, L, &p) == 0, "17 (above the re-arm level 16): still quiet");
+    d[1].rho_max = 22.0f;
+    CHECK(diag_warn_check(w, d, L, &p) == 0, "back to 22 without re-arming: no warning (no flapping)");
+    d[1].rho_max = 15.0f;
+    CHECK(diag_warn_check(w, d, L, &p) == 0, "15: re-armed, no warning");
+    d[1].rho_max = 21.0f; d[2].rho_max = NAN;
+    CHECK(diag_warn_check(w, d, L, &p) == 1 && w->pending[0].layer == 1, "a new crossing (21) warns again; "
+          "a layer not measured (NaN) is skipped");
+    /* the probe: only the probed layer, its median dQ error */
+    diag_layers_clear(d, L);
+    p.layer = 2; p.dq_err_median = 0.003; p.dq_err_max = 0.9;
+    CHECK(diag_warn_check(w, d, L, &p) == 0, "probe median 0.3%% (max 90%%) under --warn-dq-err 5%%: no warning");
+    p.dq_err_median = 0.073;
+    CHECK(diag_warn_check(w, d, L, &p) == 1 && w->pending[0].kind == DIAG_WARN_DQ_ERR && w->pending[0].layer == 2,
+          "probe median 7.3%% on layer 2: one dq_err warning for layer 2");
+    diag_warning_text(w, 0, 500, con, sizeof(con), js, sizeof(js));
+    CHECK(strstr(con, "layer 2 in-run dQ error 7.3%") && strstr(con, "--warn-dq-err 5%") &&
+              strstr(js, "\"kind\": \"dq_err\", \"layer\": 2, \"value\": 0.073"),
+          "dQ warning text: %s | %s", con, js);
+    p.layer = 0;
+    CHECK(diag_warn_check(w, d, L, &p) == 1 && w->pending[0].layer == 0, "the same error on another layer warns for it");
+    /* off, and the note for a mode that does not leak */
+    diag_warn_init(w, 0, 0, ATTN_GPROJ);
+    d[0].rho_max = 1e6f;
+    CHECK(diag_warn_check(w, d, L, &p) == 0, "thresholds 0: both kinds off");
+    diag_warn_init(w, 20.0, 0, ATTN_GPROJ);
+    CHECK(diag_warn_check(w, d, L, &p) == 1, "gproj run, rho 1e6: warns");
+    diag_warning_text(w, 0, 7, con, sizeof(con), js, sizeof(js));
+    CHECK(strstr(con, "already uses gproj") && !strstr(con, "--resume --attn gproj"),
+          "under gproj the hint says the mode is already gproj: %s", con);
+    free(w);
+}
+
 int main(int argc, char** argv) {
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         bench();
@@ -543,5 +604,6 @@ int main(int argc, char** argv) {
     test_capture_spec();
     test_capture_write();
     test_json();
+    test_warn();
     return test_summary();
 }

@@ -116,6 +116,12 @@ static const FlagRow g_rows[NUM_FLAGS] = {
     {FLAG_ZERO_KEY_BIAS_GRAD, "zero-key-bias-grad", FLAG_TYPE_BOOL, OFF(zero_key_bias_grad), "0", NULL, 0, 1, "0|1",
      "1", "diagnostics", 0, "gauge arm: zero the key-bias gradient (exactly zero in exact arithmetic) before "
      "the optimizer"},
+    {FLAG_WARN_RHO, "warn-rho", FLAG_TYPE_FLOAT, OFF(warn_rho), "20", NULL, 0, 1e30, "X", NULL, "diagnostics", 0,
+     "warn (console + attn_warning log event) when a layer's key offset rho crosses X at a --diag-every step, "
+     "once per layer and crossing; fp32/gproj runs stay near 3-4, bf16 reached 50-118 before breaking; 0 = off"},
+    {FLAG_WARN_DQ_ERR, "warn-dq-err", FLAG_TYPE_FLOAT, OFF(warn_dq_err), "0.05", NULL, 0, 1e30, "X", NULL,
+     "diagnostics", 0, "warn likewise when the in-run probe's median dQ error (--probe-every) crosses X "
+     "(0.05 = 5%; gproj reads 0.2-0.3%); 0 = off"},
     {FLAG_RECOMPUTE, "recompute", FLAG_TYPE_INT, OFF(recompute), "0", NULL, 0, 2, "0|1|2", NULL, "GPU trainer only",
      1, "activation recomputation in backward: 0 none, 1 GELU, 2 GELU + layernorm"},
     {FLAG_ATTN_KERNELS, "attn-kernels", FLAG_TYPE_CHOICE, OFF(attn_kernels), "auto", "auto|portable", 0, 0, NULL,

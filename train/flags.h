@@ -77,6 +77,8 @@ typedef enum {
     FLAG_CAPTURE_ATTN,
     FLAG_PROBE_EVERY,
     FLAG_ZERO_KEY_BIAS_GRAD,
+    FLAG_WARN_RHO,
+    FLAG_WARN_DQ_ERR,
     /* GPU trainer only */
     FLAG_RECOMPUTE,
     FLAG_ATTN_KERNELS,
@@ -131,6 +133,8 @@ typedef struct {
     const char* capture_attn;  /* "STEPS:LAYERS", the combined form of the two above */
     int probe_every;           /* 0: never */
     int zero_key_bias_grad;    /* the gauge arm: zero the key-bias gradient before the optimizer */
+    float warn_rho;            /* early warning thresholds (model/diagnostics.h); 0: off */
+    float warn_dq_err;
     const char* nccl_id_file;  /* env-var multi-GPU launch: where rank 0 publishes the NCCL id */
     /* which flags the command line gave (the rest are defaults) */
     unsigned char was_set[NUM_FLAGS];
