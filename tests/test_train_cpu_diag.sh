@@ -22,6 +22,9 @@
 #             version-1 state (arm not recorded) is refused;
 #   captures  the files asked for exist, and their header/size fit the shape
 #             (attention/attn_capture.h), none at other steps or layers;
+#   warning   a low --warn-rho / --warn-dq-err fires: console line with the
+#             gproj hint, attn_warning events once per (kind, layer) after
+#             their diag record; thresholds 0 fire nothing;
 #   refusals  --capture-attn with --capture-steps, a layer past the model,
 #             --capture-layers alone;
 #   recipe    scripts/matched_runs.sh --cpu --gauge-arm bf16 runs end to end
@@ -218,6 +221,33 @@ with open(sys.argv[1], 'r+b') as f:
 expect_refusal "a version-1 state (no arm recorded) refused with the way out" \
     "version 1 does not record --zero-key-bias-grad" \
     "${COMMON[@]}" "${DIAG[@]}" --steps 6 --out-dir "$TMP/v1" --resume
+
+# ---------------------------------------------------------------- early warning
+section "early warning: --warn-rho / --warn-dq-err -> console line + attn_warning event, once per (kind, layer)"
+run_ok "bf16, --diag-every 2 --probe-every 1 --warn-rho 1e-6 --warn-dq-err 1e-9, 6 steps" "${COMMON[@]}" \
+    --diag-every 2 --probe-every 1 --warn-rho 1e-6 --warn-dq-err 1e-9 --steps 6 --out-dir "$TMP/warn"
+cp "$TMP/last.log" "$TMP/warn.console"
+check_log "rho warnings for every layer at step 0 only; dQ warnings at steps 0 and 1 (layers 0, 1: round robin), then quiet" \
+    "$TMP/warn/log.jsonl" '
+w = [r for r in recs if r.get("event") == "attn_warning"]
+rho = sorted((r["step"], r["layer"]) for r in w if r["kind"] == "rho")
+dq = sorted((r["step"], r["layer"]) for r in w if r["kind"] == "dq_err")
+need(rho == [(0, l) for l in range(L)], "rho warnings %s" % rho)
+need(dq == [(s, s % L) for s in range(L)], "dq warnings %s" % dq)
+for r in w:
+    need(r["value"] > r["threshold"] and r["mode"] == "bf16", "record %r" % r)
+    need(r["value"] == (diag[r["step"]]["layer_rho_max"][r["layer"]] if r["kind"] == "rho" else diag[r["step"]]["probe_dq_err"]),
+         "value %r is not the logged one" % r)
+for i, r in enumerate(recs):
+    if r.get("event") == "attn_warning":
+        need(recs[i - 1].get("event") in ("diag", "attn_warning") and recs[i - 1]["step"] == r["step"],
+             "warning of step %d does not follow its diag record" % r["step"])'
+check "console: the warning names step, layer, value and the way to continue under gproj" \
+    bash -c "grep -q 'warning: step 0: layer 0 key offset rho .* crossed --warn-rho 1e-06' '$TMP/warn.console' &&
+             grep -q 'hint: bf16 attention.s backward leaks here; to continue this run under gproj, run the same command with --resume --attn gproj' '$TMP/warn.console'"
+run_ok "the same with --warn-rho 0 --warn-dq-err 0" "${COMMON[@]}" --diag-every 2 --probe-every 1 --warn-rho 0 \
+    --warn-dq-err 0 --steps 4 --out-dir "$TMP/nowarn"
+check "thresholds 0: no attn_warning event" bash -c "! grep -q attn_warning '$TMP/nowarn/log.jsonl'"
 
 # ---------------------------------------------------------------- refusals
 section "refusals"
