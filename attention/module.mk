@@ -113,17 +113,14 @@ $(BUILD)/dev/attention_lab/attention_lab.cu.o: dev/attention_lab/attention_lab.c
 $(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_lab.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 
-# Lab of the production Hopper forward (attention/attention_hopper.cu): its layout probe, the production
-# forward bit for bit against v0 (a copy of the kernel before the intra-warpgroup overlap,
-# hopper_fwd_v0.cuh), every mode against the portable mma.sync forward, checked and timed; a lab, so in
-# no test target. v0's kernel is compiled into the lab, so its object is sm_90a only (as the library's
-# Hopper objects); it refuses to run off sm_90.
+# Lab of the production Hopper forward (attention/attention_hopper.cu): its layout probe, every mode against
+# the portable mma.sync forward, the lab's variants bit for bit against production, checked and timed; a
+# lab, so in no test target. Host code only (the kernels are in the library): it builds for any NVCC_ARCH
+# and refuses to run off sm_90.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_fwd
-$(BUILD)/dev/attention_lab/hopper_fwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/dev/attention_lab/hopper_fwd.cu.o: dev/attention_lab/hopper_fwd.cu dev/attention_lab/hopper_lab.cuh \
-        dev/attention_lab/hopper_fwd_v0.cuh dev/attention_lab/hopper_fwd_v1.cuh dev/attention_lab/hopper_fwd_v2.cuh attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention_cuda.cuh \
-        attention/attention_hopper.cuh attention/attention.h attention/attn_cases.h tests/testing.h \
-        common/cuda_utils.cuh common/utils.h
+        attention/attention_cuda.cuh attention/attention_hopper.cuh attention/attention.h attention/attn_cases.h \
+        tests/testing.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_fwd: $(BUILD)/dev/attention_lab/hopper_fwd.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 
@@ -134,16 +131,14 @@ $(BUILD)/tests/attn_emul_driver: $(BUILD)/tests/attn_emul_driver.o $(ATTN_CPU_OB
 test: $(BUILD)/tests/attn_emul_driver
 CPU_TEST_COMMANDS += "$(or $(TORCH_PYTHON),python3) tests/test_attention_torch.py"
 
-# Hopper labs of the backward (each owns its fragment while it is being written; a missing one is skipped):
-# the key-major pass (dK, dV, dQ atomics) and the query-major row pass (gproj's lambda and dQ, fp32's D).
--include dev/attention_lab/hopper_bwd.mk
+# Labs of the Hopper backward kernels (dev/attention_lab/*.mk: one per production kernel, each with its
+# layout probe, the kernel against force_portable, and the next experiment named in its source's header;
+# a missing fragment is skipped): the row passes, and the key-major passes of every mode at HS 64 and 128.
 -include dev/attention_lab/hopper_rows.mk
--include dev/attention_lab/hopper_bwd_fast.mk
--include dev/attention_lab/hopper_bwd_gproj.mk
--include dev/attention_lab/hopper_bwd128.mk
--include dev/attention_lab/hopper_bwd128_gproj.mk
 -include dev/attention_lab/hopper_rows128.mk
--include dev/attention_lab/hopper_bwd128_fp32.mk
--include dev/attention_lab/hopper_bwd64_fp32.mk
 -include dev/attention_lab/hopper_bwd64_wide.mk
--include dev/attention_lab/hopper_bwd64_gproj_wide.mk
+-include dev/attention_lab/hopper_bwd128.mk
+-include dev/attention_lab/hopper_bwd_gproj.mk
+-include dev/attention_lab/hopper_bwd128_gproj.mk
+-include dev/attention_lab/hopper_bwd64_fp32.mk
+-include dev/attention_lab/hopper_bwd128_fp32.mk

@@ -15,9 +15,10 @@
 #           diagcost run450m resume450m finalruns modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
-#   labs:   LABS="hopper_bwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
-#           LABS_ONLY=1 skips the attention test after them; hopper_bwd_fast reads HOPPER_BWD_FAST_VARIANTS="0 7".
-#   attnbench: ATTN_MODES (bench_attention --modes); kerneltimes: KT_MODES (space-separated, default "bf16 gproj"). Every call of session 6: dev/results/device_s6/README.md.
+#   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
+#           LABS_ONLY=1 skips the attention test after them.
+#   attnbench: ATTN_MODES (bench_attention --modes); kerneltimes: KT_MODES (space-separated, default "bf16 gproj").
+#   The commands behind the numbers in README.md and docs/: dev/results/README.md.
 set -u
 OUT=${1:?usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]}
 shift
@@ -150,7 +151,7 @@ for phase in "$@"; do
         for t in tests/test_layers_gpu tests/test_diagnostics_gpu dev/parity_gpu; do run_test "$(basename $t)" 150 build/$t; done
         end 0 ;;
     hopper)
-        # issue 4: the wgmma + TMA forward lab alone (session 4's first call; `labs` runs every lab)
+        # issue 4: the wgmma + TMA forward lab alone (`labs` runs every lab)
         begin "hopper_fwd lab"
         run_labs hopper_fwd
         end 0 ;;
@@ -158,9 +159,9 @@ for phase in "$@"; do
         # issue 4: the Hopper kernel labs that exist in this tree, then the attention GPU test
         begin "Hopper labs and the attention GPU test"
         labs=""
-        # LABS (names, space-separated) picks some of them: a session's first call runs the labs not yet run
-        for l in ${LABS:-hopper_fwd hopper_bwd hopper_rows hopper_bwd_fast hopper_bwd128 hopper_bwd_gproj hopper_bwd128_gproj \
-                          hopper_rows128 hopper_bwd128_fp32 hopper_bwd64_fp32 hopper_bwd64_wide hopper_bwd64_gproj_wide}; do
+        # LABS (names, space-separated) picks some of them
+        for l in ${LABS:-hopper_fwd hopper_rows hopper_rows128 hopper_bwd64_wide hopper_bwd128 hopper_bwd_gproj \
+                          hopper_bwd128_gproj hopper_bwd64_fp32 hopper_bwd128_fp32}; do
             [ -f dev/attention_lab/$l.cu ] && labs="$labs $l"; done
         run_labs $labs
         # LABS_ONLY=1: a quick look at a lab variant, without the attention test

@@ -65,7 +65,7 @@ MPI=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_E
 # that sums in a fixed order: gproj's does (its row pass computes dQ whole, no atomics). bf16, repair and fp32
 # add the dQ partials of the key blocks with FP32 reduce-adds in arrival order (as FlashAttention's and
 # cuDNN's default backward do), so two runs of one command agree only to rounding once three or more key
-# blocks reach a query (s6 call 6 on 2 H200s: bf16 at T 256, last loss 7.765090 / 7.765067).
+# blocks reach a query (on 2 H200s, bf16 at T 256: last loss 7.765090 / 7.765067 in two runs).
 EXACT_ATTN=${EXACT_ATTN:-gproj}
 SMALL=(--model small --batch-size 8 --seq-len 256 --lr 1e-3 --warmup-steps 5 --val-data "" --attn "$EXACT_ATTN"
        --train-data "$DATA/*train_*.bin" --vocab "" --overwrite 1 --seed 1337 --log-every 10)

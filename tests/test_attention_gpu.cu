@@ -22,7 +22,7 @@
  * Hopper wgmma forward by default, and attention_backward_cuda at least one
  * Hopper pass in every mode at HS 64 and 128 (bf16, repair: the key-major
  * kernel; gproj, fp32: the row pass, then the mode's Hopper key-major pass,
- * at 64 and 128 for both; fp32's at HS 64 since session 6); with
+ * at 64 and 128 for both); with
  * AttnOptions.force_portable both run the portable mma.sync kernels. There every check runs on both (rows and checks say e.g.
  * "[hopper fwd, hopper bwd]" or "[portable fwd, portable bwd]"; the backward
  * reads each path's own stats end to end), and direct comparisons check the
@@ -682,15 +682,11 @@ static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const 
     cudaCheck(cudaFree(d_ws));
 }
 
-/* Tolerances of the direct comparison, the labs' (fixed before their first runs): the kernels sum S, dP,
+/* Tolerances of the direct comparison, the labs' (dev/attention_lab/hopper_*.cu): the kernels sum S, dP,
    dK/dV and the dQ partials (or gproj's DSK/PK) in different FP32 orders, and a changed FP32 S can flip
    the BF16 rounding of one P or dS, so dQ, dK and dV agree within a few BF16 ulps of max(|a|, |b|, the
-   row's RMS): 4 (dev/attention_lab/hopper_bwd.cu; H200 call2: max 1.00; the same 4 at HS 128,
-   dev/attention_lab/hopper_bwd128.cu, 104/0 on the H200; fp32's at HS 128 the same 4 for all three slots,
-   dev/attention_lab/hopper_bwd128_fp32.cu, s5 call7 367/0, and at HS 64, hopper_bwd64_fp32.cu, s6 call1
-   247/0, max 1.00), and 8 for gproj's dQ, which the
-   row pass computes whole (dev/attention_lab/hopper_rows.cu, call2, and hopper_rows128.cu, s5 call3:
-   bit-equal). */
+   row's RMS): 4 for every key-major pass at both head sizes (the labs measured at most 1.00), and 8 for
+   gproj's dQ, which the row pass computes whole (hopper_rows.cu, hopper_rows128.cu: bit-equal on the H200). */
 static const double kPathMaxGradUlps = 4.0;
 static const double kPathMaxGprojDqUlps = 8.0;
 /* The row pass's workspace outputs, the row-pass labs' tolerances (dev/attention_lab/hopper_rows.cu, HS 64;
@@ -759,7 +755,7 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
           "repair with the tile-max shift arm gives the portable backward");
     /* The path name only says "hopper" once any Hopper pass runs; which key-major pass follows fp32's row pass is
        backward_launch's pick by attention_hopper_fp32_keys_supports: fp32's Hopper one at both head sizes
-       (attention_hopper_bwd64_fp32.cu at HS 64 since session 6, attention_hopper_bwd128_fp32.cu at HS 128). */
+       (attention_hopper_bwd64_fp32.cu at HS 64, attention_hopper_bwd128_fp32.cu at HS 128). */
     CHECK(attention_hopper_fp32_keys_supports(ATTN_FP32, s64, aligned, aligned) &&
               attention_hopper_fp32_keys_supports(ATTN_FP32, s128, aligned, aligned),
           "fp32: its Hopper key-major pass serves HS 64 and HS 128 (run after the row pass on sm_90)");

@@ -8,16 +8,8 @@
  * in the library only; this file is host code plus a spin kernel and a dQ post-pass for the timing and check
  * (a), builds for any NVCC_ARCH, and refuses to run off sm_90.
  *
- * History: written here with its own copy of the kernel (engineer G, 2026-11-29, without a GPU), first H200
- * run in session 5, call 7 (dev/results/device_s5/call7/hopper_bwd128_fp32.log): layout probe exact in all
- * seven products, 367 passed / 0 failed (all three slots within 4 BF16 ulps of force_portable, the kernel on
- * the default D and composed into the backward as a CUDA graph); this kernel alone 0.219 ms = 353 TFLOP/s at
- * B8 H8 T1024 and 1.335 ms = 463 TFLOP/s at B2 H16 T4096 (9 causal BF16 GEMMs); the composed fp32 backward
- * 0.296 / 1.648 ms vs the default of then (Hopper row pass + portable key-major) 0.425 / 2.570 ms (fp32/bf16
- * backward 2.47x -> 1.72x, 3.32x -> 2.13x). Then moved into attention/ unchanged (PTX identical to the lab's
- * but for symbol names) and dispatched by attention_backward_cuda in attn_bwd_kernel<128, ATTN_FP32>'s place, so
- * the graph surgery that composed it is gone: the default fp32 backward is the composed one. First run in
- * production form in session 5 call 8 (367/0).
+ * Next experiment: 3 stages or a persistent schedule for fp32's HS-128 key-major pass
+ * (docs/attention_kernels.md, "Not done"), timed here as the pass alone and inside the fp32 backward.
  *
  * Checks (in order; the probe, the cases and the benchmark shapes each in a child process of their own):
  *   1. the layout probe (attention_hopper_fp32_keys128_layout_probe, B1 NH3 T100, head 1, keys 100..127

@@ -7,15 +7,8 @@
  * mma.sync kernels), element by element, and the timings. The kernel lives in the library only; this file is
  * host code plus a spin kernel for the timing, builds for any NVCC_ARCH, and refuses to run off sm_90.
  *
- * History: written here with its own copy of the kernel (engineer C, 2026-11-29, without a GPU), first H200
- * run in session 5, call 4 (dev/results/device_s5/call4/hopper_bwd128_gproj.log): layout probe exact in all
- * five products, 257 passed / 0 failed (dK within 1 BF16 ulp of force_portable on the same lambda, dV and dQ
- * bit-equal); this kernel alone 0.137 ms = 313 TFLOP/s at B8 H8 T1024 and 0.687 ms = 500 TFLOP/s at B2 H16
- * T4096 (5 causal GEMMs); prep + portable row pass + this kernel, composed as a CUDA graph, 1.26x / 1.39x faster
- * than the portable gproj backward (gproj/bf16 backward 1.69x -> 1.34x, 2.21x -> 1.60x). Then moved into
- * attention/ unchanged (numerics, layout, registers; a CTA that gives up a wait now writes NaN rows) and
- * dispatched by attention_backward_hopper_gproj_keys on HS 128, so the graph surgery that composed it is gone:
- * the default gproj backward is the composed one. Passed in production form in session 5 calls 5 and 8 (353/0).
+ * Next experiment: 3 stages or overlap of the next tile's S^T/dP^T with this tile's dV/dK batch
+ * (docs/attention_kernels.md, "Not done"), timed here as the pass alone and inside the gproj backward.
  *
  * Checks (in order; the probe and the cases each in a child process of their own):
  *   1. the layout probe (attention_hopper_gproj_keys128_layout_probe, B1 NH3 T100, head 1, keys 100..127

@@ -8,16 +8,8 @@
  * in the library only; this file is host code plus a spin kernel and a dQ post-pass for the timing and checks
  * (a) and (c), builds for any NVCC_ARCH, and refuses to run off sm_90.
  *
- * History: written here with its own copy of the kernel (session 5, without a GPU); first H200 run in session 6,
- * call 1 (2026-11-29, /work/.device/1/call1.tgz, s1/hopper_bwd64_fp32.log): layout probe exact in all seven
- * products, 247 passed / 0 failed (all three slots within 4 BF16 ulps of force_portable - max 1.00 -, the kernel
- * on the reference's D and composed with memset + Hopper row pass + the lab's post-pass); this kernel alone
- * 0.312 ms = 248 TFLOP/s at B8 H16 T1024 and 0.535 ms = 289 TFLOP/s at B4 H16 T2048 (9 causal BF16 GEMMs); the
- * composed fp32 backward 0.416 / 0.682 ms vs the default of then (Hopper row pass + portable key-major kernel)
- * 0.472 / 0.799 ms = 1.13x / 1.17x (fp32/bf16 backward 1.93x -> 1.70x, 2.13x -> 1.82x). Then moved into
- * attention/ unchanged (PTX identical to the lab's but for symbol names) and dispatched by attention_backward_cuda
- * in attn_bwd_kernel<64, ATTN_FP32>'s place, so the default fp32 backward is the composed one. The production
- * form has not run on a GPU yet (the lead's session-6 call after that commit).
+ * Next experiment: a producer warpgroup with setmaxnreg in place of the producer warp, so the consumers
+ * get more than 168 registers for overlap (docs/attention_kernels.md, "Not done"), checked and timed here.
  *
  * Checks (in order; the probe, the cases and the benchmark shapes each in a child process of their own):
  *   1. the layout probe (attention_hopper_fp32_keys64_layout_probe, B1 NH3 T50, head 1, one warpgroup at

@@ -7,20 +7,10 @@
  * kernels), element by element, and the timings. The kernel lives in the library only; this file is host code
  * plus a spin kernel and a dQ post-pass for checks (a) and (c) and the timing.
  *
- * History: written here with its own kernel in two variants (session 6, engineer W): v0 (dS staged [query][key]
- * padded, dQ a second RS batch with A loaded from it) and v1 (dS staged K-major 128B-swizzled, dQ as SS wgmmas in
- * the dV/dK batch), checked against the production kernel of then (64-query steps, 288 threads, one producer warp,
- * no setmaxnreg; waits trapped) and timed next to it. First H200 run: session 6 call 3
- * (dev/results/device_s6/call3/hopper_bwd64_wide.log): 1074 passed / 0 failed, layout probe exact, bf16 and repair
- * within 4 BF16 ulps of the 64-query kernel on 13 cases each (max 1.00); bf16 at B8 H16 T1024 d64: the whole
- * backward 0.2384 ms (64-query production) -> 0.2242 ms (v0) = 1.06x, the kernels alone 0.2089 -> 0.1931 ms =
- * 1.08x; at B4 H16 T2048 d64: 0.3680 -> 0.3115 ms = 1.18x, kernels 0.3370 -> 0.2791 ms = 1.21x; v1 the same within
- * noise. v0 (simpler: no extra instruction form) then moved into attention/attention_hopper_bwd.cu unchanged (PTX
- * identical but for symbol names and the programmatic-launch lines), replacing the 64-query kernel; v1 was
- * dropped (git history: this file before the move). The old 64-query kernel is not kept for a side-by-side timing
- * (hopper_bwd_fast.cu carries a copy of an earlier form as its v0): this lab times production against
- * force_portable and prints the call-3 numbers above next to its own, so the lead compares the production
- * backward with the 0.2384 / 0.3680 ms of the 64-query kernel and the 0.2242 / 0.3115 ms of the lab's v0.
+ * Next experiment: overlap the dQ GEMM with the next step's score GEMMs (or a warp of its own for the
+ * reduce-adds), and a profile of repair's kernel, 1.11-1.15x bf16's without an extra GEMM
+ * (docs/attention_kernels.md, "Cost" and "Not done"); the default-backward and kernel-alone timings below are
+ * the baseline.
  *
  * Checks (each group in a child process of its own; hopper_lab.cuh's lab_run_children):
  *   0. layout probe (attention_hopper_bwd_layout_probe, B1 NH3 T100 head 1: one warpgroup at warpgroup 1's
@@ -52,7 +42,7 @@
  * FAIL; a child that dies without reporting counts as one failure. Run it under `timeout` anyway.
  *
  * Usage: hopper_bwd64_wide   (no arguments; needs an sm_90 GPU). Ends with "N passed, N failed" summed over the
- * processes. Status: the production form has not run on a GPU yet (the lead's session-6 call after the move).
+ * processes.
  */
 #include <math.h>
 #include <stdint.h>
@@ -268,14 +258,6 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
                " (attention_backward_cuda, path %s) %.4f ms; force_portable %.4f ms (%.2fx); the kernel alone %.4f ms"
                " (%.1f TFLOP/s, 5 causal GEMMs)\n", attn_mode_name(mode), s.B, s.NH, s.T, s.HS, (int)kReps,
                attn_bwd_path_name(path), ms_def, ms_port, ms_port / ms_def, ms_kernel, 5.0 * gemm / ms_kernel * 1e-9);
-        /* s6 call 3 (the file comment): the 64-query production of then and the lab's v0, same GPU and method */
-        const int first = s.T == 1024;
-        const double old_bwd = first ? 0.2384 : 0.3680, old_kernel = first ? 0.2089 : 0.3370;
-        const double v0_bwd = first ? 0.2242 : 0.3115, v0_kernel = first ? 0.1931 : 0.2791;
-        printf("  time: vs s6 call 3 (64-query kernel backward %.4f / kernel %.4f ms; lab v0 %.4f / %.4f ms): this"
-               " run %.2fx / %.2fx the 64-query kernel, %.2fx / %.2fx the lab's v0 (> 1: faster now)\n", old_bwd,
-               old_kernel, v0_bwd, v0_kernel, old_bwd / ms_def, old_kernel / ms_kernel, v0_bwd / ms_def,
-               v0_kernel / ms_kernel);
         for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventDestroy(ev[r]));
     }
     free(h_qkv); free(h_dout); free(h_ref); free(h_def); free(h_alone);

@@ -1,5 +1,5 @@
 # dev/attention_lab/hopper_bwd64_wide.mk - lab of the production Hopper key-major backward of bf16 and repair at
-# head size 64 with 128-query steps (attention/attention_hopper_bwd.cu; it was this lab's v0 until session 6): its
+# head size 64 with 128-query steps (attention/attention_hopper_bwd.cu): its
 # layout probe, then attention_backward_cuda on the default path and the kernel alone against force_portable, and
 # the timings; -included by attention/module.mk. A lab, so in no test target; `make all` and cuda-compile-check
 # build it. Host code, a spin kernel and a dQ post-pass only (the kernel is in the library), so it builds for any

@@ -7,12 +7,9 @@
  * element, and both timed side by side with the bf16 backward. The kernel lives in the library only; this
  * file is host code (checks and timing) and builds for any NVCC_ARCH, but refuses to run off sm_90.
  *
- * History: written here as a prototype (2026-11-29), first H200 run in session 5, call 1
- * (dev/results/device_s5/call1: probes exact, 301 passed / 0 failed; the all-Hopper gproj backward 0.349 ms vs
- * 0.404 ms with the portable key-major pass at B8 H16 T1024 d64, 0.544 vs 0.661 ms at B4 H16 T2048; gproj's
- * backward over bf16's 1.10x / 1.09x, was 1.27x / 1.33x), then moved into attention/ unchanged (numerics,
- * layout, registers); the CTAs now take their key tiles longest first over all heads (tile_order.cuh), as
- * every production causal grid does. Passed in production form in session 5 calls 5 and 8 (224/0).
+ * Next experiment: overlap the next query tile's S^T/dP^T with this tile's dV/dK batch in gproj's HS-64
+ * key-major pass (167 us of gproj's backward at B8 H16 T1024 d64; docs/attention_kernels.md, "Cost"); 128-query
+ * steps for this pass measured 0.79-0.80x and are not the way ("Designs measured").
  *
  * Checks (in order):
  *   1. the layout probe of the one new operand form (attention_hopper_gproj_keys_layout_probe):

@@ -5,8 +5,8 @@
  * backward, on the default path and with force_portable, and the timings. Each lab keeps what differs: its
  * layout probe, its cases and shapes, and its main.
  *
- * Why: both labs carried the same ~220 lines (spin kernel, the lab's dQ post-pass, check_slot, pass_alone,
- * check_case), differing only in the head size they printed and in how their kernel ends a hang.
+ * Why: the two labs' checks (spin kernel, the lab's dQ post-pass, check_slot, pass_alone, check_case) differ
+ * only in the head size they print and in how their kernel ends a hang, so they are one copy here.
  *
  * The including lab defines kHangOutcome (what its kernel does when a wait runs out: the HS-64 pass traps, the
  * HS-128 one gives up and writes NaN) before including this header, after dev/attention_lab/hopper_lab.cuh.

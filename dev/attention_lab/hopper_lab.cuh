@@ -1,20 +1,15 @@
 /*
  * dev/attention_lab/hopper_lab.cuh - the host scaffolding the Hopper attention labs share (hopper_fwd,
- * hopper_bwd, hopper_rows, hopper_bwd_fast, hopper_bwd_gproj, hopper_bwd64_fp32, hopper_bwd64_wide,
- * hopper_bwd64_gproj_wide and the HS-128 labs hopper_bwd128, hopper_bwd128_gproj, hopper_bwd128_fp32,
- * hopper_rows128): seeded inputs, the BF16-ulp comparison of two dqkv buffers, median
- * timing, the refusal to run off sm_90, the layout probes' host products and their comparison, the hang
- * record, and main's one process per group of checks.
+ * hopper_rows, hopper_bwd64_wide, hopper_bwd_gproj, hopper_bwd64_fp32 and the HS-128 labs hopper_bwd128,
+ * hopper_bwd128_gproj, hopper_bwd128_fp32, hopper_rows128): seeded inputs, the BF16-ulp comparison of two
+ * dqkv buffers, median timing, the refusal to run off sm_90, the layout probes' host products and their
+ * comparison, the hang record, and main's one process per group of checks.
  *
- * Why: every lab checks a Hopper kernel against a reference in the same way, and each used to carry its own
- * copy of these helpers (a fix in one, say of the ulp floor, did not reach the others). Host code only: no
- * kernels and no device globals, so the labs that build for any NVCC_ARCH (hopper_fwd, hopper_bwd,
- * hopper_rows: their kernels are in the library) include it as well as the sm_90a-only ones, and it adds
- * nothing to any lab's device code. The device-side building blocks (wgmma, TMA, mbarriers) are in
- * attention/hopper_wgmma.cuh; the bounded mbarrier wait and hang record of the labs with their own kernels
- * in dev/attention_lab/hopper_lab_hang.cuh (it defines a __device__ global, hence a header of its own); the
- * TMA tensor maps in hopper_wgmma.cuh (encode_head_map). One lab = one translation unit, so the file-local
- * (static) state is the lab's.
+ * Why: every lab checks a Hopper kernel against a reference in the same way, so one copy of these helpers
+ * serves them all (a fix, say of the ulp floor, reaches every lab). Host code only: no kernels and no
+ * device globals, so the labs build for any NVCC_ARCH and it adds nothing to any lab's device code. The
+ * device-side building blocks (wgmma, TMA, mbarriers) and the TMA tensor maps (encode_head_map) are in
+ * attention/hopper_wgmma.cuh. One lab = one translation unit, so the file-local (static) state is the lab's.
  *
  * Offers:
  *   g_rng, normal01                 - the lab's seeded generator (main seeds g_rng) and one standard normal;
@@ -327,8 +322,7 @@ static inline double probe_dout(const ProbeInputs& in, int tok, int d) {
                         : 0.0;
 }
 
-/* The five 64 x 64 products of the key-major backward's layout probe (attention_hopper_bwd_layout_probe and
-   hopper_bwd_fast's copy), h = [S^T, dP^T, dV, dK, dQ] as the probe wrote them, each against double loops
+/* The five 64 x 64 products of the key-major backward's layout probe (attention_hopper_bwd_layout_probe), h = [S^T, dP^T, dV, dK, dQ] as the probe wrote them, each against double loops
    over the same BF16 values (the kernel's own S^T, dP^T, rounded to BF16 as it rounds them, for the three
    register-A products); bad[k]: wrong elements of product k. */
 static inline void keymajor_probe_products(const ProbeInputs& in, const float* h, int bad[5]) {

@@ -6,9 +6,9 @@
  * quantity (D, lambda from the workspaces; dQ), and timed. The kernel lives in the library only; this file
  * is host code (checks and timing) and builds for any NVCC_ARCH, but refuses to run off sm_90.
  *
- * History: written here as a prototype (2026-11-29); first H200 run dev/results/device_s4/call2: layout
- * probe exact, 159/0 against the production backward, D and lambda bit-equal on every row, dQ 0 ulps; the
- * row pass alone 0.36x of the production gproj backward (B8 H16 T1024); then moved into attention/.
+ * Next experiment: overlap the DSK/PK GEMMs of one key tile with S/dP of the next, with a producer
+ * warpgroup and setmaxnreg to hold both (docs/attention_kernels.md, "Not done"); this lab's checks (D, lambda
+ * bit-equal to the portable row pass, dQ within 8 ulps) and timings are the ones it must pass and beat.
  *
  * The workspace layout it reads back (carve_workspace in attention/attention_cuda.cu, internal there):
  * dq_acc [rows * HS] fp32, then D [rows], then lambda [rows], rows = B*NH*T, row (b*NH + h)*T + t; the size

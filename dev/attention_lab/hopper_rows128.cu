@@ -8,13 +8,8 @@
  * timed kernel by kernel. The kernel lives in the library only; this file is host code (checks, timing, one spin
  * kernel) and builds for any NVCC_ARCH, but refuses to run off sm_90.
  *
- * History: written here without a GPU as a lab carrying its own copy of the kernel; first H200 run 2026-11-29
- * (dev/results/device_s5/call3/hopper_rows128.log): layout probe exact in all four products, 188 passed /
- * 0 failed, D, lambda and dQ bit-equal to the portable row pass on every row and element; the row pass alone
- * 1.81x (gproj) / 2.29x (fp32) faster than the portable one at B2 H16 T4096, 1.49x / 1.83x at B8 H8 T1024. Then
- * the kernel moved into attention/ unchanged (PTX of the probe identical to the lab's, the kernel's apart from
- * symbol names and the NaN-on-give-up tail the production form adds); this harness's first run is the next GPU
- * call.
+ * Next experiment: overlap one 64-key half's DSK/PK GEMMs with the next half's S/dP, and D fused into
+ * the pass (docs/attention_kernels.md, "Not done"); this lab's per-kernel timings are the baseline to beat.
  *
  * The probe (attention_hopper_rows_layout_probe at HS 128) runs the kernel's operand forms on one CTA tile
  * against host loops first, so a failure names the wrong layout before the attention checks fail:
@@ -24,9 +19,7 @@
  *
  * Expected: bit-equal D (fp32), lambda and dQ (gproj), as the lab kernel was on the H200 (same per-lane key
  * order, same rounding points; the tensor core's k-step sums came out equal). fp32's dQ, dK, dV and gproj's
- * dK, dV come from different key-major kernels on the two paths since those moved to Hopper (tolerance only;
- * until session 5's final call fp32's key-major pass was the portable one on both paths and its dK, dV were
- * checked bit-equal here). Checked separately from the tolerances below, so a miss there and a pass of the tolerances
+ * dK, dV come from different key-major kernels on the two paths (tolerance only). Checked separately from the tolerances below, so a miss there and a pass of the tolerances
  * reads as "order-level difference", not a layout error.
  *
  * Safety: the kernel's mbarrier waits are bounded (~2 s) and then give up: the CTA writes NaN over its lambda and
@@ -330,9 +323,7 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
        (attention_hopper_bwd128_gproj.cu, FP32 sum order differs: tolerance only). fp32: all three come from
        fp32's Hopper key-major pass (attention_hopper_bwd128_fp32.cu) on the Hopper path and from the portable
        attn_bwd_kernel<128, ATTN_FP32> on the other, which sum in different FP32 orders (wgmma k order, 64- vs
-       32-query tiles): within the key-major labs' 4 ulps, no longer bit-equal (until the fp32 pass moved to
-       Hopper both paths ran the portable kernel on the same D, and dK, dV were bit-equal); dQ was tolerance only
-       even then (FP32 atomics in no fixed order; session 5 call 5: at most 1 ulp in 162 of 25M elements). */
+       32-query tiles): within the key-major labs' 4 ulps; dQ's partials are FP32 reduce-adds in no fixed order. */
     check_grad_slot(g_ref, g_new, s, kSlotQ, mode == ATTN_GPROJ ? kMaxDqUlps : kMaxKvUlps, mode == ATTN_GPROJ);
     check_grad_slot(g_ref, g_new, s, kSlotK, kMaxKvUlps, 0);
     check_grad_slot(g_ref, g_new, s, kSlotV, kMaxKvUlps, 0);
