@@ -16,7 +16,9 @@ reports only what the seeds support:
   - --json FILE: the same numbers for machine checks;
   - --thin-to DIR: per-run thinned logs (every --thin-every-th step record, the last 200 step records,
     every non-finite step and every other record except text samples) that --from-thinned DIR reads
-    back, so a figure can be redrawn from the thinned logs kept next to it.
+    back, so a figure can be redrawn from the thinned logs kept next to it (each thinned log carries the
+    break found on its full log, with the definition used: too few step records survive thinning to find it
+    again).
 
 Grouping: a run folder named MODE, MODE_zkbg (the gauge arm), MODE_sSEED or MODE_zkbg_sSEED (the names
 scripts/matched_runs.sh gives) is grouped by that name; any other run by its log's config record (the
@@ -224,6 +226,20 @@ def find_break(rows, margin, span, ema_steps):
     return min(found) if found else (None, None)
 
 
+def run_break(rows, args):
+    """find_break on a full log. A thinned log keeps too few step records for the EMA test (one sample in
+    hundreds of steps is noise, not a level), so it carries the break that --thin-to found on the full log,
+    with the definition used; a different definition asked of a thinned log is refused."""
+    head = rows[0] if rows and rows[0].get("event") == "thinned" else None
+    if head is None or "break_definition" not in head:
+        return find_break(rows, args.break_margin, args.break_steps, args.break_ema)
+    asked = {"margin": args.break_margin, "steps": args.break_steps, "ema": args.break_ema}
+    if head["break_definition"] != asked:
+        sys.exit(f"compare_runs: error: {head.get('source')} is thinned: its breaks were found on the full log with "
+                 f"{head['break_definition']}, not {asked}; run on the full logs for another definition")
+    return tuple(head["break"]) if head["break"] else (None, None)
+
+
 def crashed(rows):
     """1 when the run ended at a non-finite loss (a null step loss or a non-finite stop event)."""
     return any(r.get("event") == "stop" and str(r.get("reason", "")).startswith("non-finite") for r in rows) or \
@@ -336,7 +352,7 @@ def verdict(g, s, ref):
 
 
 # ---------------------------------------------------------------- thinning
-def thin(runs, out_dir, every, at):
+def thin(runs, out_dir, every, at, args):
     """DIR/RUN/log.jsonl per run: every `every`-th step record, every step record of the last THIN_KEEP_LAST
     steps of the run and of the THIN_KEEP_LAST steps up to the comparison step `at` (so the final losses
     read back the same for --last-k up to that), every non-finite step, and every other record except the
@@ -345,7 +361,9 @@ def thin(runs, out_dir, every, at):
         rows = r["rows"]
         steps = step_records(rows)
         end = steps[-1]["step"] if steps else 0
-        kept = [{"event": "thinned", "every": every, "keep_last": THIN_KEEP_LAST, "at_step": at, "source": r["path"]}]
+        kept = [{"event": "thinned", "every": every, "keep_last": THIN_KEEP_LAST, "at_step": at, "source": r["path"],
+                 "break_definition": {"margin": args.break_margin, "steps": args.break_steps, "ema": args.break_ema},
+                 "break": [r["break_step"], r["break_why"]] if r["break_step"] is not None else None}]
         for x in rows:
             if x.get("event") == "sample":
                 continue
@@ -483,7 +501,7 @@ def main():
         label = (mode_of(rows) or os.path.basename(d)) if d.endswith(".jsonl") else \
             os.path.basename(os.path.normpath(d))
         group, seed = group_and_seed(label, rows)
-        brk, why = find_break(rows, args.break_margin, args.break_steps, args.break_ema)
+        brk, why = run_break(rows, args)
         runs.append({"label": label, "path": path, "rows": rows, "group": group, "seed": seed,
                      "break_step": brk, "break_why": why, "warnings": warnings_of(rows)})
     labels = [r["label"] for r in runs]
@@ -501,7 +519,7 @@ def main():
               f"compared at step {at}, where {', '.join(short)} ended (--at-step to choose another)")
 
     if args.thin_to:
-        thin(runs, args.thin_to, args.thin_every, at)
+        thin(runs, args.thin_to, args.thin_every, at, args)
 
     groups = {}
     for r in runs:

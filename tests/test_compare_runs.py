@@ -241,12 +241,14 @@ with tempfile.TemporaryDirectory() as tmp:
               all(near(jt["runs"][k]["train"], runs[k]["train"], 1e-9) or runs[k]["train"] is None
                   for k in runs),
               "--from-thinned: the same comparison step and final train losses", err2[-500:])
-        check(all(jt["verdicts"][m] == verdicts[m] for m in verdicts if m != "bf16") and
-              "broke in 2 of 3 seeds" in jt["verdicts"]["bf16"],
+        check(all(jt["verdicts"][m] == verdicts[m] for m in verdicts),
               "--from-thinned: the same verdicts", jt.get("verdicts"))
-        tb = [jt["runs"][k]["break_step"] for k in ("bf16_s7", "bf16_s8")]
-        check(all(t is not None and abs(t - b) <= 20 for t, b in zip(tb, (b7, b8))),
-              "--from-thinned: breaks within 20 steps of the full logs' (%s vs %s)" % (tb, [b7, b8]))
+        tb = {k: jt["runs"][k]["break_step"] for k in runs}
+        check(tb == {k: runs[k]["break_step"] for k in runs},
+              "--from-thinned: every run's break step is the full log's (%s vs %s)" % (tb, [b7, b8]))
+        rc, out3, err3, _ = compare("--from-thinned", f"{tmp}/thin", "--no-plots", "--break-margin", "0.3")
+        check(rc != 0 and "thinned" in err3 and "full logs" in err3,
+              "--from-thinned with another break definition is refused (breaks need the full logs)", err3[-300:])
         check(os.path.isfile(f"{tmp}/replot/loss.png"), "--from-thinned redraws the figures")
 
     # fewer than 3 seeds is an anecdote
