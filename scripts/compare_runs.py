@@ -41,6 +41,7 @@ Usage: scripts/compare_runs.py RUN_DIR [RUN_DIR ...] [--out DIR] [--json FILE] [
 """
 import argparse
 import glob
+import io
 import json
 import math
 import os
@@ -352,6 +353,16 @@ def verdict(g, s, ref):
 
 
 # ---------------------------------------------------------------- thinning
+def save_png(fig, path):
+    """The figure as a 256-colour PNG: a few colours on white lose nothing visible, and the file is about a
+    third of the RGBA one, which matters for plots kept in the repository. Pillow comes with matplotlib."""
+    from PIL import Image
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110)
+    buf.seek(0)
+    Image.open(buf).convert("RGB").quantize(colors=256).save(path, optimize=True)
+
+
 def thin(runs, out_dir, every, at, args):
     """DIR/RUN/log.jsonl per run: every `every`-th step record, every step record of the last THIN_KEEP_LAST
     steps of the run and of the THIN_KEEP_LAST steps up to the comparison step `at` (so the final losses
@@ -443,7 +454,7 @@ def plot(runs, groups, args):
         ax.set_title("band: min-max over seeds; lines: seeds; ticks at the bottom: attn_warning", fontsize=8)
         fig.tight_layout()
         out = os.path.join(args.out, f"{key}.png")
-        fig.savefig(out, dpi=110)
+        save_png(fig, out)
         plt.close(fig)
         written.append(out)
         print(f"wrote {out}")
