@@ -184,9 +184,8 @@ static char* read_whole_file(const char* path, size_t* size, char* err, size_t e
     return buf;
 }
 
-/* Decodes one UTF-8 character at s[*i] (strictly; no overlongs or surrogates).
- * Returns the code point and advances *i, or returns -1 on invalid input. */
-static int32_t utf8_next(const uint8_t* s, size_t n, size_t* i) {
+/* One UTF-8 character at s[*i] (see tokenizer.h). */
+int32_t tokenizer_utf8_next(const uint8_t* s, size_t n, size_t* i) {
     uint8_t b = s[*i];
     if (b < 0x80) { (*i)++; return b; }
     int len = (b >= 0xc2 && b <= 0xdf) ? 2 : (b >= 0xe0 && b <= 0xef) ? 3 : (b >= 0xf0 && b <= 0xf4) ? 4 : 0;
@@ -251,7 +250,7 @@ static const char* parse_json_token(const char* js, size_t n, size_t* i, uint8_t
                 default: return "unknown escape in string";
             }
         } else {
-            int32_t u = utf8_next(s, n, i);
+            int32_t u = tokenizer_utf8_next(s, n, i);
             if (u < 0) return "invalid UTF-8 in string";
             cp = (uint32_t)u;
         }
@@ -328,7 +327,7 @@ fail:
 static int merge_side_bytes(const uint8_t* s, size_t n, uint8_t* out) {
     size_t i = 0, len = 0;
     while (i < n) {
-        int32_t cp = utf8_next(s, n, &i);
+        int32_t cp = tokenizer_utf8_next(s, n, &i);
         if (cp < 0 || !put_gpt2_byte((uint32_t)cp, out, &len)) return -1;
     }
     return (int)len;
@@ -587,7 +586,7 @@ static inline enum UnicodeClass char_at(const uint8_t* s, size_t n, size_t i, si
         return (enum UnicodeClass)unicode_ascii_class[b];
     }
     size_t j = i;
-    int32_t cp = utf8_next(s, n, &j);
+    int32_t cp = tokenizer_utf8_next(s, n, &j);
     if (cp < 0) { *len = 1; return UCLASS_OTHER; }
     *len = j - i;
     return unicode_class((uint32_t)cp);

@@ -28,6 +28,7 @@
 #define DATALOADER_TOKENIZER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define TOKENIZER_EOT 50256        /* <|endoftext|>, the document separator */
 #define TOKENIZER_VOCAB_SIZE 50257 /* ids 0..50256 */
@@ -60,5 +61,11 @@ const char* tokenizer_decode_token(const Tokenizer* t, int id, size_t* len);
  * number of bytes the full decoding needs (like snprintf, without a NUL): if
  * that is > cap, the output was truncated. Ids out of range decode to nothing. */
 size_t tokenizer_decode(const Tokenizer* t, const int* ids, size_t n, char* buf, size_t cap);
+
+/* Decodes one UTF-8 character at s[*i] (i < n), strictly: no overlong forms,
+ * no surrogates, nothing above U+10FFFF, no sequence cut by the end at n.
+ * Returns the code point and advances *i, or returns -1 (and leaves *i) when
+ * the bytes at *i do not start a valid character. */
+int32_t tokenizer_utf8_next(const uint8_t* s, size_t n, size_t* i);
 
 #endif /* DATALOADER_TOKENIZER_H */

@@ -1,1 +1,7 @@
 # tests/module.mk - programs and tests of tests/ (included by the top Makefile)
+
+# The sampler's text and its log.jsonl records are valid UTF-8 and JSON (train/sampler.c, train/runlog.c).
+CPU_TESTS += $(BUILD)/tests/test_sampler_text
+$(BUILD)/tests/test_sampler_text: $(BUILD)/tests/test_sampler_text.o $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS) \
+                                  $(BUILD)/model/gpt_config.o $(BUILD)/attention/attention_common.o
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
