@@ -18,7 +18,10 @@
  *   - Moby Dick (.cache/corpus/mobydick.txt): exact token count and checksum,
  *     round trip, streaming in chunks equals one call;
  *   - build/tokenize writes correct shards (header, EOT before each document,
- *     validation split, shard size limit) and its --ids/--decode modes.
+ *     validation split, shard size limit) and its --ids/--decode modes;
+ *   - no shard shorter than --min-shard-tokens but a split's only one: a
+ *     short tail (the default corpus at --shard-tokens 150930 leaves 9
+ *     tokens) is appended to the shard before it, and tokenize says so.
  * Needs .cache/gpt2/{encoder.json,vocab.bpe} and .cache/corpus/mobydick.txt
  * (scripts/setup_data.sh; `make test` runs it first).
  */
@@ -534,7 +537,8 @@ static void test_tokenize_tool(Tokenizer* t) {
                           "Third one, they'll see   spaces   ", "Fourth\n\n\nand last document."};
     const int n_docs = 4;
     char cmd[4096];
-    int off = snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/out --name t --shard-tokens 7 --val-fraction 0.25",
+    int off = snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/out --name t --shard-tokens 7 --min-shard-tokens 1 "
+                       "--val-fraction 0.25",
                        TOKENIZE_BIN, VOCAB_DIR, dir);
     for (int d = 0; d < n_docs; d++) {
         char path[512];
@@ -658,6 +662,99 @@ static void test_tokenize_tool(Tokenizer* t) {
     run_cmd(cmd);
 }
 
+/* Shard sizes of dir/t_SPLIT_*.bin into sizes[] (at most cap); the concatenated ids into stream (may be NULL). */
+static int split_sizes(const char* dir, const char* split, int64_t* sizes, int cap, uint16_t* stream, size_t* n) {
+    int shards = 0;
+    *n = 0;
+    for (; shards < cap; shards++) {
+        char path[700];
+        snprintf(path, sizeof(path), "%s/t_%s_%06d.bin", dir, split, shards);
+        int64_t k;
+        uint16_t* ids = read_shard(path, &k);
+        if (!ids) break;
+        sizes[shards] = k;
+        if (stream) memcpy(stream + *n, ids, (size_t)k * 2);
+        *n += (size_t)k;
+        free(ids);
+    }
+    return shards;
+}
+
+/* The trainer's loader refuses a shard shorter than T+1 tokens: no short last shard is written. */
+static void test_tokenize_short_tail(Tokenizer* t) {
+    test_section("tokenize tool: a short last shard goes into the one before it");
+    char dir[] = "/tmp/test_tokenizer_tailXXXXXX";
+    if (!mkdtemp(dir)) die("mkdtemp failed: %s", strerror(errno));
+    char cmd[4096], out[600], path[600];
+    /* Moby Dick as scripts/setup_data.sh tokenizes it: 301869 train tokens; 2 x 150930 would leave 9 */
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/whole --name t --val-fraction 0.05 %s > /dev/null",
+             TOKENIZE_BIN, VOCAB_DIR, dir, CORPUS_PATH);
+    CHECK(run_cmd(cmd) == 0, "tokenize of the default corpus into one shard ran");
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/split --name t --val-fraction 0.05 --shard-tokens 150930 %s "
+             "> %s/log.txt", TOKENIZE_BIN, VOCAB_DIR, dir, CORPUS_PATH, dir);
+    CHECK(run_cmd(cmd) == 0, "tokenize --shard-tokens 150930 ran");
+    uint16_t* whole = mallocCheck(400000 * 2);
+    uint16_t* split = mallocCheck(400000 * 2);
+    int64_t sizes[8], whole_size[1];
+    size_t n_whole, n_split;
+    snprintf(out, sizeof(out), "%s/whole", dir);
+    int shards = split_sizes(out, "train", whole_size, 1, whole, &n_whole);
+    CHECK(shards == 1 && n_whole == 301869, "one shard: %zu train tokens", n_whole);
+    snprintf(out, sizeof(out), "%s/split", dir);
+    shards = split_sizes(out, "train", sizes, 8, split, &n_split);
+    CHECK(shards == 2 && sizes[0] == 150930 && sizes[1] == 150939,
+          "2 train shards of 150930 and 150939 tokens, no 9-token third (%d shards, last %lld)", shards,
+          (long long)(shards ? sizes[shards - 1] : 0));
+    CHECK(n_split == n_whole && memcmp(split, whole, n_whole * 2) == 0, "the same token stream as one shard");
+    snprintf(cmd, sizeof(cmd), "grep -q 'the last 9 tokens (fewer than --min-shard-tokens 1025) were appended to "
+             "%s/split/t_train_000001.bin' %s/log.txt", dir, dir);
+    CHECK(run_cmd(cmd) == 0, "tokenize says where the 9 tokens went");
+    free(whole);
+    free(split);
+
+    /* small documents, --shard-tokens 7 --min-shard-tokens 3: every tail of 1 or 2 tokens is merged */
+    const char* text = "Short text that is split into shards of seven tokens and a tail.\n";
+    snprintf(path, sizeof(path), "%s/doc.txt", dir);
+    write_file(path, text, strlen(text));
+    for (int extra = 0; extra < 7; extra++) {
+        /* extra copies of " x" at the end (one token each) move the tail through every remainder */
+        char padded[512];
+        snprintf(padded, sizeof(padded), "%.*s", (int)strlen(text) - 1, text);
+        for (int e = 0; e < extra; e++) strcat(padded, " x");
+        write_file(path, padded, strlen(padded));
+        size_t k;
+        free(tokenizer_encode(t, padded, strlen(padded), &k));
+        const size_t want_n = k + 1; /* EOT + the document */
+        snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/small%d --name t --shard-tokens 7 --min-shard-tokens 3 %s "
+                 "> /dev/null", TOKENIZE_BIN, VOCAB_DIR, dir, extra, path);
+        CHECK(run_cmd(cmd) == 0, "tokenize --shard-tokens 7 --min-shard-tokens 3 ran (%zu tokens)", want_n);
+        snprintf(out, sizeof(out), "%s/small%d", dir, extra);
+        size_t n;
+        shards = split_sizes(out, "train", sizes, 8, NULL, &n);
+        size_t r = want_n % 7, want_shards = want_n / 7 + (r >= 3 ? 1 : 0);
+        bool ok = n == want_n && shards == (int)want_shards;
+        for (int i = 0; i + 1 < shards; i++) ok = ok && sizes[i] == 7;
+        const int64_t want_last = r == 0 ? 7 : r >= 3 ? (int64_t)r : 7 + (int64_t)r;
+        if (shards > 0) ok = ok && sizes[shards - 1] == want_last;
+        CHECK(ok, "%zu tokens: %d shards, the last of %lld tokens (want %zu shards, remainder %zu)", want_n, shards,
+              (long long)(shards ? sizes[shards - 1] : 0), want_shards, r);
+    }
+    /* shards that short on purpose need --min-shard-tokens lowered */
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/refused --name t --shard-tokens 7 %s > /dev/null 2> %s/err.txt",
+             TOKENIZE_BIN, VOCAB_DIR, dir, path, dir);
+    CHECK(run_cmd(cmd) == 2, "--shard-tokens 7 with the default --min-shard-tokens 1025 is refused");
+    snprintf(cmd, sizeof(cmd), "grep -q -- '--shard-tokens 7 is below --min-shard-tokens 1025' %s/err.txt", dir);
+    CHECK(run_cmd(cmd) == 0, "the refusal names both flags");
+    /* a split's only shard cannot be merged: tokenize says it is short */
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/only --name t %s > %s/log2.txt", TOKENIZE_BIN, VOCAB_DIR, dir,
+             path, dir);
+    CHECK(run_cmd(cmd) == 0, "tokenize of one short document ran");
+    snprintf(cmd, sizeof(cmd), "grep -q 'train: its only shard .* fewer than --min-shard-tokens 1025' %s/log2.txt", dir);
+    CHECK(run_cmd(cmd) == 0, "a short only shard is reported");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    run_cmd(cmd);
+}
+
 int main(void) {
     test_unicode_tables();
     test_bad_vocab();
@@ -675,6 +772,7 @@ int main(void) {
     test_cache_overflow(t);
     test_corpus(t);
     test_tokenize_tool(t);
+    test_tokenize_short_tail(t);
     tokenizer_free(t);
     return test_summary();
 }
