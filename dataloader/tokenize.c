@@ -564,6 +564,7 @@ int main(int argc, char** argv) {
     Tokenizer* tok;
     if (tokenizer_load(&tok, opt_vocab, err, sizeof(err)) != 0) {
         fprintf(stderr, "tokenize: %s\n", err);
+        free(pos);
         return 1;
     }
     int rc = opt_ids ? run_ids(tok) : opt_decode ? run_decode(tok) : opt_bench ? run_bench(tok, opt_bench)

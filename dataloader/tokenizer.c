@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define NUM_BYTE_TOKENS 256
 #define NUM_MERGES (TOKENIZER_VOCAB_SIZE - NUM_BYTE_TOKENS - 1) /* 50000: all ids but bytes and EOT */
@@ -161,7 +162,16 @@ static int gpt2_codepoint_to_byte(uint32_t cp) {
     return -1;
 }
 
+/* Reads a vocabulary file whole. Only a regular file is opened: a folder
+ * would "open" and report an absurd size, and a FIFO would block the open. */
 static char* read_whole_file(const char* path, size_t* size, char* err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "'%s' is %s, not a file\n  hint: pass --vocab DIR, the folder that holds encoder.json "
+                 "and vocab.bpe (scripts/setup_data.sh puts them in .cache/gpt2)", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file");
+        return NULL;
+    }
     FILE* f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot open '%s': %s\n  hint: pass --vocab DIR with encoder.json and vocab.bpe "
@@ -171,8 +181,13 @@ static char* read_whole_file(const char* path, size_t* size, char* err, size_t e
     if (fseeko(f, 0, SEEK_END) != 0) { fclose(f); snprintf(err, errlen, "cannot seek in '%s'", path); return NULL; }
     off_t n = ftello(f);
     fseeko(f, 0, SEEK_SET);
+    if (n < 0) {
+        fclose(f);
+        snprintf(err, errlen, "cannot tell the size of '%s': %s", path, strerror(errno));
+        return NULL;
+    }
     char* buf = mallocCheck((size_t)n + 1);
-    if (n < 0 || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
         fclose(f);
         free(buf);
         snprintf(err, errlen, "cannot read '%s': %s", path, strerror(errno));
@@ -239,12 +254,16 @@ static const char* parse_json_token(const char* js, size_t n, size_t* i, uint8_t
                 case 't': cp = '\t'; break;
                 case 'u': {
                     if (*i + 4 > n) return "truncated \\u escape";
-                    char hex[5] = {0};
-                    memcpy(hex, s + *i, 4);
-                    char* endp;
-                    cp = (uint32_t)strtoul(hex, &endp, 16);
-                    if (*endp != '\0') return "bad \\u escape";
-                    *i += 4;
+                    /* exactly 4 hex digits, as JSON says (strtoul alone would take a sign or spaces) */
+                    cp = 0;
+                    for (int k = 0; k < 4; k++) {
+                        uint8_t h = s[*i];
+                        int d = (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                              : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+                        if (d < 0) return "bad \\u escape (JSON wants exactly 4 hex digits)";
+                        cp = cp * 16 + (uint32_t)d;
+                        (*i)++;
+                    }
                     break; /* surrogates are not in the GPT-2 alphabet and fail below */
                 }
                 default: return "unknown escape in string";
@@ -286,8 +305,8 @@ static int load_encoder_json(Tokenizer* t, const char* path, char* err, size_t e
         i++;
         skip_ws(js, n, &i);
         char* endp;
+        if (i >= n || js[i] < '0' || js[i] > '9') { problem = "expected an integer id (digits) after ':'"; goto fail; }
         long id = strtol(js + i, &endp, 10);
-        if (endp == js + i) { problem = "expected an integer id after ':'"; goto fail; }
         if (id < 0 || id >= TOKENIZER_VOCAB_SIZE) { problem = "id out of range 0..50256 (not GPT-2's vocabulary?)"; goto fail; }
         if (t->token_len[id] != UINT32_MAX) { problem = "the same id appears twice"; goto fail; }
         if (len == 0 || len > UINT16_MAX) { problem = "empty or over-long token string"; goto fail; }
@@ -302,6 +321,9 @@ static int load_encoder_json(Tokenizer* t, const char* path, char* err, size_t e
         problem = "expected ',' or '}' after an id";
         goto fail;
     }
+    i++;
+    skip_ws(js, n, &i);
+    if (i < n) { problem = "something follows the top-level object's closing '}'"; goto fail; }
     if (count != TOKENIZER_VOCAB_SIZE) {
         snprintf(err, errlen, "%s: has %zu tokens, GPT-2 has %d\n  hint: use GPT-2's encoder.json "
                  "(scripts/setup_data.sh fetches it)", path, count, TOKENIZER_VOCAB_SIZE);

@@ -9,7 +9,9 @@
  * --write to regenerate the GENERATED block. Checked here:
  *   - the Unicode class tables (counts per class, code points whose class the
  *     Unicode standard fixes);
- *   - bad vocabulary files give one error naming the file;
+ *   - bad vocabulary files give one error naming the file (and the byte
+ *     offset of a JSON flaw; a folder or FIFO in encoder.json's place is
+ *     named as such);
  *   - every awkward case: count, id checksum, full ids, decode round trip;
  *   - a seeded stress text over 21 scripts and planes (same generator here
  *     and in the script), with and without invalid bytes;
@@ -227,6 +229,36 @@ static void test_bad_vocab(void) {
     expect_load_error(dir, "encoder.json: malformed", "truncated encoder.json");
     write_file(enc_path, "{\"a\": 0}", 8);
     expect_load_error(dir, "encoder.json: has 1 tokens", "tiny encoder.json");
+
+    /* GPT-2's own file with one flaw each: strtol/strtoul-style leniency and trailing junk are refused */
+    char* bad = mallocCheck(enc_n + 16);
+    memcpy(bad, enc, enc_n);
+    if (memcmp(enc, "{\"!\": 0,", 8) != 0) die("%s/encoder.json does not start with {\"!\": 0,", VOCAB_DIR);
+    memcpy(bad + 6, "+0", 2); /* {"!": +0, ... */
+    memcpy(bad + 8, enc + 7, enc_n - 7);
+    write_file(enc_path, bad, enc_n + 1);
+    expect_load_error(dir, "malformed at byte 6: expected an integer id (digits)", "id '+0'");
+    memcpy(bad, "{\"\\u+021\"", 9); /* {"\u+021": 0, ...: strtoul would read +021 as '!' */
+    memcpy(bad + 9, enc + 4, enc_n - 4);
+    write_file(enc_path, bad, enc_n + 5);
+    expect_load_error(dir, "malformed at byte 4: bad \\u escape (JSON wants exactly 4 hex digits)", "\\u+021");
+    memcpy(bad, enc, enc_n);
+    memcpy(bad + enc_n, " x", 2);
+    write_file(enc_path, bad, enc_n + 2);
+    char want[128];
+    snprintf(want, sizeof(want), "malformed at byte %zu: something follows the top-level object", enc_n + 1);
+    expect_load_error(dir, want, "junk after the object");
+    free(bad);
+    /* encoder.json as a folder, and as a FIFO (opening it to read would wait for a writer forever) */
+    unlink(enc_path);
+    if (mkdir(enc_path, 0755) != 0) die("cannot create %s", enc_path);
+    expect_load_error(dir, "encoder.json' is a directory, not a file", "encoder.json a folder");
+    rmdir(enc_path);
+    if (mkfifo(enc_path, 0644) != 0) die("cannot create the FIFO %s", enc_path);
+    alarm(20);
+    expect_load_error(dir, "encoder.json' is a FIFO, not a file", "encoder.json a FIFO");
+    alarm(0);
+    unlink(enc_path);
 
     write_file(enc_path, enc, enc_n);
     write_file(bpe_path, bpe, bpe_n / 2);
