@@ -21,9 +21,17 @@ BUILD := build
 # the same code (and bit-identical results) on every machine that runs it.
 # -fno-math-errno: no program here reads errno after a math call, and without it
 # gcc cannot vectorise sqrtf (the CPU AdamW step runs 3x faster with it).
+#
+# CFLAGS, NVCCFLAGS and LDLIBS are the user's to set (make CFLAGS=-O1 ...); what
+# the build itself needs (include path, language level, OpenMP, dependency
+# files) is in BUILD_CFLAGS, BUILD_NVCCFLAGS and BUILD_LDLIBS, which `override`
+# appends to whatever the user gave, so a user value never drops them. The
+# per-object pinned flags in the module.mk files are appended the same way.
 CFLAGS ?= -O3 -march=x86-64-v3 -fno-math-errno
-CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
-LDLIBS += -lm -fopenmp
+BUILD_CFLAGS := -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
+override CFLAGS += $(BUILD_CFLAGS)
+BUILD_LDLIBS := -lm -fopenmp
+override LDLIBS += $(BUILD_LDLIBS)
 PYTHON ?= python3
 # A Python that can import torch (Debian's python3-torch lives under /usr/bin/python3,
 # which a pyenv or venv python3 earlier on PATH may hide). Empty if none.
@@ -58,7 +66,9 @@ endif
 
 NVCC_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
 NVCCFLAGS ?= -O3 --use_fast_math
-NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -I. -Xcompiler -fopenmp -lineinfo --expt-relaxed-constexpr
+# Recursive (=): NVCC_ARCH is read when a rule runs, so an object's own NVCC_ARCH (module.mk) applies.
+BUILD_NVCCFLAGS = -std=c++17 $(NVCC_ARCH) -I. -Xcompiler -fopenmp -lineinfo --expt-relaxed-constexpr
+override NVCCFLAGS += $(BUILD_NVCCFLAGS)
 
 # Programs and tests each module registers (appended to by the module.mk files).
 PROGRAMS :=

@@ -5,3 +5,6 @@ CPU_TESTS += $(BUILD)/tests/test_sampler_text
 $(BUILD)/tests/test_sampler_text: $(BUILD)/tests/test_sampler_text.o $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS) \
                                   $(BUILD)/model/gpt_config.o $(BUILD)/attention/attention_common.o
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+# The Makefile itself: user CFLAGS/NVCCFLAGS/LDLIBS keep the build's own flags (an ASan build of
+# tokenize in a temporary build folder, also checked for leaks on its error path), what `make run` builds.
+CPU_TEST_COMMANDS += "bash tests/test_build.sh"
