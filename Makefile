@@ -1,7 +1,7 @@
 # Makefile - builds every program of the project and runs its tests.
 #
 #   make run      set up the bundled default data and train on it (GPU trainer
-#                 when a GPU is present, the CPU trainer otherwise)
+#                 when a GPU is present, the CPU trainer otherwise; builds only that)
 #   make test     build and run all CPU tests (ends with "N passed, N failed")
 #   make gputest  build and run the GPU tests (needs an NVIDIA GPU)
 #   make all      build every program this machine can build
@@ -60,7 +60,7 @@ $(info [build] cuBLAS: $(if $(HAVE_CUBLAS),found,not found: train_gpt is left ou
 $(info [build] cuDNN:  $(if $(HAVE_CUDNN),found (used only as a benchmark baseline through PyTorch),not found: nothing is left out (our attention does not use it)))
 $(info [build] NCCL:   $(if $(HAVE_NCCL),found: multi-GPU data parallelism enabled,not found: train_gpt is built for one GPU only))
 $(info [build] MPI:    $(if $(HAVE_MPI),found: mpirun launch enabled,not found: multi-GPU launch through mpirun left out (the env-var launch still works with NCCL)))
-$(info [build] GPU:    $(if $(HAVE_GPU),present,none on this machine: GPU tests and make run's GPU trainer are skipped))
+$(info [build] GPU:    $(if $(HAVE_GPU),present,none on this machine: GPU tests are skipped; make run builds and runs the CPU trainer))
 endif
 endif
 
@@ -102,7 +102,11 @@ $(BUILD)/%.cu.o: %.cu
 setup: $(BUILD)/tokenize
 	bash scripts/setup_data.sh
 
-run: setup all
+# `make run` builds only the programs it runs: the tokenize tool and the GPU trainer where a GPU,
+# nvcc and cuBLAS are all present, the CPU trainer otherwise (compiling CUDA code that cannot run
+# here would be most of its time). `make all` and `make test` still build and check the rest.
+RUN_PROGRAMS := $(BUILD)/tokenize $(if $(and $(HAVE_GPU),$(HAVE_CUBLAS)),$(BUILD)/train_gpt,$(BUILD)/train_gpt_cpu)
+run: setup $(RUN_PROGRAMS)
 	bash scripts/run_default.sh
 
 # The compile check CI relies on: every CUDA source builds with nvcc, no GPU needed.
