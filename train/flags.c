@@ -102,6 +102,10 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      "allow starting over in a run folder that holds a previous run (its log and checkpoints are deleted)"},
     {FLAG_LOG_EVERY, "log-every", FLAG_TYPE_INT, OFF(log_every), "1", NULL, 1, 2147483647.0, "N", NULL, "output", 0,
      "print the console progress line every N steps (log.jsonl gets every step)"},
+    {FLAG_CHECKPOINT_DTYPE, "checkpoint-dtype", FLAG_TYPE_CHOICE, OFF(checkpoint_dtype), "fp32", "fp32|bf16", 0, 0,
+     NULL, NULL, "output", 0, "weights in model_NNNNNNNN.bin: fp32 (llm.c version 3) or bf16 (llm.c version 5, "
+     "round-to-nearest-even: what llm.c's default BF16 trainer loads; a --resume then continues from the rounded "
+     "weights, not bit-exactly). docs/llmc.md"},
     {FLAG_DIAG_EVERY, "diag-every", FLAG_TYPE_INT, OFF(diag_every), "0", NULL, 0, 2147483647.0, "N", NULL,
      "diagnostics", 0, "per-layer attention diagnostics (rho, max |q|, |k|, logit, entropy) every N steps"},
     {FLAG_CAPTURE_STEPS, "capture-steps", FLAG_TYPE_STRING, OFF(capture_steps), "", NULL, 0, 0, "S1,S2,...", NULL,
