@@ -58,7 +58,8 @@ static const char* opt_bench = NULL;
 static int64_t opt_repeat = 5;
 
 static Flag flags[] = {
-    {"vocab", FLAG_STRING, "DIR", "folder with GPT-2's encoder.json and vocab.bpe (default .cache/gpt2)", &opt_vocab},
+    {"vocab", FLAG_STRING, "DIR", "folder with GPT-2's encoder.json and vocab.bpe (default .cache/gpt2); for "
+     "--decode also llm.c's gpt2_tokenizer.bin", &opt_vocab},
     {"out", FLAG_STRING, "DIR", "folder for the shards (created if missing; required to write shards)", &opt_out},
     {"name", FLAG_STRING, "PREFIX", "shard names: PREFIX_train_000000.bin ..., PREFIX_val_000000.bin (default data)", &opt_name},
     {"shard-tokens", FLAG_INT, "N", "at most N tokens per shard, but for a short tail (default 100000000)",
@@ -564,6 +565,14 @@ int main(int argc, char** argv) {
     Tokenizer* tok;
     if (tokenizer_load(&tok, opt_vocab, err, sizeof(err)) != 0) {
         fprintf(stderr, "tokenize: %s\n", err);
+        free(pos);
+        return 1;
+    }
+    if (!opt_decode && !tokenizer_can_encode(tok)) {
+        fprintf(stderr, "tokenize: --vocab %s is llm.c's gpt2_tokenizer.bin, which can only decode (--decode): "
+                "encoding needs GPT-2's encoder.json and vocab.bpe\n  hint: scripts/setup_data.sh fetches them "
+                "into .cache/gpt2\n", opt_vocab);
+        tokenizer_free(tok);
         free(pos);
         return 1;
     }

@@ -86,6 +86,7 @@ struct Tokenizer {
     MergeCandidate* scratch_heap;
     size_t scratch_cap; /* bytes of piece the scratch arrays can hold */
     int* piece_ids;     /* ids of the piece being encoded */
+    int decode_only;    /* loaded from llm.c's gpt2_tokenizer.bin: token bytes only, no merges */
 };
 
 /* ---------------------------------------------------------------- hashing */
@@ -410,6 +411,75 @@ fail:
     return -1;
 }
 
+/* llm.c's tokenizer file (gpt2_tokenizer.bin): uint32 header[256] = {20240328, version 1|2,
+ * vocab size, (version 2) the EOT id, 0...}, then per token a uint8 length (>= 1) and its bytes.
+ * Fills t's token table for decoding; 0, or -1 with err naming the file, the problem and its offset. */
+#define LLMC_TOKENIZER_MAGIC 20240328u
+static int load_llmc_tokenizer(Tokenizer* t, const char* path, char* err, size_t errlen) {
+    size_t n;
+    char* raw = read_whole_file(path, &n, err, errlen);
+    if (!raw) return -1;
+    const uint8_t* b = (const uint8_t*)raw;
+    uint32_t h[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 4 && n >= 1024; k++)
+        h[k] = (uint32_t)b[4 * k] | (uint32_t)b[4 * k + 1] << 8 | (uint32_t)b[4 * k + 2] << 16 | (uint32_t)b[4 * k + 3] << 24;
+    const char* problem = NULL;
+    size_t at = 1024;
+    if (n < 1024) problem = "shorter than its 1024-byte header";
+    else if (h[0] != LLMC_TOKENIZER_MAGIC) problem = "bad magic at byte 0 (expected 20240328: not llm.c's tokenizer file)";
+    else if (h[1] != 1 && h[1] != 2) problem = "unsupported version at byte 4 (expected 1 or 2)";
+    else if (h[2] != TOKENIZER_VOCAB_SIZE) problem = "vocab size at byte 8 is not GPT-2's 50257";
+    else if (h[1] == 2 && h[3] != TOKENIZER_EOT) problem = "EOT token id at byte 12 is not GPT-2's 50256";
+    if (problem) {
+        snprintf(err, errlen, "%s: %s\n  hint: pass llm.c's gpt2_tokenizer.bin, or a folder with GPT-2's encoder.json "
+                 "and vocab.bpe", path, problem);
+        free(raw);
+        return -1;
+    }
+    t->token_bytes = mallocCheck(n);
+    size_t used = 0;
+    for (int id = 0; id < TOKENIZER_VOCAB_SIZE; id++) {
+        if (at >= n || b[at] == 0 || at + 1 + b[at] > n) {
+            snprintf(err, errlen, "%s: token %d at byte %zu: %s\n  hint: the file is truncated or corrupt; use "
+                     "llm.c's gpt2_tokenizer.bin", path, id, at, at >= n ? "the file ends before it" :
+                     b[at] == 0 ? "length 0" : "its bytes run past the end of the file");
+            free(raw);
+            return -1;
+        }
+        const size_t len = b[at];
+        memcpy(t->token_bytes + used, b + at + 1, len);
+        t->token_off[id] = (uint32_t)used;
+        t->token_len[id] = (uint32_t)len;
+        used += len;
+        at += 1 + len;
+    }
+    if (at != n) {
+        snprintf(err, errlen, "%s: %zu bytes follow the last token (at byte %zu)\n  hint: the file is corrupt or not "
+                 "GPT-2's; use llm.c's gpt2_tokenizer.bin", path, n - at, at);
+        free(raw);
+        return -1;
+    }
+    free(raw);
+    t->decode_only = 1;
+    return 0;
+}
+
+/* A vocabulary path names llm.c's tokenizer file: the file itself, or a folder holding
+ * gpt2_tokenizer.bin but no encoder.json. Writes that file's path into buf. */
+static int llmc_tokenizer_path(const char* vocab, char* buf, size_t cap) {
+    struct stat st;
+    if (stat(vocab, &st) == 0 && S_ISREG(st.st_mode)) {
+        snprintf(buf, cap, "%s", vocab);
+        return 1;
+    }
+    snprintf(buf, cap, "%s/encoder.json", vocab);
+    if (stat(buf, &st) == 0) return 0;
+    snprintf(buf, cap, "%s/gpt2_tokenizer.bin", vocab);
+    return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int tokenizer_can_encode(const Tokenizer* t) { return !t->decode_only; }
+
 int tokenizer_load(Tokenizer** out, const char* vocab_dir, char* err, size_t errlen) {
     char dummy[1];
     if (err == NULL || errlen == 0) { err = dummy; errlen = sizeof(dummy); }
@@ -418,6 +488,12 @@ int tokenizer_load(Tokenizer** out, const char* vocab_dir, char* err, size_t err
     size_t dl = strlen(vocab_dir);
     char* path = mallocCheck(dl + 32);
     Tokenizer* t = callocCheck(1, sizeof(Tokenizer));
+    if (llmc_tokenizer_path(vocab_dir, path, dl + 32)) {
+        if (load_llmc_tokenizer(t, path, err, errlen) != 0) goto fail;
+        free(path);
+        *out = t;
+        return 0;
+    }
 
     snprintf(path, dl + 32, "%s/encoder.json", vocab_dir);
     if (load_encoder_json(t, path, err, errlen) != 0) goto fail;
@@ -726,6 +802,9 @@ static void encode_piece(Tokenizer* t, const uint8_t* p, size_t n, int** ids, si
 }
 
 size_t tokenizer_encode_append(Tokenizer* t, const char* text, size_t len, int** ids, size_t* n, size_t* cap) {
+    if (t->decode_only)
+        die("the tokenizer was loaded from llm.c's gpt2_tokenizer.bin, which can only decode: encoding needs "
+            "GPT-2's encoder.json and vocab.bpe (scripts/setup_data.sh fetches them)");
     const uint8_t* s = (const uint8_t*)text;
     size_t before = *n, i = 0;
     while (i < len) {

@@ -18,7 +18,8 @@
  * "<|endoftext|>" in the text is ordinary text (tiktoken's encode_ordinary).
  *
  * Reads: vocab_dir/encoder.json (token string -> id, in GPT-2's byte-to-unicode
- * alphabet) and vocab_dir/vocab.bpe (the merges, in rank order).
+ * alphabet) and vocab_dir/vocab.bpe (the merges, in rank order); or, to decode
+ * only, llm.c's gpt2_tokenizer.bin (see tokenizer_load).
  *
  * Speed: open-addressing hash tables for the vocabulary and merge ranks, and a
  * cache of encoded pre-tokens; no allocation per byte. A Tokenizer is not
@@ -37,8 +38,17 @@ typedef struct Tokenizer Tokenizer;
 
 /* Loads vocab_dir/encoder.json and vocab_dir/vocab.bpe. Returns 0 and sets *out,
  * or returns -1 and writes a message naming the file, the problem and the fix
- * into err (errlen bytes, may be 0). */
+ * into err (errlen bytes, may be 0).
+ * For decoding only, vocab_dir may instead be llm.c's tokenizer file
+ * (gpt2_tokenizer.bin: uint32 header[256] = {20240328, version 1|2, vocab size
+ * 50257, EOT id 50256 (version 2), 0...}, then per token a uint8 length and
+ * its bytes) or a folder holding that file and no encoder.json. Such a
+ * tokenizer decodes exactly as GPT-2's; it has no merges, so it cannot
+ * encode (tokenizer_can_encode says so; the encode calls stop the program
+ * with a message). */
 int tokenizer_load(Tokenizer** out, const char* vocab_dir, char* err, size_t errlen);
+/* 1 when loaded from encoder.json + vocab.bpe, 0 for a decode-only llm.c tokenizer file. */
+int tokenizer_can_encode(const Tokenizer* t);
 void tokenizer_free(Tokenizer* t);
 
 /* Encodes len bytes of text (UTF-8; need not be NUL-terminated). Returns a

@@ -8,6 +8,6 @@ $(BUILD)/tests/test_sampler_text: $(BUILD)/tests/test_sampler_text.o $(TRAIN_INF
 # The Makefile itself: user CFLAGS/NVCCFLAGS/LDLIBS keep the build's own flags (an ASan build of
 # tokenize in a temporary build folder, also checked for leaks on its error path), what `make run` builds.
 CPU_TEST_COMMANDS += "bash tests/test_build.sh"
-# llm.c interop through the CPU trainer: --checkpoint-dtype bf16 (version-5 files) and its resume, --vocab
-# given llm.c's gpt2_tokenizer.bin (needs build/train_gpt_cpu and build/tokenize, as train/module.mk's tests).
+# llm.c interop through the CPU trainer: --checkpoint-dtype bf16 (version-5 files) and its resume
+# (needs build/train_gpt_cpu and build/tokenize, as train/module.mk's tests).
 CPU_TEST_COMMANDS += "bash tests/test_llmc_interop.sh"

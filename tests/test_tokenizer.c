@@ -23,7 +23,10 @@
  *     validation split, shard size limit) and its --ids/--decode modes;
  *   - no shard shorter than --min-shard-tokens but a split's only one: a
  *     short tail (the default corpus at --shard-tokens 150930 leaves 9
- *     tokens) is appended to the shard before it, and tokenize says so.
+ *     tokens) is appended to the shard before it, and tokenize says so;
+ *   - llm.c's gpt2_tokenizer.bin (written here from the vocabulary) loads
+ *     for decoding, decodes every id the same, refuses to encode, and
+ *     damaged copies are refused naming the byte.
  * Needs .cache/gpt2/{encoder.json,vocab.bpe} and .cache/corpus/mobydick.txt
  * (scripts/setup_data.sh; `make test` runs it first).
  */
@@ -787,6 +790,95 @@ static void test_tokenize_short_tail(Tokenizer* t) {
     run_cmd(cmd);
 }
 
+/* llm.c's gpt2_tokenizer.bin, written here from the loaded GPT-2 vocabulary: decoding only. */
+static void test_llmc_tokenizer(Tokenizer* t) {
+    test_section("llm.c's gpt2_tokenizer.bin as --vocab (decode only)");
+    char dir[] = "/tmp/test_tokenizer_llmcXXXXXX";
+    if (!mkdtemp(dir)) die("mkdtemp failed: %s", strerror(errno));
+    size_t cap = 1024 + 50257 * 257, n = 1024;
+    uint8_t* file = calloc(1, cap);
+    const uint32_t header[4] = {20240328, 2, 50257, 50256};
+    for (int k = 0; k < 4; k++)
+        for (int b = 0; b < 4; b++) file[4 * k + b] = (uint8_t)(header[k] >> (8 * b));
+    for (int id = 0; id < TOKENIZER_VOCAB_SIZE; id++) {
+        size_t len;
+        const char* bytes = tokenizer_decode_token(t, id, &len);
+        file[n++] = (uint8_t)len;
+        memcpy(file + n, bytes, len);
+        n += len;
+    }
+    char path[600], cmd[2048];
+    snprintf(path, sizeof(path), "%s/gpt2_tokenizer.bin", dir);
+    write_file(path, (const char*)file, n);
+    /* the file itself, and a folder that holds it (and no encoder.json) */
+    const char* vocabs[2] = {path, dir};
+    for (int v = 0; v < 2; v++) {
+        Tokenizer* lt = NULL;
+        char err[1024] = "";
+        int rc = tokenizer_load(&lt, vocabs[v], err, sizeof(err));
+        CHECK(rc == 0, "%s loads (%s)", v ? "a folder with gpt2_tokenizer.bin" : "gpt2_tokenizer.bin", err);
+        if (rc != 0) continue;
+        int same = 1;
+        for (int id = 0; id < TOKENIZER_VOCAB_SIZE && same; id++) {
+            size_t a, b;
+            const char* x = tokenizer_decode_token(t, id, &a);
+            const char* y = tokenizer_decode_token(lt, id, &b);
+            same = a == b && memcmp(x, y, a) == 0;
+        }
+        CHECK(same, "every id decodes to the same bytes as with encoder.json");
+        CHECK(!tokenizer_can_encode(lt) && tokenizer_can_encode(t), "it says it cannot encode");
+        tokenizer_free(lt);
+    }
+    /* version 1 (no EOT field) loads too */
+    file[4] = 1;
+    memset(file + 12, 0, 4);
+    char v1[700];
+    snprintf(v1, sizeof(v1), "%s/v1.bin", dir);
+    write_file(v1, (const char*)file, n);
+    Tokenizer* lt = NULL;
+    char err[1024] = "";
+    CHECK(tokenizer_load(&lt, v1, err, sizeof(err)) == 0, "version 1 loads (%s)", err);
+    tokenizer_free(lt);
+    file[4] = 2;
+    file[12] = (uint8_t)(50256 & 0xff);
+    file[13] = (uint8_t)(50256 >> 8);
+    /* damaged files: one message each, naming the file and the byte */
+    char bad[700];
+    snprintf(bad, sizeof(bad), "%s/bad.bin", dir);
+    write_file(bad, (const char*)file, n - 5);
+    lt = NULL;
+    CHECK(tokenizer_load(&lt, bad, err, sizeof(err)) == -1 && lt == NULL && strstr(err, bad) &&
+              strstr(err, "token 50256 at byte"), "truncated: %s", err);
+    write_file(bad, (const char*)file, n);
+    FILE* fa = fopen(bad, "ab");
+    fputs("junk", fa);
+    fclose(fa);
+    CHECK(tokenizer_load(&lt, bad, err, sizeof(err)) == -1 && strstr(err, "4 bytes follow the last token"),
+          "trailing bytes: %s", err);
+    file[0] ^= 1;
+    write_file(bad, (const char*)file, n);
+    file[0] ^= 1;
+    CHECK(tokenizer_load(&lt, bad, err, sizeof(err)) == -1 && strstr(err, "bad magic at byte 0"), "bad magic: %s", err);
+    /* the tokenize tool: --decode works with it, encoding is refused with the reason */
+    snprintf(cmd, sizeof(cmd), "echo '15496 995 50256' | %s --vocab %s --decode > %s/text.txt", TOKENIZE_BIN, path, dir);
+    CHECK(run_cmd(cmd) == 0, "tokenize --decode with gpt2_tokenizer.bin ran");
+    char tpath[700];
+    snprintf(tpath, sizeof(tpath), "%s/text.txt", dir);
+    size_t tn;
+    char* text = read_file(tpath, &tn);
+    CHECK(text && strcmp(text, "Hello world<|endoftext|>") == 0, "--decode prints the text");
+    free(text);
+    snprintf(cmd, sizeof(cmd), "printf 'Hello' | %s --vocab %s --ids > /dev/null 2> %s/err.txt", TOKENIZE_BIN, path,
+             dir);
+    CHECK(run_cmd(cmd) == 1, "tokenize --ids with gpt2_tokenizer.bin is refused");
+    snprintf(cmd, sizeof(cmd), "grep -q 'can only decode (--decode): encoding needs GPT-2.s encoder.json and vocab.bpe' "
+             "%s/err.txt", dir);
+    CHECK(run_cmd(cmd) == 0, "the refusal says encoding needs encoder.json and vocab.bpe");
+    free(file);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    run_cmd(cmd);
+}
+
 int main(void) {
     test_unicode_tables();
     test_bad_vocab();
@@ -805,6 +897,7 @@ int main(void) {
     test_corpus(t);
     test_tokenize_tool(t);
     test_tokenize_short_tail(t);
+    test_llmc_tokenizer(t);
     tokenizer_free(t);
     return test_summary();
 }

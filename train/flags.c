@@ -45,7 +45,8 @@ static const FlagRow g_rows[NUM_FLAGS] = {
     {FLAG_VAL_DATA, "val-data", FLAG_TYPE_STRING, OFF(val_data), "data/default/default_val_*.bin", NULL, 0, 0,
      "GLOB", NULL, "data", 0, "validation token shards; \"\" = no validation"},
     {FLAG_VOCAB, "vocab", FLAG_TYPE_STRING, OFF(vocab), ".cache/gpt2", NULL, 0, 0, "DIR", NULL, "data", 0,
-     "folder with encoder.json and vocab.bpe (to print samples as text); \"\" = print token ids"},
+     "folder with encoder.json and vocab.bpe, or llm.c's gpt2_tokenizer.bin (to print samples as text); "
+     "\"\" = print token ids"},
     {FLAG_SHUFFLE, "shuffle", FLAG_TYPE_BOOL, OFF(shuffle), "1", NULL, 0, 1, "0|1", "1", "data", 0,
      "shuffle shards and samples per epoch (seeded by --seed)"},
     {FLAG_BATCH_SIZE, "batch-size", FLAG_TYPE_INT, OFF(batch_size), "16", NULL, 1, 1 << 20, "B", NULL, "batch", 0,
