@@ -1,7 +1,7 @@
 # Makefile - builds every program of the project and runs its tests.
 #
 #   make run      set up the bundled default data and train on it (GPU trainer
-#                 when a GPU is present, the CPU trainer otherwise)
+#                 when a GPU is present, the CPU trainer otherwise; builds only that)
 #   make test     build and run all CPU tests (ends with "N passed, N failed")
 #   make gputest  build and run the GPU tests (needs an NVIDIA GPU)
 #   make all      build every program this machine can build
@@ -21,9 +21,17 @@ BUILD := build
 # the same code (and bit-identical results) on every machine that runs it.
 # -fno-math-errno: no program here reads errno after a math call, and without it
 # gcc cannot vectorise sqrtf (the CPU AdamW step runs 3x faster with it).
+#
+# CFLAGS, NVCCFLAGS and LDLIBS are the user's to set (make CFLAGS=-O1 ...); what
+# the build itself needs (include path, language level, OpenMP, dependency
+# files) is in BUILD_CFLAGS, BUILD_NVCCFLAGS and BUILD_LDLIBS, which `override`
+# appends to whatever the user gave, so a user value never drops them. The
+# per-object pinned flags in the module.mk files are appended the same way.
 CFLAGS ?= -O3 -march=x86-64-v3 -fno-math-errno
-CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
-LDLIBS += -lm -fopenmp
+BUILD_CFLAGS := -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -MMD -MP
+override CFLAGS += $(BUILD_CFLAGS)
+BUILD_LDLIBS := -lm -fopenmp
+override LDLIBS += $(BUILD_LDLIBS)
 PYTHON ?= python3
 # A Python that can import torch (Debian's python3-torch lives under /usr/bin/python3,
 # which a pyenv or venv python3 earlier on PATH may hide). Empty if none.
@@ -52,13 +60,15 @@ $(info [build] cuBLAS: $(if $(HAVE_CUBLAS),found,not found: train_gpt is left ou
 $(info [build] cuDNN:  $(if $(HAVE_CUDNN),found (used only as a benchmark baseline through PyTorch),not found: nothing is left out (our attention does not use it)))
 $(info [build] NCCL:   $(if $(HAVE_NCCL),found: multi-GPU data parallelism enabled,not found: train_gpt is built for one GPU only))
 $(info [build] MPI:    $(if $(HAVE_MPI),found: mpirun launch enabled,not found: multi-GPU launch through mpirun left out (the env-var launch still works with NCCL)))
-$(info [build] GPU:    $(if $(HAVE_GPU),present,none on this machine: GPU tests and make run's GPU trainer are skipped))
+$(info [build] GPU:    $(if $(HAVE_GPU),present,none on this machine: GPU tests are skipped; make run builds and runs the CPU trainer))
 endif
 endif
 
 NVCC_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
 NVCCFLAGS ?= -O3 --use_fast_math
-NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -I. -Xcompiler -fopenmp -lineinfo --expt-relaxed-constexpr
+# Recursive (=): NVCC_ARCH is read when a rule runs, so an object's own NVCC_ARCH (module.mk) applies.
+BUILD_NVCCFLAGS = -std=c++17 $(NVCC_ARCH) -I. -Xcompiler -fopenmp -lineinfo --expt-relaxed-constexpr
+override NVCCFLAGS += $(BUILD_NVCCFLAGS)
 
 # Programs and tests each module registers (appended to by the module.mk files).
 PROGRAMS :=
@@ -92,7 +102,11 @@ $(BUILD)/%.cu.o: %.cu
 setup: $(BUILD)/tokenize
 	bash scripts/setup_data.sh
 
-run: setup all
+# `make run` builds only the programs it runs: the tokenize tool and the GPU trainer where a GPU,
+# nvcc and cuBLAS are all present, the CPU trainer otherwise (compiling CUDA code that cannot run
+# here would be most of its time). `make all` and `make test` still build and check the rest.
+RUN_PROGRAMS := $(BUILD)/tokenize $(if $(and $(HAVE_GPU),$(HAVE_CUBLAS)),$(BUILD)/train_gpt,$(BUILD)/train_gpt_cpu)
+run: setup $(RUN_PROGRAMS)
 	bash scripts/run_default.sh
 
 # The compile check CI relies on: every CUDA source builds with nvcc, no GPU needed.

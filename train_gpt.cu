@@ -342,9 +342,10 @@ static void sample_text(GPTCuda* model, Tokenizer* tok, SamplerRng* rng, int n, 
 }
 
 /* Every rank takes part (the ZeRO-1 shards are gathered); rank 0 writes the
-   same two files a one-GPU run writes. */
+   same two files a one-GPU run writes. bf16: the model file holds bf16
+   weights (--checkpoint-dtype), and the state's hash is of those. */
 static void save_checkpoint(GPTCuda* model, DataParallel* dp, const char* out_dir, int step, ResumeState* st,
-                            float* host_params, RunLog* log) {
+                            float* host_params, int bf16, RunLog* log) {
     char model_path[4096], state_path[4096], err[1024];
     dp_gather_f32(dp, model->master, host_params, model->stream);
     dp_gather_f32(dp, model->adam_m, st->m, model->stream);
@@ -352,8 +353,10 @@ static void save_checkpoint(GPTCuda* model, DataParallel* dp, const char* out_di
     if (dp->dist.rank != 0) return;
     run_file_path(model_path, sizeof(model_path), out_dir, "model", step);
     run_file_path(state_path, sizeof(state_path), out_dir, "state", step);
-    if (checkpoint_write_model(model_path, &model->config, host_params, 0, err, sizeof(err)) != 0)
+    if (checkpoint_write_model(model_path, &model->config, host_params, bf16, err, sizeof(err)) != 0)
         die("saving the checkpoint: %s", err);
+    if (bf16) /* the hash of the weights as saved (rounded), which a --resume reads back */
+        for (size_t i = 0; i < model->num_params; i++) host_params[i] = bf16_round(host_params[i]);
     st->params_hash = resume_hash(host_params, model->num_params * sizeof(float), RESUME_HASH_INIT);
     if (resume_state_write(state_path, st, err, sizeof(err)) != 0) die("saving the resume state: %s", err);
     FILE* rec = runlog_begin(log, "checkpoint");
@@ -743,7 +746,8 @@ int main(int argc, char** argv) {
             st.tokens_seen = tokens_seen;
             st.rng_state = rng.state;
             st.data_pos = dataloader_position(train_loader);
-            save_checkpoint(&model, &dp, out_dir, step, &st, host_params, &log);
+            save_checkpoint(&model, &dp, out_dir, step, &st, host_params, strcmp(f.checkpoint_dtype, "bf16") == 0,
+                            &log);
         }
         if (stop_here) {
             FILE* pf = runlog_begin(&log, "stop");

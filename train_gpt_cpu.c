@@ -176,7 +176,8 @@ static void save_checkpoint(const SaveArgs* a, int64_t step, RunLog* log) {
     char model_path[PATH_CAP], state_path[PATH_CAP], err[1024];
     run_file_path(model_path, sizeof(model_path), a->out_dir, "model", step);
     run_file_path(state_path, sizeof(state_path), a->out_dir, "state", step);
-    if (checkpoint_write_model(model_path, &a->model->config, a->model->params, 0, err, sizeof(err)) != 0)
+    const int bf16 = strcmp(a->flags->checkpoint_dtype, "bf16") == 0;
+    if (checkpoint_write_model(model_path, &a->model->config, a->model->params, bf16, err, sizeof(err)) != 0)
         die("saving the model at step %lld failed: %s\n  hint: earlier checkpoints in %s are intact; free disk "
             "space, then continue with --resume", (long long)step, err, a->out_dir);
     ResumeState s;
@@ -196,7 +197,14 @@ static void save_checkpoint(const SaveArgs* a, int64_t step, RunLog* log) {
     s.zero_key_bias_grad = a->flags->zero_key_bias_grad;
     s.seed = a->flags->seed;
     s.rng_state = a->rng->state;
-    s.params_hash = params_digest(a->model->params, a->model->num_params);
+    if (bf16) { /* the digest of the weights as saved (rounded), which a --resume reads back */
+        float* rounded = (float*)mallocCheck(a->model->num_params * sizeof(float));
+        for (size_t i = 0; i < a->model->num_params; i++) rounded[i] = bf16_round(a->model->params[i]);
+        s.params_hash = params_digest(rounded, a->model->num_params);
+        free(rounded);
+    } else {
+        s.params_hash = params_digest(a->model->params, a->model->num_params);
+    }
     s.data_pos = dataloader_position(a->train);
     s.num_params = a->model->num_params;
     s.m = (float*)a->m;

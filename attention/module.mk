@@ -20,7 +20,8 @@ $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(ATTN_CP
 #   width (4 lanes with SSE, 8 with AVX2), and that order moves the emulated
 #   BF16 roundings enough to matter on the sharp and offset cases checked
 #   against the PyTorch emulation (tests/test_attention_torch.py).
-$(BUILD)/attention/attention_cpu.o: CFLAGS += -ffp-contract=off -fmath-errno -march=x86-64-v2 -mtune=generic
+# `override`: they hold even when the user sets CFLAGS on the command line.
+$(BUILD)/attention/attention_cpu.o: override CFLAGS += -ffp-contract=off -fmath-errno -march=x86-64-v2 -mtune=generic
 
 # ---- CUDA side: the tensor-core kernels of every mode (attention_cuda.cu) ----
 # Programs that call attention_forward_cuda / attention_backward_cuda link

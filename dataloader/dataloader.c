@@ -4,6 +4,11 @@
  * rank its slice of every global batch, and saves/restores its position.
  *
  * Why it is built this way:
+ * - Every shard is checked once, when dataloader_open first opens it: type
+ *   (regular files only: a FIFO would block forever), header, size, and every
+ *   token id below the vocab size (one sequential read of the payload), so a
+ *   bad shard stops the run before its first step, not at the step that
+ *   happens to read the bad id.
  * - Orders are computed, not stored: a keyed pseudo-random permutation
  *   (Feistel network + cycle walking, below) maps "i-th sample of the epoch"
  *   to a sample index in O(1) time and memory, so a 4 GiB shard with tens of
@@ -143,7 +148,7 @@ static int shard_fd(DataLoader* dl, int s, char* err, size_t errlen) {
     for (int i = 0; i < FD_CACHE_SLOTS; i++) {
         if (dl->cache_shard[i] == s) return dl->cache_fd[i];
     }
-    int fd = open(dl->paths[s], O_RDONLY | O_CLOEXEC);
+    int fd = open(dl->paths[s], O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         snprintf(err, errlen, "%s: cannot open shard for reading: %s (was it moved or deleted during the run?)",
                  dl->paths[s], strerror(errno));
@@ -178,16 +183,87 @@ static int read_exact(int fd, const char* path, void* buf, size_t len, int64_t o
     return 0;
 }
 
-/* Validates shard s at open: regular file, header, size, at least T+1 tokens. */
+/* Bytes of ids read per pass of the id scan (a multiple of 2). */
+#define ID_SCAN_CHUNK_BYTES ((size_t)1 << 20)
+
+/* Checks that every id of the n-token payload of path (open as fd) is below
+ * vocab_size: one sequential read in 1 MiB chunks (skipping the holes of a
+ * sparse file, which read as id 0), the max of each chunk
+ * first (a loop the compiler vectorises), the position of the first bad id
+ * only in a chunk whose max is too large. 0, or -1 naming the file, the id,
+ * its token index and byte offset. */
+static int scan_ids(int fd, const char* path, int64_t n, int vocab_size, char* err, size_t errlen) {
+    unsigned char* buf = (unsigned char*)malloc(ID_SCAN_CHUNK_BYTES);
+    if (buf == NULL) {
+        snprintf(err, errlen, "%s: out of memory for the token id check", path);
+        return -1;
+    }
+    int rc = 0;
+    const int64_t payload_end = (int64_t)SHARD_HEADER_BYTES + 2 * n;
+    for (int64_t first = 0; first < n && rc == 0;) {
+        /* Holes of a sparse file read as zeros, and id 0 is valid: go to the next byte that holds data
+           (SEEK_DATA; where the file system cannot say, every byte counts as data). */
+        off_t data = lseek(fd, (off_t)((int64_t)SHARD_HEADER_BYTES + 2 * first), SEEK_DATA);
+        if (data < 0 && errno == ENXIO) break; /* only a hole up to the end */
+        if (data > (off_t)((int64_t)SHARD_HEADER_BYTES + 2 * first)) {
+            if ((int64_t)data >= payload_end) break;
+            first = ((int64_t)data - SHARD_HEADER_BYTES) / 2;
+        }
+        int64_t count = n - first;
+        if (count > (int64_t)(ID_SCAN_CHUNK_BYTES / 2)) count = (int64_t)(ID_SCAN_CHUNK_BYTES / 2);
+        const int64_t offset = (int64_t)SHARD_HEADER_BYTES + 2 * first;
+        if (read_exact(fd, path, buf, (size_t)count * 2, offset, err, errlen) != 0) {
+            rc = -1;
+            break;
+        }
+        unsigned max_id = 0;
+        for (int64_t i = 0; i < count; i++) {
+            unsigned id = (unsigned)buf[2 * i] | (unsigned)buf[2 * i + 1] << 8; /* little-endian, as llm.c writes */
+            max_id = id > max_id ? id : max_id;
+        }
+        if (max_id >= (unsigned)vocab_size) {
+            for (int64_t i = 0; i < count; i++) {
+                unsigned id = (unsigned)buf[2 * i] | (unsigned)buf[2 * i + 1] << 8;
+                if (id < (unsigned)vocab_size) continue;
+                snprintf(err, errlen, "%s: token id %u at token index %lld (byte offset %lld) is not below the "
+                         "vocab size %d: the shard was made with another tokenizer or is corrupt; re-create it with "
+                         "the tokenize tool or leave it out of the pattern", path, id, (long long)(first + i),
+                         (long long)(offset + 2 * i), vocab_size);
+                break;
+            }
+            rc = -1;
+        }
+        first += count;
+    }
+    free(buf);
+    return rc;
+}
+
+/* Validates shard s at open: a regular file (checked before opening it, so a
+ * FIFO never blocks the open), header, size, at least T+1 tokens, every
+ * token id below the vocab size. */
 static int inspect_shard(DataLoader* dl, int s, char* err, size_t errlen) {
     const char* path = dl->paths[s];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "%s: cannot open shard: %s (check the path and its permissions)", path,
+                 strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file (%s): the shard pattern should match only token shards "
+                 "(.bin files); narrow the pattern or move it out of the folder", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" :
+                 S_ISSOCK(st.st_mode) ? "a socket" : "a device or other special file");
+        return -1;
+    }
+    /* O_NONBLOCK: should the path turn into a FIFO between stat and open, the open still returns at once. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         snprintf(err, errlen, "%s: cannot open shard: %s (check the path and its permissions)", path,
                  strerror(errno));
         return -1;
     }
-    struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         snprintf(err, errlen, "%s: not a regular file: the shard pattern should match only token shards (.bin)",
                  path);
@@ -202,7 +278,6 @@ static int inspect_shard(DataLoader* dl, int s, char* err, size_t errlen) {
         close(fd);
         return -1;
     }
-    close(fd);
     for (int i = 0; i < SHARD_HEADER_INTS; i++) {
         uint32_t v = (uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 | (uint32_t)raw[4 * i + 2] << 16 |
                      (uint32_t)raw[4 * i + 3] << 24;
@@ -213,13 +288,18 @@ static int inspect_shard(DataLoader* dl, int s, char* err, size_t errlen) {
     if (problem != NULL) {
         snprintf(err, errlen, "%s: bad token shard: %s (file size %lld bytes); re-create it with the tokenize "
                  "tool or remove it from the pattern", path, problem, (long long)file_size);
+        close(fd);
         return -1;
     }
     if (n < (int64_t)dl->T + 1) {
         snprintf(err, errlen, "%s: shard holds %lld tokens, fewer than one sample of T+1 = %d tokens: use a "
                  "smaller sequence length or leave this shard out of the pattern", path, (long long)n, dl->T + 1);
+        close(fd);
         return -1;
     }
+    int rc = scan_ids(fd, path, n, dl->vocab_size, err, errlen);
+    close(fd);
+    if (rc != 0) return -1;
     dl->shard_tokens[s] = n;
     dl->shard_samples[s] = (n - 1) / dl->T;
     return 0;
@@ -366,10 +446,11 @@ int dataloader_next(DataLoader* dl, int* inputs, int* targets, char* err, size_t
         int* tg_row = targets + (size_t)b * T;
         for (int t = 0; t <= T; t++) {
             int id = (int)dl->sample_bytes[2 * t] | (int)dl->sample_bytes[2 * t + 1] << 8;
-            if (id >= dl->vocab_size) {
-                snprintf(err, errlen, "%s: token id %d at token index %lld is not below the vocab size %d: the "
-                         "shard was made with another tokenizer or is corrupt; re-create it with the tokenize tool",
-                         dl->paths[s], id, (long long)(first_token + t), dl->vocab_size);
+            if (id >= dl->vocab_size) { /* every id passed the check at open: the file changed since */
+                snprintf(err, errlen, "%s: token id %d at token index %lld (byte offset %lld) is not below the "
+                         "vocab size %d, though every id was below it when the loader opened the shard: the file "
+                         "changed during the run; do not rewrite shards during a run", dl->paths[s], id,
+                         (long long)(first_token + t), (long long)(offset + 2 * t), dl->vocab_size);
                 return -1;
             }
             if (t < T) in_row[t] = id;

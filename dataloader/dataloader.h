@@ -13,9 +13,11 @@
  * ---- Definitions (the contract) ----
  * Shards: the files matching a glob(3) pattern (a plain path is a pattern
  *   matching one file), sorted by name byte-wise (strcmp, whatever the
- *   locale). Each is validated at open: header and file size (shard.h), and it
- *   must hold at least T+1 tokens. Token ids are checked < vocab_size when
- *   read (every id of every sample, inputs and targets).
+ *   locale). Each is validated at open: it must be a regular file, its
+ *   header and file size must agree (shard.h), it must hold at least T+1
+ *   tokens, and every token id in it must be < vocab_size (the open reads
+ *   each shard once, start to end; the message of a bad id names the file,
+ *   the id, its token index and its byte offset).
  * Sample: shard s with n_s tokens is cut into S_s = floor((n_s - 1) / T)
  *   samples; sample k is the T+1 tokens [k*T, k*T + T]. Consecutive samples
  *   share one token (the last target of one is the first input of the next,
@@ -88,8 +90,9 @@ typedef struct {
  * Opens every shard matching glob_pattern and validates it. B sequences of
  * T tokens per rank; rank in [0, world_size). shuffle: 0 = sequential order,
  * 1 = permuted per epoch from (seed, epoch). vocab_size: ids must be below it
- * (50257 for GPT-2). Fails (returns -1, message in err) on: no match, a bad
- * shard, a shard shorter than T+1 tokens, fewer than world_size*B samples in
+ * (50257 for GPT-2). Fails (returns -1, message in err) on: no match, a
+ * match that is not a regular file, a bad shard, a shard shorter than T+1
+ * tokens, a token id >= vocab_size, fewer than world_size*B samples in
  * total, bad arguments. On success *out holds the validated shard list;
  * files are opened on first read and at most 4 stay open. Close it.
  */
@@ -97,8 +100,8 @@ int dataloader_open(DataLoader** out, const char* glob_pattern, int B, int T, in
                     int shuffle, uint64_t seed, int vocab_size, char* err, size_t errlen);
 
 /* Fills this rank's B*T inputs and targets (row-major [B][T]) and advances
- * the position by one global batch. Fails on a read error or a bad token id
- * (message names the file and the token's index in that shard). */
+ * the position by one global batch. Fails on a read error, or on a shard
+ * that changed after the open (shorter, or holding a bad id). */
 int dataloader_next(DataLoader* dl, int* inputs, int* targets, char* err, size_t errlen);
 
 /* Back to the start of epoch 0 (for the validation loader before each eval). */

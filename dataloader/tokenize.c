@@ -12,8 +12,11 @@
  * --val-fraction F holds out the last F of the documents (rounded, at least
  * one when F > 0); with a single document it holds out the last F of that
  * document's tokens instead, and the held-out part starts with its own
- * <|endoftext|>. Shards are written as NAME.tmp and renamed when complete;
- * existing shards with the same names are never silently replaced (--overwrite).
+ * <|endoftext|>. Shards hold --shard-tokens tokens; a last shard shorter than
+ * --min-shard-tokens (which the trainer's loader would refuse at a long
+ * --seq-len, blocking the whole glob) is appended to the one before it.
+ * Shards are written as NAME.tmp and renamed when complete; existing shards
+ * with the same names are never silently replaced (--overwrite).
  *
  * One flag table drives both the parser and --help.
  */
@@ -47,6 +50,7 @@ static const char* opt_vocab = ".cache/gpt2";
 static const char* opt_out = NULL;
 static const char* opt_name = "data";
 static int64_t opt_shard_tokens = 100000000;
+static int64_t opt_min_shard_tokens = 1025;
 static double opt_val_fraction = 0.0;
 static const char* opt_doc_separator = NULL;
 static int opt_ids = 0, opt_decode = 0, opt_help = 0, opt_overwrite = 0;
@@ -54,10 +58,15 @@ static const char* opt_bench = NULL;
 static int64_t opt_repeat = 5;
 
 static Flag flags[] = {
-    {"vocab", FLAG_STRING, "DIR", "folder with GPT-2's encoder.json and vocab.bpe (default .cache/gpt2)", &opt_vocab},
+    {"vocab", FLAG_STRING, "DIR", "folder with GPT-2's encoder.json and vocab.bpe (default .cache/gpt2); for "
+     "--decode also llm.c's gpt2_tokenizer.bin", &opt_vocab},
     {"out", FLAG_STRING, "DIR", "folder for the shards (created if missing; required to write shards)", &opt_out},
     {"name", FLAG_STRING, "PREFIX", "shard names: PREFIX_train_000000.bin ..., PREFIX_val_000000.bin (default data)", &opt_name},
-    {"shard-tokens", FLAG_INT, "N", "at most N tokens per shard (default 100000000)", &opt_shard_tokens},
+    {"shard-tokens", FLAG_INT, "N", "at most N tokens per shard, but for a short tail (default 100000000)",
+     &opt_shard_tokens},
+    {"min-shard-tokens", FLAG_INT, "N", "no shard but a split's only one holds fewer than N tokens: a shorter last "
+     "shard is appended to the one before (the trainer's loader refuses a shard shorter than --seq-len + 1; "
+     "default 1025, enough for --seq-len 1024)", &opt_min_shard_tokens},
     {"val-fraction", FLAG_DOUBLE, "F", "hold out the last fraction F (0..1) of the documents for validation (rounded, "
      "at least 1 document when F > 0); with a single document, the last F of its tokens, which then start with "
      "their own <|endoftext|> (default 0: no validation shard)", &opt_val_fraction},
@@ -211,18 +220,27 @@ static double now_seconds(void) {
 /* ---------------------------------------------------------------- shards */
 
 /* Streams tokens into numbered shards of at most max_tokens, each written as
- * NAME.tmp and renamed to NAME when full or when the writer is closed. */
+ * NAME.tmp and renamed to NAME when complete. The trainer's loader refuses a
+ * shard shorter than one sample (T+1 tokens), and one refused shard blocks
+ * the whole glob; so a full shard is kept open until min_tokens more tokens
+ * have arrived (they wait in tail[]): if the split ends first, they are
+ * appended to it (it then holds up to max_tokens + min_tokens - 1), and no
+ * shard but a split's only one is ever shorter than min_tokens. */
 typedef struct {
     const char* dir;
     const char* prefix;
     const char* split; /* "train" or "val" */
-    int64_t max_tokens;
+    int64_t max_tokens, min_tokens;
     AtomicFile file; /* file.fp non-NULL while a shard is open (as NAME.tmp) */
     char path[4096];
     int64_t in_shard, total;
     int shards;
     uint16_t buf[8192];
     int buf_n;
+    bool held;      /* the open shard is full; the next tokens wait in tail */
+    uint16_t* tail; /* min_tokens ids, allocated on first use */
+    int64_t tail_n;
+    int64_t merged; /* tokens of a short last shard appended to the one before (0: none) */
 } ShardWriter;
 
 /* Any write failure removes the shard's .tmp and dies: no half-written shard is ever left. */
@@ -254,10 +272,11 @@ static void writer_finish_shard(ShardWriter* w) {
     if (atomic_file_commit(&w->file, err, sizeof(err)) != 0)
         die("cannot finish shard '%s': %s\n  hint: is the disk full, is the folder writable?", w->path, err);
     w->shards++;
+    w->held = false;
 }
 
-static void writer_put(ShardWriter* w, int id) {
-    if (id < 0 || id > UINT16_MAX) die("token id %d does not fit the uint16 shard format", id);
+/* Appends id to the open shard (opening the next one first if none is). */
+static void writer_append(ShardWriter* w, uint16_t id) {
     if (!w->file.fp) {
         snprintf(w->path, sizeof(w->path), "%s/%s_%s_%06d.bin", w->dir, w->prefix, w->split, w->shards);
         char err[4400];
@@ -267,11 +286,58 @@ static void writer_put(ShardWriter* w, int id) {
         writer_write_or_die(w, header, sizeof(int32_t), SHARD_HEADER_INTS);
         w->in_shard = 0;
     }
-    w->buf[w->buf_n++] = (uint16_t)id;
+    w->buf[w->buf_n++] = id;
     if (w->buf_n == (int)(sizeof(w->buf) / sizeof(w->buf[0]))) writer_flush_buf(w);
     w->in_shard++;
+    if (w->in_shard == w->max_tokens) {
+        if (w->min_tokens > 1) w->held = true;
+        else writer_finish_shard(w);
+    }
+}
+
+static void writer_put(ShardWriter* w, int id) {
+    if (id < 0 || id > UINT16_MAX) die("token id %d does not fit the uint16 shard format", id);
     w->total++;
-    if (w->in_shard == w->max_tokens) writer_finish_shard(w);
+    if (!w->held) {
+        writer_append(w, (uint16_t)id);
+        return;
+    }
+    if (!w->tail) w->tail = mallocCheck((size_t)w->min_tokens * sizeof(uint16_t));
+    w->tail[w->tail_n++] = (uint16_t)id;
+    if (w->tail_n < w->min_tokens) return;
+    /* enough for a shard the loader accepts: the full one is final, the waiting tokens start the next */
+    writer_finish_shard(w);
+    int64_t n = w->tail_n;
+    w->tail_n = 0;
+    for (int64_t k = 0; k < n; k++) writer_append(w, w->tail[k]);
+}
+
+/* Ends the split: a short tail goes into the last full shard; the last shard is committed. */
+static void writer_close(ShardWriter* w) {
+    if (w->held && w->tail_n > 0) {
+        writer_flush_buf(w);
+        writer_write_or_die(w, w->tail, sizeof(uint16_t), (size_t)w->tail_n);
+        w->in_shard += w->tail_n;
+        w->merged = w->tail_n;
+        w->tail_n = 0;
+    }
+    writer_finish_shard(w);
+    free(w->tail);
+    w->tail = NULL;
+}
+
+/* Says what the split's shards are: where a short tail went, or that its only shard is short. */
+static void writer_report(const ShardWriter* w) {
+    if (w->merged > 0)
+        printf("tokenize: %s: the last %lld tokens (fewer than --min-shard-tokens %lld) were appended to %s, which "
+               "holds %lld tokens, more than --shard-tokens %lld: a shard that short would be refused by the "
+               "trainer's loader at --seq-len >= %lld\n", w->split, (long long)w->merged, (long long)w->min_tokens,
+               w->path, (long long)w->in_shard, (long long)w->max_tokens, (long long)w->merged);
+    else if (w->shards == 1 && w->in_shard < w->min_tokens)
+        printf("tokenize: note: %s: its only shard %s holds %lld tokens, fewer than --min-shard-tokens %lld: the "
+               "trainer's loader refuses it at --seq-len >= %lld (a shard must hold one sample, T+1 tokens); use "
+               "more text%s\n", w->split, w->path, (long long)w->in_shard, (long long)w->min_tokens,
+               (long long)w->in_shard, strcmp(w->split, "val") == 0 ? " or a larger --val-fraction" : "");
 }
 
 /* ---------------------------------------------------------------- documents */
@@ -351,6 +417,13 @@ static int run_shards(Tokenizer* tok, char** files, int n_files) {
     if (opt_val_fraction < 0.0 || opt_val_fraction >= 1.0)
         bad_usage("--val-fraction must be in [0, 1), got %g", opt_val_fraction);
     if (opt_shard_tokens > INT32_MAX) bad_usage("--shard-tokens must be below 2^31 (the header's count is int32)");
+    if (opt_min_shard_tokens > opt_shard_tokens)
+        bad_usage("--shard-tokens %lld is below --min-shard-tokens %lld: every shard would be shorter than the "
+                  "trainer's loader accepts at --seq-len >= %lld; raise --shard-tokens, or lower --min-shard-tokens "
+                  "to the longest --seq-len you will train with plus 1", (long long)opt_shard_tokens,
+                  (long long)opt_min_shard_tokens, (long long)opt_shard_tokens);
+    if (opt_shard_tokens + opt_min_shard_tokens - 1 > INT32_MAX)
+        bad_usage("--shard-tokens + --min-shard-tokens - 1 must be below 2^31 (a last shard may take a short tail)");
     if (strchr(opt_name, '/') || opt_name[0] == '\0') bad_usage("--name must be a plain file-name prefix, got '%s'", opt_name);
     make_dir(opt_out);
     check_existing_shards(opt_out, opt_name);
@@ -363,8 +436,10 @@ static int run_shards(Tokenizer* tok, char** files, int n_files) {
         find_documents(&inputs[i], i, opt_doc_separator, &docs, &n_docs, &cap_docs);
     }
     if (n_docs == 0) die("the input files hold no text (no documents to tokenize)");
-    ShardWriter train = {.dir = opt_out, .prefix = opt_name, .split = "train", .max_tokens = opt_shard_tokens};
-    ShardWriter val = {.dir = opt_out, .prefix = opt_name, .split = "val", .max_tokens = opt_shard_tokens};
+    ShardWriter train = {.dir = opt_out, .prefix = opt_name, .split = "train", .max_tokens = opt_shard_tokens,
+                         .min_tokens = opt_min_shard_tokens};
+    ShardWriter val = {.dir = opt_out, .prefix = opt_name, .split = "val", .max_tokens = opt_shard_tokens,
+                       .min_tokens = opt_min_shard_tokens};
     int* ids = NULL;
     size_t n_ids = 0, cap_ids = 0;
     double t0 = now_seconds();
@@ -399,14 +474,16 @@ static int run_shards(Tokenizer* tok, char** files, int n_files) {
         }
         val_rule = "last documents";
     }
-    writer_finish_shard(&train);
-    writer_finish_shard(&val);
+    writer_close(&train);
+    writer_close(&val);
     double dt = now_seconds() - t0;
     printf("tokenize: %zu documents from %d files, %.1f MB in %.2f s (%.1f MB/s incl. writing)\n", n_docs, n_files,
            (double)total_bytes / 1e6, dt, (double)total_bytes / 1e6 / (dt > 0 ? dt : 1e-9));
     printf("tokenize: train: %lld tokens in %d shards; val: %lld tokens in %d shards (%s); written to %s/%s_*.bin\n",
            (long long)train.total, train.shards, (long long)val.total, val.shards,
            opt_val_fraction > 0 ? val_rule : "none requested", opt_out, opt_name);
+    writer_report(&train);
+    if (val.shards) writer_report(&val);
     free(ids);
     free(docs);
     for (int i = 0; i < n_files; i++) close_input(&inputs[i]);
@@ -488,6 +565,15 @@ int main(int argc, char** argv) {
     Tokenizer* tok;
     if (tokenizer_load(&tok, opt_vocab, err, sizeof(err)) != 0) {
         fprintf(stderr, "tokenize: %s\n", err);
+        free(pos);
+        return 1;
+    }
+    if (!opt_decode && !tokenizer_can_encode(tok)) {
+        fprintf(stderr, "tokenize: --vocab %s is llm.c's gpt2_tokenizer.bin, which can only decode (--decode): "
+                "encoding needs GPT-2's encoder.json and vocab.bpe\n  hint: scripts/setup_data.sh fetches them "
+                "into .cache/gpt2\n", opt_vocab);
+        tokenizer_free(tok);
+        free(pos);
         return 1;
     }
     int rc = opt_ids ? run_ids(tok) : opt_decode ? run_decode(tok) : opt_bench ? run_bench(tok, opt_bench)

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define NUM_BYTE_TOKENS 256
 #define NUM_MERGES (TOKENIZER_VOCAB_SIZE - NUM_BYTE_TOKENS - 1) /* 50000: all ids but bytes and EOT */
@@ -85,6 +86,7 @@ struct Tokenizer {
     MergeCandidate* scratch_heap;
     size_t scratch_cap; /* bytes of piece the scratch arrays can hold */
     int* piece_ids;     /* ids of the piece being encoded */
+    int decode_only;    /* loaded from llm.c's gpt2_tokenizer.bin: token bytes only, no merges */
 };
 
 /* ---------------------------------------------------------------- hashing */
@@ -161,7 +163,16 @@ static int gpt2_codepoint_to_byte(uint32_t cp) {
     return -1;
 }
 
+/* Reads a vocabulary file whole. Only a regular file is opened: a folder
+ * would "open" and report an absurd size, and a FIFO would block the open. */
 static char* read_whole_file(const char* path, size_t* size, char* err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "'%s' is %s, not a file\n  hint: pass --vocab DIR, the folder that holds encoder.json "
+                 "and vocab.bpe (scripts/setup_data.sh puts them in .cache/gpt2)", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file");
+        return NULL;
+    }
     FILE* f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot open '%s': %s\n  hint: pass --vocab DIR with encoder.json and vocab.bpe "
@@ -171,8 +182,13 @@ static char* read_whole_file(const char* path, size_t* size, char* err, size_t e
     if (fseeko(f, 0, SEEK_END) != 0) { fclose(f); snprintf(err, errlen, "cannot seek in '%s'", path); return NULL; }
     off_t n = ftello(f);
     fseeko(f, 0, SEEK_SET);
+    if (n < 0) {
+        fclose(f);
+        snprintf(err, errlen, "cannot tell the size of '%s': %s", path, strerror(errno));
+        return NULL;
+    }
     char* buf = mallocCheck((size_t)n + 1);
-    if (n < 0 || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
         fclose(f);
         free(buf);
         snprintf(err, errlen, "cannot read '%s': %s", path, strerror(errno));
@@ -184,9 +200,8 @@ static char* read_whole_file(const char* path, size_t* size, char* err, size_t e
     return buf;
 }
 
-/* Decodes one UTF-8 character at s[*i] (strictly; no overlongs or surrogates).
- * Returns the code point and advances *i, or returns -1 on invalid input. */
-static int32_t utf8_next(const uint8_t* s, size_t n, size_t* i) {
+/* One UTF-8 character at s[*i] (see tokenizer.h). */
+int32_t tokenizer_utf8_next(const uint8_t* s, size_t n, size_t* i) {
     uint8_t b = s[*i];
     if (b < 0x80) { (*i)++; return b; }
     int len = (b >= 0xc2 && b <= 0xdf) ? 2 : (b >= 0xe0 && b <= 0xef) ? 3 : (b >= 0xf0 && b <= 0xf4) ? 4 : 0;
@@ -240,18 +255,22 @@ static const char* parse_json_token(const char* js, size_t n, size_t* i, uint8_t
                 case 't': cp = '\t'; break;
                 case 'u': {
                     if (*i + 4 > n) return "truncated \\u escape";
-                    char hex[5] = {0};
-                    memcpy(hex, s + *i, 4);
-                    char* endp;
-                    cp = (uint32_t)strtoul(hex, &endp, 16);
-                    if (*endp != '\0') return "bad \\u escape";
-                    *i += 4;
+                    /* exactly 4 hex digits, as JSON says (strtoul alone would take a sign or spaces) */
+                    cp = 0;
+                    for (int k = 0; k < 4; k++) {
+                        uint8_t h = s[*i];
+                        int d = (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                              : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+                        if (d < 0) return "bad \\u escape (JSON wants exactly 4 hex digits)";
+                        cp = cp * 16 + (uint32_t)d;
+                        (*i)++;
+                    }
                     break; /* surrogates are not in the GPT-2 alphabet and fail below */
                 }
                 default: return "unknown escape in string";
             }
         } else {
-            int32_t u = utf8_next(s, n, i);
+            int32_t u = tokenizer_utf8_next(s, n, i);
             if (u < 0) return "invalid UTF-8 in string";
             cp = (uint32_t)u;
         }
@@ -287,8 +306,8 @@ static int load_encoder_json(Tokenizer* t, const char* path, char* err, size_t e
         i++;
         skip_ws(js, n, &i);
         char* endp;
+        if (i >= n || js[i] < '0' || js[i] > '9') { problem = "expected an integer id (digits) after ':'"; goto fail; }
         long id = strtol(js + i, &endp, 10);
-        if (endp == js + i) { problem = "expected an integer id after ':'"; goto fail; }
         if (id < 0 || id >= TOKENIZER_VOCAB_SIZE) { problem = "id out of range 0..50256 (not GPT-2's vocabulary?)"; goto fail; }
         if (t->token_len[id] != UINT32_MAX) { problem = "the same id appears twice"; goto fail; }
         if (len == 0 || len > UINT16_MAX) { problem = "empty or over-long token string"; goto fail; }
@@ -303,6 +322,9 @@ static int load_encoder_json(Tokenizer* t, const char* path, char* err, size_t e
         problem = "expected ',' or '}' after an id";
         goto fail;
     }
+    i++;
+    skip_ws(js, n, &i);
+    if (i < n) { problem = "something follows the top-level object's closing '}'"; goto fail; }
     if (count != TOKENIZER_VOCAB_SIZE) {
         snprintf(err, errlen, "%s: has %zu tokens, GPT-2 has %d\n  hint: use GPT-2's encoder.json "
                  "(scripts/setup_data.sh fetches it)", path, count, TOKENIZER_VOCAB_SIZE);
@@ -328,7 +350,7 @@ fail:
 static int merge_side_bytes(const uint8_t* s, size_t n, uint8_t* out) {
     size_t i = 0, len = 0;
     while (i < n) {
-        int32_t cp = utf8_next(s, n, &i);
+        int32_t cp = tokenizer_utf8_next(s, n, &i);
         if (cp < 0 || !put_gpt2_byte((uint32_t)cp, out, &len)) return -1;
     }
     return (int)len;
@@ -389,6 +411,75 @@ fail:
     return -1;
 }
 
+/* llm.c's tokenizer file (gpt2_tokenizer.bin): uint32 header[256] = {20240328, version 1|2,
+ * vocab size, (version 2) the EOT id, 0...}, then per token a uint8 length (>= 1) and its bytes.
+ * Fills t's token table for decoding; 0, or -1 with err naming the file, the problem and its offset. */
+#define LLMC_TOKENIZER_MAGIC 20240328u
+static int load_llmc_tokenizer(Tokenizer* t, const char* path, char* err, size_t errlen) {
+    size_t n;
+    char* raw = read_whole_file(path, &n, err, errlen);
+    if (!raw) return -1;
+    const uint8_t* b = (const uint8_t*)raw;
+    uint32_t h[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 4 && n >= 1024; k++)
+        h[k] = (uint32_t)b[4 * k] | (uint32_t)b[4 * k + 1] << 8 | (uint32_t)b[4 * k + 2] << 16 | (uint32_t)b[4 * k + 3] << 24;
+    const char* problem = NULL;
+    size_t at = 1024;
+    if (n < 1024) problem = "shorter than its 1024-byte header";
+    else if (h[0] != LLMC_TOKENIZER_MAGIC) problem = "bad magic at byte 0 (expected 20240328: not llm.c's tokenizer file)";
+    else if (h[1] != 1 && h[1] != 2) problem = "unsupported version at byte 4 (expected 1 or 2)";
+    else if (h[2] != TOKENIZER_VOCAB_SIZE) problem = "vocab size at byte 8 is not GPT-2's 50257";
+    else if (h[1] == 2 && h[3] != TOKENIZER_EOT) problem = "EOT token id at byte 12 is not GPT-2's 50256";
+    if (problem) {
+        snprintf(err, errlen, "%s: %s\n  hint: pass llm.c's gpt2_tokenizer.bin, or a folder with GPT-2's encoder.json "
+                 "and vocab.bpe", path, problem);
+        free(raw);
+        return -1;
+    }
+    t->token_bytes = mallocCheck(n);
+    size_t used = 0;
+    for (int id = 0; id < TOKENIZER_VOCAB_SIZE; id++) {
+        if (at >= n || b[at] == 0 || at + 1 + b[at] > n) {
+            snprintf(err, errlen, "%s: token %d at byte %zu: %s\n  hint: the file is truncated or corrupt; use "
+                     "llm.c's gpt2_tokenizer.bin", path, id, at, at >= n ? "the file ends before it" :
+                     b[at] == 0 ? "length 0" : "its bytes run past the end of the file");
+            free(raw);
+            return -1;
+        }
+        const size_t len = b[at];
+        memcpy(t->token_bytes + used, b + at + 1, len);
+        t->token_off[id] = (uint32_t)used;
+        t->token_len[id] = (uint32_t)len;
+        used += len;
+        at += 1 + len;
+    }
+    if (at != n) {
+        snprintf(err, errlen, "%s: %zu bytes follow the last token (at byte %zu)\n  hint: the file is corrupt or not "
+                 "GPT-2's; use llm.c's gpt2_tokenizer.bin", path, n - at, at);
+        free(raw);
+        return -1;
+    }
+    free(raw);
+    t->decode_only = 1;
+    return 0;
+}
+
+/* A vocabulary path names llm.c's tokenizer file: the file itself, or a folder holding
+ * gpt2_tokenizer.bin but no encoder.json. Writes that file's path into buf. */
+static int llmc_tokenizer_path(const char* vocab, char* buf, size_t cap) {
+    struct stat st;
+    if (stat(vocab, &st) == 0 && S_ISREG(st.st_mode)) {
+        snprintf(buf, cap, "%s", vocab);
+        return 1;
+    }
+    snprintf(buf, cap, "%s/encoder.json", vocab);
+    if (stat(buf, &st) == 0) return 0;
+    snprintf(buf, cap, "%s/gpt2_tokenizer.bin", vocab);
+    return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int tokenizer_can_encode(const Tokenizer* t) { return !t->decode_only; }
+
 int tokenizer_load(Tokenizer** out, const char* vocab_dir, char* err, size_t errlen) {
     char dummy[1];
     if (err == NULL || errlen == 0) { err = dummy; errlen = sizeof(dummy); }
@@ -397,6 +488,12 @@ int tokenizer_load(Tokenizer** out, const char* vocab_dir, char* err, size_t err
     size_t dl = strlen(vocab_dir);
     char* path = mallocCheck(dl + 32);
     Tokenizer* t = callocCheck(1, sizeof(Tokenizer));
+    if (llmc_tokenizer_path(vocab_dir, path, dl + 32)) {
+        if (load_llmc_tokenizer(t, path, err, errlen) != 0) goto fail;
+        free(path);
+        *out = t;
+        return 0;
+    }
 
     snprintf(path, dl + 32, "%s/encoder.json", vocab_dir);
     if (load_encoder_json(t, path, err, errlen) != 0) goto fail;
@@ -587,7 +684,7 @@ static inline enum UnicodeClass char_at(const uint8_t* s, size_t n, size_t i, si
         return (enum UnicodeClass)unicode_ascii_class[b];
     }
     size_t j = i;
-    int32_t cp = utf8_next(s, n, &j);
+    int32_t cp = tokenizer_utf8_next(s, n, &j);
     if (cp < 0) { *len = 1; return UCLASS_OTHER; }
     *len = j - i;
     return unicode_class((uint32_t)cp);
@@ -705,6 +802,9 @@ static void encode_piece(Tokenizer* t, const uint8_t* p, size_t n, int** ids, si
 }
 
 size_t tokenizer_encode_append(Tokenizer* t, const char* text, size_t len, int** ids, size_t* n, size_t* cap) {
+    if (t->decode_only)
+        die("the tokenizer was loaded from llm.c's gpt2_tokenizer.bin, which can only decode: encoding needs "
+            "GPT-2's encoder.json and vocab.bpe (scripts/setup_data.sh fetches them)");
     const uint8_t* s = (const uint8_t*)text;
     size_t before = *n, i = 0;
     while (i < len) {

@@ -18,7 +18,8 @@
  * "<|endoftext|>" in the text is ordinary text (tiktoken's encode_ordinary).
  *
  * Reads: vocab_dir/encoder.json (token string -> id, in GPT-2's byte-to-unicode
- * alphabet) and vocab_dir/vocab.bpe (the merges, in rank order).
+ * alphabet) and vocab_dir/vocab.bpe (the merges, in rank order); or, to decode
+ * only, llm.c's gpt2_tokenizer.bin (see tokenizer_load).
  *
  * Speed: open-addressing hash tables for the vocabulary and merge ranks, and a
  * cache of encoded pre-tokens; no allocation per byte. A Tokenizer is not
@@ -28,6 +29,7 @@
 #define DATALOADER_TOKENIZER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define TOKENIZER_EOT 50256        /* <|endoftext|>, the document separator */
 #define TOKENIZER_VOCAB_SIZE 50257 /* ids 0..50256 */
@@ -36,8 +38,17 @@ typedef struct Tokenizer Tokenizer;
 
 /* Loads vocab_dir/encoder.json and vocab_dir/vocab.bpe. Returns 0 and sets *out,
  * or returns -1 and writes a message naming the file, the problem and the fix
- * into err (errlen bytes, may be 0). */
+ * into err (errlen bytes, may be 0).
+ * For decoding only, vocab_dir may instead be llm.c's tokenizer file
+ * (gpt2_tokenizer.bin: uint32 header[256] = {20240328, version 1|2, vocab size
+ * 50257, EOT id 50256 (version 2), 0...}, then per token a uint8 length and
+ * its bytes) or a folder holding that file and no encoder.json. Such a
+ * tokenizer decodes exactly as GPT-2's; it has no merges, so it cannot
+ * encode (tokenizer_can_encode says so; the encode calls stop the program
+ * with a message). */
 int tokenizer_load(Tokenizer** out, const char* vocab_dir, char* err, size_t errlen);
+/* 1 when loaded from encoder.json + vocab.bpe, 0 for a decode-only llm.c tokenizer file. */
+int tokenizer_can_encode(const Tokenizer* t);
 void tokenizer_free(Tokenizer* t);
 
 /* Encodes len bytes of text (UTF-8; need not be NUL-terminated). Returns a
@@ -60,5 +71,11 @@ const char* tokenizer_decode_token(const Tokenizer* t, int id, size_t* len);
  * number of bytes the full decoding needs (like snprintf, without a NUL): if
  * that is > cap, the output was truncated. Ids out of range decode to nothing. */
 size_t tokenizer_decode(const Tokenizer* t, const int* ids, size_t n, char* buf, size_t cap);
+
+/* Decodes one UTF-8 character at s[*i] (i < n), strictly: no overlong forms,
+ * no surrogates, nothing above U+10FFFF, no sequence cut by the end at n.
+ * Returns the code point and advances *i, or returns -1 (and leaves *i) when
+ * the bytes at *i do not start a valid character. */
+int32_t tokenizer_utf8_next(const uint8_t* s, size_t n, size_t* i);
 
 #endif /* DATALOADER_TOKENIZER_H */

@@ -25,7 +25,7 @@ CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"
 # emulation's pinned flags (no fused multiply-add the contract does not name,
 # scalar libm, fixed vector width): see attention/module.mk.
 GPROJ_VARIANTS_OBJS := $(BUILD)/dev/gproj_variants.o $(ATTN_CPU_OBJS)
-$(BUILD)/dev/gproj_variants.o: CFLAGS += -ffp-contract=off -fmath-errno -march=x86-64-v2 -mtune=generic
+$(BUILD)/dev/gproj_variants.o: override CFLAGS += -ffp-contract=off -fmath-errno -march=x86-64-v2 -mtune=generic
 $(BUILD)/gproj_variants: $(BUILD)/dev/gproj_variants_main.o $(GPROJ_VARIANTS_OBJS) $(BUILD)/attention/attn_capture.o $(COMMON_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 PROGRAMS += $(BUILD)/gproj_variants

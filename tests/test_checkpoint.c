@@ -5,7 +5,9 @@
  * Checks: fp32 round trip is bit-exact; bf16 round trip gives exactly the
  * round-to-nearest-even BF16 value of each float (checked against an
  * independent integer formula here, including ties and the exponent carry);
- * header fields are llm.c's; refusals with a message naming the problem for a
+ * header fields are llm.c's; the bf16 file equals, byte for byte, the file
+ * llm.c writes in BF16 mode (its version 5 layout, expected bytes built here
+ * from llm.c's tensor sizes and order); refusals with a message naming the problem for a
  * missing file, wrong magic, unknown version, truncated header, truncated
  * body, trailing bytes, absurd and invalid configs; a save that fails (file
  * size limit via setrlimit(RLIMIT_FSIZE) with SIGXFSZ ignored, and an
@@ -80,6 +82,56 @@ static void expect_refusal(const char* name, const void* data, size_t bytes, con
     const int rc = checkpoint_read_model(path, &cfg, &params, err, sizeof(err));
     CHECK(rc == -1 && params == NULL && strstr(err, expect) != NULL && strstr(err, path) != NULL,
           "%s refused, message names the file and says '%s' (got rc %d: %s)", name, expect, rc, err);
+    unlink(path);
+}
+
+/* --checkpoint-dtype bf16 must give the file llm.c's train_gpt2.cu writes with floatX = bf16
+ * (gpt2_write_to_checkpoint): int32 header[256] with [0] 20240326, [1] 5, [2] maxT, [3] V, [4] L,
+ * [5] NH, [6] C, [7] Vp, the rest 0; then its 16 tensors in fill_in_parameter_sizes order as bf16.
+ * The expected bytes are built here from that description alone (sizes, order, little-endian
+ * fields, RNE), not from our parameter table. */
+static void test_llmc_v5_layout(void) {
+    test_section("bf16 file = llm.c's version 5 layout, byte for byte");
+    const GPTConfig cfg = {.max_seq_len = 8, .vocab_size = 30, .padded_vocab_size = 32, .num_layers = 2,
+                           .num_heads = 2, .channels = 8};
+    const size_t Vp = 32, C = 8, maxT = 8, L = 2;
+    const size_t sizes[16] = {Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+                              L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
+    size_t total = 0;
+    for (int t = 0; t < 16; t++) total += sizes[t];
+    CHECK(gpt_num_parameters(&cfg) == total, "parameter count %zu = llm.c's sum of its 16 tensors %zu",
+          gpt_num_parameters(&cfg), total);
+    /* each tensor gets values of its own (its index in the exponent), ties and carries included */
+    float* params = (float*)mallocCheck(total * sizeof(float));
+    unsigned char* want = (unsigned char*)calloc(1, 1024 + 2 * total);
+    const int32_t fields[8] = {20240326, 5, 8, 30, 2, 2, 8, 32};
+    for (int k = 0; k < 8; k++)
+        for (int b = 0; b < 4; b++) want[4 * k + b] = (unsigned char)((uint32_t)fields[k] >> (8 * b));
+    size_t at = 0;
+    for (int t = 0; t < 16; t++) {
+        for (size_t j = 0; j < sizes[t]; j++, at++) {
+            uint32_t bits = 0x3F800000u + ((uint32_t)t << 19) + (uint32_t)(j * 0x3FFFu) % 0x20000u;
+            if (j % 7 == 3) bits = 0x3F808000u + ((uint32_t)t << 17); /* an exact tie */
+            if (j % 11 == 5) bits |= 0x80000000u;
+            memcpy(&params[at], &bits, 4);
+            const uint16_t h = reference_bf16_bits(params[at]);
+            want[1024 + 2 * at] = (unsigned char)(h & 0xff);
+            want[1024 + 2 * at + 1] = (unsigned char)(h >> 8);
+        }
+    }
+    char path[128], err[512];
+    path_in_dir(path, sizeof(path), "llmc_v5.bin");
+    CHECK(checkpoint_write_model(path, &cfg, params, 1, err, sizeof(err)) == 0, "bf16 save succeeds (%s)", err);
+    size_t got_n = 0;
+    unsigned char* got = (unsigned char*)read_raw(path, &got_n);
+    size_t first_diff = got_n;
+    for (size_t i = 0; i < got_n && i < 1024 + 2 * total; i++)
+        if (got[i] != want[i]) { first_diff = i; break; }
+    CHECK(got_n == 1024 + 2 * total && first_diff == got_n, "%zu bytes, want %zu; first differing byte %zu",
+          got_n, 1024 + 2 * total, first_diff);
+    free(got);
+    free(want);
+    free(params);
     unlink(path);
 }
 
@@ -230,6 +282,8 @@ int main(void) {
         CHECK(checkpoint_write_model(p2, &broken, params, 0, err, sizeof(err)) == -1 && !file_exists(p2),
               "config with C %% NH != 0 refused before writing (%s)", err);
     }
+
+    test_llmc_v5_layout();
 
     unlink(path);
     unlink(path_bf16);

@@ -15,7 +15,9 @@
  * seeded shuffle (same/different seed, new order per epoch, a pinned order
  * so it stays the same on every machine), resume from a saved position
  * (mid-epoch, at and across an epoch boundary), reset, every bad-input error
- * (message names the file and problem), and a sparse 4 GiB shard read at
+ * (message names the file and problem; a token id >= vocab anywhere in a
+ * shard, dense or sparse, refused at open with its token index and byte
+ * offset; a FIFO refused, not waited on), and a sparse 4 GiB shard read at
  * and beyond the 2 GiB and 4 GiB byte offsets.
  */
 #define _GNU_SOURCE
@@ -560,41 +562,89 @@ static void test_bad_input(void) {
     path_in_dir(path, sizeof(path), "mixed_001b.bin");
     CHECK(open_fails_with(pattern_for("mixed"), 1, 8, path, "truncated", err), "bad shard among good: %s", err);
 
-    /* bad token id 50300 at token index 37: reported when read */
+    /* bad token id 50300 at token index 37: refused at open, naming token index and byte offset */
     ids[37] = 50300;
+    ids[90] = 50301;
     write_ids("badtok_000.bin", ids, 200);
     ids[37] = 100 + 37;
+    ids[90] = 100 + 90;
     path_in_dir(path, sizeof(path), "badtok_000.bin");
+    CHECK(open_fails_with(pattern_for("badtok"), 4, 16, path, "token id 50300 at token index 37 (byte offset 1098)",
+                          err) && strstr(err, "vocab size 50257"),
+          "bad token id, the first of two, refused at open: %s", err);
+    /* a bad id that no sample uses (in the < T leftover at the end) is refused all the same */
+    ids[199] = 60000;
+    write_ids("badtail_000.bin", ids, 200);
+    ids[199] = 100 + 199;
+    CHECK(open_fails_with(pattern_for("badtail"), 1, 16, "token index 199", "byte offset 1422", err),
+          "bad id in the unused tail: %s", err);
+    /* a bad id in the second shard of a set, past the first 1 MiB chunk of the scan */
+    {
+        const int64_t far_n = 600000;
+        uint16_t* far_ids = (uint16_t*)mallocCheck((size_t)far_n * sizeof(uint16_t));
+        for (int64_t j = 0; j < far_n; j++) far_ids[j] = (uint16_t)(j % VOCAB);
+        write_ids("badfar_000.bin", far_ids, 300);
+        far_ids[550001] = 65535;
+        write_ids("badfar_001.bin", far_ids, far_n);
+        free(far_ids);
+        char far_path[512];
+        path_in_dir(far_path, sizeof(far_path), "badfar_001.bin");
+        CHECK(open_fails_with(pattern_for("badfar"), 1, 16, far_path,
+                              "token id 65535 at token index 550001 (byte offset 1101026)", err),
+              "bad id beyond the first scan chunk of the second shard: %s", err);
+    }
+    /* a sparse shard (holes read as id 0): the bad id after a hole is still found */
+    {
+        const int64_t sparse_n = 10000000, bad_at = 9000001;
+        char sparse_path[512];
+        path_in_dir(sparse_path, sizeof(sparse_path), "badsparse_000.bin");
+        int fd = open(sparse_path, O_CREAT | O_TRUNC | O_RDWR, 0644);
+        int32_t sparse_header[SHARD_HEADER_INTS];
+        shard_header_init(sparse_header, sparse_n);
+        const unsigned char bad[2] = {0xff, 0xff};
+        if (fd < 0 || pwrite(fd, sparse_header, sizeof(sparse_header), 0) != (ssize_t)sizeof(sparse_header) ||
+            ftruncate(fd, (off_t)(SHARD_HEADER_BYTES + 2 * sparse_n)) != 0 ||
+            pwrite(fd, bad, 2, (off_t)(SHARD_HEADER_BYTES + 2 * bad_at)) != 2)
+            die("cannot write sparse %s", sparse_path);
+        close(fd);
+        CHECK(open_fails_with(pattern_for("badsparse"), 1, 16, sparse_path,
+                              "token id 65535 at token index 9000001 (byte offset 18001026)", err),
+              "bad id after a hole of a sparse shard: %s", err);
+        remove(sparse_path);
+    }
+    /* a shard rewritten with a bad id after the open: caught when read */
+    write_ids("badlate_000.bin", ids, 200);
+    path_in_dir(path, sizeof(path), "badlate_000.bin");
     DataLoader* dl = NULL;
-    int rc = dataloader_open(&dl, pattern_for("badtok"), 4, 16, 0, 1, 0, 0, VOCAB, err, sizeof(err));
-    CHECK(rc == 0, "a shard with a bad id still opens (ids are checked when read)");
+    int rc = dataloader_open(&dl, pattern_for("badlate"), 1, 16, 0, 1, 0, 0, VOCAB, err, sizeof(err));
+    CHECK(rc == 0, "a good shard opens: %s", rc ? err : "");
     if (rc == 0) {
-        int in[64], tg[64];
+        ids[16] = 60000;
+        write_ids("badlate_000.bin", ids, 200);
+        ids[16] = 100 + 16;
+        int in[16], tg[16];
         rc = dataloader_next(dl, in, tg, err, sizeof(err));
-        CHECK(rc != 0 && strstr(err, path) && strstr(err, "50300") && strstr(err, "token index 37") &&
-                  strstr(err, "vocab size 50257"),
-              "bad token id: %s", err);
+        CHECK(rc != 0 && strstr(err, path) && strstr(err, "token index 16") && strstr(err, "changed during the run"),
+              "bad id written after the open, as the first sample's last target: %s", err);
         DataPosition pos = dataloader_position(dl);
         CHECK(pos.shard_pos == 0 && pos.sample_pos == 0, "a failed next() does not advance the position");
         dataloader_close(dl);
     }
-    /* a bad id that is only a target (last token of a sample) is caught too */
-    ids[16] = 60000;
-    write_ids("badtgt_000.bin", ids, 200);
-    ids[16] = 100 + 16;
-    rc = dataloader_open(&dl, pattern_for("badtgt"), 1, 16, 0, 1, 0, 0, VOCAB, err, sizeof(err));
-    if (rc == 0) {
-        int in[16], tg[16];
-        rc = dataloader_next(dl, in, tg, err, sizeof(err));
-        dataloader_close(dl);
-    }
-    CHECK(rc != 0 && strstr(err, "token index 16"), "bad id as the first sample's last target: %s", err);
 
     /* a folder that matches the pattern */
     path_in_dir(path, sizeof(path), "folder_000.bin");
     if (mkdir(path, 0755) != 0) die("cannot create %s", path);
     CHECK(open_fails_with(pattern_for("folder"), 1, 8, path, "not a regular file", err), "a folder: %s", err);
     rmdir(path);
+
+    /* a FIFO that matches the pattern: refused at once (opening it to read would wait for a writer
+       forever; the alarm ends the test should the open block) */
+    path_in_dir(path, sizeof(path), "fifo_000.bin");
+    if (mkfifo(path, 0644) != 0) die("cannot create the FIFO %s", path);
+    alarm(20);
+    CHECK(open_fails_with(pattern_for("fifo"), 1, 8, path, "not a regular file (a FIFO)", err), "a FIFO: %s", err);
+    alarm(0);
+    remove(path);
 
     /* a shard cut short after the loader opened it */
     write_ids("shrink_000.bin", ids, 200);

@@ -9,7 +9,9 @@
  * --write to regenerate the GENERATED block. Checked here:
  *   - the Unicode class tables (counts per class, code points whose class the
  *     Unicode standard fixes);
- *   - bad vocabulary files give one error naming the file;
+ *   - bad vocabulary files give one error naming the file (and the byte
+ *     offset of a JSON flaw; a folder or FIFO in encoder.json's place is
+ *     named as such);
  *   - every awkward case: count, id checksum, full ids, decode round trip;
  *   - a seeded stress text over 21 scripts and planes (same generator here
  *     and in the script), with and without invalid bytes;
@@ -18,7 +20,13 @@
  *   - Moby Dick (.cache/corpus/mobydick.txt): exact token count and checksum,
  *     round trip, streaming in chunks equals one call;
  *   - build/tokenize writes correct shards (header, EOT before each document,
- *     validation split, shard size limit) and its --ids/--decode modes.
+ *     validation split, shard size limit) and its --ids/--decode modes;
+ *   - no shard shorter than --min-shard-tokens but a split's only one: a
+ *     short tail (the default corpus at --shard-tokens 150930 leaves 9
+ *     tokens) is appended to the shard before it, and tokenize says so;
+ *   - llm.c's gpt2_tokenizer.bin (written here from the vocabulary) loads
+ *     for decoding, decodes every id the same, refuses to encode, and
+ *     damaged copies are refused naming the byte.
  * Needs .cache/gpt2/{encoder.json,vocab.bpe} and .cache/corpus/mobydick.txt
  * (scripts/setup_data.sh; `make test` runs it first).
  */
@@ -224,6 +232,36 @@ static void test_bad_vocab(void) {
     expect_load_error(dir, "encoder.json: malformed", "truncated encoder.json");
     write_file(enc_path, "{\"a\": 0}", 8);
     expect_load_error(dir, "encoder.json: has 1 tokens", "tiny encoder.json");
+
+    /* GPT-2's own file with one flaw each: strtol/strtoul-style leniency and trailing junk are refused */
+    char* bad = mallocCheck(enc_n + 16);
+    memcpy(bad, enc, enc_n);
+    if (memcmp(enc, "{\"!\": 0,", 8) != 0) die("%s/encoder.json does not start with {\"!\": 0,", VOCAB_DIR);
+    memcpy(bad + 6, "+0", 2); /* {"!": +0, ... */
+    memcpy(bad + 8, enc + 7, enc_n - 7);
+    write_file(enc_path, bad, enc_n + 1);
+    expect_load_error(dir, "malformed at byte 6: expected an integer id (digits)", "id '+0'");
+    memcpy(bad, "{\"\\u+021\"", 9); /* {"\u+021": 0, ...: strtoul would read +021 as '!' */
+    memcpy(bad + 9, enc + 4, enc_n - 4);
+    write_file(enc_path, bad, enc_n + 5);
+    expect_load_error(dir, "malformed at byte 4: bad \\u escape (JSON wants exactly 4 hex digits)", "\\u+021");
+    memcpy(bad, enc, enc_n);
+    memcpy(bad + enc_n, " x", 2);
+    write_file(enc_path, bad, enc_n + 2);
+    char want[128];
+    snprintf(want, sizeof(want), "malformed at byte %zu: something follows the top-level object", enc_n + 1);
+    expect_load_error(dir, want, "junk after the object");
+    free(bad);
+    /* encoder.json as a folder, and as a FIFO (opening it to read would wait for a writer forever) */
+    unlink(enc_path);
+    if (mkdir(enc_path, 0755) != 0) die("cannot create %s", enc_path);
+    expect_load_error(dir, "encoder.json' is a directory, not a file", "encoder.json a folder");
+    rmdir(enc_path);
+    if (mkfifo(enc_path, 0644) != 0) die("cannot create the FIFO %s", enc_path);
+    alarm(20);
+    expect_load_error(dir, "encoder.json' is a FIFO, not a file", "encoder.json a FIFO");
+    alarm(0);
+    unlink(enc_path);
 
     write_file(enc_path, enc, enc_n);
     write_file(bpe_path, bpe, bpe_n / 2);
@@ -534,7 +572,8 @@ static void test_tokenize_tool(Tokenizer* t) {
                           "Third one, they'll see   spaces   ", "Fourth\n\n\nand last document."};
     const int n_docs = 4;
     char cmd[4096];
-    int off = snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/out --name t --shard-tokens 7 --val-fraction 0.25",
+    int off = snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/out --name t --shard-tokens 7 --min-shard-tokens 1 "
+                       "--val-fraction 0.25",
                        TOKENIZE_BIN, VOCAB_DIR, dir);
     for (int d = 0; d < n_docs; d++) {
         char path[512];
@@ -658,6 +697,188 @@ static void test_tokenize_tool(Tokenizer* t) {
     run_cmd(cmd);
 }
 
+/* Shard sizes of dir/t_SPLIT_*.bin into sizes[] (at most cap); the concatenated ids into stream (may be NULL). */
+static int split_sizes(const char* dir, const char* split, int64_t* sizes, int cap, uint16_t* stream, size_t* n) {
+    int shards = 0;
+    *n = 0;
+    for (; shards < cap; shards++) {
+        char path[700];
+        snprintf(path, sizeof(path), "%s/t_%s_%06d.bin", dir, split, shards);
+        int64_t k;
+        uint16_t* ids = read_shard(path, &k);
+        if (!ids) break;
+        sizes[shards] = k;
+        if (stream) memcpy(stream + *n, ids, (size_t)k * 2);
+        *n += (size_t)k;
+        free(ids);
+    }
+    return shards;
+}
+
+/* The trainer's loader refuses a shard shorter than T+1 tokens: no short last shard is written. */
+static void test_tokenize_short_tail(Tokenizer* t) {
+    test_section("tokenize tool: a short last shard goes into the one before it");
+    char dir[] = "/tmp/test_tokenizer_tailXXXXXX";
+    if (!mkdtemp(dir)) die("mkdtemp failed: %s", strerror(errno));
+    char cmd[4096], out[600], path[600];
+    /* Moby Dick as scripts/setup_data.sh tokenizes it: 301869 train tokens; 2 x 150930 would leave 9 */
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/whole --name t --val-fraction 0.05 %s > /dev/null",
+             TOKENIZE_BIN, VOCAB_DIR, dir, CORPUS_PATH);
+    CHECK(run_cmd(cmd) == 0, "tokenize of the default corpus into one shard ran");
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/split --name t --val-fraction 0.05 --shard-tokens 150930 %s "
+             "> %s/log.txt", TOKENIZE_BIN, VOCAB_DIR, dir, CORPUS_PATH, dir);
+    CHECK(run_cmd(cmd) == 0, "tokenize --shard-tokens 150930 ran");
+    uint16_t* whole = mallocCheck(400000 * 2);
+    uint16_t* split = mallocCheck(400000 * 2);
+    int64_t sizes[8], whole_size[1];
+    size_t n_whole, n_split;
+    snprintf(out, sizeof(out), "%s/whole", dir);
+    int shards = split_sizes(out, "train", whole_size, 1, whole, &n_whole);
+    CHECK(shards == 1 && n_whole == 301869, "one shard: %zu train tokens", n_whole);
+    snprintf(out, sizeof(out), "%s/split", dir);
+    shards = split_sizes(out, "train", sizes, 8, split, &n_split);
+    CHECK(shards == 2 && sizes[0] == 150930 && sizes[1] == 150939,
+          "2 train shards of 150930 and 150939 tokens, no 9-token third (%d shards, last %lld)", shards,
+          (long long)(shards ? sizes[shards - 1] : 0));
+    CHECK(n_split == n_whole && memcmp(split, whole, n_whole * 2) == 0, "the same token stream as one shard");
+    snprintf(cmd, sizeof(cmd), "grep -q 'the last 9 tokens (fewer than --min-shard-tokens 1025) were appended to "
+             "%s/split/t_train_000001.bin' %s/log.txt", dir, dir);
+    CHECK(run_cmd(cmd) == 0, "tokenize says where the 9 tokens went");
+    free(whole);
+    free(split);
+
+    /* small documents, --shard-tokens 7 --min-shard-tokens 3: every tail of 1 or 2 tokens is merged */
+    const char* text = "Short text that is split into shards of seven tokens and a tail.\n";
+    snprintf(path, sizeof(path), "%s/doc.txt", dir);
+    write_file(path, text, strlen(text));
+    for (int extra = 0; extra < 7; extra++) {
+        /* extra copies of " x" at the end (one token each) move the tail through every remainder */
+        char padded[512];
+        snprintf(padded, sizeof(padded), "%.*s", (int)strlen(text) - 1, text);
+        for (int e = 0; e < extra; e++) strcat(padded, " x");
+        write_file(path, padded, strlen(padded));
+        size_t k;
+        free(tokenizer_encode(t, padded, strlen(padded), &k));
+        const size_t want_n = k + 1; /* EOT + the document */
+        snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/small%d --name t --shard-tokens 7 --min-shard-tokens 3 %s "
+                 "> /dev/null", TOKENIZE_BIN, VOCAB_DIR, dir, extra, path);
+        CHECK(run_cmd(cmd) == 0, "tokenize --shard-tokens 7 --min-shard-tokens 3 ran (%zu tokens)", want_n);
+        snprintf(out, sizeof(out), "%s/small%d", dir, extra);
+        size_t n;
+        shards = split_sizes(out, "train", sizes, 8, NULL, &n);
+        size_t r = want_n % 7, want_shards = want_n / 7 + (r >= 3 ? 1 : 0);
+        bool ok = n == want_n && shards == (int)want_shards;
+        for (int i = 0; i + 1 < shards; i++) ok = ok && sizes[i] == 7;
+        const int64_t want_last = r == 0 ? 7 : r >= 3 ? (int64_t)r : 7 + (int64_t)r;
+        if (shards > 0) ok = ok && sizes[shards - 1] == want_last;
+        CHECK(ok, "%zu tokens: %d shards, the last of %lld tokens (want %zu shards, remainder %zu)", want_n, shards,
+              (long long)(shards ? sizes[shards - 1] : 0), want_shards, r);
+    }
+    /* shards that short on purpose need --min-shard-tokens lowered */
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/refused --name t --shard-tokens 7 %s > /dev/null 2> %s/err.txt",
+             TOKENIZE_BIN, VOCAB_DIR, dir, path, dir);
+    CHECK(run_cmd(cmd) == 2, "--shard-tokens 7 with the default --min-shard-tokens 1025 is refused");
+    snprintf(cmd, sizeof(cmd), "grep -q -- '--shard-tokens 7 is below --min-shard-tokens 1025' %s/err.txt", dir);
+    CHECK(run_cmd(cmd) == 0, "the refusal names both flags");
+    /* a split's only shard cannot be merged: tokenize says it is short */
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/only --name t %s > %s/log2.txt", TOKENIZE_BIN, VOCAB_DIR, dir,
+             path, dir);
+    CHECK(run_cmd(cmd) == 0, "tokenize of one short document ran");
+    snprintf(cmd, sizeof(cmd), "grep -q 'train: its only shard .* fewer than --min-shard-tokens 1025' %s/log2.txt", dir);
+    CHECK(run_cmd(cmd) == 0, "a short only shard is reported");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    run_cmd(cmd);
+}
+
+/* llm.c's gpt2_tokenizer.bin, written here from the loaded GPT-2 vocabulary: decoding only. */
+static void test_llmc_tokenizer(Tokenizer* t) {
+    test_section("llm.c's gpt2_tokenizer.bin as --vocab (decode only)");
+    char dir[] = "/tmp/test_tokenizer_llmcXXXXXX";
+    if (!mkdtemp(dir)) die("mkdtemp failed: %s", strerror(errno));
+    size_t cap = 1024 + 50257 * 257, n = 1024;
+    uint8_t* file = calloc(1, cap);
+    const uint32_t header[4] = {20240328, 2, 50257, 50256};
+    for (int k = 0; k < 4; k++)
+        for (int b = 0; b < 4; b++) file[4 * k + b] = (uint8_t)(header[k] >> (8 * b));
+    for (int id = 0; id < TOKENIZER_VOCAB_SIZE; id++) {
+        size_t len;
+        const char* bytes = tokenizer_decode_token(t, id, &len);
+        file[n++] = (uint8_t)len;
+        memcpy(file + n, bytes, len);
+        n += len;
+    }
+    char path[600], cmd[2048];
+    snprintf(path, sizeof(path), "%s/gpt2_tokenizer.bin", dir);
+    write_file(path, (const char*)file, n);
+    /* the file itself, and a folder that holds it (and no encoder.json) */
+    const char* vocabs[2] = {path, dir};
+    for (int v = 0; v < 2; v++) {
+        Tokenizer* lt = NULL;
+        char err[1024] = "";
+        int rc = tokenizer_load(&lt, vocabs[v], err, sizeof(err));
+        CHECK(rc == 0, "%s loads (%s)", v ? "a folder with gpt2_tokenizer.bin" : "gpt2_tokenizer.bin", err);
+        if (rc != 0) continue;
+        int same = 1;
+        for (int id = 0; id < TOKENIZER_VOCAB_SIZE && same; id++) {
+            size_t a, b;
+            const char* x = tokenizer_decode_token(t, id, &a);
+            const char* y = tokenizer_decode_token(lt, id, &b);
+            same = a == b && memcmp(x, y, a) == 0;
+        }
+        CHECK(same, "every id decodes to the same bytes as with encoder.json");
+        CHECK(!tokenizer_can_encode(lt) && tokenizer_can_encode(t), "it says it cannot encode");
+        tokenizer_free(lt);
+    }
+    /* version 1 (no EOT field) loads too */
+    file[4] = 1;
+    memset(file + 12, 0, 4);
+    char v1[700];
+    snprintf(v1, sizeof(v1), "%s/v1.bin", dir);
+    write_file(v1, (const char*)file, n);
+    Tokenizer* lt = NULL;
+    char err[1024] = "";
+    CHECK(tokenizer_load(&lt, v1, err, sizeof(err)) == 0, "version 1 loads (%s)", err);
+    tokenizer_free(lt);
+    file[4] = 2;
+    file[12] = (uint8_t)(50256 & 0xff);
+    file[13] = (uint8_t)(50256 >> 8);
+    /* damaged files: one message each, naming the file and the byte */
+    char bad[700];
+    snprintf(bad, sizeof(bad), "%s/bad.bin", dir);
+    write_file(bad, (const char*)file, n - 5);
+    lt = NULL;
+    CHECK(tokenizer_load(&lt, bad, err, sizeof(err)) == -1 && lt == NULL && strstr(err, bad) &&
+              strstr(err, "token 50256 at byte"), "truncated: %s", err);
+    write_file(bad, (const char*)file, n);
+    FILE* fa = fopen(bad, "ab");
+    fputs("junk", fa);
+    fclose(fa);
+    CHECK(tokenizer_load(&lt, bad, err, sizeof(err)) == -1 && strstr(err, "4 bytes follow the last token"),
+          "trailing bytes: %s", err);
+    file[0] ^= 1;
+    write_file(bad, (const char*)file, n);
+    file[0] ^= 1;
+    CHECK(tokenizer_load(&lt, bad, err, sizeof(err)) == -1 && strstr(err, "bad magic at byte 0"), "bad magic: %s", err);
+    /* the tokenize tool: --decode works with it, encoding is refused with the reason */
+    snprintf(cmd, sizeof(cmd), "echo '15496 995 50256' | %s --vocab %s --decode > %s/text.txt", TOKENIZE_BIN, path, dir);
+    CHECK(run_cmd(cmd) == 0, "tokenize --decode with gpt2_tokenizer.bin ran");
+    char tpath[700];
+    snprintf(tpath, sizeof(tpath), "%s/text.txt", dir);
+    size_t tn;
+    char* text = read_file(tpath, &tn);
+    CHECK(text && strcmp(text, "Hello world<|endoftext|>") == 0, "--decode prints the text");
+    free(text);
+    snprintf(cmd, sizeof(cmd), "printf 'Hello' | %s --vocab %s --ids > /dev/null 2> %s/err.txt", TOKENIZE_BIN, path,
+             dir);
+    CHECK(run_cmd(cmd) == 1, "tokenize --ids with gpt2_tokenizer.bin is refused");
+    snprintf(cmd, sizeof(cmd), "grep -q 'can only decode (--decode): encoding needs GPT-2.s encoder.json and vocab.bpe' "
+             "%s/err.txt", dir);
+    CHECK(run_cmd(cmd) == 0, "the refusal says encoding needs encoder.json and vocab.bpe");
+    free(file);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    run_cmd(cmd);
+}
+
 int main(void) {
     test_unicode_tables();
     test_bad_vocab();
@@ -675,6 +896,8 @@ int main(void) {
     test_cache_overflow(t);
     test_corpus(t);
     test_tokenize_tool(t);
+    test_tokenize_short_tail(t);
+    test_llmc_tokenizer(t);
     tokenizer_free(t);
     return test_summary();
 }

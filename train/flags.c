@@ -45,7 +45,8 @@ static const FlagRow g_rows[NUM_FLAGS] = {
     {FLAG_VAL_DATA, "val-data", FLAG_TYPE_STRING, OFF(val_data), "data/default/default_val_*.bin", NULL, 0, 0,
      "GLOB", NULL, "data", 0, "validation token shards; \"\" = no validation"},
     {FLAG_VOCAB, "vocab", FLAG_TYPE_STRING, OFF(vocab), ".cache/gpt2", NULL, 0, 0, "DIR", NULL, "data", 0,
-     "folder with encoder.json and vocab.bpe (to print samples as text); \"\" = print token ids"},
+     "folder with encoder.json and vocab.bpe, or llm.c's gpt2_tokenizer.bin (to print samples as text); "
+     "\"\" = print token ids"},
     {FLAG_SHUFFLE, "shuffle", FLAG_TYPE_BOOL, OFF(shuffle), "1", NULL, 0, 1, "0|1", "1", "data", 0,
      "shuffle shards and samples per epoch (seeded by --seed)"},
     {FLAG_BATCH_SIZE, "batch-size", FLAG_TYPE_INT, OFF(batch_size), "16", NULL, 1, 1 << 20, "B", NULL, "batch", 0,
@@ -102,6 +103,10 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      "allow starting over in a run folder that holds a previous run (its log and checkpoints are deleted)"},
     {FLAG_LOG_EVERY, "log-every", FLAG_TYPE_INT, OFF(log_every), "1", NULL, 1, 2147483647.0, "N", NULL, "output", 0,
      "print the console progress line every N steps (log.jsonl gets every step)"},
+    {FLAG_CHECKPOINT_DTYPE, "checkpoint-dtype", FLAG_TYPE_CHOICE, OFF(checkpoint_dtype), "fp32", "fp32|bf16", 0, 0,
+     NULL, NULL, "output", 0, "weights in model_NNNNNNNN.bin: fp32 (llm.c version 3) or bf16 (llm.c version 5, "
+     "round-to-nearest-even: what llm.c's default BF16 trainer loads; a --resume then continues from the rounded "
+     "weights, not bit-exactly). docs/llmc.md"},
     {FLAG_DIAG_EVERY, "diag-every", FLAG_TYPE_INT, OFF(diag_every), "0", NULL, 0, 2147483647.0, "N", NULL,
      "diagnostics", 0, "per-layer attention diagnostics (rho, max |q|, |k|, logit, entropy) every N steps"},
     {FLAG_CAPTURE_STEPS, "capture-steps", FLAG_TYPE_STRING, OFF(capture_steps), "", NULL, 0, 0, "S1,S2,...", NULL,

@@ -70,6 +70,7 @@ typedef enum {
     FLAG_RESUME,
     FLAG_OVERWRITE,
     FLAG_LOG_EVERY,
+    FLAG_CHECKPOINT_DTYPE,
     /* diagnostics (both trainers) */
     FLAG_DIAG_EVERY,
     FLAG_CAPTURE_STEPS,
@@ -120,6 +121,7 @@ typedef struct {
     int sample_every;          /* 0: never */
     int sample_tokens;
     int checkpoint_every;      /* 0: only at the end */
+    const char* checkpoint_dtype; /* fp32|bf16: the weights' type in model_NNNNNNNN.bin (llm.c version 3|5) */
     const char* out_dir;       /* "": a fresh runs/run_<date>_<time> */
     int stop_at;               /* 0: run to --steps; else stop (with a checkpoint) after this many steps */
     const char* resume;        /* "": start fresh; "latest"; or a state file path */

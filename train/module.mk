@@ -4,7 +4,7 @@
 # dist_mpi.c when MPI is found, else dist_nompi.c (its calls fail with a hint).
 DIST_OBJS := $(BUILD)/train/dist.o $(COMMON_OBJS) $(if $(HAVE_MPI),$(BUILD)/train/dist_mpi.o,$(BUILD)/train/dist_nompi.o)
 DIST_LDLIBS := $(if $(HAVE_MPI),$(MPI_LDFLAGS))
-$(BUILD)/train/dist_mpi.o: CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/train/dist_mpi.o: override CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_dist: $(BUILD)/tests/test_dist.o $(BUILD)/train/dist.o $(COMMON_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_dist

@@ -1,11 +1,14 @@
 /*
- * train/sampler.c - seeded sampling from logits and decoding (see sampler.h).
+ * train/sampler.c - seeded sampling from logits and decoding to valid UTF-8 (see sampler.h).
  */
 #include "train/sampler.h"
 #include "dataloader/tokenizer.h"
+#include "common/utils.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint64_t splitmix64(uint64_t* x) {
@@ -57,6 +60,38 @@ int sampler_draw(const float* logits, int vocab_size, float temperature, Sampler
     return last; /* rounding left target at the very top */
 }
 
+/* Writes text[0..n) into buf (cap > 0 bytes, NUL-terminated) as valid UTF-8:
+ * each valid character is copied whole or not at all (the output is cut only
+ * between characters); a byte that does not start a valid character, with the
+ * continuation bytes after it (at most 3), becomes one U+FFFD; control
+ * characters other than '\n' and '\t' (and DEL) become '?'. */
+static void write_valid_utf8(const uint8_t* text, size_t n, char* buf, size_t cap) {
+    static const char replacement[3] = {(char)0xEF, (char)0xBF, (char)0xBD}; /* U+FFFD */
+    size_t used = 0, i = 0;
+    while (i < n) {
+        size_t start = i;
+        const char* piece = (const char*)text + i;
+        size_t len;
+        int32_t cp = tokenizer_utf8_next(text, n, &i);
+        char ctrl = '?';
+        if (cp < 0) {
+            i++;
+            for (int k = 0; k < 3 && i < n && (text[i] & 0xC0) == 0x80; k++) i++;
+            piece = replacement;
+            len = sizeof(replacement);
+        } else if ((cp < 0x20 && cp != '\n' && cp != '\t') || cp == 0x7f) {
+            piece = &ctrl;
+            len = 1;
+        } else {
+            len = i - start;
+        }
+        if (used + len > cap - 1) break;
+        memcpy(buf + used, piece, len);
+        used += len;
+    }
+    buf[used] = '\0';
+}
+
 void sampler_decode(const struct Tokenizer* tok, const int* ids, int n, char* buf, size_t cap) {
     if (cap == 0) return;
     buf[0] = '\0';
@@ -72,11 +107,11 @@ void sampler_decode(const struct Tokenizer* tok, const int* ids, int n, char* bu
         }
         return;
     }
-    size_t need = tokenizer_decode(tok, ids, (size_t)n, buf, cap - 1);
-    size_t len = need < cap - 1 ? need : cap - 1;
-    buf[len] = '\0';
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)buf[i];
-        if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) buf[i] = '?';
-    }
+    /* All ids' bytes first, then one validation pass: a character whose bytes
+       span two tokens is whole again once they are joined. */
+    size_t need = tokenizer_decode(tok, ids, (size_t)(n > 0 ? n : 0), NULL, 0);
+    uint8_t* bytes = (uint8_t*)mallocCheck(need + 1);
+    tokenizer_decode(tok, ids, (size_t)(n > 0 ? n : 0), (char*)bytes, need);
+    write_valid_utf8(bytes, need, buf, cap);
+    free(bytes);
 }

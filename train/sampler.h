@@ -14,7 +14,7 @@
  *
  * Offers: SamplerRng, sampler_seed, sampler_next_u64, sampler_uniform,
  * sampler_draw (temperature sampling; temperature 0 = argmax),
- * sampler_decode (ids -> printable text through the tokenizer, or the ids).
+ * sampler_decode (ids -> printable, valid UTF-8 text through the tokenizer, or the ids).
  */
 #ifndef TRAIN_SAMPLER_H
 #define TRAIN_SAMPLER_H
@@ -42,8 +42,13 @@ int sampler_draw(const float* logits, int vocab_size, float temperature, Sampler
 
 struct Tokenizer;
 /* Writes the text of ids into buf (cap bytes, NUL-terminated, truncated to fit).
-   With a tokenizer: its decoding, bytes that are control characters other
-   than '\n' and '\t' shown as '?'. Without one (NULL): the ids, space-separated. */
+   With a tokenizer: its decoding, always valid UTF-8 (log.jsonl and the
+   console get it as is): a GPT-2 token may hold part of a character, so the
+   bytes of all ids are joined first, then each byte sequence that is not a
+   valid character (a character cut by the last token, a stray continuation
+   byte) becomes U+FFFD, control characters other than '\n' and '\t' become
+   '?', and truncation never cuts a character. Without a tokenizer (NULL): the
+   ids, space-separated. */
 void sampler_decode(const struct Tokenizer* tok, const int* ids, int n, char* buf, size_t cap);
 
 #ifdef __cplusplus
