@@ -9,14 +9,16 @@
  * the order that makes a resumed run identical to an uninterrupted one.
  *
  * Loop, for step = start .. steps (start = 0, or the resumed state's step):
- *   1. checkpoint (model_S.bin + state_S.bin) if due, and not at the resume point
+ *   1. checkpoint (model_S.bin + state_S.bin) if due, and not at the resume
+ *      point; after a SIGTERM/SIGINT or at --stop-at, stop here
  *   2. validation loss if due                 (touches no training state)
  *   3. sample if due                          (advances only the sampler RNG)
  *   4. stop if step == steps
  *   5. one optimizer step: grad_accum micro-batches (forward + backward),
  *      grads averaged, [gauge arm: key-bias gradient zeroed], global norm,
- *      [diagnostics, probe, captures: read-only], clip, lr from the schedule,
- *      AdamW.
+ *      [diagnostics, probe, captures: read-only], the divergence test (stops
+ *      before anything is applied), [--skip-update-z], clip, lr from the
+ *      schedule, AdamW.
  * The state saved at (1) is the state before (2)-(5) of that step, so a run
  * resumed from it replays exactly the same sequence. The diagnostics
  * (--diag-every, --probe-every, --capture-attn; model/diagnostics.h,
@@ -365,9 +367,11 @@ int main(int argc, char** argv) {
         printf("| diagnostics every %d steps | probe (fp64 reference) every %d steps | %d capture step(s) | gauge "
                "arm (--zero-key-bias-grad) %s\n", diag.diag_every, diag.probe_every, diag.capture.num_steps,
                f.zero_key_bias_grad ? "on" : "off");
-    printf("| run folder %s (log.jsonl; checkpoints %s, every %g minutes of wall time and on SIGTERM/SIGINT)\n",
-           out_dir, f.checkpoint_every ? "every --checkpoint-every steps and at the end" : "at the end",
-           f.checkpoint_minutes);
+    char minutes[64] = "";
+    if (f.checkpoint_minutes > 0)
+        snprintf(minutes, sizeof(minutes), ", every %g minutes of wall time", f.checkpoint_minutes);
+    printf("| run folder %s (log.jsonl; checkpoints %s%s, and on SIGTERM/SIGINT)\n", out_dir,
+           f.checkpoint_every ? "every --checkpoint-every steps and at the end" : "at the end", minutes);
     printf("| threads    %d (OpenMP)\n| all flags:\n", omp_get_max_threads());
     flags_print_settings(stdout, &f, 0);
     printf("+--\n");

@@ -513,11 +513,11 @@ int run_driver_boundary(RunDriver* d, int step) {
     const int stop_here = f->stop_at > 0 && step == f->stop_at;
     int what = 0;
     d->written_at = -1;
-    /* never at the step just resumed from: its checkpoint is on disk already */
+    /* never at the step just resumed from (an interrupt there included): its checkpoint is on disk already */
     const int at_resume_point = d->resuming && step == d->start_step;
     const int first = step == d->start_step;
     if (!at_resume_point && (d->stop_signal || (!first && (kept_step(d, step) || d->time_due)))) what |= RUN_SAVE;
-    if (d->stop_signal) return what | RUN_INTERRUPT;
+    if (d->stop_signal && !last) return what | RUN_INTERRUPT; /* at --steps the run ends normally instead */
     if (stop_here) return what | RUN_STOP_AT;
     if (d->has_val && (last || (f->val_every > 0 && step % f->val_every == 0))) what |= RUN_EVAL;
     if (f->sample_every > 0 && step > 0 && (last || step % f->sample_every == 0)) what |= RUN_SAMPLE;

@@ -28,8 +28,8 @@
  *     on a signal), evaluation, sample, stop;
  *   - checkpoint naming, saving (through the trainer's callback), logging and
  *     retention: a checkpoint written only for --checkpoint-minutes is deleted
- *     once a newer checkpoint exists and the step after that one trained
- *     sanely; every other checkpoint is kept;
+ *     once the same invocation has written a newer checkpoint and the step
+ *     after that one trained sanely; every other checkpoint is kept;
  *   - SIGTERM/SIGINT: the current step finishes, every rank saves at the same
  *     step boundary (the trainer sums run_driver_poll's values over ranks),
  *     and the program exits with 128 + the signal number, printing the exact
