@@ -199,6 +199,17 @@ check "final model equals the uninterrupted run's byte for byte" cmp -s "$TMP/A/
 check "and so does the final state" cmp -s "$TMP/A/state_00000020.bin" "$TMP/S/state_00000020.bin"
 check "and every logged loss, val loss and sample" same_records "$TMP/A/log.jsonl" "$TMP/S/log.jsonl" 20
 
+section "SIGINT then SIGTERM: the first decides (exit 130), the second is reported and ignored"
+"$TRAINER" "${COMMON[@]}" --steps 20 --out-dir "$TMP/S3" >"$TMP/S3.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 1000); do grep -q '"step": 2, "loss"' "$TMP/S3/log.jsonl" 2>/dev/null && break; sleep 0.01; done
+kill -INT "$pid"; sleep 0.05; kill -TERM "$pid"
+wait "$pid"; rc=$?
+check "exit status 130 = 128 + SIGINT (got $rc)" test "$rc" -eq 130
+check "the second signal was reported, not obeyed" grep -q "already stopping" "$TMP/S3.log"
+run_ok "the saved state resumes" "${COMMON[@]}" --steps 20 --out-dir "$TMP/S3" --resume
+check "to the uninterrupted result" cmp -s "$TMP/A/model_00000020.bin" "$TMP/S3/model_00000020.bin"
+
 section "--checkpoint-minutes: wall-time checkpoints, the superseded ones deleted"
 run_ok "6 steps, a wall-time checkpoint at every boundary" "${COMMON[@]}" --steps 6 --checkpoint-every 0 \
     --checkpoint-minutes 0.000001 --val-every 0 --sample-every 0 --out-dir "$TMP/W"

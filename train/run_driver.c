@@ -37,10 +37,10 @@ static void write_stderr(const char* s) {
     }
 }
 
-/* Only async-signal-safe calls: remember the signal, say what happens next. */
+/* Only async-signal-safe calls: remember the signal, say what happens next. Any thread (OpenMP's
+   included) may take a signal, so the first one is claimed with a lock-free compare-and-swap. */
 static void on_signal(int signo) {
-    if (g_signal == 0) {
-        g_signal = signo;
+    if (__sync_bool_compare_and_swap(&g_signal, 0, signo)) {
         write_stderr(signo == SIGINT ? "\nSIGINT" : "\nSIGTERM");
         write_stderr(": finishing the current step, then saving a checkpoint and stopping\n");
     } else {
