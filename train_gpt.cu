@@ -42,6 +42,10 @@
  * Checkpoints: model_NNNNNNNN.bin (llm.c layout, FP32 master weights, exact)
  * + state_NNNNNNNN.bin (moments, data position, RNG, attention mode) in
  * --out-dir; --resume continues bit-exactly with the same process count.
+ * The run folder, resume, the checkpoint schedule and retention, SIGTERM /
+ * SIGINT, divergence and --skip-update-z are train/run_driver.c, shared with
+ * the CPU trainer; the ranks agree on a signal or a due wall-time checkpoint
+ * through the per-step sum of the loss, so all of them save at the same step.
  */
 #include <errno.h>
 #include <math.h>
@@ -64,6 +68,7 @@ extern "C" {
 #include "train/schedule.h"
 #include "train/runlog.h"
 #include "train/resume_state.h"
+#include "train/run_driver.h"
 #include "train/sampler.h"
 }
 
@@ -87,22 +92,6 @@ static double training_flops_per_token(const GPTConfig* c, int T) {
     return 6.0 * matmul_weights + 3.0 * L * 2.0 * C * T;
 }
 
-static void make_dirs(const char* path) {
-    char buf[4096];
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char* p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) die("cannot create folder '%s': %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) die("cannot create folder '%s': %s", buf, strerror(errno));
-}
-static int file_exists(const char* path) {
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
 /* ------------------------------------------------------------------ failing ranks */
 
 /* die() prints the error and exits; with more than one process this hook then
@@ -112,7 +101,7 @@ static DistInfo g_dist = {0, 1, 0, LAUNCH_SINGLE};
 static Comm* g_comm = NULL; /* set once the communicator exists */
 static void rank_exit_hook(int status, void* unused) {
     (void)unused;
-    if (status == 0 || g_dist.world_size == 1) return;
+    if (status == 0 || g_dist.world_size == 1 || run_driver_exiting_together()) return; /* all ranks stop together */
     fprintf(stderr, "error: rank %d of %d stopped with the error above%s\n", g_dist.rank, g_dist.world_size,
             g_dist.launch == LAUNCH_MPI ? "; ending every rank of the job"
             : g_comm ? "; the other ranks stop at their next wait for this one"
@@ -145,6 +134,7 @@ typedef struct {
     cudaEvent_t comm_done;    /* comm stream: last reduction issued for the step is done */
     int reduce_now;           /* set on the last micro-step of a step */
     float* d_split;           /* [8] split_doubles_kernel output */
+    double* d_sums;           /* [4] loss sum, squared norm, run_driver_poll's two flags: summed over ranks */
     /* per-step timing of the last micro-step (world_size > 1) */
     cudaEvent_t ev_bwd_start, ev_bwd_end, ev_comm_start, ev_waited, ev_gather_start, ev_gather_end;
     int comm_started;
@@ -341,33 +331,31 @@ static void sample_text(GPTCuda* model, Tokenizer* tok, SamplerRng* rng, int n, 
     free(logits);
 }
 
-/* Every rank takes part (the ZeRO-1 shards are gathered); rank 0 writes the
-   same two files a one-GPU run writes. bf16: the model file holds bf16
-   weights (--checkpoint-dtype), and the state's hash is of those. */
-static void save_checkpoint(GPTCuda* model, DataParallel* dp, const char* out_dir, int step, ResumeState* st,
-                            float* host_params, int bf16, RunLog* log) {
-    char model_path[4096], state_path[4096], err[1024];
-    dp_gather_f32(dp, model->master, host_params, model->stream);
-    dp_gather_f32(dp, model->adam_m, st->m, model->stream);
-    dp_gather_f32(dp, model->adam_v, st->v, model->stream);
-    if (dp->dist.rank != 0) return;
-    run_file_path(model_path, sizeof(model_path), out_dir, "model", step);
-    run_file_path(state_path, sizeof(state_path), out_dir, "state", step);
-    if (checkpoint_write_model(model_path, &model->config, host_params, bf16, err, sizeof(err)) != 0)
-        die("saving the checkpoint: %s", err);
-    if (bf16) /* the hash of the weights as saved (rounded), which a --resume reads back */
-        for (size_t i = 0; i < model->num_params; i++) host_params[i] = bf16_round(host_params[i]);
-    st->params_hash = resume_hash(host_params, model->num_params * sizeof(float), RESUME_HASH_INIT);
-    if (resume_state_write(state_path, st, err, sizeof(err)) != 0) die("saving the resume state: %s", err);
-    FILE* rec = runlog_begin(log, "checkpoint");
-    if (rec) {
-        fprintf(rec, ", \"step\": %d, \"model\": ", step);
-        json_write_string(rec, model_path);
-        fprintf(rec, ", \"state\": ");
-        json_write_string(rec, state_path);
-    }
-    runlog_end(log);
-    printf("saved %s and %s\n", model_path, state_path);
+typedef struct {
+    GPTCuda* model;
+    DataParallel* dp;
+    ResumeState* st;     /* everything but the moments and the params hash filled in by the caller */
+    float* host_params;  /* [num_params] staging for the gathered master weights */
+    int bf16;            /* --checkpoint-dtype bf16: the model file holds bf16 weights (llm.c version 5) */
+} SaveCtx;
+
+/* RunSaveFn. Every rank takes part (the ZeRO-1 shards are gathered); rank 0 writes the same two files a
+   one-GPU run writes, the model first (a resume starts from the newest state, which names its model).
+   With bf16 weights the state's hash is of the weights as saved (rounded), which a --resume reads back. */
+static int save_checkpoint(void* ctx, int step, const char* model_path, const char* state_path, char* err,
+                           size_t errlen) {
+    SaveCtx* c = (SaveCtx*)ctx;
+    GPTCuda* model = c->model;
+    dp_gather_f32(c->dp, model->master, c->host_params, model->stream);
+    dp_gather_f32(c->dp, model->adam_m, c->st->m, model->stream);
+    dp_gather_f32(c->dp, model->adam_v, c->st->v, model->stream);
+    if (c->dp->dist.rank != 0) return 0;
+    if (checkpoint_write_model(model_path, &model->config, c->host_params, c->bf16, err, errlen) != 0) return -1;
+    if (c->bf16)
+        for (size_t i = 0; i < model->num_params; i++) c->host_params[i] = bf16_round(c->host_params[i]);
+    c->st->step = step;
+    c->st->params_hash = resume_hash(c->host_params, model->num_params * sizeof(float), RESUME_HASH_INIT);
+    return resume_state_write(state_path, c->st, err, errlen);
 }
 
 /* ------------------------------------------------------------------ agreement before the first step */
@@ -435,28 +423,23 @@ int main(int argc, char** argv) {
     if (world_size > 1 && !f.out_dir[0])
         die("with %d processes give --out-dir (a path every rank sees the same)", world_size);
 
-    /* ---- model shape and weights source ---- */
-    GPTConfig cfg;
-    float* init_params = NULL;
-    if (f.init_from[0]) {
-        if (checkpoint_read_model(f.init_from, &cfg, &init_params, err, sizeof(err)) != 0) die("--init-from: %s", err);
-    } else if (gpt_config_from_descriptor(f.model, &cfg, err, sizeof(err)) != 0) {
-        die("--model: %s", err);
-    }
+    /* ---- run folder, the state to resume, model shape and weights, batch arithmetic (train/run_driver.c);
+       the attention mode is settled (the saved one on resume unless --attn is given) before memory is planned ---- */
+    RunDriver run;
+    run_driver_init(&run, "train_gpt", argc, argv, &f, master_rank);
+    run_driver_load_model(&run);
+    const GPTConfig cfg = run.cfg;
+    float* init_params = run.params;
+    run.params = NULL;
+    const AttnMode attn_mode = run.attn_mode;
     const int B = f.batch_size;
     const int T = f.seq_len ? f.seq_len : cfg.max_seq_len;
     if (T > cfg.max_seq_len) die("--seq-len %d exceeds the model's context length %d; lower --seq-len", T, cfg.max_seq_len);
-    AttnMode attn_mode;
-    if (attn_mode_parse(f.attn, &attn_mode) != 0) die("--attn '%s': choose one of %s", f.attn, attn_mode_choices());
     ScheduleKind sched_kind;
     if (schedule_parse(f.schedule, &sched_kind) != 0) die("--schedule '%s': choose cosine|linear|constant", f.schedule);
     const long long tokens_per_micro = (long long)B * T * world_size; /* over all ranks */
-    int grad_accum = 1;
-    if (f.total_batch_tokens > 0) {
-        const int64_t ga = dist_grad_accum_steps(f.total_batch_tokens, B, T, world_size, err, sizeof(err));
-        if (ga < 0) die("%s", err);
-        grad_accum = (int)ga;
-    }
+    run_driver_batch(&run, B, T, world_size);
+    const int grad_accum = run.grad_accum;
     /* diagnostics, probe, captures, the gauge arm; the probe runs with the diagnostics unless told otherwise */
     const int probe_every = flags_was_set(&f, FLAG_PROBE_EVERY) ? f.probe_every : f.diag_every;
     DiagCaptureSpec capture_spec;
@@ -517,6 +500,7 @@ int main(int argc, char** argv) {
                           &dp.ev_waited, &dp.ev_gather_start, &dp.ev_gather_end};
     for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) cudaCheck(cudaEventCreate(evs[i]));
     cudaCheck(cudaMalloc((void**)&dp.d_split, 8 * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&dp.d_sums, 4 * sizeof(double)));
     model.grad_hook = dp_grad_hook;
     model.grad_hook_ctx = &dp;
 
@@ -543,26 +527,7 @@ int main(int argc, char** argv) {
         tok = NULL;
     }
 
-    /* ---- output folder, log, resume ---- */
-    char out_dir[2048];
-    if (f.out_dir[0]) {
-        snprintf(out_dir, sizeof(out_dir), "%s", f.out_dir);
-    } else {
-        time_t now = time(NULL);
-        struct tm tmv;
-        localtime_r(&now, &tmv);
-        strftime(out_dir, sizeof(out_dir), "runs/run_%Y%m%d_%H%M%S", &tmv);
-    }
-    char log_path[4096];
-    snprintf(log_path, sizeof(log_path), "%s/log.jsonl", out_dir);
-    const int resuming = f.resume[0] != 0;
-    if (master_rank) {
-        make_dirs(out_dir);
-        if (!resuming && file_exists(log_path) && !f.overwrite)
-            die("'%s' already holds a run (%s)\n  hint: --resume latest to continue it, --overwrite 1 to start over, "
-                "or another --out-dir", out_dir, log_path);
-    }
-
+    /* ---- resume ---- */
     ResumeState st;
     memset(&st, 0, sizeof(st));
     st.config = cfg;
@@ -570,89 +535,25 @@ int main(int argc, char** argv) {
     st.batch_size = B; st.seq_len = T; st.grad_accum = grad_accum; st.world_size = world_size;
     st.shuffle = f.shuffle; st.attn_mode = attn_mode; st.attn_tile_max_shift = f.attn_tile_max_shift;
     st.seed = f.seed; st.num_params = num_params; st.zero_key_bias_grad = f.zero_key_bias_grad;
+    run_driver_check_resume(&run, &st);
     st.m = (float*)mallocCheck(num_params * sizeof(float));
     st.v = (float*)mallocCheck(num_params * sizeof(float));
     SamplerRng rng;
     sampler_seed(&rng, f.seed);
-    int start_step = 0;
+    const int start_step = run.start_step;
     long long tokens_seen = 0;
-    ResumeState saved;
-    memset(&saved, 0, sizeof saved);
-    if (resuming) {
-        char state_path[4096];
-        int64_t found_step = 0;
-        if (strcmp(f.resume, "latest") == 0) {
-            const int r = run_find_latest_state(out_dir, state_path, sizeof(state_path), &found_step, err, sizeof(err));
-            if (r < 0) die("--resume latest: %s", err);
-            if (r > 0) die("--resume latest: no state_*.bin in '%s'\n  hint: pass --out-dir of the run to continue", out_dir);
-        } else {
-            snprintf(state_path, sizeof(state_path), "%s", f.resume);
-        }
-        if (resume_state_read(state_path, &saved, err, sizeof(err)) != 0) die("--resume: %s", err);
-        /* The gauge arm: the saved one; a --zero-key-bias-grad that differs is refused. */
-        const int arm = resume_zero_key_bias_grad(&saved, f.zero_key_bias_grad,
-                                                  flags_was_set(&f, FLAG_ZERO_KEY_BIAS_GRAD), err, sizeof(err));
-        if (arm < 0) die("--resume %s: %s", state_path, err);
-        f.zero_key_bias_grad = arm;
-        st.zero_key_bias_grad = arm;
-        /* Another process count continues the same run when the step's token count is unchanged: the data
-           stream does not depend on the process count, only the order of the gradient sums does. */
-        ResumeState expect = st;
-        const long long saved_tokens = (long long)saved.batch_size * saved.seq_len * saved.grad_accum * saved.world_size;
-        const int other_world = saved.world_size != world_size && saved.batch_size == B && saved.seq_len == T &&
-                                saved_tokens == tokens_per_micro * grad_accum;
-        if (other_world) {
-            expect.world_size = saved.world_size;
-            expect.grad_accum = saved.grad_accum;
-        }
-        if (resume_state_check(&saved, &expect, err, sizeof(err)) != 0) die("--resume: %s", err);
-        if (other_world)
-            printf("note: resuming a run of %d process(es) x %d accumulation steps on %d x %d (same %lld tokens per "
-                   "step; sums are ordered differently, so not bit-exact)\n", saved.world_size, saved.grad_accum,
-                   world_size, grad_accum, saved_tokens);
-        char model_path[4096], dir[4096];
-        snprintf(dir, sizeof(dir), "%s", state_path);
-        char* slash = strrchr(dir, '/');
-        if (slash) *slash = 0; else snprintf(dir, sizeof(dir), ".");
-        run_file_path(model_path, sizeof(model_path), dir, "model", saved.step);
-        GPTConfig saved_cfg;
-        float* saved_params = NULL;
-        if (checkpoint_read_model(model_path, &saved_cfg, &saved_params, err, sizeof(err)) != 0)
-            die("--resume: the model file beside the state: %s", err);
-        if (resume_hash(saved_params, num_params * sizeof(float), RESUME_HASH_INIT) != saved.params_hash)
-            die("--resume: '%s' is not the model saved with '%s' (parameter hash differs)", model_path, state_path);
-        memcpy(host_params, saved_params, num_params * sizeof(float));
-        free(saved_params);
-        if (dataloader_seek(train_loader, &saved.data_pos, err, sizeof(err)) != 0) die("--resume: %s", err);
-        rng.state = saved.rng_state;
-        start_step = (int)saved.step;
-        tokens_seen = saved.tokens_seen;
-        if (saved.attn_mode != (int32_t)attn_mode) {
-            /* A mode switch on resume is allowed, but only when asked for: the CPU trainer takes the saved
-               mode when --attn is left out; here the model (and its attention workspace) is already planned
-               for the flag's mode, so a left-out --attn that differs from the run's mode is refused. */
-            const char* saved_name = saved.attn_mode >= 0 && saved.attn_mode < ATTN_NUM_MODES
-                                         ? attn_mode_name((AttnMode)saved.attn_mode) : "(invalid)";
-            if (!flags_was_set(&f, FLAG_ATTN))
-                die("--resume: this run was trained with --attn %s, and --attn was not given (its default is %s)\n"
-                    "  hint: pass --attn %s to continue it, or another --attn to switch modes from here on",
-                    saved_name, attn_mode_name(attn_mode), saved_name);
-            printf("note: attention mode switched from %s (saved) to %s at step %d: from here on the run differs "
-                   "from one that kept %s\n", saved_name, attn_mode_name(attn_mode), start_step, saved_name);
-        }
-        printf("resumed from %s (step %d)\n", state_path, start_step);
-    }
+    int64_t adam_t = 0; /* AdamW's step count: the steps whose update was applied */
     gpt_cuda_set_params(&model, host_params);
-    if (resuming) {
-        gpt_cuda_set_optimizer_state(&model, saved.m, saved.v);
-        resume_state_free(&saved);
+    if (run.resuming) {
+        if (dataloader_seek(train_loader, &run.saved.data_pos, err, sizeof(err)) != 0) die("--resume: %s", err);
+        rng.state = run.saved.rng_state;
+        tokens_seen = run.saved.tokens_seen;
+        adam_t = run.saved.adam_t;
+        gpt_cuda_set_optimizer_state(&model, run.saved.m, run.saved.v);
+        run_driver_release_saved(&run);
+        printf("resumed from %s (step %d)\n", run.state_path, start_step);
     }
-    if (resuming && start_step >= f.steps)
-        die("--resume: the run already has %d steps and --steps is %d\n  hint: raise --steps to train longer",
-            start_step, f.steps);
-    if (f.stop_at > 0 && (f.stop_at >= f.steps || f.stop_at <= start_step))
-        die("--stop-at %d must lie between the first step of this invocation (%d) and --steps (%d)", f.stop_at,
-            start_step, f.steps);
+    const char* out_dir = run.out_dir;
 
     /* ---- every rank must run the same thing: compare digests before the first step ---- */
     if (world_size > 1) {
@@ -667,10 +568,10 @@ int main(int argc, char** argv) {
                         "the initial weights and data position");
     }
 
-    RunLog log;
-    if (runlog_open(&log, master_rank ? log_path : NULL, resuming, err, sizeof(err)) != 0) die("%s", err);
+    run_driver_start(&run, val_loader != NULL);
+    RunLog* log = &run.log;
     {
-        FILE* rec = runlog_begin(&log, resuming ? "resume" : "config");
+        FILE* rec = runlog_begin(log, run.resuming ? "resume" : "config");
         if (rec) {
             fprintf(rec, ", \"trainer\": \"train_gpt\", \"device\": ");
             json_write_string(rec, prop.name);
@@ -680,7 +581,7 @@ int main(int argc, char** argv) {
             fprintf(rec, ", ");
             flags_write_json(rec, &f);
         }
-        runlog_end(&log);
+        runlog_end(log);
     }
 
     /* ---- diagnostics (rank 0 measures its own micro-batch; all ranks join the collectives) ---- */
@@ -735,40 +636,32 @@ int main(int argc, char** argv) {
     const float dloss = 1.0f / (float)((double)B * T * grad_accum * world_size);
     double time_sum = 0.0;
     int timed_steps = 0;
-    /* Same boundary order as train_gpt_cpu.c: at each step boundary, checkpoint (not at the start of this
-       invocation), --stop-at, evaluation, sample; then train the step. */
+    SaveCtx save = {&model, &dp, &st, host_params, strcmp(f.checkpoint_dtype, "bf16") == 0};
+    double last_val = NAN;
+    int stopped_at = -1;
+    /* The boundary order of train_gpt_cpu.c (run_driver_boundary): checkpoint, signal or --stop-at, evaluation,
+       sample; then train the step. */
     for (int step = start_step;; step++) {
-        const int last = step == f.steps;
-        const int stop_here = f.stop_at > 0 && step == f.stop_at;
-        if (step != start_step && (last || stop_here || (f.checkpoint_every > 0 && step % f.checkpoint_every == 0))) {
-            st.step = step;
-            st.adam_t = step;
+        const int what = run_driver_boundary(&run, step);
+        if (what & RUN_SAVE) {
+            st.adam_t = adam_t;
             st.tokens_seen = tokens_seen;
             st.rng_state = rng.state;
             st.data_pos = dataloader_position(train_loader);
-            save_checkpoint(&model, &dp, out_dir, step, &st, host_params, strcmp(f.checkpoint_dtype, "bf16") == 0,
-                            &log);
+            run_driver_save(&run, step, save_checkpoint, &save);
         }
-        if (stop_here) {
-            FILE* pf = runlog_begin(&log, "stop");
-            if (pf) fprintf(pf, ", \"step\": %d, \"reason\": \"--stop-at\"", step);
-            runlog_end(&log);
-            printf("stopped at step %d (--stop-at); continue with: --resume --out-dir %s\n", step, out_dir);
+        if (what & RUN_INTERRUPT) run_driver_interrupt(&run, step); /* every rank exits here, at the same step */
+        if (what & RUN_STOP_AT) {
+            stopped_at = step;
             break;
         }
-        if (val_loader && (last || (f.val_every > 0 && step % f.val_every == 0))) {
-            const double vl = evaluate(&model, &dp, val_loader, f.val_batches, B, T, inputs, targets);
-            printf("val loss %.6f (step %d, %d batches)\n", vl, step, f.val_batches);
-            runlog_eval(&log, step, vl, f.val_batches);
+        if (what & RUN_EVAL) {
+            last_val = evaluate(&model, &dp, val_loader, f.val_batches, B, T, inputs, targets);
+            printf("val loss %.6f (step %d, %d batches)\n", last_val, step, f.val_batches);
+            runlog_eval(log, step, last_val, f.val_batches);
         }
-        if (master_rank && f.sample_every > 0 && step > 0 && (last || step % f.sample_every == 0))
-            sample_text(&model, tok, &rng, f.sample_tokens, T, &log, step);
-        if (last) {
-            FILE* pf = runlog_begin(&log, "stop");
-            if (pf) fprintf(pf, ", \"step\": %d, \"reason\": \"done\"", step);
-            runlog_end(&log);
-            break;
-        }
+        if (master_rank && (what & RUN_SAMPLE)) sample_text(&model, tok, &rng, f.sample_tokens, T, log, step);
+        if (what & RUN_LAST) break;
 
         /* what this step measures (decided the same way on every rank) */
         const int diag_step = f.diag_every > 0 && step % f.diag_every == 0;
@@ -813,31 +706,34 @@ int main(int argc, char** argv) {
             }
         }
         const double lr = schedule_lr(&sched, step);
-        AdamWHyper h = {(float)lr, f.beta1, f.beta2, f.adam_eps, f.weight_decay, step + 1};
         gpt_cuda_grad_norm_sq_enqueue(&model, shard.offset, shard.shard_size);
-        double sums[2];
-        dp_sum_doubles(&dp, model.scalars_dev, 2, sums, stream); /* [0] loss sum, [1] squared norm */
+        /* one sum over ranks: [0] loss sum, [1] squared norm, [2] ranks signalled, [3] ranks whose
+           --checkpoint-minutes are up (so every rank takes the same decision at the next boundary) */
+        double local_flags[2], sums[4];
+        run_driver_poll(&run, local_flags);
+        cudaCheck(cudaMemcpyAsync(dp.d_sums, model.scalars_dev, 2 * sizeof(double), cudaMemcpyDeviceToDevice, stream));
+        cudaCheck(cudaMemcpyAsync(dp.d_sums + 2, local_flags, 2 * sizeof(double), cudaMemcpyHostToDevice, stream));
+        dp_sum_doubles(&dp, dp.d_sums, 4, sums, stream);
+        run_driver_agree(&run, sums + 2);
         const double loss = sums[0] / ((double)tokens_per_micro * grad_accum);
         const double norm = isfinite(loss) ? sqrt(sums[1]) : NAN;
-        /* gpt_cuda_update_with_norm leaves the weights alone when the gradient norm is not finite */
-        gpt_cuda_update_with_norm(&model, h, f.grad_clip, norm);
-        if (isfinite(norm)) dp_gather_params(&dp, stream);
+        /* divergence stops every rank here, before the update; --skip-update-z may skip it (same on all ranks:
+           loss and norm are the summed ones) */
+        const int skip = run_driver_check_step(&run, step, loss, norm);
+        if (!skip) {
+            adam_t++;
+            AdamWHyper h = {(float)lr, f.beta1, f.beta2, f.adam_eps, f.weight_decay, (int)adam_t};
+            gpt_cuda_update_with_norm(&model, h, f.grad_clip, norm);
+            dp_gather_params(&dp, stream);
+        }
         comm_synchronize(comm, stream);
         const double dt = runlog_now_s() - t0;
         dp_account_timing(&dp);
         tokens_seen += tokens_per_micro * grad_accum;
         if (step > start_step) { time_sum += dt; timed_steps++; } /* the first step includes warm-up */
-        if (!isfinite(loss) || !isfinite(norm)) {
-            FILE* rec = runlog_begin(&log, "stop");
-            if (rec) fprintf(rec, ", \"step\": %d, \"reason\": \"non-finite %s\"", step, isfinite(loss) ? "gradient" : "loss");
-            runlog_end(&log);
-            die("step %d: the %s is not finite; training stopped before updating the weights\n"
-                "  hint: lower --lr or raise --warmup-steps, then --resume from the last checkpoint in %s",
-                step, isfinite(loss) ? "gradient norm" : "loss", out_dir);
-        }
         StepRecord r = {step, f.steps, loss, lr, norm, tokens_per_micro * grad_accum / dt, dt * 1e3,
                         attn_mode_name(attn_mode)};
-        runlog_step(&log, &r);
+        runlog_step(log, &r);
         if (td.active && (diag_step || probe_step)) {
             float ms = 0;
             if (diag_step) {
@@ -855,20 +751,20 @@ int main(int argc, char** argv) {
             DiagProbe probe;
             diag_cuda_fetch(&td.diag, td.host_layers, &probe, NULL, stream);
             diag_write_json(td.json, diag_json_bytes(cfg.num_layers), td.host_layers, cfg.num_layers, &probe);
-            FILE* df = runlog_begin(&log, "diag");
+            FILE* df = runlog_begin(log, "diag");
             if (df) {
                 fprintf(df, ", \"step\": %d, %s, \"diag_ms\": ", step, td.json);
                 runlog_write_number(df, td.step_ms);
             }
-            runlog_end(&log);
+            runlog_end(log);
             diag_warn_check(&td.warn, td.host_layers, cfg.num_layers, &probe);
             for (int i = 0; i < td.warn.num_pending; i++) {  /* {"event": "attn_warning", ...} after the record */
                 char msg[1024], body[512];
                 diag_warning_text(&td.warn, i, step, msg, sizeof(msg), body, sizeof(body));
                 printf("%s\n", msg);
-                FILE* wf = runlog_begin(&log, "attn_warning");
+                FILE* wf = runlog_begin(log, "attn_warning");
                 if (wf) fprintf(wf, ", %s", body);
-                runlog_end(&log);
+                runlog_end(log);
             }
         }
         if (step == start_step || (step + 1) % f.log_every == 0 || step + 1 == f.steps) {
@@ -883,7 +779,7 @@ int main(int argc, char** argv) {
         printf("mean over %d steps (first excluded): %.1f ms/step, %.0f tokens/s", timed_steps, step_ms, tps);
         if (peak > 0) printf(", MFU %.1f%%", 100.0 * flops_per_token * tps / world_size / peak);
         printf("\n");
-        FILE* rec = runlog_begin(&log, "summary");
+        FILE* rec = runlog_begin(log, "summary");
         if (rec) {
             fprintf(rec, ", \"timed_steps\": %d, \"ms_per_step\": ", timed_steps);
             runlog_write_number(rec, step_ms);
@@ -905,7 +801,7 @@ int main(int argc, char** argv) {
                 runlog_write_number(rec, td.sum_ms / td.steps_summed);
             }
         }
-        runlog_end(&log);
+        runlog_end(log);
         if (dp.timed > 0)
             printf("data parallel, per step (mean of %d): backward of the last micro-step %.2f ms | gradient "
                    "reduction span %.2f ms, exposed after backward %.2f ms | parameter all-gather %.2f ms\n",
@@ -916,7 +812,8 @@ int main(int argc, char** argv) {
                    "counted), %.2f%% of a mean step\n", td.sum_ms / td.steps_summed, td.steps_summed,
                    100.0 * td.sum_ms / td.steps_summed / step_ms);
     }
-    runlog_close(&log);
+    if (stopped_at >= 0) run_driver_stop_at(&run, stopped_at);
+    else run_driver_done(&run, f.steps, last_val);
     free(inputs); free(targets); free(host_params); free(st.m); free(st.v);
     if (tok) tokenizer_free(tok);
     dataloader_close(train_loader);
@@ -928,6 +825,7 @@ int main(int argc, char** argv) {
     }
     gpt_cuda_free(&model);
     cudaCheck(cudaFree(dp.d_split));
+    cudaCheck(cudaFree(dp.d_sums));
     cudaCheck(cudaStreamDestroy(dp.comm_stream));
     cudaCheck(cudaStreamDestroy(stream));
     g_comm = NULL;

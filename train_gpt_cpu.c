@@ -9,20 +9,27 @@
  * the order that makes a resumed run identical to an uninterrupted one.
  *
  * Loop, for step = start .. steps (start = 0, or the resumed state's step):
- *   1. checkpoint (model_S.bin + state_S.bin) if due, and not at the resume point
+ *   1. checkpoint (model_S.bin + state_S.bin) if due, and not at the resume
+ *      point; after a SIGTERM/SIGINT or at --stop-at, stop here
  *   2. validation loss if due                 (touches no training state)
  *   3. sample if due                          (advances only the sampler RNG)
  *   4. stop if step == steps
  *   5. one optimizer step: grad_accum micro-batches (forward + backward),
  *      grads averaged, [gauge arm: key-bias gradient zeroed], global norm,
- *      [diagnostics, probe, captures: read-only], clip, lr from the schedule,
- *      AdamW.
+ *      [diagnostics, probe, captures: read-only], the divergence test (stops
+ *      before anything is applied), [--skip-update-z], clip, lr from the
+ *      schedule, AdamW.
  * The state saved at (1) is the state before (2)-(5) of that step, so a run
  * resumed from it replays exactly the same sequence. The diagnostics
  * (--diag-every, --probe-every, --capture-attn; model/diagnostics.h,
  * docs/diagnostics.md) only read the model's buffers and write the log and
  * capture files: they touch no weights, gradients, RNG or data position, so
  * a run with them on trains bit-identically to one without.
+ *
+ * Run folder, resume, checkpoint schedule and retention, signals (SIGTERM,
+ * SIGINT), divergence and --skip-update-z live in train/run_driver.c, shared
+ * with the GPU trainer; this file supplies the model, one optimizer step and
+ * the checkpoint writer.
  *
  * Flags: train/flags.c (run with --help). Run folder and file formats:
  * docs/training.md.
@@ -39,71 +46,16 @@
 #include "train/dist.h"
 #include "train/flags.h"
 #include "train/resume_state.h"
+#include "train/run_driver.h"
 #include "train/runlog.h"
 #include "train/sampler.h"
 #include "train/schedule.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <math.h>
 #include <omp.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #define PROGRAM "train_gpt_cpu"
-#define PATH_CAP 4096
 #define SAMPLE_TEMPERATURE 1.0f
-
-/* ---------------------------------------------------------------- run folder */
-
-/* mkdir -p; dies naming the folder. */
-static void make_dirs(const char* path) {
-    char buf[PATH_CAP];
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char* p = buf + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                die("cannot create the folder '%s': %s\n  hint: choose another --out-dir", buf, strerror(errno));
-            *p = saved;
-            if (saved == '\0') break;
-        }
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        die("--out-dir '%s' exists but is not a folder\n  hint: choose another --out-dir", path);
-}
-
-/* Is name one of the files a run writes: log.jsonl, model_NNNNNNNN.bin, state_NNNNNNNN.bin (8 digits),
-   or a .tmp of those? Nothing else in the folder is ever counted or deleted. */
-static int is_run_file(const char* name) {
-    if (strcmp(name, "log.jsonl") == 0) return 1;
-    if (strncmp(name, "model_", 6) != 0 && strncmp(name, "state_", 6) != 0) return 0;
-    for (int i = 6; i < 14; i++)
-        if (name[i] < '0' || name[i] > '9') return 0;
-    return strcmp(name + 14, ".bin") == 0 || strcmp(name + 14, ".bin.tmp") == 0;
-}
-
-/* Counts (and with remove_them deletes) the run files in dir. */
-static int run_files_in(const char* dir, int remove_them) {
-    DIR* d = opendir(dir);
-    if (d == NULL) return 0;
-    int count = 0;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        if (!is_run_file(e->d_name)) continue;
-        count++;
-        if (remove_them) {
-            char p[PATH_CAP];
-            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-            if (remove(p) != 0) die("cannot delete '%s' for --overwrite: %s", p, strerror(errno));
-        }
-    }
-    closedir(d);
-    return count;
-}
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -113,20 +65,10 @@ static void fatal_flag(const char* msg) {
     exit(2);
 }
 
-static uint64_t params_digest(const float* params, size_t n) {
-    return resume_hash(params, n * sizeof(float), RESUME_HASH_INIT);
-}
-
 static void describe_config(const GPTConfig* c, size_t num_params, char* buf, size_t n) {
     snprintf(buf, n, "L%d C%d NH%d (head size %d), context %d, vocab %d (padded %d), %zu parameters",
              c->num_layers, c->channels, c->num_heads, c->channels / c->num_heads, c->max_seq_len, c->vocab_size,
              c->padded_vocab_size, num_params);
-}
-
-static int same_config(const GPTConfig* a, const GPTConfig* b) {
-    return a->max_seq_len == b->max_seq_len && a->vocab_size == b->vocab_size &&
-           a->padded_vocab_size == b->padded_vocab_size && a->num_layers == b->num_layers &&
-           a->num_heads == b->num_heads && a->channels == b->channels;
 }
 
 /* Mean validation loss over the first n batches of the validation stream. */
@@ -158,7 +100,6 @@ static int generate(GPTCpu* model, SamplerRng* rng, int* ids, int n) {
 }
 
 typedef struct {
-    const char* out_dir;
     const TrainFlags* flags;
     const GPTCpu* model;
     const float* m;
@@ -170,16 +111,13 @@ typedef struct {
     DataLoader* train;
 } SaveArgs;
 
-/* model_S.bin, then state_S.bin (the state names its model by the step, and a
-   resume starts from the newest state, so a crash between the two is harmless). */
-static void save_checkpoint(const SaveArgs* a, int64_t step, RunLog* log) {
-    char model_path[PATH_CAP], state_path[PATH_CAP], err[1024];
-    run_file_path(model_path, sizeof(model_path), a->out_dir, "model", step);
-    run_file_path(state_path, sizeof(state_path), a->out_dir, "state", step);
+/* RunSaveFn: model_S.bin, then state_S.bin (the state names its model by the step, and a resume starts
+   from the newest state, so a crash between the two is harmless). */
+static int save_checkpoint(void* ctx, int step, const char* model_path, const char* state_path, char* err,
+                           size_t errlen) {
+    const SaveArgs* a = (const SaveArgs*)ctx;
     const int bf16 = strcmp(a->flags->checkpoint_dtype, "bf16") == 0;
-    if (checkpoint_write_model(model_path, &a->model->config, a->model->params, bf16, err, sizeof(err)) != 0)
-        die("saving the model at step %lld failed: %s\n  hint: earlier checkpoints in %s are intact; free disk "
-            "space, then continue with --resume", (long long)step, err, a->out_dir);
+    if (checkpoint_write_model(model_path, &a->model->config, a->model->params, bf16, err, errlen) != 0) return -1;
     ResumeState s;
     memset(&s, 0, sizeof(s));
     s.step = step;
@@ -200,27 +138,16 @@ static void save_checkpoint(const SaveArgs* a, int64_t step, RunLog* log) {
     if (bf16) { /* the digest of the weights as saved (rounded), which a --resume reads back */
         float* rounded = (float*)mallocCheck(a->model->num_params * sizeof(float));
         for (size_t i = 0; i < a->model->num_params; i++) rounded[i] = bf16_round(a->model->params[i]);
-        s.params_hash = params_digest(rounded, a->model->num_params);
+        s.params_hash = resume_hash(rounded, a->model->num_params * sizeof(float), RESUME_HASH_INIT);
         free(rounded);
     } else {
-        s.params_hash = params_digest(a->model->params, a->model->num_params);
+        s.params_hash = resume_hash(a->model->params, a->model->num_params * sizeof(float), RESUME_HASH_INIT);
     }
     s.data_pos = dataloader_position(a->train);
     s.num_params = a->model->num_params;
     s.m = (float*)a->m;
     s.v = (float*)a->v;
-    if (resume_state_write(state_path, &s, err, sizeof(err)) != 0)
-        die("saving the resume state at step %lld failed: %s\n  hint: earlier checkpoints in %s are intact; free "
-            "disk space, then continue with --resume", (long long)step, err, a->out_dir);
-    FILE* f = runlog_begin(log, "checkpoint");
-    if (f) {
-        fprintf(f, ", \"step\": %lld, \"model\": ", (long long)step);
-        json_write_string(f, model_path);
-        fputs(", \"state\": ", f);
-        json_write_string(f, state_path);
-    }
-    runlog_end(log);
-    printf("checkpoint: %s + %s\n", model_path, state_path);
+    return resume_state_write(state_path, &s, err, errlen);
 }
 
 /* ---------------------------------------------------------------- diagnostics */
@@ -327,120 +254,24 @@ int main(int argc, char** argv) {
     }
     if (rc != 0) fatal_flag(err);
     if (flags_reject_gpu_only(&f, PROGRAM, err, sizeof(err)) != 0) fatal_flag(err);
-
-    AttnMode attn_mode;
-    if (attn_mode_parse(f.attn, &attn_mode) != 0) fatal_flag("--attn: unknown mode");
     ScheduleKind sched_kind;
     if (schedule_parse(f.schedule, &sched_kind) != 0) fatal_flag("--schedule: unknown schedule");
-    const int resuming = f.resume[0] != '\0';
-    if (resuming && f.overwrite) fatal_flag("--resume continues a run and --overwrite starts one over: give one");
-    if (resuming && f.init_from[0]) fatal_flag("--resume takes its weights from the run folder: drop --init-from");
-    if (f.init_from[0] && flags_was_set(&f, FLAG_MODEL))
-        fatal_flag("--init-from sets the model shape from the checkpoint: drop --model");
 
-    /* ---- run folder ---- */
-    char out_dir[PATH_CAP], state_path[PATH_CAP] = "";
-    if (resuming && strcmp(f.resume, "latest") != 0) {
-        snprintf(state_path, sizeof(state_path), "%s", f.resume);
-        if (f.out_dir[0]) {
-            snprintf(out_dir, sizeof(out_dir), "%s", f.out_dir);
-        } else { /* the state's own folder */
-            snprintf(out_dir, sizeof(out_dir), "%s", f.resume);
-            char* slash = strrchr(out_dir, '/');
-            if (slash) *slash = '\0';
-            else snprintf(out_dir, sizeof(out_dir), ".");
-        }
-    } else if (f.out_dir[0]) {
-        snprintf(out_dir, sizeof(out_dir), "%s", f.out_dir);
-    } else if (resuming) {
-        fatal_flag("--resume (latest) needs --out-dir: the run folder to continue");
-    } else {
-        time_t now = time(NULL);
-        struct tm tmv;
-        localtime_r(&now, &tmv);
-        char stamp[64];
-        strftime(stamp, sizeof(stamp), "%Y%m%d_%H%M%S", &tmv);
-        snprintf(out_dir, sizeof(out_dir), "runs/run_%s", stamp);
-        for (int k = 2; access(out_dir, F_OK) == 0; k++) snprintf(out_dir, sizeof(out_dir), "runs/run_%s_%d", stamp, k);
-    }
-    /* The folder is created (and with --overwrite emptied of the old run) only once every
-       setting has been checked, so a refused command line changes nothing on disk. */
-    const int existing = resuming ? 0 : run_files_in(out_dir, 0);
-    if (existing > 0 && !f.overwrite)
-        die("the run folder '%s' already holds a run (%d log/checkpoint files)\n  hint: continue it with "
-            "--resume, start over in it with --overwrite (deletes those files), or choose another --out-dir",
-            out_dir, existing);
-    if (resuming && state_path[0] == '\0') {
-        int64_t latest;
-        if (access(out_dir, F_OK) != 0)
-            die("--resume: the run folder '%s' does not exist: nothing to continue\n  hint: check --out-dir, or "
-                "drop --resume to start a new run there", out_dir);
-        int found = run_find_latest_state(out_dir, state_path, sizeof(state_path), &latest, err, sizeof(err));
-        if (found < 0) die("--resume: %s", err);
-        if (found > 0)
-            die("--resume: no state_NNNNNNNN.bin in '%s': nothing to continue\n  hint: drop --resume to start a new "
-                "run, or pass the state file's path to --resume", out_dir);
-    }
-
-    /* ---- model shape and initial weights ---- */
-    GPTConfig cfg;
-    float* loaded_params = NULL;
-    ResumeState saved;
-    memset(&saved, 0, sizeof(saved));
-    char model_source[PATH_CAP + 64];
-    if (resuming) {
-        if (resume_state_read(state_path, &saved, err, sizeof(err)) != 0) die("--resume: %s", err);
-        char model_path[PATH_CAP], dir[PATH_CAP];
-        snprintf(dir, sizeof(dir), "%s", state_path);
-        char* slash = strrchr(dir, '/');
-        if (slash) *slash = '\0';
-        else snprintf(dir, sizeof(dir), ".");
-        run_file_path(model_path, sizeof(model_path), dir, "model", saved.step);
-        if (checkpoint_read_model(model_path, &cfg, &loaded_params, err, sizeof(err)) != 0)
-            die("--resume: the model saved with %s cannot be read: %s\n  hint: resume from an older "
-                "state_NNNNNNNN.bin in the same folder", state_path, err);
-        if (!same_config(&cfg, &saved.config) ||
-            params_digest(loaded_params, gpt_num_parameters(&cfg)) != saved.params_hash)
-            die("--resume: %s is not the model saved with %s (shape or weights differ)\n  hint: both files must "
-                "come from the same checkpoint step of the same run", model_path, state_path);
-        if (flags_was_set(&f, FLAG_MODEL)) {
-            GPTConfig asked;
-            if (gpt_config_from_descriptor(f.model, &asked, err, sizeof(err)) != 0) fatal_flag(err);
-            if (!same_config(&asked, &cfg))
-                fatal_flag("--model differs from the model of the run being resumed: drop --model");
-        }
-        snprintf(model_source, sizeof(model_source), "resumed from %s (step %lld)", model_path,
-                 (long long)saved.step);
-    } else if (f.init_from[0]) {
-        if (checkpoint_read_model(f.init_from, &cfg, &loaded_params, err, sizeof(err)) != 0)
-            die("--init-from: %s", err);
-        snprintf(model_source, sizeof(model_source), "weights from %s", f.init_from);
-    } else {
-        if (gpt_config_from_descriptor(f.model, &cfg, err, sizeof(err)) != 0) {
-            char msg[2200];
-            snprintf(msg, sizeof(msg), "--model: %s", err);
-            fatal_flag(msg);
-        }
-        snprintf(model_source, sizeof(model_source), "preset %s, initialised with seed %llu", f.model,
-                 (unsigned long long)f.seed);
-    }
-    if (gpt_config_validate(&cfg, err, sizeof(err)) != 0) die("model shape: %s", err);
+    /* ---- run folder, model source, batch arithmetic (train/run_driver.c) ---- */
+    RunDriver run;
+    run_driver_init(&run, PROGRAM, argc, argv, &f, 1);
+    run_driver_load_model(&run);
+    const GPTConfig cfg = run.cfg;
+    const AttnMode attn_mode = run.attn_mode;
     const int B = f.batch_size;
     const int T = f.seq_len > 0 ? f.seq_len : cfg.max_seq_len;
     if (T > cfg.max_seq_len) {
         snprintf(err, sizeof(err), "--seq-len %d is longer than the model's context (%d)", T, cfg.max_seq_len);
         fatal_flag(err);
     }
-    const int64_t total_tokens = f.total_batch_tokens > 0 ? f.total_batch_tokens : (int64_t)B * T;
-    char accum_err[512];
-    int64_t accum64 = dist_grad_accum_steps(total_tokens, B, T, 1, accum_err, sizeof(accum_err));
-    if (accum64 < 1) {
-        snprintf(err, sizeof(err), "--total-batch-tokens: %s", accum_err);
-        fatal_flag(err);
-    }
-    const int grad_accum = (int)accum64;
-    if (f.attn_tile_max_shift && attn_mode != ATTN_REPAIR)
-        fatal_flag("--attn-tile-max-shift 1 is an arm of --attn repair only (it conflicts with the other modes)");
+    run_driver_batch(&run, B, T, 1);
+    const int grad_accum = run.grad_accum;
+    const int64_t total_tokens = run.tokens_per_step;
 
     /* Diagnostics (as in the GPU trainer): the probe runs with --diag-every unless --probe-every is given. */
     CpuDiag diag;
@@ -457,28 +288,14 @@ int main(int argc, char** argv) {
     if (diag.capture.num_steps == 0 && f.capture_layers[0])
         fatal_flag("--capture-layers without --capture-steps captures nothing; add --capture-steps S1,S2,...");
 
-    /* Attention mode on resume: the saved one unless --attn says otherwise. */
-    if (resuming && !flags_was_set(&f, FLAG_ATTN)) {
-        if (saved.attn_mode < 0 || saved.attn_mode >= ATTN_NUM_MODES) die("--resume: bad attention mode in state");
-        attn_mode = (AttnMode)saved.attn_mode;
-        f.attn = attn_mode_name(attn_mode);
-        if (!flags_was_set(&f, FLAG_ATTN_TILE_MAX_SHIFT)) f.attn_tile_max_shift = saved.attn_tile_max_shift;
-    }
-    /* The gauge arm on resume: the saved one; a --zero-key-bias-grad that differs is refused. */
-    if (resuming) {
-        const int arm = resume_zero_key_bias_grad(&saved, f.zero_key_bias_grad,
-                                                  flags_was_set(&f, FLAG_ZERO_KEY_BIAS_GRAD), err, sizeof(err));
-        if (arm < 0) die("--resume %s: %s", state_path, err);
-        f.zero_key_bias_grad = arm;
-    }
-
     GPTCpu model;
     gpt_cpu_init(&model, &cfg, B, T, attn_mode);
     model.attn_opt.tile_max_shift = f.attn_tile_max_shift;
     const size_t n = model.num_params;
-    if (loaded_params) {
-        memcpy(model.params, loaded_params, n * sizeof(float));
-        free(loaded_params);
+    if (run.params) {
+        memcpy(model.params, run.params, n * sizeof(float));
+        free(run.params);
+        run.params = NULL;
     } else {
         gpt_cpu_init_weights(&model, f.seed);
     }
@@ -516,59 +333,40 @@ int main(int argc, char** argv) {
     float* m = (float*)callocCheck(n, sizeof(float));
     float* v = (float*)callocCheck(n, sizeof(float));
     int64_t adam_t = 0, tokens_seen = 0;
-    int start_step = 0;
     SamplerRng rng;
     sampler_seed(&rng, f.seed);
-    if (resuming) {
-        ResumeState cur;
-        memset(&cur, 0, sizeof(cur));
-        cur.config = cfg;
-        cur.num_params = n;
-        cur.batch_size = B;
-        cur.seq_len = T;
-        cur.grad_accum = grad_accum;
-        cur.world_size = 1;
-        cur.shuffle = f.shuffle;
-        cur.seed = f.seed;
-        if (resume_state_check(&saved, &cur, err, sizeof(err)) != 0) die("--resume %s: %s", state_path, err);
-        if (dataloader_seek(train, &saved.data_pos, err, sizeof(err)) != 0)
+    ResumeState cur;
+    memset(&cur, 0, sizeof(cur));
+    cur.config = cfg;
+    cur.num_params = n;
+    cur.batch_size = B;
+    cur.seq_len = T;
+    cur.grad_accum = grad_accum;
+    cur.world_size = 1;
+    cur.shuffle = f.shuffle;
+    cur.seed = f.seed;
+    run_driver_check_resume(&run, &cur);
+    if (run.resuming) {
+        if (dataloader_seek(train, &run.saved.data_pos, err, sizeof(err)) != 0)
             die("--resume: the saved data position does not fit --train-data: %s", err);
-        memcpy(m, saved.m, n * sizeof(float));
-        memcpy(v, saved.v, n * sizeof(float));
-        adam_t = saved.adam_t;
-        tokens_seen = saved.tokens_seen;
-        rng.state = saved.rng_state;
-        start_step = (int)saved.step;
-        if (saved.attn_mode != (int32_t)attn_mode)
-            printf("note: attention mode switched from %s (saved) to %s at step %d: from here on the run differs "
-                   "from one that kept %s\n", attn_mode_name((AttnMode)saved.attn_mode), attn_mode_name(attn_mode),
-                   start_step, attn_mode_name((AttnMode)saved.attn_mode));
-        resume_state_free(&saved);
-        if (start_step >= f.steps)
-            die("--resume: the run already has %d steps and --steps is %d\n  hint: raise --steps to train longer",
-                start_step, f.steps);
+        memcpy(m, run.saved.m, n * sizeof(float));
+        memcpy(v, run.saved.v, n * sizeof(float));
+        adam_t = run.saved.adam_t;
+        tokens_seen = run.saved.tokens_seen;
+        rng.state = run.saved.rng_state;
+        run_driver_release_saved(&run);
     }
-    if (f.stop_at > 0 && (f.stop_at >= f.steps || f.stop_at <= start_step)) {
-        snprintf(err, sizeof(err), "--stop-at %d must lie between the first step of this invocation (%d) and "
-                 "--steps (%d)", f.stop_at, start_step, f.steps);
-        fatal_flag(err);
-    }
+    const int start_step = run.start_step;
 
     /* ---- log and banner ---- */
-    make_dirs(out_dir);
-    if (existing > 0) {
-        run_files_in(out_dir, 1);
-        printf("--overwrite: deleted %d log/checkpoint files of the previous run in %s\n", existing, out_dir);
-    }
-    char log_path[PATH_CAP + 16];
-    snprintf(log_path, sizeof(log_path), "%s/log.jsonl", out_dir);
-    RunLog log;
-    if (runlog_open(&log, log_path, resuming, err, sizeof(err)) != 0) die("%s", err);
+    run_driver_start(&run, val != NULL);
+    RunLog* log = &run.log;
+    const char* out_dir = run.out_dir;
     const LRSchedule sched = {sched_kind, f.lr, f.min_lr_frac, f.warmup_steps, f.steps};
     char shape[256];
     describe_config(&cfg, n, shape, sizeof(shape));
     printf("+-- " PROGRAM ": GPT-2 pretraining on the CPU\n");
-    printf("| model      %s\n|            %s\n", shape, model_source);
+    printf("| model      %s\n|            %s\n", shape, run.model_source);
     printf("| train data %s: %d shard(s), %lld tokens, %lld batches per epoch, shuffle %d (seed %llu)\n",
            f.train_data, dataloader_num_shards(train), (long long)dataloader_num_tokens(train),
            (long long)dataloader_batches_per_epoch(train), f.shuffle, (unsigned long long)f.seed);
@@ -588,14 +386,17 @@ int main(int argc, char** argv) {
         printf("| diagnostics every %d steps | probe (fp64 reference) every %d steps | %d capture step(s) | gauge "
                "arm (--zero-key-bias-grad) %s\n", diag.diag_every, diag.probe_every, diag.capture.num_steps,
                f.zero_key_bias_grad ? "on" : "off");
-    printf("| run folder %s (log.jsonl; checkpoints %s)\n", out_dir,
-           f.checkpoint_every ? "every --checkpoint-every steps and at the end" : "at the end");
+    char minutes[64] = "";
+    if (f.checkpoint_minutes > 0)
+        snprintf(minutes, sizeof(minutes), ", every %g minutes of wall time", f.checkpoint_minutes);
+    printf("| run folder %s (log.jsonl; checkpoints %s%s, and on SIGTERM/SIGINT)\n", out_dir,
+           f.checkpoint_every ? "every --checkpoint-every steps and at the end" : "at the end", minutes);
     printf("| threads    %d (OpenMP)\n| all flags:\n", omp_get_max_threads());
     flags_print_settings(stdout, &f, 0);
     printf("+--\n");
     fflush(stdout);
 
-    FILE* lf = runlog_begin(&log, resuming ? "resume" : "config");
+    FILE* lf = runlog_begin(log, run.resuming ? "resume" : "config");
     if (lf) {
         fprintf(lf, ", \"start_step\": %d, \"program\": \"" PROGRAM "\", \"model_config\": {\"max_seq_len\": %d, "
                 "\"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, \"num_heads\": %d, "
@@ -605,55 +406,51 @@ int main(int argc, char** argv) {
                 cfg.channels, n, B, T, grad_accum, (long long)total_tokens);
         flags_write_json(lf, &f);
         fputs("}", lf);
-        if (resuming) {
+        if (run.resuming) {
             fputs(", \"state\": ", lf);
-            json_write_string(lf, state_path);
+            json_write_string(lf, run.state_path);
         }
     }
-    runlog_end(&log);
+    runlog_end(log);
 
     /* ---- training loop ---- */
     int* inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
     int* targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
     int* sample_ids = (int*)mallocCheck((size_t)(T + 1) * sizeof(int));
     char* sample_text = (char*)mallocCheck(65536);
-    SaveArgs save = {out_dir, &f, &model, m, v, 0, 0, grad_accum, attn_mode, &rng, train};
+    SaveArgs save = {&f, &model, m, v, 0, 0, grad_accum, attn_mode, &rng, train};
     double ema_step_s = -1.0;
     diag.layers = (LayerDiag*)mallocCheck((size_t)cfg.num_layers * sizeof(LayerDiag));
     diag.json = (char*)mallocCheck(diag_json_bytes(cfg.num_layers));
-    int last_saved = resuming ? start_step : -1;
     double last_val = NAN;
     for (int step = start_step;; step++) {
-        const int last = step == f.steps;
-        /* --stop-at: checkpoint and end here; a --resume does the rest of the schedule. */
-        const int stop_here = f.stop_at > 0 && step == f.stop_at;
-        if (step != start_step &&
-            (last || stop_here || (f.checkpoint_every > 0 && step % f.checkpoint_every == 0))) {
+        /* one process: its own signal and clock are the agreed ones */
+        double flags_now[2];
+        run_driver_poll(&run, flags_now);
+        run_driver_agree(&run, flags_now);
+        const int what = run_driver_boundary(&run, step);
+        if (what & RUN_SAVE) {
             save.adam_t = adam_t;
             save.tokens_seen = tokens_seen;
-            save_checkpoint(&save, step, &log);
-            last_saved = step;
+            run_driver_save(&run, step, save_checkpoint, &save);
         }
-        if (stop_here) {
-            FILE* pf = runlog_begin(&log, "stop");
-            if (pf) fprintf(pf, ", \"step\": %d, \"reason\": \"--stop-at\"", step);
-            runlog_end(&log);
-            runlog_close(&log);
-            printf("stopped at step %d (--stop-at); continue with: --resume --out-dir %s\n", step, out_dir);
+        if (what & RUN_INTERRUPT) run_driver_interrupt(&run, step); /* exits */
+        if (what & RUN_STOP_AT) {
+            run_driver_stop_at(&run, step);
             return 0;
         }
-        if (val && (last || (f.val_every > 0 && step % f.val_every == 0))) {
+        if (what & RUN_EVAL) {
             last_val = evaluate(&model, val, val_batches, inputs, targets);
-            runlog_eval(&log, step, last_val, val_batches);
+            runlog_eval(log, step, last_val, val_batches);
             printf("val loss %.6f (step %d, %d batches)\n", last_val, step, val_batches);
         }
-        if (f.sample_every > 0 && step > 0 && (last || step % f.sample_every == 0)) {
+        if (what & RUN_SAMPLE) {
             int got = generate(&model, &rng, sample_ids, sample_tokens);
             sampler_decode(tok, sample_ids + 1, got, sample_text, 65536);
-            runlog_sample(&log, step, sample_text, sample_ids + 1, got);
+            runlog_sample(log, step, sample_text, sample_ids + 1, got);
             printf("sample (step %d): %s\n---\n", step, sample_text);
         }
-        if (last) break;
+        if (what & RUN_LAST) break;
 
         const double t0 = runlog_now_s();
         gpt_cpu_zero_grad(&model);
@@ -674,41 +471,25 @@ int main(int argc, char** argv) {
         const float norm = grad_global_norm_cpu(model.grads, n);
         /* diagnostics read the gradients before clipping and the weights before the update (as the GPU trainer) */
         run_diagnostics(&diag, &model, attn_mode, step, out_dir);
-        if (!isfinite(loss) || !isfinite(norm)) {
-            FILE* sf = runlog_begin(&log, "stop");
-            if (sf) {
-                fprintf(sf, ", \"step\": %d, \"reason\": \"non-finite %s\"", step, isfinite(loss) ? "gradient" : "loss");
-            }
-            runlog_end(&log);
-            char last_ckpt[PATH_CAP] = "none (no checkpoint was written in this run)";
-            if (last_saved >= 0) run_file_path(last_ckpt, sizeof(last_ckpt), out_dir, "model", last_saved);
-            die("step %d: the %s is %s; training stopped before updating the weights.\n"
-                "  last good checkpoint: %s\n  hint: lower --lr or raise --warmup-steps, then --resume from it",
-                step, isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? "not finite" : "NaN or infinite",
-                last_ckpt);
-        }
-        grad_clip_cpu(model.grads, n, norm, f.grad_clip);
+        /* divergence stops here (nothing of this step is applied); --skip-update-z may skip the update */
+        const int skip = run_driver_check_step(&run, step, loss, norm);
         const double lr = schedule_lr(&sched, step);
-        AdamWParams hp = {(float)lr, f.beta1, f.beta2, f.adam_eps, f.weight_decay};
-        adam_t++;
-        adamw_cpu_step(model.params, model.grads, m, v, n, (int)adam_t, hp, model.params_info);
+        if (!skip) {
+            grad_clip_cpu(model.grads, n, norm, f.grad_clip);
+            AdamWParams hp = {(float)lr, f.beta1, f.beta2, f.adam_eps, f.weight_decay};
+            adam_t++;
+            adamw_cpu_step(model.params, model.grads, m, v, n, (int)adam_t, hp, model.params_info);
+        }
         tokens_seen += total_tokens;
         const double dt = runlog_now_s() - t0;
         ema_step_s = ema_step_s < 0 ? dt : 0.9 * ema_step_s + 0.1 * dt;
         StepRecord rec = {step, f.steps, loss, lr, norm, (double)total_tokens / dt, 1000.0 * dt, f.attn};
-        runlog_step(&log, &rec);
-        log_diagnostics(&diag, step, &log);
+        runlog_step(log, &rec);
+        log_diagnostics(&diag, step, log);
         if (step == start_step || (step + 1) % f.log_every == 0 || step + 1 == f.steps)
             runlog_console_step(stdout, &rec, ema_step_s * (f.steps - step - 1));
     }
-    FILE* sf = runlog_begin(&log, "stop");
-    if (sf) {
-        fprintf(sf, ", \"step\": %d, \"reason\": \"done\", \"val_loss\": ", f.steps);
-        runlog_write_number(sf, last_val);
-    }
-    runlog_end(&log);
-    runlog_close(&log);
-    printf("done: %d steps; run folder %s\n", f.steps, out_dir);
+    run_driver_done(&run, f.steps, last_val);
     if (diag.measured_steps > 0)
         printf("diagnostics: %.1f ms per measured step (%d steps; captures not counted)\n",
                diag.sum_ms / diag.measured_steps, diag.measured_steps);

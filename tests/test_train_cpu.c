@@ -2,7 +2,9 @@
  * tests/test_train_cpu.c - CPU tests of the training infrastructure shared by
  * both trainers: the flag table (train/flags.c), the learning-rate schedule
  * (train/schedule.c), the run log (train/runlog.c), the resume-state file
- * (train/resume_state.c) and the sampler (train/sampler.c).
+ * (train/resume_state.c), the sampler (train/sampler.c) and the run
+ * driver's helpers (train/run_driver.c: run-file names, the resume command,
+ * the finite-weights check, the checkpoint listing).
  *
  * References are independent: schedule values are recomputed from their
  * closed form here; sampler frequencies are tested against softmax by a
@@ -15,11 +17,13 @@
 #include "tests/testing.h"
 #include "train/flags.h"
 #include "train/resume_state.h"
+#include "train/run_driver.h"
 #include "train/runlog.h"
 #include "train/sampler.h"
 #include "train/schedule.h"
 
 #include <math.h>
+#include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -432,6 +436,89 @@ static void test_runlog(void) {
     CHECK(strcmp(d, "1h06m40s") == 0, "4000 s = %s", d);
 }
 
+static jmp_buf g_log_failed;
+static char g_log_msg[600];
+static void catch_log_error(void* ctx, const char* msg) {
+    (void)ctx;
+    snprintf(g_log_msg, sizeof(g_log_msg), "%s", msg);
+    longjmp(g_log_failed, 1);
+}
+
+static void test_runlog_write_failure(void) {
+    test_section("run log: a failed write reaches the error handler");
+    char err[256];
+    RunLog log;
+    /* /dev/full accepts the open and fails every write with ENOSPC, as a full disk does */
+    if (runlog_open(&log, "/dev/full", 1, err, sizeof(err)) != 0) {
+        printf("  note: /dev/full cannot be opened here (%s); the end-to-end test (ulimit -f) covers this\n", err);
+        return;
+    }
+    runlog_set_error_handler(&log, catch_log_error, NULL);
+    g_log_msg[0] = '\0';
+    if (setjmp(g_log_failed) == 0) {
+        runlog_eval(&log, 1, 2.0, 3);
+        CHECK(0, "a write to /dev/full returned as if it had worked");
+    } else {
+        CHECK(strstr(g_log_msg, "writing the run log '/dev/full' failed: No space left on device") != NULL,
+              "the handler got the file and the reason: %s", g_log_msg);
+    }
+    CHECK(log.fp == NULL, "the broken log is closed (nothing more is written to it)");
+}
+
+static void test_run_driver_helpers(void) {
+    test_section("run driver: run files, resume command, finite weights, checkpoint listing");
+    CHECK(run_is_run_file("log.jsonl") && run_is_run_file("model_00000010.bin") &&
+              run_is_run_file("state_00000010.bin.tmp") && !run_is_run_file("model_best.bin") &&
+              !run_is_run_file("model_0000001.bin") && !run_is_run_file("notes.txt"),
+          "run files: log.jsonl and model_/state_ + 8 digits only");
+
+    const char* argv[] = {"build/train_gpt_cpu", "--steps", "20", "--overwrite", "--out-dir", "runs/x y",
+                          "--lr=3e-3", "--init-from", "m.bin", "--resume", "--model", "tiny", "--batch-size", "4",
+                          "--overwrite", "1", "--val-data", "", "--resume=latest"};
+    char cmd[1024];
+    run_resume_command((int)(sizeof(argv) / sizeof(argv[0])), (char**)argv, "runs/x y", NULL, cmd, sizeof(cmd));
+    const char* want = "build/train_gpt_cpu --steps 20 --lr=3e-3 --batch-size 4 --val-data '' --resume --out-dir "
+                       "'runs/x y'";
+    CHECK(strcmp(cmd, want) == 0, "resume command drops --overwrite/--init-from/--model/--resume/--out-dir and "
+          "quotes:\n    got  %s\n    want %s", cmd, want);
+    run_resume_command(1, (char**)argv, "r", "r/state_00000004.bin", cmd, sizeof(cmd));
+    CHECK(strcmp(cmd, "build/train_gpt_cpu --resume r/state_00000004.bin --out-dir r") == 0,
+          "resume command with a state: %s", cmd);
+
+    GPTConfig cfg;
+    char err[512];
+    gpt_config_from_descriptor("tiny", &cfg, err, sizeof(err));
+    ParamTensorInfo table[NUM_PARAM_TENSORS];
+    const size_t n = gpt_param_table(&cfg, table);
+    float* p = (float*)calloc(n, sizeof(float));
+    CHECK(run_check_finite_params(&cfg, p, err, sizeof(err)) == 0, "finite weights pass");
+    const size_t per_layer = table[P_QKVW].count / (size_t)table[P_QKVW].layers;
+    p[table[P_QKVW].offset + per_layer + 7] = INFINITY;
+    char want_err[128];
+    snprintf(want_err, sizeof(want_err), "tensor 'qkvw' element %zu (layer 1, element 7 of the layer", per_layer + 7);
+    CHECK(run_check_finite_params(&cfg, p, err, sizeof(err)) == -1 && strstr(err, want_err) && strstr(err, "infinite"),
+          "an infinite weight is named by tensor, layer and index: %s", err);
+    free(p);
+
+    char dir[300], path[400], listing[4500];
+    snprintf(dir, sizeof(dir), "%s/ck", g_tmpdir);
+    mkdir(dir, 0755);
+    run_describe_checkpoints(dir, listing, sizeof(listing));
+    CHECK(strstr(listing, "none") != NULL && run_newest_checkpoint(dir, -1) == -1, "empty folder: %s", listing);
+    const char* names[] = {"model_00000010.bin", "state_00000010.bin", "model_00000020.bin", "state_00000020.bin",
+                           "state_00000030.bin" /* its model is missing: not a checkpoint */};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        FILE* fp = fopen(path, "wb");
+        if (fp) fclose(fp);
+    }
+    run_describe_checkpoints(dir, listing, sizeof(listing));
+    snprintf(path, sizeof(path), "%s/state_00000020.bin (newest of 2 on disk)", dir);
+    CHECK(strcmp(listing, path) == 0, "listing names the newest complete pair: %s", listing);
+    CHECK(run_newest_checkpoint(dir, 19) == 10 && run_newest_checkpoint(dir, -1) == 20,
+          "newest checkpoint at or before a step");
+}
+
 int main(void) {
     snprintf(g_tmpdir, sizeof(g_tmpdir), "/tmp/test_train_cpu_XXXXXX");
     if (mkdtemp(g_tmpdir) == NULL) {
@@ -443,6 +530,8 @@ int main(void) {
     test_sampler();
     test_resume_state();
     test_runlog();
+    test_runlog_write_failure();
+    test_run_driver_helpers();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmpdir);
     if (system(cmd) != 0) printf("note: could not remove %s\n", g_tmpdir);

@@ -18,8 +18,18 @@
 #   init     --init-from loads the weights exactly (same val loss);
 #   folder   --overwrite deletes only the run's own files (log.jsonl,
 #            model_/state_NNNNNNNN.bin), never anything else in the folder;
-#   NaN      a diverging run stops with a message naming the last good
-#            checkpoint, and writes none after it.
+#   diverge  a loss jump (--diverge-margin) or a non-finite loss stops the run
+#            before the update; the checkpoint of the diverged weights is
+#            deleted and the message names the last sane one and the command;
+#   skip     --skip-update-z skips outlier updates, logged;
+#   signals  SIGTERM mid-run: the step finishes, model + state are saved, exit
+#            143, and the printed command resumes to the uninterrupted result;
+#   retention --checkpoint-minutes checkpoints are deleted once superseded;
+#   log      a file-size limit (ulimit -f) makes the log write fail: a clear
+#            error naming only checkpoints that exist;
+#   input    NaN weights in --init-from, an accumulation count that does not
+#            fit an int, --resume FOLDER, the saved --attn on resume, and
+#            --overwrite deleting every old checkpoint.
 # The short real run (loss vs unigram entropy) is tests/test_train_cpu_run.sh.
 #
 # Usage: tests/test_train_cpu.sh   (from anywhere; needs build/train_gpt_cpu,
@@ -115,8 +125,10 @@ expect_refusal "--stop-at behind the resume point" "--stop-at 5 must lie between
 section "failed save: the previous checkpoint survives"
 fresh_copy "$TMP/F"
 mkdir "$TMP/F/state_00000020.bin.tmp"   # blocks the temp file the state is written to
-expect_refusal "save into a blocked name stops the run" "saving the resume state at step 20 failed" \
+expect_refusal "save into a blocked name stops the run" "saving the checkpoint of step 20 failed" \
     "${COMMON[@]}" --steps 20 --out-dir "$TMP/F" --resume
+check "the failure names the checkpoint that exists on disk" \
+    grep -qF "checkpoint to continue from: $TMP/F/state_00000010.bin (newest of 1 on disk)" "$TMP/last.log"
 check "state_00000010.bin untouched" cmp -s "$TMP/F/state_00000010.bin" "$TMP/state_00000010.bin"
 check "model_00000010.bin untouched" cmp -s "$TMP/F/model_00000010.bin" "$TMP/model_00000010.bin"
 check "no state_00000020.bin appeared" test ! -e "$TMP/F/state_00000020.bin"
@@ -133,16 +145,130 @@ check "the old run's checkpoint is gone, the new one there" \
     test ! -e "$TMP/O/model_00000002.bin" -a -e "$TMP/O/model_00000001.bin"
 check "the log holds only the new run" test "$(grep -c '"event": "config"' "$TMP/O/log.jsonl")" -eq 1
 
-# ---------------------------------------------------------------- NaN
-section "divergence: stop, keep the last good checkpoint"
-expect_refusal "a diverging run stops" "last good checkpoint: $TMP/N/model_" \
-    "${COMMON[@]}" --steps 20 --lr 1e6 --warmup-steps 0 --grad-clip 0 --checkpoint-every 2 --val-every 0 \
-    --sample-every 0 --out-dir "$TMP/N"
-check "it logged why it stopped" grep -q '"event": "stop", "step": [0-9]*, "reason": "non-finite' "$TMP/N/log.jsonl"
-good=$(sed -n 's/.*last good checkpoint: \(.*\.bin\).*/\1/p' "$TMP/last.log")
-stop_step=$(sed -n 's/.*"event": "stop", "step": \([0-9]*\).*/\1/p' "$TMP/N/log.jsonl")
-newest=$(ls "$TMP/N"/model_*.bin 2>/dev/null | tail -n 1)
-check "the named checkpoint is the newest one ($good), written before the bad step $stop_step" \
-    test -n "$good" -a "$good" = "$newest" -a "$((10#$(basename "$good" .bin | cut -c7-)))" -le "${stop_step:-0}"
+# ---------------------------------------------------------------- divergence
+section "divergence: stop before the update, keep no diverged checkpoint"
+expect_refusal "--lr 1e6 from scratch stops at the first loss jump" "more than --diverge-margin 5 above the lowest loss" \
+    "${COMMON[@]}" --steps 20 --lr 1e6 --warmup-steps 0 --grad-clip 0 --checkpoint-every 1 --val-every 0 \
+    --sample-every 0 --out-dir "$TMP/N0"
+check "it logged why it stopped" grep -q '"event": "stop", "step": 1, "reason": "diverged: ' "$TMP/N0/log.jsonl"
+check "no step with a loss above 100 was trained on (logged)" python3 -c 'import json,sys
+sys.exit(0 if all(r["loss"] < 100 for r in map(json.loads, open(sys.argv[1])) if "loss" in r) else 1)' "$TMP/N0/log.jsonl"
+check "the diverged weights were not left as a checkpoint" test ! -e "$TMP/N0/model_00000001.bin" -a ! -e "$TMP/N0/state_00000001.bin"
+check "the message says no sane checkpoint exists" grep -qF "last good checkpoint: none" "$TMP/last.log"
+fresh_copy "$TMP/N"
+expect_refusal "resumed at 10 with --lr 1e6: stops at 11" "last good checkpoint: $TMP/N/model_00000010.bin" \
+    "${COMMON[@]}" --steps 20 --lr 1e6 --warmup-steps 0 --grad-clip 0 --checkpoint-every 1 --val-every 0 \
+    --sample-every 0 --out-dir "$TMP/N" --resume
+check "the checkpoint written at step 11 (diverged weights) was deleted" test ! -e "$TMP/N/model_00000011.bin"
+check "the hint's command resumes the sane state" grep -qF -- "--resume $TMP/N/state_00000010.bin --out-dir $TMP/N" "$TMP/last.log"
+check "the sane checkpoint is untouched" cmp -s "$TMP/N/state_00000010.bin" "$TMP/state_00000010.bin"
+expect_refusal "a non-finite loss stops too (--diverge-margin 0)" "training stopped before updating the weights" \
+    "${COMMON[@]}" --steps 20 --lr 1e6 --warmup-steps 0 --grad-clip 0 --diverge-margin 0 --val-every 0 \
+    --sample-every 0 --out-dir "$TMP/N2"
+check "it logged a non-finite stop" grep -q '"reason": "diverged: the \(loss\|gradient norm\) is' "$TMP/N2/log.jsonl"
+
+section "--skip-update-z: outlier steps skip their update"
+run_ok "30 steps with --skip-update-z 0.01" "${COMMON[@]}" --steps 30 --skip-update-z 0.01 --checkpoint-every 0 \
+    --val-every 0 --sample-every 0 --out-dir "$TMP/Z"
+nskip=$(grep -c '"event": "skip_update"' "$TMP/Z/log.jsonl")
+check "skip_update records logged ($nskip), each with z above 0.01, none before 16 steps of history" python3 -c 'import json,sys
+r = [x for x in map(json.loads, open(sys.argv[1])) if x.get("event") == "skip_update"]
+sys.exit(0 if r and all(max(x["loss_z"], x["grad_norm_z"]) > 0.01 and x["step"] >= 16 for x in r) else 1)' "$TMP/Z/log.jsonl"
+check "the console says so" grep -q "update skipped (--skip-update-z 0.01)" "$TMP/last.log"
+check "AdamW made 30 - $nskip updates (the state's step counter t)" python3 -c 'import struct,sys
+h = struct.unpack("<64q", open(sys.argv[1], "rb").read(512)); sys.exit(0 if h[3] == 30 and h[4] == 30 - int(sys.argv[2]) else 1)' \
+    "$TMP/Z/state_00000030.bin" "$nskip"
+
+# ---------------------------------------------------------------- interrupted runs
+section "SIGTERM: finish the step, save, exit 143, resume to the same result"
+"$TRAINER" "${COMMON[@]}" --steps 20 --out-dir "$TMP/S" >"$TMP/S.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 1000); do grep -q '"step": 2, "loss"' "$TMP/S/log.jsonl" 2>/dev/null && break; sleep 0.01; done
+kill -TERM "$pid"
+wait "$pid"; rc=$?
+check "exit status 143 = 128 + SIGTERM (got $rc)" test "$rc" -eq 143
+sstep=$(sed -n 's/.*"event": "stop", "step": \([0-9]*\), "reason": "signal SIGTERM".*/\1/p' "$TMP/S/log.jsonl")
+check "stopped early (step ${sstep:-none} of 20) and logged the signal" test -n "$sstep" -a "${sstep:-99}" -lt 20
+check "model + state of that step exist" test -e "$TMP/S/state_$(printf %08d "${sstep:-0}").bin" \
+    -a -e "$TMP/S/model_$(printf %08d "${sstep:-0}").bin"
+cmd=$(sed -n '/^continue with:$/{n;s/^  //p;}' "$TMP/S.log")
+check "it printed the resume command ($cmd)" test -n "$cmd"
+bash -c "$cmd" >"$TMP/S2.log" 2>&1
+check "the printed command continues to the end" test $? -eq 0
+check "final model equals the uninterrupted run's byte for byte" cmp -s "$TMP/A/model_00000020.bin" "$TMP/S/model_00000020.bin"
+check "and so does the final state" cmp -s "$TMP/A/state_00000020.bin" "$TMP/S/state_00000020.bin"
+check "and every logged loss, val loss and sample" same_records "$TMP/A/log.jsonl" "$TMP/S/log.jsonl" 20
+
+section "SIGINT then SIGTERM: the first decides (exit 130), the second is reported and ignored"
+"$TRAINER" "${COMMON[@]}" --steps 20 --out-dir "$TMP/S3" >"$TMP/S3.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 1000); do grep -q '"step": 2, "loss"' "$TMP/S3/log.jsonl" 2>/dev/null && break; sleep 0.01; done
+kill -INT "$pid"; sleep 0.05; kill -TERM "$pid"
+wait "$pid"; rc=$?
+check "exit status 130 = 128 + SIGINT (got $rc)" test "$rc" -eq 130
+check "the second signal was reported, not obeyed" grep -q "already stopping" "$TMP/S3.log"
+run_ok "the saved state resumes" "${COMMON[@]}" --steps 20 --out-dir "$TMP/S3" --resume
+check "to the uninterrupted result" cmp -s "$TMP/A/model_00000020.bin" "$TMP/S3/model_00000020.bin"
+
+section "--checkpoint-minutes: wall-time checkpoints, the superseded ones deleted"
+run_ok "6 steps, a wall-time checkpoint at every boundary" "${COMMON[@]}" --steps 6 --checkpoint-every 0 \
+    --checkpoint-minutes 0.000001 --val-every 0 --sample-every 0 --out-dir "$TMP/W"
+check "a checkpoint record for each of steps 1..6" test "$(grep -c '"event": "checkpoint"' "$TMP/W/log.jsonl")" -eq 6
+check "only the final one is kept on disk" test "$(ls "$TMP/W" | grep -c '^\(model\|state\)_')" -eq 2 \
+    -a -e "$TMP/W/state_00000006.bin"
+
+# ---------------------------------------------------------------- log write failures
+section "log write failures stop the run with a clear error"
+# (the output goes through a pipe: the limit would cut a file it wrote to as well)
+( ulimit -f 2; trap '' XFSZ; "$TRAINER" "${COMMON[@]}" --steps 30 --out-dir "$TMP/L" 2>&1 ) | cat >"$TMP/L.log"
+rc=${PIPESTATUS[0]}
+check "a 2 KiB file-size limit stops the run (exit $rc)" test "$rc" -ne 0
+check "naming the log and the reason" grep -qF "writing the run log '$TMP/L/log.jsonl' failed: File too large" "$TMP/L.log"
+check "and that no checkpoint exists" grep -qF "checkpoint to continue from: none" "$TMP/L.log"
+check "it stopped at the failing write: the log is cut at the 2 KiB limit, fewer than 30 steps ran, step 30 never reached" \
+    test "$(stat -c %s "$TMP/L/log.jsonl")" -eq 2048 -a "$(grep -c '"loss"' "$TMP/L/log.jsonl")" -lt 30 \
+    -a "$(grep -c '^done:\|step 30/30' "$TMP/L.log")" -eq 0
+fresh_copy "$TMP/L2"; cp "$TMP/B/log.jsonl" "$TMP/L2/"
+( ulimit -f 1; trap '' XFSZ; "$TRAINER" "${COMMON[@]}" --steps 20 --out-dir "$TMP/L2" --resume 2>&1 ) | cat >"$TMP/L.log"
+rc=${PIPESTATUS[0]}
+check "appending to a log past the limit fails at once (exit $rc), naming the checkpoint on disk" \
+    grep -qF "checkpoint to continue from: $TMP/L2/state_00000010.bin (newest of 1 on disk)" "$TMP/L.log"
+
+# ---------------------------------------------------------------- more bad input
+section "bad input: weights, batch arithmetic, --resume FOLDER"
+python3 -c 'import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+struct.pack_into("<f", b, 1024 + 4 * 1000, float("nan"))
+open(sys.argv[2], "wb").write(b)' "$TMP/A/model_00000020.bin" "$TMP/nan_model.bin"
+expect_refusal "--init-from with a NaN weight" "tensor 'wte' element 1000" \
+    "${COMMON[@]}" --steps 2 --init-from "$TMP/nan_model.bin" --out-dir "$TMP/X1"
+expect_refusal "2^40 tokens per step (accumulation 2^34)" "more than the 2147483647 one optimizer step can run" \
+    "${COMMON[@]}" --total-batch-tokens 1099511627776 --out-dir "$TMP/X2"
+expect_refusal "2^40 + 64 tokens per step (accumulation 2^34 + 1)" "accumulation steps of B*T*GPUs = 64 tokens" \
+    "${COMMON[@]}" --total-batch-tokens 1099511627840 --out-dir "$TMP/X2"
+check "refused runs left no folder" test ! -e "$TMP/X1" -a ! -e "$TMP/X2"
+fresh_copy "$TMP/R"
+run_ok "--resume FOLDER continues from its newest state" "${COMMON[@]}" --steps 20 --resume "$TMP/R/"
+check "to the same result as the uninterrupted run" cmp -s "$TMP/A/model_00000020.bin" "$TMP/R/model_00000020.bin"
+
+section "resume: the saved --attn unless --attn is given"
+run_ok "fp32 run, stopped at 2" "${COMMON[@]}" --steps 4 --stop-at 2 --attn fp32 --val-every 0 --sample-every 0 \
+    --out-dir "$TMP/M"
+cp -r "$TMP/M" "$TMP/M2"
+run_ok "resumed without --attn" "${COMMON[@]}" --steps 4 --val-every 0 --sample-every 0 --out-dir "$TMP/M" --resume
+check "continues in fp32 (every step record says fp32)" test "$(grep -c '"attn": "fp32"}$' "$TMP/M/log.jsonl")" -eq 4
+run_ok "resumed with --attn bf16" "${COMMON[@]}" --steps 4 --val-every 0 --sample-every 0 --out-dir "$TMP/M2" \
+    --resume --attn bf16
+check "switches, and says so" grep -q "attention mode switched from fp32 (saved) to bf16 at step 2" "$TMP/last.log"
+check "steps 2 and 3 ran in bf16" test "$(grep -c '"attn": "bf16"}$' "$TMP/M2/log.jsonl")" -eq 2
+
+section "--overwrite removes every checkpoint of the old run"
+run_ok "P: 30 steps, checkpoints at 10, 20, 30" "${COMMON[@]}" --steps 30 --val-every 0 --sample-every 0 --out-dir "$TMP/P"
+run_ok "P: --overwrite 1 --steps 10" "${COMMON[@]}" --steps 10 --val-every 0 --sample-every 0 --out-dir "$TMP/P" --overwrite 1
+check "only the new run's step-10 checkpoint is left" test "$(ls "$TMP/P" | grep -c '^\(model\|state\)_')" -eq 2 \
+    -a -e "$TMP/P/state_00000010.bin"
+run_ok "P: a bare --resume continues the new run" "${COMMON[@]}" --steps 12 --val-every 0 --sample-every 0 \
+    --out-dir "$TMP/P" --resume
+check "from step 10" grep -q '"event": "resume", "start_step": 10' "$TMP/P/log.jsonl"
 
 train_test_summary

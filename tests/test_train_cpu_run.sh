@@ -15,7 +15,7 @@
 # training tokens) take about 70 s on this project's 2-core CI machine when it
 # is otherwise idle (the CPU model trains tiny at ~3000 tokens/s there; `make
 # test` may share the cores with other work, hence the room left in its ~2
-# minute budget; with three such runs sharing the cores it took 6 minutes)
+# minute budget)
 # and reach a validation loss of 6.11 (clean build with gcc 12): 0.65 nats
 # under the unigram entropy and 0.61 under the unigram model (lr 2e-2; 3e-2
 # reached 6.25, and 800 steps of 4 x 64 at 2e-2 reached 6.21; a build mixing

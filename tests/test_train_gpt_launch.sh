@@ -3,8 +3,8 @@
 #
 # Why: a multi-GPU launch that is set up wrong must stop at once with one message that says what to fix,
 # before any rank waits on another. train_gpt checks launcher variables, the process count against the
-# batch, the id file of the env-var launch, the run folder and the diagnostics flags before it touches a
-# GPU or starts NCCL; this test runs those refusals (and --help) on the CPU machine. The GPU side of
+# batch, the id file of the env-var launch, the run folder, the run driver's flag conflicts and the
+# diagnostics flags before it touches a GPU or starts NCCL; this test runs those refusals (and --help) on the CPU machine. The GPU side of
 # multi-GPU training is checked by scripts/check_multi_gpu.sh on a GPU machine.
 # Ends with "N passed, N failed".
 set -u
@@ -61,10 +61,27 @@ echo "== attention kernel choice"
 refuses "--attn-kernels takes auto|portable only" "'hopper' is not allowed; allowed: one of auto|portable" -- \
     --model small --attn-kernels hopper
 
+echo "== the run driver's checks (train/run_driver.c, shared with the CPU trainer) come before any GPU work"
+refuses "--resume with --overwrite" "--resume continues a run and --overwrite starts one over" -- \
+    --model small --out-dir "$TMP/run" --resume --overwrite
+refuses "--init-from with --model" "--init-from sets the model shape from the checkpoint: drop --model" -- \
+    --model small --init-from "$TMP/none.bin"
+refuses "--attn-tile-max-shift outside repair" "--attn-tile-max-shift 1 is an arm of --attn repair only" -- \
+    --model small --attn gproj --attn-tile-max-shift 1
+refuses "an accumulation count that does not fit an int" "more than the 2147483647 one optimizer step can run" -- \
+    --model small --batch-size 4 --seq-len 64 --total-batch-tokens 1099511627776
+mkdir -p "$TMP/occupied" && touch "$TMP/occupied/log.jsonl" "$TMP/occupied/model_00000030.bin"
+refuses "a folder holding a run, without --overwrite" "already holds a run (2 log/checkpoint files)" -- \
+    --model small --out-dir "$TMP/occupied"
+mkdir -p "$TMP/empty"
+refuses "--resume in a folder without a state" "nothing to continue" -- --model small --out-dir "$TMP/empty" --resume
+refuses "--resume FOLDER without a state" "no state_NNNNNNNN.bin in '$TMP/empty'" -- --model small --resume "$TMP/empty"
+
 echo "== --help lists the multi-GPU and diagnostics flags"
 if "$TRAIN" --help > "$TMP/help" 2>&1 && grep -q -- "--nccl-id-file" "$TMP/help" && grep -q -- "--zero-stage" "$TMP/help" \
     && grep -q -- "--probe-every" "$TMP/help" && grep -q -- "--capture-attn" "$TMP/help" \
-    && grep -q -- "--zero-key-bias-grad" "$TMP/help" && grep -q -- "--attn-kernels auto|portable" "$TMP/help"; then
+    && grep -q -- "--zero-key-bias-grad" "$TMP/help" && grep -q -- "--attn-kernels auto|portable" "$TMP/help" \
+    && grep -q -- "--checkpoint-minutes" "$TMP/help" && grep -q -- "--skip-update-z" "$TMP/help"; then
     pass=$((pass + 1)); echo "  ok   --help"
 else
     fail=$((fail + 1)); echo "  FAIL --help"

@@ -5,7 +5,7 @@
 # default corpus into $DATA), section, check, run_ok, expect_refusal,
 # flip_byte, same_records, train_test_summary (prints "N passed, N failed").
 
-TRAINER=build/train_gpt_cpu
+TRAINER=${TRAINER:-build/train_gpt_cpu}  # another binary: TRAINER=path tests/test_train_cpu.sh
 pass=0
 fail=0
 

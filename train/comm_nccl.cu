@@ -107,10 +107,10 @@ void comm_synchronize(Comm* c, cudaStream_t s) {
                 who[strcspn(who, "\n")] = 0;
             }
             if (who[0] != '\0' || (async != ncclSuccess && async != ncclInProgress)) {
-                /* Say why first, then leave at once with _exit: s6 call 7 (2 H200s) had rank 0 wait out its
-                   120 s limit with nothing printed after rank 1 failed, and ncclCommAbort or the CUDA teardown
-                   of exit() waiting on the collective kernel that spins for the dead peer is the likely place.
-                   The driver reclaims the GPU when the process ends. Not yet re-run on several GPUs. */
+                /* Say why first, then leave at once with _exit: ncclCommAbort, or the CUDA teardown in exit(),
+                   can wait forever on the collective kernel that spins for the dead peer, leaving the rank
+                   silent until its job limit. The driver reclaims the GPU when the process ends. This path
+                   has not been exercised on several GPUs. */
                 c->stopping = 1;
                 fflush(stdout);
                 if (who[0] != '\0')

@@ -8,6 +8,7 @@
 #include "common/atomic_file.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +102,14 @@ int64_t dist_grad_accum_steps(int64_t total_tokens, int B, int T, int world_size
                  (long long)((total_tokens + per_micro - 1) / per_micro * per_micro));
         return -1;
     }
-    return total_tokens / per_micro;
+    const int64_t accum = total_tokens / per_micro;
+    if (accum > INT_MAX) { /* the trainers count micro-steps in an int */
+        snprintf(err, errlen, "--total-batch-tokens %lld gives %lld accumulation steps of B*T*GPUs = %lld tokens, "
+                 "more than the %d one optimizer step can run\n  hint: lower --total-batch-tokens (or raise "
+                 "--batch-size)", (long long)total_tokens, (long long)accum, (long long)per_micro, INT_MAX);
+        return -1;
+    }
+    return accum;
 }
 
 int dist_id_file_publish(const char* path, const void* id, size_t nbytes, char* err, size_t errlen) {

@@ -107,6 +107,17 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      NULL, NULL, "output", 0, "weights in model_NNNNNNNN.bin: fp32 (llm.c version 3) or bf16 (llm.c version 5, "
      "round-to-nearest-even: what llm.c's default BF16 trainer loads; a --resume then continues from the rounded "
      "weights, not bit-exactly). docs/llmc.md"},
+    {FLAG_CHECKPOINT_MINUTES, "checkpoint-minutes", FLAG_TYPE_FLOAT, OFF(checkpoint_minutes), "30", NULL, 0, 1e9,
+     "X", NULL, "run safety", 0, "also checkpoint when X minutes of wall time have passed since the last one; such "
+     "a checkpoint is deleted once a newer one exists (those of --checkpoint-every, --stop-at, the end and a "
+     "signal are kept); 0 = off"},
+    {FLAG_DIVERGE_MARGIN, "diverge-margin", FLAG_TYPE_FLOAT, OFF(diverge_margin), "5", NULL, 0, 1e9, "NATS", NULL,
+     "run safety", 0, "stop as diverged (before the update, no checkpoint of the diverged weights) when a step's "
+     "loss exceeds the lowest loss of this invocation by more than NATS; a non-finite loss or gradient norm always "
+     "stops; 0 = only non-finite values stop"},
+    {FLAG_SKIP_UPDATE_Z, "skip-update-z", FLAG_TYPE_FLOAT, OFF(skip_update_z), "0", NULL, 0, 1e9, "Z", NULL,
+     "run safety", 0, "skip the optimizer update of a step whose loss or gradient norm is more than Z standard "
+     "deviations above the mean of the last 128 steps (judged after 16; logged as skip_update); 0 = off"},
     {FLAG_DIAG_EVERY, "diag-every", FLAG_TYPE_INT, OFF(diag_every), "0", NULL, 0, 2147483647.0, "N", NULL,
      "diagnostics", 0, "per-layer attention diagnostics (rho, max |q|, |k|, logit, entropy) every N steps"},
     {FLAG_CAPTURE_STEPS, "capture-steps", FLAG_TYPE_STRING, OFF(capture_steps), "", NULL, 0, 0, "S1,S2,...", NULL,

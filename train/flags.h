@@ -71,6 +71,10 @@ typedef enum {
     FLAG_OVERWRITE,
     FLAG_LOG_EVERY,
     FLAG_CHECKPOINT_DTYPE,
+    /* run safety (train/run_driver.c) */
+    FLAG_CHECKPOINT_MINUTES,
+    FLAG_DIVERGE_MARGIN,
+    FLAG_SKIP_UPDATE_Z,
     /* diagnostics (both trainers) */
     FLAG_DIAG_EVERY,
     FLAG_CAPTURE_STEPS,
@@ -127,6 +131,9 @@ typedef struct {
     const char* resume;        /* "": start fresh; "latest"; or a state file path */
     int overwrite;
     int log_every;
+    float checkpoint_minutes;  /* 0: no wall-time checkpoints */
+    float diverge_margin;      /* nats above the lowest loss that count as divergence; 0: off */
+    float skip_update_z;       /* skip an update whose loss/grad-norm z-score exceeds this; 0: off */
     int recompute;
     int zero_stage;
     int diag_every;

@@ -41,10 +41,9 @@ extern "C" {
 #endif
 
 #define RESUME_MAGIC 20261129
-/* Version 2 added the gauge arm (--zero-key-bias-grad). Version 1 files are
-   refused: they do not say whether the arm was on, and guessing would either
-   silently switch an arm-on run off (the bug version 2 fixes) or switch an
-   arm-off run on; no run worth keeping predates version 2. */
+/* Version 2 records the gauge arm (--zero-key-bias-grad). Version 1 files,
+   which do not, are refused: guessing would either switch an arm-on run off
+   or an arm-off run on without a trace. */
 #define RESUME_VERSION 2
 
 typedef struct {

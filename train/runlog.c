@@ -12,7 +12,11 @@
 
 int runlog_open(RunLog* log, const char* path, int append, char* err, size_t errlen) {
     log->fp = NULL;
+    log->path[0] = '\0';
+    log->on_error = NULL;
+    log->error_ctx = NULL;
     if (path == NULL) return 0;
+    snprintf(log->path, sizeof(log->path), "%s", path);
     log->fp = fopen(path, append ? "ab" : "wb");
     if (log->fp == NULL) {
         snprintf(err, errlen, "cannot open the run log '%s' for writing: %s (is the run folder writable?)", path,
@@ -22,8 +26,37 @@ int runlog_open(RunLog* log, const char* path, int append, char* err, size_t err
     return 0;
 }
 
+void runlog_set_error_handler(RunLog* log, RunLogErrorFn fn, void* ctx) {
+    log->on_error = fn;
+    log->error_ctx = ctx;
+}
+
+/* A write to the log failed (errno says why): hand a message to the handler, which does not return. */
+static void write_failed(RunLog* log, int saved_errno) {
+    char msg[4400];
+    snprintf(msg, sizeof(msg), "writing the run log '%s' failed: %s\n  hint: %s", log->path,
+             saved_errno ? strerror(saved_errno) : "write error",
+             saved_errno == EFBIG ? "a file-size limit (ulimit -f) stops the log from growing; raise it"
+                                  : "free disk space (or fix the folder's permissions), then continue with --resume");
+    FILE* fp = log->fp;
+    log->fp = NULL; /* the handler may log nothing more to a broken file */
+    if (fp) fclose(fp);
+    if (log->on_error) log->on_error(log->error_ctx, msg);
+    fflush(stdout);
+    fprintf(stderr, "error: %s\n", msg);
+    exit(EXIT_FAILURE);
+}
+
 void runlog_close(RunLog* log) {
-    if (log->fp != NULL) fclose(log->fp);
+    if (log->fp == NULL) return;
+    errno = 0;
+    const int bad = ferror(log->fp) || fflush(log->fp) != 0;
+    const int saved_errno = errno;
+    if (bad) write_failed(log, saved_errno);
+    if (fclose(log->fp) != 0) {
+        log->fp = NULL;
+        write_failed(log, errno);
+    }
     log->fp = NULL;
 }
 
@@ -45,9 +78,13 @@ void runlog_write_number(FILE* out, double x) {
     fputs(buf, out);
 }
 
+/* Ends the record and pushes it to the file; any failed write of the line (the stream's error flag is
+   sticky, so a failure inside fprintf is seen here too) goes to the error handler. */
 static void end_line(RunLog* log) {
+    errno = 0;
     fputs("}\n", log->fp);
-    fflush(log->fp);
+    const int bad = fflush(log->fp) != 0 || ferror(log->fp);
+    if (bad) write_failed(log, errno);
 }
 
 void runlog_step(RunLog* log, const StepRecord* r) {

@@ -19,12 +19,17 @@
  *   {"event": "stop", "step": S, "reason": "..."}                  at the end
  * "step" of a training record is the 0-based index of the optimizer step it
  * made; eval/sample records carry the number of steps done before them.
+ * Every write is checked: when a line cannot be written or flushed (a full
+ * disk, a file-size limit), the log's error handler is called with a message
+ * naming the file and the system's reason, and must not return (the default
+ * handler prints it and exits 1): a run never trains on into a log that is
+ * silently empty.
  * Numbers are printed in full precision: the shortest decimal that reads back
  * as exactly the same double (so logs of two runs compare bit for bit); a
  * non-finite value is written as null (JSON has no NaN). After a resume the
  * file is appended to, so a step may appear twice: readers keep the last.
  *
- * Offers: RunLog, runlog_open/close, runlog_step, runlog_eval, runlog_sample,
+ * Offers: RunLog, runlog_open/close, runlog_set_error_handler, runlog_step, runlog_eval, runlog_sample,
  * runlog_begin/runlog_end (free-form records), runlog_console_step,
  * runlog_now_s, runlog_format_duration.
  */
@@ -38,8 +43,14 @@
 extern "C" {
 #endif
 
+/* Called with a message when a log write fails; must not return. */
+typedef void (*RunLogErrorFn)(void* ctx, const char* msg);
+
 typedef struct {
     FILE* fp;  /* NULL: no log file (records are dropped; the console still prints) */
+    char path[4096];
+    RunLogErrorFn on_error; /* NULL: print the message and exit(1) */
+    void* error_ctx;
 } RunLog;
 
 typedef struct {
@@ -54,9 +65,12 @@ typedef struct {
 } StepRecord;
 
 /* Opens path for appending (append=1) or as a new file (append=0; an
-   existing file is truncated). path NULL: a log that writes nothing.
+   existing file is truncated). path NULL: a log that writes nothing. The
+   error handler starts as the default; runlog_set_error_handler replaces it.
    0, or -1 with a message naming the file. */
 int runlog_open(RunLog* log, const char* path, int append, char* err, size_t errlen);
+void runlog_set_error_handler(RunLog* log, RunLogErrorFn fn, void* ctx);
+/* Closes the file; a failed close (buffered bytes not written) goes to the error handler. */
 void runlog_close(RunLog* log);
 
 void runlog_step(RunLog* log, const StepRecord* r);
@@ -65,7 +79,8 @@ void runlog_sample(RunLog* log, int step, const char* text, const int* ids, int 
 
 /* Starts a record `{"event": "<event>"` and returns the FILE to add
    `, "key": value` pairs to (NULL when there is no log file); runlog_end
-   closes the object, ends the line and flushes. */
+   closes the object, ends the line, flushes and checks that every byte of
+   the line was written (the error handler is called when not). */
 FILE* runlog_begin(RunLog* log, const char* event);
 void runlog_end(RunLog* log);
 
