@@ -18,7 +18,14 @@
  *
  * Offers:
  *   attention_cuda_workspace_bytes - device scratch the backward needs (fp32 dQ
- *       accumulator, per-row D and gproj lambda); the forward needs none.
+ *       accumulator, per-row D and gproj lambda); the forward needs none. With
+ *       AttnOptions.deterministic = 1 in bf16, repair and fp32 mode the dQ
+ *       accumulator is one slice per block of ATTN_BWD_KEY_BLOCK (128) keys:
+ *       (ceil(T / 128) * B*NH*T*HS + 2 * B*NH*T) * 4 bytes; a shape whose
+ *       deterministic workspace would pass ATTN_CUDA_DETERMINISTIC_MAX_BYTES is
+ *       refused (dies with the numbers and the fix). The two-argument form is
+ *       the size for the default options (deterministic = 0): a caller that
+ *       sets deterministic sizes its workspace with the three-argument form.
  *   attention_forward_cuda  - writes out and stats (stats are read back by the
  *       backward of the same mode). Which kernel runs: on a compute-capability
  *       9.0 device (H100/H200) the Hopper wgmma forward
@@ -57,7 +64,12 @@
 #include "attention/attention.h"
 #include "common/cuda_utils.cuh"
 
-size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode);
+/* Largest workspace the deterministic backward may ask for (16 GiB): its dQ slices grow as T^2 (ceil(T / 128)
+   copies of the FP32 dQ), so a long sequence would otherwise eat the device's memory silently. */
+#define ATTN_CUDA_DETERMINISTIC_MAX_BYTES (16ull << 30)
+
+size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode, AttnOptions opt);
+size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode); /* default options */
 
 void attention_cuda_check_shape(AttnShape s, AttnMode mode);
 

@@ -323,7 +323,8 @@ __device__ __forceinline__ void send_dq_tile(const CUtensorMap* dq_map, const un
 /* the kernel                                                                                        */
 /* ------------------------------------------------------------------------------------------------ */
 
-template <int MODE>
+/* DQ_SLICES: the deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md) */
+template <int MODE, bool DQ_SLICES>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_bwd_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                       const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
@@ -344,6 +345,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
     const int k0 = order.rank * kBlockK;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
     const int qt_begin = k0 / kBlockQ; /* kBlockQ == kBlockK: the first step is the diagonal one */
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -431,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
         fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
         warpgroup_sync(wg);  /* also: every A load of the staging tile is done before the next step restages */
-        if (tid_in_wg == 0) send_dq_tile(&dq_map, dq_tile, q0, bh);
+        if (tid_in_wg == 0) send_dq_tile(&dq_map, dq_tile, q0, dq_head);
     }
     /* the last reduce-adds complete before the CTA's shared memory goes away */
     if (tid_in_wg == 0) bulk_wait_group<0>();
@@ -556,18 +558,20 @@ CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* 
 
 constexpr size_t kTmaAlignBytes = 16; /* global address alignment TMA requires */
 
-template <int MODE>
+template <int MODE, bool DQ_SLICES>
 void hopper_bwd_keys_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
                             const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream) {
-    cudaCheck(cudaFuncSetAttribute(hopper_bwd_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaCheck(cudaFuncSetAttribute(hopper_bwd_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    SmemPlan::kAlloc));
     /* the reduce-adds' boxes are 128 rows (one step's queries) x 32 FP32 columns */
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho);
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, hopper_bwd_kernel<MODE>, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map,
-                               dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+    const int n_key_blocks = ceil_div(s.T, kBlockK);
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho, DQ_SLICES ? n_key_blocks : 1);
+    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+    launch_after_previous_grid(1, hopper_bwd_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), SmemPlan::kAlloc, stream,
+                               qkv_map, dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                attn_exp2_scale(kHS));
 }
+static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 
 }  // namespace
 
@@ -581,7 +585,7 @@ int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, c
 
 void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                     const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, int dq_slices) {
     const AttnOptions no_options = {};
     if (!attention_hopper_bwd_supports(mode, no_options, s, qkv, dout)) {
         die("attention_backward_hopper_keys: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
@@ -591,13 +595,19 @@ void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloa
             (const void*)qkv, (const void*)dout, kHS, ATTN_HOPPER_BWD128_HS);
     }
     if (s.HS == ATTN_HOPPER_BWD128_HS) {
-        attention_backward_hopper_keys128(mode, s, qkv, dout, stats, D, dq_acc, dqkv, stream);
+        attention_backward_hopper_keys128(mode, s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
         return;
     }
     const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
     const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
-    if (mode == ATTN_BF16) hopper_bwd_keys_launch<ATTN_BF16>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
-    else hopper_bwd_keys_launch<ATTN_REPAIR>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    if (mode == ATTN_BF16 && !dq_slices)
+        hopper_bwd_keys_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else if (mode == ATTN_BF16)
+        hopper_bwd_keys_launch<ATTN_BF16, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else if (!dq_slices)
+        hopper_bwd_keys_launch<ATTN_REPAIR, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else
+        hopper_bwd_keys_launch<ATTN_REPAIR, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
 }
 
 void attention_hopper_bwd_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

@@ -83,17 +83,23 @@
 #define ATTN_HOPPER_BWD128_HS 128
 #define ATTN_HOPPER_BWD128_PROBE_KEYS 128
 #define ATTN_HOPPER_BWD128_PROBE_QUERIES 64
+/* Keys per CTA of every key-major backward kernel, the portable attn_bwd_kernel and each Hopper one: the key
+   block whose dQ partials the deterministic backward keeps in a slice of their own (docs/determinism.md). */
+#define ATTN_BWD_KEY_BLOCK 128
 
 int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv, const void* dout);
 
+/* dq_slices (every key-major pass here takes it): 0 = add into dq_acc [B*NH*T][HS] as above; 1 = dq_acc is
+   [ceil(T / ATTN_BWD_KEY_BLOCK)][B*NH*T][HS], its slice kb zeroed from row kb * ATTN_BWD_KEY_BLOCK on, and the
+   CTA of key block kb adds into slice kb only (the deterministic backward, docs/determinism.md). */
 void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                     const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                    cudaStream_t stream);
+                                    cudaStream_t stream, int dq_slices = 0);
 
 /* HS 128, bf16 or repair only (dies otherwise); attention_backward_hopper_keys checks the rest and calls it. */
 void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv,
                                        const __nv_bfloat16* dout, const float* stats, const float* D, float* dq_acc,
-                                       __nv_bfloat16* dqkv, cudaStream_t stream);
+                                       __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices = 0);
 
 /* Which mbarrier a hung wait was on (AttnHopperHang.site). */
 enum { ATTN_HANG_NONE = 0, ATTN_HANG_KV_FULL = 1, ATTN_HANG_FULL = 2, ATTN_HANG_EMPTY = 3, ATTN_HANG_PROBE = 4 };
@@ -239,7 +245,7 @@ int attention_hopper_fp32_keys128_supports(AttnMode mode, AttnShape s, const voi
    dqkv (the q slot is left to the post-pass). Dies with a hint if unsupported. */
 void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                             const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                            cudaStream_t stream);
+                                            cudaStream_t stream, int dq_slices = 0);
 
 /* Installs this pass's hang record (its translation unit's pointer); attention_hopper_bwd_watch_hangs calls it. */
 void attention_hopper_fp32_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
@@ -255,7 +261,7 @@ int attention_hopper_fp32_keys_supports(AttnMode mode, AttnShape s, const void* 
    unsupported. */
 void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                          const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                         cudaStream_t stream);
+                                         cudaStream_t stream, int dq_slices = 0);
 
 /* Installs the hang record of both head sizes' objects (HS 64's pointer, then
    attention_hopper_fp32_keys128_watch_hangs); attention_hopper_bwd_watch_hangs calls it: callers install once,

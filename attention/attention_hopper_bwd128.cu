@@ -202,8 +202,9 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
 /* kernels                                                                                           */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* The key-major backward at HS 128 (see the file comment). */
-template <int MODE>
+/* The key-major backward at HS 128 (see the file comment). DQ_SLICES: the deterministic backward's per-key-block
+   dQ slices (keymajor_dq_head; docs/determinism.md). */
+template <int MODE, bool DQ_SLICES>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_bwd128_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                          const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
@@ -224,6 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
     const int k0 = order.rank * kBlockK;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
     const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -358,8 +360,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
         named_bar_sync(2 + wg, 128); /* this warpgroup's 128 threads (barrier 1 is consumers_sync's) */
         if ((threadIdx.x & 127) == 0) {
-            tma_reduce_add_3d(&dq_map, dq_tile, wg * kDqCols, q0, bh);
-            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, wg * kDqCols + 32, q0, bh);
+            tma_reduce_add_3d(&dq_map, dq_tile, wg * kDqCols, q0, dq_head);
+            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, wg * kDqCols + 32, q0, dq_head);
             bulk_commit_group();
         }
     }
@@ -505,23 +507,26 @@ CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* 
     return encode_head_map(base, s, heads, kBoxRows, "attention (Hopper backward, HS 128)", what);
 }
 
-template <int MODE>
+template <int MODE, bool DQ_SLICES>
 void hopper_bwd128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
                           const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream) {
-    cudaCheck(cudaFuncSetAttribute(hopper_bwd128_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaCheck(cudaFuncSetAttribute(hopper_bwd128_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    SmemPlan::kAlloc));
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper backward, HS 128)");
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, hopper_bwd128_kernel<MODE>, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map,
-                               dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+    const int n_key_blocks = ceil_div(s.T, kBlockK);
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper backward, HS 128)",
+                                                 DQ_SLICES ? n_key_blocks : 1);
+    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+    launch_after_previous_grid(1, hopper_bwd128_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), SmemPlan::kAlloc,
+                               stream, qkv_map, dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                attn_exp2_scale(kHS));
 }
+static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 
 }  // namespace
 
 void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv,
                                        const __nv_bfloat16* dout, const float* stats, const float* D, float* dq_acc,
-                                       __nv_bfloat16* dqkv, cudaStream_t stream) {
+                                       __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices) {
     if (s.HS != kHS || (mode != ATTN_BF16 && mode != ATTN_REPAIR)) {
         die("attention_backward_hopper_keys128: HS %d, mode %d (needs HS %d, bf16 or repair)\n"
             "  hint: call attention_backward_hopper_keys (or attention_backward_cuda), which checks support",
@@ -529,8 +534,14 @@ void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bf
     }
     const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
     const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
-    if (mode == ATTN_BF16) hopper_bwd128_launch<ATTN_BF16>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
-    else hopper_bwd128_launch<ATTN_REPAIR>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    if (mode == ATTN_BF16 && !dq_slices)
+        hopper_bwd128_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else if (mode == ATTN_BF16)
+        hopper_bwd128_launch<ATTN_BF16, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else if (!dq_slices)
+        hopper_bwd128_launch<ATTN_REPAIR, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else
+        hopper_bwd128_launch<ATTN_REPAIR, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
 }
 
 void attention_hopper_bwd128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

@@ -238,7 +238,9 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
 /* ------------------------------------------------------------------------------------------------ */
 
 /* fp32's key-major pass at HS 128 (see the file comment). stats {m, l} per row, D [B*NH*T] from the
-   workspace; writes the k and v slots of dqkv and adds the s-less dQ partials to dq_acc (through dq_map). */
+   workspace; writes the k and v slots of dqkv and adds the s-less dQ partials to dq_acc (through dq_map).
+   DQ_SLICES: the deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md). */
+template <bool DQ_SLICES>
 __global__ void __launch_bounds__(kThreads, 1)
     fp32keys128_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                        const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
@@ -259,6 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
     const int k0 = order.rank * kBlockK;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
     const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -417,8 +420,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
         named_bar_sync(2 + wg, 128); /* this warpgroup's 128 threads (barrier 1 is consumers_sync's) */
         if ((threadIdx.x & 127) == 0) {
-            tma_reduce_add_3d(&dq_map, dq_tile, wg * kDqCols, q0, bh);
-            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, wg * kDqCols + 32, q0, bh);
+            tma_reduce_add_3d(&dq_map, dq_tile, wg * kDqCols, q0, dq_head);
+            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, wg * kDqCols + 32, q0, dq_head);
             bulk_commit_group();
         }
     }
@@ -603,7 +606,7 @@ int attention_hopper_fp32_keys128_supports(AttnMode mode, AttnShape s, const voi
 
 void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                             const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                            cudaStream_t stream) {
+                                            cudaStream_t stream, int dq_slices) {
     if (!attention_hopper_fp32_keys128_supports(ATTN_FP32, s, qkv, dout)) {
         die("attention_backward_hopper_fp32_keys128: unsupported call (B=%d NH=%d T=%d HS=%d)\n"
             "  hint: HS %d, B*NH <= 65535, 16-byte aligned qkv and dout; call attention_backward_cuda, which checks"
@@ -611,10 +614,14 @@ void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qk
     }
     const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
     const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper fp32 key-major pass, HS 128)");
-    cudaCheck(cudaFuncSetAttribute(fp32keys128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, fp32keys128_kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
+    static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
+    const int n_key_blocks = ceil_div(s.T, kBlockK);
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper fp32 key-major pass, HS 128)",
+                                                 dq_slices ? n_key_blocks : 1);
+    auto kernel = dq_slices ? fp32keys128_kernel<true> : fp32keys128_kernel<false>;
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+    launch_after_previous_grid(1, kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
                                dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
 }
 

@@ -224,7 +224,9 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
 }
 
 /* fp32's key-major pass at HS 64 (the file comment). stats {m, l} per row, D [B*NH*T] from the workspace; writes
-   the k and v slots of dqkv and adds the s-less dQ partials to dq_acc (through dq_map). */
+   the k and v slots of dqkv and adds the s-less dQ partials to dq_acc (through dq_map). DQ_SLICES: the
+   deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md). */
+template <bool DQ_SLICES>
 __global__ void __launch_bounds__(kThreads, 1)
     fp32keys64_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                       const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
@@ -245,6 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const AttnTileOrder order = attn_tile_longest_first();
     const int k0 = order.rank * kBlockK;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
     const int qt_begin = k0 / kBlockQ;
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -357,8 +360,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_proxy_async();
         warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step restages */
         if (tid_in_wg == 0) {
-            tma_reduce_add_3d(&dq_map, dq_tile, 0, q0, bh);
-            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, 32, q0, bh);
+            tma_reduce_add_3d(&dq_map, dq_tile, 0, q0, dq_head);
+            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, 32, q0, dq_head);
             bulk_commit_group();
         }
     }
@@ -490,9 +493,9 @@ int attention_hopper_fp32_keys_supports(AttnMode mode, AttnShape s, const void* 
 
 void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                          const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                         cudaStream_t stream) {
+                                         cudaStream_t stream, int dq_slices) {
     if (s.HS == ATTN_HOPPER_FP32_KEYS128_HS) {
-        attention_backward_hopper_fp32_keys128(s, qkv, dout, stats, D, dq_acc, dqkv, stream);
+        attention_backward_hopper_fp32_keys128(s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
         return;
     }
     if (!fp32_keys64_supports(ATTN_FP32, s, qkv, dout)) {
@@ -503,10 +506,13 @@ void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, 
     }
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho);
-    cudaCheck(cudaFuncSetAttribute(fp32keys64_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, fp32keys64_kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
+    static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
+    const int n_key_blocks = ceil_div(s.T, kBlockK);
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho, dq_slices ? n_key_blocks : 1);
+    auto kernel = dq_slices ? fp32keys64_kernel<true> : fp32keys64_kernel<false>;
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+    launch_after_previous_grid(1, kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
                                dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
 }
 

@@ -22,6 +22,7 @@
 #include "attention/attention_hopper_bwd.cuh"
 #include "attention/hopper_wgmma.cuh"
 #include "attention/mma_bf16.cuh"
+#include "attention/tile_order.cuh"
 
 namespace {
 
@@ -332,6 +333,14 @@ __device__ __forceinline__ void keymajor_fill_stage(unsigned char* q_stage, unsi
     } else {
         hopper_wgmma::mbar_arrive(full_s);
     }
+}
+
+/* The last TMA coordinate of dq_acc (encode_dq_acc_map) that a key-major CTA adds its dQ partials at: its head
+   bh, or, with DQ_SLICES (the deterministic backward: one accumulator slice per key block, [slices][B*NH][T][HS]),
+   head bh of slice `rank` (the CTA's key block, tile_order.cuh; gridDim.y = B*NH). */
+template <bool DQ_SLICES>
+__device__ __forceinline__ int keymajor_dq_head(AttnTileOrder order) {
+    return DQ_SLICES ? order.bh + order.rank * (int)gridDim.y : order.bh;
 }
 
 /* The key-major epilogue of every key-major kernel (bf16/repair and gproj, HS 64 and 128): dK = bf(scale acc),
