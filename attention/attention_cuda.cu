@@ -37,11 +37,17 @@
  *              atomically added (float2 atomics on sm_90) to the fp32
  *              accumulator.
  *   bwd_dq     dQ = bf(s * accumulator) into dqkv (not gproj).
+ *   deterministic backward (AttnOptions.deterministic, not gproj): the
+ *              accumulator is one FP32 slice per 128-key block, zeroed by
+ *              bwd_zero_dq_slices where it is added to; every key-major
+ *              kernel (here and the Hopper ones) adds into its key block's
+ *              slice only, and bwd_dq_slices sums the slices in key-block
+ *              order into dQ (see that section, docs/determinism.md).
  * gproj's dQ_i = s (sum_j bf(dS_ij) K_j - lambda_i sum_j bf(P_ij) K_j) is the
  * definition of docs/attention_numerics.md up to the order of the FP32 sums:
  * both sums run over the row in the row pass, key tile after key tile, and
- * are combined once at the end (until 2026-11-29 the key-major kernel summed
- * both per key tile, combined them there and added the tiles by atomics).
+ * are combined once at the end: no partials, no atomics, so gproj's backward
+ * is deterministic as it stands (docs/determinism.md).
  * fp32 mode splits every FP32 operand (P, dS) into BF16 hi + lo, so each
  * product is exact up to 2^-17 relative and the FP32 accumulation does the
  * rest; in the dQ GEMM dS gets a third term (24 bits), see there.
@@ -73,6 +79,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <type_traits>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention_cuda.cuh"
@@ -330,8 +338,8 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
 /* HS / 8 lanes per row: each lane loads 8 BF16 of O and of dO with one 16-byte load each and zeroes 8
    accumulator floats with two float4 stores; 256 threads = 256 * 8 / HS rows per block, the head from
    blockIdx.y (no 64-bit division per row). out and dout are 16-byte aligned (attention_backward_cuda
-   checks). Session 5's one-warp-per-row kernel issued 4-byte loads, too few bytes in flight to stream O and
-   dO at full bandwidth. The FP32 sum order of D is free (docs/attention_numerics.md). */
+   checks). 16-byte loads keep enough bytes in flight to stream O and dO at full bandwidth (one warp per row
+   with 4-byte loads does not). The FP32 sum order of D is free (docs/attention_numerics.md). */
 constexpr int kPrepThreads = 256;
 template <int HS>
 __global__ void __launch_bounds__(kPrepThreads) attn_bwd_prep_kernel(const bf16* __restrict__ out,
@@ -1145,6 +1153,33 @@ static void require_16_byte_aligned(const char* fn, const char* name, const void
     }
 }
 
+/* The deterministic backward's workspace is ceil(T / 128) dQs larger than the default one, so a caller that
+   sized it with the default options would have the slices written past its end. With the option on, the
+   allocation holding the workspace (the driver's cuMemGetAddressRange, reached without linking libcuda) must
+   extend `need` bytes past the pointer; a pointer the driver cannot place is not checked. */
+static void require_workspace_holds(const void* workspace, size_t need) {
+    static PFN_cuMemGetAddressRange_v3020 get_range = NULL;
+    if (get_range == NULL) {
+        void* fn = NULL;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020, cudaEnableDefault, &found) !=
+                cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL)
+            return;
+        get_range = (PFN_cuMemGetAddressRange_v3020)fn;
+    }
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (get_range(&base, &size, (CUdeviceptr)(uintptr_t)workspace) != CUDA_SUCCESS) return;
+    const size_t held = (size_t)(base + size - (CUdeviceptr)(uintptr_t)workspace);
+    if (held < need) {
+        die("attention_backward_cuda: the deterministic backward needs %zu bytes of workspace; the allocation at %p "
+            "holds %zu from there\n"
+            "  hint: size the workspace with attention_cuda_workspace_bytes(shape, mode, options) and "
+            "options.deterministic = 1 (the two-argument form is the size for the default options)",
+            need, workspace, held);
+    }
+}
+
 AttnFwdPath attention_forward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv) {
     if (opt.force_portable) return ATTN_FWD_PORTABLE;
     if (!attention_hopper_fwd_supports(mode, opt, s, qkv)) return ATTN_FWD_PORTABLE;
@@ -1194,7 +1229,10 @@ void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const 
             "  hint: allocate attention_cuda_workspace_bytes(shape, mode, options) bytes of device memory");
     }
     const int slices = uses_dq_slices(mode, opt);
-    if (slices) (void)attention_cuda_workspace_bytes(s, mode, opt); /* refuses a shape over the bound, with the fix */
+    if (slices) { /* refuses a shape over the bound, then a workspace too small for the slices, with the fix */
+        const size_t need = attention_cuda_workspace_bytes(s, mode, opt);
+        require_workspace_holds(workspace, need);
+    }
     const int hopper = attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER;
     if (s.HS == 64) backward_dispatch_mode<64>(mode, s, qkv, out, stats, dout, dqkv, workspace, hopper, slices, stream);
     else backward_dispatch_mode<128>(mode, s, qkv, out, stats, dout, dqkv, workspace, hopper, slices, stream);

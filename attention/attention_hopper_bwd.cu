@@ -4,19 +4,14 @@
  * setmaxnreg. The API and which calls it serves: attention/attention_hopper_bwd.cuh.
  *
  * Why: the portable backward (attention/attention_cuda.cu: prep, attn_bwd_kernel, dQ post-pass) is mma.sync
- * based; this kernel takes attn_bwd_kernel's place on sm_90 for bf16 and repair at HS 64. History: the first
- * Hopper form (lab dev/attention_lab/hopper_bwd.cu, s4 call 2: 1.08-1.11x the portable backward) stepped
- * through 64 queries at a time with one producer warp (288 threads, no setmaxnreg), so per step each
- * consumer warpgroup waited on two barriers, fenced, staged a 64 x 64 dS tile and sent a 16 KB dQ partial
- * around small m64n64 GEMMs. This kernel steps through 128 queries (FA3's hdim-64 backward works on 128 x 128
- * blocks too; read in Dao-AILab/flash-attention hopper/, no code copied). It was written and first run as the
- * lab dev/attention_lab/hopper_bwd64_wide.cu, variant v0 (H200, session 6 call 3,
- * dev/results/device_s6/call3/hopper_bwd64_wide.log: 1074 passed / 0 failed, layout probe exact, bf16 and
- * repair within 4 BF16 ulps of the 64-query production kernel on 13 cases each - max 1.00 -; bf16 whole
- * backward with the same prep/post-pass 1.06x at B8 H16 T1024 d64 and 1.18x at B4 H16 T2048 d64, the kernels
- * alone 1.08x / 1.21x: 0.2089 -> 0.1931 ms and 0.3370 -> 0.2791 ms). Moved here unchanged in what it computes
- * (PTX identical to the lab's v0 but for symbol names and the programmatic-launch lines below); the lab is now
- * a harness around this kernel.
+ * based; this kernel takes attn_bwd_kernel's place on sm_90 for bf16 and repair at HS 64. It steps through
+ * 128 queries at a time (FA3's hdim-64 backward works on 128 x 128 blocks too; read in Dao-AILab/flash-attention
+ * hopper/, no code copied): 64-query steps with one producer warp (the layout fp32's HS-64 pass keeps,
+ * attention_hopper_bwd64_fp32.cu) make each consumer warpgroup wait on two barriers, fence, stage a 64 x 64 dS
+ * tile and send a 16 KB dQ partial around small m64n64 GEMMs per step, and measured slower
+ * (dev/results/device_s6/call3/hopper_bwd64_wide.log: the whole bf16 backward 1.06x / 1.18x faster with 128-query
+ * steps at B8 H16 T1024 / B4 H16 T2048 d64, within 4 BF16 ulps). dev/attention_lab/hopper_bwd64_wide.cu is the
+ * harness that checks and times this kernel.
  *
  * What it computes (docs/attention_numerics.md; attn_bwd_kernel's rounding points, operation for operation):
  *   per key tile, for each 128-query step from the diagonal on:
@@ -29,6 +24,9 @@
  *   dK = bf(s dK_acc), dV = bf(dV_acc) into dqkv; dQ = bf(s dQ_acc) is the caller's post-pass.
  * Only the order of the FP32 sums differs from attn_bwd_kernel (tensor-core k-loops of 128 queries; dQ
  * partials per 64 keys here, per 128 there), so dQ/dK/dV agree within a few BF16 ulps of the row scale.
+ * DQ_SLICES (the deterministic backward, docs/determinism.md): the same kernel adds its partials into its key
+ * block's own zeroed slice of the accumulator; the two warpgroups' adds onto zero commute, so the slice's
+ * bits do not depend on their order.
  *
  * Layout: one CTA = 128 keys of one (b, h) (longest key tiles first over all heads, tile_order.cuh), 384
  * threads: consumer warpgroups 0 and 1 (64 keys each) and a producer warpgroup (warp 8 works: lane 0 issues
@@ -70,8 +68,8 @@
  * wgmma waits and setmaxnreg cannot be bounded (their counts are uniform by construction).
  * HS 128 is attention_hopper_bwd128.cu (its own layout: 64-query steps, dQ split by head-dimension halves);
  * attention_backward_hopper_keys below dispatches on s.HS.
- * Not done: v1 of the lab (dS staged K-major swizzled, dQ as SS wgmmas in the dV/dK batch: the same speed
- * within noise, s6 call 3); overlap of the dQ GEMM with the next step's scores; a persistent schedule; fp32 and
+ * Not done: dS staged K-major swizzled with dQ as SS wgmmas in the dV/dK batch (the lab's v1: the same speed
+ * within noise); overlap of the dQ GEMM with the next step's scores; a persistent schedule; fp32 and
  * gproj modes (their own key-major passes: attention_hopper_bwd64_fp32.cu, attention_hopper_bwd_gproj.cu).
  */
 #include <math.h>

@@ -3,25 +3,19 @@
  * head size 128 (dK, dV and the dQ partials) on wgmma + TMA, a producer warpgroup and setmaxnreg. The API and
  * which calls it serves: attention/attention_hopper_bwd.cuh (the fp32 section at its end:
  * attention_backward_hopper_fp32_keys128; attention_backward_cuda runs it in attn_bwd_kernel<128, ATTN_FP32>'s
- * place on sm_90 after the Hopper row pass). fp32 at HS 64: attention_hopper_bwd64_fp32.cu (session 6), which also
+ * place on sm_90 after the Hopper row pass). fp32 at HS 64: attention_hopper_bwd64_fp32.cu, which also
  * holds the entry points of both head sizes (attention_backward_hopper_fp32_keys hands HS 128 to this file).
  *
- * Why: after the other HS-128 Hopper kernels landed, fp32 mode's fwd+bwd at B2 H16 T4096 d128 was 2.86x bf16's
- * (dev/results/device_s5/call5/attn/bench_attention.md; the target is at most 2.5x), and most of its backward
- * was the PORTABLE mma.sync key-major kernel attn_bwd_kernel<128, ATTN_FP32> (attention/attention_cuda.cu),
- * which ran after the Hopper row pass. This kernel is attention_hopper_bwd128.cu's CTA (the bf16/repair pass)
- * with fp32's numerics. Written and first run as dev/attention_lab/hopper_bwd128_fp32.cu (engineer G; H200,
- * 2026-11-29, session 5 call 7, dev/results/device_s5/call7/hopper_bwd128_fp32.log): layout probe exact in all
- * seven products, 367 passed / 0 failed against attention_backward_cuda(fp32, force_portable) (all three slots
- * within 4 BF16 ulps, alone on the default D and composed into the backward as a CUDA graph); this kernel alone
- * 1.335 ms at B2 H16 T4096 d128; the composed fp32 backward (prep + Hopper row pass + this kernel + post-pass)
- * 1.648 ms vs the default of then (Hopper row pass + the portable key-major kernel) 2.570 ms: fp32/bf16
- * backward 3.32x -> 2.13x. Moved here unchanged in what it computes and how it is laid out (the kernels' PTX
- * is the lab's, register names aside); the host side now encodes the maps per call, as the other passes do,
- * and the producer's K/V load and stage fill and the dK/dV epilogue are hopper_bwd_common.cuh's
- * keymajor_load_kv / keymajor_fill_stage / keymajor_store_dkv in place of the lab's copies of them (PTX
- * byte-identical either way, sm_90a -O3 --use_fast_math without -lineinfo).
- * This production form passed on the H200 in call 8 (harness 367/0, test_attention_gpu 2487/0).
+ * Why: with the PORTABLE mma.sync key-major kernel attn_bwd_kernel<128, ATTN_FP32> (attention/attention_cuda.cu)
+ * after the Hopper row pass, fp32 mode's fwd+bwd at B2 H16 T4096 d128 costs 2.86x bf16's
+ * (dev/results/device_s5/call5/attn/bench_attention.md; the target is at most 2.5x). This kernel is
+ * attention_hopper_bwd128.cu's CTA (the bf16/repair pass) with fp32's numerics: alone 1.335 ms at B2 H16 T4096
+ * d128, the fp32 backward (prep + Hopper row pass + this kernel + post-pass) 1.648 ms against 2.570 ms with the
+ * portable key-major kernel (fp32/bf16 backward 3.32x -> 2.13x), all three slots within 4 BF16 ulps of
+ * attention_backward_cuda(fp32, force_portable) (dev/results/device_s5/call7/hopper_bwd128_fp32.log). The
+ * producer's K/V load and stage fill and the dK/dV epilogue are hopper_bwd_common.cuh's keymajor_load_kv /
+ * keymajor_fill_stage / keymajor_store_dkv. dev/attention_lab/hopper_bwd128_fp32.cu is the harness that checks
+ * and times it.
  *
  * What it computes (docs/attention_numerics.md "fp32"; attn_bwd_kernel<128, ATTN_FP32>'s rounding points,
  * operation for operation; only the FP32 summation order differs):
@@ -41,7 +35,9 @@
  *   dK = bf(s acc), dV = bf(acc) into the k and v slots of dqkv; the s-less dQ partial (one per 128 keys) goes
  *   to the FP32 accumulator by TMA reduce-add, and the portable post-pass (attn_bwd_dq_kernel) writes
  *   dQ = bf(s acc). Workspace contract = attn_bwd_kernel's: the prep kernel zeroed dq_acc [B*NH*T][128], the
- *   row pass wrote D [B*NH*T] (carve_workspace's slots).
+ *   row pass wrote D [B*NH*T] (carve_workspace's slots). DQ_SLICES (the deterministic backward,
+ *   docs/determinism.md): the partials go to the key block's own zeroed slice, one add per element (warpgroup w
+ *   owns dQ columns 64w..64w+63).
  *
  * Layout (attention_hopper_bwd128.cu's CTA: FlashAttention-3's d128 split, read in Dao-AILab/flash-attention
  * hopper/, no code copied): 384 threads, two consumer warpgroups (setmaxnreg 240) and a producer warpgroup

@@ -4,8 +4,9 @@
  * and attention_hopper_bwd128_gproj.cu): the recomputed probability of one score, the bounded mbarrier wait that
  * GIVES UP instead of trapping, the score and dK/dV GEMM steps of the HS-128 key-major CTA, gproj's three
  * register A operands of one k-step, fp32's BF16 split terms of one k-step (pack_split_step); and for every key-major kernel its producer warp's steps (K/V once, a
- * stage's row state, its Q/dO loads), P and dS of one query column, gproj's dV/dK batch, and the dK/dV
- * epilogue (NaN rows after a give-up).
+ * stage's row state, its Q/dO loads), P and dS of one query column, gproj's dV/dK batch, the dK/dV
+ * epilogue (NaN rows after a give-up), and where a CTA's dQ partials go (keymajor_dq_head: its head, or its
+ * key block's slice in the deterministic backward).
  *
  * Why: both kernels recompute P with attn_bwd_kernel's expression, one copy here; and a kernel with
  * setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and serialised

@@ -5,8 +5,8 @@
  *
  * Why: wgmma (a warpgroup's asynchronous 64 x N x 16 MMA reading shared memory through descriptors),
  * TMA (one thread moves a whole swizzled tile, tracked by an mbarrier) and the fragment layouts are
- * where a Hopper kernel goes wrong silently. They were first checked on an H200 by the layout probe of
- * dev/attention_lab/hopper_fwd.cu (2026-11-29: S = Q K^T and O = bf(S) V exact, both head sizes), so
+ * where a Hopper kernel goes wrong silently. The layout probe of dev/attention_lab/hopper_fwd.cu checks
+ * them on the device (S = Q K^T and O = bf(S) V exact, both head sizes), and
  * every Hopper kernel (forward, backward, their labs) includes them from here instead of re-deriving
  * them. Compiles only for sm_90a (wgmma and setmaxnreg exist nowhere else): a file that includes this
  * header is built with `-gencode arch=compute_90a,code=sm_90a` alone (see attention/module.mk).
