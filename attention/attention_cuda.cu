@@ -1162,7 +1162,7 @@ static void require_workspace_holds(const void* workspace, size_t need) {
     if (get_range == NULL) {
         void* fn = NULL;
         cudaDriverEntryPointQueryResult found;
-        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020, cudaEnableDefault, &found) !=
+        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &found) !=
                 cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL)
             return;
         get_range = (PFN_cuMemGetAddressRange_v3020)fn;
