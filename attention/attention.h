@@ -69,6 +69,17 @@ typedef struct {
        kernel for the current device. For tests and benchmarks that compare
        the two paths. */
     int force_portable;
+    /* CUDA only (the CPU code is deterministic whatever it says): 1 = the
+       backward sums every FP32 partial in a fixed order, so the same call on
+       the same inputs gives the same dq, dk, dv bits on every run; 0, the
+       default = the dQ partials of the key blocks are added to one FP32
+       accumulator in arrival order (bf16, repair, fp32; runs then repeat
+       only to rounding). gproj is deterministic either way (its dQ comes
+       from the query-major row pass). On: bf16, repair and fp32 need
+       ceil(T / 128) times the FP32 dQ of workspace
+       (attention_cuda_workspace_bytes with these options says how much);
+       docs/determinism.md says how and what it costs. */
+    int deterministic;
 } AttnOptions;
 
 /*

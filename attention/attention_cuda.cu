@@ -37,11 +37,17 @@
  *              atomically added (float2 atomics on sm_90) to the fp32
  *              accumulator.
  *   bwd_dq     dQ = bf(s * accumulator) into dqkv (not gproj).
+ *   deterministic backward (AttnOptions.deterministic, not gproj): the
+ *              accumulator is one FP32 slice per 128-key block, zeroed by
+ *              bwd_zero_dq_slices where it is added to; every key-major
+ *              kernel (here and the Hopper ones) adds into its key block's
+ *              slice only, and bwd_dq_slices sums the slices in key-block
+ *              order into dQ (see that section, docs/determinism.md).
  * gproj's dQ_i = s (sum_j bf(dS_ij) K_j - lambda_i sum_j bf(P_ij) K_j) is the
  * definition of docs/attention_numerics.md up to the order of the FP32 sums:
  * both sums run over the row in the row pass, key tile after key tile, and
- * are combined once at the end (until 2026-11-29 the key-major kernel summed
- * both per key tile, combined them there and added the tiles by atomics).
+ * are combined once at the end: no partials, no atomics, so gproj's backward
+ * is deterministic as it stands (docs/determinism.md).
  * fp32 mode splits every FP32 operand (P, dS) into BF16 hi + lo, so each
  * product is exact up to 2^-17 relative and the FP32 accumulation does the
  * rest; in the dQ GEMM dS gets a third term (24 bits), see there.
@@ -73,6 +79,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <type_traits>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention_cuda.cuh"
@@ -330,8 +338,8 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
 /* HS / 8 lanes per row: each lane loads 8 BF16 of O and of dO with one 16-byte load each and zeroes 8
    accumulator floats with two float4 stores; 256 threads = 256 * 8 / HS rows per block, the head from
    blockIdx.y (no 64-bit division per row). out and dout are 16-byte aligned (attention_backward_cuda
-   checks). Session 5's one-warp-per-row kernel issued 4-byte loads, too few bytes in flight to stream O and
-   dO at full bandwidth. The FP32 sum order of D is free (docs/attention_numerics.md). */
+   checks). 16-byte loads keep enough bytes in flight to stream O and dO at full bandwidth (one warp per row
+   with 4-byte loads does not). The FP32 sum order of D is free (docs/attention_numerics.md). */
 constexpr int kPrepThreads = 256;
 template <int HS>
 __global__ void __launch_bounds__(kPrepThreads) attn_bwd_prep_kernel(const bf16* __restrict__ out,
@@ -567,7 +575,9 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
 /* ------------------------------------------------------------------------ */
 /* backward: main kernel, key-major                                          */
 /* ------------------------------------------------------------------------ */
-template <int HS, int MODE>
+/* DQ_SLICES: the deterministic backward (docs/determinism.md): dq_acc is [ceil(T / kBwdKeyTile)][B*NH*T][HS] and
+   this key tile adds into slice k_tile alone, which no other CTA touches (one add per element onto zero). */
+template <int HS, int MODE, bool DQ_SLICES>
 __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __restrict__ qkv,
                                                             const bf16* __restrict__ dout,
                                                             const float* __restrict__ stats,
@@ -832,7 +842,8 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                     const int ql = ql0 + g + 8 * r;
                     const int query = q0 + ql;
                     if (query >= T) continue;
-                    float* dst = dq_acc + ((long long)bh * T + query) * HS + d0 + 2 * t;
+                    float* dst = dq_acc + (DQ_SLICES ? (long long)k_tile * gridDim.y * T * HS : 0LL) +
+                                 ((long long)bh * T + query) * HS + d0 + 2 * t;
 #pragma unroll
                     for (int n = 0; n < kDqCols / 8; n++) atomic_add_pair(dst + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
                 }
@@ -878,6 +889,56 @@ __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __res
 }
 
 /* ------------------------------------------------------------------------ */
+/* backward, deterministic: per-key-block dQ slices (docs/determinism.md)   */
+/* ------------------------------------------------------------------------ */
+/* The deterministic backward gives every key block kb (kBwdKeyTile = ATTN_BWD_KEY_BLOCK keys, the CTA of every
+   key-major kernel) its own FP32 dQ accumulator, slice kb of slices [n_slices][B*NH][T][HS]. Key block kb adds
+   into rows kb * kBwdKeyTile .. T-1 of its slice (queries before its first key see none of its keys), at most
+   two adds per element (HS-64 Hopper kernels: one per consumer warpgroup), and two FP32 adds onto zero give
+   the same bits in either order. The post-pass then sums the slices in key-block order. */
+
+/* Zeroes rows kb * kBwdKeyTile .. T-1 of slice kb = blockIdx.z of every head (blockIdx.y), 8 floats per thread
+   (two float4 stores; the workspace is 16-byte aligned and HS a multiple of 8): grid (ceil(T * HS / 8 / 256),
+   B*NH, n_slices), 256 threads. The rows before kb * kBwdKeyTile are neither written nor read. */
+template <int HS>
+__global__ void attn_bwd_zero_dq_slices_kernel(float* __restrict__ slices, int T) {
+    constexpr int kChunks = HS / 8; /* 8-element chunks per row */
+    const long long chunk = (long long)blockIdx.x * blockDim.x + threadIdx.x + (long long)blockIdx.z * kBwdKeyTile * kChunks;
+    if (chunk >= (long long)T * kChunks) return;
+    const long long head = (long long)blockIdx.z * gridDim.y + blockIdx.y; /* slice kb, head bh */
+    float4* dst = reinterpret_cast<float4*>(slices + head * T * HS + chunk * 8);
+    dst[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    dst[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+/* dQ = bf(s * (slice 0 + slice 1 + ... + slice tok / kBwdKeyTile)), the slices added in that order, into the q
+   slot of dqkv, 8 elements per thread: attn_bwd_dq_kernel's grid and stores, the sum over slices in place of its
+   one accumulator. */
+template <int HS>
+__global__ void attn_bwd_dq_slices_kernel(const float* __restrict__ slices, bf16* __restrict__ dqkv, int NH, int T,
+                                          float scale) {
+    constexpr int kChunks = HS / 8; /* 8-element chunks per row */
+    wait_for_previous_grid(); /* launched with PDL on sm_90: the key-major pass's last reduce-adds have landed */
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; /* T * kChunks may pass 2^31 */
+    if (i >= (long long)T * kChunks) return;
+    const int tok = (int)(i / kChunks), d = (int)(i % kChunks) * 8;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const long long slice_elems = (long long)gridDim.y * T * HS; /* one slice: B*NH*T*HS floats */
+    const float4* src = reinterpret_cast<const float4*>(slices + ((long long)bh * T + tok) * HS + d);
+    float4 lo = src[0], hi = src[1];
+    const int last = tok / kBwdKeyTile; /* the query's own key block: the last that sees it */
+    for (int kb = 1; kb <= last; kb++) {
+        src += slice_elems / 4;
+        const float4 l = src[0], u = src[1];
+        lo.x += l.x; lo.y += l.y; lo.z += l.z; lo.w += l.w;
+        hi.x += u.x; hi.y += u.y; hi.z += u.z; hi.w += u.w;
+    }
+    const uint4 packed = make_uint4(pack_bf16x2(lo.x * scale, lo.y * scale), pack_bf16x2(lo.z * scale, lo.w * scale),
+                                    pack_bf16x2(hi.x * scale, hi.y * scale), pack_bf16x2(hi.z * scale, hi.w * scale));
+    *reinterpret_cast<uint4*>(dqkv + ((long long)b * T + tok) * 3LL * NH * HS + (long long)h * HS + d) = packed;
+}
+
+/* ------------------------------------------------------------------------ */
 /* host side                                                                */
 /* ------------------------------------------------------------------------ */
 template <int HS> constexpr size_t fwd_smem_bytes() { return (size_t)(kFwdQueryTile + 4 * kKeyTile) * (HS + kPad) * 2; }
@@ -888,19 +949,28 @@ template <int HS, int MODE> constexpr size_t bwd_smem_bytes() {
            (size_t)2 * BwdTile<HS>::kQueries * sizeof(float4);                                 /* row state */
 }
 
-/* Workspace layout: dQ accumulator [B*NH*T*HS] fp32, D [B*NH*T], lambda [B*NH*T]. */
+/* Workspace layout: dQ accumulator [dq_slices][B*NH*T*HS] fp32, D [B*NH*T], lambda [B*NH*T]. dq_slices is 1,
+   or ceil(T / kBwdKeyTile) in the deterministic backward (dq_slices_for). */
 struct Workspace {
     float* dq_acc;
     float* D;
     float* lambda;
 };
-Workspace carve_workspace(AttnShape s, void* ws) {
+Workspace carve_workspace(AttnShape s, void* ws, size_t dq_slices) {
     const size_t rows = (size_t)s.B * s.NH * s.T;
     Workspace w;
     w.dq_acc = static_cast<float*>(ws);
-    w.D = w.dq_acc + rows * s.HS;
+    w.D = w.dq_acc + dq_slices * rows * s.HS;
     w.lambda = w.D + rows;
     return w;
+}
+static_assert(kBwdKeyTile == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per key-major CTA");
+
+/* 1 iff the call takes the deterministic backward's dQ slices: opt.deterministic in bf16, repair and fp32 mode
+   (gproj's dQ comes whole from its row pass: deterministic without them). */
+int uses_dq_slices(AttnMode mode, AttnOptions opt) { return opt.deterministic && mode != ATTN_GPROJ; }
+size_t dq_slices_for(AttnShape s, AttnMode mode, AttnOptions opt) {
+    return uses_dq_slices(mode, opt) ? (size_t)ceil_div(s.T, kBwdKeyTile) : 1;
 }
 
 template <int HS, int MODE>
@@ -921,9 +991,12 @@ void forward_launch(AttnShape s, const bf16* qkv, bf16* out, float* stats, int t
    workspace slots of carve_workspace: the prep kernel's D, the row pass's lambda). The caller has checked
    the device and that some Hopper pass serves the call (attention_backward_cuda_path); each pass's own
    support check picks it here. The prep and the dQ post-pass are the same either way. */
+/* dq_slices (not in gproj mode): the deterministic backward - the slices of carve_workspace zeroed where they are
+   added to, every key-major kernel adding into its key block's slice, the sliced post-pass (see
+   attn_bwd_zero_dq_slices_kernel); else the one accumulator, zeroed by the prep kernel. */
 template <int HS, int MODE>
 void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float* stats, const bf16* dout,
-                     bf16* dqkv, void* workspace, int hopper, cudaStream_t stream) {
+                     bf16* dqkv, void* workspace, int hopper, int dq_slices, cudaStream_t stream) {
     constexpr bool kHasRowPass = (MODE == ATTN_FP32 || MODE == ATTN_GPROJ);
     const int hopper_keys = hopper && !kHasRowPass;
     const int hopper_rows =
@@ -933,13 +1006,22 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
     /* fp32 at HS 64 and 128 after the Hopper row pass (its D) */
     const int hopper_fp32_keys =
         hopper_rows && MODE == ATTN_FP32 && attention_hopper_fp32_keys_supports((AttnMode)MODE, s, qkv, dout);
-    const Workspace w = carve_workspace(s, workspace);
+    dq_slices = (MODE != ATTN_GPROJ) && dq_slices;
+    const int n_key_blocks = ceil_div(s.T, kBwdKeyTile);
+    const Workspace w = carve_workspace(s, workspace, dq_slices ? (size_t)n_key_blocks : 1);
     const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
     /* gproj's row pass (launched next) computes dQ whole, without the accumulator */
     constexpr int kPrepRowsPerBlock = kPrepThreads / (HS / 8);
     attn_bwd_prep_kernel<HS><<<dim3((unsigned)ceil_div(s.T, kPrepRowsPerBlock), (unsigned)(s.B * s.NH)), kPrepThreads,
-                               0, stream>>>(out, dout, w.D, w.dq_acc, s.NH, s.T, MODE != ATTN_GPROJ, MODE != ATTN_FP32);
+                               0, stream>>>(out, dout, w.D, w.dq_acc, s.NH, s.T, MODE != ATTN_GPROJ && !dq_slices,
+                                            MODE != ATTN_FP32);
     cudaCheckLastError();
+    if (dq_slices) { /* a plain launch: it starts after the prep kernel has finished, and every later one after it */
+        const dim3 grid((unsigned)ceil_div((long long)s.T * (HS / 8), 256), (unsigned)(s.B * s.NH),
+                        (unsigned)n_key_blocks);
+        attn_bwd_zero_dq_slices_kernel<HS><<<grid, 256, 0, stream>>>(w.dq_acc, s.T);
+        cudaCheckLastError();
+    }
     if constexpr (kHasRowPass) { /* (no row-pass kernels for the other modes) */
         if (hopper_rows) {
             attention_backward_hopper_rows((AttnMode)MODE, s, qkv, dout, stats, w.D, w.lambda, dqkv, stream);
@@ -954,24 +1036,27 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
         }
     }
     if (hopper_keys) {
-        attention_backward_hopper_keys((AttnMode)MODE, s, qkv, dout, stats, w.D, w.dq_acc, dqkv, stream);
+        attention_backward_hopper_keys((AttnMode)MODE, s, qkv, dout, stats, w.D, w.dq_acc, dqkv, stream, dq_slices);
     } else if (hopper_gproj_keys) { /* dK, dV from the D and lambda written above */
         attention_backward_hopper_gproj_keys(s, qkv, dout, stats, w.D, w.lambda, dqkv, stream);
     } else if (hopper_fp32_keys) { /* dK, dV and the dQ partials from the row pass's D */
-        attention_backward_hopper_fp32_keys(s, qkv, dout, stats, w.D, w.dq_acc, dqkv, stream);
+        attention_backward_hopper_fp32_keys(s, qkv, dout, stats, w.D, w.dq_acc, dqkv, stream, dq_slices);
     } else {
         const size_t smem = bwd_smem_bytes<HS, MODE>();
-        cudaCheck(cudaFuncSetAttribute(attn_bwd_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
-        dim3 grid((unsigned)ceil_div(s.T, kBwdKeyTile), (unsigned)(s.B * s.NH));
-        attn_bwd_kernel<HS, MODE><<<grid, kBwdThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv,
-                                                                    s.NH, s.T, scale, c);
+        auto kernel = attn_bwd_kernel<HS, MODE, false>;
+        if constexpr (MODE != ATTN_GPROJ) { /* (gproj adds no dQ here) */
+            if (dq_slices) kernel = attn_bwd_kernel<HS, MODE, true>;
+        }
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+        kernel<<<grid, kBwdThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv, s.NH, s.T, scale,
+                                                    c);
         cudaCheckLastError();
     }
     if constexpr (MODE != ATTN_GPROJ) { /* gproj's row pass wrote dQ */
         const dim3 grid((unsigned)ceil_div((long long)s.T * (HS / 8), 256), (unsigned)(s.B * s.NH));
-        launch_after_previous_grid(hopper, attn_bwd_dq_kernel<HS>, grid, dim3(256), 0, stream, w.dq_acc, dqkv, s.NH,
-                                   s.T, scale);
+        launch_after_previous_grid(hopper, dq_slices ? attn_bwd_dq_slices_kernel<HS> : attn_bwd_dq_kernel<HS>, grid,
+                                   dim3(256), 0, stream, w.dq_acc, dqkv, s.NH, s.T, scale);
         cudaCheckLastError();
     }
 }
@@ -990,12 +1075,12 @@ void forward_dispatch_mode(AttnMode mode, AttnShape s, const bf16* qkv, bf16* ou
 
 template <int HS>
 void backward_dispatch_mode(AttnMode mode, AttnShape s, const bf16* qkv, const bf16* out, const float* stats,
-                            const bf16* dout, bf16* dqkv, void* ws, int hop, cudaStream_t st) {
+                            const bf16* dout, bf16* dqkv, void* ws, int hop, int sl, cudaStream_t st) {
     switch (mode) {
-        case ATTN_FP32: backward_launch<HS, ATTN_FP32>(s, qkv, out, stats, dout, dqkv, ws, hop, st); break;
-        case ATTN_BF16: backward_launch<HS, ATTN_BF16>(s, qkv, out, stats, dout, dqkv, ws, hop, st); break;
-        case ATTN_REPAIR: backward_launch<HS, ATTN_REPAIR>(s, qkv, out, stats, dout, dqkv, ws, hop, st); break;
-        case ATTN_GPROJ: backward_launch<HS, ATTN_GPROJ>(s, qkv, out, stats, dout, dqkv, ws, hop, st); break;
+        case ATTN_FP32: backward_launch<HS, ATTN_FP32>(s, qkv, out, stats, dout, dqkv, ws, hop, sl, st); break;
+        case ATTN_BF16: backward_launch<HS, ATTN_BF16>(s, qkv, out, stats, dout, dqkv, ws, hop, sl, st); break;
+        case ATTN_REPAIR: backward_launch<HS, ATTN_REPAIR>(s, qkv, out, stats, dout, dqkv, ws, hop, sl, st); break;
+        case ATTN_GPROJ: backward_launch<HS, ATTN_GPROJ>(s, qkv, out, stats, dout, dqkv, ws, hop, sl, st); break;
         default: die("attention_backward_cuda: invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
     }
 }
@@ -1018,10 +1103,26 @@ void attention_cuda_check_shape(AttnShape s, AttnMode mode) {
     }
 }
 
-size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode) {
+size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode, AttnOptions opt) {
     attention_cuda_check_shape(s, mode);
     const size_t rows = (size_t)s.B * s.NH * s.T;
-    return (rows * s.HS + 2 * rows) * sizeof(float);
+    const size_t slices = dq_slices_for(s, mode, opt);
+    /* in double first: B, NH, T, HS are ints, so this cannot overflow, and the bound below keeps size_t exact */
+    const double bytes = ((double)slices * (double)rows * s.HS + 2.0 * (double)rows) * sizeof(float);
+    if (slices > 1 && bytes > (double)ATTN_CUDA_DETERMINISTIC_MAX_BYTES) {
+        die("attention (CUDA): the deterministic backward of mode %s needs %.1f GiB of workspace at B=%d NH=%d T=%d "
+            "HS=%d (one FP32 dQ accumulator of %.1f GiB per block of %d keys, %zu blocks), over its bound of %.0f GiB\n"
+            "  hint: lower the batch size or the sequence length, use --attn gproj (deterministic with no extra "
+            "workspace), or turn the deterministic backward off",
+            attn_mode_name(mode), bytes / (1 << 30), s.B, s.NH, s.T, s.HS,
+            (double)rows * s.HS * sizeof(float) / (1 << 30), ATTN_BWD_KEY_BLOCK, slices,
+            (double)ATTN_CUDA_DETERMINISTIC_MAX_BYTES / (1 << 30));
+    }
+    return (slices * rows * s.HS + 2 * rows) * sizeof(float);
+}
+
+size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode) {
+    return attention_cuda_workspace_bytes(s, mode, AttnOptions{});
 }
 
 /* Whether the current device runs the Hopper (sm_90a) kernels: compute capability exactly 9.0 (sm_90a
@@ -1049,6 +1150,33 @@ static void require_16_byte_aligned(const char* fn, const char* name, const void
         die("%s: %s (%p) is not 16-byte aligned\n"
             "  hint: pass buffers from cudaMalloc, offset by multiples of 8 BF16 elements (the kernels move "
             "16-byte vectors)", fn, name, p);
+    }
+}
+
+/* The deterministic backward's workspace is ceil(T / 128) dQs larger than the default one, so a caller that
+   sized it with the default options would have the slices written past its end. With the option on, the
+   allocation holding the workspace (the driver's cuMemGetAddressRange, reached without linking libcuda) must
+   extend `need` bytes past the pointer; a pointer the driver cannot place is not checked. */
+static void require_workspace_holds(const void* workspace, size_t need) {
+    static PFN_cuMemGetAddressRange_v3020 get_range = NULL;
+    if (get_range == NULL) {
+        void* fn = NULL;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &found) !=
+                cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL)
+            return;
+        get_range = (PFN_cuMemGetAddressRange_v3020)fn;
+    }
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (get_range(&base, &size, (CUdeviceptr)(uintptr_t)workspace) != CUDA_SUCCESS) return;
+    const size_t held = (size_t)(base + size - (CUdeviceptr)(uintptr_t)workspace);
+    if (held < need) {
+        die("attention_backward_cuda: the deterministic backward needs %zu bytes of workspace; the allocation at %p "
+            "holds %zu from there\n"
+            "  hint: size the workspace with attention_cuda_workspace_bytes(shape, mode, options) and "
+            "options.deterministic = 1 (the two-argument form is the size for the default options)",
+            need, workspace, held);
     }
 }
 
@@ -1098,9 +1226,14 @@ void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const 
     /* the portable backward reads the shifted max, if any, from stats; opt picks the path */
     if (workspace == NULL) {
         die("attention_backward_cuda: workspace is NULL\n"
-            "  hint: allocate attention_cuda_workspace_bytes(shape, mode) bytes of device memory");
+            "  hint: allocate attention_cuda_workspace_bytes(shape, mode, options) bytes of device memory");
+    }
+    const int slices = uses_dq_slices(mode, opt);
+    if (slices) { /* refuses a shape over the bound, then a workspace too small for the slices, with the fix */
+        const size_t need = attention_cuda_workspace_bytes(s, mode, opt);
+        require_workspace_holds(workspace, need);
     }
     const int hopper = attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER;
-    if (s.HS == 64) backward_dispatch_mode<64>(mode, s, qkv, out, stats, dout, dqkv, workspace, hopper, stream);
-    else backward_dispatch_mode<128>(mode, s, qkv, out, stats, dout, dqkv, workspace, hopper, stream);
+    if (s.HS == 64) backward_dispatch_mode<64>(mode, s, qkv, out, stats, dout, dqkv, workspace, hopper, slices, stream);
+    else backward_dispatch_mode<128>(mode, s, qkv, out, stats, dout, dqkv, workspace, hopper, slices, stream);
 }

@@ -18,7 +18,14 @@
  *
  * Offers:
  *   attention_cuda_workspace_bytes - device scratch the backward needs (fp32 dQ
- *       accumulator, per-row D and gproj lambda); the forward needs none.
+ *       accumulator, per-row D and gproj lambda); the forward needs none. With
+ *       AttnOptions.deterministic = 1 in bf16, repair and fp32 mode the dQ
+ *       accumulator is one slice per block of ATTN_BWD_KEY_BLOCK (128) keys:
+ *       (ceil(T / 128) * B*NH*T*HS + 2 * B*NH*T) * 4 bytes; a shape whose
+ *       deterministic workspace would pass ATTN_CUDA_DETERMINISTIC_MAX_BYTES is
+ *       refused (dies with the numbers and the fix). The two-argument form is
+ *       the size for the default options (deterministic = 0): a caller that
+ *       sets deterministic sizes its workspace with the three-argument form.
  *   attention_forward_cuda  - writes out and stats (stats are read back by the
  *       backward of the same mode). Which kernel runs: on a compute-capability
  *       9.0 device (H100/H200) the Hopper wgmma forward
@@ -31,14 +38,20 @@
  *       run for these arguments on the current device (tests and benchmarks
  *       print it); attn_fwd_path_name names it.
  *   attention_backward_cuda - OVERWRITES dqkv (no accumulation). workspace
- *       must hold attention_cuda_workspace_bytes(s, mode) bytes; its contents
- *       need not be initialised. Which kernels run: always the portable prep
+ *       must hold attention_cuda_workspace_bytes(s, mode, opt) bytes; its
+ *       contents need not be initialised. With AttnOptions.deterministic = 1
+ *       every mode gives the same dqkv bits on every call with the same
+ *       inputs (bf16, repair, fp32: the dQ partials of each 128-key block go
+ *       to a slice of their own and the post-pass sums the slices in a fixed
+ *       order; gproj: as with it off, whose dQ has no partials); off, bf16,
+ *       repair and fp32 add the partials in arrival order (dK, dV and gproj's
+ *       dQ are deterministic either way). docs/determinism.md. Which kernels run: always the portable prep
  *       (D, zeroed dQ accumulator) and dQ post-pass; on a compute-capability
  *       9.0 device the passes between are
  *       Hopper wgmma kernels (attention/attention_hopper_bwd.cuh), at HS 64
  *       and 128: in bf16 and repair mode (not the tile-max-shift arm) the
  *       key-major pass; in fp32 mode the row pass, then fp32's Hopper
- *       key-major pass (HS 64 since session 6, HS 128);
+ *       key-major pass (HS 64 and 128);
  *       in gproj mode the row pass and gproj's key-major
  *       pass. Everywhere else and with AttnOptions.force_portable = 1 the
  *       portable mma.sync kernels. Both agree to a few BF16 ulps (FP32 sum
@@ -57,7 +70,12 @@
 #include "attention/attention.h"
 #include "common/cuda_utils.cuh"
 
-size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode);
+/* Largest workspace the deterministic backward may ask for (16 GiB): its dQ slices grow as T^2 (ceil(T / 128)
+   copies of the FP32 dQ), so a long sequence would otherwise eat the device's memory silently. */
+#define ATTN_CUDA_DETERMINISTIC_MAX_BYTES (16ull << 30)
+
+size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode, AttnOptions opt);
+size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode); /* default options */
 
 void attention_cuda_check_shape(AttnShape s, AttnMode mode);
 

@@ -4,19 +4,14 @@
  * setmaxnreg. The API and which calls it serves: attention/attention_hopper_bwd.cuh.
  *
  * Why: the portable backward (attention/attention_cuda.cu: prep, attn_bwd_kernel, dQ post-pass) is mma.sync
- * based; this kernel takes attn_bwd_kernel's place on sm_90 for bf16 and repair at HS 64. History: the first
- * Hopper form (lab dev/attention_lab/hopper_bwd.cu, s4 call 2: 1.08-1.11x the portable backward) stepped
- * through 64 queries at a time with one producer warp (288 threads, no setmaxnreg), so per step each
- * consumer warpgroup waited on two barriers, fenced, staged a 64 x 64 dS tile and sent a 16 KB dQ partial
- * around small m64n64 GEMMs. This kernel steps through 128 queries (FA3's hdim-64 backward works on 128 x 128
- * blocks too; read in Dao-AILab/flash-attention hopper/, no code copied). It was written and first run as the
- * lab dev/attention_lab/hopper_bwd64_wide.cu, variant v0 (H200, session 6 call 3,
- * dev/results/device_s6/call3/hopper_bwd64_wide.log: 1074 passed / 0 failed, layout probe exact, bf16 and
- * repair within 4 BF16 ulps of the 64-query production kernel on 13 cases each - max 1.00 -; bf16 whole
- * backward with the same prep/post-pass 1.06x at B8 H16 T1024 d64 and 1.18x at B4 H16 T2048 d64, the kernels
- * alone 1.08x / 1.21x: 0.2089 -> 0.1931 ms and 0.3370 -> 0.2791 ms). Moved here unchanged in what it computes
- * (PTX identical to the lab's v0 but for symbol names and the programmatic-launch lines below); the lab is now
- * a harness around this kernel.
+ * based; this kernel takes attn_bwd_kernel's place on sm_90 for bf16 and repair at HS 64. It steps through
+ * 128 queries at a time (FA3's hdim-64 backward works on 128 x 128 blocks too; read in Dao-AILab/flash-attention
+ * hopper/, no code copied): 64-query steps with one producer warp (the layout fp32's HS-64 pass keeps,
+ * attention_hopper_bwd64_fp32.cu) make each consumer warpgroup wait on two barriers, fence, stage a 64 x 64 dS
+ * tile and send a 16 KB dQ partial around small m64n64 GEMMs per step, and measured slower
+ * (dev/results/device_s6/call3/hopper_bwd64_wide.log: the whole bf16 backward 1.06x / 1.18x faster with 128-query
+ * steps at B8 H16 T1024 / B4 H16 T2048 d64, within 4 BF16 ulps). dev/attention_lab/hopper_bwd64_wide.cu is the
+ * harness that checks and times this kernel.
  *
  * What it computes (docs/attention_numerics.md; attn_bwd_kernel's rounding points, operation for operation):
  *   per key tile, for each 128-query step from the diagonal on:
@@ -29,6 +24,9 @@
  *   dK = bf(s dK_acc), dV = bf(dV_acc) into dqkv; dQ = bf(s dQ_acc) is the caller's post-pass.
  * Only the order of the FP32 sums differs from attn_bwd_kernel (tensor-core k-loops of 128 queries; dQ
  * partials per 64 keys here, per 128 there), so dQ/dK/dV agree within a few BF16 ulps of the row scale.
+ * DQ_SLICES (the deterministic backward, docs/determinism.md): the same kernel adds its partials into its key
+ * block's own zeroed slice of the accumulator; the two warpgroups' adds onto zero commute, so the slice's
+ * bits do not depend on their order.
  *
  * Layout: one CTA = 128 keys of one (b, h) (longest key tiles first over all heads, tile_order.cuh), 384
  * threads: consumer warpgroups 0 and 1 (64 keys each) and a producer warpgroup (warp 8 works: lane 0 issues
@@ -70,8 +68,8 @@
  * wgmma waits and setmaxnreg cannot be bounded (their counts are uniform by construction).
  * HS 128 is attention_hopper_bwd128.cu (its own layout: 64-query steps, dQ split by head-dimension halves);
  * attention_backward_hopper_keys below dispatches on s.HS.
- * Not done: v1 of the lab (dS staged K-major swizzled, dQ as SS wgmmas in the dV/dK batch: the same speed
- * within noise, s6 call 3); overlap of the dQ GEMM with the next step's scores; a persistent schedule; fp32 and
+ * Not done: dS staged K-major swizzled with dQ as SS wgmmas in the dV/dK batch (the lab's v1: the same speed
+ * within noise); overlap of the dQ GEMM with the next step's scores; a persistent schedule; fp32 and
  * gproj modes (their own key-major passes: attention_hopper_bwd64_fp32.cu, attention_hopper_bwd_gproj.cu).
  */
 #include <math.h>
@@ -323,7 +321,8 @@ __device__ __forceinline__ void send_dq_tile(const CUtensorMap* dq_map, const un
 /* the kernel                                                                                        */
 /* ------------------------------------------------------------------------------------------------ */
 
-template <int MODE>
+/* DQ_SLICES: the deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md) */
+template <int MODE, bool DQ_SLICES>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_bwd_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                       const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
@@ -344,6 +343,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
     const int k0 = order.rank * kBlockK;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
     const int qt_begin = k0 / kBlockQ; /* kBlockQ == kBlockK: the first step is the diagonal one */
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
         fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
         warpgroup_sync(wg);  /* also: every A load of the staging tile is done before the next step restages */
-        if (tid_in_wg == 0) send_dq_tile(&dq_map, dq_tile, q0, bh);
+        if (tid_in_wg == 0) send_dq_tile(&dq_map, dq_tile, q0, dq_head);
     }
     /* the last reduce-adds complete before the CTA's shared memory goes away */
     if (tid_in_wg == 0) bulk_wait_group<0>();
@@ -556,18 +556,20 @@ CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* 
 
 constexpr size_t kTmaAlignBytes = 16; /* global address alignment TMA requires */
 
-template <int MODE>
+template <int MODE, bool DQ_SLICES>
 void hopper_bwd_keys_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
                             const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream) {
-    cudaCheck(cudaFuncSetAttribute(hopper_bwd_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaCheck(cudaFuncSetAttribute(hopper_bwd_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    SmemPlan::kAlloc));
     /* the reduce-adds' boxes are 128 rows (one step's queries) x 32 FP32 columns */
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho);
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, hopper_bwd_kernel<MODE>, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map,
-                               dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+    const int n_key_blocks = ceil_div(s.T, kBlockK);
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho, DQ_SLICES ? n_key_blocks : 1);
+    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+    launch_after_previous_grid(1, hopper_bwd_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), SmemPlan::kAlloc, stream,
+                               qkv_map, dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                attn_exp2_scale(kHS));
 }
+static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 
 }  // namespace
 
@@ -581,7 +583,7 @@ int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, c
 
 void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                     const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, int dq_slices) {
     const AttnOptions no_options = {};
     if (!attention_hopper_bwd_supports(mode, no_options, s, qkv, dout)) {
         die("attention_backward_hopper_keys: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
@@ -591,13 +593,19 @@ void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloa
             (const void*)qkv, (const void*)dout, kHS, ATTN_HOPPER_BWD128_HS);
     }
     if (s.HS == ATTN_HOPPER_BWD128_HS) {
-        attention_backward_hopper_keys128(mode, s, qkv, dout, stats, D, dq_acc, dqkv, stream);
+        attention_backward_hopper_keys128(mode, s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
         return;
     }
     const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
     const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
-    if (mode == ATTN_BF16) hopper_bwd_keys_launch<ATTN_BF16>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
-    else hopper_bwd_keys_launch<ATTN_REPAIR>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    if (mode == ATTN_BF16 && !dq_slices)
+        hopper_bwd_keys_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else if (mode == ATTN_BF16)
+        hopper_bwd_keys_launch<ATTN_BF16, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else if (!dq_slices)
+        hopper_bwd_keys_launch<ATTN_REPAIR, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else
+        hopper_bwd_keys_launch<ATTN_REPAIR, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
 }
 
 void attention_hopper_bwd_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

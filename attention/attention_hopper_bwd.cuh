@@ -10,15 +10,10 @@
  *
  * Why: the portable mma.sync backward (attention/attention_cuda.cu) is most of our attention time on the
  * H200. The key-major kernels compute the same dK, dV and dQ accumulator as attn_bwd_kernel with the same
- * rounding points (only the FP32 sum order differs). HS 64: first run in dev/attention_lab/hopper_bwd.cu
- * (dev/results/device_s4/call2: layout probe exact, 104/0 against attention_backward_cuda, 1.08-1.11x
- * faster for the whole backward) with 64-query steps; since session 6 the kernel with 128-query steps of the
- * lab dev/attention_lab/hopper_bwd64_wide.cu (s6 call 3: 1074/0, within 4 ulps of the 64-query kernel, the
- * whole bf16 backward 1.06x / 1.18x faster at B8 H16 T1024 / B4 H16 T2048; the lab is now a harness around
- * it). HS 128: first run as the lab dev/attention_lab/hopper_bwd128.cu carrying
- * its own copy of the kernel (H200 2026-11-29: probe exact, 104/0, whole backward 1.40x at B8 H8 T1024 and
- * 1.69x at B2 H16 T4096); the production form (the kernel in attention_hopper_bwd128.cu, called through
- * attention_backward_cuda, the lab a harness around it) passed on the H200 in session 5 (calls 5, 8).
+ * rounding points (only the FP32 sum order differs). HS 64 (128-query steps; its harness
+ * dev/attention_lab/hopper_bwd64_wide.cu): the whole bf16 backward 1.06x / 1.18x faster than with 64-query
+ * steps at B8 H16 T1024 / B4 H16 T2048. HS 128 (its harness dev/attention_lab/hopper_bwd128.cu): the whole
+ * backward 1.40x faster than the portable one at B8 H8 T1024 and 1.69x at B2 H16 T4096.
  * Callers normally do not call them directly: attention_backward_cuda runs the portable prep kernel (D and
  * the zeroed FP32 dQ accumulator), then the key-major kernel of the head size in place of attn_bwd_kernel
  * when attention_hopper_bwd_supports() says yes, the device is sm_90 and AttnOptions.force_portable is 0,
@@ -43,12 +38,9 @@
  *       one tile of S^T, dP^T, dV, dK, dQ through the kernel's own TMA maps and wgmma helpers (HS 64: also
  *       dQ through its TMA reduce-add), so a layout mistake is named before the attention checks fail.
  *
- * The row pass: HS 64 first run in dev/attention_lab/hopper_rows.cu (call2: probe exact, 159/0 against the
- * production backward, D and lambda bit-equal on every row checked); HS 128 first run as the lab
- * dev/attention_lab/hopper_rows128.cu carrying its own copy of the kernel (H200 2026-11-29, s5 call3: probe
- * exact, 188/0, D, lambda and dQ bit-equal; the row pass alone 1.49-1.81x (gproj) and 1.83-2.29x (fp32)
- * faster than the portable one); the production form of HS 128 (attention_hopper_rows128.cu, the lab a
- * harness around it) passed on the H200 in session 5 (call 8). attention_backward_cuda runs it in
+ * The row pass (harnesses dev/attention_lab/hopper_rows.cu at HS 64, hopper_rows128.cu at HS 128; D, lambda
+ * and dQ bit-equal to the portable row pass's; at HS 128 the pass alone 1.49-1.81x (gproj) and 1.83-2.29x
+ * (fp32) faster than the portable one). attention_backward_cuda runs it in
  * attn_bwd_rows_kernel's place on sm_90 for gproj and fp32 at HS 64 and 128 (not force_portable); it writes
  * the same workspace slots (fp32: D; gproj: lambda) and gproj's dQ, and the key-major pass then runs on
  * them (the mode's Hopper key-major pass: gproj's or fp32's, both at HS 64 and 128).
@@ -83,17 +75,23 @@
 #define ATTN_HOPPER_BWD128_HS 128
 #define ATTN_HOPPER_BWD128_PROBE_KEYS 128
 #define ATTN_HOPPER_BWD128_PROBE_QUERIES 64
+/* Keys per CTA of every key-major backward kernel, the portable attn_bwd_kernel and each Hopper one: the key
+   block whose dQ partials the deterministic backward keeps in a slice of their own (docs/determinism.md). */
+#define ATTN_BWD_KEY_BLOCK 128
 
 int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv, const void* dout);
 
+/* dq_slices (every key-major pass here takes it): 0 = add into dq_acc [B*NH*T][HS] as above; 1 = dq_acc is
+   [ceil(T / ATTN_BWD_KEY_BLOCK)][B*NH*T][HS], its slice kb zeroed from row kb * ATTN_BWD_KEY_BLOCK on, and the
+   CTA of key block kb adds into slice kb only (the deterministic backward, docs/determinism.md). */
 void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                     const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                    cudaStream_t stream);
+                                    cudaStream_t stream, int dq_slices = 0);
 
 /* HS 128, bf16 or repair only (dies otherwise); attention_backward_hopper_keys checks the rest and calls it. */
 void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv,
                                        const __nv_bfloat16* dout, const float* stats, const float* D, float* dq_acc,
-                                       __nv_bfloat16* dqkv, cudaStream_t stream);
+                                       __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices = 0);
 
 /* Which mbarrier a hung wait was on (AttnHopperHang.site). */
 enum { ATTN_HANG_NONE = 0, ATTN_HANG_KV_FULL = 1, ATTN_HANG_FULL = 2, ATTN_HANG_EMPTY = 3, ATTN_HANG_PROBE = 4 };
@@ -158,12 +156,11 @@ void attention_hopper_rows128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_r
    dK += bf(dS)^T Q + bf(-lambda_q P)^T Q, dK = bf(s acc), dV = bf(acc), the portable
    attn_bwd_kernel<HS, ATTN_GPROJ>'s rounding points (FP32 sum order only). A producer warpgroup gives its
    registers to the two consumer warpgroups (setmaxnreg 40 / 232 at HS 64, 24 / 240 at HS 128, the split of
-   attention_hopper_bwd128.cu). First run as lab kernels: HS 64 in dev/attention_lab/hopper_bwd_gproj.cu (probes
-   exact, 301/0; the all-Hopper gproj backward 1.16-1.21x faster than with the portable key-major pass), HS 128
-   in dev/attention_lab/hopper_bwd128_gproj.cu (session 5 call 4: probe exact, 257/0, dK within 1 ulp of the
-   portable kernel on the same lambda; 500 TFLOP/s at B2 H16 T4096; prep + portable row pass + this kernel
-   1.26-1.39x faster than the portable gproj backward). Both labs are now harnesses around these kernels; the
-   production forms passed on the H200 (session 5 calls 5 and 8). attention_backward_cuda runs the pass in
+   attention_hopper_bwd128.cu). Harnesses: dev/attention_lab/hopper_bwd_gproj.cu (HS 64: the all-Hopper gproj
+   backward 1.16-1.21x faster than with the portable key-major pass) and hopper_bwd128_gproj.cu (HS 128: dK
+   within 1 ulp of the portable kernel on the same lambda; 500 TFLOP/s at B2 H16 T4096). The pass writes dK and
+   dV from registers, one CTA per key block: deterministic with or without AttnOptions.deterministic.
+   attention_backward_cuda runs the pass in
    attn_bwd_kernel<HS, ATTN_GPROJ>'s place on sm_90 (not force_portable), after the prep kernel (D) and the
    row pass (lambda, dQ), reading the D and lambda workspace slots those two wrote.
    A wait that runs out does not trap on the consumer path (a trap there disables setmaxnreg): the CTA
@@ -214,18 +211,15 @@ void attention_hopper_gproj_keys128_layout_probe(AttnShape s, int head, const __
    dK, dV and the dQ partials of fp32 mode (attn_bwd_kernel<128, ATTN_FP32>'s rounding points, FP32 sum order
    only): P and dS in FP32, dV += bf(P)^T dO + bf(P - bf(P))^T dO, dK += bf(dS)^T Q + bf(r1)^T Q, and
    dQ_acc += (bf(dS) + bf(r1) + bf(r1 - bf(r1))) K by TMA reduce-add (r1 = dS - bf(dS)); setmaxnreg 24/240, the
-   CTA of attention_hopper_bwd128.cu. First run as the lab dev/attention_lab/hopper_bwd128_fp32.cu (session 5
-   call 7: probe exact, 367/0 within 4 BF16 ulps of force_portable; 1.335 ms alone at B2 H16 T4096, the fp32
-   backward 2.570 -> 1.648 ms); the lab is now a harness around this kernel; the production form passed on the
-   H200 (call 8: 367/0). attention_backward_cuda runs it in attn_bwd_kernel<128, ATTN_FP32>'s place on sm_90 (not
+   CTA of attention_hopper_bwd128.cu (harness dev/attention_lab/hopper_bwd128_fp32.cu: within 4 BF16 ulps of
+   force_portable; 1.335 ms alone at B2 H16 T4096). attention_backward_cuda runs it in attn_bwd_kernel<128, ATTN_FP32>'s place on sm_90 (not
    force_portable) after the prep kernel (zeroed dq_acc) and the Hopper row pass (D); the dQ post-pass follows.
    A wait that runs out gives up (no trap), records the barrier through attention_hopper_bwd_watch_hangs'
    record, and the CTA writes NaN over its dK and dV rows.
-   HS 64 (session 6): the same numerics in the 288-thread CTA of the first HS-64 bf16/repair kernel (64-query
-   steps; two consumer warpgroups, a producer warp, no setmaxnreg; dV/dK as two chained m64n64k16 RS batches
-   each, dQ over the three staged terms). First run as the lab dev/attention_lab/hopper_bwd64_fp32.cu (session 6 call 1: probe exact, 247/0
-   within 4 BF16 ulps of force_portable; the fp32 backward 1.13x / 1.17x faster at B8 H16 T1024 / B4 H16 T2048
-   d64); the lab is now a harness around this kernel. attention_backward_cuda runs it in
+   HS 64: the same numerics in a 288-thread CTA (64-query steps; two consumer warpgroups, a producer warp, no
+   setmaxnreg; dV/dK as two chained m64n64k16 RS batches each, dQ over the three staged terms; harness
+   dev/attention_lab/hopper_bwd64_fp32.cu: within 4 BF16 ulps of force_portable, the fp32 backward 1.13x /
+   1.17x faster at B8 H16 T1024 / B4 H16 T2048 d64). attention_backward_cuda runs it in
    attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 exactly as HS 128's. Its waits are bounded (~2 s) and TRAP
    (no setmaxnreg to lose), naming the barrier in the same record first. */
 #define ATTN_HOPPER_FP32_KEYS128_HS 128
@@ -239,7 +233,7 @@ int attention_hopper_fp32_keys128_supports(AttnMode mode, AttnShape s, const voi
    dqkv (the q slot is left to the post-pass). Dies with a hint if unsupported. */
 void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                             const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                            cudaStream_t stream);
+                                            cudaStream_t stream, int dq_slices = 0);
 
 /* Installs this pass's hang record (its translation unit's pointer); attention_hopper_bwd_watch_hangs calls it. */
 void attention_hopper_fp32_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
@@ -255,7 +249,7 @@ int attention_hopper_fp32_keys_supports(AttnMode mode, AttnShape s, const void* 
    unsupported. */
 void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                          const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                         cudaStream_t stream);
+                                         cudaStream_t stream, int dq_slices = 0);
 
 /* Installs the hang record of both head sizes' objects (HS 64's pointer, then
    attention_hopper_fp32_keys128_watch_hangs); attention_hopper_bwd_watch_hangs calls it: callers install once,

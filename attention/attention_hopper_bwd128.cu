@@ -4,19 +4,15 @@
  * which calls it serves: attention/attention_hopper_bwd.cuh (attention_backward_hopper_keys dispatches here
  * on HS 128; the HS-64 kernel is attention_hopper_bwd.cu).
  *
- * Why: at HS 128 the portable mma.sync backward (attention/attention_cuda.cu: attn_bwd_kernel) was most of our
- * attention time on the H200 (dev/results/device_s4/call5: 2.0 ms of the 2.3 ms fwd+bwd at B2 H16 T4096 d128,
- * cuDNN's whole fwd+bwd 1.0 ms), and HS 64's kernel does not stretch (one warpgroup's dK, dV accumulators
- * alone would be 128 registers next to S^T, dP^T and the dQ partial). This kernel was written and first run
- * as dev/attention_lab/hopper_bwd128.cu (H200, 2026-11-29, dev/results/device_s5/call1/hopper_bwd128.log):
- * layout probe exact in all five products, 104 passed / 0 failed against
- * the portable production backward within 4 BF16 ulps, the whole backward (prep + this kernel + dQ post-pass)
- * 1.40x faster than mma.sync at B8 H8 T1024 d128 (0.218 vs 0.304 ms) and 1.69x at B2 H16 T4096 d128 (1.04 vs
- * 1.76 ms; warm inputs). Moved here unchanged in what it computes and how it is laid out; the production form
- * (this file, called through attention_backward_cuda) passed test_attention_gpu on the H200 (call3: 2207/0).
- * Since then (session 5, on the H200 in calls 5 and 8): the dQ partials go out by TMA reduce-add instead of
- * red.global (as the HS-64 kernel's, 1.10-1.12x there), and the CTAs take their key tiles longest first over
- * all heads (attention/tile_order.cuh).
+ * Why: at HS 128 the portable mma.sync key-major kernel (attention/attention_cuda.cu: attn_bwd_kernel) takes
+ * most of the attention time on the H200 (dev/results/device_s4/call5: 2.0 ms of the 2.3 ms fwd+bwd at B2 H16
+ * T4096 d128, cuDNN's whole fwd+bwd 1.0 ms), and HS 64's kernel does not stretch (one warpgroup's dK, dV
+ * accumulators alone would be 128 registers next to S^T, dP^T and the dQ partial). With this kernel the whole
+ * backward (prep + this kernel + dQ post-pass) is 1.40x faster than mma.sync at B8 H8 T1024 d128 and 1.69x at
+ * B2 H16 T4096 d128 (dev/results/device_s5/call1/hopper_bwd128.log, within 4 BF16 ulps of the portable
+ * backward). The dQ partials go out by TMA reduce-add (1.10-1.12x faster than red.global atomics at HS 64),
+ * and the CTAs take their key tiles longest first over all heads (attention/tile_order.cuh).
+ * dev/attention_lab/hopper_bwd128.cu is the harness that checks and times it.
  *
  * What it computes (docs/attention_numerics.md; attn_bwd_kernel's rounding points, operation for operation,
  * as attention_hopper_bwd.cu): P = exp2(fma(S, c, -fl(LSE log2 e))) (bf16) or exp2((S - m) c) * fl(1/l)
@@ -24,7 +20,9 @@
  * in FP32; dK = bf(s acc), dV = bf(acc) into dqkv. The workspace contract is production's: the portable prep
  * kernel (attn_bwd_prep_kernel) wrote D and zeroed dq_acc [B*NH*T][128]; this kernel adds s-less dQ partials
  * (one per 128 keys, as the portable kernel's); the portable post-pass (attn_bwd_dq_kernel) writes
- * dQ = bf(s acc). Only the FP32 summation order differs from the portable kernel.
+ * dQ = bf(s acc). Only the FP32 summation order differs from the portable kernel. DQ_SLICES (the deterministic
+ * backward, docs/determinism.md): the partials go to the key block's own zeroed slice, one add per element
+ * (warpgroup w owns dQ columns 64w..64w+63), and the sliced post-pass sums the slices in key-block order.
  *
  * Layout (FlashAttention-3's for d128 on sm_90, read in Dao-AILab/flash-attention hopper/; no code copied):
  * one CTA = 128 keys of one (b, h), 384 threads: two consumer warpgroups of 64 keys each and a producer
@@ -43,8 +41,8 @@
  * would pass 227 KB; the previous step's reduce-adds have the whole score phase to finish reading it). qkv and dout are hopper_wgmma.cuh's 4-D TMA tensors
  * {HS, heads, T, B} in 64-column boxes of 64 tokens (128-byte swizzle, zero fill past T).
  * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3; `make hopper_bwd128-regs` prints them): kernel 168 at entry
- * (240 after setmaxnreg.inc), no C75xx warning; bf16 0 B spill, repair 8 B (since the TMA dQ flush; the
- * lab's red.global version had 0); layout probe 254, 0 spill.
+ * (240 after setmaxnreg.inc), no C75xx warning; bf16 0 B spill, repair 8 B (with red.global in place of the
+ * TMA dQ flush: 0); layout probe 254, 0 spill.
  *
  * Hangs: every mbarrier wait is bounded (~2 s of clock64; a legitimate wait is microseconds). It does NOT
  * trap: a __trap() anywhere on the consumer path makes ptxas ignore setmaxnreg.inc (the consumers are then
@@ -202,8 +200,9 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
 /* kernels                                                                                           */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* The key-major backward at HS 128 (see the file comment). */
-template <int MODE>
+/* The key-major backward at HS 128 (see the file comment). DQ_SLICES: the deterministic backward's per-key-block
+   dQ slices (keymajor_dq_head; docs/determinism.md). */
+template <int MODE, bool DQ_SLICES>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_bwd128_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                          const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
@@ -224,6 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
     const int k0 = order.rank * kBlockK;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
     const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
            one thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map). The
            tile is two 128B-swizzled boxes of 32 columns: float2 (row r, cols 8n + 2t) is 16-byte chunk
            (2 (n % 4) + t / 2) ^ (r % 8) of row r of box n / 4, and r % 8 = g (attention_hopper_bwd.cu's HS-64
-           flush, which replaced red.global atomics at 1.10-1.12x: dev/results/device_s5/call3) */
+           flush, 1.10-1.12x faster than red.global atomics: dev/results/device_s5/call3) */
         unsigned char* dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
         unsigned char* dq_row = dq_tile + (warp_in_wg * 16 + g) * kSwizzleRowBytes + (t & 1) * 8;
 #pragma unroll
@@ -358,8 +358,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
         named_bar_sync(2 + wg, 128); /* this warpgroup's 128 threads (barrier 1 is consumers_sync's) */
         if ((threadIdx.x & 127) == 0) {
-            tma_reduce_add_3d(&dq_map, dq_tile, wg * kDqCols, q0, bh);
-            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, wg * kDqCols + 32, q0, bh);
+            tma_reduce_add_3d(&dq_map, dq_tile, wg * kDqCols, q0, dq_head);
+            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, wg * kDqCols + 32, q0, dq_head);
             bulk_commit_group();
         }
     }
@@ -505,23 +505,26 @@ CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* 
     return encode_head_map(base, s, heads, kBoxRows, "attention (Hopper backward, HS 128)", what);
 }
 
-template <int MODE>
+template <int MODE, bool DQ_SLICES>
 void hopper_bwd128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
                           const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream) {
-    cudaCheck(cudaFuncSetAttribute(hopper_bwd128_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaCheck(cudaFuncSetAttribute(hopper_bwd128_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    SmemPlan::kAlloc));
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper backward, HS 128)");
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, hopper_bwd128_kernel<MODE>, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map,
-                               dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+    const int n_key_blocks = ceil_div(s.T, kBlockK);
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper backward, HS 128)",
+                                                 DQ_SLICES ? n_key_blocks : 1);
+    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+    launch_after_previous_grid(1, hopper_bwd128_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), SmemPlan::kAlloc,
+                               stream, qkv_map, dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                attn_exp2_scale(kHS));
 }
+static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 
 }  // namespace
 
 void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv,
                                        const __nv_bfloat16* dout, const float* stats, const float* D, float* dq_acc,
-                                       __nv_bfloat16* dqkv, cudaStream_t stream) {
+                                       __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices) {
     if (s.HS != kHS || (mode != ATTN_BF16 && mode != ATTN_REPAIR)) {
         die("attention_backward_hopper_keys128: HS %d, mode %d (needs HS %d, bf16 or repair)\n"
             "  hint: call attention_backward_hopper_keys (or attention_backward_cuda), which checks support",
@@ -529,8 +532,14 @@ void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bf
     }
     const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
     const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
-    if (mode == ATTN_BF16) hopper_bwd128_launch<ATTN_BF16>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
-    else hopper_bwd128_launch<ATTN_REPAIR>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    if (mode == ATTN_BF16 && !dq_slices)
+        hopper_bwd128_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else if (mode == ATTN_BF16)
+        hopper_bwd128_launch<ATTN_BF16, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else if (!dq_slices)
+        hopper_bwd128_launch<ATTN_REPAIR, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+    else
+        hopper_bwd128_launch<ATTN_REPAIR, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
 }
 
 void attention_hopper_bwd128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

@@ -3,25 +3,19 @@
  * head size 128 (dK, dV and the dQ partials) on wgmma + TMA, a producer warpgroup and setmaxnreg. The API and
  * which calls it serves: attention/attention_hopper_bwd.cuh (the fp32 section at its end:
  * attention_backward_hopper_fp32_keys128; attention_backward_cuda runs it in attn_bwd_kernel<128, ATTN_FP32>'s
- * place on sm_90 after the Hopper row pass). fp32 at HS 64: attention_hopper_bwd64_fp32.cu (session 6), which also
+ * place on sm_90 after the Hopper row pass). fp32 at HS 64: attention_hopper_bwd64_fp32.cu, which also
  * holds the entry points of both head sizes (attention_backward_hopper_fp32_keys hands HS 128 to this file).
  *
- * Why: after the other HS-128 Hopper kernels landed, fp32 mode's fwd+bwd at B2 H16 T4096 d128 was 2.86x bf16's
- * (dev/results/device_s5/call5/attn/bench_attention.md; the target is at most 2.5x), and most of its backward
- * was the PORTABLE mma.sync key-major kernel attn_bwd_kernel<128, ATTN_FP32> (attention/attention_cuda.cu),
- * which ran after the Hopper row pass. This kernel is attention_hopper_bwd128.cu's CTA (the bf16/repair pass)
- * with fp32's numerics. Written and first run as dev/attention_lab/hopper_bwd128_fp32.cu (engineer G; H200,
- * 2026-11-29, session 5 call 7, dev/results/device_s5/call7/hopper_bwd128_fp32.log): layout probe exact in all
- * seven products, 367 passed / 0 failed against attention_backward_cuda(fp32, force_portable) (all three slots
- * within 4 BF16 ulps, alone on the default D and composed into the backward as a CUDA graph); this kernel alone
- * 1.335 ms at B2 H16 T4096 d128; the composed fp32 backward (prep + Hopper row pass + this kernel + post-pass)
- * 1.648 ms vs the default of then (Hopper row pass + the portable key-major kernel) 2.570 ms: fp32/bf16
- * backward 3.32x -> 2.13x. Moved here unchanged in what it computes and how it is laid out (the kernels' PTX
- * is the lab's, register names aside); the host side now encodes the maps per call, as the other passes do,
- * and the producer's K/V load and stage fill and the dK/dV epilogue are hopper_bwd_common.cuh's
- * keymajor_load_kv / keymajor_fill_stage / keymajor_store_dkv in place of the lab's copies of them (PTX
- * byte-identical either way, sm_90a -O3 --use_fast_math without -lineinfo).
- * This production form passed on the H200 in call 8 (harness 367/0, test_attention_gpu 2487/0).
+ * Why: with the PORTABLE mma.sync key-major kernel attn_bwd_kernel<128, ATTN_FP32> (attention/attention_cuda.cu)
+ * after the Hopper row pass, fp32 mode's fwd+bwd at B2 H16 T4096 d128 costs 2.86x bf16's
+ * (dev/results/device_s5/call5/attn/bench_attention.md; the target is at most 2.5x). This kernel is
+ * attention_hopper_bwd128.cu's CTA (the bf16/repair pass) with fp32's numerics: alone 1.335 ms at B2 H16 T4096
+ * d128, the fp32 backward (prep + Hopper row pass + this kernel + post-pass) 1.648 ms against 2.570 ms with the
+ * portable key-major kernel (fp32/bf16 backward 3.32x -> 2.13x), all three slots within 4 BF16 ulps of
+ * attention_backward_cuda(fp32, force_portable) (dev/results/device_s5/call7/hopper_bwd128_fp32.log). The
+ * producer's K/V load and stage fill and the dK/dV epilogue are hopper_bwd_common.cuh's keymajor_load_kv /
+ * keymajor_fill_stage / keymajor_store_dkv. dev/attention_lab/hopper_bwd128_fp32.cu is the harness that checks
+ * and times it.
  *
  * What it computes (docs/attention_numerics.md "fp32"; attn_bwd_kernel<128, ATTN_FP32>'s rounding points,
  * operation for operation; only the FP32 summation order differs):
@@ -41,7 +35,9 @@
  *   dK = bf(s acc), dV = bf(acc) into the k and v slots of dqkv; the s-less dQ partial (one per 128 keys) goes
  *   to the FP32 accumulator by TMA reduce-add, and the portable post-pass (attn_bwd_dq_kernel) writes
  *   dQ = bf(s acc). Workspace contract = attn_bwd_kernel's: the prep kernel zeroed dq_acc [B*NH*T][128], the
- *   row pass wrote D [B*NH*T] (carve_workspace's slots).
+ *   row pass wrote D [B*NH*T] (carve_workspace's slots). DQ_SLICES (the deterministic backward,
+ *   docs/determinism.md): the partials go to the key block's own zeroed slice, one add per element (warpgroup w
+ *   owns dQ columns 64w..64w+63).
  *
  * Layout (attention_hopper_bwd128.cu's CTA: FlashAttention-3's d128 split, read in Dao-AILab/flash-attention
  * hopper/, no code copied): 384 threads, two consumer warpgroups (setmaxnreg 240) and a producer warpgroup
@@ -238,7 +234,9 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
 /* ------------------------------------------------------------------------------------------------ */
 
 /* fp32's key-major pass at HS 128 (see the file comment). stats {m, l} per row, D [B*NH*T] from the
-   workspace; writes the k and v slots of dqkv and adds the s-less dQ partials to dq_acc (through dq_map). */
+   workspace; writes the k and v slots of dqkv and adds the s-less dQ partials to dq_acc (through dq_map).
+   DQ_SLICES: the deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md). */
+template <bool DQ_SLICES>
 __global__ void __launch_bounds__(kThreads, 1)
     fp32keys128_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                        const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
@@ -259,6 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
     const int k0 = order.rank * kBlockK;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
     const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -417,8 +416,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
         named_bar_sync(2 + wg, 128); /* this warpgroup's 128 threads (barrier 1 is consumers_sync's) */
         if ((threadIdx.x & 127) == 0) {
-            tma_reduce_add_3d(&dq_map, dq_tile, wg * kDqCols, q0, bh);
-            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, wg * kDqCols + 32, q0, bh);
+            tma_reduce_add_3d(&dq_map, dq_tile, wg * kDqCols, q0, dq_head);
+            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, wg * kDqCols + 32, q0, dq_head);
             bulk_commit_group();
         }
     }
@@ -603,7 +602,7 @@ int attention_hopper_fp32_keys128_supports(AttnMode mode, AttnShape s, const voi
 
 void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                             const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                            cudaStream_t stream) {
+                                            cudaStream_t stream, int dq_slices) {
     if (!attention_hopper_fp32_keys128_supports(ATTN_FP32, s, qkv, dout)) {
         die("attention_backward_hopper_fp32_keys128: unsupported call (B=%d NH=%d T=%d HS=%d)\n"
             "  hint: HS %d, B*NH <= 65535, 16-byte aligned qkv and dout; call attention_backward_cuda, which checks"
@@ -611,10 +610,14 @@ void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qk
     }
     const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
     const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper fp32 key-major pass, HS 128)");
-    cudaCheck(cudaFuncSetAttribute(fp32keys128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, fp32keys128_kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
+    static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
+    const int n_key_blocks = ceil_div(s.T, kBlockK);
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper fp32 key-major pass, HS 128)",
+                                                 dq_slices ? n_key_blocks : 1);
+    auto kernel = dq_slices ? fp32keys128_kernel<true> : fp32keys128_kernel<false>;
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+    launch_after_previous_grid(1, kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
                                dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
 }
 

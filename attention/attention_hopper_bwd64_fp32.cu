@@ -1,26 +1,18 @@
 /*
  * attention/attention_hopper_bwd64_fp32.cu - the Hopper (sm_90a) key-major pass of fp32 mode's backward at
- * head size 64 (dK, dV and the dQ partials) on wgmma + TMA: the 288-thread CTA of the first HS-64 bf16/repair
- * kernel (attention_hopper_bwd.cu before 6c6c28f: two consumer warpgroups, one producer warp, no setmaxnreg,
- * 64-query steps) with fp32's split terms. Also the entry points of
+ * head size 64 (dK, dV and the dQ partials) on wgmma + TMA: a 288-thread CTA (two consumer warpgroups, one
+ * producer warp, no setmaxnreg, 64-query steps) with fp32's split terms. Also the entry points of
  * fp32's Hopper key-major pass for both head sizes (HS 128: attention_hopper_bwd128_fp32.cu). The API and which
  * calls it serves: attention/attention_hopper_bwd.cuh (the fp32 section at its end); attention_backward_cuda
  * runs it in attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 after the Hopper row pass.
  *
- * Why: after session 5 every backward pass ran on Hopper kernels on sm_90 but this one; fp32 at HS 64 cost
- * 1.77 / 1.97x bf16's fwd+bwd at the HS-64 shapes and +12% per 450m training step (dev/results/device_s5), and
- * its key-major pass was the PORTABLE mma.sync kernel attn_bwd_kernel<64, ATTN_FP32> (attention_cuda.cu).
- * History: written without a GPU as dev/attention_lab/hopper_bwd64_fp32.cu, its own copy of the kernel
- * (session 5); first run on the H200 in session 6, call 1 (2026-11-29, /work/.device/1/call1.tgz,
- * s1/hopper_bwd64_fp32.log): layout probe exact in all seven products, 247 passed / 0 failed against
- * attention_backward_cuda(fp32, force_portable) (dQ, dK, dV within 4 BF16 ulps - max 1.00 - alone on the
- * reference's D and composed with the Hopper row pass); the pass alone 0.312 ms (248 TFLOP/s counting its 9
- * causal BF16 GEMMs) at B8 H16 T1024 d64 and 0.535 ms (289 TFLOP/s) at B4 H16 T2048 d64; the composed fp32
- * backward 0.416 / 0.682 ms against the default of then (Hopper row pass + the portable key-major kernel)
- * 0.472 / 0.799 ms: 1.13x / 1.17x, fp32/bf16 backward 1.93x -> 1.70x and 2.13x -> 1.82x. Moved here in session 6
- * unchanged in what it computes and how it is laid out: the kernels' PTX is the lab's but for symbol names
- * (nvcc -ptx, sm_90a, -O3 --use_fast_math, without -lineinfo); the lab became a harness around it. The
- * production form has not yet run on a GPU (first at the lead's session-6 call after this commit).
+ * Why: with the PORTABLE mma.sync key-major kernel attn_bwd_kernel<64, ATTN_FP32> (attention_cuda.cu) after the
+ * Hopper row pass, fp32 at HS 64 costs 1.77 / 1.97x bf16's fwd+bwd at the HS-64 shapes and +12% per 450m
+ * training step (dev/results/device_s5). With this pass the fp32 backward is 1.13x / 1.17x faster at B8 H16
+ * T1024 / B4 H16 T2048 d64 (0.416 / 0.682 ms against 0.472 / 0.799 ms; the pass alone 248 / 289 TFLOP/s
+ * counting its 9 causal BF16 GEMMs), dQ, dK, dV within 4 BF16 ulps of attention_backward_cuda(fp32,
+ * force_portable) (dev/results/device_s6, hopper_bwd64_fp32.log). dev/attention_lab/hopper_bwd64_fp32.cu is the
+ * harness that checks and times it.
  *
  * What it computes (docs/attention_numerics.md "fp32"; attn_bwd_kernel<64, ATTN_FP32>'s rounding points,
  * operation for operation; only the FP32 summation order differs):
@@ -33,8 +25,10 @@
  *   dK = bf(s acc), dV = bf(acc) into the k and v slots of dqkv; the s-less dQ partial goes to the workspace's
  *   FP32 accumulator by TMA reduce-add, and the portable post-pass (attn_bwd_dq_kernel) writes dQ = bf(s acc).
  *   Workspace contract = attn_bwd_kernel's: the prep kernel zeroed dq_acc [B*NH*T][64], the row pass wrote D.
+ *   DQ_SLICES (the deterministic backward, docs/determinism.md): the partials go to the key block's own zeroed
+ *   slice; the two warpgroups' adds onto zero commute, so the slice's bits do not depend on their order.
  *
- * Layout: the first HS-64 bf16/repair kernel's CTA (attention_hopper_bwd.cu before 6c6c28f; 288 threads: two consumer warpgroups of 64 keys and a producer
+ * Layout: 288 threads (two consumer warpgroups of 64 keys and a producer
  * warp; no setmaxnreg; 2 Q/dO stages; longest key tiles first, tile_order.cuh), with hopper_wgmma.cuh's 64 x 64
  * steps and hopper_bwd_common.cuh's producer steps, row state, split terms (pack_split_step) and epilogue. Per
  * step and consumer warpgroup:
@@ -48,7 +42,7 @@
  *   dQ: three commit groups of 4 RS wgmmas (one per term) into one 32-register accumulator, A loaded from the
  *     tiles into two alternating register sets of 16 (wait<1> before the first set is reloaded)
  *   the partial into the warpgroup's swizzled FP32 dQ tile (step parity) and two TMA reduce-adds
- *   (the first HS-64 bf16/repair kernel's flush, unchanged)
+ *   (attention_hopper_bwd.cu's flush, at 64 rows)
  * Shared memory: K, V 16 KB each, Q, dO 2 stages x 8 KB, three dS tiles [64][72] BF16 per warpgroup (54 KB),
  * row state 2 KB, barriers, four 16 KB FP32 dQ tiles: SmemPlan::kAlloc = 190464 bytes (<= 227 KB, asserted).
  * Registers (`make hopper_bwd64_fp32-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math): fp32keys64_kernel
@@ -58,8 +52,8 @@
  * spilled 16 bytes: hence the two alternating sets.
  *
  * Hangs (a pipeline protocol bug): every mbarrier wait is bounded (~2 s of clock64; a legitimate wait is
- * microseconds) and TRAPS (no setmaxnreg here, so a trap costs nothing; the first HS-64 bf16/repair kernel
- * did the same, today's gives up and writes NaN, as HS 128), first writing which barrier it was into the host-mapped AttnHopperHang record that
+ * microseconds) and TRAPS (no setmaxnreg here, so a trap costs nothing; the setmaxnreg kernels give up and
+ * write NaN instead, attention_hopper_bwd128.cu), first writing which barrier it was into the host-mapped AttnHopperHang record that
  * attention_hopper_bwd_watch_hangs installs (through attention_hopper_fp32_keys_watch_hangs). A hang is thus a
  * CUDA error with a named barrier, never a stuck job.
  *
@@ -224,7 +218,9 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
 }
 
 /* fp32's key-major pass at HS 64 (the file comment). stats {m, l} per row, D [B*NH*T] from the workspace; writes
-   the k and v slots of dqkv and adds the s-less dQ partials to dq_acc (through dq_map). */
+   the k and v slots of dqkv and adds the s-less dQ partials to dq_acc (through dq_map). DQ_SLICES: the
+   deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md). */
+template <bool DQ_SLICES>
 __global__ void __launch_bounds__(kThreads, 1)
     fp32keys64_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                       const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
@@ -245,6 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const AttnTileOrder order = attn_tile_longest_first();
     const int k0 = order.rank * kBlockK;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
     const int qt_begin = k0 / kBlockQ;
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -341,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         warpgroup_dq_three_terms(dq, ds_tiles, k_addr, warp_in_wg, g, t);
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
 
-        /* the first HS-64 bf16/repair kernel's flush: the partial into the warpgroup's swizzled tile of this parity, then
+        /* attention_hopper_bwd.cu's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then
            one thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
         unsigned char* dq_tile = smem + Plan::kDqTile + (wg * 2 + (i & 1)) * Plan::kDqTileBytes;
 #pragma unroll
@@ -357,8 +354,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_proxy_async();
         warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step restages */
         if (tid_in_wg == 0) {
-            tma_reduce_add_3d(&dq_map, dq_tile, 0, q0, bh);
-            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, 32, q0, bh);
+            tma_reduce_add_3d(&dq_map, dq_tile, 0, q0, dq_head);
+            tma_reduce_add_3d(&dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, 32, q0, dq_head);
             bulk_commit_group();
         }
     }
@@ -490,9 +487,9 @@ int attention_hopper_fp32_keys_supports(AttnMode mode, AttnShape s, const void* 
 
 void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                          const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                         cudaStream_t stream) {
+                                         cudaStream_t stream, int dq_slices) {
     if (s.HS == ATTN_HOPPER_FP32_KEYS128_HS) {
-        attention_backward_hopper_fp32_keys128(s, qkv, dout, stats, D, dq_acc, dqkv, stream);
+        attention_backward_hopper_fp32_keys128(s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
         return;
     }
     if (!fp32_keys64_supports(ATTN_FP32, s, qkv, dout)) {
@@ -503,10 +500,13 @@ void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, 
     }
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho);
-    cudaCheck(cudaFuncSetAttribute(fp32keys64_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, fp32keys64_kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
+    static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
+    const int n_key_blocks = ceil_div(s.T, kBlockK);
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho, dq_slices ? n_key_blocks : 1);
+    auto kernel = dq_slices ? fp32keys64_kernel<true> : fp32keys64_kernel<false>;
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+    launch_after_previous_grid(1, kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
                                dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
 }
 

@@ -4,8 +4,9 @@
  * and attention_hopper_bwd128_gproj.cu): the recomputed probability of one score, the bounded mbarrier wait that
  * GIVES UP instead of trapping, the score and dK/dV GEMM steps of the HS-128 key-major CTA, gproj's three
  * register A operands of one k-step, fp32's BF16 split terms of one k-step (pack_split_step); and for every key-major kernel its producer warp's steps (K/V once, a
- * stage's row state, its Q/dO loads), P and dS of one query column, gproj's dV/dK batch, and the dK/dV
- * epilogue (NaN rows after a give-up).
+ * stage's row state, its Q/dO loads), P and dS of one query column, gproj's dV/dK batch, the dK/dV
+ * epilogue (NaN rows after a give-up), and where a CTA's dQ partials go (keymajor_dq_head: its head, or its
+ * key block's slice in the deterministic backward).
  *
  * Why: both kernels recompute P with attn_bwd_kernel's expression, one copy here; and a kernel with
  * setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and serialised
@@ -22,6 +23,7 @@
 #include "attention/attention_hopper_bwd.cuh"
 #include "attention/hopper_wgmma.cuh"
 #include "attention/mma_bf16.cuh"
+#include "attention/tile_order.cuh"
 
 namespace {
 
@@ -332,6 +334,14 @@ __device__ __forceinline__ void keymajor_fill_stage(unsigned char* q_stage, unsi
     } else {
         hopper_wgmma::mbar_arrive(full_s);
     }
+}
+
+/* The last TMA coordinate of dq_acc (encode_dq_acc_map) that a key-major CTA adds its dQ partials at: its head
+   bh, or, with DQ_SLICES (the deterministic backward: one accumulator slice per key block, [slices][B*NH][T][HS]),
+   head bh of slice `rank` (the CTA's key block, tile_order.cuh; gridDim.y = B*NH). */
+template <bool DQ_SLICES>
+__device__ __forceinline__ int keymajor_dq_head(AttnTileOrder order) {
+    return DQ_SLICES ? order.bh + order.rank * (int)gridDim.y : order.bh;
 }
 
 /* The key-major epilogue of every key-major kernel (bf16/repair and gproj, HS 64 and 128): dK = bf(scale acc),

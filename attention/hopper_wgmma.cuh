@@ -5,8 +5,8 @@
  *
  * Why: wgmma (a warpgroup's asynchronous 64 x N x 16 MMA reading shared memory through descriptors),
  * TMA (one thread moves a whole swizzled tile, tracked by an mbarrier) and the fragment layouts are
- * where a Hopper kernel goes wrong silently. They were first checked on an H200 by the layout probe of
- * dev/attention_lab/hopper_fwd.cu (2026-11-29: S = Q K^T and O = bf(S) V exact, both head sizes), so
+ * where a Hopper kernel goes wrong silently. The layout probe of dev/attention_lab/hopper_fwd.cu checks
+ * them on the device (S = Q K^T and O = bf(S) V exact, both head sizes), and
  * every Hopper kernel (forward, backward, their labs) includes them from here instead of re-deriving
  * them. Compiles only for sm_90a (wgmma and setmaxnreg exist nowhere else): a file that includes this
  * header is built with `-gencode arch=compute_90a,code=sm_90a` alone (see attention/module.mk).
@@ -465,10 +465,13 @@ inline CUtensorMap encode_head_map(const void* base, AttnShape s, int heads, int
 
 /* The TMA tensor map of the FP32 dQ accumulator [B*NH][T][HS] as 3-D {HS, T, B*NH} (innermost first): boxes of
    {32 columns (one 128-byte swizzle row), box_rows tokens, 1 head}, 128-byte swizzle. Rows past T belong to no
-   box (a reduce-add skips them), so a query tile that runs past T never touches the next head's rows. */
-inline CUtensorMap encode_dq_acc_map(float* dq_acc, AttnShape s, int box_rows, const char* who) {
+   box (a reduce-add skips them), so a query tile that runs past T never touches the next head's rows.
+   slices > 1: the deterministic backward's [slices][B*NH][T][HS] (one accumulator per key block,
+   docs/determinism.md) as {HS, T, slices * B*NH}: slice kb of head bh is index kb * B*NH + bh of the last
+   dimension. */
+inline CUtensorMap encode_dq_acc_map(float* dq_acc, AttnShape s, int box_rows, const char* who, int slices = 1) {
     CUtensorMap map;
-    const cuuint64_t dims[3] = {(cuuint64_t)s.HS, (cuuint64_t)s.T, (cuuint64_t)s.B * s.NH};
+    const cuuint64_t dims[3] = {(cuuint64_t)s.HS, (cuuint64_t)s.T, (cuuint64_t)slices * s.B * s.NH};
     const cuuint64_t strides[2] = {(cuuint64_t)s.HS * sizeof(float), (cuuint64_t)s.T * s.HS * sizeof(float)};
     const cuuint32_t box[3] = {32, (cuuint32_t)box_rows, 1};
     const cuuint32_t elem_strides[3] = {1, 1, 1};

@@ -24,16 +24,19 @@
  * scripts/bench_attention.sh runs this and the PyTorch script in one go and
  * writes the comparison table; --jsonl is the format they share.
  * Paths: a mode name times the default kernels (on an sm_90 device the Hopper
- * wgmma forward, attention/attention_hopper.cuh, and at HS 64 one Hopper pass
- * of the backward, attention/attention_hopper_bwd.cuh: the key-major kernel
- * for bf16/repair, the row pass for gproj/fp32; elsewhere the portable
- * mma.sync kernels); "MODE:portable" times the same mode with
+ * wgmma forward, attention/attention_hopper.cuh, and the Hopper passes of the
+ * backward at HS 64 and 128, attention/attention_hopper_bwd.cuh; elsewhere the
+ * portable mma.sync kernels); "MODE:portable" times the same mode with
  * AttnOptions.force_portable = 1, i.e. the whole portable path, forward AND
  * backward, so `--modes bf16,bf16:portable` puts all-default next to
  * all-portable. Its rows and JSON objects carry variant "MODE:portable" (the
  * script's table lists only the plain names); every row says which forward
  * and which backward ran ("fwd: hopper|portable, bwd: hopper|portable"; JSON
  * fields "fwd_path", "bwd_path").
+ * Deterministic backward: --deterministic on times every chosen (mode, path) with AttnOptions.deterministic = 1
+ * (docs/determinism.md), --deterministic both times each twice, flag off then on, in adjacent rows; the "on"
+ * rows and JSON objects carry the variant suffix ":det" and the JSON field "deterministic": 1, so the cost of
+ * the fixed summation order reads off per mode in one run.
  * Usage: build/bench_attention --help
  */
 #include <math.h>
@@ -62,6 +65,7 @@ typedef struct {
     int num_shapes;
     int modes[ATTN_NUM_MODES]; /* 1 = benchmark this mode (default forward path) */
     int portable_modes[ATTN_NUM_MODES]; /* 1 = also/only "MODE:portable" (force_portable = 1) */
+    int det_first, det_last;   /* AttnOptions.deterministic values timed: off 0..0, on 1..1, both 0..1 */
     int warmup;
     int repeats;
     uint64_t seed;
@@ -78,7 +82,10 @@ static void print_help(void) {
         "  --modes LIST       comma-separated subset of %s (default: all); a name with the\n"
         "                     suffix :portable (bf16:portable) times that mode on the whole portable mma.sync\n"
         "                     path, forward and backward (force_portable), next to the default one (on sm_90\n"
-        "                     the Hopper forward and, at D 64, a Hopper backward pass); rows say which ran\n"
+        "                     the Hopper forward and backward kernels); rows say which ran\n"
+        "  --deterministic off|on|both\n"
+        "                     the backward's AttnOptions.deterministic: off (default), on (rows \"MODE:det\"), or\n"
+        "                     both: each mode and path timed with it off and on, in adjacent rows\n"
         "  --warmup N         untimed launches per measurement (default 5)\n"
         "  --repeats N        timed launches per measurement; the median is reported (default 30)\n"
         "  --seed N           input seed (default 1234)\n"
@@ -154,6 +161,11 @@ static void parse_args(int argc, char** argv, BenchArgs* a) {
             a->shapes[a->num_shapes++] = s;
         } else if (strcmp(flag, "--modes") == 0) {
             if (parse_mode_list(val, a->modes, a->portable_modes) > 0) any_mode = 1;
+        } else if (strcmp(flag, "--deterministic") == 0) {
+            if (strcmp(val, "off") == 0) a->det_first = a->det_last = 0;
+            else if (strcmp(val, "on") == 0) a->det_first = a->det_last = 1;
+            else if (strcmp(val, "both") == 0) a->det_first = 0, a->det_last = 1;
+            else die("--deterministic %s: expected off, on or both", val);
         } else if (strcmp(flag, "--warmup") == 0) {
             a->warmup = parse_positive(flag, val);
         } else if (strcmp(flag, "--repeats") == 0) {
@@ -260,11 +272,8 @@ static const char* const k_op_names[NUM_OPS] = {"fwd", "bwd", "fwd+bwd"};
 /* FLOPs of each op in units of the causal forward's 4*B*H*T*T*D/2. */
 static const double k_op_flop_factor[NUM_OPS] = {1.0, 2.5, 3.5};
 
-static void run_op(BenchOp op, AttnMode mode, int force_portable, AttnShape s, const InputSet* set, void* workspace,
+static void run_op(BenchOp op, AttnMode mode, AttnOptions opt, AttnShape s, const InputSet* set, void* workspace,
                    cudaStream_t stream) {
-    AttnOptions opt;
-    memset(&opt, 0, sizeof opt);
-    opt.force_portable = force_portable;
     if (op == OP_FWD || op == OP_FWDBWD)
         attention_forward_cuda(mode, opt, s, set->qkv, set->out, set->stats, workspace, stream);
     if (op == OP_BWD || op == OP_FWDBWD)
@@ -277,9 +286,9 @@ static int cmp_float(const void* a, const void* b) {
 }
 
 /* Median milliseconds of `repeats` launches of op, input sets rotated. */
-static double time_op(BenchOp op, AttnMode mode, int force_portable, AttnShape s, const InputSet* sets, int num_sets,
+static double time_op(BenchOp op, AttnMode mode, AttnOptions opt, AttnShape s, const InputSet* sets, int num_sets,
                       void* workspace, int warmup, int repeats, cudaStream_t stream) {
-    for (int r = 0; r < warmup; r++) run_op(op, mode, force_portable, s, &sets[r % num_sets], workspace, stream);
+    for (int r = 0; r < warmup; r++) run_op(op, mode, opt, s, &sets[r % num_sets], workspace, stream);
     cudaEvent_t* start = (cudaEvent_t*)mallocCheck(sizeof(cudaEvent_t) * repeats);
     cudaEvent_t* stop = (cudaEvent_t*)mallocCheck(sizeof(cudaEvent_t) * repeats);
     for (int r = 0; r < repeats; r++) {
@@ -293,7 +302,7 @@ static double time_op(BenchOp op, AttnMode mode, int force_portable, AttnShape s
         /* offset by warmup so the first timed launch does not reuse the last warm-up's set */
         const InputSet* set = &sets[(warmup + r) % num_sets];
         cudaCheck(cudaEventRecord(start[r], stream));
-        run_op(op, mode, force_portable, s, set, workspace, stream);
+        run_op(op, mode, opt, s, set, workspace, stream);
         cudaCheck(cudaEventRecord(stop[r], stream));
     }
     cudaCheckLastError();
@@ -339,7 +348,7 @@ int main(int argc, char** argv) {
     printf("bench_attention on %s (sm_%d%d, %d SMs, L2 %.0f MiB); median of %d launches after %d warm-up\n",
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0,
            args.repeats, args.warmup);
-    printf("%-20s %-7s %10s %10s %10s %11s %11s %11s %s\n", "shape", "mode", "fwd ms", "bwd ms", "f+b ms",
+    printf("%-20s %-16s %10s %10s %10s %11s %11s %11s %s\n", "shape", "mode", "fwd ms", "bwd ms", "f+b ms",
            "fwd TF/s", "bwd TF/s", "f+b TF/s", "NaN/Inf");
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
@@ -356,7 +365,9 @@ int main(int argc, char** argv) {
         for (int m = 0; m < ATTN_NUM_MODES; m++) {
             if (!args.modes[m] && !args.portable_modes[m]) continue;
             attention_cuda_check_shape(s, (AttnMode)m);
-            size_t w = attention_cuda_workspace_bytes(s, (AttnMode)m);
+            AttnOptions ws_opt = {};
+            ws_opt.deterministic = args.det_last; /* the larger of the workspaces timed */
+            size_t w = attention_cuda_workspace_bytes(s, (AttnMode)m, ws_opt);
             if (w > workspace_bytes) workspace_bytes = w;
         }
         InputSet* sets = (InputSet*)mallocCheck(sizeof(InputSet) * num_sets);
@@ -369,22 +380,25 @@ int main(int argc, char** argv) {
         const double fwd_flops = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
 
         for (int m = 0; m < ATTN_NUM_MODES; m++)
-            for (int force_portable = 0; force_portable <= 1; force_portable++) {
+            for (int force_portable = 0; force_portable <= 1; force_portable++)
+            for (int det = args.det_first; det <= args.det_last; det++) {
                 if (!(force_portable ? args.portable_modes[m] : args.modes[m])) continue;
                 const AttnMode mode = (AttnMode)m;
                 AttnOptions path_opt;
                 memset(&path_opt, 0, sizeof path_opt);
                 path_opt.force_portable = force_portable;
+                path_opt.deterministic = det;
                 const char* fwd_path = attn_fwd_path_name(attention_forward_cuda_path(mode, path_opt, s, sets[0].qkv));
                 const char* bwd_path =
                     attn_bwd_path_name(attention_backward_cuda_path(mode, path_opt, s, sets[0].qkv, sets[0].dout));
                 char variant[32];
-                snprintf(variant, sizeof variant, "%s%s", attn_mode_name(mode), force_portable ? ":portable" : "");
+                snprintf(variant, sizeof variant, "%s%s%s", attn_mode_name(mode), force_portable ? ":portable" : "",
+                         det ? ":det" : "");
                 /* every set gets this mode's out and stats before its backward is timed alone */
-                for (int i = 0; i < num_sets; i++) run_op(OP_FWD, mode, force_portable, s, &sets[i], workspace, stream);
+                for (int i = 0; i < num_sets; i++) run_op(OP_FWD, mode, path_opt, s, &sets[i], workspace, stream);
                 double ms[NUM_OPS];
                 for (int op = 0; op < NUM_OPS; op++)
-                    ms[op] = time_op((BenchOp)op, mode, force_portable, s, sets, num_sets, workspace, args.warmup,
+                    ms[op] = time_op((BenchOp)op, mode, path_opt, s, sets, num_sets, workspace, args.warmup,
                                      args.repeats, stream);
                 unsigned long long bad = 0;
                 for (int i = 0; i < num_sets; i++)
@@ -393,15 +407,15 @@ int main(int argc, char** argv) {
                 double tflops[NUM_OPS];
                 for (int op = 0; op < NUM_OPS; op++)
                     tflops[op] = k_op_flop_factor[op] * fwd_flops / (ms[op] * 1e-3) / 1e12;
-                printf("%-20s %-7s %10.4f %10.4f %10.4f %11.1f %11.1f %11.1f %llu%s  (fwd: %s, bwd: %s)\n", shape_name,
+                printf("%-20s %-16s %10.4f %10.4f %10.4f %11.1f %11.1f %11.1f %llu%s  (fwd: %s, bwd: %s)\n", shape_name,
                        variant, ms[OP_FWD], ms[OP_BWD], ms[OP_FWDBWD], tflops[OP_FWD], tflops[OP_BWD],
                        tflops[OP_FWDBWD], bad, bad ? "  <- NON-FINITE OUTPUTS" : "", fwd_path, bwd_path);
                 fflush(stdout);
                 if (jsonl) {
                     fprintf(jsonl,
                             "{\"impl\": \"ours\", \"variant\": \"%s\", \"fwd_path\": \"%s\", \"bwd_path\": \"%s\", "
-                            "\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d",
-                            variant, fwd_path, bwd_path, s.B, s.NH, s.T, s.HS);
+                            "\"deterministic\": %d, \"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d",
+                            variant, fwd_path, bwd_path, det, s.B, s.NH, s.T, s.HS);
                     for (int op = 0; op < NUM_OPS; op++)
                         fprintf(jsonl, ", \"%s_ms\": %.6f, \"%s_tflops\": %.3f",
                                 op == OP_FWDBWD ? "fwdbwd" : k_op_names[op], ms[op],

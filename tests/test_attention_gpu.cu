@@ -17,7 +17,9 @@
  * hard cases (key-offset sweep, sharp, extreme) plus rho 4/64/1024 at q x4,
  * at head sizes 64 and 128;
  * odd sequence lengths (1, 77, 1000, 4097); 1 to 192 heads; the repair
- * tile-max shift arm; the saved softmax stats.
+ * tile-max shift arm; the saved softmax stats; the deterministic backward
+ * (AttnOptions.deterministic: bit-identical repeats in every mode and path,
+ * and the flag-off results within tolerance, docs/determinism.md).
  * Two paths: on an sm_90 device (H100/H200) attention_forward_cuda runs the
  * Hopper wgmma forward by default, and attention_backward_cuda at least one
  * Hopper pass in every mode at HS 64 and 128 (bf16, repair: the key-major
@@ -54,6 +56,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
@@ -114,7 +118,7 @@ static AttnFwdPath run_gpu(AttnMode mode, AttnOptions opt, AttnShape s, const fl
     __nv_bfloat16 *d_out, *d_dqkv;
     float* d_stats;
     void* d_ws;
-    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
+    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode, opt);
     cudaCheck(cudaMalloc(&d_out, sizeof(__nv_bfloat16) * nout));
     cudaCheck(cudaMalloc(&d_dqkv, sizeof(__nv_bfloat16) * nqkv));
     cudaCheck(cudaMalloc(&d_stats, sizeof(float) * nstats));
@@ -505,13 +509,25 @@ static void test_tile_max_shift(uint64_t seed) {
     free(dout);
 }
 
-/* ---- bad input: unsupported head size is refused by the shape check ---- */
+/* ---- workspace sizes: the default layout, and the deterministic backward's dQ slices ---- */
 static void test_workspace_size(void) {
     test_section("workspace size");
     const AttnShape s = {2, 3, 100, 64};
     const size_t want = ((size_t)2 * 3 * 100 * 64 + 2 * (size_t)2 * 3 * 100) * sizeof(float);
     CHECK(attention_cuda_workspace_bytes(s, ATTN_GPROJ) == want, "workspace bytes %zu == %zu (dQ fp32 + D + lambda)",
           attention_cuda_workspace_bytes(s, ATTN_GPROJ), want);
+    AttnOptions det = {0};
+    det.deterministic = 1;
+    const AttnShape s3 = {2, 3, 300, 128}; /* 3 key blocks of 128, the last one partial */
+    const size_t rows = (size_t)2 * 3 * 300;
+    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        const AttnMode mode = (AttnMode)m;
+        const size_t slices = (mode == ATTN_GPROJ) ? 1 : 3;
+        const size_t want3 = (slices * rows * 128 + 2 * rows) * sizeof(float);
+        CHECK(attention_cuda_workspace_bytes(s3, mode, det) == want3,
+              "%s deterministic: workspace %zu == %zu (%zu dQ slice(s) + D + lambda)", attn_mode_name(mode),
+              attention_cuda_workspace_bytes(s3, mode, det), want3, slices);
+    }
 }
 
 /* ---- the two forward paths: dispatch, and Hopper vs portable directly ---- */
@@ -657,19 +673,20 @@ static int hopper_bwd_expected(AttnMode mode, int HS) {
     return HS == 64 || HS == 128;
 }
 
-/* Backward of `mode` with opt on device inputs, dqkv to host floats (dqkv and workspace NaN-poisoned first);
-   row_slots (or NULL): the workspace's D [rows] then lambda [rows] FP32, after dq_acc [rows * HS] (the
-   layout of carve_workspace in attention/attention_cuda.cu, internal there; the caller checks the size). */
-static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* d_qkv,
-                             const __nv_bfloat16* d_out, const float* d_stats, const __nv_bfloat16* d_dout,
-                             float* dqkv, float* row_slots) {
-    const size_t nqkv = attn_qkv_count(s), ws_bytes = attention_cuda_workspace_bytes(s, mode);
+/* Backward of `mode` with opt on device inputs, dqkv to host floats (dqkv NaN-poisoned first, the workspace
+   filled with ws_fill bytes: 0xFF = NaN); row_slots (or NULL; default options only): the workspace's D [rows]
+   then lambda [rows] FP32, after dq_acc [rows * HS] (the layout of carve_workspace in
+   attention/attention_cuda.cu, internal there; the caller checks the size). */
+static void backward_to_host_filled(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* d_qkv,
+                                    const __nv_bfloat16* d_out, const float* d_stats, const __nv_bfloat16* d_dout,
+                                    float* dqkv, float* row_slots, int ws_fill) {
+    const size_t nqkv = attn_qkv_count(s), ws_bytes = attention_cuda_workspace_bytes(s, mode, opt);
     __nv_bfloat16* d_dqkv;
     void* d_ws;
     cudaCheck(cudaMalloc(&d_dqkv, sizeof(__nv_bfloat16) * nqkv));
     cudaCheck(cudaMalloc(&d_ws, ws_bytes));
     cudaCheck(cudaMemset(d_dqkv, 0xFF, sizeof(__nv_bfloat16) * nqkv));
-    cudaCheck(cudaMemset(d_ws, 0xFF, ws_bytes));
+    cudaCheck(cudaMemset(d_ws, ws_fill, ws_bytes));
     attention_backward_cuda(mode, opt, s, d_qkv, d_out, d_stats, d_dout, d_dqkv, d_ws, 0);
     cudaCheck(cudaDeviceSynchronize());
     from_device_bf16(dqkv, d_dqkv, nqkv);
@@ -680,6 +697,11 @@ static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const 
     }
     cudaCheck(cudaFree(d_dqkv));
     cudaCheck(cudaFree(d_ws));
+}
+static void backward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* d_qkv,
+                             const __nv_bfloat16* d_out, const float* d_stats, const __nv_bfloat16* d_dout,
+                             float* dqkv, float* row_slots) {
+    backward_to_host_filled(mode, opt, s, d_qkv, d_out, d_stats, d_dout, dqkv, row_slots, 0xFF);
 }
 
 /* Tolerances of the direct comparison, the labs' (dev/attention_lab/hopper_*.cu): the kernels sum S, dP,
@@ -855,7 +877,202 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
         }
 }
 
-int main(void) {
+/* ---- the deterministic backward (AttnOptions.deterministic = 1, docs/determinism.md) ---- */
+
+/* The BF16 bits of dqkv after one backward (dqkv NaN-poisoned first, the workspace filled with ws_fill). */
+static void backward_bits(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* d_qkv,
+                          const __nv_bfloat16* d_out, const float* d_stats, const __nv_bfloat16* d_dout,
+                          unsigned short* bits, int ws_fill) {
+    const size_t nqkv = attn_qkv_count(s);
+    float* f = (float*)mallocCheck(sizeof(float) * nqkv);
+    backward_to_host_filled(mode, opt, s, d_qkv, d_out, d_stats, d_dout, f, NULL, ws_fill);
+    for (size_t i = 0; i < nqkv; i++) bits[i] = float_to_bf16_bits(f[i]); /* exact: f holds BF16 values */
+    free(f);
+}
+
+/* Largest |a - b| of slot (0 dQ, 1 dK, 2 dV) in BF16 ulps of max(|a|, |b|, the row's RMS), as
+   test_backward_paths measures; non-finite elements are counted in *nonfinite. */
+static double slot_max_ulps(AttnShape s, const float* a, const float* b, int slot, long* nonfinite) {
+    double max_ulps = 0;
+    for (size_t v = 0; v < (size_t)s.B * s.T * s.NH; v++) {
+        const size_t bt = v / s.NH, h = v % s.NH;
+        const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
+        double sq = 0;
+        for (int d = 0; d < s.HS; d++) sq += (double)a[base + d] * a[base + d];
+        const double rms = sqrt(sq / s.HS);
+        for (int d = 0; d < s.HS; d++) {
+            const double x = a[base + d], y = b[base + d];
+            if (!isfinite(x) || !isfinite(y)) { (*nonfinite)++; continue; }
+            const double diff = fabs(x - y), ulp = bf16_ulp_at(fmax(fabs(x), fabs(y)), rms);
+            const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
+            if (ulps > max_ulps) max_ulps = ulps;
+        }
+    }
+    return max_ulps;
+}
+
+/* Every mode, HS 64 and 128, T = 1, 77 (under one key block), 300 (three, the last partial) and 1000, on every
+   backward path of the device (sm_90: the default Hopper one and force_portable): with deterministic on, two
+   backward calls on the same inputs, the workspace holding NaN before the first and zeros before the second,
+   give bit-identical dQ, dK, dV (memcmp). Against the same call with deterministic off: dK and dV bit-equal
+   (the same kernels; only where dQ's partials go differs), dQ within the backward-path tolerance (the same FP32
+   partials summed in another order; gproj: bit-equal, its dQ never had partials), and the errors vs fp64 within
+   the emulation tolerance of the flag-off errors (fp32 and gproj: also at the output floor). */
+static void test_deterministic(uint64_t seed) {
+    test_section("deterministic backward: bit-identical repeats, and the flag-off results within tolerance");
+    static const char* kSlotName[3] = {"dQ", "dK", "dV"};
+    const int Ts[] = {1, 77, 300, 1000};
+    attn_errors_print_header(stdout);
+    for (int hi = 0; hi < 2; hi++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            const AttnShape s = {Ts[ti] >= 1000 ? 1 : 2, Ts[ti] >= 1000 ? 2 : 3, Ts[ti], hi ? 128 : 64};
+            const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+            float* qkv = (float*)mallocCheck(sizeof(float) * nqkv);
+            float* dout = (float*)mallocCheck(sizeof(float) * nout);
+            AttnCase cs = attn_case_random(2.0, seed + 7 * ti + hi);
+            attn_case_fill(&cs, s, qkv, dout);
+            Reference ref = reference_compute(s, qkv, dout);
+            __nv_bfloat16* d_qkv = to_device_bf16(qkv, nqkv);
+            __nv_bfloat16* d_dout = to_device_bf16(dout, nout);
+            __nv_bfloat16* d_out;
+            float* d_stats;
+            cudaCheck(cudaMalloc(&d_out, sizeof(__nv_bfloat16) * nout));
+            cudaCheck(cudaMalloc(&d_stats, sizeof(float) * nstats));
+            unsigned short *bits1 = (unsigned short*)mallocCheck(sizeof(unsigned short) * nqkv),
+                           *bits2 = (unsigned short*)mallocCheck(sizeof(unsigned short) * nqkv);
+            float *g_det = (float*)mallocCheck(sizeof(float) * nqkv), *g_off = (float*)mallocCheck(sizeof(float) * nqkv);
+            float* out_h = (float*)mallocCheck(sizeof(float) * nout);
+            for (int p = 0; p < g_num_paths; p++)
+                for (int m = 0; m < ATTN_NUM_MODES; m++) {
+                    const AttnMode mode = (AttnMode)m;
+                    AttnOptions off = {0};
+                    off.force_portable = k_path_force_portable[p];
+                    AttnOptions det = off;
+                    det.deterministic = 1;
+                    char label[160];
+                    snprintf(label, sizeof label, "B%d NH%d T%d HS%d %s deterministic [%s]", s.B, s.NH, s.T, s.HS,
+                             attn_mode_name(mode),
+                             path_tag(attention_forward_cuda_path(mode, off, s, d_qkv),
+                                      attention_backward_cuda_path(mode, det, s, d_qkv, d_dout)));
+                    CHECK(attention_backward_cuda_path(mode, det, s, d_qkv, d_dout) ==
+                              attention_backward_cuda_path(mode, off, s, d_qkv, d_dout),
+                          "%s: the same backward path as with deterministic off", label);
+                    /* one forward; every backward below reads its out and stats */
+                    attention_forward_cuda(mode, off, s, d_qkv, d_out, d_stats, NULL, 0);
+                    cudaCheck(cudaDeviceSynchronize());
+                    from_device_bf16(out_h, d_out, nout);
+                    backward_bits(mode, det, s, d_qkv, d_out, d_stats, d_dout, bits1, 0xFF);
+                    backward_bits(mode, det, s, d_qkv, d_out, d_stats, d_dout, bits2, 0x00);
+                    long differ = 0;
+                    for (size_t i = 0; i < nqkv; i++) differ += bits1[i] != bits2[i];
+                    CHECK(memcmp(bits1, bits2, sizeof(unsigned short) * nqkv) == 0,
+                          "%s: two calls give bit-identical dQ, dK, dV (%ld of %zu elements differ)", label, differ,
+                          nqkv);
+                    for (size_t i = 0; i < nqkv; i++) g_det[i] = bf16_bits_to_float(bits1[i]);
+                    backward_to_host(mode, off, s, d_qkv, d_out, d_stats, d_dout, g_off, NULL);
+                    for (int slot = 0; slot < 3; slot++) {
+                        long nonfinite = 0, unequal = 0;
+                        const double ulps = slot_max_ulps(s, g_off, g_det, slot, &nonfinite);
+                        for (size_t v = 0; v < (size_t)s.B * s.T * s.NH; v++) {
+                            const size_t base = (v / s.NH) * 3 * s.NH * s.HS + ((size_t)slot * s.NH + v % s.NH) * s.HS;
+                            for (int d = 0; d < s.HS; d++)
+                                unequal += float_to_bf16_bits(g_off[base + d]) != float_to_bf16_bits(g_det[base + d]);
+                        }
+                        printf("  %s: %s vs deterministic off: max %.2f BF16 ulps, %ld elements not bit-equal\n", label,
+                               kSlotName[slot], ulps, unequal);
+                        CHECK(nonfinite == 0, "%s: %s written and finite with deterministic on and off (%ld not)",
+                              label, kSlotName[slot], nonfinite);
+                        if (slot == 0 && mode != ATTN_GPROJ)
+                            CHECK(ulps <= kPathMaxGradUlps, "%s: dQ within %.0f BF16 ulps of deterministic off (max %.2f)",
+                                  label, kPathMaxGradUlps, ulps);
+                        else
+                            CHECK(unequal == 0, "%s: %s bit-equal to deterministic off (%ld elements differ)", label,
+                                  kSlotName[slot], unequal);
+                    }
+                    /* errors vs fp64: deterministic on within the emulation tolerance of deterministic off */
+                    AttnErrors e_det, e_off;
+                    attn_errors_compute(s, out_h, ref.out_ref, g_det, ref.dqkv_ref, NULL, &e_det);
+                    attn_errors_compute(s, out_h, ref.out_ref, g_off, ref.dqkv_ref, NULL, &e_off);
+                    char row[192];
+                    snprintf(row, sizeof row, "%s on", label);
+                    attn_errors_print_row(stdout, row, &e_det);
+                    snprintf(row, sizeof row, "%s off", label);
+                    attn_errors_print_row(stdout, row, &e_off);
+                    for (int t = ATTN_T_DQ; t < ATTN_NUM_TENSORS; t++) {
+                        if (e_off.err[t].zero_ref_heads > 0) continue; /* T = 1: dQ, dK exactly 0 in exact arithmetic */
+                        const double a = e_det.err[t].median, o = e_off.err[t].median;
+                        const double tol = kCloseAbs + kCloseRel * o;
+                        CHECK(fabs(a - o) <= tol, "%s: %s error vs fp64 %.3g%% within %.3g%% of deterministic off's %.3g%%",
+                              label, attn_tensor_name((AttnTensor)t), 100 * a, 100 * tol, 100 * o);
+                        if ((mode == ATTN_FP32 || mode == ATTN_GPROJ) && (t == ATTN_T_DQ || t == ATTN_T_DK))
+                            CHECK(a <= kOutputFloorTarget, "%s: %s median error %.3g%% <= %.2f%%", label,
+                                  attn_tensor_name((AttnTensor)t), 100 * a, 100 * kOutputFloorTarget);
+                    }
+                }
+            cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
+            cudaCheck(cudaFree(d_stats));
+            reference_free(&ref);
+            free(qkv); free(dout); free(bits1); free(bits2); free(g_det); free(g_off); free(out_h);
+        }
+}
+
+/* The child of test_small_workspace_refused (this program run with kSmallWorkspaceFlag): a deterministic
+   backward on a workspace sized for the default options, which attention_backward_cuda must refuse (exit 1). */
+static const char kSmallWorkspaceFlag[] = "--child-small-deterministic-workspace";
+static int child_small_workspace(void) {
+    /* 8 key blocks: the deterministic workspace (17 MB) is 8x the default (2.2 MB), beyond any rounding of the
+       allocation's size */
+    const AttnShape s = {2, 4, 1024, 64};
+    AttnOptions det = {0};
+    det.deterministic = 1;
+    __nv_bfloat16 *qkv, *out, *dout, *dqkv;
+    float* stats;
+    void* ws;
+    cudaCheck(cudaMalloc(&qkv, sizeof(__nv_bfloat16) * attn_qkv_count(s)));
+    cudaCheck(cudaMalloc(&dqkv, sizeof(__nv_bfloat16) * attn_qkv_count(s)));
+    cudaCheck(cudaMalloc(&out, sizeof(__nv_bfloat16) * attn_out_count(s)));
+    cudaCheck(cudaMalloc(&dout, sizeof(__nv_bfloat16) * attn_out_count(s)));
+    cudaCheck(cudaMalloc(&stats, sizeof(float) * attn_stats_count(s)));
+    cudaCheck(cudaMalloc(&ws, attention_cuda_workspace_bytes(s, ATTN_BF16))); /* the default options' size */
+    attention_backward_cuda(ATTN_BF16, det, s, qkv, out, stats, dout, dqkv, ws, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    return 0; /* not refused: the parent reports it */
+}
+
+/* A caller that sets deterministic but sizes the workspace with the default options gets one clear error
+   naming the sizes and the fix, not slices written past the allocation. Runs this program again as a child
+   process (a fresh CUDA context), which must exit 1 with that message. */
+static void test_small_workspace_refused(void) {
+    const char* self = "/proc/self/exe";
+    test_section("deterministic backward: a workspace sized for the default options is refused");
+    int fds[2];
+    if (pipe(fds) != 0) die("test_attention_gpu: pipe failed");
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        execl(self, self, kSmallWorkspaceFlag, (char*)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char msg[2048];
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof msg - 1 && (n = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0) got += (size_t)n;
+    msg[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "the child exits 1 (status %d)", status);
+    CHECK(strstr(msg, "deterministic backward needs") && strstr(msg, "hint:") &&
+              strstr(msg, "attention_cuda_workspace_bytes(shape, mode, options)"),
+          "the message names the sizes and the fix (got: %.300s)", msg);
+}
+
+int main(int argc, char** argv) {
+    if (argc > 1 && strcmp(argv[1], kSmallWorkspaceFlag) == 0) return child_small_workspace();
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         die("test_attention_gpu: no CUDA device found\n  hint: run this test on a machine with an NVIDIA GPU "
@@ -877,6 +1094,8 @@ int main(void) {
     test_workspace_size();
     test_forward_paths(is_sm90, seed + 4);
     test_backward_paths(is_sm90, seed + 5);
+    test_deterministic(seed + 6);
+    test_small_workspace_refused();
     test_hard_cases(64, 1024, seed);
     test_hard_cases(128, 1000, seed + 1);
     test_shapes(seed + 2);

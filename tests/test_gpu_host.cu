@@ -3,12 +3,14 @@
  * the CPU (no GPU needed; compiled with nvcc because it includes the model's
  * CUDA headers, and registered only where nvcc exists).
  *
- * Why: three pieces of the model's CUDA headers decide things before any kernel runs and
- * can be wrong without a GPU ever noticing: the token bucketing that makes
- * the embedding backward deterministic (a wrong bucket = a silently wrong
- * wte gradient), the memory plan that the trainer compares with free GPU
- * memory (a wrong plan = an out-of-memory crash mid-run or a refused run
- * that would fit), and the message the user gets when it does not fit.
+ * Why: pieces of the model's and the attention module's CUDA code decide
+ * things before any kernel runs and can be wrong without a GPU ever noticing:
+ * the token bucketing that makes the embedding backward deterministic (a
+ * wrong bucket = a silently wrong wte gradient), the memory plan that the
+ * trainer compares with free GPU memory (a wrong plan = an out-of-memory
+ * crash mid-run or a refused run that would fit), the message the user gets
+ * when it does not fit, the attention calls' refusals of bad pointers, and
+ * the deterministic attention backward's workspace size and its refusal.
  * References here are brute force or written from the buffer list by hand.
  */
 #include <stdio.h>
@@ -112,7 +114,7 @@ static void test_memory_check(void) {
 }
 
 /* The attention calls refuse a BF16 pointer off 16-byte alignment before touching the device (the kernels
-   move 16-byte vectors; such a pointer used to fault mid-kernel with "misaligned address"). Each call runs in a
+   move 16-byte vectors; such a pointer would fault mid-kernel with "misaligned address"). Each call runs in a
    child process: it must exit 1 (die) with a message naming the call, the tensor and the fix. */
 static void expect_alignment_refusal(int backward, int which, const char* name) {
     char label[128];
@@ -160,6 +162,82 @@ static void test_attention_alignment(void) {
     for (int i = 0; i < 4; i++) expect_alignment_refusal(1, i, kNames[i]);
 }
 
+/* Runs fn in a child process with stderr captured into msg; returns the child's exit status (waitpid's). */
+template <typename Fn>
+static int run_captured(Fn fn, char* msg, size_t cap) {
+    int fds[2];
+    if (pipe(fds) != 0) die("test_gpu_host: pipe failed");
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        fn();
+        _exit(0); /* not refused: the parent reports it */
+    }
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t n;
+    while (got < cap - 1 && (n = read(fds[0], msg + got, cap - 1 - got)) > 0) got += (size_t)n;
+    msg[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+/* The deterministic backward's workspace (AttnOptions.deterministic): one FP32 dQ slice per 128-key block in
+   bf16, repair and fp32 mode, none extra in gproj, and a clear refusal past ATTN_CUDA_DETERMINISTIC_MAX_BYTES,
+   from attention_cuda_workspace_bytes and from attention_backward_cuda before it touches the device. The sizes
+   are written out by hand: ceil(T / 128) * B*NH*T*HS + 2 * B*NH*T floats. */
+static void test_deterministic_workspace(void) {
+    test_section("deterministic backward: workspace arithmetic and the refusal past its bound");
+    AttnOptions det = {}, off = {};
+    det.deterministic = 1;
+    struct { AttnShape s; size_t blocks; } cases[] = {
+        {{1, 1, 1, 64}, 1}, {{2, 3, 128, 64}, 1}, {{2, 3, 129, 64}, 2}, {{4, 12, 1024, 64}, 8},
+        {{2, 16, 4096, 128}, 32}, {{1, 2, 1000, 128}, 8},
+    };
+    for (const auto& c : cases) {
+        const size_t rows = (size_t)c.s.B * c.s.NH * c.s.T;
+        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+            const AttnMode mode = (AttnMode)m;
+            const size_t slices = (mode == ATTN_GPROJ) ? 1 : c.blocks;
+            const size_t want = (slices * rows * c.s.HS + 2 * rows) * 4;
+            const size_t got = attention_cuda_workspace_bytes(c.s, mode, det);
+            CHECK(got == want, "B%d NH%d T%d HS%d %s deterministic: %zu bytes == %zu (%zu dQ slices)", c.s.B, c.s.NH,
+                  c.s.T, c.s.HS, attn_mode_name(mode), got, want, slices);
+            CHECK(attention_cuda_workspace_bytes(c.s, mode, off) == (rows * c.s.HS + 2 * rows) * 4 &&
+                      attention_cuda_workspace_bytes(c.s, mode) == (rows * c.s.HS + 2 * rows) * 4,
+                  "B%d NH%d T%d HS%d %s: deterministic off (and the two-argument form) keeps one dQ accumulator",
+                  c.s.B, c.s.NH, c.s.T, c.s.HS, attn_mode_name(mode));
+        }
+    }
+    /* B8 NH16 T8192 HS128: 64 slices of 512 MiB = 32 GiB, over the 16 GiB bound; B2: 8 GiB, accepted */
+    const AttnShape big = {8, 16, 8192, 128}, fits = {2, 16, 8192, 128};
+    const size_t fits_rows = (size_t)2 * 16 * 8192;
+    CHECK(attention_cuda_workspace_bytes(fits, ATTN_BF16, det) == (64 * fits_rows * 128 + 2 * fits_rows) * 4,
+          "B2 NH16 T8192 HS128 bf16 deterministic: 8 GiB of slices, under the bound, accepted");
+    CHECK(attention_cuda_workspace_bytes(big, ATTN_GPROJ, det) == ((size_t)8 * 16 * 8192 * 130) * 4,
+          "gproj needs no slices: the large shape is accepted with deterministic on");
+    char msg[2048];
+    int status = run_captured([&] { attention_cuda_workspace_bytes(big, ATTN_FP32, det); }, msg, sizeof msg);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "attention_cuda_workspace_bytes past the bound exits 1 (status %d)",
+          status);
+    CHECK(strstr(msg, "deterministic") && strstr(msg, "fp32") && strstr(msg, "32.0 GiB") && strstr(msg, "16 GiB") &&
+              strstr(msg, "T=8192") && strstr(msg, "hint:") && strstr(msg, "--attn gproj"),
+          "the refusal names the mode, the shape, the size, the bound and the fixes (got: %.400s)", msg);
+    /* attention_backward_cuda refuses the same before any device call (none here: no GPU needed) */
+    status = run_captured([&] {
+        __nv_bfloat16* p = (__nv_bfloat16*)(uintptr_t)4096; /* never dereferenced: the check comes first */
+        attention_backward_cuda(ATTN_BF16, det, big, p, p, (const float*)p, p, p, (void*)p, 0);
+    }, msg, sizeof msg);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(msg, "deterministic") && strstr(msg, "hint:"),
+          "attention_backward_cuda with deterministic on past the bound is refused with the same message (status %d: "
+          "%.200s)", status, msg);
+}
+
 int main(void) {
     test_bucket_sort(1, 50304, 50257);
     test_bucket_sort(4096, 50304, 50257);
@@ -168,5 +246,6 @@ int main(void) {
     test_memory_plan("450m", 2, 128);
     test_memory_check();
     test_attention_alignment();
+    test_deterministic_workspace();
     return test_summary();
 }
