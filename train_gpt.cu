@@ -474,8 +474,12 @@ int main(int argc, char** argv) {
     const ZeroShard shard = zero_shard(num_params, world_size, rank, 128);
     const size_t opt_offset = f.zero_stage == 1 ? shard.offset : 0;
     const size_t opt_count = f.zero_stage == 1 ? shard.shard_size : num_params;
+    AttnOptions attn_opt = {};
+    attn_opt.tile_max_shift = f.attn_tile_max_shift;
+    attn_opt.force_portable = strcmp(f.attn_kernels, "portable") == 0;
+    attn_opt.deterministic = f.attn_deterministic;
     const GpuMemoryPlan plan =
-        gpt_cuda_memory_plan_dist(&cfg, B, T, f.recompute, shard.padded_total, opt_count, 0);
+        gpt_cuda_memory_plan_dist(&cfg, B, T, f.recompute, shard.padded_total, opt_count, 0, attn_opt);
     size_t free_bytes = 0, total_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     const double GiB = 1024.0 * 1024.0 * 1024.0;
@@ -484,9 +488,8 @@ int main(int argc, char** argv) {
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     GPTCuda model;
-    gpt_cuda_init_dist(&model, &cfg, B, T, f.recompute, attn_mode, stream, shard.padded_total, opt_offset, opt_count);
-    model.attn_opt.tile_max_shift = f.attn_tile_max_shift;
-    model.attn_opt.force_portable = strcmp(f.attn_kernels, "portable") == 0;
+    gpt_cuda_init_dist(&model, &cfg, B, T, f.recompute, attn_mode, attn_opt, stream, shard.padded_total, opt_offset,
+                       opt_count);
 
     DataParallel dp;
     memset(&dp, 0, sizeof dp);

@@ -11,7 +11,7 @@
 # under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep attnbench trainbench
+#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
@@ -246,6 +246,21 @@ for phase in "$@"; do
         for g in sweep_lr2e-3 sweep_lr6e-3; do summarize_group "$g" /tmp/sweep; done
         tar czf "$OUT/sweep.tgz" -C /tmp sweep
         end 0 ;;
+    reliability)
+        # the GPU trainer's reliability checks (dev/gpu_reliability_checks.sh: SIGTERM + resume, --overwrite,
+        # --deterministic per mode and its cost per d12 step) and the deterministic backward's cost per
+        # attention call, flag off and on side by side (bench_attention --deterministic both)
+        begin "reliability checks and the cost of --deterministic"
+        prepare_data
+        timeout 330 bash dev/gpu_reliability_checks.sh "$DATA" "${VOCAB_DIR:-.cache/gpt2}" "$OUT/reliability" \
+            > "$OUT/reliability.log" 2>&1
+        rc=$?; grep -E "^(ok|FAILED)|passed, |SIGTERM exit|after --overwrite" "$OUT/reliability.log" | tee -a "$SUMMARY"
+        cat "$OUT/reliability/deterministic_cost.md" >> "$SUMMARY" 2>/dev/null
+        timeout 120 build/bench_attention --deterministic both --shape 8,16,1024,64 --shape 4,16,2048,64 \
+            --shape 8,8,1024,128 --shape 2,16,4096,128 > "$OUT/bench_deterministic.txt" 2>&1
+        say "   bench_attention --deterministic both: rc $?"
+        grep -E "^B[0-9]|^ *(mode|bf16|repair|fp32|gproj)" "$OUT/bench_deterministic.txt" | head -n 60 >> "$SUMMARY"
+        end $rc ;;
     attnbench)
         # issue 4: our kernels vs PyTorch SDPA (cuDNN, flash), side by side (scripts/bench_attention.sh)
         begin "attention benchmark vs PyTorch SDPA"

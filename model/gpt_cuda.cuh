@@ -160,11 +160,13 @@ typedef struct {
     size_t total_bytes;
 } GpuMemoryPlan;
 
-static size_t attention_workspace_all_modes(const GPTConfig* cfg, int B, int T) {
+/* The attention workspace of the most demanding mode under these options (a run may switch modes on
+   resume, and opt.deterministic multiplies bf16's, repair's and fp32's dQ scratch). */
+static size_t attention_workspace_all_modes(const GPTConfig* cfg, int B, int T, AttnOptions opt) {
     const AttnShape s = {B, cfg->num_heads, T, cfg->channels / cfg->num_heads};
     size_t most = 0;
     for (int mode = 0; mode < ATTN_NUM_MODES; mode++) {
-        const size_t b = attention_cuda_workspace_bytes(s, (AttnMode)mode);
+        const size_t b = attention_cuda_workspace_bytes(s, (AttnMode)mode, opt);
         if (b > most) most = b;
     }
     return most;
@@ -173,9 +175,10 @@ static size_t attention_workspace_all_modes(const GPTConfig* cfg, int B, int T) 
 /* Every byte gpt_cuda_init_dist will allocate, computed without allocating:
    params/grads of padded_params elements (>= the parameter count), optimizer
    state of opt_count elements, plus extra_workspace_bytes the caller needs
-   besides (e.g. data parallelism's checkpoint gather buffer). */
+   besides (e.g. data parallelism's checkpoint gather buffer); the attention
+   workspace for attn_opt (the options the model will run with). */
 static GpuMemoryPlan gpt_cuda_memory_plan_dist(const GPTConfig* cfg, int B, int T, int recompute, size_t padded_params,
-                                               size_t opt_count, size_t extra_workspace_bytes) {
+                                               size_t opt_count, size_t extra_workspace_bytes, AttnOptions attn_opt) {
     GpuMemoryPlan p;
     GpuActTable t;
     gpu_act_table(cfg, B, T, recompute, &t);
@@ -183,14 +186,15 @@ static GpuMemoryPlan gpt_cuda_memory_plan_dist(const GPTConfig* cfg, int B, int 
     p.optimizer_bytes = 3 * opt_count * sizeof(float);
     p.acts_bytes = t.total_acts * sizeof(floatX);
     p.stats_bytes = t.total_stats * sizeof(float);
-    p.workspace_bytes = attention_workspace_all_modes(cfg, B, T) + MATMUL_WORKSPACE_BYTES + extra_workspace_bytes;
+    p.workspace_bytes = attention_workspace_all_modes(cfg, B, T, attn_opt) + MATMUL_WORKSPACE_BYTES + extra_workspace_bytes;
     p.total_bytes = p.params_bytes + p.optimizer_bytes + p.acts_bytes + p.stats_bytes + p.workspace_bytes;
     return p;
 }
 /* One GPU, whole optimizer state. */
 static GpuMemoryPlan gpt_cuda_memory_plan(const GPTConfig* cfg, int B, int T, int recompute) {
     const size_t P = gpt_num_parameters(cfg);
-    return gpt_cuda_memory_plan_dist(cfg, B, T, recompute, P, P, 0);
+    const AttnOptions defaults = {};
+    return gpt_cuda_memory_plan_dist(cfg, B, T, recompute, P, P, 0, defaults);
 }
 
 /* Optional per-kernel-kind timing (dev/profile_gpu_step.cu): CUDA events
@@ -330,10 +334,13 @@ static void prof_flush(GPTCuda* m) {
 /* Allocates everything for batches up to (B, T): params/grads of
    padded_params elements, the optimizer state for [opt_offset, opt_offset +
    opt_count) of the flat buffer. Weights are not set (see
-   gpt_cuda_set_params). Dies with a message on bad shapes. The caller
+   gpt_cuda_set_params). attn_opt becomes m->attn_opt; the attention
+   workspace is sized for it (a later change of attn_opt.deterministic from 0
+   to 1 would need a larger one). Dies with a message on bad shapes. The caller
    checks gpt_cuda_memory_plan_dist against free memory first. */
 static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, int recompute, AttnMode mode,
-                               cudaStream_t stream, size_t padded_params, size_t opt_offset, size_t opt_count) {
+                               AttnOptions attn_opt, cudaStream_t stream, size_t padded_params, size_t opt_offset,
+                               size_t opt_count) {
     char err[256];
     memset(m, 0, sizeof(*m));
     if (gpt_config_validate(cfg, err, sizeof(err)) != 0) die("model config: %s", err);
@@ -354,6 +361,7 @@ static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, i
     m->B = B; m->T = T;
     m->recompute = recompute;
     m->attn_mode = mode;
+    m->attn_opt = attn_opt;
     m->stream = stream;
     const size_t PA = m->alloc_params, O = opt_count > 0 ? opt_count : 1;
     cudaCheck(cudaMalloc((void**)&m->params, PA * sizeof(floatX)));
@@ -371,7 +379,7 @@ static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, i
     cudaCheck(cudaMalloc((void**)&m->stats, m->acts_info.total_stats * sizeof(float)));
     cudaCheck(cudaMemset(m->acts, 0, m->acts_info.total_acts * sizeof(floatX)));
     cudaCheck(cudaMemset(m->stats, 0, m->acts_info.total_stats * sizeof(float)));
-    const size_t ws = attention_workspace_all_modes(cfg, B, T);
+    const size_t ws = attention_workspace_all_modes(cfg, B, T, attn_opt);
     cudaCheck(cudaMalloc(&m->attn_workspace, ws > 0 ? ws : 16));
     cudaCheck(cudaMalloc((void**)&m->scalars_dev, 2 * sizeof(double)));
     cudaCheck(cudaMalloc((void**)&m->tokens_dev, 2 * (size_t)B * T * sizeof(int)));
@@ -382,7 +390,8 @@ static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, i
 static void gpt_cuda_init(GPTCuda* m, const GPTConfig* cfg, int B, int T, int recompute, AttnMode mode,
                           cudaStream_t stream) {
     const size_t P = gpt_num_parameters(cfg);
-    gpt_cuda_init_dist(m, cfg, B, T, recompute, mode, stream, P, 0, P);
+    const AttnOptions defaults = {};
+    gpt_cuda_init_dist(m, cfg, B, T, recompute, mode, defaults, stream, P, 0, P);
 }
 
 /* Elements of the optimizer range that are real parameters (the rest of a

@@ -82,6 +82,10 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      "attention", 0, "attention numerics mode (docs/attention_numerics.md)"},
     {FLAG_ATTN_TILE_MAX_SHIFT, "attn-tile-max-shift", FLAG_TYPE_BOOL, OFF(attn_tile_max_shift), "0", NULL, 0, 1,
      "0|1", "1", "attention", 0, "repair mode only: the Qiu & Yao tile-max shift arm"},
+    {FLAG_DETERMINISTIC, "deterministic", FLAG_TYPE_BOOL, OFF(attn_deterministic), "0", NULL, 0, 1, "0|1", "1",
+     "attention", 0, "1: the GPU attention backward sums dQ in a fixed order, so a run repeats bit for bit and "
+     "resumes bit-exactly in every --attn mode (bf16/repair/fp32: ceil(T/128) x the FP32 dQ of extra workspace; "
+     "gproj is deterministic either way; the CPU trainer always is). docs/determinism.md"},
     {FLAG_VAL_EVERY, "val-every", FLAG_TYPE_INT, OFF(val_every), "250", NULL, 0, 2147483647.0, "N", NULL, "output",
      0, "validation loss every N steps (and at the end); 0 = only at the end"},
     {FLAG_VAL_BATCHES, "val-batches", FLAG_TYPE_INT, OFF(val_batches), "20", NULL, 1, 2147483647.0, "N", NULL,

@@ -59,6 +59,7 @@ typedef enum {
     /* attention */
     FLAG_ATTN,
     FLAG_ATTN_TILE_MAX_SHIFT,
+    FLAG_DETERMINISTIC,
     /* evaluation, sampling, output */
     FLAG_VAL_EVERY,
     FLAG_VAL_BATCHES,
@@ -119,6 +120,7 @@ typedef struct {
     uint64_t seed;
     const char* attn;          /* fp32|bf16|repair|gproj */
     int attn_tile_max_shift;
+    int attn_deterministic;    /* --deterministic: AttnOptions.deterministic (GPU attention backward) */
     const char* attn_kernels;  /* auto|portable (GPU trainer only) */
     int val_every;             /* 0: only at the end */
     int val_batches;
