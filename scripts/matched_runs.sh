@@ -58,6 +58,8 @@
 #        first-measurement setting: L4 C256 T256, AdamW 2e-3, no weight decay)
 #   CPU: --model tiny --batch-size 4 --steps 300 --lr 2e-3 --weight-decay 0
 #        --val-every 50 --seed 1337
+#   both: --diverge-margin 0 (a run whose loss rises is the result being looked for: the trainer's
+#        divergence stop would end it; non-finite values still stop it)
 # Example, three seeds carried over two jobs:
 #   scripts/matched_runs.sh --name s3 --seeds "7 8 9" --per-gpu 6 --stop-at 10000 -- --steps 20000
 #   scripts/matched_runs.sh --name s3 --seeds "7 8 9" --per-gpu 6 --resume -- --steps 20000
@@ -121,13 +123,13 @@ done
 if [ "$use_cpu" = 1 ]; then
     trainer="${TRAINER:-build/train_gpt_cpu}"
     name="${name:-matched_cpu}"
-    base=(--model tiny --batch-size 4 --steps 300 --lr 2e-3 --weight-decay 0 --val-every 50)
+    base=(--model tiny --batch-size 4 --steps 300 --lr 2e-3 --weight-decay 0 --val-every 50 --diverge-margin 0)
     ngpu=0
 else
     trainer="${TRAINER:-build/train_gpt}"
     name="${name:-matched_gpu}"
     base=(--model small --batch-size 16 --steps 2000 --lr 2e-3 --warmup-steps 100 --weight-decay 0
-          --val-every 100)
+          --val-every 100 --diverge-margin 0)
     ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
     if [ "$ngpu" -lt 1 ]; then
         [ "$dry_run" = 1 ] || die "no NVIDIA GPU visible (nvidia-smi -L); use --cpu for the CPU trainer"

@@ -141,6 +141,8 @@ with tempfile.TemporaryDirectory() as tmp:
           "--gauge-arm \"bf16 gproj\": bf16_zkbg and gproj_zkbg with the arm on", "\n".join(cmds))
     check(all(" --seed 1337 " in c for c in cmds) and all("_s" not in out_dir(c) for c in cmds),
           "without --seeds: folders named MODE, every run with --seed 1337", "\n".join(cmds))
+    check(all(" --diverge-margin 0 " in c for c in cmds),
+          "every run with --diverge-margin 0 (a rising loss is watched, not stopped)", "\n".join(cmds))
     r = matched("--dry-run", "--per-gpu", "0")
     check(r.returncode != 0 and "--per-gpu '0'" in r.stderr, "--per-gpu 0 is refused with the value named",
           r.stderr)
