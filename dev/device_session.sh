@@ -11,7 +11,7 @@
 # under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep reliability attnbench trainbench
+#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
@@ -52,7 +52,10 @@ mps_start() { mps=0; command -v nvidia-cuda-mps-control >/dev/null && nvidia-cud
 # a time-limited matched_runs.sh leaves its trainers running: stop them (their logs end there), then MPS.
 # The pattern is anchored: an unanchored one also matched (and killed) the device call's own shell, whose
 # command line named build/train_gpt as a make target.
-stop_runs() { pkill -TERM -f '^build/train_gpt( |$)'; sleep 5; [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control; }
+# On SIGTERM a trainer finishes its step and saves a checkpoint before it exits: wait for that (60 s at most).
+stop_runs() { pkill -TERM -f '^build/train_gpt( |$)'
+              for _ in $(seq 60); do pgrep -f '^build/train_gpt( |$)' > /dev/null || break; sleep 1; done
+              [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control; }
 
 # run_test NAME LIMIT CMD...: CMD under LIMIT seconds into $OUT/NAME.log; its "N passed, N failed" line and
 # its first FAIL lines go to the summary
@@ -245,6 +248,36 @@ for phase in "$@"; do
         stop_runs
         for g in sweep_lr2e-3 sweep_lr6e-3; do summarize_group "$g" /tmp/sweep; done
         tar czf "$OUT/sweep.tgz" -C /tmp sweep
+        end 0 ;;
+    seeds)
+        # matched runs over seeds (scripts/matched_runs.sh --seeds): four modes x SEEDS at constant lr SEED_LR,
+        # all sharing the GPU under MPS for SEED_LIMIT seconds, every layer captured at step SEED_CAPTURE; then
+        # compare_runs (tables, bands, breaks, warnings), the logs thinned for the repo, and attn_probe on the
+        # bf16 and repair captures (every mode against fp64 on the keys the run had learned)
+        : "${SEED_LR:=3e-3}" "${SEED_STEPS:=60000}" "${SEED_LIMIT:=360}" "${SEED_CAPTURE:=16000}" "${SEEDS:=7 8 9}"
+        g=seeds_lr$SEED_LR
+        begin "matched runs over seeds $SEEDS at lr $SEED_LR (${SEED_LIMIT} s)"
+        prepare_data
+        mps_start
+        rm -rf runs/$g
+        timeout "$SEED_LIMIT" bash scripts/matched_runs.sh --name $g --seeds "$SEEDS" --per-gpu 12 --diag-every 500 -- \
+            --train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" \
+            --vocab "${VOCAB_DIR:-.cache/gpt2}" --steps "$SEED_STEPS" --schedule constant --lr "$SEED_LR" \
+            --val-every 2500 --val-batches 20 --log-every 2500 --sample-every 0 --probe-every 500 \
+            --capture-attn "$SEED_CAPTURE" --checkpoint-minutes 0 > "$OUT/$g.log" 2>&1
+        stop_runs
+        mkdir -p /tmp/$g
+        python3 scripts/compare_runs.py $(ls -d runs/$g/*/ | grep -v /compare/) --out /tmp/$g --smooth 50 \
+            --last-k 200 --json /tmp/$g/compare.json --thin-to /tmp/$g/logs --thin-every 200 > /tmp/$g/compare.txt 2>&1
+        grep -v '^wrote' /tmp/$g/compare.txt | tee -a "$SUMMARY"
+        cap=$(printf %08d "$SEED_CAPTURE")
+        for r in runs/$g/bf16_s* runs/$g/repair_s*; do
+            ls $r/attn_step${cap}_layer*.bin > /dev/null 2>&1 || continue
+            timeout 150 build/attn_probe $(printf -- '--capture %s ' $r/attn_step${cap}_layer*.bin) --heads 16 \
+                --json /tmp/$g/probe_$(basename $r).json > /tmp/$g/probe_$(basename $r).txt 2>&1 &
+        done
+        wait
+        tar czf "$OUT/$g.tgz" -C /tmp $g
         end 0 ;;
     reliability)
         # the GPU trainer's reliability checks (dev/gpu_reliability_checks.sh: SIGTERM + resume, --overwrite,
