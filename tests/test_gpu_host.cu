@@ -113,55 +113,6 @@ static void test_memory_check(void) {
     CHECK(plan2.total_bytes < plan.total_bytes, "recompute 2 plans less memory than recompute 1");
 }
 
-/* The attention calls refuse a BF16 pointer off 16-byte alignment before touching the device (the kernels
-   move 16-byte vectors; such a pointer would fault mid-kernel with "misaligned address"). Each call runs in a
-   child process: it must exit 1 (die) with a message naming the call, the tensor and the fix. */
-static void expect_alignment_refusal(int backward, int which, const char* name) {
-    char label[128];
-    snprintf(label, sizeof label, "%s with %s 2 bytes off 16-byte alignment",
-             backward ? "attention_backward_cuda" : "attention_forward_cuda", name);
-    int fds[2];
-    if (pipe(fds) != 0) die("test_gpu_host: pipe failed");
-    fflush(stdout);
-    fflush(stderr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        const AttnShape s = {1, 2, 8, 64};
-        __nv_bfloat16* ptr[4]; /* qkv, out, dout, dqkv: never dereferenced, the check comes first */
-        for (int i = 0; i < 4; i++) ptr[i] = (__nv_bfloat16*)(uintptr_t)(4096 * (i + 1));
-        ptr[which] = (__nv_bfloat16*)((uintptr_t)ptr[which] + 2);
-        float* stats = (float*)(uintptr_t)65536;
-        if (backward)
-            attention_backward_cuda(ATTN_BF16, AttnOptions{}, s, ptr[0], ptr[1], stats, ptr[2], ptr[3], (void*)stats, 0);
-        else
-            attention_forward_cuda(ATTN_BF16, AttnOptions{}, s, ptr[0], ptr[1], stats, NULL, 0);
-        _exit(0); /* not refused: the parent reports it */
-    }
-    close(fds[1]);
-    char msg[1024] = {0};
-    size_t got = 0;
-    ssize_t n;
-    while (got < sizeof msg - 1 && (n = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0) got += (size_t)n;
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "%s: exits 1 (status %d)", label, status);
-    char want[64];
-    snprintf(want, sizeof want, "%s (", name);
-    CHECK(strstr(msg, want) != NULL && strstr(msg, "not 16-byte aligned") != NULL && strstr(msg, "hint:") != NULL,
-          "%s: the message names %s, the alignment and a hint (got: %.200s)", label, name, msg);
-}
-
-static void test_attention_alignment(void) {
-    test_section("attention calls refuse BF16 pointers off 16-byte alignment, with a hint");
-    static const char* kNames[4] = {"qkv", "out", "dout", "dqkv"};
-    expect_alignment_refusal(0, 0, "qkv");
-    expect_alignment_refusal(0, 1, "out");
-    for (int i = 0; i < 4; i++) expect_alignment_refusal(1, i, kNames[i]);
-}
-
 /* Runs fn in a child process with stderr captured into msg; returns the child's exit status (waitpid's). */
 template <typename Fn>
 static int run_captured(Fn fn, char* msg, size_t cap) {
@@ -185,6 +136,40 @@ static int run_captured(Fn fn, char* msg, size_t cap) {
     int status = 0;
     waitpid(pid, &status, 0);
     return status;
+}
+
+/* The attention calls refuse a BF16 pointer off 16-byte alignment before touching the device (the kernels
+   move 16-byte vectors; such a pointer would fault mid-kernel with "misaligned address"). Each call runs in a
+   child process: it must exit 1 (die) with a message naming the call, the tensor and the fix. */
+static void expect_alignment_refusal(int backward, int which, const char* name) {
+    char label[128];
+    snprintf(label, sizeof label, "%s with %s 2 bytes off 16-byte alignment",
+             backward ? "attention_backward_cuda" : "attention_forward_cuda", name);
+    char msg[1024];
+    const int status = run_captured([&] {
+        const AttnShape s = {1, 2, 8, 64};
+        __nv_bfloat16* ptr[4]; /* qkv, out, dout, dqkv: never dereferenced, the check comes first */
+        for (int i = 0; i < 4; i++) ptr[i] = (__nv_bfloat16*)(uintptr_t)(4096 * (i + 1));
+        ptr[which] = (__nv_bfloat16*)((uintptr_t)ptr[which] + 2);
+        float* stats = (float*)(uintptr_t)65536;
+        if (backward)
+            attention_backward_cuda(ATTN_BF16, AttnOptions{}, s, ptr[0], ptr[1], stats, ptr[2], ptr[3], (void*)stats, 0);
+        else
+            attention_forward_cuda(ATTN_BF16, AttnOptions{}, s, ptr[0], ptr[1], stats, NULL, 0);
+    }, msg, sizeof msg);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "%s: exits 1 (status %d)", label, status);
+    char want[64];
+    snprintf(want, sizeof want, "%s (", name);
+    CHECK(strstr(msg, want) != NULL && strstr(msg, "not 16-byte aligned") != NULL && strstr(msg, "hint:") != NULL,
+          "%s: the message names %s, the alignment and a hint (got: %.200s)", label, name, msg);
+}
+
+static void test_attention_alignment(void) {
+    test_section("attention calls refuse BF16 pointers off 16-byte alignment, with a hint");
+    static const char* kNames[4] = {"qkv", "out", "dout", "dqkv"};
+    expect_alignment_refusal(0, 0, "qkv");
+    expect_alignment_refusal(0, 1, "out");
+    for (int i = 0; i < 4; i++) expect_alignment_refusal(1, i, kNames[i]);
 }
 
 /* The deterministic backward's workspace (AttnOptions.deterministic): one FP32 dQ slice per 128-key block in
