@@ -32,8 +32,8 @@
  *       (attention/attention_hopper.cuh) for every mode it computes exactly
  *       (all four; not repair's tile-max-shift arm), everywhere else and with
  *       AttnOptions.force_portable = 1 the portable mma.sync forward. Both
- *       write the same out (to about one BF16 ulp) and the same stats, so the
- *       one (portable) backward serves both.
+ *       write the same out (to about one BF16 ulp) and the same stats, so
+ *       either backward path reads what either forward wrote.
  *   attention_forward_cuda_path - which of the two attention_forward_cuda would
  *       run for these arguments on the current device (tests and benchmarks
  *       print it); attn_fwd_path_name names it.

@@ -7,9 +7,9 @@
  * that run on sm_80 and later; on Hopper the way past mma.sync is wgmma (a warpgroup of 4 warps issues
  * one asynchronous 64 x N x 16 MMA reading its operands from shared memory), TMA (one thread moves a
  * whole tile, global -> shared, tracked by an mbarrier) and warp specialisation (a producer warp keeps
- * the copies running while the math warps compute). Its lab and first H200 run (layout probe exact,
- * 69/0 against the mma.sync forward in bf16 mode, 1.33-1.51x faster) are dev/attention_lab/hopper_fwd.cu
- * and dev/results/device_s4/call1/hopper_fwd.log; the building blocks are attention/hopper_wgmma.cuh.
+ * the copies running while the math warps compute). Its lab is dev/attention_lab/hopper_fwd.cu (layout
+ * probe, every mode against the mma.sync forward; measurements in dev/results/attention_hopper_2026-11-29.md);
+ * the building blocks are attention/hopper_wgmma.cuh.
  *
  * What it computes (docs/attention_numerics.md; attention_cuda.cu's forward is the operation-by-operation
  * spec, so the stats mean exactly what the backward expects):
@@ -25,15 +25,15 @@
  * row's scale; m is the same row max (exact, up to the last bits of S), l and the LSE agree to FP32 level.
  *
  * The loop of a consumer warpgroup (FlashAttention-3's intra-warpgroup overlap; the idea read in its
- * hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp, no code copied). Session 4's kernel ran each key tile strictly
- * in sequence (S GEMM, wait, softmax, P V GEMM, wait), so a warpgroup's own tensor-core work never
- * overlapped its softmax. Now iteration kt issues S(kt) = Q K(kt)^T and then O += P(kt-1) V(kt-1) (A
+ * hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp, no code copied). Run strictly in sequence (S GEMM, wait,
+ * softmax, P V GEMM, wait), a warpgroup's own tensor-core work would never overlap its softmax. Instead
+ * iteration kt issues S(kt) = Q K(kt)^T and then O += P(kt-1) V(kt-1) (A
  * registers packed in iteration kt-1) as two commit groups, waits for S(kt) only (wgmma_wait<1>: groups
  * retire in order), masks and runs tile kt's softmax (max, exp2, row sums) while the P V GEMM runs, then
  * waits for it, rescales O by alpha(kt) and packs P(kt); tile 0's S runs alone before the loop and the last
- * P V after it. O still sees exactly the old sequence (O *= alpha(kt), then O += P(kt) V(kt), for every
- * kt), and m, l exactly the old updates, so O and the stats are bit-identical to session 4's kernel in
- * every mode (the lab's v0 check, dev/attention_lab/hopper_fwd_v0.cuh).
+ * P V after it. O still sees exactly the sequential order (O *= alpha(kt), then O += P(kt) V(kt), for
+ * every kt), and m, l exactly the sequential updates, so O and the stats are bit-identical to the
+ * sequential loop in every mode (dev/results/attention_hopper_2026-11-29.md, "Intra-warpgroup overlap").
  * The cost is registers: P(kt-1)'s A operand (32 registers, 64 in fp32 mode) is live during the softmax
  * beside S and O, past the 168 a 288-thread CTA gets. So the producer is a whole warpgroup that gives its
  * registers back (setmaxnreg 24) and the two consumer warpgroups take 240 (FlashAttention-3's split).
@@ -43,7 +43,7 @@
  * one CTA = 128 query rows of one (b, h); warpgroups 0 and 1 are consumers of 64 query rows
  * each (wgmma needs 4 aligned warps), warpgroup 2 the producer (one elected lane of its first warp issues
  * the TMA copies; its other warps leave at once). K/V tiles of 128 keys, kFwdStages (2) stages, with
- * SEPARATE K and V barriers: V(kt) is now read until P(kt) V(kt) retires in iteration kt + 1, one
+ * SEPARATE K and V barriers: V(kt) is read until P(kt) V(kt) retires in iteration kt + 1, one
  * iteration after K(kt) is done with, so one barrier pair per stage would hold the next K copy back by an
  * iteration. full_k[s] / full_v[s] (TMA bytes landed), empty_k[s] (all 256 consumer threads have S(kt))
  * and empty_v[s] (P V(kt) retired); the producer issues in the order the consumers need the tiles: K(0),
@@ -54,15 +54,13 @@
  * nothing and rows past T read as zeros, per batch. Shared tiles use the 128-byte swizzle, which TMA
  * writes and wgmma reads natively: a tile is stored as HS/64 column chunks of [rows][64] BF16 (128 bytes
  * per row).
- * HS 64: hopper_fwd_tall_kernel, THREE consumer warpgroups, 192 query rows per CTA (session 6; the lab's
- * v2, dev/attention_lab/hopper_fwd_v2.cuh; FlashAttention-3's tile height at head dim 64, the idea read in
- * its hopper/tile_size.h, no code copied). At HS 64 a warpgroup's per-tile GEMMs are short (S: 64 x 128 x
+ * HS 64: hopper_fwd_tall_kernel, THREE consumer warpgroups, 192 query rows per CTA (FlashAttention-3's
+ * tile height at head dim 64, the idea read in its hopper/tile_size.h, no code copied). At HS 64 a warpgroup's per-tile GEMMs are short (S: 64 x 128 x
  * 64), so two warpgroups leave the tensor core idle during their softmaxes; a third one sharing each K/V
  * tile gives it more work per loaded tile and spreads the producer, barriers and K/V traffic over 1.5x
  * the rows. Same key tile (128), same per-row sequence of operations on O, m and l, so O and the stats are
- * bit-identical to the 128-row kernel's (and v0's) in every mode: H200, s6 call 4
- * (dev/results/device_s6/call4/hopper_fwd.log), 1255 passed / 0 failed, 1.07-1.13x the 128-row kernel
- * (B8 H16 T1024 / B4 H16 T2048 d64: bf16 1.10/1.13, repair 1.10/1.12, gproj 1.09/1.12, fp32 1.07/1.12).
+ * bit-identical to the 128-row kernel's in every mode, and 1.07-1.13x faster than it at B8 H16 T1024 /
+ * B4 H16 T2048 d64 (dev/results/attention_hopper_2026-11-29.md, "192 query rows").
  * What differs from the 128-row kernel: grid ceil(T / 192) x B*NH in the same longest-first order; Q in
  * two 128-row boxes of the one tensor map (the last 64 rows unused; a box starting at or past T not
  * loaded); each warpgroup runs only the key tiles up to its own last row (its rows lie inside one 128-key
@@ -73,9 +71,8 @@
  * softmax, P V one term at a time; the same k-steps on O in the same order: still bit-identical).
  * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3), all 16 instances (4 modes x 2/3 stages x the two
  * kernels), 0 bytes spill, no C75xx / "wgmma serialized" warning: HS 128 168 at entry, 240 after
- * setmaxnreg.inc; HS 64 128 at entry, 160 after; layout probe 154 / 186, 0 spill. The HS-128 kernel's PTX
- * is byte-identical to before the HS-64 move, the HS-64 kernel's to the lab's v2 but for symbol and label
- * names. docs/attention_kernels.md, "Hopper forward", has the design notes and the numbers.
+ * setmaxnreg.inc; HS 64 128 at entry, 160 after; layout probe 154 / 186, 0 spill.
+ * docs/attention_kernels.md, "Hopper forward", has the design notes and the numbers.
  * Bounded waits: every mbarrier wait is on a phase that a finite number of copies/arrivals completes (no
  * data-dependent spin), so a layout bug shows as wrong numbers, not a hang; the lab runs it under timeout.
  * No __trap() on the consumer path: it would make ptxas ignore setmaxnreg.inc (attention_hopper_bwd128.cu).
@@ -406,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     warpgroup_qk<HS>(sacc, q_addr, k_base);
     mbar_arrive(&empty_k[0]); /* this thread no longer reads K(0) */
     softmax_tile<MODE>(sacc, m_run, l_part, alpha, n_key_tiles == 1, 0, row0, t, c);
-    rescale_o<HS>(o, alpha); /* O is 0 and alpha 0: kept so that O sees every operation the old loop did */
+    rescale_o<HS>(o, alpha); /* O is 0 and alpha 0: kept so that O sees every operation the sequential loop does */
     pack_p<MODE>(p, sacc);
 
     for (int kt = 1; kt < n_key_tiles; kt++) {
@@ -486,7 +483,7 @@ __device__ __forceinline__ void release_tile(uint64_t* full_k, uint64_t* empty_k
 }
 
 /* hopper_fwd_kernel's protocol and per-warpgroup loop with NWG consumer warpgroups sharing each K/V tile
-   (the lab's v2, dev/attention_lab/hopper_fwd_v2.cuh). What differs:
+   (hopper_fwd_tall_kernel, HS 64). What differs from hopper_fwd_kernel:
    - a 64 NWG-row tile spans parts of two 128-key diagonal tiles, so warpgroup wg (rows r0 = q0 + 64 wg
      .. r0 + 63, inside one 128-key tile since r0 is a multiple of 64) runs its own n_tiles = (min(r0 + 64,
      T) - 1) / 128 + 1 key tiles and masks only its own last one; the CTA's tiles past its own (and all of

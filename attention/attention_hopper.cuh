@@ -1,10 +1,10 @@
 /*
  * attention/attention_hopper.cuh - the Hopper (sm_90a) attention forward: wgmma + TMA + a producer
- * warpgroup and two (HS 128) or three (HS 64, since session 6) consumer warpgroups, for the modes whose
+ * warpgroup and two (HS 128) or three (HS 64) consumer warpgroups, for the modes whose
  * forward it computes exactly as docs/attention_numerics.md defines them.
  *
- * Why: on an H200 the portable mma.sync forward (attention/attention_cuda.cu) reaches 0.40-0.58x of
- * cuDNN's; this kernel ran 1.33-1.51x faster than it in bf16 mode (dev/results/device_s4/call1). It
+ * Why: on an H200 the portable mma.sync forward (attention/attention_cuda.cu) is well short of cuDNN's;
+ * this kernel is 1.3-1.5x faster than it in bf16 mode (dev/results/attention_hopper_2026-11-29.md). It
  * writes the same out and the same stats (bf16 {LSE, 0}; repair, gproj, fp32 {m, l}), so the portable
  * backward reads them unchanged. Callers normally do not call it directly: attention_forward_cuda picks
  * it on a compute-capability 9.0 device when attention_hopper_fwd_supports() says yes (and
@@ -18,7 +18,7 @@
  *   attention_forward_hopper - the forward (asynchronous on `stream`); dies with a hint if unsupported.
  *       The caller makes sure the current device is sm_90.
  *   attention_forward_hopper_stages - for the lab: the same forward with 2 or 3 K/V stages (timed side by
- *       side; 3 stages at HS 64 were no faster in s6 call 4).
+ *       side; 3 stages are no faster than 2: dev/results/attention_hopper_2026-11-29.md).
  *   attention_hopper_layout_probe - for the lab (dev/attention_lab/hopper_fwd.cu): one tile of
  *       S = Q K^T and O = bf(S) V through the kernel's own TMA map and wgmma helpers, written as fp32
  *       [ATTN_HOPPER_BLOCK_Q][ATTN_HOPPER_BLOCK_K] and [ATTN_HOPPER_BLOCK_Q][HS] (device pointers), so a

@@ -8,10 +8,10 @@
  * 128 queries at a time (FA3's hdim-64 backward works on 128 x 128 blocks too; read in Dao-AILab/flash-attention
  * hopper/, no code copied): 64-query steps with one producer warp (the layout fp32's HS-64 pass keeps,
  * attention_hopper_bwd64_fp32.cu) make each consumer warpgroup wait on two barriers, fence, stage a 64 x 64 dS
- * tile and send a 16 KB dQ partial around small m64n64 GEMMs per step, and measured slower
- * (dev/results/device_s6/call3/hopper_bwd64_wide.log: the whole bf16 backward 1.06x / 1.18x faster with 128-query
- * steps at B8 H16 T1024 / B4 H16 T2048 d64, within 4 BF16 ulps). dev/attention_lab/hopper_bwd64_wide.cu is the
- * harness that checks and times this kernel.
+ * tile and send a 16 KB dQ partial around small m64n64 GEMMs per step, and measure slower (the whole bf16
+ * backward is 1.06x / 1.18x faster with 128-query steps at B8 H16 T1024 / B4 H16 T2048 d64, within 4 BF16 ulps:
+ * dev/results/attention_hopper_2026-11-29.md). dev/attention_lab/hopper_bwd64_wide.cu is the harness that checks
+ * and times this kernel.
  *
  * What it computes (docs/attention_numerics.md; attn_bwd_kernel's rounding points, operation for operation):
  *   per key tile, for each 128-query step from the diagonal on:
@@ -59,8 +59,8 @@
  * the same kernel as the dV/dK GEMMs serialised its wgmmas (C7512), hence a launch of its own.
  *
  * Hangs: every mbarrier wait is bounded (~2 s of clock64; a legitimate wait is microseconds) and GIVES UP
- * instead of trapping (a __trap() on the consumer path makes ptxas ignore setmaxnreg.inc:
- * dev/attention_lab/hopper_bwd_fast.cu): hopper_bwd_common.cuh's mbar_wait_give_up records the barrier in the
+ * instead of trapping (a __trap() on the consumer path makes ptxas ignore setmaxnreg.inc; docs/attention_kernels.md,
+ * "Hangs"): hopper_bwd_common.cuh's mbar_wait_give_up records the barrier in the
  * host-mapped record that attention_hopper_bwd_watch_hangs installed (first give-up wins) and sets the CTA's
  * abort flag (every later wait of the CTA returns at once); the CTA runs to its end and its consumers, after a
  * barrier that makes every give-up of the CTA visible, write NaN over all their dK and dV rows. So a protocol
@@ -68,8 +68,8 @@
  * wgmma waits and setmaxnreg cannot be bounded (their counts are uniform by construction).
  * HS 128 is attention_hopper_bwd128.cu (its own layout: 64-query steps, dQ split by head-dimension halves);
  * attention_backward_hopper_keys below dispatches on s.HS.
- * Not done: dS staged K-major swizzled with dQ as SS wgmmas in the dV/dK batch (the lab's v1: the same speed
- * within noise); overlap of the dQ GEMM with the next step's scores; a persistent schedule; fp32 and
+ * Not done: dS staged K-major swizzled with dQ as SS wgmmas in the dV/dK batch (measured: the same speed
+ * within noise; docs/attention_kernels.md's design table); overlap of the dQ GEMM with the next step's scores; a persistent schedule; fp32 and
  * gproj modes (their own key-major passes: attention_hopper_bwd64_fp32.cu, attention_hopper_bwd_gproj.cu).
  */
 #include <math.h>

@@ -33,7 +33,7 @@
  *       then the CTA gives up and writes NaN to all its dK/dV rows (no trap: it would void setmaxnreg; see
  *       attention_hopper_bwd128.cu). Given a host-mapped AttnHopperHang (cudaHostAllocMapped, device
  *       pointer), the first hung wait records which barrier it was, so a lab can name it after the NaNs (or,
- *       for the kernels whose waits still trap, the CUDA error). NULL: no record.
+ *       for the kernels whose waits trap, the CUDA error). NULL: no record.
  *   attention_hopper_bwd_layout_probe (HS 64), attention_hopper_bwd128_layout_probe (HS 128) - for the labs:
  *       one tile of S^T, dP^T, dV, dK, dQ through the kernel's own TMA maps and wgmma helpers (HS 64: also
  *       dQ through its TMA reduce-add), so a layout mistake is named before the attention checks fail.
@@ -186,7 +186,7 @@ void attention_backward_hopper_gproj_keys128(AttnShape s, const __nv_bfloat16* q
 void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
 void attention_hopper_gproj_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);
 
-/* Probe of the pass's one new operand form, qkv [1, T, 3, NH, 64] and dout [1, T, NH, 64] with T <= 64
+/* Probe of the one operand form only this pass uses, qkv [1, T, 3, NH, 64] and dout [1, T, NH, 64] with T <= 64
    (tokens past T read as zeros), head `head` at token 0, lambda [64] per query (device): four [64][64]
    FP32 tiles, row-major, consecutively at `tiles`: S^T = K Q^T, dP^T = V dO^T,
    dK = bf(dP^T) Q + bf(-lambda_q S^T) Q (two register-A batches into one accumulator), and the correction

@@ -5,11 +5,11 @@
  * on HS 128; the HS-64 kernel is attention_hopper_bwd.cu).
  *
  * Why: at HS 128 the portable mma.sync key-major kernel (attention/attention_cuda.cu: attn_bwd_kernel) takes
- * most of the attention time on the H200 (dev/results/device_s4/call5: 2.0 ms of the 2.3 ms fwd+bwd at B2 H16
- * T4096 d128, cuDNN's whole fwd+bwd 1.0 ms), and HS 64's kernel does not stretch (one warpgroup's dK, dV
+ * most of the attention time on the H200 (at B2 H16 T4096 d128 the bulk of the portable fwd+bwd, which is about
+ * twice cuDNN's), and HS 64's kernel does not stretch (one warpgroup's dK, dV
  * accumulators alone would be 128 registers next to S^T, dP^T and the dQ partial). With this kernel the whole
  * backward (prep + this kernel + dQ post-pass) is 1.40x faster than mma.sync at B8 H8 T1024 d128 and 1.69x at
- * B2 H16 T4096 d128 (dev/results/device_s5/call1/hopper_bwd128.log, within 4 BF16 ulps of the portable
+ * B2 H16 T4096 d128 (dev/results/attention_hopper_2026-11-29.md; within 4 BF16 ulps of the portable
  * backward). The dQ partials go out by TMA reduce-add (1.10-1.12x faster than red.global atomics at HS 64),
  * and the CTAs take their key tiles longest first over all heads (attention/tile_order.cuh).
  * dev/attention_lab/hopper_bwd128.cu is the harness that checks and times it.
@@ -46,8 +46,8 @@
  *
  * Hangs: every mbarrier wait is bounded (~2 s of clock64; a legitimate wait is microseconds). It does NOT
  * trap: a __trap() anywhere on the consumer path makes ptxas ignore setmaxnreg.inc (the consumers are then
- * compiled for 168 registers: spills and serialised wgmmas; dev/attention_lab/hopper_bwd_fast.cu), and a
- * trap on the producer path alone was not tried (it would end the kernel, not name the consumers' rows). A
+ * compiled for 168 registers: spills and serialised wgmmas; docs/attention_kernels.md, "Hangs"), and a
+ * trap on the producer path alone would end the kernel, not name the consumers' rows. A
  * wait that gives up records the barrier in the host-mapped AttnHopperHang record (when
  * attention_hopper_bwd_watch_hangs installed one; first give-up wins), sets the CTA's abort flag (every later
  * wait of the CTA returns at once) and runs on; at the end the consumers, after a barrier that makes every
@@ -57,8 +57,8 @@
  * counts are uniform by construction).
  *
  * Not done: a separate warp issuing the dQ reduce-adds (FA3's); overlapping the dQ
- * GEMM with dV/dK or the next step's scores; 3 stages; a persistent schedule; fp32/gproj modes (their row
- * pass is HS 64 only); repair's tile-max-shift arm (portable end to end, as at HS 64).
+ * GEMM with dV/dK or the next step's scores; 3 stages; a persistent schedule; fp32/gproj modes (their own
+ * key-major passes: attention_hopper_bwd128_fp32.cu, attention_hopper_bwd128_gproj.cu); repair's tile-max-shift arm (portable end to end, as at HS 64).
  */
 #include <math.h>
 #include <stdint.h>
@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
            one thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map). The
            tile is two 128B-swizzled boxes of 32 columns: float2 (row r, cols 8n + 2t) is 16-byte chunk
            (2 (n % 4) + t / 2) ^ (r % 8) of row r of box n / 4, and r % 8 = g (attention_hopper_bwd.cu's HS-64
-           flush, 1.10-1.12x faster than red.global atomics: dev/results/device_s5/call3) */
+           flush, 1.10-1.12x faster than red.global atomics: dev/results/attention_hopper_2026-11-29.md) */
         unsigned char* dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
         unsigned char* dq_row = dq_tile + (warp_in_wg * 16 + g) * kSwizzleRowBytes + (t & 1) * 8;
 #pragma unroll

@@ -7,12 +7,11 @@
  * holds the entry points of both head sizes (attention_backward_hopper_fp32_keys hands HS 128 to this file).
  *
  * Why: with the PORTABLE mma.sync key-major kernel attn_bwd_kernel<128, ATTN_FP32> (attention/attention_cuda.cu)
- * after the Hopper row pass, fp32 mode's fwd+bwd at B2 H16 T4096 d128 costs 2.86x bf16's
- * (dev/results/device_s5/call5/attn/bench_attention.md; the target is at most 2.5x). This kernel is
- * attention_hopper_bwd128.cu's CTA (the bf16/repair pass) with fp32's numerics: alone 1.335 ms at B2 H16 T4096
- * d128, the fp32 backward (prep + Hopper row pass + this kernel + post-pass) 1.648 ms against 2.570 ms with the
- * portable key-major kernel (fp32/bf16 backward 3.32x -> 2.13x), all three slots within 4 BF16 ulps of
- * attention_backward_cuda(fp32, force_portable) (dev/results/device_s5/call7/hopper_bwd128_fp32.log). The
+ * after the Hopper row pass, fp32 mode's fwd+bwd at B2 H16 T4096 d128 costs more than the 2.5x bf16's that is
+ * the target. This kernel is attention_hopper_bwd128.cu's CTA (the bf16/repair pass) with fp32's numerics: the
+ * fp32 backward (prep + Hopper row pass + this kernel + post-pass) is 1.56x faster than with the portable
+ * key-major kernel at B2 H16 T4096 d128 (fp32/bf16 backward 3.32x -> 2.13x), all three slots within 4 BF16 ulps
+ * of attention_backward_cuda(fp32, force_portable) (dev/results/attention_hopper_2026-11-29.md). The
  * producer's K/V load and stage fill and the dK/dV epilogue are hopper_bwd_common.cuh's keymajor_load_kv /
  * keymajor_fill_stage / keymajor_store_dkv. dev/attention_lab/hopper_bwd128_fp32.cu is the harness that checks
  * and times it.
@@ -61,7 +60,7 @@
  * static_assert keeps it <= 227 KB).
  * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math; `make hopper_bwd128_fp32-regs` prints them):
  * fp32keys128_kernel 168 at entry (240 after setmaxnreg.inc), 0 bytes spill, no C75xx warning; the probe
- * kernels 90 (scores, dQ parts) / 218 (dK+dV), 0 spill. What it took (the lab's finding): the producer's
+ * kernels 90 (scores, dQ parts) / 218 (dK+dV), 0 spill. What that takes: the producer's
  * two-query row-state loop is not unrolled (`#pragma unroll 1`: unrolled, its 24 registers spilled), and the dQ
  * flush's swizzled column offsets are not hoisted (g through an opaque move).
  *

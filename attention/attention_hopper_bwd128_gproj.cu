@@ -4,19 +4,15 @@
  * it serves: attention/attention_hopper_bwd.cuh (the gproj section at its end: attention_backward_hopper_gproj_keys
  * dispatches here on HS 128; the HS-64 pass is attention_hopper_bwd_gproj.cu).
  *
- * Why: at HS 128 gproj's backward (gproj is the users' default mode) was all portable: prep + attn_bwd_rows_kernel
- * + attn_bwd_kernel<128, ATTN_GPROJ> (attention/attention_cuda.cu), 2.2x bf16's Hopper backward at B2 H16 T4096
- * d128, and the key-major kernel was most of it. This kernel is attention_hopper_bwd128.cu's CTA with gproj's
- * numerics, as attention_hopper_bwd_gproj.cu is at HS 64: no dQ GEMM, no atomics, no dS staging tile (the row
- * pass wrote dQ), one more register-A GEMM into dK. Written and first run as dev/attention_lab/
- * hopper_bwd128_gproj.cu (engineer C; H200, 2026-11-29, session 5 call 4, dev/results/device_s5/call4/
- * hopper_bwd128_gproj.log): layout probe exact in all five products, 257 passed / 0 failed against
- * attention_backward_cuda(gproj, force_portable) on the same D and lambda (dK within 1 BF16 ulp, dV bit-equal),
- * this kernel alone 0.137 ms = 313 TFLOP/s at B8 H8 T1024 and 0.687 ms = 500 TFLOP/s at B2 H16 T4096 (5 causal
- * GEMMs), and prep + portable row pass + this kernel 1.26x / 1.39x faster than the portable gproj backward
- * (0.303 vs 0.383 ms, 1.712 vs 2.372 ms; gproj/bf16 backward 1.69x -> 1.34x and 2.21x -> 1.60x). Moved here
- * unchanged in what it computes and how it is laid out; the only additions are the give-up bookkeeping below
- * (the NaN rows and the barrier before them). This production form passed on the H200 (calls 5, 8: 353/0).
+ * Why: at HS 128 the portable gproj backward (gproj is the users' default mode: prep + attn_bwd_rows_kernel
+ * + attn_bwd_kernel<128, ATTN_GPROJ>, attention/attention_cuda.cu) is about 2.2x bf16's Hopper backward at
+ * B2 H16 T4096 d128, and the key-major kernel is most of it. This kernel is attention_hopper_bwd128.cu's CTA
+ * with gproj's numerics, as attention_hopper_bwd_gproj.cu is at HS 64: no dQ GEMM, no atomics, no dS staging
+ * tile (the row pass wrote dQ), one more register-A GEMM into dK. Its lab, dev/attention_lab/hopper_bwd128_gproj.cu,
+ * checks the layout (all five products) and this kernel against attention_backward_cuda(gproj, force_portable)
+ * on the same D and lambda (dK within 1 BF16 ulp, dV bit-equal), and times it: 1.26x / 1.39x the portable
+ * gproj backward at B8 H8 T1024 / B2 H16 T4096 d128 (dev/results/attention_hopper_2026-11-29.md). Beyond the
+ * lab's kernel, production adds the give-up bookkeeping below (the NaN rows and the barrier before them).
  *
  * What it computes (docs/attention_numerics.md, gproj; attn_bwd_kernel<128, ATTN_GPROJ>'s rounding points):
  *   per query tile of 64 (from the diagonal on), per consumer warpgroup (64 keys):
@@ -32,7 +28,7 @@
  *   row pass (lambda; portable or Hopper, either) write.
  * Only the FP32 sum order differs from the portable kernel (wgmma's k order; dK sums the tile's 4 bf(dS)
  * k-steps, then the 4 correction k-steps, where attn_bwd_kernel interleaves them per 16 queries; 64-query
- * tiles here, 32 there): dK within a few BF16 ulps of the row scale (the lab: at most 1), dV bit-equal so far.
+ * tiles here, 32 there): dK within a few BF16 ulps of the row scale (the lab: at most 1), dV bit-equal on the lab's cases.
  *
  * Layout (attention_hopper_bwd128.cu's; FlashAttention-3's d128 split, read in Dao-AILab/flash-attention
  * hopper/, no code copied): one CTA = 128 keys of one (b, h), 384 threads: two consumer warpgroups of 64 keys
@@ -52,8 +48,7 @@
  * T, B} in 64-column boxes of 64 tokens (128-byte swizzle, zero fill past T).
  * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3; `make hopper_bwd128_gproj-regs` prints them): the kernel 168 at
  * entry (240 after setmaxnreg.inc), 0 B spill, no C75xx warning (0 spills is also the sign setmaxnreg took:
- * at 168 this code spills); the probe kernels (256 threads, no setmaxnreg) 90 / 218 / 106, 0 spill. Same as the
- * lab's; the main loop's PTX is the lab's instruction for instruction (registers renamed), only the epilogue differs.
+ * at 168 this code spills); the probe kernels (256 threads, no setmaxnreg) 90 / 218 / 106, 0 spill.
  *
  * Hangs (a pipeline protocol bug): as attention_hopper_bwd128.cu. Every mbarrier wait is bounded (~2 s of
  * clock64; a legitimate wait is microseconds) and GIVES UP instead of trapping (hopper_bwd_common.cuh's
@@ -65,9 +60,9 @@
  * loudly), never as a stuck job or silently wrong numbers.
  *
  * Not done: the longest-first tile order over all heads (tile_order.cuh; the HS-64 pass has it, this grid is
- * still blockIdx.x = key tile as run); 3 stages or a persistent schedule; overlapping the next tile's S^T/dP^T
+ * blockIdx.x = key tile); 3 stages or a persistent schedule; overlapping the next tile's S^T/dP^T
  * with this tile's dV/dK batch (FA3's two-tile pipelining; the registers would not hold a second S^T/dP^T next to
- * 48 A registers); fp32 mode (its key-major pass also makes dQ; it stays portable).
+ * 48 A registers). fp32 mode's key-major pass (it also makes dQ) is attention_hopper_bwd128_fp32.cu.
  */
 #include <math.h>
 #include <stdint.h>
@@ -333,7 +328,7 @@ __device__ __forceinline__ void probe_rs_batches(float (&acc)[kHS / 2], uint32_t
    per-query lambda [64] from global memory in stage 1's lambda row, through the kernel's own helpers
    (P := S^T, dS := dP^T). Three launches, kPart: kProbeScores writes out_st and out_dpt, kProbeDkDv out_dk
    and out_dv, kProbeCorr out_corr (S^T, dP^T recomputed by each: deterministic; one kernel writing all five
-   took 255 registers, spilled and serialised its wgmmas - ptxas kept the earlier accumulators live):
+   takes 255 registers, spills and serialises its wgmmas - ptxas keeps the earlier accumulators live):
      out_st   [128 keys][64 queries]  S^T = K Q^T
      out_dpt  [128][64]               dP^T = V dO^T
      out_dk   [128 keys][128]         bf(dP^T) Q + bf(-lambda_q S^T) Q   (the two chained batches)

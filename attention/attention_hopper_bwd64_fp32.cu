@@ -7,12 +7,11 @@
  * runs it in attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 after the Hopper row pass.
  *
  * Why: with the PORTABLE mma.sync key-major kernel attn_bwd_kernel<64, ATTN_FP32> (attention_cuda.cu) after the
- * Hopper row pass, fp32 at HS 64 costs 1.77 / 1.97x bf16's fwd+bwd at the HS-64 shapes and +12% per 450m
- * training step (dev/results/device_s5). With this pass the fp32 backward is 1.13x / 1.17x faster at B8 H16
- * T1024 / B4 H16 T2048 d64 (0.416 / 0.682 ms against 0.472 / 0.799 ms; the pass alone 248 / 289 TFLOP/s
- * counting its 9 causal BF16 GEMMs), dQ, dK, dV within 4 BF16 ulps of attention_backward_cuda(fp32,
- * force_portable) (dev/results/device_s6, hopper_bwd64_fp32.log). dev/attention_lab/hopper_bwd64_fp32.cu is the
- * harness that checks and times it.
+ * Hopper row pass, fp32 at HS 64 costs nearly 2x bf16's fwd+bwd at the HS-64 shapes. With this pass the fp32
+ * backward is 1.13x / 1.17x faster at B8 H16 T1024 / B4 H16 T2048 d64 (the pass does 9 causal BF16 GEMMs), dQ,
+ * dK, dV within 4 BF16 ulps of attention_backward_cuda(fp32, force_portable)
+ * (dev/results/attention_hopper_2026-11-29.md). dev/attention_lab/hopper_bwd64_fp32.cu is the harness that
+ * checks and times it.
  *
  * What it computes (docs/attention_numerics.md "fp32"; attn_bwd_kernel<64, ATTN_FP32>'s rounding points,
  * operation for operation; only the FP32 summation order differs):

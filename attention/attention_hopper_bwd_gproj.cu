@@ -4,17 +4,14 @@
  * points for both head sizes (HS 128: attention_hopper_bwd128_gproj.cu). The API and which calls it serves:
  * attention/attention_hopper_bwd.cuh (the gproj section at its end).
  *
- * Why: on sm_90 gproj's backward was prep (D) + the Hopper row pass (attention_hopper_rows.cu: lambda and all
- * of dQ) + the portable mma.sync attn_bwd_kernel<64, ATTN_GPROJ> (attention/attention_cuda.cu) for dK and dV,
- * and that last kernel was the slow piece. bf16/repair's key-major pass is already Hopper
+ * Why: on sm_90 gproj's backward is prep (D) + the Hopper row pass (attention_hopper_rows.cu: lambda and all
+ * of dQ) + a key-major pass for dK and dV, and the portable mma.sync attn_bwd_kernel<64, ATTN_GPROJ>
+ * (attention/attention_cuda.cu) in that role is the slow piece. bf16/repair's key-major pass is Hopper
  * (attention_hopper_bwd.cu); this kernel is that kernel's forms with gproj's numerics: no dQ GEMM, no
  * atomics, no dS staging (the row pass wrote dQ), and a third register-A GEMM into dK. Its lab is
- * dev/attention_lab/hopper_bwd_gproj.cu; first H200 run as a lab kernel on 2026-11-29 (session 5, call 1:
- * dev/results/device_s5/call1, the lab's log hopper_bwd_gproj.log): probes exact, 301 passed / 0 failed,
- * the all-Hopper gproj backward (prep, row pass, this kernel) 0.349 ms vs 0.404 ms for prep + Hopper row
- * pass + portable key-major (1.16x) at B8 H16 T1024 d64, 0.544 vs 0.661 ms (1.21x) at B4 H16 T2048; gproj's
- * backward over bf16's went from 1.27x / 1.33x to 1.10x / 1.09x; this kernel alone 0.174 ms = 247 TFLOP/s
- * and 0.272 ms = 316 TFLOP/s (5 causal GEMMs). This production form passed on the H200 (calls 5, 8: 224/0).
+ * dev/attention_lab/hopper_bwd_gproj.cu (probes, the pass against force_portable, timings): the all-Hopper
+ * gproj backward is 1.16x / 1.21x faster than with the portable key-major pass at B8 H16 T1024 / B4 H16
+ * T2048 d64, about 1.1x bf16's backward (dev/results/attention_hopper_2026-11-29.md).
  *
  * What it computes (docs/attention_numerics.md, gproj; attn_bwd_kernel<64, ATTN_GPROJ>'s rounding points):
  *   per key tile, for each query tile from the diagonal on (per consumer warpgroup, 64 keys x 64 queries):
@@ -46,8 +43,8 @@
  *
  * Hangs (a pipeline protocol bug): every mbarrier wait is bounded (~10 s of clock64, as
  * attention_hopper_bwd.cu). The consumers do not trap: a __trap() on their path can make ptxas ignore
- * setmaxnreg.inc (seen in hopper_bwd_fast.cu: 260 bytes of spills; here a trap in the full[s] wait happened
- * to compile to 0 spills with CUDA 13.0, a property no later edit would keep in view), and no consumer may
+ * setmaxnreg.inc (260 bytes of spills in a lab variant of the HS-64 bf16 pass; here a trap in the full[s]
+ * wait happens to compile to 0 spills with CUDA 13.0, a property no edit would keep in view), and no consumer may
  * leave early (the .sync.aligned wgmmas need the whole warpgroup). So a wait that runs out GIVES UP
  * (hopper_bwd_common.cuh's mbar_wait_give_up, as attention_hopper_bwd128.cu): it records the barrier in the
  * hang record (when attention_hopper_bwd_watch_hangs installed one; the first site of the grid wins) and
@@ -59,8 +56,8 @@
  * trap (-Xptxas -v: 0 spills). setmaxnreg itself cannot be bounded (the split is exact: it never waits on
  * another CTA).
  *
- * Not done: fp32 mode (its key-major pass also computes dQ: three BF16 terms of dS through shared memory and
- * atomics; it stays portable), D fused into the row pass.
+ * Not done: D fused into the row pass. fp32 mode's key-major pass (it also computes dQ: three BF16 terms of
+ * dS through shared memory and atomics) is attention_hopper_bwd64_fp32.cu.
  */
 #include <math.h>
 #include <stdint.h>
@@ -82,7 +79,7 @@ constexpr int kConsumerWarpgroups = kBlockK / kWarpgroupKeys;
 constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
 /* + a producer warpgroup after the consumers (one warp of it works); setmaxnreg moves its registers to the
    consumers. __launch_bounds__(384, 1) starts every thread at 168 registers; the producer warpgroup drops
-   to 40 and the consumers rise to 232: 128 * 40 + 256 * 232 = 384 * 168 (hopper_bwd_fast's v1 split). */
+   to 40 and the consumers rise to 232: 128 * 40 + 256 * 232 = 384 * 168 (attention_hopper_bwd.cu's split). */
 constexpr int kThreads = kConsumerThreads + 128;
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
@@ -165,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* the warpgroup index through a shuffle: ptxas then knows it is warp-uniform, so the setmaxnreg regions
-       below are not divergent code to it (as hopper_bwd_fast) */
+       below are not divergent code to it */
     const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
 
     if (threadIdx.x == 0) {

@@ -5,11 +5,11 @@
  *
  * Why: gproj's and fp32's extra cost over bf16 is mostly the portable row pass attn_bwd_rows_kernel
  * (attention/attention_cuda.cu, mma.sync). That pass has the forward's shape (query rows as M), which the
- * Hopper forward already runs on wgmma; this kernel, first run in dev/attention_lab/hopper_rows.cu
- * (dev/results/device_s4/call2: layout probe exact, 159/0 against the production backward; the row pass
- * 0.36x of the whole production gproj backward), takes attn_bwd_rows_kernel's place on sm_90. It writes
- * the same workspace slots (D for fp32, lambda for gproj, carve_workspace's layout) and gproj's dQ into
- * the q slot of dqkv, so the portable key-major kernel attn_bwd_kernel then runs unchanged.
+ * Hopper forward runs on wgmma; this kernel (its lab: dev/attention_lab/hopper_rows.cu, layout probe and
+ * the pass against the production backward; dev/results/attention_hopper_2026-11-29.md) takes
+ * attn_bwd_rows_kernel's place on sm_90. It writes the same workspace slots (D for fp32, lambda for gproj,
+ * carve_workspace's layout) and gproj's dQ into the q slot of dqkv, so the key-major pass after it (Hopper
+ * or the portable attn_bwd_kernel) reads them unchanged.
  *
  * What it computes, per query row i over its visible keys j <= i (docs/attention_numerics.md; the portable
  * row pass operation for operation, except the order of the FP32 sums inside the tensor core):

@@ -4,16 +4,13 @@
  * setmaxnreg. The API and which calls it serves: attention/attention_hopper_bwd.cuh (attention_backward_hopper_rows
  * dispatches here on HS 128; the HS-64 kernel is attention_hopper_rows.cu).
  *
- * Why: at HS 128 the row pass was the portable mma.sync attn_bwd_rows_kernel<128, MODE> (attention/attention_cuda.cu),
- * HS 64's kernel does not stretch (its DSK and PK accumulators alone would be 128 registers per thread), and it is
- * what keeps gproj (and fp32) at HS 128 far from bf16. This kernel was written and first run as
- * dev/attention_lab/hopper_rows128.cu (H200, 2026-11-29, dev/results/device_s5/call3/hopper_rows128.log): layout
- * probe exact in all four products, 188 passed / 0 failed against the portable production backward, D, lambda and
- * dQ BIT-EQUAL on every row and element checked (10 shapes per mode, T 1..1000, sharp and offset-key cases); the
- * row pass alone 1.81x (gproj: 0.562 vs 1.016 ms) / 2.29x (fp32: 0.287 vs 0.657 ms) faster than the portable one at
- * B2 H16 T4096 d128, 1.49x / 1.83x at B8 H8 T1024 d128 (warm inputs, kernels alone as graph nodes). Moved here
- * unchanged in what it computes and how it is laid out, with the production hang handling added (below); the
- * production form (this file, called through attention_backward_cuda) passed on the H200 (call 8: 440/0).
+ * Why: the portable row pass at HS 128 (the mma.sync attn_bwd_rows_kernel<128, MODE>, attention/attention_cuda.cu)
+ * is what keeps gproj (and fp32) at HS 128 far from bf16, and HS 64's kernel does not stretch (its DSK and PK
+ * accumulators alone would be 128 registers per thread). Its lab, dev/attention_lab/hopper_rows128.cu, checks the
+ * layout (all four products) and the pass against the portable production backward: D, lambda and dQ BIT-EQUAL on
+ * every row and element checked (10 shapes per mode, T 1..1000, sharp and offset-key cases). The pass alone is
+ * 1.5-1.8x (gproj) and 1.8-2.3x (fp32) faster than the portable one at B8 H8 T1024 / B2 H16 T4096 d128
+ * (dev/results/attention_hopper_2026-11-29.md). Beyond the lab's kernel, production adds the hang handling below.
  *
  * What it computes (docs/attention_numerics.md; attn_bwd_rows_kernel operation for operation, only the FP32 sums
  * inside the tensor core may differ in order), per query row i over its visible keys j <= i:
@@ -37,13 +34,13 @@
  * fill past T). Each 128-key tile is worked in two 64-key halves:
  *   S, dP of the half (m64n64k16 SS, 32 + 32 regs) -> P, dS in place -> packed BF16 A operands (16 + 16)
  *   -> DSK += bf(dS) K_half, PK += bf(P) K_half (m64n128k16 RS, LBO = one 16 KB chunk; 64 + 64 regs).
- * The layouts first used here, checked exact by the layout probe on the H200 (attention_hopper_rows128_layout_probe,
+ * The layouts no other kernel uses, checked exact by the layout probe (attention_hopper_rows128_layout_probe,
  * the lab's first section): (a) m64n64k16 SS over 8 k-steps with the chunk jump, both operands 64-row slices (8 KB
  * into 16 KB chunks) of 128-row tiles; (b) m64n128k16 RS with K N-major from row 0 and row 64 of a 128-row tile,
  * LBO 16 KB; (c) the K/V tiles of stage 1 (32 KB offsets).
  * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3; `make hopper_rows128-regs` prints them): kernel 168 at entry (240
  * after setmaxnreg.inc), 0 B spill, no C75xx warning, gproj and fp32; layout probe (256 threads, no setmaxnreg)
- * 255, 0 spill. Same as the lab's.
+ * 255, 0 spill.
  *
  * Hangs (as attention_hopper_bwd128.cu, through attention/hopper_bwd_common.cuh): every mbarrier wait is bounded
  * (~2 s of clock64; a legitimate wait is microseconds) and does NOT trap (a __trap() on the consumer path makes
@@ -56,8 +53,8 @@
  * (gproj: lambda and the dQ rows; fp32: D) instead of values. So a hang ends within seconds as NaN gradients (the
  * tests' finiteness checks and the trainer's NaN check fail loudly), never as a stuck job or silently wrong numbers.
  *
- * After it the key-major pass reads the D and lambda slots: gproj's Hopper one (attention_hopper_bwd128_gproj.cu)
- * or, for fp32, the portable attn_bwd_kernel<128, ATTN_FP32>.
+ * After it the key-major pass reads the D and lambda slots: on sm_90 gproj's (attention_hopper_bwd128_gproj.cu)
+ * or fp32's (attention_hopper_bwd128_fp32.cu), elsewhere the portable attn_bwd_kernel<128, MODE>.
  * Not done: overlap of one half's DSK/PK GEMMs with the next half's S/dP; 3 stages; D fused in.
  */
 #include <math.h>

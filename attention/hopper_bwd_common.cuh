@@ -10,7 +10,7 @@
  *
  * Why: both kernels recompute P with attn_bwd_kernel's expression, one copy here; and a kernel with
  * setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and serialised
- * wgmmas, dev/attention_lab/hopper_bwd_fast.cu), so its waits give up, record the barrier and let the
+ * wgmmas; docs/attention_kernels.md, "Hangs"), so its waits give up, record the barrier and let the
  * kernel end with poisoned outputs instead (attention_hopper_bwd128.cu's file comment). Needs
  * attention/hopper_wgmma.cuh; everything is in the including file's anonymous namespace (one kernel file
  * = one translation unit, each with its own __device__ record pointer).
@@ -59,8 +59,8 @@ __device__ __forceinline__ float recompute_prob(float score, float row_a, float 
    `query` = q0 + 8j + 2t + e with row state `row` {a, b, D} (hopper_wgmma.cuh's fragment layout).
    P = recompute_prob<MODE>, dS = P (dP - D): attn_bwd_kernel's expressions (gproj passes ATTN_REPAIR: its
    stats are repair's). masked (the tile reaches the warpgroup's keys or T): keys past the query and queries
-   past T give exactly 0 in both. row by reference: by value, attention_hopper_bwd.cu's PTX changed (its
-   producer's register numbering). */
+   past T give exactly 0 in both. row by reference: passed by value, it changes the register numbering of
+   attention_hopper_bwd.cu's producer in the PTX. */
 template <int MODE, int kRegs = 32> /* kRegs: 32 for 64-query tiles, 64 for the 128-query steps at HS 64 */
 __device__ __forceinline__ void keymajor_probs_column(float (&st)[kRegs], float (&dpt)[kRegs], const float4& row,
                                                       int j, int e, int query, int key0, int T, bool masked,

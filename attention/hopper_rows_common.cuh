@@ -77,8 +77,8 @@ __device__ __forceinline__ void row_probs_and_sums(float (&sacc)[REGS], float (&
    N-major (trans-b = 1: the head dim, N = 2 REGS, contiguous within a 64-column chunk; the next 64-column block
    of N is `chunk_bytes` further: the descriptor's LBO), each k-step 16 rows = 2048 bytes further; the forward's
    O += P V with K in place of V (wgmma_pv: m64n64k16 or m64n128k16 by REGS). FENCE_A: the just-packed A
-   registers are fenced first (HS 128's form; HS 64's kernel ran without, and each kept the PTX that passed on
-   the H200). The A registers stay live until the wgmmas that read them are done; fenced, committed and waited
+   registers are fenced first (HS 128's form; HS 64's kernel runs without: a parameter, so each kernel keeps
+   the PTX its checks verified). The A registers stay live until the wgmmas that read them are done; fenced, committed and waited
    for here. */
 template <int REGS, bool FENCE_A>
 __device__ __forceinline__ void warpgroup_rs_k(float (&dsk)[REGS], float (&pk)[REGS],

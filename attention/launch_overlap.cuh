@@ -4,8 +4,8 @@
  * it drains, and waits inside for that one's results.
  *
  * Why: the backward is three or four kernels in a row, and each boundary costs the GPU a drain, a launch and
- * a ramp (session 6 call 2: at B8 H16 T1024 d64 the bf16 backward's kernels add up to 240 us under ncu, the
- * backward to 246 us under bench_attention). With PDL (compute capability 9.0 and later) the dependent
+ * a ramp (at B8 H16 T1024 d64 the bf16 backward's kernels under ncu add up to a few percent less than the
+ * backward timed whole under bench_attention). With PDL (compute capability 9.0 and later) the dependent
  * grid's CTAs are placed on the SMs as soon as every CTA of the grid before it has started (or said it no
  * longer holds them back), run their prologue, and block in griddepcontrol.wait until that grid has finished
  * and its memory is visible.
