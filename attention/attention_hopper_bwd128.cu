@@ -5,8 +5,8 @@
  * on HS 128; the HS-64 kernel is attention_hopper_bwd.cu).
  *
  * Why: at HS 128 the portable mma.sync key-major kernel (attention/attention_cuda.cu: attn_bwd_kernel) takes
- * most of the attention time on the H200 (at B2 H16 T4096 d128 the bulk of the portable fwd+bwd, which is about
- * twice cuDNN's), and HS 64's kernel does not stretch (one warpgroup's dK, dV
+ * most of the attention time on the H200 (at B2 H16 T4096 d128 the bulk of the portable fwd+bwd), and HS 64's
+ * kernel does not stretch (one warpgroup's dK, dV
  * accumulators alone would be 128 registers next to S^T, dP^T and the dQ partial). With this kernel the whole
  * backward (prep + this kernel + dQ post-pass) is 1.40x faster than mma.sync at B8 H8 T1024 d128 and 1.69x at
  * B2 H16 T4096 d128 (dev/results/attention_hopper_2026-11-29.md; within 4 BF16 ulps of the portable
