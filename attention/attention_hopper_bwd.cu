@@ -548,12 +548,6 @@ __global__ void __launch_bounds__(128, 1)
 
 constexpr const char* kWho = "attention (Hopper backward, HS 64)";
 
-/* qkv (heads = 3 NH) or dout (heads = NH) as a 4-D TMA tensor (hopper_wgmma.cuh's encode_head_map): boxes of
-   {64 columns, 1 head, 64 tokens, 1 batch}. */
-CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    return encode_head_map(base, s, heads, kBoxRows, kWho, what);
-}
-
 constexpr size_t kTmaAlignBytes = 16; /* global address alignment TMA requires */
 
 template <int MODE, bool DQ_SLICES>
@@ -596,8 +590,8 @@ void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloa
         attention_backward_hopper_keys128(mode, s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
         return;
     }
-    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     if (mode == ATTN_BF16 && !dq_slices)
         hopper_bwd_keys_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
     else if (mode == ATTN_BF16)
@@ -634,8 +628,8 @@ void attention_hopper_bwd_layout_probe(AttnShape s, int head, const __nv_bfloat1
     }
     static_assert(ATTN_HOPPER_BWD_PROBE_KEYS == kWarpgroupKeys && ATTN_HOPPER_BWD_PROBE_QUERIES == kBlockQ,
                   "the probe covers one consumer warpgroup's keys and one query step");
-    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho);
     const size_t n_st = (size_t)kWarpgroupKeys * kBlockQ, n_kv = (size_t)kWarpgroupKeys * kHS;
     ProbeOut o;

@@ -73,6 +73,7 @@ using namespace hopper_wgmma;
 namespace {
 constexpr int kHS = ATTN_HOPPER_BWD128_HS; /* the head size of this kernel */
 constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
+static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
 constexpr int kChunks = kHS / kChunkCols;
 constexpr int kBlockK = 128;            /* keys per CTA */
 constexpr int kBlockQ = 64;             /* queries per pipelined Q/dO tile (the N of S^T, the k of dK/dV) */
@@ -498,12 +499,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
 
 namespace {
 
-/* qkv (heads = 3 NH) or dout (heads = NH) as hopper_wgmma.cuh's 4-D TMA tensor {HS, heads, T, B}: boxes of 64
-   columns x kBoxRows tokens (column chunk c at coordinate 64 c), 128-byte swizzle, zeros outside. */
-CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
-    return encode_head_map(base, s, heads, kBoxRows, "attention (Hopper backward, HS 128)", what);
-}
+constexpr const char* kWho = "attention (Hopper backward, HS 128)";
 
 template <int MODE, bool DQ_SLICES>
 void hopper_bwd128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
@@ -511,8 +507,7 @@ void hopper_bwd128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtenso
     cudaCheck(cudaFuncSetAttribute(hopper_bwd128_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    SmemPlan::kAlloc));
     const int n_key_blocks = ceil_div(s.T, kBlockK);
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper backward, HS 128)",
-                                                 DQ_SLICES ? n_key_blocks : 1);
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho, DQ_SLICES ? n_key_blocks : 1);
     const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
     launch_after_previous_grid(1, hopper_bwd128_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), SmemPlan::kAlloc,
                                stream, qkv_map, dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
@@ -530,8 +525,8 @@ void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bf
             "  hint: call attention_backward_hopper_keys (or attention_backward_cuda), which checks support",
             s.HS, (int)mode, kHS);
     }
-    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     if (mode == ATTN_BF16 && !dq_slices)
         hopper_bwd128_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
     else if (mode == ATTN_BF16)
@@ -554,8 +549,8 @@ void attention_hopper_bwd128_layout_probe(AttnShape s, int head, const __nv_bflo
     }
     static_assert(ATTN_HOPPER_BWD128_PROBE_KEYS == kBlockK && ATTN_HOPPER_BWD128_PROBE_QUERIES == kBlockQ,
                   "the probe covers one CTA's keys and one query tile");
-    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     const size_t n_st = (size_t)kBlockK * kBlockQ, n_dkv = (size_t)kBlockK * kHS;
     float* o_st = tiles;
     float* o_dpt = o_st + n_st;

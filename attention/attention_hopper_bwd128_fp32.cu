@@ -96,6 +96,7 @@ namespace {
 
 constexpr int kHS = ATTN_HOPPER_FP32_KEYS128_HS; /* the head size of this kernel */
 constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
+static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
 constexpr int kChunks = kHS / kChunkCols;
 constexpr int kBlockK = 128;            /* keys per CTA */
 constexpr int kBlockQ = 64;             /* queries per pipelined Q/dO tile */
@@ -584,12 +585,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
 /* host: tensor maps, launch, probe                                                                  */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* qkv (heads = 3 NH) or dout (heads = NH) as hopper_wgmma.cuh's 4-D TMA tensor {HS, heads, T, B}: boxes of 64
-   columns x kBoxRows tokens (column chunk c at coordinate 64 c), 128-byte swizzle, zeros outside. */
-CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
-    return encode_head_map(base, s, heads, kBoxRows, "attention (Hopper fp32 key-major pass, HS 128)", what);
-}
+constexpr const char* kWho = "attention (Hopper fp32 key-major pass, HS 128)";
 
 }  // namespace
 
@@ -607,12 +603,11 @@ void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qk
             "  hint: HS %d, B*NH <= 65535, 16-byte aligned qkv and dout; call attention_backward_cuda, which checks"
             " support (attention_hopper_fp32_keys128_supports)", s.B, s.NH, s.T, s.HS, kHS);
     }
-    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
     const int n_key_blocks = ceil_div(s.T, kBlockK);
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, "attention (Hopper fp32 key-major pass, HS 128)",
-                                                 dq_slices ? n_key_blocks : 1);
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho, dq_slices ? n_key_blocks : 1);
     auto kernel = dq_slices ? fp32keys128_kernel<true> : fp32keys128_kernel<false>;
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
     const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
@@ -630,8 +625,8 @@ void attention_hopper_fp32_keys128_layout_probe(AttnShape s, int head, const __n
         die("attention_hopper_fp32_keys128_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d "
             "NH=%d T=%d HS=%d head %d)", ATTN_HOPPER_FP32_KEYS128_PROBE_KEYS, kHS, s.B, s.NH, s.T, s.HS, head);
     }
-    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     const size_t n_st = (size_t)kBlockK * kBlockQ, n_kv = (size_t)kBlockK * kHS, n_q = (size_t)kBlockQ * kHS;
     ProbeOut o;
     o.st = tiles;

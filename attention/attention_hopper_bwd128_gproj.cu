@@ -77,6 +77,7 @@ namespace {
 
 constexpr int kHS = ATTN_HOPPER_BWD128_HS; /* the head size of this kernel */
 constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
+static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
 constexpr int kChunks = kHS / kChunkCols;
 constexpr int kBlockK = 128;            /* keys per CTA */
 constexpr int kBlockQ = 64;             /* queries per pipelined Q/dO tile (the N of S^T, the k of dK/dV) */
@@ -410,12 +411,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
 /* host: tensor maps, launch                                                                         */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* qkv (heads = 3 NH) or dout (heads = NH) as hopper_wgmma.cuh's 4-D TMA tensor {HS, heads, T, B}: boxes of 64
-   columns x kBoxRows tokens (column chunk c at coordinate 64 c), 128-byte swizzle, zeros outside. */
-CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
-    return encode_head_map(base, s, heads, kBoxRows, "attention (Hopper gproj key-major pass, HS 128)", what);
-}
+constexpr const char* kWho = "attention (Hopper gproj key-major pass, HS 128)";
 
 }  // namespace
 
@@ -427,8 +423,8 @@ void attention_backward_hopper_gproj_keys128(AttnShape s, const __nv_bfloat16* q
             "  hint: call attention_backward_hopper_gproj_keys (or attention_backward_cuda), which checks support",
             s.HS, kHS);
     }
-    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     cudaCheck(cudaFuncSetAttribute(gproj128_keys_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
     launch_after_previous_grid(1, gproj128_keys_kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map,
@@ -446,8 +442,8 @@ void attention_hopper_gproj_keys128_layout_probe(AttnShape s, int head, const __
         die("attention_hopper_gproj_keys128_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d "
             "NH=%d T=%d HS=%d head %d)", ATTN_HOPPER_GPROJ128_PROBE_KEYS, kHS, s.B, s.NH, s.T, s.HS, head);
     }
-    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     const size_t n_st = (size_t)kBlockK * kBlockQ, n_kv = (size_t)kBlockK * kHS;
     float* o_st = tiles;
     float* o_dpt = o_st + n_st;

@@ -341,11 +341,7 @@ __global__ void __launch_bounds__(128, 1)
 /* host: tensor maps, launch                                                                         */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* qkv (heads = 3 NH) or dout (heads = NH) as a 4-D TMA tensor (hopper_wgmma.cuh's encode_head_map): boxes of
-   {64 columns, 1 head, 64 tokens, 1 batch}. */
-CUtensorMap make_head_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    return encode_head_map(base, s, heads, kBoxRows, "attention (Hopper gproj key-major pass)", what);
-}
+constexpr const char* kWho = "attention (Hopper gproj key-major pass)";
 
 }  // namespace
 
@@ -368,8 +364,8 @@ void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv,
         attention_backward_hopper_gproj_keys128(s, qkv, dout, stats, D, lambda, dqkv, stream);
         return;
     }
-    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     cudaCheck(cudaFuncSetAttribute(gproj_keys_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
     launch_after_previous_grid(1, gproj_keys_kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
@@ -388,8 +384,8 @@ void attention_hopper_gproj_keys_layout_probe(AttnShape s, int head, const __nv_
         die("attention_hopper_gproj_keys_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d "
             "T=%d HS=%d head %d)", ATTN_HOPPER_BWD_PROBE_TILE, kHS, s.B, s.NH, s.T, s.HS, head);
     }
-    const CUtensorMap qkv_map = make_head_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_head_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     const size_t tile = (size_t)ATTN_HOPPER_BWD_PROBE_TILE * ATTN_HOPPER_BWD_PROBE_TILE;
     cudaCheck(cudaFuncSetAttribute(gproj_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
     gproj_probe_kernel<<<1, 128, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, lambda, tiles, tiles + tile,

@@ -256,11 +256,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
 /* host: tensor maps, launch                                                                         */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* qkv (heads = 3 NH) or dout (heads = NH) as a 4-D TMA tensor (hopper_wgmma.cuh's encode_head_map): boxes of
-   {64 columns, 1 head, kBlockK tokens, 1 batch}. */
-CUtensorMap make_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    return encode_head_map(base, s, heads, kBlockK, "attention (Hopper row pass)", what);
-}
+constexpr const char* kWho = "attention (Hopper row pass)";
 
 constexpr size_t kTmaAlignBytes = 16; /* global address alignment TMA requires */
 
@@ -298,8 +294,8 @@ void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloa
         attention_backward_hopper_rows128(mode, s, qkv, dout, stats, D, lambda, dqkv, stream);
         return;
     }
-    const CUtensorMap qkv_map = make_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBlockK, kWho, "dout");
     if (mode == ATTN_GPROJ) hopper_rows_launch<ATTN_GPROJ>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
     else hopper_rows_launch<ATTN_FP32>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
 }
@@ -314,8 +310,8 @@ void attention_hopper_rows_layout_probe(AttnShape s, int head, const __nv_bfloat
         die("attention_hopper_rows_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d or 128 (got B=%d NH=%d "
             "T=%d HS=%d head %d)", ATTN_HOPPER_ROWS_PROBE_ROWS, kHS, s.B, s.NH, s.T, s.HS, head);
     }
-    const CUtensorMap qkv_map = make_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBlockK, kWho, "dout");
     cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
     layout_probe_kernel<<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, s_tile, dp_tile,
                                                                     x_tile, y_tile);

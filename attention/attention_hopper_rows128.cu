@@ -73,6 +73,7 @@ namespace {
 
 constexpr int kHS = ATTN_HOPPER_ROWS128_HS; /* the head size of this kernel */
 constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row (one TMA box width) */
+static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
 constexpr int kChunks = kHS / kChunkCols;
 constexpr int kBlockQ = 128;            /* query rows per CTA */
 constexpr int kBlockK = 128;            /* keys per K/V tile (= TMA box rows) */
@@ -382,12 +383,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
 /* host: tensor maps, launch                                                                         */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* qkv (heads = 3 NH) or dout (heads = NH) as hopper_wgmma.cuh's 4-D TMA tensor {HS, heads, T, B}: boxes of 64
-   columns x kBlockK tokens (column chunk c at coordinate 64 c), 128-byte swizzle, zeros outside. */
-CUtensorMap make_map(const bf16* base, AttnShape s, int heads, const char* what) {
-    static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
-    return encode_head_map(base, s, heads, kBlockK, "attention (Hopper row pass, HS 128)", what);
-}
+constexpr const char* kWho = "attention (Hopper row pass, HS 128)";
 
 template <int MODE>
 void hopper_rows128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
@@ -410,8 +406,8 @@ void attention_backward_hopper_rows128(AttnMode mode, AttnShape s, const __nv_bf
             "  hint: call attention_backward_hopper_rows (or attention_backward_cuda), which checks support",
             s.HS, (int)mode, kHS);
     }
-    const CUtensorMap qkv_map = make_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBlockK, kWho, "dout");
     if (mode == ATTN_GPROJ) hopper_rows128_launch<ATTN_GPROJ>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
     else hopper_rows128_launch<ATTN_FP32>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
 }
@@ -428,8 +424,8 @@ void attention_hopper_rows128_layout_probe(AttnShape s, int head, const __nv_bfl
     }
     static_assert(ATTN_HOPPER_ROWS_PROBE_ROWS == kBlockQ && ATTN_HOPPER_ROWS_PROBE_ROWS == kBlockK,
                   "the probe covers one CTA's query rows and one key tile");
-    const CUtensorMap qkv_map = make_map(qkv, s, 3 * s.NH, "qkv");
-    const CUtensorMap dout_map = make_map(dout, s, s.NH, "dout");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBlockK, kWho, "dout");
     cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
     layout_probe_kernel<<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, s_tile, dp_tile,
                                                                     x_tile, y_tile);
