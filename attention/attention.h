@@ -65,7 +65,7 @@ typedef struct {
     /* CUDA only (the CPU code ignores it): 1 = always run the portable
        mma.sync kernels (sm_80 and later), even where an architecture-specific
        kernel computes the same mode (the Hopper forward on sm_90, see
-       attention/attention_hopper.cuh); 0, the default = the fastest exact
+       attention/cuda/hopper/attention_hopper.cuh); 0, the default = the fastest exact
        kernel for the current device. For tests and benchmarks that compare
        the two paths. */
     int force_portable;

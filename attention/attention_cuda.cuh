@@ -29,7 +29,7 @@
  *   attention_forward_cuda  - writes out and stats (stats are read back by the
  *       backward of the same mode). Which kernel runs: on a compute-capability
  *       9.0 device (H100/H200) the Hopper wgmma forward
- *       (attention/attention_hopper.cuh) for every mode it computes exactly
+ *       (attention/cuda/hopper/attention_hopper.cuh) for every mode it computes exactly
  *       (all four; not repair's tile-max-shift arm), everywhere else and with
  *       AttnOptions.force_portable = 1 the portable mma.sync forward. Both
  *       write the same out (to about one BF16 ulp) and the same stats, so
@@ -48,7 +48,7 @@
  *       dQ are deterministic either way). docs/determinism.md. Which kernels run: always the portable prep
  *       (D, zeroed dQ accumulator) and dQ post-pass; on a compute-capability
  *       9.0 device the passes between are
- *       Hopper wgmma kernels (attention/attention_hopper_bwd.cuh), at HS 64
+ *       Hopper wgmma kernels (attention/cuda/hopper/attention_hopper_bwd.cuh), at HS 64
  *       and 128: in bf16 and repair mode (not the tile-max-shift arm) the
  *       key-major pass; in fp32 mode the row pass, then fp32's Hopper
  *       key-major pass (HS 64 and 128);

@@ -3,9 +3,9 @@
 # CPU side of the attention module: mode names and BF16 helpers, the exact CPU
 # emulation of the four modes, the fp64 reference, the hard-case generators
 # and the error metrics. Programs that use any of it link all of ATTN_CPU_OBJS.
-ATTN_CPU_OBJS := $(BUILD)/attention/attention_common.o $(BUILD)/attention/attention_cpu.o \
-                 $(BUILD)/attention/attention_ref.o $(BUILD)/attention/attn_cases.o \
-                 $(BUILD)/attention/attn_metrics.o
+ATTN_CPU_OBJS := $(BUILD)/attention/attention_common.o $(BUILD)/attention/cpu/attention_cpu.o \
+                 $(BUILD)/attention/cpu/attention_ref.o $(BUILD)/attention/support/attn_cases.o \
+                 $(BUILD)/attention/support/attn_metrics.o
 
 CPU_TESTS += $(BUILD)/tests/test_attention_cpu
 $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(ATTN_CPU_OBJS)
@@ -21,7 +21,7 @@ $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(ATTN_CP
 #   BF16 roundings enough to matter on the sharp and offset cases checked
 #   against the PyTorch emulation (tests/test_attention_torch.py).
 # `override`: they hold even when the user sets CFLAGS on the command line.
-$(BUILD)/attention/attention_cpu.o: override CFLAGS += -ffp-contract=off -fmath-errno -march=x86-64-v2 -mtune=generic
+$(BUILD)/attention/cpu/attention_cpu.o: override CFLAGS += -ffp-contract=off -fmath-errno -march=x86-64-v2 -mtune=generic
 
 # ---- CUDA side: the tensor-core kernels of every mode (attention_cuda.cu) ----
 # Programs that call attention_forward_cuda / attention_backward_cuda link
@@ -34,75 +34,75 @@ $(BUILD)/attention/attention_cpu.o: override CFLAGS += -ffp-contract=off -fmath-
 # attention_backward_cuda runs in attn_bwd_kernel's place on sm_90 devices (attention_hopper_bwd128.cu: the
 # same at HS 128), attention_hopper_rows.cu the
 # Hopper row pass (gproj, fp32; HS 64) in attn_bwd_rows_kernel's place; same sm_90a-only rule.
-ATTN_CUDA_OBJS := $(BUILD)/attention/attention_cuda.cu.o $(BUILD)/attention/attention_hopper.cu.o \
-                  $(BUILD)/attention/attention_hopper_bwd.cu.o $(BUILD)/attention/attention_hopper_rows.cu.o \
-                  $(BUILD)/attention/attention_hopper_bwd128.cu.o
+ATTN_CUDA_OBJS := $(BUILD)/attention/cuda/attention_cuda.cu.o $(BUILD)/attention/cuda/hopper/attention_hopper.cu.o \
+                  $(BUILD)/attention/cuda/hopper/attention_hopper_bwd.cu.o $(BUILD)/attention/cuda/hopper/attention_hopper_rows.cu.o \
+                  $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128.cu.o
 CUDA_OBJECTS += $(ATTN_CUDA_OBJS)
-$(BUILD)/attention/attention_cuda.cu.o: attention/attention_cuda.cu attention/attention_cuda.cuh \
-        attention/attention_hopper.cuh attention/attention_hopper_bwd.cuh attention/mma_bf16.cuh attention/tile_order.cuh \
-        attention/launch_overlap.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
-$(BUILD)/attention/attention_hopper.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper.cu.o: attention/attention_hopper.cu attention/attention_hopper.cuh \
-        attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
-$(BUILD)/attention/attention_hopper_bwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_bwd.cu.o: attention/attention_hopper_bwd.cu attention/attention_hopper_bwd.cuh \
-        attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh attention/launch_overlap.cuh attention/tile_order.cuh attention/attention.h \
+$(BUILD)/attention/cuda/attention_cuda.cu.o: attention/cuda/attention_cuda.cu attention/attention_cuda.cuh \
+        attention/cuda/hopper/attention_hopper.cuh attention/cuda/hopper/attention_hopper_bwd.cuh attention/cuda/mma_bf16.cuh attention/cuda/tile_order.cuh \
+        attention/cuda/launch_overlap.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+$(BUILD)/attention/cuda/hopper/attention_hopper.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/cuda/hopper/attention_hopper.cu.o: attention/cuda/hopper/attention_hopper.cu attention/cuda/hopper/attention_hopper.cuh \
+        attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd.cu.o: attention/cuda/hopper/attention_hopper_bwd.cu attention/cuda/hopper/attention_hopper_bwd.cuh \
+        attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/launch_overlap.cuh attention/cuda/tile_order.cuh attention/attention.h \
         common/cuda_utils.cuh common/utils.h
-$(BUILD)/attention/attention_hopper_bwd128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_bwd128.cu.o: attention/attention_hopper_bwd128.cu attention/attention_hopper_bwd.cuh \
-        attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh attention/launch_overlap.cuh attention/attention.h common/cuda_utils.cuh \
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128.cu.o: attention/cuda/hopper/attention_hopper_bwd128.cu attention/cuda/hopper/attention_hopper_bwd.cuh \
+        attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/launch_overlap.cuh attention/attention.h common/cuda_utils.cuh \
         common/utils.h
-$(BUILD)/attention/attention_hopper_rows.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_rows.cu.o: attention/attention_hopper_rows.cu attention/launch_overlap.cuh attention/attention_hopper_bwd.cuh \
-        attention/hopper_rows_common.cuh attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h \
+$(BUILD)/attention/cuda/hopper/attention_hopper_rows.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/cuda/hopper/attention_hopper_rows.cu.o: attention/cuda/hopper/attention_hopper_rows.cu attention/cuda/launch_overlap.cuh attention/cuda/hopper/attention_hopper_bwd.cuh \
+        attention/cuda/hopper/hopper_rows_common.cuh attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/tile_order.cuh attention/attention.h \
         common/cuda_utils.cuh common/utils.h
 # attention_hopper_rows128.cu: the Hopper row pass at HS 128 (gproj, fp32; setmaxnreg), which
 # attention_backward_hopper_rows dispatches to on s.HS; same sm_90a-only rule.
-ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_rows128.cu.o
-CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_rows128.cu.o
-$(BUILD)/attention/attention_hopper_rows128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_rows128.cu.o: attention/attention_hopper_rows128.cu attention/launch_overlap.cuh \
-        attention/attention_hopper_bwd.cuh attention/hopper_bwd_common.cuh attention/hopper_rows_common.cuh \
-        attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+ATTN_CUDA_OBJS += $(BUILD)/attention/cuda/hopper/attention_hopper_rows128.cu.o
+CUDA_OBJECTS += $(BUILD)/attention/cuda/hopper/attention_hopper_rows128.cu.o
+$(BUILD)/attention/cuda/hopper/attention_hopper_rows128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/cuda/hopper/attention_hopper_rows128.cu.o: attention/cuda/hopper/attention_hopper_rows128.cu attention/cuda/launch_overlap.cuh \
+        attention/cuda/hopper/attention_hopper_bwd.cuh attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_rows_common.cuh \
+        attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd_gproj.cu: gproj's Hopper key-major pass (dK, dV; HS 64), run in
 # attn_bwd_kernel<64, ATTN_GPROJ>'s place on sm_90 devices after the Hopper row pass; same sm_90a-only rule.
-ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_bwd_gproj.cu.o
-CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_bwd_gproj.cu.o
-$(BUILD)/attention/attention_hopper_bwd_gproj.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_bwd_gproj.cu.o: attention/attention_hopper_bwd_gproj.cu attention/launch_overlap.cuh attention/attention_hopper_bwd.cuh \
-        attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh attention/tile_order.cuh attention/attention.h \
+ATTN_CUDA_OBJS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd_gproj.cu.o
+CUDA_OBJECTS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd_gproj.cu.o
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd_gproj.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd_gproj.cu.o: attention/cuda/hopper/attention_hopper_bwd_gproj.cu attention/cuda/launch_overlap.cuh attention/cuda/hopper/attention_hopper_bwd.cuh \
+        attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/tile_order.cuh attention/attention.h \
         common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd128_gproj.cu: the same pass at HS 128 (setmaxnreg 24/240), which
 # attention_backward_hopper_gproj_keys dispatches to on s.HS; same sm_90a-only rule.
-ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_bwd128_gproj.cu.o
-CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_bwd128_gproj.cu.o
-$(BUILD)/attention/attention_hopper_bwd128_gproj.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_bwd128_gproj.cu.o: attention/attention_hopper_bwd128_gproj.cu attention/launch_overlap.cuh \
-        attention/attention_hopper_bwd.cuh attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh \
+ATTN_CUDA_OBJS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o
+CUDA_OBJECTS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o: attention/cuda/hopper/attention_hopper_bwd128_gproj.cu attention/cuda/launch_overlap.cuh \
+        attention/cuda/hopper/attention_hopper_bwd.cuh attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh \
         attention/attention.h common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd128_fp32.cu: fp32 mode's key-major pass at HS 128 (dK, dV, dQ partials; setmaxnreg
 # 24/240), run in attn_bwd_kernel<128, ATTN_FP32>'s place on sm_90 after the Hopper row pass; same sm_90a-only rule.
-ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o
-CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o
-$(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_bwd128_fp32.cu.o: attention/attention_hopper_bwd128_fp32.cu attention/launch_overlap.cuh \
-        attention/attention_hopper_bwd.cuh attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh \
-        attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+ATTN_CUDA_OBJS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_fp32.cu.o
+CUDA_OBJECTS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_fp32.cu.o
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_fp32.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_fp32.cu.o: attention/cuda/hopper/attention_hopper_bwd128_fp32.cu attention/cuda/launch_overlap.cuh \
+        attention/cuda/hopper/attention_hopper_bwd.cuh attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh \
+        attention/cuda/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd64_fp32.cu: fp32 mode's key-major pass at HS 64 (dK, dV, dQ partials; 288 threads, no
 # setmaxnreg) and the entry points of fp32's Hopper key-major pass at both head sizes, run in
 # attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 after the Hopper row pass; same sm_90a-only rule.
-ATTN_CUDA_OBJS += $(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o
-CUDA_OBJECTS += $(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o
-$(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/attention_hopper_bwd64_fp32.cu.o: attention/attention_hopper_bwd64_fp32.cu attention/launch_overlap.cuh \
-        attention/attention_hopper_bwd.cuh attention/hopper_bwd_common.cuh attention/hopper_wgmma.cuh \
-        attention/mma_bf16.cuh attention/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+ATTN_CUDA_OBJS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd64_fp32.cu.o
+CUDA_OBJECTS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd64_fp32.cu.o
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd64_fp32.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd64_fp32.cu.o: attention/cuda/hopper/attention_hopper_bwd64_fp32.cu attention/cuda/launch_overlap.cuh \
+        attention/cuda/hopper/attention_hopper_bwd.cuh attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh \
+        attention/cuda/mma_bf16.cuh attention/cuda/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 
 # GPU test: every mode against the CPU emulation and the fp64 reference on the hard cases.
 GPU_TESTS += $(BUILD)/tests/test_attention_gpu
 CUDA_PROGRAMS += $(BUILD)/tests/test_attention_gpu
-$(BUILD)/tests/test_attention_gpu.cu.o: tests/test_attention_gpu.cu attention/attention_cuda.cuh attention/attention_hopper.cuh \
-        attention/attention_hopper_bwd.cuh attention/attention.h attention/attn_cases.h attention/attn_metrics.h tests/testing.h \
+$(BUILD)/tests/test_attention_gpu.cu.o: tests/test_attention_gpu.cu attention/attention_cuda.cuh attention/cuda/hopper/attention_hopper.cuh \
+        attention/cuda/hopper/attention_hopper_bwd.cuh attention/attention.h attention/support/attn_cases.h attention/support/attn_metrics.h tests/testing.h \
         common/cuda_utils.cuh common/utils.h
 $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
@@ -114,13 +114,13 @@ $(BUILD)/dev/attention_lab/attention_lab.cu.o: dev/attention_lab/attention_lab.c
 $(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_lab.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 
-# Lab of the production Hopper forward (attention/attention_hopper.cu): its layout probe, every mode against
+# Lab of the production Hopper forward (attention/cuda/hopper/attention_hopper.cu): its layout probe, every mode against
 # the portable mma.sync forward, the lab's variants bit for bit against production, checked and timed; a
 # lab, so in no test target. Host code only (the kernels are in the library): it builds for any NVCC_ARCH
 # and refuses to run off sm_90.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_fwd
 $(BUILD)/dev/attention_lab/hopper_fwd.cu.o: dev/attention_lab/hopper_fwd.cu dev/attention_lab/hopper_lab.cuh \
-        attention/attention_cuda.cuh attention/attention_hopper.cuh attention/attention.h attention/attn_cases.h \
+        attention/attention_cuda.cuh attention/cuda/hopper/attention_hopper.cuh attention/attention.h attention/support/attn_cases.h \
         tests/testing.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_fwd: $(BUILD)/dev/attention_lab/hopper_fwd.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm

@@ -5,7 +5,7 @@ Why: the probe (build/attn_probe --capture FILE) replays every attention mode
 on captured Q, K, V, dO against an fp64 reference. Our trainer writes capture
 files itself; this module lets anyone dump the same file from PyTorch or numpy
 (for example from a hook around their own attention call) and read one back.
-The format is docs/attn_capture_format.md; the C side is attention/attn_capture.c.
+The format is docs/attn_capture_format.md; the C side is attention/support/attn_capture.c.
 Needs numpy; torch tensors are accepted (converted on the CPU) but torch is
 not required.
 

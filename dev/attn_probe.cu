@@ -10,15 +10,15 @@
  * dQ error has grown with the key offset rho, and what gproj or fp32 mode
  * would have given on exactly those tensors.
  *
- * What it does per input (a synthetic case of attention/attn_cases.h or a
+ * What it does per input (a synthetic case of attention/support/attn_cases.h or a
  * capture file, converted to the module's qkv layout and rounded to BF16):
- *   - the fp64 reference (attention/attention_ref.c, CPU, OpenMP);
+ *   - the fp64 reference (attention/cpu/attention_ref.c, CPU, OpenMP);
  *   - each selected mode on the GPU (attention/attention_cuda.cuh; outputs
  *     poisoned with NaN first, so an unwritten element cannot pass) and, with
  *     --cpu, the exact CPU emulation of the mode (which also reports the row
  *     residual of the effective dS);
  *   - per (batch, head) relative Frobenius errors of O, dQ, dK, dV, median and
- *     max, ||sum_j dK_j|| / ||dK||, NaN/Inf counts (attention/attn_metrics.h);
+ *     max, ||sum_j dK_j|| / ||dK||, NaN/Inf counts (attention/support/attn_metrics.h);
  *   - the input's diagnostics: key offset rho = |mean key| / rms key spread,
  *     max |q|, max |k| (median and max over heads);
  *   - for a capture that holds the run's own O: that O against the reference.
@@ -37,9 +37,9 @@
 
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
-#include "attention/attn_capture.h"
-#include "attention/attn_cases.h"
-#include "attention/attn_metrics.h"
+#include "attention/support/attn_capture.h"
+#include "attention/support/attn_cases.h"
+#include "attention/support/attn_metrics.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 

@@ -24,8 +24,8 @@
  * scripts/bench_attention.sh runs this and the PyTorch script in one go and
  * writes the comparison table; --jsonl is the format they share.
  * Paths: a mode name times the default kernels (on an sm_90 device the Hopper
- * wgmma forward, attention/attention_hopper.cuh, and the Hopper passes of the
- * backward at HS 64 and 128, attention/attention_hopper_bwd.cuh; elsewhere the
+ * wgmma forward, attention/cuda/hopper/attention_hopper.cuh, and the Hopper passes of the
+ * backward at HS 64 and 128, attention/cuda/hopper/attention_hopper_bwd.cuh; elsewhere the
  * portable mma.sync kernels); "MODE:portable" times the same mode with
  * AttnOptions.force_portable = 1, i.e. the whole portable path, forward AND
  * backward, so `--modes bf16,bf16:portable` puts all-default next to

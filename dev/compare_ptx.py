@@ -6,7 +6,7 @@ flag-off instantiations carry one more template argument (DQ_SLICES = false, str
 with the kernel's own symbol replaced by a token and basic-block labels renumbered (ptxas numbers them by the
 function's index in the file). Make the two files with the same flags, without -lineinfo, e.g.
   nvcc -O3 --use_fast_math -std=c++17 -gencode arch=compute_90a,code=sm_90a -I. -Xcompiler -fopenmp \
-       --expt-relaxed-constexpr -ptx attention/attention_cuda.cu -o after.ptx
+       --expt-relaxed-constexpr -ptx attention/cuda/attention_cuda.cu -o after.ptx
 (and the same at the commit before the change). Exit status 1 if any kernel of BEFORE differs or is missing."""
 import re, subprocess, sys
 def entries(text):

@@ -316,7 +316,7 @@ for phase in "$@"; do
         done
         end 0 ;;
     pdlab)
-        # issue 4: what programmatic dependent launch buys (attention/launch_overlap.cuh), ATTN_PDL=1 vs 0
+        # issue 4: what programmatic dependent launch buys (attention/cuda/launch_overlap.cuh), ATTN_PDL=1 vs 0
         # alternating, twice each, bench_attention alone (our modes; fwd, bwd and fwd+bwd medians)
         begin "PDL on/off: bench_attention at B8 H16 T1024 D64 and B2 H16 T4096 D128"
         for rep in 1 2; do

@@ -10,7 +10,7 @@
  * How: per (b, h), one row loop computes what every variant shares (the
  * backward's P from repair's stats, bf(P), dP, the three D values and the
  * three bf(dS) rows) with the emulation's own building blocks
- * (attention/attention_cpu_rows.h), then feeds each variant's fp32
+ * (attention/cpu/attention_cpu_rows.h), then feeds each variant's fp32
  * accumulators in the same order as attention_backward_cpu, so that the
  * engine's "repair" and "gproj" rows equal the library's bit for bit (the test
  * checks it); the other variants differ from those only where they must.
@@ -21,8 +21,8 @@
  */
 #include <math.h>
 #include <string.h>
-#include "attention/attention_cpu_rows.h"
-#include "attention/attn_cases.h"
+#include "attention/cpu/attention_cpu_rows.h"
+#include "attention/support/attn_cases.h"
 #include "common/utils.h"
 #include "dev/gproj_variants.h"
 

@@ -9,7 +9,7 @@
  * need to know which formulation keeps gproj's accuracy on the hard cases.
  * This module emulates each candidate with the rounding points a real kernel
  * would have, on top of the repair forward (stats {m, l}, BF16 O), using the
- * emulation's own building blocks (attention/attention_cpu_rows.h).
+ * emulation's own building blocks (attention/cpu/attention_cpu_rows.h).
  *
  * A variant is three choices:
  *   D    where D_i comes from: the stored BF16 O (dO . O, as bf16/repair/

@@ -11,7 +11,7 @@
  * hard key-offset / sharp inputs with V = V0 + rho_v sqrt(HS) u_h added, a
  * common value vector as seen in real runs, docs/diagnostics.md), reported
  * apart from the target cases; --capture replays attention captures
- * (attention/attn_capture.h; repeatable), e.g. from the trainer's
+ * (attention/support/attn_capture.h; repeatable), e.g. from the trainer's
  * --capture-attn, instead of the generated cases.
  * Prints, per case, one row per method: median and max over heads of the
  * relative Frobenius error of dQ and dK (%), the median ||sum_j dK_j||/||dK||
@@ -26,9 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "attention/attention.h"
-#include "attention/attn_capture.h"
-#include "attention/attn_cases.h"
-#include "attention/attn_metrics.h"
+#include "attention/support/attn_capture.h"
+#include "attention/support/attn_cases.h"
+#include "attention/support/attn_metrics.h"
 #include "common/utils.h"
 #include "dev/gproj_variants.h"
 

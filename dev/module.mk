@@ -1,21 +1,21 @@
 # dev/module.mk - programs and tests of dev/ (included by the top Makefile)
 
-# ---- attention capture file (attention/attn_capture.c) and its test ----
-ATTN_CAPTURE_OBJS := $(BUILD)/attention/attn_capture.o $(BUILD)/attention/attention_common.o $(COMMON_OBJS)
+# ---- attention capture file (attention/support/attn_capture.c) and its test ----
+ATTN_CAPTURE_OBJS := $(BUILD)/attention/support/attn_capture.o $(BUILD)/attention/attention_common.o $(COMMON_OBJS)
 $(BUILD)/tests/test_attn_capture: $(BUILD)/tests/test_attn_capture.o $(ATTN_CAPTURE_OBJS)
 	$(CC) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_attn_capture
 
 # ---- attention benchmark and probe (CUDA; they compile without a GPU) ----
 # The CUDA attention objects: attention/module.mk's list if it defines one.
-ATTN_CUDA_OBJS ?= $(BUILD)/attention/attention_cuda.cu.o
+ATTN_CUDA_OBJS ?= $(BUILD)/attention/cuda/attention_cuda.cu.o
 CUDA_PROGRAMS += $(BUILD)/bench_attention
 CUDA_OBJECTS += $(BUILD)/dev/bench_attention.cu.o
 $(BUILD)/bench_attention: $(BUILD)/dev/bench_attention.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
 CUDA_PROGRAMS += $(BUILD)/attn_probe
 CUDA_OBJECTS += $(BUILD)/dev/attn_probe.cu.o
-$(BUILD)/attn_probe: $(BUILD)/dev/attn_probe.cu.o $(BUILD)/attention/attn_capture.o $(COMMON_OBJS) $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
+$(BUILD)/attn_probe: $(BUILD)/dev/attn_probe.cu.o $(BUILD)/attention/support/attn_capture.o $(COMMON_OBJS) $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
 # End-to-end CPU test of the probe on a numpy-written capture (builds build/attn_probe with nvcc; skips without it).
 CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"
@@ -26,7 +26,7 @@ CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"
 # scalar libm, fixed vector width): see attention/module.mk.
 GPROJ_VARIANTS_OBJS := $(BUILD)/dev/gproj_variants.o $(ATTN_CPU_OBJS)
 $(BUILD)/dev/gproj_variants.o: override CFLAGS += -ffp-contract=off -fmath-errno -march=x86-64-v2 -mtune=generic
-$(BUILD)/gproj_variants: $(BUILD)/dev/gproj_variants_main.o $(GPROJ_VARIANTS_OBJS) $(BUILD)/attention/attn_capture.o $(COMMON_OBJS)
+$(BUILD)/gproj_variants: $(BUILD)/dev/gproj_variants_main.o $(GPROJ_VARIANTS_OBJS) $(BUILD)/attention/support/attn_capture.o $(COMMON_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 PROGRAMS += $(BUILD)/gproj_variants
 CPU_TESTS += $(BUILD)/tests/test_gproj_variants

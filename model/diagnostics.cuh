@@ -34,7 +34,7 @@
  *   diag_zero_key_bias_grad_cuda - the --zero-key-bias-grad arm
  *   diag_capture_layer_cuda    - write one layer's Q, K, V, dO, O, stats to
  *                                an attention capture file (synchronizes)
- * Link: attention/attention_cuda.cu.o, model/diagnostics_cpu.o and the
+ * Link: attention/cuda/attention_cuda.cu.o, model/diagnostics_cpu.o and the
  * attention CPU objects (metrics, capture writer).
  */
 #ifndef MODEL_DIAGNOSTICS_CUH
@@ -44,8 +44,8 @@
 #include <string.h>
 
 #include "attention/attention_cuda.cuh"
-#include "attention/attn_capture.h"
-#include "attention/attn_metrics.h"
+#include "attention/support/attn_capture.h"
+#include "attention/support/attn_metrics.h"
 #include "model/diagnostics.h"
 #include "model/kernel_common.cuh"
 

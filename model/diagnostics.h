@@ -39,7 +39,7 @@
 #include <stdint.h>
 
 #include "attention/attention.h"
-#include "attention/attn_capture.h"
+#include "attention/support/attn_capture.h"
 #include "model/gpt_config.h"
 
 #ifdef __cplusplus
@@ -234,7 +234,7 @@ AttnCaptureInfo diag_capture_info(AttnCaptureDtype dtype, int64_t step, int laye
                                   int has_out, int has_stats);
 
 /* Writes one layer's attention call (fp32 values, module layout: qkv, out,
-   stats of `mode`, dout) as an fp32 capture file (attention/attn_capture.h)
+   stats of `mode`, dout) as an fp32 capture file (attention/support/attn_capture.h)
    at diag_capture_path(dir, step, layer). out / stats may be NULL. The GPU
    trainer uses diag_capture_layer_cuda (diagnostics.cuh) instead. */
 void diag_capture_write_cpu(const char* dir, int64_t step, int layer, AttnMode mode, AttnShape s,

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention/attn_capture.h"
-#include "attention/attn_metrics.h"
+#include "attention/support/attn_capture.h"
+#include "attention/support/attn_metrics.h"
 #include "common/utils.h"
 
 /* Max that keeps a NaN once it has seen one (fmax would drop it and hide a broken layer). */

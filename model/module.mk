@@ -6,7 +6,8 @@ GPU_MODEL_HEADERS := $(wildcard model/*.cuh) common/cuda_utils.cuh
 # Every header a GPU program of ours may include (nvcc objects get no .d files here): a change to a
 # shared struct (e.g. TrainFlags) must rebuild them, or the binary reads fields at stale offsets.
 GPU_PROGRAM_HEADERS = $(GPU_MODEL_HEADERS) $(wildcard common/*.h model/*.h train/*.h dataloader/*.h \
-                      attention/*.h attention/*.cuh tests/testing.h)
+                      attention/*.h attention/*.cuh attention/*/*.h attention/*/*.cuh \
+                      attention/cuda/hopper/*.cuh tests/testing.h)
 $(BUILD)/tests/test_layers_gpu: tests/test_layers_gpu.cu $(GPU_PROGRAM_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ -lcublasLt
@@ -19,7 +20,7 @@ endif
 # Programs that run the CPU model link GPT_CPU_OBJS (model + checkpoint + AdamW
 # + the attention module's CPU objects).
 ATTN_FOR_MODEL_OBJS := $(sort $(ATTN_CPU_OBJS) $(BUILD)/attention/attention_common.o \
-                       $(BUILD)/attention/attention_ref.o $(BUILD)/attention/attention_cpu.o)
+                       $(BUILD)/attention/cpu/attention_ref.o $(BUILD)/attention/cpu/attention_cpu.o)
 GPT_CPU_OBJS := $(BUILD)/model/gpt_cpu.o $(BUILD)/model/checkpoint.o $(BUILD)/model/gpt_config.o \
                 $(BUILD)/train/adamw_cpu.o $(ATTN_FOR_MODEL_OBJS) $(COMMON_OBJS)
 # The same model source compiled with double as its element type, for the
@@ -53,9 +54,9 @@ CPU_TEST_COMMANDS += "$(or $(TORCH_PYTHON),python3) tests/test_twin_parity.py"
 
 # ---- the GPU trainer (train_gpt.cu at the top level; CUDA) ----
 # Its objects come from modules included after this one, hence $$ (second expansion).
-# The attention kernels: ATTN_CUDA_OBJS if attention/module.mk defines it, else every attention/*.cu.
+# The attention kernels: ATTN_CUDA_OBJS if attention/module.mk defines it, else every .cu under attention/.
 .SECONDEXPANSION:
-TRAIN_GPT_ATTN_OBJS = $(or $(ATTN_CUDA_OBJS),$(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard attention/*.cu)))
+TRAIN_GPT_ATTN_OBJS = $(or $(ATTN_CUDA_OBJS),$(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard attention/cuda/*.cu attention/cuda/hopper/*.cu)))
 # Multi-GPU: the communicator (NCCL, or the one-GPU stand-in) and the launcher code (MPI when found),
 # from train/module.mk; the diagnostics' CPU side (JSON record, capture writer, probe summary).
 TRAIN_GPT_HOST_OBJS = $(GPT_CPU_OBJS) $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS) $(DATALOADER_OBJS) $(DIST_OBJS) \
@@ -74,7 +75,7 @@ endif
 # ---- run diagnostics (model/diagnostics.h, diagnostics_cpu.c, diagnostics.cuh) ----
 # Programs that use the CPU diagnostics link DIAG_CPU_OBJS (plus the attention
 # module's CPU objects, for the probe's fp64 reference and the capture file).
-DIAG_CPU_OBJS := $(BUILD)/model/diagnostics_cpu.o $(BUILD)/attention/attn_capture.o $(ATTN_CPU_OBJS) $(COMMON_OBJS)
+DIAG_CPU_OBJS := $(BUILD)/model/diagnostics_cpu.o $(BUILD)/attention/support/attn_capture.o $(ATTN_CPU_OBJS) $(COMMON_OBJS)
 $(BUILD)/tests/test_diagnostics: $(BUILD)/tests/test_diagnostics.o $(DIAG_CPU_OBJS) $(GPT_CPU_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_diagnostics
@@ -89,8 +90,8 @@ GPU_TESTS += $(BUILD)/dev/parity_gpu
 endif
 # GPU diagnostics against the CPU ones (a GPU test; `--bench` times them at the 450m shape).
 $(BUILD)/tests/test_diagnostics_gpu.cu.o: tests/test_diagnostics_gpu.cu model/diagnostics.cuh model/diagnostics.h \
-        model/kernel_common.cuh attention/attention_cuda.cuh attention/attn_capture.h attention/attn_metrics.h \
-        attention/attn_cases.h tests/testing.h
+        model/kernel_common.cuh attention/attention_cuda.cuh attention/support/attn_capture.h attention/support/attn_metrics.h \
+        attention/support/attn_cases.h tests/testing.h
 $(BUILD)/tests/test_diagnostics_gpu: $(BUILD)/tests/test_diagnostics_gpu.cu.o $$(TRAIN_GPT_ATTN_OBJS) \
         $$(sort $(DIAG_CPU_OBJS) $(BUILD)/model/gpt_config.o)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm

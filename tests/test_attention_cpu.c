@@ -22,8 +22,8 @@
 #include <unistd.h>
 #include <omp.h>
 #include "attention/attention.h"
-#include "attention/attn_cases.h"
-#include "attention/attn_metrics.h"
+#include "attention/support/attn_cases.h"
+#include "attention/support/attn_metrics.h"
 #include "common/utils.h"
 #include "tests/testing.h"
 

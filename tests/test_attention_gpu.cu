@@ -62,9 +62,9 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/attn_cases.h"
-#include "attention/attn_metrics.h"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/support/attn_cases.h"
+#include "attention/support/attn_metrics.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
@@ -676,7 +676,7 @@ static int hopper_bwd_expected(AttnMode mode, int HS) {
 /* Backward of `mode` with opt on device inputs, dqkv to host floats (dqkv NaN-poisoned first, the workspace
    filled with ws_fill bytes: 0xFF = NaN); row_slots (or NULL; default options only): the workspace's D [rows]
    then lambda [rows] FP32, after dq_acc [rows * HS] (the layout of carve_workspace in
-   attention/attention_cuda.cu, internal there; the caller checks the size). */
+   attention/cuda/attention_cuda.cu, internal there; the caller checks the size). */
 static void backward_to_host_filled(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* d_qkv,
                                     const __nv_bfloat16* d_out, const float* d_stats, const __nv_bfloat16* d_dout,
                                     float* dqkv, float* row_slots, int ws_fill) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 tests/test_attention_torch.py - the C emulation of the four attention modes
-(attention/attention_cpu.c) against an independent PyTorch emulation written
+(attention/cpu/attention_cpu.c) against an independent PyTorch emulation written
 from docs/attention_numerics.md.
 
 Why: the fp64 reference only says how far each mode is from exact attention;
@@ -15,7 +15,7 @@ can see each rounding point.
 
 How: tests/attn_emul_driver (built by make) runs a mode on inputs this script
 writes and returns out, stats and dqkv. Inputs are drawn here with numpy
-(independent of attention/attn_cases.c) and rounded to BF16 by torch.
+(independent of attention/support/attn_cases.c) and rounded to BF16 by torch.
 
 Checked (ATTN_IO_FP32, where outputs carry no boundary rounding, and
 ATTN_IO_BF16 as the GPU sees it), per tensor (O, stats, dQ, dK, dV), the

@@ -1,6 +1,6 @@
 /*
  * tests/test_attn_capture.c - CPU tests of the attention capture file
- * (attention/attn_capture.{h,c}, docs/attn_capture_format.md).
+ * (attention/support/attn_capture.{h,c}, docs/attn_capture_format.md).
  *
  * Checks: the CRC-32 against its published check value; write -> read round
  * trips in bf16 and fp32 (values exact in fp32, rounded to nearest even in
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "attention/attn_capture.h"
+#include "attention/support/attn_capture.h"
 #include "common/utils.h"
 #include "tests/testing.h"
 

@@ -53,7 +53,7 @@ else
 fi
 
 echo "== pinned and required flags survive user values (make -n)"
-make -n --no-print-directory BUILD="$B" CFLAGS=-O1 "$B/attention/attention_cpu.o" >"$TMP/n1.log" 2>&1
+make -n --no-print-directory BUILD="$B" CFLAGS=-O1 "$B/attention/cpu/attention_cpu.o" >"$TMP/n1.log" 2>&1
 check "attention_cpu.o keeps -ffp-contract=off -fmath-errno -march=x86-64-v2 under CFLAGS=-O1" \
     grep -q -- "-O1 .*-I\. .*-ffp-contract=off -fmath-errno -march=x86-64-v2" "$TMP/n1.log"
 make -n --no-print-directory BUILD="$B" NVCCFLAGS=-O1 "$B/train/comm_single.cu.o" >"$TMP/n2.log" 2>&1

@@ -26,8 +26,8 @@
 #include <unistd.h>
 #include <omp.h>
 
-#include "attention/attn_capture.h"
-#include "attention/attn_cases.h"
+#include "attention/support/attn_capture.h"
+#include "attention/support/attn_cases.h"
 #include "common/utils.h"
 #include "model/gpt_cpu.h"
 #include "tests/testing.h"

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "attention/attn_cases.h"
+#include "attention/support/attn_cases.h"
 #include "model/diagnostics.cuh"
 #include "tests/testing.h"
 

@@ -34,8 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "attention/attention.h"
-#include "attention/attn_cases.h"
-#include "attention/attn_metrics.h"
+#include "attention/support/attn_cases.h"
+#include "attention/support/attn_metrics.h"
 #include "common/utils.h"
 #include "dev/gproj_variants.h"
 #include "tests/testing.h"

@@ -21,7 +21,7 @@
 #             same value or without the flag it continues bit for bit; a
 #             version-1 state (arm not recorded) is refused;
 #   captures  the files asked for exist, and their header/size fit the shape
-#             (attention/attn_capture.h), none at other steps or layers;
+#             (attention/support/attn_capture.h), none at other steps or layers;
 #   warning   a low --warn-rho / --warn-dq-err fires: console line with the
 #             gproj hint, attn_warning events once per (kind, layer) after
 #             their diag record; thresholds 0 fire nothing;

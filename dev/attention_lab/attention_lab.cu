@@ -3,7 +3,7 @@
  * reference kernel and the fast tensor-core kernels side by side, each
  * checked against the other, and each timed.
  *
- * Why: the fast kernels (attention/attention_cuda.cu) are hard to read and
+ * Why: the fast kernels (attention/cuda/attention_cuda.cu) are hard to read and
  * easy to get subtly wrong (fragment layouts, masks of partial tiles, the dQ
  * atomics). The naive kernels here are written for obviousness: one warp per
  * query row (forward, dQ) or per key row (dK, dV), exact two-pass softmax,

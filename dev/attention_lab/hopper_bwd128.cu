@@ -1,6 +1,6 @@
 /*
  * dev/attention_lab/hopper_bwd128.cu - lab of the production Hopper (sm_90a) key-major attention backward at
- * head size 128 (attention/attention_hopper_bwd128.cu: dK, dV and the dQ atomics on wgmma + TMA with
+ * head size 128 (attention/cuda/hopper/attention_hopper_bwd128.cu: dK, dV and the dQ atomics on wgmma + TMA with
  * setmaxnreg, bf16 and repair modes): its layout probe, then the whole backward by attention_backward_cuda on
  * the Hopper path (the default on sm_90) against the same call with AttnOptions.force_portable = 1 (the
  * mma.sync kernels), element by element within 4 BF16 ulps, and both timed side by side. The kernel lives
@@ -43,8 +43,8 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
-#include "attention/attn_cases.h"
-#include "attention/attention_hopper_bwd.cuh"
+#include "attention/support/attn_cases.h"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"

@@ -1,6 +1,6 @@
 /*
  * dev/attention_lab/hopper_bwd128_gproj.cu - lab of the production Hopper (sm_90a) key-major pass of gproj mode
- * at head size 128 (attention/attention_hopper_bwd128_gproj.cu: dK and dV from the D and lambda that the prep
+ * at head size 128 (attention/cuda/hopper/attention_hopper_bwd128_gproj.cu: dK and dV from the D and lambda that the prep
  * kernel and the row pass leave in the workspace; wgmma + TMA, a producer warpgroup and setmaxnreg 24/240): its
  * layout probe, then the gproj backward by attention_backward_cuda on the default path (on sm_90: prep, the
  * Hopper row pass, this pass) and the pass alone, against the same call with AttnOptions.force_portable = 1 (the
@@ -53,8 +53,8 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/attn_cases.h"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/support/attn_cases.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"

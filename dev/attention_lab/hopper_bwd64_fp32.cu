@@ -1,6 +1,6 @@
 /*
  * dev/attention_lab/hopper_bwd64_fp32.cu - lab of the production Hopper (sm_90a) key-major pass of fp32 mode at
- * head size 64 (attention/attention_hopper_bwd64_fp32.cu: dK, dV and the dQ reduce-adds from the D that the
+ * head size 64 (attention/cuda/hopper/attention_hopper_bwd64_fp32.cu: dK, dV and the dQ reduce-adds from the D that the
  * Hopper row pass leaves in the workspace; wgmma + TMA, two consumer warpgroups and a producer warp, 288 threads,
  * no setmaxnreg): its layout probe, then the fp32 backward by attention_backward_cuda on the default path (on
  * sm_90: prep, the Hopper row pass, this pass, the dQ post-pass) and the pass alone, against the same call with
@@ -53,8 +53,8 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/attn_cases.h"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/support/attn_cases.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"

@@ -1,6 +1,6 @@
 /*
  * dev/attention_lab/hopper_bwd64_wide.cu - lab of the production Hopper (sm_90a) key-major backward of bf16 and
- * repair modes at head size 64 with 128-query steps (attention/attention_hopper_bwd.cu: 384 threads, a producer
+ * repair modes at head size 64 with 128-query steps (attention/cuda/hopper/attention_hopper_bwd.cu: 384 threads, a producer
  * warpgroup, setmaxnreg 40 / 232, dQ in two M blocks through a 32 KB FP32 tile and TMA reduce-adds): its layout
  * probe, then the backward by attention_backward_cuda on the default path (on sm_90: prep, this kernel, dQ
  * post-pass) and the kernel alone, against the same call with AttnOptions.force_portable = 1 (the mma.sync
@@ -53,8 +53,8 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/attn_cases.h"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/support/attn_cases.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
@@ -375,7 +375,7 @@ static void run_child(int child) {
 int main(int argc, char** argv) {
     if (argc != 1) die("usage: %s   (no arguments)\n  hint: the cases are fixed in run_child()", argv[0]);
     printf("hopper_bwd64_wide: the production HS-64 key-major backward with 128-query steps (bf16, repair;"
-           " attention/attention_hopper_bwd.cu) vs force_portable; the probe, the bf16 checks, the repair checks and"
+           " attention/cuda/hopper/attention_hopper_bwd.cu) vs force_portable; the probe, the bf16 checks, the repair checks and"
            " the benchmark shapes each in its own process\n");
     static const char* kChildName[4] = {"the layout probe", "the bf16 checks", "the repair checks",
                                         "the benchmark shapes and timings"};

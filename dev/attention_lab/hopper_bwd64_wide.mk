@@ -1,12 +1,12 @@
 # dev/attention_lab/hopper_bwd64_wide.mk - lab of the production Hopper key-major backward of bf16 and repair at
-# head size 64 with 128-query steps (attention/attention_hopper_bwd.cu): its
+# head size 64 with 128-query steps (attention/cuda/hopper/attention_hopper_bwd.cu): its
 # layout probe, then attention_backward_cuda on the default path and the kernel alone against force_portable, and
 # the timings; -included by attention/module.mk. A lab, so in no test target; `make all` and cuda-compile-check
 # build it. Host code, a spin kernel and a dQ post-pass only (the kernel is in the library), so it builds for any
 # NVCC_ARCH; it refuses to run off sm_90. The kernel's registers: `make hopper_bwd64_wide-regs`.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_bwd64_wide
 $(BUILD)/dev/attention_lab/hopper_bwd64_wide.cu.o: dev/attention_lab/hopper_bwd64_wide.cu dev/attention_lab/hopper_lab.cuh \
-        attention/attention_cuda.cuh attention/attention_hopper_bwd.cuh attention/attention.h attention/attn_cases.h \
+        attention/attention_cuda.cuh attention/cuda/hopper/attention_hopper_bwd.cuh attention/attention.h attention/support/attn_cases.h \
         tests/testing.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/hopper_bwd64_wide: $(BUILD)/dev/attention_lab/hopper_bwd64_wide.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
@@ -16,4 +16,4 @@ $(BUILD)/dev/attention_lab/hopper_bwd64_wide: $(BUILD)/dev/attention_lab/hopper_
 .PHONY: hopper_bwd64_wide-regs
 hopper_bwd64_wide-regs:
 	$(NVCC) $(filter-out -gencode arch=%,$(NVCCFLAGS)) -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
-	    -c attention/attention_hopper_bwd.cu -o /dev/null 2>&1 | grep -E "Compiling entry|registers|spill|C75|warning"
+	    -c attention/cuda/hopper/attention_hopper_bwd.cu -o /dev/null 2>&1 | grep -E "Compiling entry|registers|spill|C75|warning"

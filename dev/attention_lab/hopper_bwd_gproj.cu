@@ -1,6 +1,6 @@
 /*
  * dev/attention_lab/hopper_bwd_gproj.cu - lab of the production Hopper (sm_90a) key-major pass of gproj mode
- * at head size 64 (attention/attention_hopper_bwd_gproj.cu: dK and dV, with the bf(-lambda P) correction
+ * at head size 64 (attention/cuda/hopper/attention_hopper_bwd_gproj.cu: dK and dV, with the bf(-lambda P) correction
  * operand, wgmma + TMA, a producer warpgroup and setmaxnreg): its layout probe, then the whole gproj
  * backward by attention_backward_cuda on the Hopper path (the default on sm_90: prep, the Hopper row pass,
  * this pass) against the same call with AttnOptions.force_portable = 1 (the mma.sync kernels), element by
@@ -46,8 +46,8 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/attn_cases.h"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/support/attn_cases.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"

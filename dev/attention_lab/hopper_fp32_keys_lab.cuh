@@ -19,7 +19,7 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
-#include "attention/attention_hopper_bwd.cuh"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"

@@ -1,6 +1,6 @@
 /*
  * dev/attention_lab/hopper_fwd.cu - the lab of the production Hopper (sm_90a) attention forward
- * (attention/attention_hopper.cu: wgmma + TMA, a producer warpgroup; 192 query rows and three consumer
+ * (attention/cuda/hopper/attention_hopper.cu: wgmma + TMA, a producer warpgroup; 192 query rows and three consumer
  * warpgroups at HS 64, 128 rows and two at HS 128): its layout probe; every mode against the portable
  * mma.sync forward (attention_forward_cuda with AttnOptions.force_portable = 1), element by element; and
  * the variants below checked BIT FOR BIT against production and timed side by side.
@@ -10,7 +10,7 @@
  * gap to cuDNN at HS 64 (docs/attention_kernels.md, "Not done"). It goes into kVariants after prods3, at or
  * past kFirstLabVariant, so its first run is a smoke run in a child process; it must be bit-identical to
  * prod (same per-row sequence of operations on O, m and l) and beat prod's time before it moves into
- * attention/attention_hopper.cu. Ping-pong of the two warpgroups of the 128-row kernel measured 1.02-1.06x,
+ * attention/cuda/hopper/attention_hopper.cu. Ping-pong of the two warpgroups of the 128-row kernel measured 1.02-1.06x,
  * below the 192-row kernel (docs/attention_kernels.md, "Designs measured").
  *
  * Variants (the names in the output): prod = attention_forward_hopper, the reference of the bit checks;
@@ -49,8 +49,8 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
-#include "attention/attention_hopper.cuh"
-#include "attention/attn_cases.h"
+#include "attention/cuda/hopper/attention_hopper.cuh"
+#include "attention/support/attn_cases.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
@@ -521,7 +521,7 @@ int main(int argc, char** argv) {
     test_section("lab variants: smoke runs in child processes (a hang there leaves the variant out)");
     smoke_lab_variants(); /* before this process touches CUDA: fork and a live context do not mix */
     const cudaDeviceProp prop = require_sm90("hopper_fwd");
-    printf("hopper_fwd on %s: the production Hopper forward (attention/attention_hopper.cu) vs its variants (bit for bit)"
+    printf("hopper_fwd on %s: the production Hopper forward (attention/cuda/hopper/attention_hopper.cu) vs its variants (bit for bit)"
            " and vs the portable one\n", prop.name);
     /* the GEMM building blocks alone first: if these fail, the attention checks below fail too */
     layout_probe<64>();

@@ -9,7 +9,7 @@
  * serves them all (a fix, say of the ulp floor, reaches every lab). Host code only: no kernels and no
  * device globals, so the labs build for any NVCC_ARCH and it adds nothing to any lab's device code. The
  * device-side building blocks (wgmma, TMA, mbarriers) and the TMA tensor maps (encode_head_map) are in
- * attention/hopper_wgmma.cuh. One lab = one translation unit, so the file-local (static) state is the lab's.
+ * attention/cuda/hopper/hopper_wgmma.cuh. One lab = one translation unit, so the file-local (static) state is the lab's.
  *
  * Offers:
  *   g_rng, normal01                 - the lab's seeded generator (main seeds g_rng) and one standard normal;
@@ -43,13 +43,13 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/attn_cases.h"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/support/attn_cases.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
 
-/* Inputs: standard normals from the attention library's seeded generator (attention/attn_cases.h). */
+/* Inputs: standard normals from the attention library's seeded generator (attention/support/attn_cases.h). */
 static AttnRng g_rng; /* seeded at the start of main */
 static inline float normal01(void) { return (float)attn_rng_normal(&g_rng); }
 
@@ -409,7 +409,7 @@ static inline void fp32_keymajor_probe_products(const ProbeInputs& in, int nk, i
     free(mag);
 }
 
-/* ---- the production Hopper backward's hang record (attention/attention_hopper_bwd.cuh) ---- */
+/* ---- the production Hopper backward's hang record (attention/cuda/hopper/attention_hopper_bwd.cuh) ---- */
 
 /* The record lives in pinned host memory mapped into the device, so it can be read whatever became of the
    kernel's results or the context (a producer trap kills the context; a consumer that gives up lets the

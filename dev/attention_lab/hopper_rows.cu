@@ -1,6 +1,6 @@
 /*
  * dev/attention_lab/hopper_rows.cu - lab of the production Hopper (sm_90a) row pass of the backward
- * (attention/attention_hopper_rows.cu: gproj's lambda and all of gproj's dQ, fp32's D, on wgmma + TMA, head
+ * (attention/cuda/hopper/attention_hopper_rows.cu: gproj's lambda and all of gproj's dQ, fp32's D, on wgmma + TMA, head
  * size 64): its layout probe, then attention_backward_cuda on the Hopper path (the default on sm_90, which
  * runs this row pass in attn_bwd_rows_kernel's place) against the same call with force_portable = 1, per
  * quantity (D, lambda from the workspaces; dQ), and timed. The kernel lives in the library only; this file
@@ -10,7 +10,7 @@
  * warpgroup and setmaxnreg to hold both (docs/attention_kernels.md, "Not done"); this lab's checks (D, lambda
  * bit-equal to the portable row pass, dQ within 8 ulps) and timings are the ones it must pass and beat.
  *
- * The workspace layout it reads back (carve_workspace in attention/attention_cuda.cu, internal there):
+ * The workspace layout it reads back (carve_workspace in attention/cuda/attention_cuda.cu, internal there):
  * dq_acc [rows * HS] fp32, then D [rows], then lambda [rows], rows = B*NH*T, row (b*NH + h)*T + t; the size
  * is checked against attention_cuda_workspace_bytes and NaN poison shows an unwritten slot.
  *
@@ -26,8 +26,8 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
-#include "attention/attn_cases.h"
-#include "attention/attention_hopper_bwd.cuh"
+#include "attention/support/attn_cases.h"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
@@ -39,7 +39,7 @@ static const int kBlockQ = ATTN_HOPPER_ROWS_PROBE_ROWS;  /* query rows of the pr
 static const int kBlockK = ATTN_HOPPER_ROWS_PROBE_ROWS;  /* keys of the probe tile */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 
-/* The production backward's workspace layout (carve_workspace in attention/attention_cuda.cu, internal
+/* The production backward's workspace layout (carve_workspace in attention/cuda/attention_cuda.cu, internal
    there): dq_acc [rows * HS] fp32, then D [rows], then lambda [rows], rows = B*NH*T, row index
    (b*NH + h)*T + t. The checks verify it: the size against attention_cuda_workspace_bytes, and the NaN
    poison of both workspaces shows a D or lambda slot that a path left unwritten. */

@@ -1,6 +1,6 @@
 /*
  * dev/attention_lab/hopper_rows128.cu - lab of the production Hopper (sm_90a) row pass of the backward at head
- * size 128 (attention/attention_hopper_rows128.cu: gproj's lambda and all of gproj's dQ, fp32's D, on wgmma + TMA
+ * size 128 (attention/cuda/hopper/attention_hopper_rows128.cu: gproj's lambda and all of gproj's dQ, fp32's D, on wgmma + TMA
  * with setmaxnreg): its layout probe, then attention_backward_cuda on the Hopper path (the default on sm_90, which
  * runs this row pass in attn_bwd_rows_kernel<128>'s place, then the key-major pass: gproj's Hopper one,
  * attention_hopper_bwd128_gproj.cu, or fp32's, attention_hopper_bwd128_fp32.cu) against the same
@@ -47,8 +47,8 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
-#include "attention/attn_cases.h"
-#include "attention/attention_hopper_bwd.cuh"
+#include "attention/support/attn_cases.h"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 #include "tests/testing.h"
@@ -91,7 +91,7 @@ struct CheckInputs {
     float key_offset; /* |K offset| added to every key of a head along a random unit vector */
 };
 
-/* The portable backward's workspace layout (carve_workspace in attention/attention_cuda.cu, internal there):
+/* The portable backward's workspace layout (carve_workspace in attention/cuda/attention_cuda.cu, internal there):
    dq_acc [rows * HS] fp32, then D [rows], then lambda [rows]; rows = B*NH*T, row (b*NH + h)*T + t. */
 static size_t rows_of(AttnShape s) { return (size_t)s.B * s.NH * s.T; }
 static float* ws_D(AttnShape s, void* ws) { return static_cast<float*>(ws) + rows_of(s) * s.HS; }

@@ -1,5 +1,5 @@
 /*
- * attention/attention_cuda.cu - causal flash attention on tensor cores for the
+ * attention/cuda/attention_cuda.cu - causal flash attention on tensor cores for the
  * four numerical modes of attention/attention.h (fp32, bf16, repair, gproj).
  *
  * Why: the project asks what the BF16 rounding inside a fused attention
@@ -51,11 +51,11 @@
  * fp32 mode splits every FP32 operand (P, dS) into BF16 hi + lo, so each
  * product is exact up to 2^-17 relative and the FP32 accumulation does the
  * rest; in the dQ GEMM dS gets a third term (24 bits), see there.
- * Fragments come from shared memory through ldmatrix (attention/mma_bf16.cuh).
+ * Fragments come from shared memory through ldmatrix (attention/cuda/mma_bf16.cuh).
  *
  * Which forward runs where (attention_forward_cuda, host section below): on a
  * compute-capability 9.0 device (H100/H200) the Hopper wgmma + TMA forward of
- * attention/attention_hopper.cu (compiled for sm_90a only, always linked) for
+ * attention/cuda/hopper/attention_hopper.cu (compiled for sm_90a only, always linked) for
  * every mode but repair's tile-max-shift arm; on every other device, for that
  * arm and whenever AttnOptions.force_portable is set, the mma.sync forward
  * here. Every BF16 pointer must be 16-byte aligned (both calls refuse others). Same out (to
@@ -64,7 +64,7 @@
  * attention_forward_cuda_path tells which one a call takes.
  * Which backward runs where (attention_backward_cuda): prep and bwd_dq always
  * here; on sm_90 at HS 64 and 128 (not force_portable) Hopper wgmma kernels take these passes' places
- * (attention/attention_hopper_bwd.cuh, same rounding points, FP32 sum order
+ * (attention/cuda/hopper/attention_hopper_bwd.cuh, same rounding points, FP32 sum order
  * only): in bf16 and repair mode (not the shift arm) the key-major pass
  * (attention_hopper_bwd.cu at HS 64, attention_hopper_bwd128.cu at HS 128, for
  * attn_bwd_kernel), in fp32 mode the row pass (attention_hopper_rows.cu /
@@ -84,11 +84,11 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention_cuda.cuh"
-#include "attention/tile_order.cuh"
-#include "attention/attention_hopper.cuh"
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/mma_bf16.cuh"
-#include "attention/launch_overlap.cuh"
+#include "attention/cuda/tile_order.cuh"
+#include "attention/cuda/hopper/attention_hopper.cuh"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/mma_bf16.cuh"
+#include "attention/cuda/launch_overlap.cuh"
 
 using namespace attn_mma;
 

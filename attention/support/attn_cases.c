@@ -1,5 +1,5 @@
 /*
- * attention/attn_cases.c - the hard-case input generators declared in
+ * attention/support/attn_cases.c - the hard-case input generators declared in
  * attn_cases.h (what each case is, and why, is documented there and in
  * docs/attention_numerics.md).
  *
@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "attention/attn_cases.h"
+#include "attention/support/attn_cases.h"
 #include "common/utils.h"
 
 /* ---- PRNG ---- */

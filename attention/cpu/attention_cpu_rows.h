@@ -1,5 +1,5 @@
 /*
- * attention/attention_cpu_rows.h - the per-row building blocks of the CPU
+ * attention/cpu/attention_cpu_rows.h - the per-row building blocks of the CPU
  * emulation (attention_cpu.c), exposed for study tools.
  *
  * Why: a tool that emulates a *variant* of a mode (dev/gproj_variants.c:

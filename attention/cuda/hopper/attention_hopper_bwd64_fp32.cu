@@ -1,9 +1,9 @@
 /*
- * attention/attention_hopper_bwd64_fp32.cu - the Hopper (sm_90a) key-major pass of fp32 mode's backward at
+ * attention/cuda/hopper/attention_hopper_bwd64_fp32.cu - the Hopper (sm_90a) key-major pass of fp32 mode's backward at
  * head size 64 (dK, dV and the dQ partials) on wgmma + TMA: a 288-thread CTA (two consumer warpgroups, one
  * producer warp, no setmaxnreg, 64-query steps) with fp32's split terms. Also the entry points of
  * fp32's Hopper key-major pass for both head sizes (HS 128: attention_hopper_bwd128_fp32.cu). The API and which
- * calls it serves: attention/attention_hopper_bwd.cuh (the fp32 section at its end); attention_backward_cuda
+ * calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (the fp32 section at its end); attention_backward_cuda
  * runs it in attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 after the Hopper row pass.
  *
  * Why: with the PORTABLE mma.sync key-major kernel attn_bwd_kernel<64, ATTN_FP32> (attention_cuda.cu) after the
@@ -66,11 +66,11 @@
  */
 #include <math.h>
 #include <stdint.h>
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/hopper_wgmma.cuh"
-#include "attention/hopper_bwd_common.cuh"
-#include "attention/launch_overlap.cuh"
-#include "attention/tile_order.cuh"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/launch_overlap.cuh"
+#include "attention/cuda/tile_order.cuh"
 #include "common/cuda_utils.cuh"
 
 using namespace hopper_wgmma;

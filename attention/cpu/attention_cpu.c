@@ -1,5 +1,5 @@
 /*
- * attention/attention_cpu.c - exact CPU emulation of the four attention modes
+ * attention/cpu/attention_cpu.c - exact CPU emulation of the four attention modes
  * (fp32, bf16, repair, gproj): forward, backward, and the softmax numerators
  * for inspection.
  *
@@ -55,7 +55,7 @@
 #include <math.h>
 #include <string.h>
 #include "attention/attention.h"
-#include "attention/attention_cpu_rows.h"
+#include "attention/cpu/attention_cpu_rows.h"
 #include "common/utils.h"
 
 enum { PART_Q = 0, PART_K = 1, PART_V = 2 };

@@ -1,5 +1,5 @@
 /*
- * attention/mma_bf16.cuh - the tensor-core building blocks of the attention
+ * attention/cuda/mma_bf16.cuh - the tensor-core building blocks of the attention
  * kernels: BF16 mma.sync m16n8k16 with FP32 accumulation, register fragments
  * loaded by ldmatrix from padded shared-memory tiles, cp.async tile copies.
  *

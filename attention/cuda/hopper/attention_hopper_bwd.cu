@@ -1,9 +1,9 @@
 /*
- * attention/attention_hopper_bwd.cu - the Hopper (sm_90a) key-major causal attention backward of bf16 and
+ * attention/cuda/hopper/attention_hopper_bwd.cu - the Hopper (sm_90a) key-major causal attention backward of bf16 and
  * repair modes at head size 64 (dK, dV and the dQ reduce-adds) on wgmma + TMA, with 128-query steps and
- * setmaxnreg. The API and which calls it serves: attention/attention_hopper_bwd.cuh.
+ * setmaxnreg. The API and which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh.
  *
- * Why: the portable backward (attention/attention_cuda.cu: prep, attn_bwd_kernel, dQ post-pass) is mma.sync
+ * Why: the portable backward (attention/cuda/attention_cuda.cu: prep, attn_bwd_kernel, dQ post-pass) is mma.sync
  * based; this kernel takes attn_bwd_kernel's place on sm_90 for bf16 and repair at HS 64. It steps through
  * 128 queries at a time (FA3's hdim-64 backward works on 128 x 128 blocks too; read in Dao-AILab/flash-attention
  * hopper/, no code copied): 64-query steps with one producer warp (the layout fp32's HS-64 pass keeps,
@@ -74,11 +74,11 @@
  */
 #include <math.h>
 #include <stdint.h>
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/tile_order.cuh"
-#include "attention/hopper_wgmma.cuh"
-#include "attention/hopper_bwd_common.cuh"
-#include "attention/launch_overlap.cuh"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/tile_order.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/launch_overlap.cuh"
 
 using namespace hopper_wgmma;
 

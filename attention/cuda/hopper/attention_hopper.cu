@@ -1,15 +1,15 @@
 /*
- * attention/attention_hopper.cu - the Hopper (sm_90a) causal attention forward of bf16, repair, gproj
+ * attention/cuda/hopper/attention_hopper.cu - the Hopper (sm_90a) causal attention forward of bf16, repair, gproj
  * and fp32 modes: wgmma.mma_async tensor-core GEMMs, TMA tile copies and a producer/consumer
- * (warp-specialised) pipeline. The API and which calls it serves: attention/attention_hopper.cuh.
+ * (warp-specialised) pipeline. The API and which calls it serves: attention/cuda/hopper/attention_hopper.cuh.
  *
- * Why: the portable kernels (attention/attention_cuda.cu) are FlashAttention-2 style mma.sync kernels
+ * Why: the portable kernels (attention/cuda/attention_cuda.cu) are FlashAttention-2 style mma.sync kernels
  * that run on sm_80 and later; on Hopper the way past mma.sync is wgmma (a warpgroup of 4 warps issues
  * one asynchronous 64 x N x 16 MMA reading its operands from shared memory), TMA (one thread moves a
  * whole tile, global -> shared, tracked by an mbarrier) and warp specialisation (a producer warp keeps
  * the copies running while the math warps compute). Its lab is dev/attention_lab/hopper_fwd.cu (layout
  * probe, every mode against the mma.sync forward; measurements in dev/results/attention_hopper_2026-11-29.md);
- * the building blocks are attention/hopper_wgmma.cuh.
+ * the building blocks are attention/cuda/hopper/hopper_wgmma.cuh.
  *
  * What it computes (docs/attention_numerics.md; attention_cuda.cu's forward is the operation-by-operation
  * spec, so the stats mean exactly what the backward expects):
@@ -79,9 +79,9 @@
  */
 #include <math.h>
 #include <stdint.h>
-#include "attention/attention_hopper.cuh"
-#include "attention/tile_order.cuh"
-#include "attention/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/attention_hopper.cuh"
+#include "attention/cuda/tile_order.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
 
 using namespace hopper_wgmma;
 

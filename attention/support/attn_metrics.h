@@ -1,5 +1,5 @@
 /*
- * attention/attn_metrics.h - error metrics of attention outputs against the
+ * attention/support/attn_metrics.h - error metrics of attention outputs against the
  * fp64 reference, shared by the CPU tests, the GPU tests and the probe.
  *
  * Why: "median dQ error 219% -> 0.34%" is only comparable across programs if

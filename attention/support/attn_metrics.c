@@ -1,5 +1,5 @@
 /*
- * attention/attn_metrics.c - the error metrics declared in attn_metrics.h:
+ * attention/support/attn_metrics.c - the error metrics declared in attn_metrics.h:
  * per-head relative Frobenius errors, the sum_j dK_j identity, dS row
  * residuals, NaN/Inf counts and the table printer.
  *
@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "attention/attn_metrics.h"
+#include "attention/support/attn_metrics.h"
 #include "common/utils.h"
 
 static const char* const k_tensor_names[ATTN_NUM_TENSORS] = {"O", "dQ", "dK", "dV"};

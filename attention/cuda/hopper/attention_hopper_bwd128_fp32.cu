@@ -1,12 +1,12 @@
 /*
- * attention/attention_hopper_bwd128_fp32.cu - the Hopper (sm_90a) key-major pass of fp32 mode's backward at
+ * attention/cuda/hopper/attention_hopper_bwd128_fp32.cu - the Hopper (sm_90a) key-major pass of fp32 mode's backward at
  * head size 128 (dK, dV and the dQ partials) on wgmma + TMA, a producer warpgroup and setmaxnreg. The API and
- * which calls it serves: attention/attention_hopper_bwd.cuh (the fp32 section at its end:
+ * which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (the fp32 section at its end:
  * attention_backward_hopper_fp32_keys128; attention_backward_cuda runs it in attn_bwd_kernel<128, ATTN_FP32>'s
  * place on sm_90 after the Hopper row pass). fp32 at HS 64: attention_hopper_bwd64_fp32.cu, which also
  * holds the entry points of both head sizes (attention_backward_hopper_fp32_keys hands HS 128 to this file).
  *
- * Why: with the PORTABLE mma.sync key-major kernel attn_bwd_kernel<128, ATTN_FP32> (attention/attention_cuda.cu)
+ * Why: with the PORTABLE mma.sync key-major kernel attn_bwd_kernel<128, ATTN_FP32> (attention/cuda/attention_cuda.cu)
  * after the Hopper row pass, fp32 mode's fwd+bwd at B2 H16 T4096 d128 costs more than the 2.5x bf16's that is
  * the target. This kernel is attention_hopper_bwd128.cu's CTA (the bf16/repair pass) with fp32's numerics: the
  * fp32 backward (prep + Hopper row pass + this kernel + post-pass) is 1.56x faster than with the portable
@@ -83,11 +83,11 @@
  */
 #include <math.h>
 #include <stdint.h>
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/hopper_wgmma.cuh"
-#include "attention/hopper_bwd_common.cuh"
-#include "attention/launch_overlap.cuh"
-#include "attention/tile_order.cuh"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/launch_overlap.cuh"
+#include "attention/cuda/tile_order.cuh"
 #include "common/cuda_utils.cuh"
 
 using namespace hopper_wgmma;

@@ -1,5 +1,5 @@
 /*
- * attention/tile_order.cuh - which tile of which head a CTA of a causal attention grid takes.
+ * attention/cuda/tile_order.cuh - which tile of which head a CTA of a causal attention grid takes.
  *
  * Why: causal tiles differ in length (a forward query tile q reads q + 1 key tiles; a key-major backward
  * tile k meets T/BQ - k query tiles), and the grids are launched as (tiles, B * NH). The hardware hands

@@ -1,5 +1,5 @@
 /*
- * attention/attention_hopper_bwd.cuh - the Hopper (sm_90a) kernels of the attention backward, wgmma + TMA, a
+ * attention/cuda/hopper/attention_hopper_bwd.cuh - the Hopper (sm_90a) kernels of the attention backward, wgmma + TMA, a
  * producer and two consumer warpgroups:
  *   the key-major kernels (dK, dV and the dQ reduce-adds) for bf16 and repair modes: head size 64
  *   (attention_hopper_bwd.cu, 128-query steps) and head size 128 (attention_hopper_bwd128.cu), both with
@@ -8,7 +8,7 @@
  *   (attention_hopper_rows.cu) and head size 128 (attention_hopper_rows128.cu, with setmaxnreg);
  *   the key-major passes of gproj and fp32 after the row pass (their sections at the end), at both head sizes.
  *
- * Why: the portable mma.sync backward (attention/attention_cuda.cu) is most of our attention time on the
+ * Why: the portable mma.sync backward (attention/cuda/attention_cuda.cu) is most of our attention time on the
  * H200. The key-major kernels compute the same dK, dV and dQ accumulator as attn_bwd_kernel with the same
  * rounding points (only the FP32 sum order differs). HS 64 (128-query steps; its harness
  * dev/attention_lab/hopper_bwd64_wide.cu): the whole bf16 backward 1.06x / 1.18x faster than with 64-query

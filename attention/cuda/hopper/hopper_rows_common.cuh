@@ -1,5 +1,5 @@
 /*
- * attention/hopper_rows_common.cuh - device pieces shared by the Hopper (sm_90a) row passes of the backward
+ * attention/cuda/hopper/hopper_rows_common.cuh - device pieces shared by the Hopper (sm_90a) row passes of the backward
  * (attention_hopper_rows.cu at HS 64, attention_hopper_rows128.cu at HS 128): a thread's two query rows' state,
  * the recomputed P and dS of one 64-key accumulator pair with their row sums, the DSK/PK GEMMs of one 64-key
  * half, the rows' outputs (lambda and dQ, or D), and the store of an accumulator pair as row-major rows (the
@@ -8,7 +8,7 @@
  * Why: the two kernels differ in their GEMMs and pipeline (HS 128 needs a producer warpgroup, setmaxnreg and
  * 128-column accumulators), not in the per-element math, which must stay attn_bwd_rows_kernel's operation for
  * operation (docs/attention_numerics.md): one copy here keeps both on the same rounding points. Needs
- * attention/hopper_wgmma.cuh (fragment layout, quad_sum, pack_bf16x2); everything is in the including file's
+ * attention/cuda/hopper/hopper_wgmma.cuh (fragment layout, quad_sum, pack_bf16x2); everything is in the including file's
  * anonymous namespace.
  *
  * The fragment layout (hopper_wgmma.cuh): a thread holds rows row0 and row0 + 8 of its warpgroup's 64 rows;
@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 #include <cuda_bf16.h>
-#include "attention/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
 
 namespace {
 

@@ -1,5 +1,5 @@
 /*
- * attention/hopper_wgmma.cuh - the Hopper (sm_90a) building blocks of the wgmma attention kernels:
+ * attention/cuda/hopper/hopper_wgmma.cuh - the Hopper (sm_90a) building blocks of the wgmma attention kernels:
  * mbarriers, TMA tile copies, wgmma shared-memory descriptors, the wgmma instructions the kernels use
  * (inline PTX), their register-fragment layout, and the host-side tensor-map encoder.
  *

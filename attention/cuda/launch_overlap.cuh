@@ -1,5 +1,5 @@
 /*
- * attention/launch_overlap.cuh - programmatic dependent launch (PDL) for the backward's chain of kernels
+ * attention/cuda/launch_overlap.cuh - programmatic dependent launch (PDL) for the backward's chain of kernels
  * (prep -> key-major pass -> dQ post-pass): the next kernel of the stream is launched while the one before
  * it drains, and waits inside for that one's results.
  *

@@ -1,10 +1,10 @@
 /*
- * attention/attention_hopper_rows128.cu - the Hopper (sm_90a) query-major row pass of the backward at head size
+ * attention/cuda/hopper/attention_hopper_rows128.cu - the Hopper (sm_90a) query-major row pass of the backward at head size
  * 128 for gproj (lambda and all of dQ) and fp32 (D = sum_j P_ij dP_ij), on wgmma + TMA, a producer warpgroup and
- * setmaxnreg. The API and which calls it serves: attention/attention_hopper_bwd.cuh (attention_backward_hopper_rows
+ * setmaxnreg. The API and which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (attention_backward_hopper_rows
  * dispatches here on HS 128; the HS-64 kernel is attention_hopper_rows.cu).
  *
- * Why: the portable row pass at HS 128 (the mma.sync attn_bwd_rows_kernel<128, MODE>, attention/attention_cuda.cu)
+ * Why: the portable row pass at HS 128 (the mma.sync attn_bwd_rows_kernel<128, MODE>, attention/cuda/attention_cuda.cu)
  * is what keeps gproj (and fp32) at HS 128 far from bf16, and HS 64's kernel does not stretch (its DSK and PK
  * accumulators alone would be 128 registers per thread). Its lab, dev/attention_lab/hopper_rows128.cu, checks the
  * layout (all four products) and the pass against the portable production backward: D, lambda and dQ BIT-EQUAL on
@@ -42,7 +42,7 @@
  * after setmaxnreg.inc), 0 B spill, no C75xx warning, gproj and fp32; layout probe (256 threads, no setmaxnreg)
  * 255, 0 spill.
  *
- * Hangs (as attention_hopper_bwd128.cu, through attention/hopper_bwd_common.cuh): every mbarrier wait is bounded
+ * Hangs (as attention_hopper_bwd128.cu, through attention/cuda/hopper/hopper_bwd_common.cuh): every mbarrier wait is bounded
  * (~2 s of clock64; a legitimate wait is microseconds) and does NOT trap (a __trap() on the consumer path makes
  * ptxas ignore setmaxnreg.inc). A wait that gives up records the barrier in the host-mapped AttnHopperHang record
  * (when attention_hopper_bwd_watch_hangs installed one; first give-up wins; this pass's sites: ATTN_HANG_KV_FULL =
@@ -60,12 +60,12 @@
 #include <math.h>
 #include <stdint.h>
 #include <type_traits>
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/tile_order.cuh"
-#include "attention/hopper_wgmma.cuh"
-#include "attention/hopper_bwd_common.cuh"
-#include "attention/hopper_rows_common.cuh"
-#include "attention/launch_overlap.cuh"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/tile_order.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/hopper/hopper_rows_common.cuh"
+#include "attention/cuda/launch_overlap.cuh"
 
 using namespace hopper_wgmma;
 

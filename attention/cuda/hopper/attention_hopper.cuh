@@ -1,9 +1,9 @@
 /*
- * attention/attention_hopper.cuh - the Hopper (sm_90a) attention forward: wgmma + TMA + a producer
+ * attention/cuda/hopper/attention_hopper.cuh - the Hopper (sm_90a) attention forward: wgmma + TMA + a producer
  * warpgroup and two (HS 128) or three (HS 64) consumer warpgroups, for the modes whose
  * forward it computes exactly as docs/attention_numerics.md defines them.
  *
- * Why: on an H200 the portable mma.sync forward (attention/attention_cuda.cu) is well short of cuDNN's;
+ * Why: on an H200 the portable mma.sync forward (attention/cuda/attention_cuda.cu) is well short of cuDNN's;
  * this kernel is 1.3-1.5x faster than it in bf16 mode (dev/results/attention_hopper_2026-11-29.md). It
  * writes the same out and the same stats (bf16 {LSE, 0}; repair, gproj, fp32 {m, l}), so the portable
  * backward reads them unchanged. Callers normally do not call it directly: attention_forward_cuda picks

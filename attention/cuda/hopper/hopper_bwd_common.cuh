@@ -1,5 +1,5 @@
 /*
- * attention/hopper_bwd_common.cuh - device pieces shared by the Hopper (sm_90a) key-major backward kernels
+ * attention/cuda/hopper/hopper_bwd_common.cuh - device pieces shared by the Hopper (sm_90a) key-major backward kernels
  * (attention_hopper_bwd.cu at HS 64, attention_hopper_bwd128.cu at HS 128; gproj's attention_hopper_bwd_gproj.cu
  * and attention_hopper_bwd128_gproj.cu): the recomputed probability of one score, the bounded mbarrier wait that
  * GIVES UP instead of trapping, the score and dK/dV GEMM steps of the HS-128 key-major CTA, gproj's three
@@ -12,7 +12,7 @@
  * setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and serialised
  * wgmmas; docs/attention_kernels.md, "Hangs"), so its waits give up, record the barrier and let the
  * kernel end with poisoned outputs instead (attention_hopper_bwd128.cu's file comment). Needs
- * attention/hopper_wgmma.cuh; everything is in the including file's anonymous namespace (one kernel file
+ * attention/cuda/hopper/hopper_wgmma.cuh; everything is in the including file's anonymous namespace (one kernel file
  * = one translation unit, each with its own __device__ record pointer).
  */
 #ifndef ATTENTION_HOPPER_BWD_COMMON_CUH
@@ -20,10 +20,10 @@
 
 #include <stdint.h>
 #include "attention/attention.h"
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/hopper_wgmma.cuh"
-#include "attention/mma_bf16.cuh"
-#include "attention/tile_order.cuh"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/mma_bf16.cuh"
+#include "attention/cuda/tile_order.cuh"
 
 namespace {
 
@@ -31,7 +31,7 @@ namespace {
    g + 8 (i & 1), query 16kk + 8 (i >> 1) + 2t + e for register 8kk + 2i + e: pack_acc_a_operand's words):
    hi = bf(x), lo = bf(x - bf(x)); with kThirdTerm (dS only) also x2 = bf(r1 - bf(r1)) for r1 = x - bf(x).
    fp32 mode's split terms: attn_bwd_kernel<HS, ATTN_FP32>'s ap / ap_lo and ads / ads_lo / x2 words, the
-   residual being attention/mma_bf16.cuh's bf16_residual (the portable kernel's). */
+   residual being attention/cuda/mma_bf16.cuh's bf16_residual (the portable kernel's). */
 template <bool kThirdTerm>
 __device__ __forceinline__ void pack_split_step(uint32_t (&hi)[4], uint32_t (&lo)[4], uint32_t (&x2)[4],
                                                 const float (&x)[32], int kk) {

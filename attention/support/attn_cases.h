@@ -1,5 +1,5 @@
 /*
- * attention/attn_cases.h - generators of the hard attention inputs of
+ * attention/support/attn_cases.h - generators of the hard attention inputs of
  * docs/attention_numerics.md (key-offset sweep, sharp attention, extreme
  * values, plain random), shared by the CPU tests, the GPU tests and the probe.
  *

@@ -1,17 +1,17 @@
 /*
- * attention/attention_hopper_bwd128.cu - the Hopper (sm_90a) key-major causal attention backward of bf16 and
+ * attention/cuda/hopper/attention_hopper_bwd128.cu - the Hopper (sm_90a) key-major causal attention backward of bf16 and
  * repair modes at head size 128 (dK, dV and the dQ reduce-adds) on wgmma + TMA, with setmaxnreg. The API and
- * which calls it serves: attention/attention_hopper_bwd.cuh (attention_backward_hopper_keys dispatches here
+ * which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (attention_backward_hopper_keys dispatches here
  * on HS 128; the HS-64 kernel is attention_hopper_bwd.cu).
  *
- * Why: at HS 128 the portable mma.sync key-major kernel (attention/attention_cuda.cu: attn_bwd_kernel) takes
+ * Why: at HS 128 the portable mma.sync key-major kernel (attention/cuda/attention_cuda.cu: attn_bwd_kernel) takes
  * most of the attention time on the H200 (at B2 H16 T4096 d128 the bulk of the portable fwd+bwd), and HS 64's
  * kernel does not stretch (one warpgroup's dK, dV
  * accumulators alone would be 128 registers next to S^T, dP^T and the dQ partial). With this kernel the whole
  * backward (prep + this kernel + dQ post-pass) is 1.40x faster than mma.sync at B8 H8 T1024 d128 and 1.69x at
  * B2 H16 T4096 d128 (dev/results/attention_hopper_2026-11-29.md; within 4 BF16 ulps of the portable
  * backward). The dQ partials go out by TMA reduce-add (1.10-1.12x faster than red.global atomics at HS 64),
- * and the CTAs take their key tiles longest first over all heads (attention/tile_order.cuh).
+ * and the CTAs take their key tiles longest first over all heads (attention/cuda/tile_order.cuh).
  * dev/attention_lab/hopper_bwd128.cu is the harness that checks and times it.
  *
  * What it computes (docs/attention_numerics.md; attn_bwd_kernel's rounding points, operation for operation,
@@ -62,11 +62,11 @@
  */
 #include <math.h>
 #include <stdint.h>
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/hopper_wgmma.cuh"
-#include "attention/hopper_bwd_common.cuh"
-#include "attention/launch_overlap.cuh"
-#include "attention/tile_order.cuh"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/launch_overlap.cuh"
+#include "attention/cuda/tile_order.cuh"
 
 using namespace hopper_wgmma;
 

@@ -1,5 +1,5 @@
 /*
- * attention/attn_capture.h - the attention capture file: one attention call's
+ * attention/support/attn_capture.h - the attention capture file: one attention call's
  * inputs (Q, K, V, dO) and optionally its outputs (O, softmax stats), saved
  * from a training run (or from PyTorch) so the probe can replay every mode on
  * exactly those tensors against an fp64 reference.

@@ -1,10 +1,10 @@
 /*
- * attention/attention_hopper_rows.cu - the Hopper (sm_90a) query-major row pass of the backward for gproj
+ * attention/cuda/hopper/attention_hopper_rows.cu - the Hopper (sm_90a) query-major row pass of the backward for gproj
  * (lambda and all of dQ) and fp32 (D = sum_j P_ij dP_ij) at head size 64, on wgmma + TMA + a producer warp.
- * The API and which calls it serves: attention/attention_hopper_bwd.cuh.
+ * The API and which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh.
  *
  * Why: gproj's and fp32's extra cost over bf16 is mostly the portable row pass attn_bwd_rows_kernel
- * (attention/attention_cuda.cu, mma.sync). That pass has the forward's shape (query rows as M), which the
+ * (attention/cuda/attention_cuda.cu, mma.sync). That pass has the forward's shape (query rows as M), which the
  * Hopper forward runs on wgmma; this kernel (its lab: dev/attention_lab/hopper_rows.cu, layout probe and
  * the pass against the production backward; dev/results/attention_hopper_2026-11-29.md) takes
  * attn_bwd_rows_kernel's place on sm_90. It writes the same workspace slots (D for fp32, lambda for gproj,
@@ -37,11 +37,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <type_traits>
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/tile_order.cuh"
-#include "attention/hopper_wgmma.cuh"
-#include "attention/hopper_rows_common.cuh"
-#include "attention/launch_overlap.cuh"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/tile_order.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_rows_common.cuh"
+#include "attention/cuda/launch_overlap.cuh"
 
 using namespace hopper_wgmma;
 

@@ -1,5 +1,5 @@
 /*
- * attention/attn_capture.c - reader and writer of the attention capture file
+ * attention/support/attn_capture.c - reader and writer of the attention capture file
  * (format: docs/attn_capture_format.md, API: attn_capture.h).
  *
  * Why it is written this way: capture files come from long runs and from
@@ -12,7 +12,7 @@
  * Writes go to PATH.tmp and are renamed, so a crash never leaves a file that
  * looks valid but is half-written.
  */
-#include "attention/attn_capture.h"
+#include "attention/support/attn_capture.h"
 
 #include <math.h>
 #include <stdarg.h>

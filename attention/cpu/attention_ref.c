@@ -1,5 +1,5 @@
 /*
- * attention/attention_ref.c - the fp64 reference of causal softmax attention
+ * attention/cpu/attention_ref.c - the fp64 reference of causal softmax attention
  * (forward, backward, softmax statistics), the yardstick every mode is
  * measured against.
  *

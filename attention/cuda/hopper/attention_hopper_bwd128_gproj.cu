@@ -1,11 +1,11 @@
 /*
- * attention/attention_hopper_bwd128_gproj.cu - the Hopper (sm_90a) key-major pass of gproj mode's backward at
+ * attention/cuda/hopper/attention_hopper_bwd128_gproj.cu - the Hopper (sm_90a) key-major pass of gproj mode's backward at
  * head size 128 (dK and dV only) on wgmma + TMA, a producer warpgroup and setmaxnreg. The API and which calls
- * it serves: attention/attention_hopper_bwd.cuh (the gproj section at its end: attention_backward_hopper_gproj_keys
+ * it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (the gproj section at its end: attention_backward_hopper_gproj_keys
  * dispatches here on HS 128; the HS-64 pass is attention_hopper_bwd_gproj.cu).
  *
  * Why: at HS 128 the portable gproj backward (gproj is the users' default mode: prep + attn_bwd_rows_kernel
- * + attn_bwd_kernel<128, ATTN_GPROJ>, attention/attention_cuda.cu) is about 2.2x bf16's Hopper backward at
+ * + attn_bwd_kernel<128, ATTN_GPROJ>, attention/cuda/attention_cuda.cu) is about 2.2x bf16's Hopper backward at
  * B2 H16 T4096 d128, and the key-major kernel is most of it. This kernel is attention_hopper_bwd128.cu's CTA
  * with gproj's numerics, as attention_hopper_bwd_gproj.cu is at HS 64: no dQ GEMM, no atomics, no dS staging
  * tile (the row pass wrote dQ), one more register-A GEMM into dK. Its lab, dev/attention_lab/hopper_bwd128_gproj.cu,
@@ -66,10 +66,10 @@
  */
 #include <math.h>
 #include <stdint.h>
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/hopper_wgmma.cuh"
-#include "attention/hopper_bwd_common.cuh"
-#include "attention/launch_overlap.cuh"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/launch_overlap.cuh"
 
 using namespace hopper_wgmma;
 

@@ -1,12 +1,12 @@
 /*
- * attention/attention_hopper_bwd_gproj.cu - the Hopper (sm_90a) key-major pass of gproj mode's backward at
+ * attention/cuda/hopper/attention_hopper_bwd_gproj.cu - the Hopper (sm_90a) key-major pass of gproj mode's backward at
  * head size 64 (dK and dV only) on wgmma + TMA + a producer warpgroup and setmaxnreg, and the pass's entry
  * points for both head sizes (HS 128: attention_hopper_bwd128_gproj.cu). The API and which calls it serves:
- * attention/attention_hopper_bwd.cuh (the gproj section at its end).
+ * attention/cuda/hopper/attention_hopper_bwd.cuh (the gproj section at its end).
  *
  * Why: on sm_90 gproj's backward is prep (D) + the Hopper row pass (attention_hopper_rows.cu: lambda and all
  * of dQ) + a key-major pass for dK and dV, and the portable mma.sync attn_bwd_kernel<64, ATTN_GPROJ>
- * (attention/attention_cuda.cu) in that role is the slow piece. bf16/repair's key-major pass is Hopper
+ * (attention/cuda/attention_cuda.cu) in that role is the slow piece. bf16/repair's key-major pass is Hopper
  * (attention_hopper_bwd.cu); this kernel is that kernel's forms with gproj's numerics: no dQ GEMM, no
  * atomics, no dS staging (the row pass wrote dQ), and a third register-A GEMM into dK. Its lab is
  * dev/attention_lab/hopper_bwd_gproj.cu (probes, the pass against force_portable, timings): the all-Hopper
@@ -39,7 +39,7 @@
  * Registers (-Xptxas -v, CUDA 13.0): the kernel 168 at entry (the launch bound; 232 after setmaxnreg), 0
  * bytes of spills, no C75xx warnings: 0 spills is also the sign that setmaxnreg took effect (the same code
  * without setmaxnreg.inc spills at 168: 24 bytes). The probe 186, 0 spills. Re-check after any change
- * with the nvcc line of `make -n build/attention/attention_hopper_bwd_gproj.cu.o` plus -Xptxas -v.
+ * with the nvcc line of `make -n build/attention/cuda/hopper/attention_hopper_bwd_gproj.cu.o` plus -Xptxas -v.
  *
  * Hangs (a pipeline protocol bug): every mbarrier wait is bounded (~10 s of clock64, as
  * attention_hopper_bwd.cu). The consumers do not trap: a __trap() on their path can make ptxas ignore
@@ -61,11 +61,11 @@
  */
 #include <math.h>
 #include <stdint.h>
-#include "attention/attention_hopper_bwd.cuh"
-#include "attention/tile_order.cuh"
-#include "attention/hopper_wgmma.cuh"
-#include "attention/hopper_bwd_common.cuh"
-#include "attention/launch_overlap.cuh"
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/tile_order.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/launch_overlap.cuh"
 
 using namespace hopper_wgmma;
 
