@@ -66,6 +66,7 @@ extern "C" {
 #include "train/dist.h"
 #include "train/flags.h"
 #include "train/schedule.h"
+#include "train/attn_warnings.h"
 #include "train/runlog.h"
 #include "train/resume_state.h"
 #include "train/run_driver.h"
@@ -761,14 +762,7 @@ int main(int argc, char** argv) {
             }
             runlog_end(log);
             diag_warn_check(&td.warn, td.host_layers, cfg.num_layers, &probe);
-            for (int i = 0; i < td.warn.num_pending; i++) {  /* {"event": "attn_warning", ...} after the record */
-                char msg[1024], body[512];
-                diag_warning_text(&td.warn, i, step, msg, sizeof(msg), body, sizeof(body));
-                printf("%s\n", msg);
-                FILE* wf = runlog_begin(log, "attn_warning");
-                if (wf) fprintf(wf, ", %s", body);
-                runlog_end(log);
-            }
+            runlog_attn_warnings(log, &td.warn, step); /* after the diag record */
         }
         if (step == start_step || (step + 1) % f.log_every == 0 || step + 1 == f.steps) {
             const double mean_dt = timed_steps ? time_sum / timed_steps : dt;

@@ -47,6 +47,7 @@
 #include "train/flags.h"
 #include "train/resume_state.h"
 #include "train/run_driver.h"
+#include "train/attn_warnings.h"
 #include "train/runlog.h"
 #include "train/sampler.h"
 #include "train/schedule.h"
@@ -221,14 +222,7 @@ static void log_diagnostics(CpuDiag* d, int step, RunLog* log) {
         runlog_write_number(df, d->pending_ms);
     }
     runlog_end(log);
-    for (int i = 0; i < d->warn.num_pending; i++) {  /* {"event": "attn_warning", ...} after the diag record */
-        char msg[1024], body[512];
-        diag_warning_text(&d->warn, i, step, msg, sizeof(msg), body, sizeof(body));
-        printf("%s\n", msg);
-        FILE* wf = runlog_begin(log, "attn_warning");
-        if (wf) fprintf(wf, ", %s", body);
-        runlog_end(log);
-    }
+    runlog_attn_warnings(log, &d->warn, step); /* after the diag record */
     d->pending = 0;
 }
 
