@@ -505,8 +505,10 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) cudaCheck(cudaEventCreate(evs[i]));
     cudaCheck(cudaMalloc((void**)&dp.d_split, 8 * sizeof(float)));
     cudaCheck(cudaMalloc((void**)&dp.d_sums, 4 * sizeof(double)));
-    model.grad_hook = dp_grad_hook;
-    model.grad_hook_ctx = &dp;
+    if (world_size > 1) { /* one GPU: no hook (it would do nothing), so backward holds no host callback */
+        model.grad_hook = dp_grad_hook;
+        model.grad_hook_ctx = &dp;
+    }
 
     float* host_params = (float*)mallocCheck(num_params * sizeof(float));
     if (init_params) {
@@ -632,6 +634,19 @@ int main(int argc, char** argv) {
         printf("diagnostics: every %d steps | probe every %d steps | %d capture step(s) | gauge arm %s\n",
                f.diag_every, probe_every, capture_spec.num_steps, f.zero_key_bias_grad ? "on" : "off");
     if (peak == 0.0) printf("note: no peak FLOP/s entry for '%s': MFU not reported\n", prop.name);
+    /* --cuda-graph: each training micro-step's forward+backward replayed from one graph (GpuStepGraph), except
+       the first step of this process (the eager warm-up before the capture), steps whose last backward runs
+       the probe or a capture (attn_hook), and every step of a multi-GPU run (the NCCL grad hooks) */
+    const int use_cuda_graph = f.cuda_graph && world_size == 1;
+    GpuStepGraph step_graph;
+    memset(&step_graph, 0, sizeof step_graph);
+    if (!f.cuda_graph) printf("cuda graph: off (--cuda-graph 0)\n");
+    else if (!use_cuda_graph)
+        printf("cuda graph: off: multi-GPU run (backward hands each layer's gradients to NCCL as it goes)\n");
+    else
+        printf("cuda graph: on (forward+backward of each micro-step, captured after the first step%s; "
+               "evaluation and sampling eager)\n",
+               probe_every > 0 || capture_spec.num_steps > 0 ? "; probe/capture steps eager" : "");
 
     /* ---- training loop ---- */
     LRSchedule sched = {sched_kind, f.lr, f.min_lr_frac, f.warmup_steps, f.steps};
@@ -686,10 +701,17 @@ int main(int argc, char** argv) {
         for (int micro = 0; micro < grad_accum; micro++) {
             const int last_micro = micro + 1 == grad_accum;
             if (dataloader_next(train_loader, inputs, targets, err, sizeof(err)) != 0) die("training data: %s", err);
+            const int hooked = last_micro && td.active && (probe_step || capture_step);
+            if (use_cuda_graph && !hooked && step > start_step) {
+                if (gpt_cuda_graph_micro_step(&model, &step_graph, inputs, targets, B, T, dloss))
+                    printf("cuda graph: captured at step %d: %zu nodes, %.1f ms to capture and instantiate\n", step,
+                           step_graph.num_nodes, step_graph.capture_ms);
+                continue;
+            }
             gpt_cuda_forward(&model, inputs, targets, B, T, dloss);
             dp.reduce_now = last_micro;
             if (last_micro && world_size > 1) cudaCheck(cudaEventRecord(dp.ev_bwd_start, stream));
-            if (last_micro && td.active && (probe_step || capture_step)) {
+            if (hooked) {
                 model.attn_hook = diag_attn_hook;
                 model.attn_hook_ctx = &td;
             }
@@ -820,6 +842,9 @@ int main(int argc, char** argv) {
         free(td.host_layers);
         free(td.json);
     }
+    if (step_graph.replays > 0)
+        printf("cuda graph: %lld micro-steps replayed from the graph\n", step_graph.replays);
+    gpt_cuda_graph_free(&step_graph);
     gpt_cuda_free(&model);
     cudaCheck(cudaFree(dp.d_split));
     cudaCheck(cudaFree(dp.d_sums));

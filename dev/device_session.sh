@@ -12,7 +12,7 @@
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds reliability attnbench trainbench
-#           diagcost run450m resume450m finalruns modecost makerun
+#           diagcost run450m resume450m finalruns modecost makerun graph
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -405,6 +405,50 @@ for phase in "$@"; do
         timeout 120 make run NVCC_ARCH="$ARCH" > "$OUT/make_run.log" 2>&1
         rc=$?; { grep -m1 run_default "$OUT/make_run.log"; tail -n 25 "$OUT/make_run.log"; } | tee -a "$SUMMARY"
         end $rc ;;
+    graph)
+        # --cuda-graph 1 against 0: the same bits (cmp of the last checkpoint) and the median ms/step of each
+        # (log.jsonl step records from step 10 on). --deterministic 1 everywhere: without it the bf16 backward
+        # adds its dQ partials in arrival order and two eager runs already differ in the last bits.
+        begin "CUDA graph on/off: bits and ms/step (small B16 T256, d12 B32 T1024)"
+        prepare_data
+        make -j"$(nproc)" NVCC_ARCH="$ARCH" build/train_gpt > "$OUT/build_graph.log" 2>&1 || tail -20 "$OUT/build_graph.log" | tee -a "$SUMMARY"
+        common=(--train-data "$DATA/gutenberg_train_*.bin" --vocab "${VOCAB_DIR:-.cache/gpt2}" --val-data ""
+                --sample-every 0 --deterministic 1 --overwrite 1)
+        small=(--model small --batch-size 16 --seq-len 256 --steps 300 --lr 3e-3 --schedule constant --log-every 100)
+        d12=(--model d12 --batch-size 32 --seq-len 1024 --steps 30 --lr 6e-4 --warmup-steps 5 --log-every 10)
+        median_ms() { python3 -c 'import json,sys,statistics
+ms=[r["ms"] for r in map(json.loads,open(sys.argv[1])) if "ms" in r and "loss" in r and r.get("step",0)>=10]
+print("%.3f" % statistics.median(ms) if ms else "n/a")' "$1" 2>/dev/null || echo n/a; }
+        { echo "| model | attn | eager ms/step | graph ms/step | speedup | final checkpoint |"
+          echo "|---|---|---|---|---|---|"; } > "$OUT/graph.md"
+        # small_diag: diagnostics and the probe every 50 steps, so the probe steps run eagerly between replays
+        for cfg in small small_diag d12; do
+            case $cfg in
+                small) args=("${small[@]}"); last=00000300; limit=150; modes="gproj bf16" ;;
+                small_diag) args=("${small[@]}" --diag-every 50); last=00000300; limit=150; modes="gproj" ;;
+                d12) args=("${d12[@]}"); last=00000030; limit=240; modes="gproj bf16" ;;
+            esac
+            for m in $modes; do
+                for g in 0 1; do
+                    log="$OUT/graph_${cfg}_${m}_g$g.log"
+                    timeout "$limit" build/train_gpt "${args[@]}" "${common[@]}" --attn "$m" --cuda-graph $g \
+                        --out-dir "/tmp/graph_${cfg}_${m}_g$g" > "$log" 2>&1
+                    rc=$?
+                    say "   $cfg $m --cuda-graph $g: rc $rc | $(grep -h -E '^cuda graph: (on|off|captured)' "$log" | tr '\n' ' ')"
+                    say "      $(grep -h 'mean over' "$log")"
+                    [ $rc -ne 0 ] && tail -n 8 "$log" | tee -a "$SUMMARY"
+                done
+                a="/tmp/graph_${cfg}_${m}_g0/model_$last.bin" b="/tmp/graph_${cfg}_${m}_g1/model_$last.bin"
+                if [ -f "$a" ] && [ -f "$b" ]; then
+                    if cmp -s "$a" "$b"; then same="identical (model_$last.bin)"; else same="DIFFER: $(cmp "$a" "$b" | head -1)"; fi
+                else same="missing model_$last.bin"; fi
+                e=$(median_ms "/tmp/graph_${cfg}_${m}_g0/log.jsonl") c=$(median_ms "/tmp/graph_${cfg}_${m}_g1/log.jsonl")
+                sp=$(python3 -c "import sys; print('%.2fx' % (float(sys.argv[1]) / float(sys.argv[2])))" "$e" "$c" 2>/dev/null || echo n/a)
+                echo "| $cfg | $m | $e | $c | $sp | $same |" >> "$OUT/graph.md"
+            done
+        done
+        cat "$OUT/graph.md" | tee -a "$SUMMARY"
+        end 0 ;;
     *) say "unknown phase '$phase'"; exit 2 ;;
     esac
 done

@@ -57,12 +57,17 @@
  * for data parallelism gpt_cuda_init_dist, gpt_cuda_memory_plan_dist,
  * gpt_cuda_grad_norm_sq_enqueue (a range's squared norm, left on the device)
  * and gpt_cuda_update_with_norm (AdamW on the optimizer range, given the
- * global norm).
+ * global norm); the forward/backward halves gpt_cuda_forward_upload /
+ * gpt_cuda_forward_kernels and gpt_cuda_backward_layers /
+ * gpt_cuda_backward_embeddings, and GpuStepGraph with
+ * gpt_cuda_graph_micro_step / gpt_cuda_graph_free (a training micro-step
+ * replayed from a captured CUDA graph).
  */
 #ifndef MODEL_GPT_CUDA_CUH
 #define MODEL_GPT_CUDA_CUH
 
 #include <math.h>
+#include <time.h>
 #include "model/gpt_config.h"
 #include "model/param_ranges.h"
 #include "attention/attention.h"
@@ -498,11 +503,13 @@ static double gpt_cuda_loss_read(GPTCuda* m) {
  * ready for gpt_cuda_backward (dloss = 1 / (B*T*grad_accum_steps) for a
  * mean over the whole batch). dloss = 0 keeps the logits (eval, sampling).
  */
-static void gpt_cuda_forward(GPTCuda* m, const int* inputs, const int* targets, int B, int T, float dloss) {
+/* The forward's host half: checks the token ids, uploads them into the fixed device buffer tokens_dev and,
+   for training (dloss > 0), builds and uploads the embedding backward's token buckets. Only copies from host
+   memory, so it stays outside a captured graph (gpt_cuda_graph_micro_step runs it before each replay). */
+static void gpt_cuda_forward_upload(GPTCuda* m, const int* inputs, const int* targets, int B, int T, float dloss) {
     const GPTConfig* cfg = &m->config;
     if (B > m->B || T > m->T || B < 1 || T < 1) die("forward: batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
-    const int N = B * T, C = cfg->channels, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
-    const int NH = cfg->num_heads;
+    const int N = B * T;
     for (int i = 0; i < N; i++)
         if (inputs[i] < 0 || inputs[i] >= cfg->vocab_size || (targets && (targets[i] < 0 || targets[i] >= cfg->vocab_size)))
             die("forward: token id out of range [0, %d) at position %d (input %d, target %d)", cfg->vocab_size, i,
@@ -515,7 +522,17 @@ static void gpt_cuda_forward(GPTCuda* m, const int* inputs, const int* targets, 
     cudaCheck(cudaMemcpyAsync(inputs_dev, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, st));
     if (targets) cudaCheck(cudaMemcpyAsync(targets_dev, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, st));
     if (dloss > 0) encoder_buckets_build(&m->buckets, inputs, N, st);
+}
 
+/* The forward's device half: kernels only, reading the tokens from tokens_dev (with_targets: the loss too).
+   Every argument is fixed for a given (B, T, dloss), so a capture of it replays exactly. */
+static void gpt_cuda_forward_kernels(GPTCuda* m, int B, int T, int with_targets, float dloss) {
+    const GPTConfig* cfg = &m->config;
+    const int N = B * T, C = cfg->channels, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
+    const int NH = cfg->num_heads;
+    cudaStream_t st = m->stream;
+    int* inputs_dev = m->tokens_dev;
+    int* targets_dev = m->tokens_dev + (size_t)m->B * m->T;
     const AttnShape shape = {B, NH, T, C / NH};
     floatX* p = m->params;
     floatX* encoded = gpu_act(m, GA_ENCODED, 0);
@@ -566,7 +583,7 @@ static void gpt_cuda_forward(GPTCuda* m, const int* inputs, const int* targets, 
     prof_mark(m, PH_MATMUL);
     matmul_forward(&m->matmul, logits, gpu_act(m, GA_LNF, 0), gpu_param(m, p, P_WTE, 0), nullptr, nullptr, N, C, Vp,
                    st);
-    if (targets) {
+    if (with_targets) {
         float* losses = gpu_stat(m, GS_LOSSES, 0);
         prof_mark(m, PH_CLASSIFIER);
         fused_classifier(logits, losses, targets_dev, dloss, N, cfg->vocab_size, Vp, dloss > 0, st);
@@ -576,13 +593,19 @@ static void gpt_cuda_forward(GPTCuda* m, const int* inputs, const int* targets, 
     }
 }
 
+static void gpt_cuda_forward(GPTCuda* m, const int* inputs, const int* targets, int B, int T, float dloss) {
+    gpt_cuda_forward_upload(m, inputs, targets, B, T, dloss);
+    gpt_cuda_forward_kernels(m, B, T, targets != NULL, dloss);
+}
+
 static void gpt_cuda_zero_grad(GPTCuda* m) {
     prof_mark(m, PH_OTHER);
     cudaCheck(cudaMemsetAsync(m->grads, 0, m->alloc_params * sizeof(floatX), m->stream));
 }
 
-/* After a training forward (dloss > 0): ACCUMULATES the parameter gradients. */
-static void gpt_cuda_backward(GPTCuda* m) {
+/* The backward up to and including layer 0 (everything but the embeddings). Every kernel argument is fixed
+   for a given (B, T); the hooks are host callbacks (a captured graph must run with both NULL). */
+static void gpt_cuda_backward_layers(GPTCuda* m) {
     const GPTConfig* cfg = &m->config;
     const int B = m->cur_B, T = m->cur_T, N = B * T, C = cfg->channels, L = cfg->num_layers;
     const int Vp = cfg->padded_vocab_size, NH = cfg->num_heads;
@@ -670,9 +693,169 @@ static void gpt_cuda_backward(GPTCuda* m) {
                            gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);
         if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, l, st); /* layer l's gradients are final */
     }
+}
+
+/* The embedding backward (wte, wpe) from dresidual, then the last grad hook. Its wte kernel's grid and
+   arguments hold the micro-batch's number of distinct tokens (host-built buckets), which changes every
+   micro-step: never part of a captured graph. */
+static void gpt_cuda_backward_embeddings(GPTCuda* m) {
+    const int B = m->cur_B, T = m->cur_T, C = m->config.channels;
+    floatX* g = m->grads;
     prof_mark(m, PH_ENCODER);
-    encoder_backward(gpu_param(m, g, P_WTE, 0), gpu_param(m, g, P_WPE, 0), dres, &m->buckets, B, T, C, st);
-    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, GRAD_HOOK_REST, st);
+    encoder_backward(gpu_param(m, g, P_WTE, 0), gpu_param(m, g, P_WPE, 0), gpu_act(m, GA_DRESIDUAL, 0), &m->buckets,
+                     B, T, C, m->stream);
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, GRAD_HOOK_REST, m->stream);
+}
+
+/* After a training forward (dloss > 0): ACCUMULATES the parameter gradients. */
+static void gpt_cuda_backward(GPTCuda* m) {
+    gpt_cuda_backward_layers(m);
+    gpt_cuda_backward_embeddings(m);
+}
+
+/*
+ * CUDA graph of one training micro-step (train_gpt --cuda-graph 1). Why: at small shapes the step is bound
+ * by kernel launches (about 25 per layer plus cuBLASLt's); a graph replays them without the per-launch host
+ * cost.
+ *
+ * What is captured: gpt_cuda_forward_kernels (training forward with loss and dlogits) and
+ * gpt_cuda_backward_layers, once, on m->stream. What stays outside, before and after every replay:
+ * gpt_cuda_forward_upload (copies from pageable host memory: the tokens into tokens_dev, the embedding
+ * buckets) and gpt_cuda_backward_embeddings (its wte grid is the micro-batch's count of distinct tokens).
+ * The replay is thus the same kernels, arguments and pointers in the same stream order as gpt_cuda_forward
+ * + gpt_cuda_backward: the same bits.
+ *
+ * Every value the captured kernels take by value is fixed by (B, T, dloss, attention mode and options,
+ * recompute) and the model's buffers (allocated once; the TMA maps the attention kernels encode on the host
+ * name those fixed buffers); the graph records them and each replay checks them. The hooks are host
+ * callbacks, so a graph needs grad_hook and attn_hook NULL (and no profiler): steps that need them run
+ * eagerly. Capture needs one eager micro-step before it (kernel modules loaded, cuBLASLt and tensor-map
+ * entry points resolved, cudaFuncSetAttribute done): the caller's job.
+ *
+ * Mode ThreadLocal: a call made by this thread during the capture that cannot be captured (cudaMalloc, a
+ * synchronous cudaMemcpy/cudaMemset, a stream or device synchronize) fails at once and the run stops with
+ * the reason (Relaxed would let cudaMalloc through, and the graph would hold a buffer allocated once).
+ */
+typedef struct {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec; /* NULL until captured */
+    /* what the graph was captured for */
+    int B, T, recompute;
+    float dloss;
+    AttnMode attn_mode;
+    AttnOptions attn_opt;
+    const void* buffers[8];
+    size_t num_nodes;
+    double capture_ms;    /* host time of capture + instantiate */
+    long long replays;
+} GpuStepGraph;
+
+/* Non-NULL while a capture is open, so a failure inside it (any cudaCheck or die, in any file) is followed
+   by what was being captured and the way around it. */
+static const char* g_gpt_graph_capturing = NULL;
+static void gpt_graph_exit_hook(int status, void* unused) {
+    (void)unused;
+    if (status == 0 || g_gpt_graph_capturing == NULL) return;
+    fprintf(stderr, "error: the failure above happened while capturing %s into a CUDA graph\n"
+            "  hint: --cuda-graph 0 runs every step with plain kernel launches\n", g_gpt_graph_capturing);
+}
+
+static void gpt_graph_die(const char* call, cudaError_t e, const char* why) {
+    g_gpt_graph_capturing = NULL;
+    die("CUDA graph: %s failed: %s (%s)%s%s\n  hint: --cuda-graph 0 runs every step with plain kernel launches",
+        call, cudaGetErrorString(e), cudaGetErrorName(e), why ? "\n  " : "", why ? why : "");
+}
+
+static void gpt_graph_key(const GPTCuda* m, int B, int T, float dloss, GpuStepGraph* k) {
+    k->B = B; k->T = T; k->recompute = m->recompute; k->dloss = dloss;
+    k->attn_mode = m->attn_mode; k->attn_opt = m->attn_opt;
+    const void* b[8] = {m->params, m->grads, m->acts, m->stats, m->attn_workspace, m->scalars_dev, m->tokens_dev,
+                        m->matmul.workspace};
+    memcpy(k->buffers, b, sizeof b);
+}
+static int gpt_graph_key_equal(const GpuStepGraph* a, const GpuStepGraph* b) {
+    return a->B == b->B && a->T == b->T && a->recompute == b->recompute &&
+           memcmp(&a->dloss, &b->dloss, sizeof a->dloss) == 0 && a->attn_mode == b->attn_mode &&
+           a->attn_opt.tile_max_shift == b->attn_opt.tile_max_shift &&
+           a->attn_opt.force_portable == b->attn_opt.force_portable &&
+           a->attn_opt.deterministic == b->attn_opt.deterministic &&
+           memcmp(a->buffers, b->buffers, sizeof a->buffers) == 0;
+}
+
+static void gpt_cuda_graph_capture(GPTCuda* m, GpuStepGraph* g, int B, int T, float dloss) {
+    static int hook_installed = 0;
+    if (!hook_installed) {
+        on_exit(gpt_graph_exit_hook, NULL);
+        hook_installed = 1;
+    }
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaCheck(cudaStreamIsCapturing(m->stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone) die("CUDA graph: the model's stream is already capturing");
+    cudaCheckLastError(); /* an earlier launch error is not the capture's */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    g_gpt_graph_capturing = "the training forward + backward";
+    cudaError_t e = cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) gpt_graph_die("cudaStreamBeginCapture", e, NULL);
+    gpt_cuda_forward_kernels(m, B, T, 1, dloss);
+    gpt_cuda_backward_layers(m);
+    cudaGraph_t graph = NULL;
+    e = cudaStreamEndCapture(m->stream, &graph);
+    if (e != cudaSuccess)
+        gpt_graph_die("cudaStreamEndCapture", e,
+                      "something in the forward/backward cannot be captured: a synchronous copy or memset, an "
+                      "allocation, a synchronize, or work joined from another stream");
+    g_gpt_graph_capturing = NULL;
+    cudaGraphExec_t exec = NULL;
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e != cudaSuccess) gpt_graph_die("cudaGraphInstantiate", e, NULL);
+    size_t nodes = 0;
+    cudaCheck(cudaGraphGetNodes(graph, NULL, &nodes));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    gpt_graph_key(m, B, T, dloss, g);
+    g->graph = graph;
+    g->exec = exec;
+    g->num_nodes = nodes;
+    g->capture_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    g->replays = 0;
+}
+
+/*
+ * One training micro-step (forward with targets and dloss > 0, then backward, gradients accumulated) through
+ * the graph: upload, replay (capturing first if there is no graph yet), embedding backward. Equivalent to
+ * gpt_cuda_forward(m, inputs, targets, B, T, dloss) + gpt_cuda_backward(m). Returns 1 if it captured.
+ */
+static int gpt_cuda_graph_micro_step(GPTCuda* m, GpuStepGraph* g, const int* inputs, const int* targets, int B,
+                                     int T, float dloss) {
+    if (m->grad_hook || m->attn_hook || m->profiler)
+        die("CUDA graph: a micro-step with a grad hook, an attention hook or the profiler must run eagerly "
+            "(gpt_cuda_forward + gpt_cuda_backward): they are host work inside backward");
+    if (targets == NULL || !(dloss > 0)) die("CUDA graph: only a training micro-step (targets, dloss > 0) is captured");
+    gpt_cuda_forward_upload(m, inputs, targets, B, T, dloss);
+    int captured = 0;
+    if (g->exec == NULL) {
+        gpt_cuda_graph_capture(m, g, B, T, dloss);
+        captured = 1;
+    } else {
+        GpuStepGraph now;
+        gpt_graph_key(m, B, T, dloss, &now);
+        if (!gpt_graph_key_equal(g, &now))
+            die("CUDA graph: captured for batch %dx%d, dloss %g, attention %s, recompute %d; this micro-step is "
+                "%dx%d, dloss %g, attention %s, recompute %d (or a buffer moved): the graph would replay stale "
+                "arguments\n  hint: --cuda-graph 0", g->B, g->T, g->dloss, attn_mode_name(g->attn_mode),
+                g->recompute, B, T, dloss, attn_mode_name(m->attn_mode), m->recompute);
+    }
+    const cudaError_t e = cudaGraphLaunch(g->exec, m->stream);
+    if (e != cudaSuccess) gpt_graph_die("cudaGraphLaunch", e, NULL);
+    g->replays++;
+    gpt_cuda_backward_embeddings(m);
+    return captured;
+}
+
+static void gpt_cuda_graph_free(GpuStepGraph* g) {
+    if (g->exec) cudaCheck(cudaGraphExecDestroy(g->exec));
+    if (g->graph) cudaCheck(cudaGraphDestroy(g->graph));
+    memset(g, 0, sizeof *g);
 }
 
 /* Enqueues the sum of squares of grads[offset, offset + count) into the

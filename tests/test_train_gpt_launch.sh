@@ -61,6 +61,10 @@ echo "== attention kernel choice"
 refuses "--attn-kernels takes auto|portable only" "'hopper' is not allowed; allowed: one of auto|portable" -- \
     --model small --attn-kernels hopper
 
+echo "== CUDA graph switch"
+refuses "--cuda-graph takes 0|1 only" "--cuda-graph: 2 is out of range; allowed: an integer from 0 to 1" -- \
+    --model small --cuda-graph 2
+
 echo "== the run driver's checks (train/run_driver.c, shared with the CPU trainer) come before any GPU work"
 refuses "--resume with --overwrite" "--resume continues a run and --overwrite starts one over" -- \
     --model small --out-dir "$TMP/run" --resume --overwrite
@@ -77,11 +81,12 @@ mkdir -p "$TMP/empty"
 refuses "--resume in a folder without a state" "nothing to continue" -- --model small --out-dir "$TMP/empty" --resume
 refuses "--resume FOLDER without a state" "no state_NNNNNNNN.bin in '$TMP/empty'" -- --model small --resume "$TMP/empty"
 
-echo "== --help lists the multi-GPU and diagnostics flags"
+echo "== --help lists the multi-GPU, diagnostics and CUDA graph flags"
 if "$TRAIN" --help > "$TMP/help" 2>&1 && grep -q -- "--nccl-id-file" "$TMP/help" && grep -q -- "--zero-stage" "$TMP/help" \
     && grep -q -- "--probe-every" "$TMP/help" && grep -q -- "--capture-attn" "$TMP/help" \
     && grep -q -- "--zero-key-bias-grad" "$TMP/help" && grep -q -- "--attn-kernels auto|portable" "$TMP/help" \
-    && grep -q -- "--checkpoint-minutes" "$TMP/help" && grep -q -- "--skip-update-z" "$TMP/help"; then
+    && grep -q -- "--checkpoint-minutes" "$TMP/help" && grep -q -- "--skip-update-z" "$TMP/help" \
+    && grep -q -- "--cuda-graph 0|1" "$TMP/help"; then
     pass=$((pass + 1)); echo "  ok   --help"
 else
     fail=$((fail + 1)); echo "  FAIL --help"

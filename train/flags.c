@@ -152,6 +152,11 @@ static const FlagRow g_rows[NUM_FLAGS] = {
     {FLAG_NCCL_ID_FILE, "nccl-id-file", FLAG_TYPE_STRING, OFF(nccl_id_file), "", NULL, 0, 0, "PATH", NULL,
      "GPU trainer only", 1, "multi-GPU launch through RANK/WORLD_SIZE/LOCAL_RANK: a path all ranks share, where "
      "rank 0 writes the NCCL id (not needed under mpirun)"},
+    {FLAG_CUDA_GRAPH, "cuda-graph", FLAG_TYPE_INT, OFF(cuda_graph), "0", NULL, 0, 1, "0|1", NULL, "GPU trainer only",
+     1, "1: capture each micro-step's forward (with loss) + backward kernels once, after the first step, as one "
+     "CUDA graph and replay it (the token upload and the embedding backward stay plain launches); eager launches "
+     "on multi-GPU runs (NCCL hooks in backward) and on --probe-every/--capture steps, and for evaluation and "
+     "sampling. Same bits as 0"},
 };
 
 /* Defaults as text; flags_set_default may replace them. */

@@ -90,6 +90,7 @@ typedef enum {
     FLAG_ATTN_KERNELS,
     FLAG_ZERO_STAGE,
     FLAG_NCCL_ID_FILE,
+    FLAG_CUDA_GRAPH,
     NUM_FLAGS
 } FlagId;
 
@@ -147,6 +148,7 @@ typedef struct {
     float warn_rho;            /* early warning thresholds (model/diagnostics.h); 0: off */
     float warn_dq_err;
     const char* nccl_id_file;  /* env-var multi-GPU launch: where rank 0 publishes the NCCL id */
+    int cuda_graph;            /* 1: replay each micro-step's forward+backward as a captured CUDA graph */
     /* which flags the command line gave (the rest are defaults) */
     unsigned char was_set[NUM_FLAGS];
 } TrainFlags;
