@@ -11,7 +11,7 @@
 # under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds reliability attnbench trainbench
+#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_finish llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
@@ -278,6 +278,68 @@ for phase in "$@"; do
         done
         wait
         tar czf "$OUT/$g.tgz" -C /tmp $g
+        end 0 ;;
+    seeds_start|seeds_wait|seeds_finish)
+        # the same matched runs as `seeds`, carried over several device calls on one warm machine: seeds_start
+        # copies the built tree to /tmp/seedtree (each call replaces the checkout) and starts the group there in
+        # its own process session, so it outlives the call; seeds_wait reports progress for SEED_WAIT seconds;
+        # seeds_finish stops the runs (SIGTERM: each saves a checkpoint), then compares, thins and probes
+        # every capture step of SEED_CAPTURE (a comma list) like `seeds`
+        : "${SEED_LR:=3e-3}" "${SEED_STEPS:=80000}" "${SEED_CAPTURE:=20000,35000,50000}" "${SEEDS:=7 8 9}"
+        g=seeds_lr$SEED_LR; tree=/tmp/seedtree
+        case $phase in
+        seeds_start)
+            begin "matched runs over seeds $SEEDS at lr $SEED_LR, detached in $tree"
+            prepare_data
+            mps_start
+            rm -rf "$tree"; mkdir -p "$tree/.carry"
+            tar cf - --exclude=./.git --exclude=./.carry --exclude=./runs . | tar xf - -C "$tree"
+            cp -a "${VOCAB_DIR:-.cache/gpt2}" "$tree/.carry/gpt2"
+            (cd "$tree" && setsid nohup bash scripts/matched_runs.sh --name $g --seeds "$SEEDS" --per-gpu 12 \
+                --diag-every 500 -- --train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" \
+                --vocab .carry/gpt2 --steps "$SEED_STEPS" --schedule constant --lr "$SEED_LR" \
+                --val-every 2500 --val-batches 20 --log-every 2500 --sample-every 0 --probe-every 500 \
+                --capture-attn "$SEED_CAPTURE" --checkpoint-minutes 0 > "$tree/$g.log" 2>&1 < /dev/null &)
+            sleep 20; say "   started: $(pgrep -fc '^build/train_gpt( |$)') trainers"
+            end 0 ;;
+        seeds_wait)
+            begin "matched runs: progress for ${SEED_WAIT:-540} s"
+            t_end=$(( $(date +%s) + ${SEED_WAIT:-540} ))
+            while [ "$(date +%s)" -lt "$t_end" ]; do
+                sleep $(( t_end - $(date +%s) < 120 ? t_end - $(date +%s) : 120 ))
+                say "   $(date -u +%H:%M:%S) $(pgrep -fc '^build/train_gpt( |$)') trainers; last steps: $(for f in $tree/runs/$g/*/log.jsonl; do
+                    printf '%s=%s ' "$(basename "$(dirname "$f")")" "$(tail -n 1 "$f" | sed -nE 's/.*"step":([0-9]+).*/\1/p')"; done)"
+            done
+            end 0 ;;
+        seeds_finish)
+            begin "matched runs: stop, compare, probe"
+            mps=1; stop_runs
+            mkdir -p /tmp/$g
+            python3 scripts/compare_runs.py $(ls -d $tree/runs/$g/*/ | grep -v /compare/) --out /tmp/$g --smooth 50 \
+                --last-k 200 --json /tmp/$g/compare.json --thin-to /tmp/$g/logs --thin-every 200 > /tmp/$g/compare.txt 2>&1
+            grep -v '^wrote' /tmp/$g/compare.txt | tee -a "$SUMMARY"
+            for c in ${SEED_CAPTURE//,/ }; do
+                cap=$(printf %08d "$c")
+                for r in $tree/runs/$g/bf16_s* $tree/runs/$g/repair_s*; do
+                    ls $r/attn_step${cap}_layer*.bin > /dev/null 2>&1 || continue
+                    timeout 200 build/attn_probe $(printf -- '--capture %s ' $r/attn_step${cap}_layer*.bin) --heads 16 \
+                        --json /tmp/$g/probe_$(basename $r)_$c.json > /tmp/$g/probe_$(basename $r)_$c.txt 2>&1 &
+                done
+                wait
+                say "   probes at step $c: $(ls /tmp/$g/probe_*_$c.json 2>/dev/null | wc -l) json"
+            done
+            cp $tree/$g.log /tmp/$g/matched_runs.log
+            tar czf "$OUT/$g.tgz" -C /tmp $g
+            end 0 ;;
+        esac ;;
+    llmcbuild)
+        # llm.c (the copied ../shared/bench kit in LLMC_KIT, default .carry/bench) built in /tmp/llmc, in the
+        # background at low priority so it can overlap other work; vsllmc waits for it
+        begin "llm.c build (background)"
+        mkdir -p /tmp/llmc
+        (cd /tmp/llmc && tar -xzf "$OLDPWD/${LLMC_KIT:-.carry/bench}/llmc-f1e2ace-cuda13.tgz" && mkdir -p llmc/cudnn-frontend \
+            && tar -xzf "$OLDPWD/${LLMC_KIT:-.carry/bench}/cudnn-frontend-include.tgz" -C llmc/cudnn-frontend \
+            && cd llmc && setsid nohup nice make train_gpt2cu USE_CUDNN=1 GPU_COMPUTE_CAPABILITY=90 > build.log 2>&1 < /dev/null &)
         end 0 ;;
     reliability)
         # the GPU trainer's reliability checks (dev/gpu_reliability_checks.sh: SIGTERM + resume, --overwrite,
