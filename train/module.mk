@@ -45,3 +45,5 @@ CPU_TEST_COMMANDS += "bash tests/test_train_cpu_diag.sh"
 CPU_TEST_COMMANDS += "python3 tests/test_run_scripts.py"
 # compare_runs.py across seeds on synthetic logs: statistics, breaks, verdicts, warnings, bands, thinned logs.
 CPU_TEST_COMMANDS += "python3 tests/test_compare_runs.py"
+# probe_table.py (the capture table of a matched-run group) on synthetic attn_probe JSON.
+CPU_TEST_COMMANDS += "python3 tests/test_probe_table.py"
