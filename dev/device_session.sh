@@ -11,7 +11,7 @@
 # under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_finish llmcbuild reliability attnbench trainbench
+#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
@@ -279,7 +279,7 @@ for phase in "$@"; do
         wait
         tar czf "$OUT/$g.tgz" -C /tmp $g
         end 0 ;;
-    seeds_start|seeds_wait|seeds_finish)
+    seeds_start|seeds_wait|seeds_probe|seeds_finish)
         # the same matched runs as `seeds`, carried over several device calls on one warm machine: seeds_start
         # copies the built tree to /tmp/seedtree (each call replaces the checkout) and starts the group there in
         # its own process session, so it outlives the call; seeds_wait reports progress for SEED_WAIT seconds;
@@ -287,6 +287,19 @@ for phase in "$@"; do
         # every capture step of SEED_CAPTURE (a comma list) like `seeds`
         : "${SEED_LR:=3e-3}" "${SEED_STEPS:=80000}" "${SEED_CAPTURE:=20000,35000,50000}" "${SEEDS:=7 8 9}"
         g=seeds_lr$SEED_LR; tree=/tmp/seedtree
+        mkdir -p /tmp/$g
+        # attn_probe on every bf16 and repair run's captures of step $1 not probed yet, in parallel
+        seeds_probe_step() {
+            local cap r; cap=$(printf %08d "$1")
+            for r in $tree/runs/$g/bf16_s* $tree/runs/$g/repair_s*; do
+                ls $r/attn_step${cap}_layer*.bin > /dev/null 2>&1 || continue
+                [ -s /tmp/$g/probe_$(basename $r)_$1.json ] && continue
+                timeout 200 build/attn_probe $(printf -- '--capture %s ' $r/attn_step${cap}_layer*.bin) --heads 16 \
+                    --json /tmp/$g/probe_$(basename $r)_$1.json > /tmp/$g/probe_$(basename $r)_$1.txt 2>&1 &
+            done
+            wait
+            say "   probes at step $1: $(ls /tmp/$g/probe_*_$1.json 2>/dev/null | wc -l) json"
+        }
         case $phase in
         seeds_start)
             begin "matched runs over seeds $SEEDS at lr $SEED_LR, detached in $tree"
@@ -311,6 +324,23 @@ for phase in "$@"; do
                     printf '%s=%s ' "$(basename "$(dirname "$f")")" "$(tail -n 1 "$f" | sed -nE 's/.*"step":([0-9]+).*/\1/p')"; done)"
             done
             end 0 ;;
+        seeds_probe)
+            # the captures of SEED_PROBE_STEPS, each once every bf16 and repair run is 100 steps past it (waiting
+            # up to SEED_WAIT seconds), probed while the group runs on
+            begin "matched runs: probe the captures at ${SEED_PROBE_STEPS:?}"
+            t_end=$(( $(date +%s) + ${SEED_WAIT:-300} ))
+            for c in $SEED_PROBE_STEPS; do
+                until [ "$(date +%s)" -ge "$t_end" ]; do
+                    behind=0
+                    for f in $tree/runs/$g/bf16_s*/log.jsonl $tree/runs/$g/repair_s*/log.jsonl; do
+                        st=$(tail -n 1 "$f" | sed -nE 's/.*"step":([0-9]+).*/\1/p')
+                        [ "${st:-0}" -ge $(( c + 100 )) ] || behind=1
+                    done
+                    [ $behind = 0 ] && break; sleep 10
+                done
+                seeds_probe_step "$c"
+            done
+            end 0 ;;
         seeds_finish)
             begin "matched runs: stop, compare, probe"
             mps=1; stop_runs
@@ -318,16 +348,7 @@ for phase in "$@"; do
             python3 scripts/compare_runs.py $(ls -d $tree/runs/$g/*/ | grep -v /compare/) --out /tmp/$g --smooth 50 \
                 --last-k 200 --json /tmp/$g/compare.json --thin-to /tmp/$g/logs --thin-every 200 > /tmp/$g/compare.txt 2>&1
             grep -v '^wrote' /tmp/$g/compare.txt | tee -a "$SUMMARY"
-            for c in ${SEED_CAPTURE//,/ }; do
-                cap=$(printf %08d "$c")
-                for r in $tree/runs/$g/bf16_s* $tree/runs/$g/repair_s*; do
-                    ls $r/attn_step${cap}_layer*.bin > /dev/null 2>&1 || continue
-                    timeout 200 build/attn_probe $(printf -- '--capture %s ' $r/attn_step${cap}_layer*.bin) --heads 16 \
-                        --json /tmp/$g/probe_$(basename $r)_$c.json > /tmp/$g/probe_$(basename $r)_$c.txt 2>&1 &
-                done
-                wait
-                say "   probes at step $c: $(ls /tmp/$g/probe_*_$c.json 2>/dev/null | wc -l) json"
-            done
+            for c in ${SEED_PROBE_STEPS:-${SEED_CAPTURE//,/ }}; do seeds_probe_step "$c"; done
             cp $tree/$g.log /tmp/$g/matched_runs.log
             tar czf "$OUT/$g.tgz" -C /tmp $g
             end 0 ;;
