@@ -24,6 +24,7 @@ transformers expects, written out here independently of scripts/hf_gpt2.py
   layer_norm_epsilon from config.json, the tied head over vocab_size columns):
   max |diff| <= 2e-5 * max |logit|, loss within 1e-5 relative (fp32 on both sides,
   tests/test_twin_parity.py's bound);
+- the trainer's greedy sample (--sample-temperature 0) equals argmax decoding of the folder;
 - refusals, each with a message that names the problem, and nothing overwritten.
 The model is a tiny one trained 2 steps by build/train_gpt_cpu on the default data.
 Needs build/train_gpt_cpu, build/model_logits, data/default and .cache/gpt2 (make test
@@ -170,7 +171,7 @@ def body(tmp):
     run_dir = os.path.join(tmp, "run")
     r = run([TRAINER, "--model", "tiny", "--attn", "fp32", "--train-data", DATA, "--val-data", "", "--vocab", "",
              "--batch-size", "2", "--seq-len", "64", "--steps", "2", "--lr", "3e-3", "--log-every", "100",
-             "--out-dir", run_dir])
+             "--sample-every", "2", "--sample-tokens", "12", "--sample-temperature", "0", "--out-dir", run_dir])
     ckpt = os.path.join(run_dir, "model_00000002.bin")
     if not check(r.returncode == 0 and os.path.exists(ckpt), "the CPU trainer makes a tiny checkpoint"):
         print(r.stdout[-1500:], r.stderr[-1500:])
@@ -245,6 +246,15 @@ def body(tmp):
     theirs16, _ = hf_forward(out16, ids)
     d16 = float(np.abs(mine - theirs16[:-1]).max())
     check(1e-4 * scale < d16 < 0.1 * scale, f"the bf16 folder differs by rounding only ({d16:.3e}; fp32 was {diff:.1e})")
+
+    print("== greedy: the trainer's --sample-temperature 0 sample vs argmax decoding of the folder")
+    logged = [json.loads(line) for line in open(os.path.join(run_dir, "log.jsonl"))]
+    logged = [r["tokens"] for r in logged if "sample" in r and r.get("step") == 2]
+    seq = [50256]
+    for _ in range(12):
+        seq.append(int(hf_forward(out, seq)[0][-1].argmax()))
+    check(logged == [seq[1:]], f"the logged greedy sample {logged[0][:6] if logged else None}... equals the "
+          f"folder's argmax chain {seq[1:7]}...")
 
     print("== refusals")
     r = script("export_hf.py", ckpt, out, "--vocab", VOCAB)
