@@ -119,6 +119,9 @@ def logged_greedy(run_dir, step):
 
 def check_generate(case, model, our_greedy):
     """transformers' greedy generate after <|endoftext|> against our sampler's tokens; returns the table cell."""
+    if not our_greedy:
+        check(False, f"{case}: our trainer logged no greedy sample to compare generate with")
+        return "n (no sample of ours)"
     with torch.no_grad():
         gen = model.generate(torch.tensor([[hf.EOT]]), max_new_tokens=len(our_greedy), do_sample=False,
                              pad_token_id=hf.EOT)[0, 1:].tolist()
@@ -194,7 +197,7 @@ def main():
         raise SystemExit(f"build/train_gpt_cpu --init-from {ck_i} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
     unchanged = open(os.path.join(run_i, "model_00000001.bin"), "rb").read() == open(ck_i, "rb").read()
     check(unchanged, "(i) the lr-0 step left the imported weights bit for bit unchanged")
-    greedy = check_generate("(i)", model, logged_greedy(run_i, 1) or [])
+    greedy = check_generate("(i)", model, logged_greedy(run_i, 1))
     compare("(i) transformers -> import_hf -> ours", ck_i, model, tokens, work, greedy=greedy)
     # export(import(transformers' file)) == transformers' file, name for name, bit for bit
     theirs_st = hf.read_safetensors(os.path.join(hf_i, "model.safetensors"))
