@@ -285,10 +285,14 @@ def read_safetensors(path):
         header = json.loads(raw[8:8 + n].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise HFError(f"{path}: the JSON header (offsets 8..{8 + n}) does not parse: {e}")
+    if not isinstance(header, dict):
+        raise HFError(f"{path}: the JSON header (offsets 8..{8 + n}) is not an object of tensors")
     header.pop("__metadata__", None)
     data = memoryview(raw)[8 + n:]
     out, ends = {}, []
     for name, info in header.items():
+        if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+            raise HFError(f"{path}: header entry {name!r} lacks dtype, shape or data_offsets")
         dt = info.get("dtype")
         if dt not in ST_DTYPES:
             raise HFError(f"{path}: tensor {name} has dtype {dt}; supported are F32, BF16 and F16")
