@@ -308,9 +308,10 @@ static double evaluate(GPTCuda* model, DataParallel* dp, DataLoader* val, int ba
     return sum / ((double)batches * B * T * dp->dist.world_size);
 }
 
-/* Draws n tokens after <|endoftext|>, one forward per token over the growing
-   context (capped at T), batch 1. Rank 0 only. */
-static void sample_text(GPTCuda* model, Tokenizer* tok, SamplerRng* rng, int n, int T, RunLog* log, int step) {
+/* Draws n tokens after <|endoftext|> at the given temperature (0 = greedy), one forward per token
+   over the growing context (capped at T), batch 1. Rank 0 only. */
+static void sample_text(GPTCuda* model, Tokenizer* tok, SamplerRng* rng, int n, float temperature, int T,
+                        RunLog* log, int step) {
     const int V = model->config.vocab_size;
     int* ids = (int*)mallocCheck(sizeof(int) * (size_t)(n + 1));
     float* logits = (float*)mallocCheck(sizeof(float) * (size_t)V);
@@ -320,7 +321,7 @@ static void sample_text(GPTCuda* model, Tokenizer* tok, SamplerRng* rng, int n, 
         const int start = len > T ? len - T : 0, ctx = len - start;
         gpt_cuda_forward(model, ids + start, NULL, 1, ctx, 0.0f);
         gpt_cuda_logits_row(model, 0, ctx - 1, logits);
-        const int next = sampler_draw(logits, V, 1.0f, rng);
+        const int next = sampler_draw(logits, V, temperature, rng);
         if (next < 0) die("sampling: every logit is non-finite (the model diverged)");
         ids[len++] = next;
     }
@@ -679,7 +680,7 @@ int main(int argc, char** argv) {
             printf("val loss %.6f (step %d, %d batches)\n", last_val, step, f.val_batches);
             runlog_eval(log, step, last_val, f.val_batches);
         }
-        if (master_rank && (what & RUN_SAMPLE)) sample_text(&model, tok, &rng, f.sample_tokens, T, log, step);
+        if (master_rank && (what & RUN_SAMPLE)) sample_text(&model, tok, &rng, f.sample_tokens, f.sample_temperature, T, log, step);
         if (what & RUN_LAST) break;
 
         /* what this step measures (decided the same way on every rank) */

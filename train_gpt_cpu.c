@@ -56,7 +56,6 @@
 #include <omp.h>
 
 #define PROGRAM "train_gpt_cpu"
-#define SAMPLE_TEMPERATURE 1.0f
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -85,15 +84,16 @@ static double evaluate(GPTCpu* model, DataLoader* val, int n, int* inputs, int* 
     return sum / n;
 }
 
-/* Generates up to n tokens after <|endoftext|> into ids (n+1 slots; ids[0] = EOT); returns the count. */
-static int generate(GPTCpu* model, SamplerRng* rng, int* ids, int n) {
+/* Generates up to n tokens after <|endoftext|> into ids (n+1 slots; ids[0] = EOT) at the given temperature
+   (0 = greedy); returns the count. */
+static int generate(GPTCpu* model, SamplerRng* rng, int* ids, int n, float temperature) {
     const GPTConfig* c = &model->config;
     ids[0] = GPT2_EOT_TOKEN;
     int len = 1;
     for (int i = 0; i < n && len < model->T; i++) {
         gpt_cpu_forward(model, ids, NULL, 1, len);
         const gpt_real* row = model->logits + (size_t)(len - 1) * (size_t)c->padded_vocab_size;
-        int next = sampler_draw(row, c->vocab_size, SAMPLE_TEMPERATURE, rng);
+        int next = sampler_draw(row, c->vocab_size, temperature, rng);
         if (next < 0) break; /* no finite logit: nothing sensible to draw */
         ids[len++] = next;
     }
@@ -439,7 +439,7 @@ int main(int argc, char** argv) {
             printf("val loss %.6f (step %d, %d batches)\n", last_val, step, val_batches);
         }
         if (what & RUN_SAMPLE) {
-            int got = generate(&model, &rng, sample_ids, sample_tokens);
+            int got = generate(&model, &rng, sample_ids, sample_tokens, f.sample_temperature);
             sampler_decode(tok, sample_ids + 1, got, sample_text, 65536);
             runlog_sample(log, step, sample_text, sample_ids + 1, got);
             printf("sample (step %d): %s\n---\n", step, sample_text);

@@ -32,3 +32,8 @@ PROGRAMS += $(BUILD)/gproj_variants
 CPU_TESTS += $(BUILD)/tests/test_gproj_variants
 $(BUILD)/tests/test_gproj_variants: $(BUILD)/tests/test_gproj_variants.o $(GPROJ_VARIANTS_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# ---- model_logits: our CPU model's logits and loss on given tokens (dev/hf_parity.sh, tests/test_hf_export.py) ----
+PROGRAMS += $(BUILD)/model_logits
+$(BUILD)/model_logits: $(BUILD)/dev/model_logits.o $(GPT_CPU_OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)

@@ -11,3 +11,8 @@ CPU_TEST_COMMANDS += "bash tests/test_build.sh"
 # llm.c interop through the CPU trainer: --checkpoint-dtype bf16 (version-5 files) and its resume
 # (needs build/train_gpt_cpu and build/tokenize, as train/module.mk's tests).
 CPU_TEST_COMMANDS += "bash tests/test_llmc_interop.sh"
+# Hugging Face export/import (scripts/export_hf.py, import_hf.py) without transformers: the safetensors
+# format, GPT2LMHeadModel's names and shapes, the fp32 round trip, bf16 rounding, and our CPU model's
+# logits (build/model_logits) against transformers' semantics read from the exported folder.
+test: $(BUILD)/train_gpt_cpu $(BUILD)/model_logits
+CPU_TEST_COMMANDS += "python3 tests/test_hf_export.py"

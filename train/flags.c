@@ -94,6 +94,8 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      "output", 0, "generate a sample every N steps (and at the end); 0 = never"},
     {FLAG_SAMPLE_TOKENS, "sample-tokens", FLAG_TYPE_INT, OFF(sample_tokens), "64", NULL, 1, 1 << 20, "N", NULL,
      "output", 0, "tokens per sample (at most the sequence length)"},
+    {FLAG_SAMPLE_TEMPERATURE, "sample-temperature", FLAG_TYPE_FLOAT, OFF(sample_temperature), "1", NULL, 0, 100,
+     "X", NULL, "output", 0, "softmax temperature of the samples; 0 = greedy (the most likely token each time)"},
     {FLAG_CHECKPOINT_EVERY, "checkpoint-every", FLAG_TYPE_INT, OFF(checkpoint_every), "0", NULL, 0, 2147483647.0,
      "N", NULL, "output", 0, "write model + resume state every N steps (and at the end); 0 = only at the end"},
     {FLAG_OUT_DIR, "out-dir", FLAG_TYPE_STRING, OFF(out_dir), "", NULL, 0, 0, "DIR", NULL, "output", 0,

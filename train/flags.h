@@ -65,6 +65,7 @@ typedef enum {
     FLAG_VAL_BATCHES,
     FLAG_SAMPLE_EVERY,
     FLAG_SAMPLE_TOKENS,
+    FLAG_SAMPLE_TEMPERATURE,
     FLAG_CHECKPOINT_EVERY,
     FLAG_OUT_DIR,
     FLAG_STOP_AT,
@@ -127,6 +128,7 @@ typedef struct {
     int val_batches;
     int sample_every;          /* 0: never */
     int sample_tokens;
+    float sample_temperature;  /* 0: greedy (the argmax, no randomness) */
     int checkpoint_every;      /* 0: only at the end */
     const char* checkpoint_dtype; /* fp32|bf16: the weights' type in model_NNNNNNNN.bin (llm.c version 3|5) */
     const char* out_dir;       /* "": a fresh runs/run_<date>_<time> */
