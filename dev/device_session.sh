@@ -321,7 +321,7 @@ for phase in "$@"; do
             while [ "$(date +%s)" -lt "$t_end" ]; do
                 sleep $(( t_end - $(date +%s) < 120 ? t_end - $(date +%s) : 120 ))
                 say "   $(date -u +%H:%M:%S) $(pgrep -fc '^build/train_gpt( |$)') trainers; last steps: $(for f in $tree/runs/$g/*/log.jsonl; do
-                    printf '%s=%s ' "$(basename "$(dirname "$f")")" "$(tail -n 1 "$f" | sed -nE 's/.*"step":([0-9]+).*/\1/p')"; done)"
+                    printf '%s=%s ' "$(basename "$(dirname "$f")")" "$(tail -n 1 "$f" | sed -nE 's/.*"step": *([0-9]+).*/\1/p')"; done)"
             done
             end 0 ;;
         seeds_probe)
@@ -333,7 +333,7 @@ for phase in "$@"; do
                 until [ "$(date +%s)" -ge "$t_end" ]; do
                     behind=0
                     for f in $tree/runs/$g/bf16_s*/log.jsonl $tree/runs/$g/repair_s*/log.jsonl; do
-                        st=$(tail -n 1 "$f" | sed -nE 's/.*"step":([0-9]+).*/\1/p')
+                        st=$(tail -n 1 "$f" | sed -nE 's/.*"step": *([0-9]+).*/\1/p')
                         [ "${st:-0}" -ge $(( c + 100 )) ] || behind=1
                     done
                     [ $behind = 0 ] && break; sleep 10
