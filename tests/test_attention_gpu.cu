@@ -1039,32 +1039,20 @@ static int child_small_workspace(void) {
     return 0; /* not refused: the parent reports it */
 }
 
+/* test_run_captured's child: this program again with kSmallWorkspaceFlag (127 if it cannot start). */
+static void exec_small_workspace_child(void* self) {
+    execl((const char*)self, (const char*)self, kSmallWorkspaceFlag, (char*)NULL);
+    _exit(127);
+}
+
 /* A caller that sets deterministic but sizes the workspace with the default options gets one clear error
    naming the sizes and the fix, not slices written past the allocation. Runs this program again as a child
    process (a fresh CUDA context), which must exit 1 with that message. */
 static void test_small_workspace_refused(void) {
     const char* self = "/proc/self/exe";
     test_section("deterministic backward: a workspace sized for the default options is refused");
-    int fds[2];
-    if (pipe(fds) != 0) die("test_attention_gpu: pipe failed");
-    fflush(stdout);
-    fflush(stderr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        execl(self, self, kSmallWorkspaceFlag, (char*)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
     char msg[2048];
-    size_t got = 0;
-    ssize_t n;
-    while (got < sizeof msg - 1 && (n = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0) got += (size_t)n;
-    msg[got] = '\0';
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    const int status = test_run_captured(exec_small_workspace_child, (void*)self, msg, sizeof msg);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "the child exits 1 (status %d)", status);
     CHECK(strstr(msg, "deterministic backward needs") && strstr(msg, "hint:") &&
               strstr(msg, "attention_cuda_workspace_bytes(shape, mode, options)"),
