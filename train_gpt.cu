@@ -42,10 +42,12 @@
  * Checkpoints: model_NNNNNNNN.bin (llm.c layout, FP32 master weights, exact)
  * + state_NNNNNNNN.bin (moments, data position, RNG, attention mode) in
  * --out-dir; --resume continues bit-exactly with the same process count.
- * The run folder, resume, the checkpoint schedule and retention, SIGTERM /
- * SIGINT, divergence and --skip-update-z are train/run_driver.c, shared with
- * the CPU trainer; the ranks agree on a signal or a due wall-time checkpoint
- * through the per-step sum of the loss, so all of them save at the same step.
+ * Flag conflicts, the run folder, data, lr schedule, resume, the checkpoint
+ * schedule and retention, SIGTERM / SIGINT, divergence and --skip-update-z
+ * are train/run_driver.c, the diagnostics' step plan and records
+ * train/run_diag.h, both shared with the CPU trainer; the ranks agree on a
+ * signal or a due wall-time checkpoint through the per-step sum of the loss,
+ * so all of them save at the same step.
  */
 #include <errno.h>
 #include <math.h>
@@ -66,9 +68,9 @@ extern "C" {
 #include "train/dist.h"
 #include "train/flags.h"
 #include "train/schedule.h"
-#include "train/attn_warnings.h"
 #include "train/runlog.h"
 #include "train/resume_state.h"
+#include "train/run_diag.h"
 #include "train/run_driver.h"
 #include "train/sampler.h"
 }
@@ -402,7 +404,7 @@ int main(int argc, char** argv) {
                          "attention numerics switchable with --attn.", 1);
         return 0;
     }
-    if (parsed != 0) die("%s\n  hint: train_gpt --help lists every flag", err);
+    if (parsed != 0) run_flag_error("train_gpt", err);
 
     /* ---- who am I: launcher, GPU, communicator ---- */
     DistInfo dist;
@@ -424,8 +426,9 @@ int main(int argc, char** argv) {
     if (world_size > 1 && !f.out_dir[0])
         die("with %d processes give --out-dir (a path every rank sees the same)", world_size);
 
-    /* ---- run folder, the state to resume, model shape and weights, batch arithmetic (train/run_driver.c);
-       the attention mode is settled (the saved one on resume unless --attn is given) before memory is planned ---- */
+    /* ---- run folder, the state to resume, model shape and weights, batch arithmetic, diagnostics flags
+       (train/run_driver.c, train/run_diag.h); the attention mode is settled (the saved one on resume unless
+       --attn is given) before memory is planned ---- */
     RunDriver run;
     run_driver_init(&run, "train_gpt", argc, argv, &f, master_rank);
     run_driver_load_model(&run);
@@ -433,26 +436,14 @@ int main(int argc, char** argv) {
     float* init_params = run.params;
     run.params = NULL;
     const AttnMode attn_mode = run.attn_mode;
-    const int B = f.batch_size;
-    const int T = f.seq_len ? f.seq_len : cfg.max_seq_len;
-    if (T > cfg.max_seq_len) die("--seq-len %d exceeds the model's context length %d; lower --seq-len", T, cfg.max_seq_len);
-    ScheduleKind sched_kind;
-    if (schedule_parse(f.schedule, &sched_kind) != 0) die("--schedule '%s': choose cosine|linear|constant", f.schedule);
+    run_driver_batch(&run, world_size);
+    const int B = run.B, T = run.T;
     const long long tokens_per_micro = (long long)B * T * world_size; /* over all ranks */
-    run_driver_batch(&run, B, T, world_size);
     const int grad_accum = run.grad_accum;
-    /* diagnostics, probe, captures, the gauge arm; the probe runs with the diagnostics unless told otherwise */
-    const int probe_every = flags_was_set(&f, FLAG_PROBE_EVERY) ? f.probe_every : f.diag_every;
-    DiagCaptureSpec capture_spec;
-    memset(&capture_spec, 0, sizeof capture_spec);
-    if (f.capture_attn[0] && (f.capture_steps[0] || f.capture_layers[0]))
-        die("--capture-attn and --capture-steps/--capture-layers say the same thing twice; give one of them");
-    if (f.capture_attn[0] ? diag_capture_spec_parse(f.capture_attn, cfg.num_layers, &capture_spec, err, sizeof(err))
-                          : diag_capture_spec_from_flags(f.capture_steps, f.capture_layers, cfg.num_layers,
-                                                         &capture_spec, err, sizeof(err)))
-        die("%s", err);
-    if (capture_spec.num_steps == 0 && f.capture_layers[0])
-        die("--capture-layers without --capture-steps captures nothing; add --capture-steps S1,S2,...");
+    /* diagnostics, probe, captures; the probe runs with the diagnostics unless told otherwise */
+    RunDiagPlan diag_plan;
+    run_diag_plan(&run, &diag_plan);
+    const int probe_every = diag_plan.probe_every;
 
     /* ---- the GPU of this rank and the communicator ---- */
     int device_count = 0;
@@ -519,14 +510,8 @@ int main(int argc, char** argv) {
     }
 
     /* ---- data, tokenizer ---- */
-    DataLoader* train_loader = NULL;
-    DataLoader* val_loader = NULL;
-    if (dataloader_open(&train_loader, f.train_data, B, T, rank, world_size, f.shuffle, f.seed, cfg.vocab_size, err,
-                        sizeof(err)) != 0)
-        die("--train-data: %s\n  hint: make setup creates the default data", err);
-    if (f.val_data[0] && dataloader_open(&val_loader, f.val_data, B, T, rank, world_size, 0, f.seed, cfg.vocab_size,
-                                         err, sizeof(err)) != 0)
-        die("--val-data: %s\n  hint: pass --val-data '' to train without validation", err);
+    DataLoader *train_loader, *val_loader;
+    run_driver_open_data(&run, rank, &train_loader, &val_loader);
     Tokenizer* tok = NULL;
     if (master_rank && tokenizer_load(&tok, f.vocab, err, sizeof(err)) != 0) {
         printf("note: no tokenizer (%s); samples are printed as token ids\n", err);
@@ -535,26 +520,18 @@ int main(int argc, char** argv) {
 
     /* ---- resume ---- */
     ResumeState st;
-    memset(&st, 0, sizeof(st));
-    st.config = cfg;
-    st.config_hash = gpt_config_hash(&cfg);
-    st.batch_size = B; st.seq_len = T; st.grad_accum = grad_accum; st.world_size = world_size;
-    st.shuffle = f.shuffle; st.attn_mode = attn_mode; st.attn_tile_max_shift = f.attn_tile_max_shift;
-    st.seed = f.seed; st.num_params = num_params; st.zero_key_bias_grad = f.zero_key_bias_grad;
+    run_driver_state_shape(&run, num_params, &st);
     run_driver_check_resume(&run, &st);
     st.m = (float*)mallocCheck(num_params * sizeof(float));
     st.v = (float*)mallocCheck(num_params * sizeof(float));
     SamplerRng rng;
     sampler_seed(&rng, f.seed);
     const int start_step = run.start_step;
-    long long tokens_seen = 0;
+    int64_t tokens_seen = 0;
     int64_t adam_t = 0; /* AdamW's step count: the steps whose update was applied */
     gpt_cuda_set_params(&model, host_params);
+    run_driver_restore(&run, train_loader, &rng, &adam_t, &tokens_seen);
     if (run.resuming) {
-        if (dataloader_seek(train_loader, &run.saved.data_pos, err, sizeof(err)) != 0) die("--resume: %s", err);
-        rng.state = run.saved.rng_state;
-        tokens_seen = run.saved.tokens_seen;
-        adam_t = run.saved.adam_t;
         gpt_cuda_set_optimizer_state(&model, run.saved.m, run.saved.v);
         run_driver_release_saved(&run);
         printf("resumed from %s (step %d)\n", run.state_path, start_step);
@@ -593,14 +570,14 @@ int main(int argc, char** argv) {
     /* ---- diagnostics (rank 0 measures its own micro-batch; all ranks join the collectives) ---- */
     TrainDiag td;
     memset(&td, 0, sizeof td);
-    td.capture = capture_spec;
+    td.capture = diag_plan.capture;
     td.mode = attn_mode;
     td.opt = model.attn_opt;
     td.out_dir = out_dir;
     td.probe_layer = -1;
     td.capture_step = -1;
     diag_warn_init(&td.warn, f.warn_rho, f.warn_dq_err, attn_mode);
-    const int want_diag = f.diag_every > 0 || probe_every > 0 || capture_spec.num_steps > 0;
+    const int want_diag = diag_plan.diag_every > 0 || probe_every > 0 || diag_plan.capture.num_steps > 0;
     if (master_rank && want_diag) {
         diag_cuda_init(&td.diag, &cfg, B, T, DIAG_DEFAULT_ROWS_PER_HEAD);
         td.active = 1;
@@ -632,7 +609,7 @@ int main(int argc, char** argv) {
            val_loader ? "" : " (no validation)", out_dir);
     if (want_diag)
         printf("diagnostics: every %d steps | probe every %d steps | %d capture step(s) | gauge arm %s\n",
-               f.diag_every, probe_every, capture_spec.num_steps, f.zero_key_bias_grad ? "on" : "off");
+               diag_plan.diag_every, probe_every, diag_plan.capture.num_steps, f.zero_key_bias_grad ? "on" : "off");
     if (peak == 0.0) printf("note: no peak FLOP/s entry for '%s': MFU not reported\n", prop.name);
     /* --cuda-graph: each training micro-step's forward+backward replayed from one graph (GpuStepGraph), except
        the first step of this process (the eager warm-up before the capture), steps whose last backward runs
@@ -646,10 +623,10 @@ int main(int argc, char** argv) {
     else
         printf("cuda graph: on (forward+backward of each micro-step, captured after the first step%s; "
                "evaluation and sampling eager)\n",
-               probe_every > 0 || capture_spec.num_steps > 0 ? "; probe/capture steps eager" : "");
+               probe_every > 0 || diag_plan.capture.num_steps > 0 ? "; probe/capture steps eager" : "");
 
     /* ---- training loop ---- */
-    LRSchedule sched = {sched_kind, f.lr, f.min_lr_frac, f.warmup_steps, f.steps};
+    const LRSchedule sched = run.sched;
     int* inputs = (int*)mallocCheck(sizeof(int) * (size_t)B * T);
     int* targets = (int*)mallocCheck(sizeof(int) * (size_t)B * T);
     const float dloss = 1.0f / (float)((double)B * T * grad_accum * world_size);
@@ -683,11 +660,12 @@ int main(int argc, char** argv) {
         if (what & RUN_LAST) break;
 
         /* what this step measures (decided the same way on every rank) */
-        const int diag_step = f.diag_every > 0 && step % f.diag_every == 0;
-        const int probe_step = probe_every > 0 && step % probe_every == 0;
-        const int capture_step = diag_capture_step_wanted(&capture_spec, step);
+        const RunDiagStep measures = run_diag_step(&diag_plan, step, cfg.num_layers);
+        const int diag_step = measures.diag;
+        const int probe_step = measures.probe_layer >= 0;
+        const int capture_step = measures.capture;
         if (td.active) {
-            td.probe_layer = probe_step ? (step / probe_every) % cfg.num_layers : -1;
+            td.probe_layer = measures.probe_layer;
             td.capture_step = capture_step ? step : -1;
             td.step_ms = 0.0;
             td.probed = 0;
@@ -777,16 +755,10 @@ int main(int argc, char** argv) {
             DiagProbe probe;
             diag_cuda_fetch(&td.diag, td.host_layers, &probe, NULL, stream);
             diag_write_json(td.json, diag_json_bytes(cfg.num_layers), td.host_layers, cfg.num_layers, &probe);
-            FILE* df = runlog_begin(log, "diag");
-            if (df) {
-                fprintf(df, ", \"step\": %d, %s, \"diag_ms\": ", step, td.json);
-                runlog_write_number(df, td.step_ms);
-            }
-            runlog_end(log);
             diag_warn_check(&td.warn, td.host_layers, cfg.num_layers, &probe);
-            runlog_attn_warnings(log, &td.warn, step); /* after the diag record */
+            runlog_diag(log, step, td.json, td.step_ms, &td.warn); /* the diag record, then its warnings */
         }
-        if (step == start_step || (step + 1) % f.log_every == 0 || step + 1 == f.steps) {
+        if (run_driver_log_due(&run, step)) {
             const double mean_dt = timed_steps ? time_sum / timed_steps : dt;
             runlog_console_step(stdout, &r, mean_dt * (f.steps - step - 1));
             if (peak > 0) printf("      MFU %.1f%% (per GPU)\n", 100.0 * flops_per_token * r.tokens_per_s / world_size / peak);
