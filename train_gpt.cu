@@ -183,6 +183,29 @@ static void dp_grad_hook(void* ctx, int layer, cudaStream_t compute) {
     if (layer == GRAD_HOOK_REST) cudaCheck(cudaEventRecord(dp->comm_done, dp->comm_stream));
 }
 
+/* The data-parallel state of this rank: its comm stream, events and scalar buffers; with more than one
+   process the model's grad hook (one GPU: no hook, it would do nothing, so backward holds no host
+   callback). */
+static void dp_init(DataParallel* dp, const DistInfo* dist, Comm* comm, int zero_stage, ZeroShard shard,
+                    GPTCuda* model) {
+    memset(dp, 0, sizeof *dp);
+    dp->dist = *dist;
+    dp->comm = comm;
+    dp->zero_stage = zero_stage;
+    dp->shard = shard;
+    dp->model = model;
+    cudaCheck(cudaStreamCreateWithFlags(&dp->comm_stream, cudaStreamNonBlocking));
+    cudaEvent_t* evs[] = {&dp->ready, &dp->comm_done, &dp->ev_bwd_start, &dp->ev_bwd_end, &dp->ev_comm_start,
+                          &dp->ev_waited, &dp->ev_gather_start, &dp->ev_gather_end};
+    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) cudaCheck(cudaEventCreate(evs[i]));
+    cudaCheck(cudaMalloc((void**)&dp->d_split, 8 * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&dp->d_sums, 4 * sizeof(double)));
+    if (dist->world_size > 1) {
+        model->grad_hook = dp_grad_hook;
+        model->grad_hook_ctx = dp;
+    }
+}
+
 /* After the last backward of a step: the compute stream waits for the reductions. */
 static void dp_wait_gradients(DataParallel* dp, cudaStream_t compute) {
     if (dp->dist.world_size == 1) return;
@@ -361,6 +384,50 @@ static int save_checkpoint(void* ctx, int step, const char* model_path, const ch
     return resume_state_write(state_path, c->st, err, errlen);
 }
 
+/* The run's timing after the loop (timed_steps > 0: the first step of the invocation is left out): mean
+   ms/step, tokens/s and MFU on the console and in a "summary" record, with the data-parallel phases and the
+   diagnostics' share when they were measured. */
+static void report_timing(RunLog* log, int timed_steps, double time_sum, long long tokens_per_step, int world_size,
+                          double flops_per_token, double peak, const DataParallel* dp, const TrainDiag* td) {
+    const double step_ms = 1e3 * time_sum / timed_steps;
+    const double tps = tokens_per_step / (time_sum / timed_steps);
+    printf("mean over %d steps (first excluded): %.1f ms/step, %.0f tokens/s", timed_steps, step_ms, tps);
+    if (peak > 0) printf(", MFU %.1f%%", 100.0 * flops_per_token * tps / world_size / peak);
+    printf("\n");
+    FILE* rec = runlog_begin(log, "summary");
+    if (rec) {
+        fprintf(rec, ", \"timed_steps\": %d, \"ms_per_step\": ", timed_steps);
+        runlog_write_number(rec, step_ms);
+        fprintf(rec, ", \"tokens_per_s\": ");
+        runlog_write_number(rec, tps);
+        fprintf(rec, ", \"world_size\": %d", world_size);
+        if (dp->timed > 0) {
+            fprintf(rec, ", \"backward_ms\": ");
+            runlog_write_number(rec, dp->sum_bwd_ms / dp->timed);
+            fprintf(rec, ", \"reduce_span_ms\": ");
+            runlog_write_number(rec, dp->sum_comm_ms / dp->timed);
+            fprintf(rec, ", \"reduce_exposed_ms\": ");
+            runlog_write_number(rec, dp->sum_exposed_ms / dp->timed);
+            fprintf(rec, ", \"param_gather_ms\": ");
+            runlog_write_number(rec, dp->sum_gather_ms / dp->timed);
+        }
+        if (td->steps_summed > 0) {
+            fprintf(rec, ", \"diag_ms_per_diag_step\": ");
+            runlog_write_number(rec, td->sum_ms / td->steps_summed);
+        }
+    }
+    runlog_end(log);
+    if (dp->timed > 0)
+        printf("data parallel, per step (mean of %d): backward of the last micro-step %.2f ms | gradient "
+               "reduction span %.2f ms, exposed after backward %.2f ms | parameter all-gather %.2f ms\n",
+               dp->timed, dp->sum_bwd_ms / dp->timed, dp->sum_comm_ms / dp->timed, dp->sum_exposed_ms / dp->timed,
+               dp->sum_gather_ms / dp->timed);
+    if (td->steps_summed > 0)
+        printf("diagnostics: %.2f ms GPU time per measured step (%d steps, first excluded; captures not "
+               "counted), %.2f%% of a mean step\n", td->sum_ms / td->steps_summed, td->steps_summed,
+               100.0 * td->sum_ms / td->steps_summed / step_ms);
+}
+
 /* ------------------------------------------------------------------ agreement before the first step */
 
 static uint64_t digest_flags(const TrainFlags* f) {
@@ -484,22 +551,7 @@ int main(int argc, char** argv) {
                        opt_count);
 
     DataParallel dp;
-    memset(&dp, 0, sizeof dp);
-    dp.dist = dist;
-    dp.comm = comm;
-    dp.zero_stage = f.zero_stage;
-    dp.shard = shard;
-    dp.model = &model;
-    cudaCheck(cudaStreamCreateWithFlags(&dp.comm_stream, cudaStreamNonBlocking));
-    cudaEvent_t* evs[] = {&dp.ready, &dp.comm_done, &dp.ev_bwd_start, &dp.ev_bwd_end, &dp.ev_comm_start,
-                          &dp.ev_waited, &dp.ev_gather_start, &dp.ev_gather_end};
-    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) cudaCheck(cudaEventCreate(evs[i]));
-    cudaCheck(cudaMalloc((void**)&dp.d_split, 8 * sizeof(float)));
-    cudaCheck(cudaMalloc((void**)&dp.d_sums, 4 * sizeof(double)));
-    if (world_size > 1) { /* one GPU: no hook (it would do nothing), so backward holds no host callback */
-        model.grad_hook = dp_grad_hook;
-        model.grad_hook_ctx = &dp;
-    }
+    dp_init(&dp, &dist, comm, f.zero_stage, shard, &model);
 
     float* host_params = (float*)mallocCheck(num_params * sizeof(float));
     if (init_params) {
@@ -764,45 +816,9 @@ int main(int argc, char** argv) {
             if (peak > 0) printf("      MFU %.1f%% (per GPU)\n", 100.0 * flops_per_token * r.tokens_per_s / world_size / peak);
         }
     }
-    if (timed_steps > 0) {
-        const double step_ms = 1e3 * time_sum / timed_steps;
-        const double tps = tokens_per_micro * grad_accum / (time_sum / timed_steps);
-        printf("mean over %d steps (first excluded): %.1f ms/step, %.0f tokens/s", timed_steps, step_ms, tps);
-        if (peak > 0) printf(", MFU %.1f%%", 100.0 * flops_per_token * tps / world_size / peak);
-        printf("\n");
-        FILE* rec = runlog_begin(log, "summary");
-        if (rec) {
-            fprintf(rec, ", \"timed_steps\": %d, \"ms_per_step\": ", timed_steps);
-            runlog_write_number(rec, step_ms);
-            fprintf(rec, ", \"tokens_per_s\": ");
-            runlog_write_number(rec, tps);
-            fprintf(rec, ", \"world_size\": %d", world_size);
-            if (dp.timed > 0) {
-                fprintf(rec, ", \"backward_ms\": ");
-                runlog_write_number(rec, dp.sum_bwd_ms / dp.timed);
-                fprintf(rec, ", \"reduce_span_ms\": ");
-                runlog_write_number(rec, dp.sum_comm_ms / dp.timed);
-                fprintf(rec, ", \"reduce_exposed_ms\": ");
-                runlog_write_number(rec, dp.sum_exposed_ms / dp.timed);
-                fprintf(rec, ", \"param_gather_ms\": ");
-                runlog_write_number(rec, dp.sum_gather_ms / dp.timed);
-            }
-            if (td.steps_summed > 0) {
-                fprintf(rec, ", \"diag_ms_per_diag_step\": ");
-                runlog_write_number(rec, td.sum_ms / td.steps_summed);
-            }
-        }
-        runlog_end(log);
-        if (dp.timed > 0)
-            printf("data parallel, per step (mean of %d): backward of the last micro-step %.2f ms | gradient "
-                   "reduction span %.2f ms, exposed after backward %.2f ms | parameter all-gather %.2f ms\n",
-                   dp.timed, dp.sum_bwd_ms / dp.timed, dp.sum_comm_ms / dp.timed, dp.sum_exposed_ms / dp.timed,
-                   dp.sum_gather_ms / dp.timed);
-        if (td.steps_summed > 0)
-            printf("diagnostics: %.2f ms GPU time per measured step (%d steps, first excluded; captures not "
-                   "counted), %.2f%% of a mean step\n", td.sum_ms / td.steps_summed, td.steps_summed,
-                   100.0 * td.sum_ms / td.steps_summed / step_ms);
-    }
+    if (timed_steps > 0)
+        report_timing(log, timed_steps, time_sum, tokens_per_micro * grad_accum, world_size, flops_per_token, peak,
+                      &dp, &td);
     if (stopped_at >= 0) run_driver_stop_at(&run, stopped_at);
     else run_driver_done(&run, f.steps, last_val);
     free(inputs); free(targets); free(host_params); free(st.m); free(st.v);
