@@ -42,10 +42,12 @@
  * Checkpoints: model_NNNNNNNN.bin (llm.c layout, FP32 master weights, exact)
  * + state_NNNNNNNN.bin (moments, data position, RNG, attention mode) in
  * --out-dir; --resume continues bit-exactly with the same process count.
- * The run folder, resume, the checkpoint schedule and retention, SIGTERM /
- * SIGINT, divergence and --skip-update-z are train/run_driver.c, shared with
- * the CPU trainer; the ranks agree on a signal or a due wall-time checkpoint
- * through the per-step sum of the loss, so all of them save at the same step.
+ * Flag conflicts, the run folder, data, lr schedule, resume, the checkpoint
+ * schedule and retention, SIGTERM / SIGINT, divergence and --skip-update-z
+ * are train/run_driver.c, the diagnostics' step plan and records
+ * train/run_diag.h, both shared with the CPU trainer; the ranks agree on a
+ * signal or a due wall-time checkpoint through the per-step sum of the loss,
+ * so all of them save at the same step.
  */
 #include <errno.h>
 #include <math.h>
@@ -66,9 +68,9 @@ extern "C" {
 #include "train/dist.h"
 #include "train/flags.h"
 #include "train/schedule.h"
-#include "train/attn_warnings.h"
 #include "train/runlog.h"
 #include "train/resume_state.h"
+#include "train/run_diag.h"
 #include "train/run_driver.h"
 #include "train/sampler.h"
 }
@@ -179,6 +181,29 @@ static void dp_grad_hook(void* ctx, int layer, cudaStream_t compute) {
     for (int i = 0; i < n; i++) dp_reduce_range(dp, bucket[i].start, bucket[i].end);
     comm_group_end(dp->comm);
     if (layer == GRAD_HOOK_REST) cudaCheck(cudaEventRecord(dp->comm_done, dp->comm_stream));
+}
+
+/* The data-parallel state of this rank: its comm stream, events and scalar buffers; with more than one
+   process the model's grad hook (one GPU: no hook, it would do nothing, so backward holds no host
+   callback). */
+static void dp_init(DataParallel* dp, const DistInfo* dist, Comm* comm, int zero_stage, ZeroShard shard,
+                    GPTCuda* model) {
+    memset(dp, 0, sizeof *dp);
+    dp->dist = *dist;
+    dp->comm = comm;
+    dp->zero_stage = zero_stage;
+    dp->shard = shard;
+    dp->model = model;
+    cudaCheck(cudaStreamCreateWithFlags(&dp->comm_stream, cudaStreamNonBlocking));
+    cudaEvent_t* evs[] = {&dp->ready, &dp->comm_done, &dp->ev_bwd_start, &dp->ev_bwd_end, &dp->ev_comm_start,
+                          &dp->ev_waited, &dp->ev_gather_start, &dp->ev_gather_end};
+    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) cudaCheck(cudaEventCreate(evs[i]));
+    cudaCheck(cudaMalloc((void**)&dp->d_split, 8 * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&dp->d_sums, 4 * sizeof(double)));
+    if (dist->world_size > 1) {
+        model->grad_hook = dp_grad_hook;
+        model->grad_hook_ctx = dp;
+    }
 }
 
 /* After the last backward of a step: the compute stream waits for the reductions. */
@@ -360,6 +385,50 @@ static int save_checkpoint(void* ctx, int step, const char* model_path, const ch
     return resume_state_write(state_path, c->st, err, errlen);
 }
 
+/* The run's timing after the loop (timed_steps > 0: the first step of the invocation is left out): mean
+   ms/step, tokens/s and MFU on the console and in a "summary" record, with the data-parallel phases and the
+   diagnostics' share when they were measured. */
+static void report_timing(RunLog* log, int timed_steps, double time_sum, long long tokens_per_step, int world_size,
+                          double flops_per_token, double peak, const DataParallel* dp, const TrainDiag* td) {
+    const double step_ms = 1e3 * time_sum / timed_steps;
+    const double tps = tokens_per_step / (time_sum / timed_steps);
+    printf("mean over %d steps (first excluded): %.1f ms/step, %.0f tokens/s", timed_steps, step_ms, tps);
+    if (peak > 0) printf(", MFU %.1f%%", 100.0 * flops_per_token * tps / world_size / peak);
+    printf("\n");
+    FILE* rec = runlog_begin(log, "summary");
+    if (rec) {
+        fprintf(rec, ", \"timed_steps\": %d, \"ms_per_step\": ", timed_steps);
+        runlog_write_number(rec, step_ms);
+        fprintf(rec, ", \"tokens_per_s\": ");
+        runlog_write_number(rec, tps);
+        fprintf(rec, ", \"world_size\": %d", world_size);
+        if (dp->timed > 0) {
+            fprintf(rec, ", \"backward_ms\": ");
+            runlog_write_number(rec, dp->sum_bwd_ms / dp->timed);
+            fprintf(rec, ", \"reduce_span_ms\": ");
+            runlog_write_number(rec, dp->sum_comm_ms / dp->timed);
+            fprintf(rec, ", \"reduce_exposed_ms\": ");
+            runlog_write_number(rec, dp->sum_exposed_ms / dp->timed);
+            fprintf(rec, ", \"param_gather_ms\": ");
+            runlog_write_number(rec, dp->sum_gather_ms / dp->timed);
+        }
+        if (td->steps_summed > 0) {
+            fprintf(rec, ", \"diag_ms_per_diag_step\": ");
+            runlog_write_number(rec, td->sum_ms / td->steps_summed);
+        }
+    }
+    runlog_end(log);
+    if (dp->timed > 0)
+        printf("data parallel, per step (mean of %d): backward of the last micro-step %.2f ms | gradient "
+               "reduction span %.2f ms, exposed after backward %.2f ms | parameter all-gather %.2f ms\n",
+               dp->timed, dp->sum_bwd_ms / dp->timed, dp->sum_comm_ms / dp->timed, dp->sum_exposed_ms / dp->timed,
+               dp->sum_gather_ms / dp->timed);
+    if (td->steps_summed > 0)
+        printf("diagnostics: %.2f ms GPU time per measured step (%d steps, first excluded; captures not "
+               "counted), %.2f%% of a mean step\n", td->sum_ms / td->steps_summed, td->steps_summed,
+               100.0 * td->sum_ms / td->steps_summed / step_ms);
+}
+
 /* ------------------------------------------------------------------ agreement before the first step */
 
 static uint64_t digest_flags(const TrainFlags* f) {
@@ -403,7 +472,7 @@ int main(int argc, char** argv) {
                          "attention numerics switchable with --attn.", 1);
         return 0;
     }
-    if (parsed != 0) die("%s\n  hint: train_gpt --help lists every flag", err);
+    if (parsed != 0) run_flag_error("train_gpt", err);
 
     /* ---- who am I: launcher, GPU, communicator ---- */
     DistInfo dist;
@@ -425,8 +494,9 @@ int main(int argc, char** argv) {
     if (world_size > 1 && !f.out_dir[0])
         die("with %d processes give --out-dir (a path every rank sees the same)", world_size);
 
-    /* ---- run folder, the state to resume, model shape and weights, batch arithmetic (train/run_driver.c);
-       the attention mode is settled (the saved one on resume unless --attn is given) before memory is planned ---- */
+    /* ---- run folder, the state to resume, model shape and weights, batch arithmetic, diagnostics flags
+       (train/run_driver.c, train/run_diag.h); the attention mode is settled (the saved one on resume unless
+       --attn is given) before memory is planned ---- */
     RunDriver run;
     run_driver_init(&run, "train_gpt", argc, argv, &f, master_rank);
     run_driver_load_model(&run);
@@ -434,26 +504,14 @@ int main(int argc, char** argv) {
     float* init_params = run.params;
     run.params = NULL;
     const AttnMode attn_mode = run.attn_mode;
-    const int B = f.batch_size;
-    const int T = f.seq_len ? f.seq_len : cfg.max_seq_len;
-    if (T > cfg.max_seq_len) die("--seq-len %d exceeds the model's context length %d; lower --seq-len", T, cfg.max_seq_len);
-    ScheduleKind sched_kind;
-    if (schedule_parse(f.schedule, &sched_kind) != 0) die("--schedule '%s': choose cosine|linear|constant", f.schedule);
+    run_driver_batch(&run, world_size);
+    const int B = run.B, T = run.T;
     const long long tokens_per_micro = (long long)B * T * world_size; /* over all ranks */
-    run_driver_batch(&run, B, T, world_size);
     const int grad_accum = run.grad_accum;
-    /* diagnostics, probe, captures, the gauge arm; the probe runs with the diagnostics unless told otherwise */
-    const int probe_every = flags_was_set(&f, FLAG_PROBE_EVERY) ? f.probe_every : f.diag_every;
-    DiagCaptureSpec capture_spec;
-    memset(&capture_spec, 0, sizeof capture_spec);
-    if (f.capture_attn[0] && (f.capture_steps[0] || f.capture_layers[0]))
-        die("--capture-attn and --capture-steps/--capture-layers say the same thing twice; give one of them");
-    if (f.capture_attn[0] ? diag_capture_spec_parse(f.capture_attn, cfg.num_layers, &capture_spec, err, sizeof(err))
-                          : diag_capture_spec_from_flags(f.capture_steps, f.capture_layers, cfg.num_layers,
-                                                         &capture_spec, err, sizeof(err)))
-        die("%s", err);
-    if (capture_spec.num_steps == 0 && f.capture_layers[0])
-        die("--capture-layers without --capture-steps captures nothing; add --capture-steps S1,S2,...");
+    /* diagnostics, probe, captures; the probe runs with the diagnostics unless told otherwise */
+    RunDiagPlan diag_plan;
+    run_diag_plan(&run, &diag_plan);
+    const int probe_every = diag_plan.probe_every;
 
     /* ---- the GPU of this rank and the communicator ---- */
     int device_count = 0;
@@ -494,22 +552,7 @@ int main(int argc, char** argv) {
                        opt_count);
 
     DataParallel dp;
-    memset(&dp, 0, sizeof dp);
-    dp.dist = dist;
-    dp.comm = comm;
-    dp.zero_stage = f.zero_stage;
-    dp.shard = shard;
-    dp.model = &model;
-    cudaCheck(cudaStreamCreateWithFlags(&dp.comm_stream, cudaStreamNonBlocking));
-    cudaEvent_t* evs[] = {&dp.ready, &dp.comm_done, &dp.ev_bwd_start, &dp.ev_bwd_end, &dp.ev_comm_start,
-                          &dp.ev_waited, &dp.ev_gather_start, &dp.ev_gather_end};
-    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) cudaCheck(cudaEventCreate(evs[i]));
-    cudaCheck(cudaMalloc((void**)&dp.d_split, 8 * sizeof(float)));
-    cudaCheck(cudaMalloc((void**)&dp.d_sums, 4 * sizeof(double)));
-    if (world_size > 1) { /* one GPU: no hook (it would do nothing), so backward holds no host callback */
-        model.grad_hook = dp_grad_hook;
-        model.grad_hook_ctx = &dp;
-    }
+    dp_init(&dp, &dist, comm, f.zero_stage, shard, &model);
 
     float* host_params = (float*)mallocCheck(num_params * sizeof(float));
     if (init_params) {
@@ -520,14 +563,8 @@ int main(int argc, char** argv) {
     }
 
     /* ---- data, tokenizer ---- */
-    DataLoader* train_loader = NULL;
-    DataLoader* val_loader = NULL;
-    if (dataloader_open(&train_loader, f.train_data, B, T, rank, world_size, f.shuffle, f.seed, cfg.vocab_size, err,
-                        sizeof(err)) != 0)
-        die("--train-data: %s\n  hint: make setup creates the default data", err);
-    if (f.val_data[0] && dataloader_open(&val_loader, f.val_data, B, T, rank, world_size, 0, f.seed, cfg.vocab_size,
-                                         err, sizeof(err)) != 0)
-        die("--val-data: %s\n  hint: pass --val-data '' to train without validation", err);
+    DataLoader *train_loader, *val_loader;
+    run_driver_open_data(&run, rank, &train_loader, &val_loader);
     Tokenizer* tok = NULL;
     if (master_rank && tokenizer_load(&tok, f.vocab, err, sizeof(err)) != 0) {
         printf("note: no tokenizer (%s); samples are printed as token ids\n", err);
@@ -536,26 +573,18 @@ int main(int argc, char** argv) {
 
     /* ---- resume ---- */
     ResumeState st;
-    memset(&st, 0, sizeof(st));
-    st.config = cfg;
-    st.config_hash = gpt_config_hash(&cfg);
-    st.batch_size = B; st.seq_len = T; st.grad_accum = grad_accum; st.world_size = world_size;
-    st.shuffle = f.shuffle; st.attn_mode = attn_mode; st.attn_tile_max_shift = f.attn_tile_max_shift;
-    st.seed = f.seed; st.num_params = num_params; st.zero_key_bias_grad = f.zero_key_bias_grad;
+    run_driver_state_shape(&run, num_params, &st);
     run_driver_check_resume(&run, &st);
     st.m = (float*)mallocCheck(num_params * sizeof(float));
     st.v = (float*)mallocCheck(num_params * sizeof(float));
     SamplerRng rng;
     sampler_seed(&rng, f.seed);
     const int start_step = run.start_step;
-    long long tokens_seen = 0;
+    int64_t tokens_seen = 0;
     int64_t adam_t = 0; /* AdamW's step count: the steps whose update was applied */
     gpt_cuda_set_params(&model, host_params);
+    run_driver_restore(&run, train_loader, &rng, &adam_t, &tokens_seen);
     if (run.resuming) {
-        if (dataloader_seek(train_loader, &run.saved.data_pos, err, sizeof(err)) != 0) die("--resume: %s", err);
-        rng.state = run.saved.rng_state;
-        tokens_seen = run.saved.tokens_seen;
-        adam_t = run.saved.adam_t;
         gpt_cuda_set_optimizer_state(&model, run.saved.m, run.saved.v);
         run_driver_release_saved(&run);
         printf("resumed from %s (step %d)\n", run.state_path, start_step);
@@ -594,14 +623,14 @@ int main(int argc, char** argv) {
     /* ---- diagnostics (rank 0 measures its own micro-batch; all ranks join the collectives) ---- */
     TrainDiag td;
     memset(&td, 0, sizeof td);
-    td.capture = capture_spec;
+    td.capture = diag_plan.capture;
     td.mode = attn_mode;
     td.opt = model.attn_opt;
     td.out_dir = out_dir;
     td.probe_layer = -1;
     td.capture_step = -1;
     diag_warn_init(&td.warn, f.warn_rho, f.warn_dq_err, attn_mode);
-    const int want_diag = f.diag_every > 0 || probe_every > 0 || capture_spec.num_steps > 0;
+    const int want_diag = diag_plan.diag_every > 0 || probe_every > 0 || diag_plan.capture.num_steps > 0;
     if (master_rank && want_diag) {
         diag_cuda_init(&td.diag, &cfg, B, T, DIAG_DEFAULT_ROWS_PER_HEAD);
         td.active = 1;
@@ -633,7 +662,7 @@ int main(int argc, char** argv) {
            val_loader ? "" : " (no validation)", out_dir);
     if (want_diag)
         printf("diagnostics: every %d steps | probe every %d steps | %d capture step(s) | gauge arm %s\n",
-               f.diag_every, probe_every, capture_spec.num_steps, f.zero_key_bias_grad ? "on" : "off");
+               diag_plan.diag_every, probe_every, diag_plan.capture.num_steps, f.zero_key_bias_grad ? "on" : "off");
     if (peak == 0.0) printf("note: no peak FLOP/s entry for '%s': MFU not reported\n", prop.name);
     /* --cuda-graph: each training micro-step's forward+backward replayed from one graph (GpuStepGraph), except
        the first step of this process (the eager warm-up before the capture), steps whose last backward runs
@@ -647,10 +676,10 @@ int main(int argc, char** argv) {
     else
         printf("cuda graph: on (forward+backward of each micro-step, captured after the first step%s; "
                "evaluation and sampling eager)\n",
-               probe_every > 0 || capture_spec.num_steps > 0 ? "; probe/capture steps eager" : "");
+               probe_every > 0 || diag_plan.capture.num_steps > 0 ? "; probe/capture steps eager" : "");
 
     /* ---- training loop ---- */
-    LRSchedule sched = {sched_kind, f.lr, f.min_lr_frac, f.warmup_steps, f.steps};
+    const LRSchedule sched = run.sched;
     int* inputs = (int*)mallocCheck(sizeof(int) * (size_t)B * T);
     int* targets = (int*)mallocCheck(sizeof(int) * (size_t)B * T);
     const float dloss = 1.0f / (float)((double)B * T * grad_accum * world_size);
@@ -684,11 +713,12 @@ int main(int argc, char** argv) {
         if (what & RUN_LAST) break;
 
         /* what this step measures (decided the same way on every rank) */
-        const int diag_step = f.diag_every > 0 && step % f.diag_every == 0;
-        const int probe_step = probe_every > 0 && step % probe_every == 0;
-        const int capture_step = diag_capture_step_wanted(&capture_spec, step);
+        const RunDiagStep measures = run_diag_step(&diag_plan, step, cfg.num_layers);
+        const int diag_step = measures.diag;
+        const int probe_step = measures.probe_layer >= 0;
+        const int capture_step = measures.capture;
         if (td.active) {
-            td.probe_layer = probe_step ? (step / probe_every) % cfg.num_layers : -1;
+            td.probe_layer = measures.probe_layer;
             td.capture_step = capture_step ? step : -1;
             td.step_ms = 0.0;
             td.probed = 0;
@@ -778,60 +808,18 @@ int main(int argc, char** argv) {
             DiagProbe probe;
             diag_cuda_fetch(&td.diag, td.host_layers, &probe, NULL, stream);
             diag_write_json(td.json, diag_json_bytes(cfg.num_layers), td.host_layers, cfg.num_layers, &probe);
-            FILE* df = runlog_begin(log, "diag");
-            if (df) {
-                fprintf(df, ", \"step\": %d, %s, \"diag_ms\": ", step, td.json);
-                runlog_write_number(df, td.step_ms);
-            }
-            runlog_end(log);
             diag_warn_check(&td.warn, td.host_layers, cfg.num_layers, &probe);
-            runlog_attn_warnings(log, &td.warn, step); /* after the diag record */
+            runlog_diag(log, step, td.json, td.step_ms, &td.warn); /* the diag record, then its warnings */
         }
-        if (step == start_step || (step + 1) % f.log_every == 0 || step + 1 == f.steps) {
+        if (run_driver_log_due(&run, step)) {
             const double mean_dt = timed_steps ? time_sum / timed_steps : dt;
             runlog_console_step(stdout, &r, mean_dt * (f.steps - step - 1));
             if (peak > 0) printf("      MFU %.1f%% (per GPU)\n", 100.0 * flops_per_token * r.tokens_per_s / world_size / peak);
         }
     }
-    if (timed_steps > 0) {
-        const double step_ms = 1e3 * time_sum / timed_steps;
-        const double tps = tokens_per_micro * grad_accum / (time_sum / timed_steps);
-        printf("mean over %d steps (first excluded): %.1f ms/step, %.0f tokens/s", timed_steps, step_ms, tps);
-        if (peak > 0) printf(", MFU %.1f%%", 100.0 * flops_per_token * tps / world_size / peak);
-        printf("\n");
-        FILE* rec = runlog_begin(log, "summary");
-        if (rec) {
-            fprintf(rec, ", \"timed_steps\": %d, \"ms_per_step\": ", timed_steps);
-            runlog_write_number(rec, step_ms);
-            fprintf(rec, ", \"tokens_per_s\": ");
-            runlog_write_number(rec, tps);
-            fprintf(rec, ", \"world_size\": %d", world_size);
-            if (dp.timed > 0) {
-                fprintf(rec, ", \"backward_ms\": ");
-                runlog_write_number(rec, dp.sum_bwd_ms / dp.timed);
-                fprintf(rec, ", \"reduce_span_ms\": ");
-                runlog_write_number(rec, dp.sum_comm_ms / dp.timed);
-                fprintf(rec, ", \"reduce_exposed_ms\": ");
-                runlog_write_number(rec, dp.sum_exposed_ms / dp.timed);
-                fprintf(rec, ", \"param_gather_ms\": ");
-                runlog_write_number(rec, dp.sum_gather_ms / dp.timed);
-            }
-            if (td.steps_summed > 0) {
-                fprintf(rec, ", \"diag_ms_per_diag_step\": ");
-                runlog_write_number(rec, td.sum_ms / td.steps_summed);
-            }
-        }
-        runlog_end(log);
-        if (dp.timed > 0)
-            printf("data parallel, per step (mean of %d): backward of the last micro-step %.2f ms | gradient "
-                   "reduction span %.2f ms, exposed after backward %.2f ms | parameter all-gather %.2f ms\n",
-                   dp.timed, dp.sum_bwd_ms / dp.timed, dp.sum_comm_ms / dp.timed, dp.sum_exposed_ms / dp.timed,
-                   dp.sum_gather_ms / dp.timed);
-        if (td.steps_summed > 0)
-            printf("diagnostics: %.2f ms GPU time per measured step (%d steps, first excluded; captures not "
-                   "counted), %.2f%% of a mean step\n", td.sum_ms / td.steps_summed, td.steps_summed,
-                   100.0 * td.sum_ms / td.steps_summed / step_ms);
-    }
+    if (timed_steps > 0)
+        report_timing(log, timed_steps, time_sum, tokens_per_micro * grad_accum, world_size, flops_per_token, peak,
+                      &dp, &td);
     if (stopped_at >= 0) run_driver_stop_at(&run, stopped_at);
     else run_driver_done(&run, f.steps, last_val);
     free(inputs); free(targets); free(host_params); free(st.m); free(st.v);

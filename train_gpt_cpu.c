@@ -26,10 +26,11 @@
  * capture files: they touch no weights, gradients, RNG or data position, so
  * a run with them on trains bit-identically to one without.
  *
- * Run folder, resume, checkpoint schedule and retention, signals (SIGTERM,
- * SIGINT), divergence and --skip-update-z live in train/run_driver.c, shared
- * with the GPU trainer; this file supplies the model, one optimizer step and
- * the checkpoint writer.
+ * Flag conflicts, run folder, data, lr schedule, resume, checkpoint schedule
+ * and retention, signals (SIGTERM, SIGINT), divergence and --skip-update-z
+ * live in train/run_driver.c, the diagnostics' step plan and records in
+ * train/run_diag.h, both shared with the GPU trainer; this file supplies the
+ * model, one optimizer step, evaluation, sampling and the checkpoint writer.
  *
  * Flags: train/flags.c (run with --help). Run folder and file formats:
  * docs/training.md.
@@ -46,8 +47,8 @@
 #include "train/dist.h"
 #include "train/flags.h"
 #include "train/resume_state.h"
+#include "train/run_diag.h"
 #include "train/run_driver.h"
-#include "train/attn_warnings.h"
 #include "train/runlog.h"
 #include "train/sampler.h"
 #include "train/schedule.h"
@@ -58,12 +59,6 @@
 #define PROGRAM "train_gpt_cpu"
 
 /* ---------------------------------------------------------------- helpers */
-
-static void fatal_flag(const char* msg) {
-    fflush(stdout);
-    fprintf(stderr, "error: %s\n  (run '" PROGRAM " --help' for every flag)\n", msg);
-    exit(2);
-}
 
 static void describe_config(const GPTConfig* c, size_t num_params, char* buf, size_t n) {
     snprintf(buf, n, "L%d C%d NH%d (head size %d), context %d, vocab %d (padded %d), %zu parameters",
@@ -106,8 +101,7 @@ typedef struct {
     const float* m;
     const float* v;
     int64_t adam_t, tokens_seen;
-    int grad_accum;
-    AttnMode attn_mode;
+    const ResumeState* shape; /* run_driver_state_shape: what every state of this run records unchanged */
     const SamplerRng* rng;
     DataLoader* train;
 } SaveArgs;
@@ -119,22 +113,10 @@ static int save_checkpoint(void* ctx, int step, const char* model_path, const ch
     const SaveArgs* a = (const SaveArgs*)ctx;
     const int bf16 = strcmp(a->flags->checkpoint_dtype, "bf16") == 0;
     if (checkpoint_write_model(model_path, &a->model->config, a->model->params, bf16, err, errlen) != 0) return -1;
-    ResumeState s;
-    memset(&s, 0, sizeof(s));
+    ResumeState s = *a->shape;
     s.step = step;
     s.adam_t = a->adam_t;
     s.tokens_seen = a->tokens_seen;
-    s.config = a->model->config;
-    s.config_hash = gpt_config_hash(&s.config);
-    s.batch_size = a->model->B;
-    s.seq_len = a->model->T;
-    s.grad_accum = a->grad_accum;
-    s.world_size = 1;
-    s.shuffle = a->flags->shuffle;
-    s.attn_mode = (int32_t)a->attn_mode;
-    s.attn_tile_max_shift = a->flags->attn_tile_max_shift;
-    s.zero_key_bias_grad = a->flags->zero_key_bias_grad;
-    s.seed = a->flags->seed;
     s.rng_state = a->rng->state;
     if (bf16) { /* the digest of the weights as saved (rounded), which a --resume reads back */
         float* rounded = (float*)mallocCheck(a->model->num_params * sizeof(float));
@@ -154,8 +136,7 @@ static int save_checkpoint(void* ctx, int step, const char* model_path, const ch
 /* ---------------------------------------------------------------- diagnostics */
 
 typedef struct {
-    int diag_every, probe_every;  /* 0: never */
-    DiagCaptureSpec capture;
+    RunDiagPlan plan;             /* which steps measure what (train/run_diag.h) */
     LayerDiag* layers;            /* [L] */
     char* json;                   /* diag_json_bytes(L) */
     int pending;                  /* json holds this step's record, not yet logged */
@@ -176,13 +157,12 @@ static void run_diagnostics(CpuDiag* d, GPTCpu* model, AttnMode mode, int step, 
     const GPTConfig* cfg = &model->config;
     const int L = cfg->num_layers, NH = cfg->num_heads, HS = cfg->channels / cfg->num_heads;
     const AttnShape shape = {.B = model->cur_B, .NH = NH, .T = model->cur_T, .HS = HS};
-    const int diag_step = d->diag_every > 0 && step % d->diag_every == 0;
-    const int probe_step = d->probe_every > 0 && step % d->probe_every == 0;
+    const RunDiagStep what = run_diag_step(&d->plan, step, L);
     d->pending = 0;
-    if (diag_step || probe_step) {
+    if (what.diag || what.probe_layer >= 0) {
         const double t0 = runlog_now_s();
         diag_layers_clear(d->layers, L);
-        if (diag_step) {
+        if (what.diag) {
             for (int l = 0; l < L; l++)
                 diag_attention_cpu(gpt_act_ptr(model, model->acts, A_QKV, l), shape.B, shape.T, NH, HS,
                                    DIAG_DEFAULT_ROWS_PER_HEAD, &d->layers[l]);
@@ -190,8 +170,8 @@ static void run_diagnostics(CpuDiag* d, GPTCpu* model, AttnMode mode, int step, 
         }
         DiagProbe probe;
         diag_probe_clear(&probe);
-        if (probe_step) {
-            const int pl = (step / d->probe_every) % L;
+        if (what.probe_layer >= 0) {
+            const int pl = what.probe_layer;
             diag_probe_cpu(mode, model->attn_opt, ATTN_IO_FP32, shape, pl, gpt_act_ptr(model, model->acts, A_QKV, pl),
                            gpt_act_ptr(model, model->acts, A_ATTY, pl),
                            gpt_act_ptr(model, model->acts, A_ATT_STATS, pl),
@@ -204,25 +184,19 @@ static void run_diagnostics(CpuDiag* d, GPTCpu* model, AttnMode mode, int step, 
         d->sum_ms += d->pending_ms;
         d->measured_steps++;
     }
-    if (diag_capture_step_wanted(&d->capture, step))
+    if (what.capture)
         for (int l = 0; l < L; l++)
-            if (diag_capture_wanted(&d->capture, step, l))
+            if (diag_capture_wanted(&d->plan.capture, step, l))
                 diag_capture_write_cpu(out_dir, step, l, mode, shape, gpt_act_ptr(model, model->acts, A_QKV, l),
                                        gpt_act_ptr(model, model->acts, A_ATTY, l),
                                        gpt_act_ptr(model, model->acts, A_ATT_STATS, l),
                                        gpt_act_ptr(model, model->grads_acts, A_ATTY, l));
 }
 
-/* {"event": "diag", "step": S, <diag_write_json body>, "diag_ms": ...} when this step measured anything. */
+/* The step's "diag" record and warnings (runlog_diag) when this step measured anything. */
 static void log_diagnostics(CpuDiag* d, int step, RunLog* log) {
     if (!d->pending) return;
-    FILE* df = runlog_begin(log, "diag");
-    if (df) {
-        fprintf(df, ", \"step\": %d, %s, \"diag_ms\": ", step, d->json);
-        runlog_write_number(df, d->pending_ms);
-    }
-    runlog_end(log);
-    runlog_attn_warnings(log, &d->warn, step); /* after the diag record */
+    runlog_diag(log, step, d->json, d->pending_ms, &d->warn);
     d->pending = 0;
 }
 
@@ -246,41 +220,23 @@ int main(int argc, char** argv) {
                          "GPT-2 pretraining on the CPU (the reference trainer; see docs/training.md).", 0);
         return 0;
     }
-    if (rc != 0) fatal_flag(err);
-    if (flags_reject_gpu_only(&f, PROGRAM, err, sizeof(err)) != 0) fatal_flag(err);
-    ScheduleKind sched_kind;
-    if (schedule_parse(f.schedule, &sched_kind) != 0) fatal_flag("--schedule: unknown schedule");
+    if (rc != 0) run_flag_error(PROGRAM, err);
+    if (flags_reject_gpu_only(&f, PROGRAM, err, sizeof(err)) != 0) run_flag_error(PROGRAM, err);
 
-    /* ---- run folder, model source, batch arithmetic (train/run_driver.c) ---- */
+    /* ---- run folder, model source, batch arithmetic, diagnostics flags (train/run_driver.c, run_diag.h) ---- */
     RunDriver run;
     run_driver_init(&run, PROGRAM, argc, argv, &f, 1);
     run_driver_load_model(&run);
     const GPTConfig cfg = run.cfg;
     const AttnMode attn_mode = run.attn_mode;
-    const int B = f.batch_size;
-    const int T = f.seq_len > 0 ? f.seq_len : cfg.max_seq_len;
-    if (T > cfg.max_seq_len) {
-        snprintf(err, sizeof(err), "--seq-len %d is longer than the model's context (%d)", T, cfg.max_seq_len);
-        fatal_flag(err);
-    }
-    run_driver_batch(&run, B, T, 1);
+    run_driver_batch(&run, 1);
+    const int B = run.B, T = run.T;
     const int grad_accum = run.grad_accum;
     const int64_t total_tokens = run.tokens_per_step;
-
-    /* Diagnostics (as in the GPU trainer): the probe runs with --diag-every unless --probe-every is given. */
     CpuDiag diag;
     memset(&diag, 0, sizeof(diag));
-    diag.diag_every = f.diag_every;
-    diag.probe_every = flags_was_set(&f, FLAG_PROBE_EVERY) ? f.probe_every : f.diag_every;
+    run_diag_plan(&run, &diag.plan);
     diag_warn_init(&diag.warn, f.warn_rho, f.warn_dq_err, attn_mode);
-    if (f.capture_attn[0] && (f.capture_steps[0] || f.capture_layers[0]))
-        fatal_flag("--capture-attn and --capture-steps/--capture-layers say the same thing twice; give one of them");
-    if ((f.capture_attn[0] ? diag_capture_spec_parse(f.capture_attn, cfg.num_layers, &diag.capture, err, sizeof(err))
-                           : diag_capture_spec_from_flags(f.capture_steps, f.capture_layers, cfg.num_layers,
-                                                          &diag.capture, err, sizeof(err))) != 0)
-        fatal_flag(err);
-    if (diag.capture.num_steps == 0 && f.capture_layers[0])
-        fatal_flag("--capture-layers without --capture-steps captures nothing; add --capture-steps S1,S2,...");
 
     GPTCpu model;
     gpt_cpu_init(&model, &cfg, B, T, attn_mode);
@@ -295,14 +251,10 @@ int main(int argc, char** argv) {
     }
 
     /* ---- data ---- */
-    DataLoader *train = NULL, *val = NULL;
-    if (dataloader_open(&train, f.train_data, B, T, 0, 1, f.shuffle, f.seed, cfg.vocab_size, err, sizeof(err)) != 0)
-        die("--train-data: %s\n  hint: 'make setup' creates the default shards; or point --train-data at llm.c "
-            "shards", err);
+    DataLoader *train, *val;
+    run_driver_open_data(&run, 0, &train, &val);
     int val_batches = f.val_batches;
-    if (f.val_data[0]) {
-        if (dataloader_open(&val, f.val_data, B, T, 0, 1, 0, 0, cfg.vocab_size, err, sizeof(err)) != 0)
-            die("--val-data: %s\n  hint: pass --val-data \"\" to train without validation", err);
+    if (val) {
         int64_t avail = dataloader_batches_per_epoch(val);
         if (val_batches > avail) {
             printf("note: --val-batches %d lowered to %lld (all the validation data)\n", val_batches,
@@ -329,25 +281,13 @@ int main(int argc, char** argv) {
     int64_t adam_t = 0, tokens_seen = 0;
     SamplerRng rng;
     sampler_seed(&rng, f.seed);
-    ResumeState cur;
-    memset(&cur, 0, sizeof(cur));
-    cur.config = cfg;
-    cur.num_params = n;
-    cur.batch_size = B;
-    cur.seq_len = T;
-    cur.grad_accum = grad_accum;
-    cur.world_size = 1;
-    cur.shuffle = f.shuffle;
-    cur.seed = f.seed;
-    run_driver_check_resume(&run, &cur);
+    ResumeState run_shape;
+    run_driver_state_shape(&run, n, &run_shape);
+    run_driver_check_resume(&run, &run_shape);
+    run_driver_restore(&run, train, &rng, &adam_t, &tokens_seen);
     if (run.resuming) {
-        if (dataloader_seek(train, &run.saved.data_pos, err, sizeof(err)) != 0)
-            die("--resume: the saved data position does not fit --train-data: %s", err);
         memcpy(m, run.saved.m, n * sizeof(float));
         memcpy(v, run.saved.v, n * sizeof(float));
-        adam_t = run.saved.adam_t;
-        tokens_seen = run.saved.tokens_seen;
-        rng.state = run.saved.rng_state;
         run_driver_release_saved(&run);
     }
     const int start_step = run.start_step;
@@ -356,7 +296,7 @@ int main(int argc, char** argv) {
     run_driver_start(&run, val != NULL);
     RunLog* log = &run.log;
     const char* out_dir = run.out_dir;
-    const LRSchedule sched = {sched_kind, f.lr, f.min_lr_frac, f.warmup_steps, f.steps};
+    const LRSchedule sched = run.sched;
     char shape[256];
     describe_config(&cfg, n, shape, sizeof(shape));
     printf("+-- " PROGRAM ": GPT-2 pretraining on the CPU\n");
@@ -371,14 +311,15 @@ int main(int argc, char** argv) {
            B * T, grad_accum, (long long)total_tokens);
     printf("| steps      %d to %d (%lld tokens)\n", start_step, f.steps,
            (long long)(f.steps - start_step) * total_tokens);
-    printf("| schedule   %s, peak lr %g, warmup %d steps, floor %g x lr\n", schedule_name(sched_kind), f.lr,
+    printf("| schedule   %s, peak lr %g, warmup %d steps, floor %g x lr\n", schedule_name(sched.kind), f.lr,
            f.warmup_steps, f.min_lr_frac);
     printf("| optimizer  AdamW beta1 %g beta2 %g eps %g, weight decay %g (2-D weights), grad clip %g\n", f.beta1,
            f.beta2, f.adam_eps, f.weight_decay, f.grad_clip);
     printf("| attention  %s%s\n", attn_mode_name(attn_mode), f.attn_tile_max_shift ? " + tile-max shift" : "");
-    if (diag.diag_every > 0 || diag.probe_every > 0 || diag.capture.num_steps > 0 || f.zero_key_bias_grad)
+    const RunDiagPlan* plan = &diag.plan;
+    if (plan->diag_every > 0 || plan->probe_every > 0 || plan->capture.num_steps > 0 || f.zero_key_bias_grad)
         printf("| diagnostics every %d steps | probe (fp64 reference) every %d steps | %d capture step(s) | gauge "
-               "arm (--zero-key-bias-grad) %s\n", diag.diag_every, diag.probe_every, diag.capture.num_steps,
+               "arm (--zero-key-bias-grad) %s\n", plan->diag_every, plan->probe_every, plan->capture.num_steps,
                f.zero_key_bias_grad ? "on" : "off");
     char minutes[64] = "";
     if (f.checkpoint_minutes > 0)
@@ -412,7 +353,7 @@ int main(int argc, char** argv) {
     int* targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
     int* sample_ids = (int*)mallocCheck((size_t)(T + 1) * sizeof(int));
     char* sample_text = (char*)mallocCheck(65536);
-    SaveArgs save = {&f, &model, m, v, 0, 0, grad_accum, attn_mode, &rng, train};
+    SaveArgs save = {&f, &model, m, v, 0, 0, &run_shape, &rng, train};
     double ema_step_s = -1.0;
     diag.layers = (LayerDiag*)mallocCheck((size_t)cfg.num_layers * sizeof(LayerDiag));
     diag.json = (char*)mallocCheck(diag_json_bytes(cfg.num_layers));
@@ -480,7 +421,7 @@ int main(int argc, char** argv) {
         StepRecord rec = {step, f.steps, loss, lr, norm, (double)total_tokens / dt, 1000.0 * dt, f.attn};
         runlog_step(log, &rec);
         log_diagnostics(&diag, step, log);
-        if (step == start_step || (step + 1) % f.log_every == 0 || step + 1 == f.steps)
+        if (run_driver_log_due(&run, step))
             runlog_console_step(stdout, &rec, ema_step_s * (f.steps - step - 1));
     }
     run_driver_done(&run, f.steps, last_val);

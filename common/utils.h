@@ -7,7 +7,9 @@
  * (the llm.c habit), so callers never test return codes by hand.
  *
  * Offers: fopenCheck, freadCheck, fwriteCheck, fseekCheck, fcloseCheck,
- * mallocCheck, callocCheck, die (printf-style fatal error with file:line).
+ * mallocCheck, callocCheck, die (printf-style fatal error with file:line),
+ * and fopen_sized (open for reading with the file's size, or an error
+ * message for a reader that reports instead of dying).
  * Plain C99, header-only; usable from .c and .cu files alike.
  */
 #ifndef COMMON_UTILS_H
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <errno.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 /* Print "error: <message>" with the source location and exit(1). */
 static inline void die_at(const char* file, int line, const char* fmt, ...) {
@@ -43,6 +46,25 @@ static inline FILE* fopen_check(const char* path, const char* mode, const char* 
     return fp;
 }
 #define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
+
+/* Opens path for reading and sets *size to its length in bytes; NULL with
+   "cannot open|stat WHAT 'PATH': reason" in err when that fails (what names
+   the kind of file, e.g. "checkpoint"). */
+static inline FILE* fopen_sized(const char* path, const char* what, uint64_t* size, char* err, size_t errlen) {
+    FILE* fp = fopen(path, "rb");
+    if (fp == NULL) {
+        snprintf(err, errlen, "cannot open %s '%s': %s", what, path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0) {
+        snprintf(err, errlen, "cannot stat %s '%s': %s", what, path, strerror(errno));
+        fclose(fp);
+        return NULL;
+    }
+    *size = (uint64_t)st.st_size;
+    return fp;
+}
 
 static inline void fread_check(void* ptr, size_t size, size_t nmemb, FILE* fp, const char* what,
                                const char* file, int line) {

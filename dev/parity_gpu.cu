@@ -58,6 +58,20 @@ static void download_bf16(float* out, const floatX* dev, size_t n) {
     free(tmp);
 }
 
+/* Initialises g with --recompute `recompute` and the weights, runs one
+   forward/backward (loss scale 1/(B*T)) and downloads its gradients into
+   grads (host floats). The caller frees g. */
+static void gradients_with_recompute(GPTCuda* g, float* grads, const GPTConfig* cfg, int B, int T, int recompute,
+                                     AttnMode mode, cudaStream_t stream, const float* weights, const int* inputs,
+                                     const int* targets, size_t P) {
+    gpt_cuda_init(g, cfg, B, T, recompute, mode, stream);
+    gpt_cuda_set_params(g, weights);
+    gpt_cuda_zero_grad(g);
+    gpt_cuda_forward(g, inputs, targets, B, T, 1.0f / (float)(B * T));
+    gpt_cuda_backward(g);
+    download_bf16(grads, g->grads, P);
+}
+
 int main(int argc, char** argv) {
     const char* model_name = "small";
     int B = 4, T = 128, steps = 10;
@@ -162,22 +176,12 @@ int main(int argc, char** argv) {
         gpt_cuda_free(&gm);
         /* --recompute 1 (GELU output rebuilt in backward) is close to 0 (kept from the epilogue); 2 is bit-identical to 1 */
         GPTCuda gr;
-        gpt_cuda_init(&gr, &cfg, B, T, 1, mode, stream);
-        gpt_cuda_set_params(&gr, weights);
-        gpt_cuda_zero_grad(&gr);
-        gpt_cuda_forward(&gr, inputs, targets, B, T, 1.0f / N);
-        gpt_cuda_backward(&gr);
-        download_bf16(gpu_grads2, gr.grads, P);
+        gradients_with_recompute(&gr, gpu_grads2, &cfg, B, T, 1, mode, stream, weights, inputs, targets, P);
         const double e01 = rel_err(gpu_grads2, gpu_grads, P);
         CHECK(e01 < 1e-2, "--recompute 1 vs 0: all gradients rel err %.3e < 1e-2", e01);
         gpt_cuda_free(&gr);
         memcpy(gpu_grads, gpu_grads2, P * sizeof(float));
-        gpt_cuda_init(&gr, &cfg, B, T, 2, mode, stream);
-        gpt_cuda_set_params(&gr, weights);
-        gpt_cuda_zero_grad(&gr);
-        gpt_cuda_forward(&gr, inputs, targets, B, T, 1.0f / N);
-        gpt_cuda_backward(&gr);
-        download_bf16(gpu_grads2, gr.grads, P);
+        gradients_with_recompute(&gr, gpu_grads2, &cfg, B, T, 2, mode, stream, weights, inputs, targets, P);
         CHECK(memcmp(gpu_grads, gpu_grads2, P * sizeof(float)) == 0,
               "--recompute 2 gives bit-identical gradients to --recompute 1");
 

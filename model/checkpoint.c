@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "common/atomic_file.h"
+#include "common/utils.h"
 #include "attention/attention.h"  /* float_to_bf16_bits / bf16_bits_to_float: the project's one BF16 rounding */
 
 /* Generous sanity limits: far above any model this project trains, far below garbage. */
@@ -89,18 +90,9 @@ int checkpoint_write_model(const char* path, const GPTConfig* cfg, const float* 
 
 int checkpoint_read_model(const char* path, GPTConfig* cfg_out, float** params_out, char* err, size_t errlen) {
     *params_out = NULL;
-    FILE* fp = fopen(path, "rb");
-    if (!fp) {
-        snprintf(err, errlen, "cannot open checkpoint '%s': %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0) {
-        snprintf(err, errlen, "cannot stat checkpoint '%s': %s", path, strerror(errno));
-        fclose(fp);
-        return -1;
-    }
-    const uint64_t file_size = (uint64_t)st.st_size;
+    uint64_t file_size = 0;
+    FILE* fp = fopen_sized(path, "checkpoint", &file_size, err, errlen);
+    if (fp == NULL) return -1;
     int32_t header[CHECKPOINT_HEADER_INTS];
     if (file_size < sizeof(header) || fread(header, sizeof(int32_t), CHECKPOINT_HEADER_INTS, fp) != CHECKPOINT_HEADER_INTS) {
         snprintf(err, errlen, "checkpoint '%s' is truncated: %llu bytes, shorter than its %zu-byte header", path,

@@ -210,15 +210,24 @@ __global__ void colreduce_final_kernel(floatX* grad_sum, floatX* grad_xhat, cons
     if (grad_xhat) grad_xhat[c] = from_float(to_float(grad_xhat[c]) + sx);
 }
 
+/* grad_sum[c] += sum_r dout[r][c], and when inp is non-NULL grad_xhat[c] +=
+   sum_r dout[r][c] * xhat[r][c] (xhat from inp, mean, rstd): the two column
+   kernels above, chunks of rows in a fixed order (deterministic).
+   scratch: colreduce_scratch_floats(N, C) floats, (N, 2*C) with inp. */
+static void column_reduce(floatX* grad_sum, floatX* grad_xhat, float* scratch, const floatX* dout, const floatX* inp,
+                          const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+    const int chunks = ceil_div(N, COLREDUCE_ROWS_PER_CHUNK);
+    dim3 grid(ceil_div(C, COLREDUCE_COLS_PER_BLOCK), chunks), block(32, COLREDUCE_ROW_THREADS);
+    colreduce_partial_kernel<<<grid, block, 0, stream>>>(scratch, dout, inp, mean, rstd, N, C);
+    cudaCheckLastError();
+    colreduce_final_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(grad_sum, grad_xhat, scratch, chunks, C);
+    cudaCheckLastError();
+}
+
 /* dbias[c] += sum_r dout[r][c]  (matmul bias gradient; deterministic).
    scratch: colreduce_scratch_floats(N, C) floats. */
 static void bias_backward(floatX* dbias, const floatX* dout, float* scratch, int N, int C, cudaStream_t stream) {
-    const int chunks = ceil_div(N, COLREDUCE_ROWS_PER_CHUNK);
-    dim3 grid(ceil_div(C, COLREDUCE_COLS_PER_BLOCK), chunks), block(32, COLREDUCE_ROW_THREADS);
-    colreduce_partial_kernel<<<grid, block, 0, stream>>>(scratch, dout, nullptr, nullptr, nullptr, N, C);
-    cudaCheckLastError();
-    colreduce_final_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dbias, nullptr, scratch, chunks, C);
-    cudaCheckLastError();
+    column_reduce(dbias, nullptr, scratch, dout, nullptr, nullptr, nullptr, N, C, stream);
 }
 
 /* dinp += d LN / d inp; dweight += sum dout*xhat; dbias += sum dout.
@@ -231,12 +240,7 @@ static void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, flo
     layernorm_backward_input_kernel<<<ceil_div(N, block / 32), block, 0, stream>>>(dinp, dout, inp, mean, rstd,
                                                                                   weight, N, C);
     cudaCheckLastError();
-    const int chunks = ceil_div(N, COLREDUCE_ROWS_PER_CHUNK);
-    dim3 grid(ceil_div(C, COLREDUCE_COLS_PER_BLOCK), chunks), tb(32, COLREDUCE_ROW_THREADS);
-    colreduce_partial_kernel<<<grid, tb, 0, stream>>>(scratch, dout, inp, mean, rstd, N, C);
-    cudaCheckLastError();
-    colreduce_final_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dbias, dweight, scratch, chunks, C);
-    cudaCheckLastError();
+    column_reduce(dbias, dweight, scratch, dout, inp, mean, rstd, N, C, stream);
 }
 
 #endif /* MODEL_LAYERNORM_CUH */

@@ -539,6 +539,47 @@ static double bf16_ulp_at(double x, double floor_mag) {
     return a > 0 ? ldexp(1.0, (int)floor(log2(a)) - 7) : 0.0;
 }
 
+/* Differences between two paths in BF16 ulps (bf16_ulp_at with the reference row's RMS as the floor). */
+typedef struct {
+    double max_ulps; /* the largest */
+    long over_1ulp;  /* elements more than one ulp apart */
+    long nonfinite;  /* elements not finite on either path (not compared) */
+} UlpTally;
+
+/* Adds one row of n values: ref (its RMS is the floor) against got. */
+static void ulp_tally_row(UlpTally* t, const float* ref, const float* got, int n) {
+    double sq = 0;
+    for (int d = 0; d < n; d++) sq += (double)ref[d] * ref[d];
+    const double rms = sqrt(sq / n);
+    for (int d = 0; d < n; d++) {
+        const double a = ref[d], x = got[d];
+        if (!isfinite(a) || !isfinite(x)) { t->nonfinite++; continue; }
+        const double diff = fabs(a - x), ulp = bf16_ulp_at(fmax(fabs(a), fabs(x)), rms);
+        const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
+        if (ulps > t->max_ulps) t->max_ulps = ulps;
+        t->over_1ulp += ulps > 1.0;
+    }
+}
+
+/* The host inputs of one random case (attn_case_random(q_scale, seed)) for shape s; the caller frees both. */
+static void random_case_inputs(AttnShape s, float q_scale, uint64_t seed, float** qkv, float** dout) {
+    *qkv = (float*)mallocCheck(sizeof(float) * attn_qkv_count(s));
+    *dout = (float*)mallocCheck(sizeof(float) * attn_out_count(s));
+    AttnCase cs = attn_case_random(q_scale, seed);
+    attn_case_fill(&cs, s, *qkv, *dout);
+}
+
+/* ulp_tally_row over every row of one slot (0 dQ, 1 dK, 2 dV) of two dqkv tensors. */
+static UlpTally slot_ulps(AttnShape s, const float* ref, const float* got, int slot) {
+    UlpTally t = {0, 0, 0};
+    for (size_t v = 0; v < (size_t)s.B * s.T * s.NH; v++) {
+        const size_t bt = v / s.NH, h = v % s.NH;
+        const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
+        ulp_tally_row(&t, ref + base, got + base, s.HS);
+    }
+    return t;
+}
+
 /* Forward of `mode` on the device qkv with opt, outputs to host floats (NaN-poisoned first). */
 static void forward_to_host(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* d_qkv, float* out,
                             float* stats) {
@@ -595,10 +636,8 @@ static void test_forward_paths(int is_sm90, uint64_t seed) {
         for (size_t qi = 0; qi < sizeof q_scales / sizeof q_scales[0]; qi++) {
             const AttnShape s = shapes[si];
             const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
-            float* qkv = (float*)mallocCheck(sizeof(float) * nqkv);
-            float* dout = (float*)mallocCheck(sizeof(float) * nout);
-            AttnCase cs = attn_case_random(q_scales[qi], seed + 17 * si + qi);
-            attn_case_fill(&cs, s, qkv, dout);
+            float *qkv, *dout;
+            random_case_inputs(s, q_scales[qi], seed + 17 * si + qi, &qkv, &dout);
             __nv_bfloat16* d_qkv = to_device_bf16(qkv, nqkv);
             float *o_h = (float*)mallocCheck(sizeof(float) * nout), *o_p = (float*)mallocCheck(sizeof(float) * nout);
             float *st_h = (float*)mallocCheck(sizeof(float) * nstats), *st_p = (float*)mallocCheck(sizeof(float) * nstats);
@@ -611,21 +650,13 @@ static void test_forward_paths(int is_sm90, uint64_t seed) {
                       "%s: the default path is the Hopper forward", label);
                 forward_to_host(mode, automatic, s, d_qkv, o_h, st_h);
                 forward_to_host(mode, portable, s, d_qkv, o_p, st_p);
-                long nonfinite = 0, over_1ulp = 0, bad_second = 0, m_exact = 0;
-                double max_ulps = 0, max_first = 0, max_l = 0;
-                for (size_t row = 0; row < nout / s.HS; row++) {
-                    double sq = 0;
-                    for (int d = 0; d < s.HS; d++) sq += (double)o_p[row * s.HS + d] * o_p[row * s.HS + d];
-                    const double rms = sqrt(sq / s.HS);
-                    for (int d = 0; d < s.HS; d++) {
-                        const double a = o_p[row * s.HS + d], x = o_h[row * s.HS + d];
-                        if (!isfinite(a) || !isfinite(x)) { nonfinite++; continue; }
-                        const double diff = fabs(a - x), ulp = bf16_ulp_at(fmax(fabs(a), fabs(x)), rms);
-                        const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
-                        if (ulps > max_ulps) max_ulps = ulps;
-                        over_1ulp += ulps > 1.0;
-                    }
-                }
+                UlpTally o = {0, 0, 0};
+                for (size_t row = 0; row < nout / s.HS; row++)
+                    ulp_tally_row(&o, o_p + row * s.HS, o_h + row * s.HS, s.HS);
+                const double max_ulps = o.max_ulps;
+                const long over_1ulp = o.over_1ulp;
+                long nonfinite = o.nonfinite, bad_second = 0, m_exact = 0;
+                double max_first = 0, max_l = 0;
                 for (size_t i = 0; i < nstats; i += 2) {
                     const double a = st_p[i], x = st_h[i], a1 = st_p[i + 1], x1 = st_h[i + 1];
                     if (!isfinite(a) || !isfinite(x) || !isfinite(a1) || !isfinite(x1)) { nonfinite++; continue; }
@@ -799,10 +830,8 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
         for (size_t qi = 0; qi < sizeof q_scales / sizeof q_scales[0]; qi++) {
             const AttnShape s = shapes[si];
             const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
-            float* qkv = (float*)mallocCheck(sizeof(float) * nqkv);
-            float* dout = (float*)mallocCheck(sizeof(float) * nout);
-            AttnCase cs = attn_case_random(q_scales[qi], seed + 31 * si + qi);
-            attn_case_fill(&cs, s, qkv, dout);
+            float *qkv, *dout;
+            random_case_inputs(s, q_scales[qi], seed + 31 * si + qi, &qkv, &dout);
             __nv_bfloat16* d_qkv = to_device_bf16(qkv, nqkv);
             __nv_bfloat16* d_dout = to_device_bf16(dout, nout);
             __nv_bfloat16* d_out;
@@ -845,23 +874,9 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
                                          ldexp(sigma_dp, -9), kPathMaxLambdaUnits, kPathMedLambdaUnits);
                 }
                 for (int slot = 0; slot < 3; slot++) {
-                    long nonfinite = 0, over_1ulp = 0;
-                    double max_ulps = 0;
-                    for (size_t v = 0; v < (size_t)s.B * s.T * s.NH; v++) {
-                        const size_t bt = v / s.NH, h = v % s.NH;
-                        const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
-                        double sq = 0;
-                        for (int d = 0; d < s.HS; d++) sq += (double)g_p[base + d] * g_p[base + d];
-                        const double rms = sqrt(sq / s.HS);
-                        for (int d = 0; d < s.HS; d++) {
-                            const double a = g_p[base + d], x = g_h[base + d];
-                            if (!isfinite(a) || !isfinite(x)) { nonfinite++; continue; }
-                            const double diff = fabs(a - x), ulp = bf16_ulp_at(fmax(fabs(a), fabs(x)), rms);
-                            const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
-                            if (ulps > max_ulps) max_ulps = ulps;
-                            over_1ulp += ulps > 1.0;
-                        }
-                    }
+                    const UlpTally t = slot_ulps(s, g_p, g_h, slot);
+                    const double max_ulps = t.max_ulps;
+                    const long nonfinite = t.nonfinite, over_1ulp = t.over_1ulp;
                     printf("  %s: %s max %.2f BF16 ulps (%ld of %zu over 1)\n", label, kSlotName[slot], max_ulps,
                            over_1ulp, nqkv / 3);
                     CHECK(nonfinite == 0, "%s: %s written and finite on both paths (%ld not)", label, kSlotName[slot],
@@ -890,26 +905,6 @@ static void backward_bits(AttnMode mode, AttnOptions opt, AttnShape s, const __n
     free(f);
 }
 
-/* Largest |a - b| of slot (0 dQ, 1 dK, 2 dV) in BF16 ulps of max(|a|, |b|, the row's RMS), as
-   test_backward_paths measures; non-finite elements are counted in *nonfinite. */
-static double slot_max_ulps(AttnShape s, const float* a, const float* b, int slot, long* nonfinite) {
-    double max_ulps = 0;
-    for (size_t v = 0; v < (size_t)s.B * s.T * s.NH; v++) {
-        const size_t bt = v / s.NH, h = v % s.NH;
-        const size_t base = bt * 3 * s.NH * s.HS + ((size_t)slot * s.NH + h) * s.HS;
-        double sq = 0;
-        for (int d = 0; d < s.HS; d++) sq += (double)a[base + d] * a[base + d];
-        const double rms = sqrt(sq / s.HS);
-        for (int d = 0; d < s.HS; d++) {
-            const double x = a[base + d], y = b[base + d];
-            if (!isfinite(x) || !isfinite(y)) { (*nonfinite)++; continue; }
-            const double diff = fabs(x - y), ulp = bf16_ulp_at(fmax(fabs(x), fabs(y)), rms);
-            const double ulps = diff == 0 ? 0 : (ulp > 0 ? diff / ulp : INFINITY);
-            if (ulps > max_ulps) max_ulps = ulps;
-        }
-    }
-    return max_ulps;
-}
 
 /* Every mode, HS 64 and 128, T = 1, 77 (under one key block), 300 (three, the last partial) and 1000, on every
    backward path of the device (sm_90: the default Hopper one and force_portable): with deterministic on, two
@@ -971,8 +966,10 @@ static void test_deterministic(uint64_t seed) {
                     for (size_t i = 0; i < nqkv; i++) g_det[i] = bf16_bits_to_float(bits1[i]);
                     backward_to_host(mode, off, s, d_qkv, d_out, d_stats, d_dout, g_off, NULL);
                     for (int slot = 0; slot < 3; slot++) {
-                        long nonfinite = 0, unequal = 0;
-                        const double ulps = slot_max_ulps(s, g_off, g_det, slot, &nonfinite);
+                        const UlpTally t = slot_ulps(s, g_off, g_det, slot);
+                        const double ulps = t.max_ulps;
+                        const long nonfinite = t.nonfinite;
+                        long unequal = 0;
                         for (size_t v = 0; v < (size_t)s.B * s.T * s.NH; v++) {
                             const size_t base = (v / s.NH) * 3 * s.NH * s.HS + ((size_t)slot * s.NH + v % s.NH) * s.HS;
                             for (int d = 0; d < s.HS; d++)
@@ -1039,32 +1036,20 @@ static int child_small_workspace(void) {
     return 0; /* not refused: the parent reports it */
 }
 
+/* test_run_captured's child: this program again with kSmallWorkspaceFlag (127 if it cannot start). */
+static void exec_small_workspace_child(void* self) {
+    execl((const char*)self, (const char*)self, kSmallWorkspaceFlag, (char*)NULL);
+    _exit(127);
+}
+
 /* A caller that sets deterministic but sizes the workspace with the default options gets one clear error
    naming the sizes and the fix, not slices written past the allocation. Runs this program again as a child
    process (a fresh CUDA context), which must exit 1 with that message. */
 static void test_small_workspace_refused(void) {
     const char* self = "/proc/self/exe";
     test_section("deterministic backward: a workspace sized for the default options is refused");
-    int fds[2];
-    if (pipe(fds) != 0) die("test_attention_gpu: pipe failed");
-    fflush(stdout);
-    fflush(stderr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        execl(self, self, kSmallWorkspaceFlag, (char*)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
     char msg[2048];
-    size_t got = 0;
-    ssize_t n;
-    while (got < sizeof msg - 1 && (n = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0) got += (size_t)n;
-    msg[got] = '\0';
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    const int status = test_run_captured(exec_small_workspace_child, (void*)self, msg, sizeof msg);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "the child exits 1 (status %d)", status);
     CHECK(strstr(msg, "deterministic backward needs") && strstr(msg, "hint:") &&
               strstr(msg, "attention_cuda_workspace_bytes(shape, mode, options)"),

@@ -295,27 +295,23 @@ static void test_rejects(void) {
               "read_info rejects a corrupt header (%s)", err);
     }
 
-    memcpy(b, orig, n); put_le32(b + 8, 2); reseal_header(b); spit(bad, b, n);
-    expect_reject("newer version", bad, "format version 2");
-
-    memcpy(b, orig, n); put_le32(b + 36, 0); reseal_header(b); spit(bad, b, n);
-    expect_reject("head size 0", bad, "must all be >= 1");
-
-    memcpy(b, orig, n); put_le32(b + 24, 0x7FFFFFFF); reseal_header(b); spit(bad, b, n);
-    expect_reject("absurd batch", bad, "B * NH is larger");
-
-    memcpy(b, orig, n); put_le32(b + 16, 3); reseal_header(b); spit(bad, b, n);
-    expect_reject("unknown dtype", bad, "dtype must be");
-
-    memcpy(b, orig, n); put_le32(b + 44, 9); reseal_header(b); spit(bad, b, n);
-    expect_reject("unknown mode", bad, "attention mode");
-
-    memcpy(b, orig, n); put_le32(b + 20, 0x4); reseal_header(b); spit(bad, b, n);
-    expect_reject("unknown flag", bad, "unknown flag bits");
-
-    memcpy(b, orig, n); put_le32(b + 20, ATTN_CAPTURE_HAS_OUT | ATTN_CAPTURE_HAS_STATS); reseal_header(b);
-    spit(bad, b, n);
-    expect_reject("flag says O but no O in file", bad, "payload bytes");
+    /* one header field changed and the header checksum resealed: each is refused for what it says */
+    const struct { size_t offset; uint32_t value; const char* what; const char* expect; } fields[] = {
+        {8, 2, "newer version", "format version 2"},
+        {36, 0, "head size 0", "must all be >= 1"},
+        {24, 0x7FFFFFFF, "absurd batch", "B * NH is larger"},
+        {16, 3, "unknown dtype", "dtype must be"},
+        {44, 9, "unknown mode", "attention mode"},
+        {20, 0x4, "unknown flag", "unknown flag bits"},
+        {20, ATTN_CAPTURE_HAS_OUT | ATTN_CAPTURE_HAS_STATS, "flag says O but no O in file", "payload bytes"},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        memcpy(b, orig, n);
+        put_le32(b + fields[i].offset, fields[i].value);
+        reseal_header(b);
+        spit(bad, b, n);
+        expect_reject(fields[i].what, bad, fields[i].expect);
+    }
 
     memcpy(b, orig, n); b[100] = 1; reseal_header(b); spit(bad, b, n);
     expect_reject("reserved byte set", bad, "reserved header byte 100");

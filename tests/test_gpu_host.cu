@@ -113,29 +113,10 @@ static void test_memory_check(void) {
     CHECK(plan2.total_bytes < plan.total_bytes, "recompute 2 plans less memory than recompute 1");
 }
 
-/* Runs fn in a child process with stderr captured into msg; returns the child's exit status (waitpid's). */
+/* test_run_captured for a lambda: fn runs in a child process with stderr captured into msg. */
 template <typename Fn>
 static int run_captured(Fn fn, char* msg, size_t cap) {
-    int fds[2];
-    if (pipe(fds) != 0) die("test_gpu_host: pipe failed");
-    fflush(stdout);
-    fflush(stderr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        fn();
-        _exit(0); /* not refused: the parent reports it */
-    }
-    close(fds[1]);
-    size_t got = 0;
-    ssize_t n;
-    while (got < cap - 1 && (n = read(fds[0], msg + got, cap - 1 - got)) > 0) got += (size_t)n;
-    msg[got] = '\0';
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return status;
+    return test_run_captured([](void* f) { (*(Fn*)f)(); }, &fn, msg, cap);
 }
 
 /* The attention calls refuse a BF16 pointer off 16-byte alignment before touching the device (the kernels

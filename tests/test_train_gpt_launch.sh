@@ -4,7 +4,8 @@
 # Why: a multi-GPU launch that is set up wrong must stop at once with one message that says what to fix,
 # before any rank waits on another. train_gpt checks launcher variables, the process count against the
 # batch, the id file of the env-var launch, the run folder, the run driver's flag conflicts and the
-# diagnostics flags before it touches a GPU or starts NCCL; this test runs those refusals (and --help) on the CPU machine. The GPU side of
+# diagnostics flags before it touches a GPU or starts NCCL; this test runs those refusals (and --help) on the CPU machine,
+# and checks that every flag refusal exits with status 2 and points at --help, as the CPU trainer's do. The GPU side of
 # multi-GPU training is checked by scripts/check_multi_gpu.sh on a GPU machine.
 # Ends with "N passed, N failed".
 set -u
@@ -80,6 +81,32 @@ refuses "a folder holding a run, without --overwrite" "already holds a run (2 lo
 mkdir -p "$TMP/empty"
 refuses "--resume in a folder without a state" "nothing to continue" -- --model small --out-dir "$TMP/empty" --resume
 refuses "--resume FOLDER without a state" "no state_NNNNNNNN.bin in '$TMP/empty'" -- --model small --resume "$TMP/empty"
+
+# refuses_flag DESCRIPTION EXPECTED_TEXT ARGS...: a flag refusal exits with status 2 (docs/training.md) and
+# points at --help, the same way in both trainers (train/run_driver.c's run_flag_error).
+refuses_flag() {
+    local desc=$1 expect=$2; shift 2
+    env -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u RANK -u WORLD_SIZE -u LOCAL_RANK \
+        timeout 20 "$TRAIN" "$@" > "$TMP/out" 2> "$TMP/err"
+    local rc=$?
+    if [ $rc -eq 2 ] && grep -qF -- "$expect" "$TMP/err" && grep -qF -- "(run 'train_gpt --help' for every flag)" "$TMP/err"; then
+        pass=$((pass + 1)); echo "  ok   $desc"
+    else
+        fail=$((fail + 1)); echo "  FAIL $desc (exit $rc, wanted 2; wanted '$expect' and the --help pointer in:)"
+        sed 's/^/       /' "$TMP/err"
+    fi
+}
+
+echo "== every flag refusal: exit status 2 and a pointer to --help"
+refuses_flag "a value out of range" "--cuda-graph: 2 is out of range" --model small --cuda-graph 2
+refuses_flag "an unknown flag" "--bogus" --model small --bogus 1
+refuses_flag "--seq-len longer than the model" "--seq-len 100000 is longer than the model's context" \
+    --model small --seq-len 100000
+refuses_flag "--capture-attn together with --capture-steps" "say the same thing twice" \
+    --model small --capture-attn 10:0 --capture-steps 5
+refuses_flag "--capture-attn layer past the model" "layer 9 does not exist" --model small --capture-attn 10:9
+refuses_flag "--resume with --overwrite" "--resume continues a run and --overwrite starts one over" \
+    --model small --out-dir "$TMP/run" --resume --overwrite
 
 echo "== --help lists the multi-GPU, diagnostics and CUDA graph flags"
 if "$TRAIN" --help > "$TMP/help" 2>&1 && grep -q -- "--nccl-id-file" "$TMP/help" && grep -q -- "--zero-stage" "$TMP/help" \

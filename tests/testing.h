@@ -9,13 +9,20 @@
  * Offers: CHECK(cond, fmt, ...) - one named check, prints FAIL with details;
  *         CHECK_CLOSE(name, got, want, rtol, atol) - numeric closeness;
  *         test_section(name) - a heading in the output;
- *         test_summary() - prints "N passed, N failed", returns exit code.
+ *         test_summary() - prints "N passed, N failed", returns exit code;
+ *         test_run_captured(fn, ctx, msg, cap) - runs fn in a child process
+ *           with its stderr captured (for checks that a call dies with a
+ *           message).
  */
 #ifndef TESTS_TESTING_H
 #define TESTS_TESTING_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <math.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int g_tests_passed = 0;
 static int g_tests_failed = 0;
@@ -48,6 +55,35 @@ static inline int test_summary(void) {
     printf("%d passed, %d failed\n", g_tests_passed, g_tests_failed);
     fflush(stdout);
     return g_tests_failed == 0 ? 0 : 1;
+}
+
+/* Runs fn(ctx) in a child process with its stderr captured into msg (cap
+   bytes, NUL-terminated); returns the child's status as waitpid gives it. A
+   child whose fn returns exits 0 (not refused: the caller reports it). */
+static inline int test_run_captured(void (*fn)(void*), void* ctx, char* msg, size_t cap) {
+    int fds[2];
+    if (pipe(fds) != 0) {
+        fprintf(stderr, "error: test_run_captured: pipe failed\n");
+        exit(1);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        fn(ctx);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t n;
+    while (got < cap - 1 && (n = read(fds[0], msg + got, cap - 1 - got)) > 0) got += (size_t)n;
+    msg[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
 }
 
 #endif /* TESTS_TESTING_H */

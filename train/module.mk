@@ -20,7 +20,7 @@ $(BUILD)/train/comm_nccl.cu.o $(BUILD)/train/comm_single.cu.o: train/comm.h trai
 # resume state, sampler, the run driver) and the CPU trainer train_gpt_cpu ----
 TRAIN_INFRA_OBJS := $(BUILD)/train/flags.o $(BUILD)/train/schedule.o $(BUILD)/train/runlog.o \
                     $(BUILD)/train/resume_state.o $(BUILD)/train/sampler.o $(BUILD)/train/run_driver.o \
-                    $(BUILD)/model/checkpoint.o $(BUILD)/train/dist.o $(COMMON_OBJS)
+                    $(BUILD)/model/checkpoint.o $(BUILD)/train/dist.o $(DATALOADER_OBJS) $(COMMON_OBJS)
 TRAIN_TOKENIZER_OBJS := $(BUILD)/dataloader/tokenizer.o $(BUILD)/dataloader/unicode_tables.o
 CPU_TESTS += $(BUILD)/tests/test_train_cpu
 $(BUILD)/tests/test_train_cpu: $(BUILD)/tests/test_train_cpu.o $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS) \

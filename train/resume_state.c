@@ -5,6 +5,7 @@
 #include "train/resume_state.h"
 
 #include "common/atomic_file.h"
+#include "common/utils.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -151,18 +152,9 @@ static int get(FILE* fp, void* p, size_t n, uint64_t* h) {
 
 int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen) {
     memset(s, 0, sizeof(*s));
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) {
-        snprintf(err, errlen, "cannot open the resume state '%s': %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0) {
-        snprintf(err, errlen, "cannot stat the resume state '%s': %s", path, strerror(errno));
-        fclose(fp);
-        return -1;
-    }
-    const uint64_t size = (uint64_t)st.st_size;
+    uint64_t size = 0;
+    FILE* fp = fopen_sized(path, "the resume state", &size, err, errlen);
+    if (fp == NULL) return -1;
     int64_t hdr[RESUME_HEADER_INTS];
     uint64_t h = RESUME_HASH_INIT;
     const char* hint = "re-create it, or resume from an older state_NNNNNNNN.bin in the run folder";

@@ -63,11 +63,13 @@ int run_driver_exiting_together(void) { return g_exiting_together; }
 
 /* ---------------------------------------------------------------- small helpers */
 
-static void fatal_flag(const RunDriver* d, const char* msg) {
+void run_flag_error(const char* program, const char* msg) {
     fflush(stdout);
-    fprintf(stderr, "error: %s\n  (run '%s --help' for every flag)\n", msg, d->program);
+    fprintf(stderr, "error: %s\n  (run '%s --help' for every flag)\n", msg, program);
     exit(2);
 }
+
+static void fatal_flag(const RunDriver* d, const char* msg) { run_flag_error(d->program, msg); }
 
 static void copy_path(char* dst, const char* src) { snprintf(dst, RUN_PATH_CAP, "%s", src); }
 
@@ -299,6 +301,9 @@ void run_driver_init(RunDriver* d, const char* program, int argc, char** argv, T
     if (d->resuming && f->init_from[0]) fatal_flag(d, "--resume takes its weights from the run folder: drop --init-from");
     if (f->init_from[0] && flags_was_set(f, FLAG_MODEL))
         fatal_flag(d, "--init-from sets the model shape from the checkpoint: drop --model");
+    ScheduleKind kind;
+    if (schedule_parse(f->schedule, &kind) != 0) fatal_flag(d, "--schedule: choose cosine|linear|constant");
+    d->sched = (LRSchedule){kind, f->lr, f->min_lr_frac, f->warmup_steps, f->steps};
 
     if (d->resuming && strcmp(f->resume, "latest") != 0) {
         char given[RUN_PATH_CAP];
@@ -408,8 +413,17 @@ void run_driver_load_model(RunDriver* d) {
         fatal_flag(d, "--attn-tile-max-shift 1 is an arm of --attn repair only (it conflicts with the other modes)");
 }
 
-void run_driver_batch(RunDriver* d, int B, int T, int world) {
+void run_driver_batch(RunDriver* d, int world) {
     char err[1024], msg[1200];
+    const int B = d->f->batch_size;
+    const int T = d->f->seq_len > 0 ? d->f->seq_len : d->cfg.max_seq_len;
+    if (T > d->cfg.max_seq_len) {
+        snprintf(msg, sizeof(msg), "--seq-len %d is longer than the model's context (%d)", T, d->cfg.max_seq_len);
+        fatal_flag(d, msg);
+    }
+    d->B = B;
+    d->T = T;
+    d->world = world;
     const int64_t total = d->f->total_batch_tokens > 0 ? d->f->total_batch_tokens : (int64_t)B * T * world;
     const int64_t accum = dist_grad_accum_steps(total, B, T, world, err, sizeof(err));
     if (accum < 1) {
@@ -418,6 +432,50 @@ void run_driver_batch(RunDriver* d, int B, int T, int world) {
     }
     d->grad_accum = (int)accum;
     d->tokens_per_step = total;
+}
+
+void run_driver_state_shape(const RunDriver* d, size_t num_params, ResumeState* s) {
+    const TrainFlags* f = d->f;
+    memset(s, 0, sizeof(*s));
+    s->config = d->cfg;
+    s->config_hash = gpt_config_hash(&d->cfg);
+    s->num_params = num_params;
+    s->batch_size = d->B;
+    s->seq_len = d->T;
+    s->grad_accum = d->grad_accum;
+    s->world_size = d->world;
+    s->shuffle = f->shuffle;
+    s->seed = f->seed;
+    s->attn_mode = (int32_t)d->attn_mode;
+    s->attn_tile_max_shift = f->attn_tile_max_shift;
+    s->zero_key_bias_grad = f->zero_key_bias_grad;
+}
+
+void run_driver_open_data(const RunDriver* d, int rank, DataLoader** train, DataLoader** val) {
+    const TrainFlags* f = d->f;
+    char err[1024];
+    *train = *val = NULL;
+    if (dataloader_open(train, f->train_data, d->B, d->T, rank, d->world, f->shuffle, f->seed, d->cfg.vocab_size, err,
+                        sizeof(err)) != 0)
+        die("--train-data: %s\n  hint: 'make setup' creates the default shards; or point --train-data at llm.c "
+            "shards", err);
+    if (f->val_data[0] && dataloader_open(val, f->val_data, d->B, d->T, rank, d->world, 0, 0, d->cfg.vocab_size, err,
+                                          sizeof(err)) != 0)
+        die("--val-data: %s\n  hint: pass --val-data \"\" to train without validation", err);
+}
+
+void run_driver_restore(RunDriver* d, DataLoader* train, SamplerRng* rng, int64_t* adam_t, int64_t* tokens_seen) {
+    char err[1024];
+    if (!d->resuming) return;
+    if (dataloader_seek(train, &d->saved.data_pos, err, sizeof(err)) != 0)
+        die("--resume: the saved data position does not fit --train-data: %s", err);
+    rng->state = d->saved.rng_state;
+    *adam_t = d->saved.adam_t;
+    *tokens_seen = d->saved.tokens_seen;
+}
+
+int run_driver_log_due(const RunDriver* d, int step) {
+    return step == d->start_step || (step + 1) % d->f->log_every == 0 || step + 1 == d->f->steps;
 }
 
 void run_driver_check_resume(RunDriver* d, const ResumeState* cur) {

@@ -12,7 +12,11 @@
  * What it owns:
  *   - the flag-conflict checks (--resume with --overwrite or --init-from,
  *     --init-from with --model, --attn-tile-max-shift outside repair, the
- *     batch arithmetic: the accumulation count must divide exactly and fit);
+ *     batch arithmetic: --seq-len within the model's context, the
+ *     accumulation count must divide exactly and fit);
+ *   - the lr schedule the flags describe;
+ *   - the data: opening --train-data and --val-data, and on resume the
+ *     saved data position, sampler RNG and step counters;
  *   - the run folder: --out-dir or a new runs/run_DATE_TIME; a folder that
  *     already holds a run is refused unless --overwrite, which deletes the old
  *     run's log and every model_/state_NNNNNNNN.bin (nothing else) once every
@@ -23,6 +27,8 @@
  *     attention mode is the saved one unless --attn is given explicitly;
  *   - the model's source (resume, --init-from, preset) and a check that loaded
  *     weights are all finite (tensor name and index when not);
+ *   - the run's shape as a resume state records it, and its check against
+ *     the state being resumed;
  *   - the schedule of each step boundary: checkpoint (every --checkpoint-every
  *     steps, every --checkpoint-minutes of wall time, at --stop-at, at the end,
  *     on a signal), evaluation, sample, stop;
@@ -55,10 +61,13 @@
 #include <stdint.h>
 
 #include "attention/attention.h"
+#include "dataloader/dataloader.h"
 #include "model/gpt_config.h"
 #include "train/flags.h"
 #include "train/resume_state.h"
 #include "train/runlog.h"
+#include "train/sampler.h"
+#include "train/schedule.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -91,6 +100,7 @@ typedef struct {
     TrainFlags* f;
     int is_master;
     int resuming;
+    LRSchedule sched;              /* --schedule, --lr, --min-lr-frac, --warmup-steps, --steps */
     char out_dir[RUN_PATH_CAP];
     char state_path[RUN_PATH_CAP]; /* the state being resumed */
     int existing;                  /* files of an old run in out_dir (--overwrite deletes them) */
@@ -101,6 +111,7 @@ typedef struct {
     char model_source[RUN_PATH_CAP + 64];
     AttnMode attn_mode;
     /* run_driver_batch */
+    int B, T, world;               /* micro-batch per process (T: --seq-len, or the model's context) */
     int grad_accum;
     int64_t tokens_per_step;
     /* the run */
@@ -122,6 +133,10 @@ typedef struct {
     int skipped;
 } RunDriver;
 
+/* A flag the run cannot take: "error: MSG" and a pointer to PROGRAM --help on
+   stderr, exit status 2 (every flag refusal of both trainers goes here). */
+void run_flag_error(const char* program, const char* msg) __attribute__((noreturn));
+
 /* Checks flag conflicts, resolves the run folder and the state to resume, and
    refuses an occupied folder without --overwrite (master only). Touches
    nothing on disk. Exits with a message on any problem. */
@@ -133,10 +148,30 @@ void run_driver_init(RunDriver* d, const char* program, int argc, char** argv, T
    resume (f->attn, f->attn_tile_max_shift, f->zero_key_bias_grad updated). */
 void run_driver_load_model(RunDriver* d);
 
-/* Batch arithmetic for B x T per process and world processes: the tokens per
+/* Batch arithmetic for world processes: B = --batch-size, T = --seq-len (0:
+   the model's context; longer than the context is refused), the tokens per
    step (--total-batch-tokens, 0 = one micro-batch on every process) and the
    accumulation count, which must be a whole number that fits an int. */
-void run_driver_batch(RunDriver* d, int B, int T, int world);
+void run_driver_batch(RunDriver* d, int world);
+
+/* The run's shape as a resume state records it (model, batch, process count,
+   shuffle, seed, attention mode and arms): what run_driver_check_resume
+   compares and what each checkpoint's state starts from. */
+void run_driver_state_shape(const RunDriver* d, size_t num_params, ResumeState* s);
+
+/* Opens --train-data (this rank's slice, shuffled as --shuffle says) and
+   --val-data (sequential; *val NULL when it is ""), B x T each. Exits with
+   the loader's message and a hint when either does not open. */
+void run_driver_open_data(const RunDriver* d, int rank, DataLoader** train, DataLoader** val);
+
+/* When resuming (after run_driver_check_resume): the training data's
+   position, the sampler RNG, AdamW's step count and the tokens seen, from
+   the saved state. The moments (d->saved.m, .v) are the trainer's to load. */
+void run_driver_restore(RunDriver* d, DataLoader* train, SamplerRng* rng, int64_t* adam_t, int64_t* tokens_seen);
+
+/* Whether step's record goes to the console: the first step of this
+   invocation, every --log-every steps, the last step. */
+int run_driver_log_due(const RunDriver* d, int step);
 
 /* Resume compatibility (cur: the run's shape; resume_state_check), the step
    to start from, and --steps / --stop-at against it. A different process
