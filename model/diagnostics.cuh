@@ -108,13 +108,28 @@ __device__ __forceinline__ float diag_warp_nan_max(float v) {
     return v;
 }
 /* NaN-propagating block max; blockDim.x a multiple of 32. Every thread gets the result. */
-__device__ __forceinline__ float diag_block_nan_max(float v) { return block_reduce(v, -INFINITY, diag_warp_nan_max); }
-__device__ __forceinline__ double diag_warp_sum_double(double v) {
+__device__ __forceinline__ float diag_block_nan_max(float v) {
+    __shared__ float partial[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = diag_warp_nan_max(v);
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < warps ? partial[lane] : -INFINITY;
+    return diag_warp_nan_max(v);
+}
+/* Block sum in double, fixed order; blockDim.x <= 1024, multiple of 32. */
+__device__ __forceinline__ double diag_block_sum_double(double v) {
+    __shared__ double partial[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < warps ? partial[lane] : 0.0;
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
-/* Block sum in double, fixed order; blockDim.x <= 1024, multiple of 32. */
-__device__ __forceinline__ double diag_block_sum_double(double v) { return block_reduce(v, 0.0, diag_warp_sum_double); }
 
 __device__ __forceinline__ size_t diag_qkv_at(int T, int NH, int HS, int b, int t, int part, int h) {
     return ((((size_t)b * T + t) * 3 + part) * NH + h) * HS;

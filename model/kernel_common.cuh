@@ -8,8 +8,8 @@
  * header stops each kernel file from growing its own copy.
  *
  * Offers: floatX (= __nv_bfloat16), cudaCheck / cudaCheckLastError / ceil_div
- * (from common/cuda_utils.cuh), warp_sum / warp_max, block_reduce and its
- * block_sum / block_max (fixed reduction order: deterministic), to_float / from_float, and the
+ * (from common/cuda_utils.cuh), warp_sum / warp_max, block_sum (fixed
+ * reduction order: deterministic), to_float / from_float, and the
  * Pack128 helper for 16-byte vector loads of BF16 data.
  */
 #ifndef MODEL_KERNEL_COMMON_CUH
@@ -35,23 +35,28 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-/* Reduction over the whole block (blockDim.x a multiple of 32, at most 1024)
-   with warp_reduce, the warp's reduction; lanes past the last warp contribute
-   `empty`. Every thread gets the result. The order is fixed (each warp, then
-   the warps' results in warp order), so results are reproducible. */
-template <typename T>
-__device__ __forceinline__ T block_reduce(T v, T empty, T (*warp_reduce)(T)) {
-    __shared__ T partial[32];
+/* Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every
+   thread gets the result. The order is fixed, so results are reproducible. */
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float partial[32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = warp_reduce(v);
+    v = warp_sum(v);
     __syncthreads();  /* partial[] may still be read by a previous call */
     if (lane == 0) partial[warp] = v;
     __syncthreads();
-    v = (lane < warps) ? partial[lane] : empty;
-    return warp_reduce(v);
+    v = (lane < warps) ? partial[lane] : 0.0f;
+    return warp_sum(v);
 }
-__device__ __forceinline__ float block_sum(float v) { return block_reduce(v, 0.0f, warp_sum); }
-__device__ __forceinline__ float block_max(float v) { return block_reduce(v, -INFINITY, warp_max); }
+__device__ __forceinline__ float block_max(float v) {
+    __shared__ float partial[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = (lane < warps) ? partial[lane] : -INFINITY;
+    return warp_max(v);
+}
 
 /* Eight BF16 values moved as one 16-byte load or store. Callers guarantee
    16-byte alignment (every buffer offset and channel count used with it is a
