@@ -9,7 +9,8 @@ attention translation unit's .ptx and .cubin): each kernel of BEFORE is looked u
 AFTER, whichever file it sits in there, so kernels may move between translation units; a .sm80 file is only
 compared with .sm80 files. Two things are compared per kernel:
   PTX    the kernel's body, with its own symbol replaced by a token, basic-block labels renumbered (ptxas
-         numbers them by the function's index in the file) and every other symbol it names demangled and
+         numbers them by the function's index in the file), virtual registers renamed in order of first use
+         (their numbers depend on the rest of the module) and every other symbol it names demangled and
          normalised like the kernel names;
   cubin  the machine code (the .text.KERNEL section's bytes: the SASS), its relocations (offset, type and the
          normalised symbol), the registers it uses, and the sizes of its shared-memory and parameter banks.
@@ -75,6 +76,20 @@ def ptx_entries(text):
         out[m.group(1)] = m.group(0)
     return out
 
+REG = re.compile(r'%(rd|rs|fd|hh|r|f|h|p|b)(\d+)\b')
+
+def renumber_registers(body):
+    """Virtual registers renamed in order of first use per class, and the .reg counts dropped: NVVM's
+    numbering depends on what else the module holds, so the same code can come out with other numbers."""
+    body = re.sub(r'(\.reg \.\w+\s+%\w+)<\d+>;', r'\1<>;', body)
+    seen = {}
+    def sub(m):
+        k = (m.group(1), m.group(2))
+        if k not in seen:
+            seen[k] = sum(1 for c in seen if c[0] == m.group(1))
+        return f'%{m.group(1)}_{seen[k]}'
+    return REG.sub(sub, body)
+
 def ptx_kernels(path):
     e = ptx_entries(open(path).read())
     names = list(e)
@@ -82,7 +97,7 @@ def ptx_kernels(path):
     for n in names:
         body = e[n].replace(n[2:], 'KERNEL')  # also names the kernel's local statics (_ZZ...E9cta_abort)
         body = re.sub(r'\$L__BB\d+_', '$L__BB_', body)
-        bodies.append(body)
+        bodies.append(renumber_registers(body))
     bodies = normalise_symbols(bodies)
     return [(renamed(key(dm)), b, path) for dm, b in zip(demangle(names), bodies)]
 
