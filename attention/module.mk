@@ -114,17 +114,6 @@ $(BUILD)/dev/attention_lab/attention_lab.cu.o: dev/attention_lab/attention_lab.c
 $(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_lab.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
 
-# Lab of the production Hopper forward (attention/cuda/hopper/attention_hopper.cu): its layout probe, every mode against
-# the portable mma.sync forward, the lab's variants bit for bit against production, checked and timed; a
-# lab, so in no test target. Host code only (the kernels are in the library): it builds for any NVCC_ARCH
-# and refuses to run off sm_90.
-CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/hopper_fwd
-$(BUILD)/dev/attention_lab/hopper_fwd.cu.o: dev/attention_lab/hopper_fwd.cu dev/attention_lab/hopper_lab.cuh \
-        attention/attention_cuda.cuh attention/cuda/hopper/attention_hopper.cuh attention/attention.h attention/support/attn_cases.h \
-        tests/testing.h common/cuda_utils.cuh common/utils.h
-$(BUILD)/dev/attention_lab/hopper_fwd: $(BUILD)/dev/attention_lab/hopper_fwd.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
-
 # Independent PyTorch emulation of the four modes vs the C emulation: the driver
 # runs attention_cpu.c on the script's inputs. Without torch the script fails.
 $(BUILD)/tests/attn_emul_driver: $(BUILD)/tests/attn_emul_driver.o $(ATTN_CPU_OBJS)
@@ -132,14 +121,27 @@ $(BUILD)/tests/attn_emul_driver: $(BUILD)/tests/attn_emul_driver.o $(ATTN_CPU_OB
 test: $(BUILD)/tests/attn_emul_driver
 CPU_TEST_COMMANDS += "$(or $(TORCH_PYTHON),python3) tests/test_attention_torch.py"
 
-# Labs of the Hopper backward kernels (dev/attention_lab/*.mk: one per production kernel, each with its
-# layout probe, the kernel against force_portable, and the next experiment named in its source's header;
-# a missing fragment is skipped): the row passes, and the key-major passes of every mode at HS 64 and 128.
--include dev/attention_lab/hopper_rows.mk
--include dev/attention_lab/hopper_rows128.mk
--include dev/attention_lab/hopper_bwd64_wide.mk
--include dev/attention_lab/hopper_bwd128.mk
--include dev/attention_lab/hopper_bwd_gproj.mk
--include dev/attention_lab/hopper_bwd128_gproj.mk
--include dev/attention_lab/hopper_bwd64_fp32.mk
--include dev/attention_lab/hopper_bwd128_fp32.mk
+# Labs of the Hopper kernels (dev/attention_lab/LAB.cu, one per production kernel: its layout probe, the
+# kernel against force_portable, the timings, and the next experiment named in the source's header). Labs, so
+# in no test target; `make all` and cuda-compile-check build them. A lab is host code (it builds for any
+# NVCC_ARCH and refuses to run off sm_90) linked with the layout probes, ATTN_HOPPER_PROBE_OBJS
+# (dev/attention_lab/probes/: lab code that includes the kernels' device code, attention/cuda/hopper/kernel_*.cuh,
+# compiled for sm_90a alone like the kernels). `make LAB-regs` prints ptxas's registers and spills of the lab's
+# production object (0 spill and no C75xx wanted). Each entry: LAB:production unit of attention/cuda/hopper/.
+ATTN_HOPPER_LABS := hopper_fwd:attention_hopper hopper_rows:attention_hopper_rows hopper_rows128:attention_hopper_rows128 \
+                    hopper_bwd64_wide:attention_hopper_bwd hopper_bwd128:attention_hopper_bwd128 \
+                    hopper_bwd_gproj:attention_hopper_bwd_gproj hopper_bwd128_gproj:attention_hopper_bwd128_gproj \
+                    hopper_bwd64_fp32:attention_hopper_bwd64_fp32 hopper_bwd128_fp32:attention_hopper_bwd128_fp32
+ATTN_HOPPER_PROBE_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard dev/attention_lab/probes/*.cu))
+CUDA_OBJECTS += $(ATTN_HOPPER_PROBE_OBJS)
+$(ATTN_HOPPER_PROBE_OBJS): private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+define attn_hopper_lab
+CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/$(1)
+$(BUILD)/dev/attention_lab/$(1): $(BUILD)/dev/attention_lab/$(1).cu.o $(ATTN_HOPPER_PROBE_OBJS) $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
+	$$(NVCC) $$(NVCCFLAGS) $$^ -o $$@ -lgomp -lm
+.PHONY: $(1)-regs
+$(1)-regs:
+	$$(NVCC) $$(filter-out -gencode arch=%,$$(NVCCFLAGS)) -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
+	    -c attention/cuda/hopper/$(2).cu -o /dev/null 2>&1 | grep -E "Compiling entry|registers|spill|C75|warning"
+endef
+$(foreach l,$(ATTN_HOPPER_LABS),$(eval $(call attn_hopper_lab,$(word 1,$(subst :, ,$(l))),$(word 2,$(subst :, ,$(l))))))

@@ -26,8 +26,8 @@
  *   ProbeInputs (probe_inputs_make / _make_shape / _free, probe_qkv, probe_dout) - the backward probes' one-head
  *                                     inputs;
  *   keymajor_probe_products         - the five products of the key-major backward's probe, checked;
- *   lab_watch_hangs, lab_sync_or_report - the production Hopper backward's hang record (AttnHopperHang,
- *                                     attention_hopper_bwd_watch_hangs) installed in host-mapped memory, and a
+ *   lab_watch_hangs, lab_sync_or_report - the hang record (AttnHopperHang, hopper_lab_hooks.cuh) of every
+ *                                     production and probe object installed in host-mapped memory, and a
  *                                     synchronisation that stops with the hung barrier's name or the CUDA error;
  *   lab_run_children, lab_child_report_and_exit - main's one process per group of checks, counts through a pipe.
  */
@@ -44,6 +44,7 @@
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "dev/attention_lab/hopper_probes.cuh"
 #include "attention/support/attn_cases.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
@@ -409,7 +410,19 @@ static inline void fp32_keymajor_probe_products(const ProbeInputs& in, int nk, i
     free(mag);
 }
 
-/* ---- the production Hopper backward's hang record (attention/cuda/hopper/attention_hopper_bwd.cuh) ---- */
+/* ---- the hang record of the production Hopper objects and the probe objects
+   (attention/cuda/hopper/hopper_lab_hooks.cuh, dev/attention_lab/hopper_probes.cuh) ---- */
+
+/* "kv_full (K/V tiles)", ...; "none" for ATTN_HANG_NONE or an unknown site. */
+static inline const char* attn_hopper_hang_site_name(int site) {
+    switch (site) {
+        case ATTN_HANG_KV_FULL: return "kv_full (K/V tiles)";
+        case ATTN_HANG_FULL: return "full (Q/dO tile + row state)";
+        case ATTN_HANG_EMPTY: return "empty (stage released by the consumers)";
+        case ATTN_HANG_PROBE: return "probe tiles";
+        default: return "none";
+    }
+}
 
 /* The record lives in pinned host memory mapped into the device, so it can be read whatever became of the
    kernel's results or the context (a producer trap kills the context; a consumer that gives up lets the
@@ -420,7 +433,16 @@ static inline void lab_watch_hangs(void) {
     memset(g_lab_hang, 0, sizeof(AttnHopperHang));
     AttnHopperHang* dev = NULL;
     cudaCheck(cudaHostGetDevicePointer((void**)&dev, g_lab_hang, 0));
-    attention_hopper_bwd_watch_hangs(dev);
+    /* every object whose waits are bounded has its own record pointer: one record for all of them */
+    void (*const install[])(AttnHopperHang*) = {
+        attention_hopper_bwd_watch_hangs, attention_hopper_bwd128_watch_hangs, attention_hopper_rows128_watch_hangs,
+        attention_hopper_gproj_keys_watch_hangs, attention_hopper_gproj_keys128_watch_hangs,
+        attention_hopper_fp32_keys_watch_hangs, attention_hopper_fp32_keys128_watch_hangs,
+        attention_hopper_probe_keys64_watch_hangs, attention_hopper_probe_keys128_watch_hangs,
+        attention_hopper_probe_keys64_gproj_watch_hangs, attention_hopper_probe_keys128_gproj_watch_hangs,
+        attention_hopper_probe_keys64_fp32_watch_hangs, attention_hopper_probe_keys128_fp32_watch_hangs,
+        attention_hopper_probe_rows128_watch_hangs};
+    for (auto fn : install) fn(dev);
 }
 /* After a synchronisation `e` (cudaDeviceSynchronize, an event wait): returns if it succeeded and no barrier
    hung; else prints a FAIL line naming the barrier (if one hung), the lab's summary line, and dies with the

@@ -17,12 +17,6 @@
  *       fp32; head size 64 or 128; qkv 16-byte aligned (TMA). Says nothing about the device.
  *   attention_forward_hopper - the forward (asynchronous on `stream`); dies with a hint if unsupported.
  *       The caller makes sure the current device is sm_90.
- *   attention_forward_hopper_stages - for the lab: the same forward with 2 or 3 K/V stages (timed side by
- *       side; 3 stages are no faster than 2: dev/results/attention_hopper_2026-11-29.md).
- *   attention_hopper_layout_probe - for the lab (dev/attention_lab/hopper_fwd.cu): one tile of
- *       S = Q K^T and O = bf(S) V through the kernel's own TMA map and wgmma helpers, written as fp32
- *       [ATTN_HOPPER_BLOCK_Q][ATTN_HOPPER_BLOCK_K] and [ATTN_HOPPER_BLOCK_Q][HS] (device pointers), so a
- *       layout mistake is named before the attention checks fail.
  */
 #ifndef ATTENTION_ATTENTION_HOPPER_CUH
 #define ATTENTION_ATTENTION_HOPPER_CUH
@@ -36,7 +30,7 @@
 /* Query rows per CTA at head size 64 (three consumer warpgroups; ATTN_HOPPER_BLOCK_Q is HS 128's and the probe's). */
 #define ATTN_HOPPER_BLOCK_Q_HS64 192
 #define ATTN_HOPPER_BLOCK_K 128
-/* K/V pipeline stages of the forward that attention_forward_hopper runs (the lab also times 3). */
+/* K/V pipeline stages of the forward (3 measured no faster: dev/results/attention_hopper_2026-11-29.md). */
 #define ATTN_HOPPER_FWD_STAGES 2
 
 int attention_hopper_fwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv);
@@ -44,13 +38,6 @@ int attention_hopper_fwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, c
 void attention_forward_hopper(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, __nv_bfloat16* out, float* stats,
                               cudaStream_t stream);
 
-/* For the lab (dev/attention_lab/hopper_fwd.cu): the same forward with `stages` (2 or 3) K/V pipeline
-   stages instead of ATTN_HOPPER_FWD_STAGES, so both can be timed side by side; bit-identical results. */
-void attention_forward_hopper_stages(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, __nv_bfloat16* out,
-                                     float* stats, int stages, cudaStream_t stream);
 
-/* qkv [1, T, 3, NH, HS] with T <= ATTN_HOPPER_BLOCK_K (tokens past T read as zeros), probing head `head`
-   at token 0. Synchronous launch errors die; the caller synchronises. */
-void attention_hopper_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, float* s_tile, float* o_tile);
 
 #endif /* ATTENTION_ATTENTION_HOPPER_CUH */

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include "attention/attention.h"
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/hopper/hopper_lab_hooks.cuh"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "attention/cuda/mma_bf16.cuh"
 #include "attention/cuda/tile_order.cuh"

@@ -1,0 +1,617 @@
+/*
+ * attention/cuda/hopper/kernel_fwd.cuh - the device code of the Hopper forward (every mode; HS 64 and 128): its constants, shared-memory plan,
+ * per-step helpers and kernel template, in the including file's anonymous namespace. Included by
+ * attention/cuda/hopper/attention_hopper.cu (launch and entry points; the design, numerics and barrier protocol are in its
+ * file comment) and by the kernel's lab dev/attention_lab/hopper_fwd.cu (the layout probe, which runs the same helpers on one tile).
+ *
+ * Why a header: the probe is lab code and stays out of the production object, yet it must use the kernel's
+ * own helpers and layout. One kernel object = one translation unit, each with its own hang-record pointer.
+ */
+#ifndef ATTENTION_CUDA_HOPPER_KERNEL_FWD_CUH
+#define ATTENTION_CUDA_HOPPER_KERNEL_FWD_CUH
+
+#include <math.h>
+#include <stdint.h>
+#include "attention/cuda/hopper/attention_hopper.cuh"
+#include "attention/cuda/tile_order.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
+
+using namespace hopper_wgmma;
+
+namespace {
+
+constexpr int kBlockQ = ATTN_HOPPER_BLOCK_Q; /* query rows per CTA of the HS-128 kernel and the probe */
+constexpr int kBlockK = ATTN_HOPPER_BLOCK_K; /* keys per K/V tile */
+constexpr int kWarpgroupRows = 64;      /* query rows per consumer warpgroup (the M of wgmma) */
+constexpr int kConsumerWarpgroups = kBlockQ / kWarpgroupRows;
+constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+constexpr int kThreads = kConsumerThreads + 128; /* + the producer warpgroup (setmaxnreg needs a whole one) */
+constexpr int kProducerWarp = kConsumerThreads / 32; /* the first warp of the producer warpgroup */
+/* setmaxnreg split of the 384-thread CTA (__launch_bounds__(384, 1): every thread starts at 168) */
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * 168,
+              "the setmaxnreg split must fit in what the CTA was launched with");
+constexpr int kFwdStages = ATTN_HOPPER_FWD_STAGES; /* K/V stages of production (the lab also times 3) */
+constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
+constexpr int kSwizzleRowBytes = 128;
+constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes; /* 8 rows x 128 B: the repeat of the 128B swizzle */
+constexpr int kWgmmaK = 16;             /* k of every bf16 wgmma */
+constexpr int kPvSteps = kBlockK / kWgmmaK;
+constexpr int kSRegs = kBlockK / 2;     /* S accumulator: 64 x kBlockK FP32 over 128 threads */
+constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO ("assumed 1", i.e. 16 bytes) */
+constexpr size_t kTmaAlignBytes = 16;   /* global address alignment TMA requires */
+constexpr int kMaxDynamicSmem = 227 * 1024; /* sm_90's per-block opt-in limit */
+enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
+static_assert(kBlockQ == kBlockK, "one tensor map (one box shape) serves Q, K and V tiles");
+
+/* The CTA of NWG consumer warpgroups (64 query rows each) + the producer warpgroup, and its setmaxnreg
+   split: launched at __launch_bounds__(kThreads, 1), every thread starts at kLaunchRegs; the producer gives
+   back to kProducerRegs and the consumers take the largest multiple of 8 left (at most 240). NWG = 2
+   (HS 128): 168 -> 24 / 240; NWG = 3 (HS 64): 128 -> 24 / 160. */
+template <int NWG>
+struct CtaShape {
+    static constexpr int kRows = kWarpgroupRows * NWG; /* query rows per CTA */
+    static constexpr int kConsumerThreads = 128 * NWG;
+    static constexpr int kThreads = kConsumerThreads + 128;
+    static constexpr int kLaunchRegs = (65536 / kThreads) > 255 ? 255 : (65536 / kThreads) / 8 * 8;
+    static constexpr int kConsumerRegsRaw = (kThreads * kLaunchRegs - 128 * kProducerRegs) / kConsumerThreads / 8 * 8;
+    static constexpr int kConsumerRegs = kConsumerRegsRaw > 240 ? 240 : kConsumerRegsRaw;
+    static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
+                  "the setmaxnreg split must fit in what the CTA was launched with");
+};
+static_assert(CtaShape<kConsumerWarpgroups>::kThreads == kThreads && CtaShape<2>::kLaunchRegs == 168 &&
+                  CtaShape<2>::kConsumerRegs == kConsumerRegs, "the HS-128 kernel's CTA and split");
+constexpr int kTallWarpgroups = 3; /* consumer warpgroups of the HS-64 kernel: 192 query rows per CTA */
+static_assert(CtaShape<kTallWarpgroups>::kRows == ATTN_HOPPER_BLOCK_Q_HS64 && CtaShape<kTallWarpgroups>::kLaunchRegs == 128 &&
+                  CtaShape<kTallWarpgroups>::kConsumerRegs == 160, "the HS-64 kernel's CTA and split (24 / 160)");
+
+/* Shared-memory plan of one CTA (byte offsets from a 1024-byte aligned base). K and V of each stage are
+   kBlockK rows x HS BF16, stored as HS/64 chunks of [kBlockK rows][128 bytes], swizzled. Q comes in boxes of
+   kBlockK rows (the one tensor map's box), so its chunks are rounded up to whole boxes: NWG = 2, one box
+   (Q is one K-sized tile); NWG = 3, two boxes of which the last 64 rows stay unused (32 KB at HS 64). */
+template <int HS, int STAGES, int NWG = kConsumerWarpgroups>
+struct SmemPlan {
+    static constexpr int kChunks = HS / kChunkCols;
+    static constexpr int kChunkBytes = kBlockK * kSwizzleRowBytes;
+    static constexpr int kTileBytes = kChunks * kChunkBytes;
+    static constexpr int kQBoxes = (CtaShape<NWG>::kRows + kBlockK - 1) / kBlockK;
+    static constexpr int kQChunkBytes = kQBoxes * kChunkBytes;
+    static constexpr int kWgQBytes = kWarpgroupRows * kSwizzleRowBytes; /* one warpgroup's rows of a Q chunk */
+    static constexpr int kQ = 0;
+    static constexpr int kK = kQ + kChunks * kQChunkBytes; /* STAGES tiles */
+    static constexpr int kV = kK + STAGES * kTileBytes;    /* STAGES tiles */
+    static constexpr int kBarriers = kV + STAGES * kTileBytes;
+    static constexpr int kNumBarriers = 1 + 4 * STAGES; /* q_full, full_k, empty_k, full_v, empty_v [STAGES] */
+    static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
+    static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
+    static_assert(kChunkBytes % kSwizzleAtomBytes == 0 && kWgQBytes % kSwizzleAtomBytes == 0,
+                  "tiles and each warpgroup's Q rows must stay 1024-byte aligned");
+    static_assert(kAlloc <= kMaxDynamicSmem, "Q + STAGES x (K + V) tiles must fit in 227 KB of shared memory");
+};
+
+/* ---- the two GEMMs of one key tile, per warpgroup (shared by the kernel and the layout probe) ---- */
+
+/* Issues S = Q K^T for the warpgroup's 64 query rows x kBlockK keys: HS/16 k-steps, no fence, commit or
+   wait (the caller's). q_addr, k_addr: shared addresses of the warpgroup's first Q row and of the K tile
+   (chunked, swizzled, 1024-aligned). k-step kk reads bytes 32 (kk % 4) .. +31 of the 128-byte rows of
+   chunk kk / 4; Q's chunks lie kQChunkBytes apart (taller than a K tile in the HS-64 kernel's plan, where
+   HS 64 has one chunk anyway). sacc must hold zeros (the wgmma accumulates). */
+template <int HS, int kQChunkBytes = kBlockK * kSwizzleRowBytes>
+__device__ __forceinline__ void issue_qk(float (&sacc)[kSRegs], uint32_t q_addr, uint32_t k_addr) {
+    constexpr int kKChunkBytes = kBlockK * kSwizzleRowBytes;
+    constexpr int kKStepsPerChunk = kChunkCols / kWgmmaK; /* 4 k-steps of 32 bytes in a 128-byte row */
+#pragma unroll
+    for (int kk = 0; kk < HS / kWgmmaK; kk++) {
+        const uint32_t in_row = (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
+        const uint32_t chunk = kk / kKStepsPerChunk;
+        wgmma_m64n128k16_ss(sacc, make_smem_desc(q_addr + chunk * kQChunkBytes + in_row, kUnusedLbo, kSwizzleAtomBytes),
+                            make_smem_desc(k_addr + chunk * kKChunkBytes + in_row, kUnusedLbo, kSwizzleAtomBytes));
+    }
+}
+/* Zeroes S, pinned before the coming wgmma_fence (else the compiler may sink the moves past it and ptxas
+   has to serialise the wgmmas). */
+__device__ __forceinline__ void zero_scores(float (&sacc)[kSRegs]) {
+#pragma unroll
+    for (int i = 0; i < kSRegs; i++) sacc[i] = 0.f;
+    reg_fence(sacc);
+}
+/* S = Q K^T, waited for (the layout probe and tile 0 of the kernel). */
+template <int HS>
+__device__ __forceinline__ void warpgroup_qk(float (&sacc)[kSRegs], uint32_t q_addr, uint32_t k_addr) {
+    zero_scores(sacc);
+    wgmma_fence();
+    issue_qk<HS>(sacc, q_addr, k_addr);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(sacc);
+}
+
+/* The register A operand(s) of O += P V from the S accumulator (holding e), rounded to BF16: k-step kk
+   takes S columns 16kk..16kk+15 = accumulator registers 8kk..8kk+7 (hopper_wgmma.cuh, "Register
+   fragments"). Term 0 is bf(e); fp32 mode has a term 1, bf(e - bf(e)). */
+template <int MODE>
+struct POperand {
+    static constexpr int kTerms = (MODE == ATTN_FP32) ? 2 : 1;
+    uint32_t a[kTerms][kPvSteps][4];
+};
+template <bool kResidual>
+__device__ __forceinline__ uint32_t pack_p_pair(float lo, float hi) {
+    if (kResidual) {
+        lo -= __bfloat162float(__float2bfloat16_rn(lo));
+        hi -= __bfloat162float(__float2bfloat16_rn(hi));
+    }
+    return pack_bf16x2(lo, hi);
+}
+template <bool kResidual>
+__device__ __forceinline__ void pack_p_operand(uint32_t (&pa)[kPvSteps][4], const float (&sacc)[kSRegs]) {
+#pragma unroll
+    for (int kk = 0; kk < kPvSteps; kk++) {
+        pa[kk][0] = pack_p_pair<kResidual>(sacc[8 * kk + 0], sacc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
+        pa[kk][1] = pack_p_pair<kResidual>(sacc[8 * kk + 2], sacc[8 * kk + 3]); /* row g+8, cols 2t, 2t+1 */
+        pa[kk][2] = pack_p_pair<kResidual>(sacc[8 * kk + 4], sacc[8 * kk + 5]); /* row g,   cols 2t+8, 2t+9 */
+        pa[kk][3] = pack_p_pair<kResidual>(sacc[8 * kk + 6], sacc[8 * kk + 7]); /* row g+8, cols 2t+8, 2t+9 */
+    }
+}
+template <int MODE>
+__device__ __forceinline__ void pack_p(POperand<MODE>& p, const float (&sacc)[kSRegs]) {
+    pack_p_operand<false>(p.a[0], sacc);
+    if constexpr (POperand<MODE>::kTerms == 2) pack_p_operand<true>(p.a[1], sacc);
+}
+
+/* Issues O += P V (every term, term 0 first): kPvSteps k-steps of 16 keys each, each 16 rows (2048 bytes)
+   further into the V tile at v_addr. No fence, commit or wait (the caller's). */
+template <int HS>
+__device__ __forceinline__ void issue_pv(float (&o)[HS / 2], const uint32_t (&pa)[kPvSteps][4], uint32_t v_addr) {
+    constexpr int kChunkBytes = kBlockK * kSwizzleRowBytes; /* LBO: from one 64-column block of V to the next */
+#pragma unroll
+    for (int kk = 0; kk < kPvSteps; kk++)
+        wgmma_pv(o, pa[kk], make_smem_desc(v_addr + kk * kWgmmaK * kSwizzleRowBytes, kChunkBytes, kSwizzleAtomBytes));
+}
+template <int HS, int MODE>
+__device__ __forceinline__ void issue_pv_terms(float (&o)[HS / 2], const POperand<MODE>& p, uint32_t v_addr) {
+#pragma unroll
+    for (int term = 0; term < POperand<MODE>::kTerms; term++) issue_pv<HS>(o, p.a[term], v_addr);
+}
+/* After the wait that retired the P V GEMM: O may be read, and the A registers stay live (unchanged) up to
+   here, so the compiler cannot hand them to other values while the tensor core still reads them. */
+template <int HS, int MODE>
+__device__ __forceinline__ void pv_retired(float (&o)[HS / 2], POperand<MODE>& p) {
+    reg_fence(o);
+#pragma unroll
+    for (int term = 0; term < POperand<MODE>::kTerms; term++) reg_fence(p.a[term]);
+}
+
+/* Online softmax of one key tile (attention_cuda.cu's forward, operation for operation), on the FP32 S
+   accumulator in place (S -> e): the mask (if `masked`: key j visible to query i iff j <= i, which also
+   hides keys >= T), the row max, alpha = exp2((m_old - m_new) c), e, l = l alpha + sum e, m = m_new.
+   O's rescale by alpha is the caller's (rescale_o), after the previous tile's P V has retired. key0: the
+   tile's first key; row0: this thread's first query row (the second is row0 + 8). Every row sees key 0
+   in tile 0, so m_new is finite from the first tile on. */
+template <int MODE>
+__device__ __forceinline__ void softmax_tile(float (&sacc)[kSRegs], float (&m_run)[2], float (&l_part)[2],
+                                             float (&alpha)[2], bool masked, int key0, int row0, int t, float c) {
+    if (masked) {
+#pragma unroll
+        for (int j = 0; j < kBlockK / 8; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    if (key0 + 8 * j + 2 * t + e > row0 + 8 * r) sacc[4 * j + 2 * r + e] = -INFINITY;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kBlockK / 8; j++) mx = fmaxf(mx, fmaxf(sacc[4 * j + 2 * r], sacc[4 * j + 2 * r + 1]));
+        mx = quad_max(mx);
+        const float m_new = fmaxf(m_run[r], mx);
+        alpha[r] = exp2f((m_run[r] - m_new) * c); /* 0 on the first tile */
+        const float m_c = m_new * c;              /* fl(m * c), bf16 mode */
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kBlockK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float sc = sacc[4 * j + 2 * r + e];
+                const float x = (MODE == ATTN_BF16) ? __fmaf_rn(sc, c, -m_c) : (sc - m_new) * c;
+                const float p = exp2f(x);
+                sacc[4 * j + 2 * r + e] = p;
+                sum += p;
+            }
+        l_part[r] = l_part[r] * alpha[r] + sum;
+        m_run[r] = m_new;
+    }
+}
+template <int HS>
+__device__ __forceinline__ void rescale_o(float (&o)[HS / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            o[4 * n + 2 * r] *= alpha[r];
+            o[4 * n + 2 * r + 1] *= alpha[r];
+        }
+}
+
+/* Producer: one K or V tile (index j) into its stage, after the consumers released the tile j - STAGES
+   that last used it (its release completed phase j / STAGES - 1 of empty[s]). */
+template <int HS, int STAGES>
+__device__ __forceinline__ void produce_tile(unsigned char* tiles, uint64_t* full, uint64_t* empty,
+                                             const CUtensorMap* map, int j, int slot, int NH, int h, int b) {
+    using Plan = SmemPlan<HS, STAGES>;
+    const int s = j % STAGES;
+    if (j >= STAGES) mbar_wait(&empty[s], (uint32_t)((j / STAGES - 1) & 1));
+    mbar_arrive_expect_tx(&full[s], Plan::kTileBytes);
+    for (int ch = 0; ch < Plan::kChunks; ch++)
+        tma_load_4d(tiles + s * Plan::kTileBytes + ch * Plan::kChunkBytes, map, &full[s], ch * kChunkCols,
+                    slot * NH + h, j * kBlockK, b);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* the kernel                                                                                        */
+/* ------------------------------------------------------------------------------------------------ */
+template <int HS, int MODE, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_fwd_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16* __restrict__ out, float* __restrict__ stats,
+                      int NH, int T, float scale, float c) {
+    using Plan = SmemPlan<HS, STAGES>;
+    constexpr int kTileBytes = Plan::kTileBytes;
+    constexpr int kORegs = HS / 2; /* O accumulator: 64 x HS */
+
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = aligned_smem_base(smem_raw);
+    unsigned char* q_s = smem + Plan::kQ;
+    unsigned char* k_s = smem + Plan::kK;
+    unsigned char* v_s = smem + Plan::kV;
+    uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    uint64_t* full_k = q_full + 1;
+    uint64_t* empty_k = full_k + STAGES;
+    uint64_t* full_v = empty_k + STAGES;
+    uint64_t* empty_v = full_v + STAGES;
+
+    const AttnTileOrder order = attn_tile_longest_first(); /* longest rows first, over all heads */
+    const int q_tile = gridDim.x - 1 - order.rank;
+    const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int q0 = q_tile * kBlockQ;
+    /* causal: key tiles up to the one holding the CTA's last row; only the last tile reaches past q0
+       (kBlockQ == kBlockK and q0 is a multiple of both), so it is the only one that needs the mask */
+    const int n_key_tiles = (min(q0 + kBlockQ, T) - 1) / kBlockK + 1;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+
+    if (threadIdx.x == 0) {
+        /* full_*: the producer's arrive.expect_tx + the TMA bytes; empty_*: every consumer thread */
+        init_pipeline_barriers<STAGES>(q_full, full_k, empty_k, 1, kConsumerThreads);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full_v[s], 1);
+            mbar_init(&empty_v[s], kConsumerThreads);
+        }
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    __syncthreads();
+
+    if (warpgroup == kConsumerWarpgroups) {
+        setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
+        /* ---- producer: one lane of its first warp issues every copy, in the order the consumers need
+           them (iteration kt reads K(kt) and V(kt - 1)); warps 9-11 have no work ---- */
+        if (warp == kProducerWarp && lane == 0) {
+            mbar_arrive_expect_tx(q_full, kTileBytes);
+            for (int ch = 0; ch < Plan::kChunks; ch++)
+                tma_load_4d(q_s + ch * Plan::kChunkBytes, &qkv_map, q_full, ch * kChunkCols, kSlotQ * NH + h, q0, b);
+            produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, 0, kSlotK, NH, h, b);
+            for (int kt = 1; kt < n_key_tiles; kt++) {
+                produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, kt, kSlotK, NH, h, b);
+                produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, kt - 1, kSlotV, NH, h, b);
+            }
+            produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, n_key_tiles - 1, kSlotV, NH, h, b);
+        }
+        return; /* no block-wide barrier follows */
+    }
+    setmaxnreg_inc<kConsumerRegs>();
+
+    /* ---- consumer warpgroups: wg owns query rows q0 + 64 wg .. +63; this thread rows row0, row0 + 8 ---- */
+    const int wg = warpgroup, g = lane >> 2, t = lane & 3;
+    const int row0 = q0 + wg * kWarpgroupRows + (warp % 4) * 16 + g;
+    float o[kORegs];
+#pragma unroll
+    for (int i = 0; i < kORegs; i++) o[i] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY};
+    float l_part[2] = {0.f, 0.f}; /* this lane's part of the row sums (quad-summed at the end) */
+    float alpha[2];
+    float sacc[kSRegs];
+    POperand<MODE> p; /* bf(e) of the previous tile (fp32: + its residual), the A operand of its P V */
+
+    /* this warpgroup's 64 rows of the Q tile start 64 rows into each chunk (8 KB: 1024-aligned) */
+    const uint32_t q_addr = smem_u32(q_s) + wg * kWarpgroupRows * kSwizzleRowBytes;
+    const uint32_t k_base = smem_u32(k_s), v_base = smem_u32(v_s);
+    mbar_wait(q_full, 0);
+
+    /* tile 0: S alone (there is no previous P V to overlap with) */
+    mbar_wait(&full_k[0], 0);
+    __syncwarp(); /* lanes leave the polling loops at different times: reconverge for the .aligned wgmma */
+    warpgroup_qk<HS>(sacc, q_addr, k_base);
+    mbar_arrive(&empty_k[0]); /* this thread no longer reads K(0) */
+    softmax_tile<MODE>(sacc, m_run, l_part, alpha, n_key_tiles == 1, 0, row0, t, c);
+    rescale_o<HS>(o, alpha); /* O is 0 and alpha 0: kept so that O sees every operation the sequential loop does */
+    pack_p<MODE>(p, sacc);
+
+    for (int kt = 1; kt < n_key_tiles; kt++) {
+        const int s = kt % STAGES, sv = (kt - 1) % STAGES; /* K(kt)'s stage, V(kt - 1)'s stage */
+        mbar_wait(&full_k[s], (uint32_t)((kt / STAGES) & 1));
+        mbar_wait(&full_v[sv], (uint32_t)(((kt - 1) / STAGES) & 1));
+        __syncwarp();
+        zero_scores(sacc);
+        wgmma_fence(); /* orders the rescale of O, the packing of P and the zeroing of S before the wgmmas */
+        issue_qk<HS>(sacc, q_addr, k_base + s * kTileBytes);
+        wgmma_commit();
+        issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes); /* O += P(kt-1) V(kt-1) */
+        wgmma_commit();
+        wgmma_wait<1>(); /* S(kt) is in (groups retire in order); P V(kt - 1) may still run */
+        reg_fence(sacc);
+        mbar_arrive(&empty_k[s]);
+        softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_key_tiles - 1, kt * kBlockK, row0, t, c);
+        wgmma_wait<0>();
+        pv_retired<HS, MODE>(o, p);
+        mbar_arrive(&empty_v[sv]);
+        rescale_o<HS>(o, alpha);
+        pack_p<MODE>(p, sacc);
+    }
+
+    /* the last tile's P V */
+    {
+        const int kt = n_key_tiles - 1, sv = kt % STAGES;
+        mbar_wait(&full_v[sv], (uint32_t)((kt / STAGES) & 1));
+        __syncwarp();
+        wgmma_fence();
+        issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes);
+        wgmma_commit();
+        wgmma_wait<0>();
+        pv_retired<HS, MODE>(o, p);
+        mbar_arrive(&empty_v[sv]); /* nobody waits for it; kept so every stage use is released */
+    }
+
+    /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float l = quad_sum(l_part[r]);
+        const int query = row0 + 8 * r;
+        if (query >= T) continue;
+        bf16* orow = out + ((long long)b * T + query) * NH * HS + (long long)h * HS;
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+            *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) =
+                pack_bf16x2(__fdiv_rn(o[4 * n + 2 * r], l), __fdiv_rn(o[4 * n + 2 * r + 1], l));
+        if (t == 0) {
+            float* st = stats + ((long long)bh * T + query) * 2;
+            if (MODE == ATTN_BF16) {
+                st[0] = m_run[r] * scale + logf(l); /* LSE, natural log, scaled units */
+                st[1] = 0.f;
+            } else {
+                st[0] = m_run[r];
+                st[1] = l;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* the HS-64 kernel: NWG (3) consumer warpgroups, 64 * NWG query rows per CTA                        */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Releases key tile kt that this warpgroup does not read: after it landed (so the arrivals count toward that
+   tile's phase of the empty barriers), one arrival per thread on each. */
+template <int STAGES>
+__device__ __forceinline__ void release_tile(uint64_t* full_k, uint64_t* empty_k, uint64_t* full_v, uint64_t* empty_v,
+                                             int kt) {
+    const int s = kt % STAGES;
+    const uint32_t parity = (uint32_t)((kt / STAGES) & 1);
+    mbar_wait(&full_k[s], parity);
+    mbar_arrive(&empty_k[s]);
+    mbar_wait(&full_v[s], parity);
+    mbar_arrive(&empty_v[s]);
+}
+
+/* hopper_fwd_kernel's protocol and per-warpgroup loop with NWG consumer warpgroups sharing each K/V tile
+   (hopper_fwd_tall_kernel, HS 64). What differs from hopper_fwd_kernel:
+   - a 64 NWG-row tile spans parts of two 128-key diagonal tiles, so warpgroup wg (rows r0 = q0 + 64 wg
+     .. r0 + 63, inside one 128-key tile since r0 is a multiple of 64) runs its own n_tiles = (min(r0 + 64,
+     T) - 1) / 128 + 1 key tiles and masks only its own last one; the CTA's tiles past its own (and all of
+     them, when its rows all lie at or past T) it releases after they land, so every empty barrier still
+     counts each consumer thread once per tile;
+   - Q comes in n boxes of 128 rows (the K/V map's box), a box starting at or past T not loaded;
+   - kOverlap: the overlap keeps P(kt-1) live beside S and O; fp32 mode's two-term P does not fit in 160
+     registers, so there each tile runs in sequence (S, softmax, O *= alpha, P V one term at a time: the
+     tensor core applies the same k-steps to O in the same order, bit-identical). */
+template <int HS, int MODE, int STAGES, int NWG>
+__global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
+    hopper_fwd_tall_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16* __restrict__ out,
+                           float* __restrict__ stats, int NH, int T, float scale, float c) {
+    using Cta = CtaShape<NWG>;
+    using Plan = SmemPlan<HS, STAGES, NWG>;
+    constexpr int kTileBytes = Plan::kTileBytes;
+    constexpr int kORegs = HS / 2;
+    constexpr bool kOverlap = !(MODE == ATTN_FP32 && Cta::kConsumerRegs < 200);
+
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = aligned_smem_base(smem_raw);
+    unsigned char* q_s = smem + Plan::kQ;
+    unsigned char* k_s = smem + Plan::kK;
+    unsigned char* v_s = smem + Plan::kV;
+    uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    uint64_t* full_k = q_full + 1;
+    uint64_t* empty_k = full_k + STAGES;
+    uint64_t* full_v = empty_k + STAGES;
+    uint64_t* empty_v = full_v + STAGES;
+
+    const AttnTileOrder order = attn_tile_longest_first(); /* longest rows first, over all heads */
+    const int q_tile = gridDim.x - 1 - order.rank;
+    const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int q0 = q_tile * Cta::kRows;
+    const int n_key_tiles = (min(q0 + Cta::kRows, T) - 1) / kBlockK + 1; /* the CTA's: the producer loads these */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+
+    if (threadIdx.x == 0) {
+        init_pipeline_barriers<STAGES>(q_full, full_k, empty_k, 1, Cta::kConsumerThreads);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full_v[s], 1);
+            mbar_init(&empty_v[s], Cta::kConsumerThreads);
+        }
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    __syncthreads();
+
+    if (warpgroup == NWG) {
+        setmaxnreg_dec<kProducerRegs>();
+        if (warp == 4 * NWG && lane == 0) {
+            const int q_boxes = min(Plan::kQBoxes, (T - q0 + kBlockK - 1) / kBlockK);
+            mbar_arrive_expect_tx(q_full, q_boxes * Plan::kChunks * Plan::kChunkBytes);
+            for (int w = 0; w < q_boxes; w++)
+                for (int ch = 0; ch < Plan::kChunks; ch++)
+                    tma_load_4d(q_s + ch * Plan::kQChunkBytes + w * Plan::kChunkBytes, &qkv_map, q_full,
+                                ch * kChunkCols, kSlotQ * NH + h, q0 + w * kBlockK, b);
+            produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, 0, kSlotK, NH, h, b);
+            for (int kt = 1; kt < n_key_tiles; kt++) {
+                produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, kt, kSlotK, NH, h, b);
+                produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, kt - 1, kSlotV, NH, h, b);
+            }
+            produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, n_key_tiles - 1, kSlotV, NH, h, b);
+        }
+        return;
+    }
+    setmaxnreg_inc<Cta::kConsumerRegs>();
+
+    const int wg = warpgroup, g = lane >> 2, t = lane & 3;
+    const int wg_row0 = q0 + wg * kWarpgroupRows;
+    const int row0 = wg_row0 + (warp % 4) * 16 + g;
+    /* this warpgroup's key tiles: up to the one holding its last row before T (0 if none) */
+    const int n_tiles = wg_row0 < T ? (min(wg_row0 + kWarpgroupRows, T) - 1) / kBlockK + 1 : 0;
+    const uint32_t k_base = smem_u32(k_s), v_base = smem_u32(v_s);
+
+    if (n_tiles > 0) {
+        float o[kORegs];
+#pragma unroll
+        for (int i = 0; i < kORegs; i++) o[i] = 0.f;
+        float m_run[2] = {-INFINITY, -INFINITY};
+        float l_part[2] = {0.f, 0.f};
+        float alpha[2];
+        float sacc[kSRegs];
+        const uint32_t q_addr = smem_u32(q_s) + wg * Plan::kWgQBytes;
+        mbar_wait(q_full, 0);
+
+        if constexpr (kOverlap) {
+            /* hopper_fwd_kernel's loop over this warpgroup's tiles */
+            POperand<MODE> p;
+            mbar_wait(&full_k[0], 0);
+            __syncwarp();
+            zero_scores(sacc);
+            wgmma_fence();
+            issue_qk<HS, Plan::kQChunkBytes>(sacc, q_addr, k_base);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(sacc);
+            mbar_arrive(&empty_k[0]);
+            softmax_tile<MODE>(sacc, m_run, l_part, alpha, n_tiles == 1, 0, row0, t, c);
+            rescale_o<HS>(o, alpha);
+            pack_p<MODE>(p, sacc);
+            for (int kt = 1; kt < n_tiles; kt++) {
+                const int s = kt % STAGES, sv = (kt - 1) % STAGES;
+                mbar_wait(&full_k[s], (uint32_t)((kt / STAGES) & 1));
+                mbar_wait(&full_v[sv], (uint32_t)(((kt - 1) / STAGES) & 1));
+                __syncwarp();
+                zero_scores(sacc);
+                wgmma_fence();
+                issue_qk<HS, Plan::kQChunkBytes>(sacc, q_addr, k_base + s * kTileBytes);
+                wgmma_commit();
+                issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes);
+                wgmma_commit();
+                wgmma_wait<1>();
+                reg_fence(sacc);
+                mbar_arrive(&empty_k[s]);
+                softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_tiles - 1, kt * kBlockK, row0, t, c);
+                wgmma_wait<0>();
+                pv_retired<HS, MODE>(o, p);
+                mbar_arrive(&empty_v[sv]);
+                rescale_o<HS>(o, alpha);
+                pack_p<MODE>(p, sacc);
+            }
+            {
+                const int kt = n_tiles - 1, sv = kt % STAGES;
+                mbar_wait(&full_v[sv], (uint32_t)((kt / STAGES) & 1));
+                __syncwarp();
+                wgmma_fence();
+                issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes);
+                wgmma_commit();
+                wgmma_wait<0>();
+                pv_retired<HS, MODE>(o, p);
+                mbar_arrive(&empty_v[sv]);
+            }
+        } else {
+            /* fp32 at 160 registers: tile by tile, only one 32-register A operand live beside S and O */
+            for (int kt = 0; kt < n_tiles; kt++) {
+                const int s = kt % STAGES;
+                const uint32_t parity = (uint32_t)((kt / STAGES) & 1);
+                mbar_wait(&full_k[s], parity);
+                __syncwarp();
+                zero_scores(sacc);
+                wgmma_fence();
+                issue_qk<HS, Plan::kQChunkBytes>(sacc, q_addr, k_base + s * kTileBytes);
+                wgmma_commit();
+                wgmma_wait<0>();
+                reg_fence(sacc);
+                mbar_arrive(&empty_k[s]);
+                softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_tiles - 1, kt * kBlockK, row0, t, c);
+                rescale_o<HS>(o, alpha);
+                mbar_wait(&full_v[s], parity);
+                __syncwarp();
+                uint32_t pa[kPvSteps][4];
+#pragma unroll 1 /* a loop, not two copies: unrolled, ptxas spills 4 bytes at 160 (CUDA 13.0) */
+                for (int term = 0; term < POperand<MODE>::kTerms; term++) {
+                    if (term == 0) pack_p_operand<false>(pa, sacc);
+                    else pack_p_operand<true>(pa, sacc);
+                    wgmma_fence();
+                    issue_pv<HS>(o, pa, v_base + s * kTileBytes);
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    reg_fence(o);
+                    reg_fence(pa);
+                }
+                mbar_arrive(&empty_v[s]);
+            }
+        }
+
+        /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float l = quad_sum(l_part[r]);
+            const int query = row0 + 8 * r;
+            if (query >= T) continue;
+            bf16* orow = out + ((long long)b * T + query) * NH * HS + (long long)h * HS;
+#pragma unroll
+            for (int n = 0; n < HS / 8; n++)
+                *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) =
+                    pack_bf16x2(__fdiv_rn(o[4 * n + 2 * r], l), __fdiv_rn(o[4 * n + 2 * r + 1], l));
+            if (t == 0) {
+                float* st = stats + ((long long)bh * T + query) * 2;
+                if (MODE == ATTN_BF16) {
+                    st[0] = m_run[r] * scale + logf(l);
+                    st[1] = 0.f;
+                } else {
+                    st[0] = m_run[r];
+                    st[1] = l;
+                }
+            }
+        }
+    }
+    /* release the CTA's key tiles this warpgroup does not read */
+    for (int kt = n_tiles; kt < n_key_tiles; kt++) release_tile<STAGES>(full_k, empty_k, full_v, empty_v, kt);
+}
+
+}  // namespace
+
+#endif /* ATTENTION_CUDA_HOPPER_KERNEL_FWD_CUH */

@@ -1,0 +1,147 @@
+/*
+ * dev/attention_lab/probes/probe_keys64.cu - the layout probe of the bf16/repair key-major kernel at HS 64 (attention_hopper_bwd.cu):
+ * one tile of the kernel's operand forms (TMA maps, descriptors, swizzle, accumulator mapping) through the
+ * kernel's own helpers (attention/cuda/hopper/kernel_keys64.cuh), written out for the lab's host loops to check, so a
+ * wrong layout is named before the attention checks fail. Lab code: only the labs link it
+ * (ATTN_HOPPER_PROBE_OBJS, attention/module.mk); declared in dev/attention_lab/hopper_probes.cuh.
+ * Compiled for sm_90a only. Its waits record hangs in this object's own record pointer (installed by
+ * hopper_lab.cuh's lab_watch_hangs through the installer at the end).
+ */
+#include "attention/cuda/hopper/kernel_keys64.cuh"
+#include "dev/attention_lab/hopper_probes.cuh"
+#include "common/cuda_utils.cuh"
+#include "common/utils.h"
+
+namespace {
+
+/* One warpgroup (128 threads) at warpgroup 1's offsets: K and V tokens 64..127 in the tiles' second 8 KB halves,
+   Q and dO tokens 0..127 in stage 1 (through fill_stage, warp 0 as the producer lanes), warpgroup 1's staging
+   and dQ tiles; one step, no softmax (P := S^T, dS := dP^T). Outputs (FP32, row-major, ProbeOut):
+     st, dpt [64 keys][128 queries]; dv, dk [64 keys][64]; dq [128 queries][64] from the registers;
+   and dq once more through the dQ tile and two TMA reduce-adds into dq_acc (the caller zeroed it; head `head`).
+   Two launches (kPart): kProbeScores writes st and dpt only (with these stores in the same kernel as the GEMMs
+   below, ptxas kept S^T, dP^T live next to dV, dK and serialised the wgmmas: C7512); kProbeGemms the rest
+   through the kernel's helpers (its own S^T, dP^T: identical). */
+enum ProbePart { kProbeScores = 0, kProbeGemms = 1 };
+struct ProbeOut {
+    float *st, *dpt, *dv, *dk, *dq;
+};
+template <int REGS>
+__device__ __forceinline__ void probe_write(float* dst, const float (&acc)[REGS], int row0, int g, int t) {
+    constexpr int kCols = 2 * REGS;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) dst[(row0 + g + 8 * r) * kCols + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
+}
+template <int kPart>
+__global__ void __launch_bounds__(128, 1)
+    layout_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                        const __grid_constant__ CUtensorMap dq_map, int NH, int T, int head, ProbeOut out) {
+    using Plan = SmemPlan;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = aligned_smem_base(smem_raw);
+    uint64_t* kv_bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    uint64_t* q_bar = kv_bar + 1;
+    __shared__ int cta_abort;
+    constexpr int kWg = 1; /* the offsets of consumer warpgroup 1 */
+    unsigned char* k_half = smem + Plan::kK + kWg * Plan::kBoxBytes;
+    unsigned char* v_half = smem + Plan::kV + kWg * Plan::kBoxBytes;
+    unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;   /* stage 1 */
+    unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes; /* stage 1 */
+    bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + kWg * Plan::kDsBytes);
+    unsigned char* dq_tile = smem + Plan::kDqTile + kWg * Plan::kDqTileBytes;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (threadIdx.x == 0) {
+        cta_abort = 0;
+        mbar_init(kv_bar, 1);
+        mbar_init(q_bar, 32);
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(kv_bar, 2 * Plan::kBoxBytes);
+        tma_load_4d(k_half, &qkv_map, kv_bar, 0, kSlotK * NH + head, kWg * kBoxRows, 0);
+        tma_load_4d(v_half, &qkv_map, kv_bar, 0, kSlotV * NH + head, kWg * kBoxRows, 0);
+    }
+    if (warp == 0) fill_stage(q_t, do_t, &qkv_map, &dout_map, q_bar, 0, T, head, NH, 0, lane);
+    mbar_wait_bounded(kv_bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
+    mbar_wait_bounded(q_bar, 0, ATTN_HANG_PROBE, 1, &cta_abort);
+    __syncwarp();
+    const int key_row = warp * 16 + g;
+    const uint32_t kw_addr = smem_u32(k_half), vw_addr = smem_u32(v_half);
+    const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
+    float st[kScoreRegs], dpt[kScoreRegs];
+    scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+    if constexpr (kPart == kProbeScores) {
+        probe_write(out.st, st, warp * 16, g, t);
+        probe_write(out.dpt, dpt, warp * 16, g, t);
+        return;
+    }
+    uint32_t pa[kQSteps][4], pds[kQSteps][4];
+    pack_a_n128(pa, st);
+    pack_a_n128(pds, dpt);
+    stage_ds(ds_s, pds, key_row, t);
+    float dv[32], dk[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) dv[i] = dk[i] = 0.f;
+    issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
+    warpgroup_sync(0);
+    wgmma_wait<0>();
+    reg_fence(dv);
+    reg_fence(dk);
+    reg_fence(pa);
+    reg_fence(pds);
+    probe_write(out.dv, dv, warp * 16, g, t);
+    probe_write(out.dk, dk, warp * 16, g, t);
+    float dq0[32], dq1[32];
+    dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp, g, t);
+    probe_write(out.dq, dq0, warp * 16, g, t);
+    probe_write(out.dq, dq1, 64 + warp * 16, g, t);
+    store_dq_block(dq_tile, dq0, 0, warp, g, t);
+    store_dq_block(dq_tile, dq1, 1, warp, g, t);
+    fence_proxy_async();
+    warpgroup_sync(0);
+    if (threadIdx.x == 0) {
+        send_dq_tile(&dq_map, dq_tile, 0, head); /* B = 1: the accumulator's head index is the head */
+        bulk_wait_group<0>();
+    }
+}
+
+constexpr const char* kWho = "attention (Hopper backward, HS 64)";
+
+}  // namespace
+
+void attention_hopper_bwd_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
+                                       float* tiles, float* dq_acc) {
+    if (s.B != 1 || s.T > ATTN_HOPPER_BWD_PROBE_QUERIES || head < 0 || head >= s.NH || s.HS != kHS) {
+        die("attention_hopper_bwd_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d T=%d "
+            "HS=%d head %d)", ATTN_HOPPER_BWD_PROBE_QUERIES, kHS, s.B, s.NH, s.T, s.HS, head);
+    }
+    static_assert(ATTN_HOPPER_BWD_PROBE_KEYS == kWarpgroupKeys && ATTN_HOPPER_BWD_PROBE_QUERIES == kBlockQ,
+                  "the probe covers one consumer warpgroup's keys and one query step");
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho);
+    const size_t n_st = (size_t)kWarpgroupKeys * kBlockQ, n_kv = (size_t)kWarpgroupKeys * kHS;
+    ProbeOut o;
+    o.st = tiles;
+    o.dpt = o.st + n_st;
+    o.dv = o.dpt + n_st;
+    o.dk = o.dv + n_kv;
+    o.dq = o.dk + n_kv;
+    auto launch = [&](auto kernel) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+        kernel<<<1, 128, SmemPlan::kAlloc>>>(qkv_map, dout_map, dq_map, s.NH, s.T, head, o);
+        cudaCheckLastError();
+    };
+    launch(layout_probe_kernel<kProbeScores>); /* S^T, dP^T */
+    launch(layout_probe_kernel<kProbeGemms>);  /* dV, dK, dQ (registers and through the reduce-adds) */
+}
+
+void attention_hopper_probe_keys64_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
+    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
+}

@@ -1,0 +1,155 @@
+/*
+ * dev/attention_lab/probes/probe_keys64_fp32.cu - the layout probe of fp32's key-major pass at HS 64 (attention_hopper_bwd64_fp32.cu):
+ * one tile of the kernel's operand forms (TMA maps, descriptors, swizzle, accumulator mapping) through the
+ * kernel's own helpers (attention/cuda/hopper/kernel_keys64_fp32.cuh), written out for the lab's host loops to check, so a
+ * wrong layout is named before the attention checks fail. Lab code: only the labs link it
+ * (ATTN_HOPPER_PROBE_OBJS, attention/module.mk); declared in dev/attention_lab/hopper_probes.cuh.
+ * Compiled for sm_90a only. Its waits record hangs in this object's own record pointer (installed by
+ * hopper_lab.cuh's lab_watch_hangs through the installer at the end).
+ */
+#include "attention/cuda/hopper/kernel_keys64_fp32.cuh"
+#include "dev/attention_lab/hopper_probes.cuh"
+#include "common/cuda_utils.cuh"
+#include "common/utils.h"
+
+namespace {
+
+static_assert(ATTN_HOPPER_FP32_KEYS64_PROBE_TILE == kBlockQ && ATTN_HOPPER_FP32_KEYS64_PROBE_TILE == kWarpgroupKeys,
+              "the probe covers one warpgroup's keys and one query tile");
+
+/* Layout probe: one warpgroup (128 threads) at warpgroup 1's offsets (K, V tokens 0..63 in the tiles' second 8 KB
+   half, its three staged tiles; Q and dO in stage 1), one step, no softmax: P := S^T, dS := dP^T, split and
+   staged by the kernel's helpers. Outputs [64][64] FP32 row-major, by part:
+     kProbeScores  st, dpt                    S^T = K Q^T, dP^T = V dO^T
+     kProbeDkDv    dv = (bf(S^T) + bf(S^T - bf(S^T))) dO, dk = (bf(dP^T) + bf(r1)) Q  (keys x dims)
+     kProbeDq      dq = (bf(dP^T) + bf(r1) + bf(r1 - bf(r1)))^T K                 (queries x dims)
+     kProbeDqLo    only the bf(r1) tile non-zero;  kProbeDqLo2: only the bf(r1 - bf(r1)) tile */
+enum ProbePart { kProbeScores = 0, kProbeDkDv = 1, kProbeDq = 2, kProbeDqLo = 3, kProbeDqLo2 = 4 };
+struct ProbeOut {
+    float *st, *dpt, *dv, *dk, *dq, *dq_lo, *dq_lo2;
+};
+__device__ __forceinline__ void probe_write(float* dst, const float (&acc)[32], int warp, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) dst[(warp * 16 + g + 8 * r) * 64 + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
+}
+template <int kPart>
+__global__ void __launch_bounds__(128, 1)
+    fp32keys64_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                            int NH, int head, ProbeOut out) {
+    using Plan = SmemPlan;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                                      (kSwizzleAtomBytes - 1));
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        mbar_init_fence();
+        fence_proxy_async();
+    }
+    __syncthreads();
+    unsigned char* k_half = smem + Plan::kK + Plan::kBoxBytes;
+    unsigned char* v_half = smem + Plan::kV + Plan::kBoxBytes;
+    unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;
+    unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes;
+    bf16* const ds_tiles = reinterpret_cast<bf16*>(smem + Plan::kDs + Plan::kDsWarpgroupBytes); /* warpgroup 1's */
+    if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(bar, 4 * Plan::kBoxBytes);
+        tma_load_4d(k_half, &qkv_map, bar, 0, kKeymajorSlotK * NH + head, 0, 0);
+        tma_load_4d(v_half, &qkv_map, bar, 0, kKeymajorSlotV * NH + head, 0, 0);
+        tma_load_4d(q_t, &qkv_map, bar, 0, kKeymajorSlotQ * NH + head, 0, 0);
+        tma_load_4d(do_t, &dout_map, bar, 0, head, 0, 0);
+    }
+    mbar_wait_bounded(bar, 0, ATTN_HANG_PROBE, 0);
+    __syncwarp();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int key_row = warp * 16 + g;
+    const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
+    const uint32_t k_addr = smem_u32(k_half), v_addr = smem_u32(v_half);
+    float st[32], dpt[32];
+    warpgroup_two_ss_64x64(st, dpt, k_addr, q_addr, v_addr, do_addr);
+    if constexpr (kPart == kProbeScores) {
+        probe_write(out.st, st, warp, g, t);
+        probe_write(out.dpt, dpt, warp, g, t);
+    } else {
+        uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
+#pragma unroll
+        for (int kk = 0; kk < kTileKSteps; kk++) {
+            uint32_t unused[4], x2[4];
+            pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
+            pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
+            uint32_t w0[4], w1[4], w2[4]; /* the part's terms, zeros elsewhere */
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                w0[i] = (kPart == kProbeDq) ? pds[kk][i] : 0u;
+                w1[i] = (kPart == kProbeDq || kPart == kProbeDqLo) ? pds_lo[kk][i] : 0u;
+                w2[i] = (kPart == kProbeDqLo) ? 0u : x2[i];
+            }
+            stage_term_step(ds_tiles, w0, kk, key_row, t);
+            stage_term_step(ds_tiles + kDsTileElems, w1, kk, key_row, t);
+            stage_term_step(ds_tiles + 2 * kDsTileElems, w2, kk, key_row, t);
+        }
+        if constexpr (kPart == kProbeDkDv) {
+            float dv[32], dk[32];
+#pragma unroll
+            for (int i = 0; i < 32; i++) dv[i] = dk[i] = 0.f;
+            issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
+            wgmma_wait<0>();
+            reg_fence(dv);
+            reg_fence(dk);
+            reg_fence(pa);
+            reg_fence(pa_lo);
+            reg_fence(pds);
+            reg_fence(pds_lo);
+            probe_write(out.dv, dv, warp, g, t);
+            probe_write(out.dk, dk, warp, g, t);
+        } else {
+            warpgroup_sync(0); /* the three tiles written */
+            float dq[32];
+#pragma unroll
+            for (int k = 0; k < 32; k++) dq[k] = 0.f;
+            warpgroup_dq_three_terms(dq, ds_tiles, k_addr, warp, g, t);
+            probe_write(kPart == kProbeDq ? out.dq : kPart == kProbeDqLo ? out.dq_lo : out.dq_lo2, dq, warp, g, t);
+        }
+    }
+}
+
+constexpr const char* kWho = "attention (Hopper fp32 key-major pass, HS 64)";
+
+}  // namespace
+
+void attention_hopper_fp32_keys64_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
+                                               const __nv_bfloat16* dout, float* tiles) {
+    if (s.B != 1 || s.T > ATTN_HOPPER_FP32_KEYS64_PROBE_TILE || head < 0 || head >= s.NH || s.HS != kHS) {
+        die("attention_hopper_fp32_keys64_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d"
+            " T=%d HS=%d head %d)", ATTN_HOPPER_FP32_KEYS64_PROBE_TILE, kHS, s.B, s.NH, s.T, s.HS, head);
+    }
+    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
+    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
+    const size_t n = (size_t)ATTN_HOPPER_FP32_KEYS64_PROBE_TILE * ATTN_HOPPER_FP32_KEYS64_PROBE_TILE;
+    ProbeOut o;
+    o.st = tiles;
+    o.dpt = o.st + n;
+    o.dv = o.dpt + n;
+    o.dk = o.dv + n;
+    o.dq = o.dk + n;
+    o.dq_lo = o.dq + n;
+    o.dq_lo2 = o.dq_lo + n;
+    auto launch = [&](auto kernel) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+        kernel<<<1, 128, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, o);
+        cudaCheckLastError();
+    };
+    launch(fp32keys64_probe_kernel<kProbeScores>);
+    launch(fp32keys64_probe_kernel<kProbeDkDv>);
+    launch(fp32keys64_probe_kernel<kProbeDq>);
+    launch(fp32keys64_probe_kernel<kProbeDqLo>);
+    launch(fp32keys64_probe_kernel<kProbeDqLo2>);
+}
+
+void attention_hopper_probe_keys64_fp32_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
+    cudaCheck(cudaMemcpyToSymbol(g_fp32keys64_hang, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
+}
