@@ -87,7 +87,28 @@ LOGS_TGZ="${OUT_MD%.md}_logs.tgz"
 work=$(mktemp -d /tmp/bench_vs_llmc.XXXXXX)
 logs="$work/logs"
 mkdir -p "$logs"
-failed=0
+failed=0 complete=0
+
+# finish: OUT_MD from the rows measured so far, the logs' tgz, the work folder removed; also when stopped early
+# shellcheck disable=SC2317  # called by the EXIT trap
+finish() {
+    [ -f "$work/table" ] || { rm -rf "$work"; return; }
+    {
+        cat "$work/table"
+        [ "$complete" = 1 ] || printf '\nStopped early (signal or error): the rows above are the runs that finished.\n'
+        echo
+        echo "Commands: \`$OURS_BIN --model M --batch-size B --seq-len 1024 --steps $STEPS --train-data GLOB --val-data \"\""
+        echo "--vocab \"\" --sample-every 0 --log-every 10 --checkpoint-minutes 0 --attn MODE --cuda-graph G --out-dir DIR\`;"
+        echo "\`$LLMC -i GLOB -j VAL_GLOB -o DIR -b B -t 1024 -d B*1024 -x $STEPS -e M -v 1000 -s 0 -n 0 FLAGS\`."
+        [ "${TWIN:-0}" = 1 ] && echo "Twin: \`$PY dev/gpt_twin.py --model M --batch B --seq 1024 --steps $TWIN_STEPS --warmup 5 --compile --autocast bf16 --attn sdpa --fused-adamw\`."
+        echo "Raw logs: $(basename "$LOGS_TGZ")."
+    } > "$OUT_MD"
+    tar -czf "$LOGS_TGZ" -C "$work" logs
+    rm -rf "$work"
+    cat "$OUT_MD"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
 
 # fail WHAT LOG RC: says that a run gave no time, with its last lines (the run functions print their time
 # from a subshell: the caller sees n/a and counts the failure)
@@ -190,16 +211,5 @@ if [ "$SMALL_STEPS" -gt 0 ]; then
         done
     done
 fi
-{
-    cat "$work/table"
-    echo
-    echo "Commands: \`$OURS_BIN --model M --batch-size B --seq-len 1024 --steps $STEPS --train-data GLOB --val-data \"\""
-    echo "--vocab \"\" --sample-every 0 --log-every 10 --checkpoint-minutes 0 --attn MODE --cuda-graph G --out-dir DIR\`;"
-    echo "\`$LLMC -i GLOB -j VAL_GLOB -o DIR -b B -t 1024 -d B*1024 -x $STEPS -e M -v 1000 -s 0 -n 0 FLAGS\`"
-    [ "${TWIN:-0}" = 1 ] && echo "; \`$PY dev/gpt_twin.py --model M --batch B --seq 1024 --steps $TWIN_STEPS --warmup 5 --compile --autocast bf16 --attn sdpa --fused-adamw\`"
-    echo "Raw logs: $(basename "$LOGS_TGZ")."
-} > "$OUT_MD"
-tar -czf "$LOGS_TGZ" -C "$work" logs
-rm -rf "$work"
-cat "$OUT_MD"
+complete=1
 exit $failed

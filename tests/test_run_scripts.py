@@ -375,6 +375,16 @@ with tempfile.TemporaryDirectory() as tmp:
     one = md_rows(f"{tmp}/out/one.md", 10)
     check(r.returncode == 0 and list(one) == [("d12", "32", "gproj", "1")] and "Small preset" not in r.stdout,
           "MODES/GRAPHS/SMALL_STEPS=0 pick the runs; exit status 0 when every run gave a time", r.stdout + r.stderr)
+    # TWIN=1: the twin's printed ms/step in its column (PYTHON is a stand-in that answers for dev/gpt_twin.py)
+    write_exe(f"{tmp}/bin/py", '#!/bin/sh\nif [ "$1" = dev/gpt_twin.py ]; then echo "$@" >> "$STUB_ARGV"\n'
+              'echo "twin: 15 steps in 1.000 s: 66.70 ms/step, 491000 tokens/s, peak 1 GiB"; exit 0; fi\n'
+              f'exec {sys.executable} "$@"\n')
+    r = bench(tmp, f"{tmp}/out/twin.md", f"{tmp}/llmc", glob_, "d12:32", MODES="gproj", GRAPHS="1",
+              SMALL_STEPS="0", TWIN="1", PYTHON=f"{tmp}/bin/py")
+    tw = md_rows(f"{tmp}/out/twin.md", 10).get(("d12", "32", "gproj", "1"), [""] * 10)
+    check(r.returncode == 0 and tw[9] == "66.70" and tw[4] == "57.000" and
+          "dev/gpt_twin.py --model d12 --batch 32 --seq 1024" in open(f"{tmp}/argv.txt").read(),
+          "TWIN=1: the PyTorch twin runs at the same B and T, its ms/step in the table", r.stdout + r.stderr)
     r = bench(tmp, f"{tmp}/out/one.md", f"{tmp}/llmc", glob_, "d12:32", MODES="gproj", GRAPHS="1",
               SMALL_STEPS="0", STUB_FAIL="d12:gproj:1")
     check(r.returncode == 1, "exit status 1 when only a run of ours failed", r.returncode)
@@ -383,6 +393,28 @@ with tempfile.TemporaryDirectory() as tmp:
                        ([md, f"{tmp}/llmc", glob_, "d12"], "'d12' is not MODEL:B")):
         r = bench(tmp, *args)
         check(r.returncode == 2 and what in r.stderr, f"refused: {what}", r.stderr)
+
+    # stopped by a signal in the middle: the table holds the rows measured so far, and says so
+    import signal
+    import time
+    open(f"{tmp}/argv.txt", "w").close()
+    e = dict(os.environ, OURS_BIN=f"{tmp}/bin/train_gpt", STUB_ARGV=f"{tmp}/argv.txt", PYTHON=sys.executable,
+             MODES="bf16", GRAPHS="0", STUB_HANG="d24:bf16:0")
+    p = subprocess.Popen(["bash", os.path.join(ROOT, "scripts", "bench_vs_llmc.sh"), f"{tmp}/out/stop.md",
+                          f"{tmp}/llmc", glob_], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
+                         start_new_session=True)
+    for _ in range(200):
+        if '"d24"' in open(f"{tmp}/argv.txt").read():
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    os.killpg(p.pid, signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    stop = open(f"{tmp}/out/stop.md").read() if os.path.exists(f"{tmp}/out/stop.md") else ""
+    check(p.returncode == 130 and "Stopped early" in stop and list(md_rows(f"{tmp}/out/stop.md", 10)) ==
+          [("d12", "32", "bf16", "0")] and os.path.exists(f"{tmp}/out/stop_logs.tgz"),
+          "SIGTERM in the middle: exit 130, the rows measured so far, 'Stopped early', the logs' tgz",
+          f"rc {p.returncode}\n{stop}\n{err[-800:]}")
 
     # LLMC_DIR holding llm.c's tarballs: unpacked and built once in LLMC_BUILD (the stand-in Makefile checks that
     # the cuDNN headers were unpacked into llmc/cudnn-frontend and records its make variables)
