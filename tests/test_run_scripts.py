@@ -370,9 +370,14 @@ with tempfile.TemporaryDirectory() as tmp:
           "raw logs (console + log.jsonl) in OUT_MD's _logs.tgz", names[:6])
 
     # every run giving a time: exit status 0; bad arguments: exit status 2 with the problem named
+    os.makedirs(f"{tmp}/rr")
+    open(f"{tmp}/argv.txt", "w").close()
     r = bench(tmp, f"{tmp}/out/one.md", f"{tmp}/llmc", glob_, "d12:32", MODES="gproj", GRAPHS="1",
-              SMALL_STEPS="0")
+              SMALL_STEPS="0", RUN_ROOT=f"{tmp}/rr")
     one = md_rows(f"{tmp}/out/one.md", 10)
+    a = json.loads(open(f"{tmp}/argv.txt").read().splitlines()[-1])
+    check(a[a.index("--out-dir") + 1].startswith(f"{tmp}/rr/bench_vs_llmc.") and os.listdir(f"{tmp}/rr") == [],
+          "run folders under RUN_ROOT, deleted with their checkpoints when the call ends", os.listdir(f"{tmp}/rr"))
     check(r.returncode == 0 and list(one) == [("d12", "32", "gproj", "1")] and "Small preset" not in r.stdout,
           "MODES/GRAPHS/SMALL_STEPS=0 pick the runs; exit status 0 when every run gave a time", r.stdout + r.stderr)
     # TWIN=1: the twin's printed ms/step in its column (PYTHON is a stand-in that answers for dev/gpt_twin.py)
