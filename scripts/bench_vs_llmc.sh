@@ -26,7 +26,8 @@
 #      OURS_TIMEOUT / LLMC_TIMEOUT / TWIN_TIMEOUT seconds per run (default 120 / 180 / 300), TWIN=1,
 #      TWIN_STEPS (default 15), PYTHON (default python3), RUN_ROOT (the runs' folders: default /dev/shm when it
 #      has 16 GB free, else /tmp).
-# Every run is under `timeout`; a run that fails or prints no time shows n/a, and its last lines are printed.
+# Every run is under `timeout` (SIGTERM, then SIGKILL 30 s later: ours saves a checkpoint on SIGTERM); a run
+# that fails or prints no time shows n/a, and its last lines are printed.
 # Exit status: 0 when every run gave a time, 1 when some did not (the table is written either way), 2 on bad
 # arguments or a failed build.
 set -u
@@ -133,7 +134,7 @@ ours() {
     local name="ours_$1_b$2_t$3_$4_g$5" rc ms
     local run="$work/$name"
     echo "---- ours: $1 B$2 T$3 --attn $4 --cuda-graph $5" >&2
-    timeout "$OURS_TIMEOUT" "$OURS_BIN" --model "$1" --batch-size "$2" --seq-len "$3" --steps "$6" \
+    timeout -k 30 "$OURS_TIMEOUT" "$OURS_BIN" --model "$1" --batch-size "$2" --seq-len "$3" --steps "$6" \
         --train-data "$TRAIN_GLOB" --val-data "" --vocab "" --sample-every 0 --log-every 10 \
         --checkpoint-minutes 0 --attn "$4" --cuda-graph "$5" --out-dir "$run" --overwrite 1 \
         > "$logs/$name.log" 2>&1
@@ -150,7 +151,7 @@ llmc() {
     local name="llmc_$1_b$2_${3// /}" rc ms
     echo "---- llm.c: $1 B$2 T1024 $3" >&2
     # shellcheck disable=SC2086
-    timeout "$LLMC_TIMEOUT" "$LLMC" -i "$TRAIN_GLOB" -j "$VAL_GLOB" -o "$work/$name" -b "$2" -t 1024 \
+    timeout -k 30 "$LLMC_TIMEOUT" "$LLMC" -i "$TRAIN_GLOB" -j "$VAL_GLOB" -o "$work/$name" -b "$2" -t 1024 \
         -d $(($2 * 1024)) -x "$STEPS" -e "$1" -v 1000 -s 0 -n 0 $3 > "$logs/$name.log" 2>&1
     rc=$?
     rm -rf "${work:?}/$name"
@@ -163,7 +164,7 @@ llmc() {
 twin() {
     local name="twin_$1_b$2" rc ms
     echo "---- PyTorch twin: $1 B$2 T1024" >&2
-    timeout "$TWIN_TIMEOUT" "$PY" dev/gpt_twin.py --model "$1" --batch "$2" --seq 1024 --steps "$TWIN_STEPS" \
+    timeout -k 30 "$TWIN_TIMEOUT" "$PY" dev/gpt_twin.py --model "$1" --batch "$2" --seq 1024 --steps "$TWIN_STEPS" \
         --warmup 5 --compile --autocast bf16 --attn sdpa --fused-adamw > "$logs/$name.log" 2>&1
     rc=$?
     ms=$([ $rc -eq 0 ] && sed -nE 's/^twin: .* ([0-9.]+) ms\/step.*/\1/p' "$logs/$name.log" | tail -n 1)
