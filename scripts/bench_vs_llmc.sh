@@ -27,7 +27,8 @@
 #      TWIN_STEPS (default 15), PYTHON (default python3), RUN_ROOT (the runs' folders: default /dev/shm when it
 #      has 16 GB free, else /tmp).
 # Every run is under `timeout` (SIGTERM, then SIGKILL 30 s later: ours saves a checkpoint on SIGTERM); a run
-# that fails or prints no time shows n/a, and its last lines are printed.
+# that fails or prints no time shows n/a, and its last lines are printed. On INT/TERM the run in flight is
+# stopped and the rows measured so far are written (exit 130).
 # Exit status: 0 when every run gave a time, 1 when some did not (the table is written either way), 2 on bad
 # arguments or a failed build.
 set -u
@@ -116,8 +117,30 @@ finish() {
     rm -rf "$work"
     cat "$OUT_MD"
 }
+# timed LIMIT LOG CMD...: CMD under timeout, output into LOG. timeout puts CMD in a process group of its own (out of
+# reach of a Ctrl-C or a kill of ours), so its pid is kept where stop_run finds it.
+timed() {
+    local limit=$1 log=$2 pid rc
+    shift 2
+    timeout -k 30 "$limit" "$@" > "$log" 2>&1 &
+    pid=$!
+    echo "$pid" > "$work/running.pid"
+    wait "$pid"
+    rc=$?
+    rm -f "$work/running.pid"
+    return $rc
+}
+# stop_run: on INT/TERM, the run in flight gets SIGTERM (ours finishes its step and checkpoints; timeout kills it
+# 30 s later); waits until it is gone, so no trainer outlives this script or writes after the clean-up
+# shellcheck disable=SC2317  # called by the INT/TERM trap
+stop_run() {
+    local pid
+    pid=$(cat "$work/running.pid" 2>/dev/null) || return 0
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+}
 trap finish EXIT
-trap 'exit 130' INT TERM
+trap 'stop_run; exit 130' INT TERM
 
 # fail WHAT LOG RC: says that a run gave no time, with its last lines (the run functions print their time
 # from a subshell: the caller sees n/a and counts the failure)
@@ -134,10 +157,9 @@ ours() {
     local name="ours_$1_b$2_t$3_$4_g$5" rc ms
     local run="$work/$name"
     echo "---- ours: $1 B$2 T$3 --attn $4 --cuda-graph $5" >&2
-    timeout -k 30 "$OURS_TIMEOUT" "$OURS_BIN" --model "$1" --batch-size "$2" --seq-len "$3" --steps "$6" \
-        --train-data "$TRAIN_GLOB" --val-data "" --vocab "" --sample-every 0 --log-every 10 \
-        --checkpoint-minutes 0 --attn "$4" --cuda-graph "$5" --out-dir "$run" --overwrite 1 \
-        > "$logs/$name.log" 2>&1
+    timed "$OURS_TIMEOUT" "$logs/$name.log" "$OURS_BIN" --model "$1" --batch-size "$2" --seq-len "$3" \
+        --steps "$6" --train-data "$TRAIN_GLOB" --val-data "" --vocab "" --sample-every 0 --log-every 10 \
+        --checkpoint-minutes 0 --attn "$4" --cuda-graph "$5" --out-dir "$run" --overwrite 1
     rc=$?
     [ -f "$run/log.jsonl" ] && cp "$run/log.jsonl" "$logs/$name.jsonl"
     rm -rf "$run" # its checkpoints (d24: gigabytes)
@@ -151,8 +173,8 @@ llmc() {
     local name="llmc_$1_b$2_${3// /}" rc ms
     echo "---- llm.c: $1 B$2 T1024 $3" >&2
     # shellcheck disable=SC2086
-    timeout -k 30 "$LLMC_TIMEOUT" "$LLMC" -i "$TRAIN_GLOB" -j "$VAL_GLOB" -o "$work/$name" -b "$2" -t 1024 \
-        -d $(($2 * 1024)) -x "$STEPS" -e "$1" -v 1000 -s 0 -n 0 $3 > "$logs/$name.log" 2>&1
+    timed "$LLMC_TIMEOUT" "$logs/$name.log" "$LLMC" -i "$TRAIN_GLOB" -j "$VAL_GLOB" -o "$work/$name" -b "$2" \
+        -t 1024 -d $(($2 * 1024)) -x "$STEPS" -e "$1" -v 1000 -s 0 -n 0 $3
     rc=$?
     rm -rf "${work:?}/$name"
     ms=$([ $rc -eq 0 ] && sed -nE 's/.*total average iteration time: ([0-9.]+) ms.*/\1/p' "$logs/$name.log" | tail -n 1)
@@ -164,8 +186,8 @@ llmc() {
 twin() {
     local name="twin_$1_b$2" rc ms
     echo "---- PyTorch twin: $1 B$2 T1024" >&2
-    timeout -k 30 "$TWIN_TIMEOUT" "$PY" dev/gpt_twin.py --model "$1" --batch "$2" --seq 1024 --steps "$TWIN_STEPS" \
-        --warmup 5 --compile --autocast bf16 --attn sdpa --fused-adamw > "$logs/$name.log" 2>&1
+    timed "$TWIN_TIMEOUT" "$logs/$name.log" "$PY" dev/gpt_twin.py --model "$1" --batch "$2" --seq 1024 \
+        --steps "$TWIN_STEPS" --warmup 5 --compile --autocast bf16 --attn sdpa --fused-adamw
     rc=$?
     ms=$([ $rc -eq 0 ] && sed -nE 's/^twin: .* ([0-9.]+) ms\/step.*/\1/p' "$logs/$name.log" | tail -n 1)
     if [[ ! $ms =~ ^[0-9.]+$ ]]; then fail "twin $1 B$2" "$logs/$name.log" $rc >&2; ms=n/a; fi

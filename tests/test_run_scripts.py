@@ -245,6 +245,7 @@ with open(os.environ["STUB_ARGV"], "a") as log:
     log.write(json.dumps(a) + "\n")
 print("loading shards")
 if key == os.environ.get("STUB_HANG"):
+    open(os.environ["STUB_ARGV"] + ".hang_pid", "w").write(str(os.getpid()))
     time.sleep(30)
 if key == os.environ.get("STUB_FAIL"):
     print("error: stub failure in " + key)
@@ -403,18 +404,29 @@ with tempfile.TemporaryDirectory() as tmp:
     import signal
     import time
     open(f"{tmp}/argv.txt", "w").close()
+    hang_pid = f"{tmp}/argv.txt.hang_pid"
+    if os.path.exists(hang_pid):
+        os.remove(hang_pid)  # the timeout check above wrote one
+    os.makedirs(f"{tmp}/rr_stop")
     e = dict(os.environ, OURS_BIN=f"{tmp}/bin/train_gpt", STUB_ARGV=f"{tmp}/argv.txt", PYTHON=sys.executable,
-             MODES="bf16", GRAPHS="0", STUB_HANG="d24:bf16:0")
+             MODES="bf16", GRAPHS="0", STUB_HANG="d24:bf16:0", RUN_ROOT=f"{tmp}/rr_stop")
     p = subprocess.Popen(["bash", os.path.join(ROOT, "scripts", "bench_vs_llmc.sh"), f"{tmp}/out/stop.md",
                           f"{tmp}/llmc", glob_], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
                          start_new_session=True)
     for _ in range(200):
-        if '"d24"' in open(f"{tmp}/argv.txt").read():
+        if os.path.exists(hang_pid) and open(hang_pid).read():
             break
         time.sleep(0.1)
-    time.sleep(0.5)
     os.killpg(p.pid, signal.SIGTERM)
     out, err = p.communicate(timeout=60)
+    try:
+        os.kill(int(open(hang_pid).read()), 0)
+        alive = True
+    except (OSError, ValueError):
+        alive = False
+    check(not alive and os.listdir(f"{tmp}/rr_stop") == [],
+          "the run in flight is stopped with the script (no trainer left running, no run folder left)",
+          os.listdir(f"{tmp}/rr_stop"))
     stop = open(f"{tmp}/out/stop.md").read() if os.path.exists(f"{tmp}/out/stop.md") else ""
     check(p.returncode == 130 and "Stopped early" in stop and list(md_rows(f"{tmp}/out/stop.md", 10)) ==
           [("d12", "32", "bf16", "0")] and os.path.exists(f"{tmp}/out/stop_logs.tgz"),
