@@ -20,6 +20,7 @@
 #   LLMC_DIR    holds train_gpt2cu (or llmc/train_gpt2cu, a llmc_step.sh work folder), or the tarballs: then
 #               llm.c is unpacked and built in $LLMC_BUILD/llmc (default build/llmc), once
 #   TRAIN_GLOB  llm.c-format token shards, quoted (both trainers read the same ones)
+#   (relative paths here and in the environment below are taken from the caller's folder)
 # Env: OURS_BIN (default build/train_gpt), MODES (default "fp32 bf16 repair gproj"), GRAPHS (default "0 1"),
 #      STEPS (default 50), SMALL_STEPS (default 200; SMALL_STEPS=0 skips the small preset), VAL_GLOB (llm.c
 #      always opens validation shards; default TRAIN_GLOB: its evaluations are outside the timed steps),
@@ -32,6 +33,13 @@
 # Exit status: 0 when every run gave a time, 1 when some did not (the table is written either way), 2 on bad
 # arguments or a failed build.
 set -u
+# paths given by the caller are taken from the caller's folder; the defaults are inside the repo
+caller=$PWD
+abs() { case $1 in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
+[ -n "${OURS_BIN:-}" ] && OURS_BIN=$(abs "$OURS_BIN")
+[ -n "${LLMC_BUILD:-}" ] && LLMC_BUILD=$(abs "$LLMC_BUILD")
+[ -n "${RUN_ROOT:-}" ] && RUN_ROOT=$(abs "$RUN_ROOT")
+[ -n "${VAL_GLOB:-}" ] && VAL_GLOB=$(abs "$VAL_GLOB")
 cd "$(dirname "$0")/.." || exit 2
 PY=${PYTHON:-python3}
 usage() { sed -n '/^# Usage:/,/^#        /p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -63,12 +71,12 @@ llmc_bin() {
 
 if [ "${1:-}" = --build-only ]; then
     [ $# -eq 2 ] || usage
-    bin=$(llmc_bin "$2") || exit 2
+    bin=$(llmc_bin "$(abs "$2")") || exit 2
     echo "bench_vs_llmc: llm.c is $bin"
     exit 0
 fi
 [ $# -ge 3 ] || usage
-OUT_MD=$1 LLMC_DIR=$2 TRAIN_GLOB=$3
+OUT_MD=$(abs "$1") LLMC_DIR=$(abs "$2") TRAIN_GLOB=$(abs "$3")
 shift 3
 CONFIGS=("$@")
 [ ${#CONFIGS[@]} -eq 0 ] && CONFIGS=(d12:32 d24:16)

@@ -279,12 +279,12 @@ def write_exe(path, text):
     os.chmod(path, 0o755)
 
 
-def bench(tmp, *args, **env):
+def bench(tmp, *args, cwd=None, **env):
     e = dict(os.environ, OURS_BIN=f"{tmp}/bin/train_gpt", STUB_ARGV=f"{tmp}/argv.txt",
              PATH=f"{tmp}/bin:" + os.environ["PATH"], PYTHON=sys.executable)
     e.update(env)
     return subprocess.run(["bash", os.path.join(ROOT, "scripts", "bench_vs_llmc.sh"), *args],
-                          capture_output=True, text=True, env=e)
+                          capture_output=True, text=True, env=e, cwd=cwd)
 
 
 def md_rows(path, ncols):
@@ -373,14 +373,15 @@ with tempfile.TemporaryDirectory() as tmp:
     # every run giving a time: exit status 0; bad arguments: exit status 2 with the problem named
     os.makedirs(f"{tmp}/rr")
     open(f"{tmp}/argv.txt", "w").close()
-    r = bench(tmp, f"{tmp}/out/one.md", f"{tmp}/llmc", glob_, "d12:32", MODES="gproj", GRAPHS="1",
-              SMALL_STEPS="0", RUN_ROOT=f"{tmp}/rr")
+    r = bench(tmp, "out/one.md", "llmc", "shards/toy_train_*.bin", "d12:32", MODES="gproj", GRAPHS="1",
+              SMALL_STEPS="0", RUN_ROOT="rr", OURS_BIN="bin/train_gpt", cwd=tmp)
     one = md_rows(f"{tmp}/out/one.md", 10)
     a = json.loads(open(f"{tmp}/argv.txt").read().splitlines()[-1])
     check(a[a.index("--out-dir") + 1].startswith(f"{tmp}/rr/bench_vs_llmc.") and os.listdir(f"{tmp}/rr") == [],
           "run folders under RUN_ROOT, deleted with their checkpoints when the call ends", os.listdir(f"{tmp}/rr"))
     check(r.returncode == 0 and list(one) == [("d12", "32", "gproj", "1")] and "Small preset" not in r.stdout,
-          "MODES/GRAPHS/SMALL_STEPS=0 pick the runs; exit status 0 when every run gave a time", r.stdout + r.stderr)
+          "MODES/GRAPHS/SMALL_STEPS=0 pick the runs; relative paths from the caller's folder; exit status 0 when "
+          "every run gave a time", r.stdout + r.stderr)
     # TWIN=1: the twin's printed ms/step in its column (PYTHON is a stand-in that answers for dev/gpt_twin.py)
     write_exe(f"{tmp}/bin/py", '#!/bin/sh\nif [ "$1" = dev/gpt_twin.py ]; then echo "$@" >> "$STUB_ARGV"\n'
               'echo "twin: 15 steps in 1.000 s: 66.70 ms/step, 491000 tokens/s, peak 1 GiB"; exit 0; fi\n'
@@ -446,7 +447,7 @@ with tempfile.TemporaryDirectory() as tmp:
     os.makedirs(f"{tmp}/bench")
     subprocess.run(["tar", "-czf", f"{tmp}/bench/llmc-test.tgz", "-C", src, "llmc"], check=True)
     subprocess.run(["tar", "-czf", f"{tmp}/bench/cudnn-frontend-include.tgz", "-C", src, "include"], check=True)
-    r = bench(tmp, "--build-only", f"{tmp}/bench", LLMC_BUILD=f"{tmp}/b")
+    r = bench(tmp, "--build-only", "bench", LLMC_BUILD="b", cwd=tmp)
     made = open(f"{tmp}/b/llmc/made_with").read().split() if os.path.exists(f"{tmp}/b/llmc/made_with") else []
     check(r.returncode == 0 and f"llm.c is {tmp}/b/llmc/train_gpt2cu" in r.stdout and made == ["1", "90"],
           "--build-only: llm.c unpacked with the cuDNN headers, built with USE_CUDNN=1 for sm_90", r.stdout + r.stderr)
