@@ -499,9 +499,7 @@ for phase in "$@"; do
                 --sample-every 0 --deterministic 1 --overwrite 1)
         small=(--model small --batch-size 16 --seq-len 256 --steps 300 --lr 3e-3 --schedule constant --log-every 100)
         d12=(--model d12 --batch-size 32 --seq-len 1024 --steps 30 --lr 6e-4 --warmup-steps 5 --log-every 10)
-        median_ms() { python3 -c 'import json,sys,statistics
-ms=[r["ms"] for r in map(json.loads,open(sys.argv[1])) if "ms" in r and "loss" in r and r.get("step",0)>=10]
-print("%.3f" % statistics.median(ms) if ms else "n/a")' "$1" 2>/dev/null || echo n/a; }
+        median_ms() { local v; v=$(python3 scripts/step_ms.py "$1" 2>/dev/null); echo "${v:-n/a}"; }
         { echo "| model | attn | eager ms/step | graph ms/step | speedup | final checkpoint |"
           echo "|---|---|---|---|---|---|"; } > "$OUT/graph.md"
         # small_diag: diagnostics and the probe every 50 steps, so the probe steps run eagerly between replays

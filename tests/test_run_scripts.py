@@ -12,6 +12,9 @@ whose last record was cut short, batches of runs per GPU, a half-finished
 group. Here the logs and run folders are synthetic and matched_runs.sh runs
 with --dry-run, so every expected command and number is known exactly.
 The per-mode statistics across seeds are tested in tests/test_compare_runs.py.
+scripts/bench_vs_llmc.sh runs here with stand-ins for build/train_gpt (writes a
+log.jsonl with known step times), llm.c's train_gpt2cu (prints its "total average
+iteration time" line) and nvidia-smi, and with fake llm.c tarballs for its build.
 
 Usage: python3 tests/test_run_scripts.py   (from anywhere; ends with "N passed, N failed")
 """
@@ -225,5 +228,246 @@ with tempfile.TemporaryDirectory() as tmp:
     xs, ys = compare_runs.plotted(rows, "loss", 5)
     check(abs(ys[4] - (5 - 0.01 * 2)) < 1e-12 and abs(ys[10] - (5 - 0.01 * 8)) < 1e-12,
           "--smooth 5 averages train loss over the last 5 logged steps", ys[:12])
+
+# ---------------------------------------------------------------- scripts/bench_vs_llmc.sh
+# Stand-in trainers: ours writes step times of BASE + (step % 5) - 2 ms from step 10 on (median BASE) and 1000 ms
+# before (the warm-up that must not count); BASE = model + mode - 4 * graph. llm.c prints MODEL ms, +1.5 for
+# -r 1. STUB_FAIL / STUB_HANG / STUB_LLMC_FAIL name the runs that fail, hang, or fail in llm.c.
+OURS_BASE = {"d12": 60, "d24": 80, "small": 8}
+MODE_ADD = {"fp32": 20, "bf16": 0, "repair": 2, "gproj": 1}
+LLMC_MS = {"d12": 58.0, "d24": 79.5}
+STUB_OURS = r"""#!%s
+import json, os, sys, time
+a = sys.argv[1:]
+f = {a[i][2:]: a[i + 1] for i in range(0, len(a) - 1, 2) if a[i].startswith("--")}
+key = "%%s:%%s:%%s" %% (f["model"], f["attn"], f["cuda-graph"])
+with open(os.environ["STUB_ARGV"], "a") as log:
+    log.write(json.dumps(a) + "\n")
+print("loading shards")
+if key == os.environ.get("STUB_HANG"):
+    open(os.environ["STUB_ARGV"] + ".hang_pid", "w").write(str(os.getpid()))
+    time.sleep(30)
+if key == os.environ.get("STUB_FAIL"):
+    print("error: stub failure in " + key)
+    sys.exit(3)
+base = %r[f["model"]] + %r[f["attn"]] - 4 * int(f["cuda-graph"])
+os.makedirs(f["out-dir"], exist_ok=True)
+with open(os.path.join(f["out-dir"], "log.jsonl"), "w") as out:
+    out.write(json.dumps({"event": "config"}) + "\n")
+    for s in range(int(f["steps"])):
+        out.write(json.dumps({"step": s, "loss": 5.0, "ms": 1000.0 if s < 10 else base + s %% 5 - 2}) + "\n")
+open(os.path.join(f["out-dir"], "model_%%08d.bin" %% int(f["steps"])), "w").close()
+"""
+STUB_LLMC = r"""#!%s
+import os, sys
+a = sys.argv[1:]
+f = {a[i][1:]: a[i + 1] for i in range(0, len(a) - 1, 2)}
+with open(os.environ["STUB_ARGV"], "a") as log:
+    log.write("llmc " + " ".join(a) + "\n")
+print("| train_gpt2cu stand-in |")
+if "%%s:%%s" %% (f["e"], f["r"]) == os.environ.get("STUB_LLMC_FAIL"):
+    print("cuDNN error: stub failure")
+    sys.exit(1)
+print("step   50/50 | loss 7.0 | 12.3 ms")
+print("total average iteration time: %%f ms" %% (%r[f["e"]] + 1.5 * int(f["r"])))
+"""
+
+
+def write_exe(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o755)
+
+
+def bench(tmp, *args, cwd=None, **env):
+    e = dict(os.environ, OURS_BIN=f"{tmp}/bin/train_gpt", STUB_ARGV=f"{tmp}/argv.txt",
+             PATH=f"{tmp}/bin:" + os.environ["PATH"], PYTHON=sys.executable)
+    e.update(env)
+    return subprocess.run(["bash", os.path.join(ROOT, "scripts", "bench_vs_llmc.sh"), *args],
+                          capture_output=True, text=True, env=e, cwd=cwd)
+
+
+def md_rows(path, ncols):
+    """{(model, B, mode, graph): [columns]} of the markdown table rows with NCOLS columns."""
+    rows = {}
+    for line in open(path).read().splitlines() if os.path.exists(path) else []:
+        cols = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cols) == ncols and cols[1].isdigit():
+            key = (cols[0], cols[1], cols[3], cols[4]) if ncols == 7 else (cols[0], cols[1], cols[2], cols[3])
+            rows[key] = cols
+    return rows
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    os.makedirs(f"{tmp}/bin")
+    os.makedirs(f"{tmp}/llmc")
+    os.makedirs(f"{tmp}/shards")
+    for i in range(2):
+        open(f"{tmp}/shards/toy_train_{i:06d}.bin", "w").close()
+    write_exe(f"{tmp}/bin/train_gpt", STUB_OURS % (sys.executable, OURS_BASE, MODE_ADD))
+    write_exe(f"{tmp}/llmc/train_gpt2cu", STUB_LLMC % (sys.executable, LLMC_MS))
+    write_exe(f"{tmp}/bin/nvidia-smi", "#!/bin/sh\necho 'NVIDIA H200 stand-in'\n")
+    glob_ = f"{tmp}/shards/toy_train_*.bin"
+    md = f"{tmp}/out/bench.md"
+    r = bench(tmp, md, f"{tmp}/llmc", glob_, SMALL_STEPS="30", OURS_TIMEOUT="5",
+              STUB_FAIL="d24:repair:1", STUB_HANG="small:fp32:0", STUB_LLMC_FAIL="d24:1")
+    rows, small = md_rows(md, 10), md_rows(md, 7)
+    want = {(m, b, mode, g) for m, b in (("d12", "32"), ("d24", "16")) for mode in MODE_ADD for g in "01"}
+    check(set(rows) == want, "bench_vs_llmc: a row per model (d12 B32, d24 B16), mode and graph by default",
+          r.stdout + r.stderr)
+    good = 0
+    for (m, b, mode, g), cols in rows.items():
+        if (m, mode, g) == ("d24", "repair", "1"):
+            continue
+        ours_ms = OURS_BASE[m] + MODE_ADD[mode] - 4 * int(g)
+        fast, dflt = LLMC_MS[m], LLMC_MS[m] + 1.5
+        ok = (cols[4] == "%.3f" % ours_ms and cols[5] == "%.3f" % fast and cols[7] == "%.2f" % (fast / ours_ms)
+              and cols[9] == "-")
+        ok = ok and (cols[6] == "n/a" and cols[8] == "n/a" if m == "d24" else
+                     cols[6] == "%.3f" % dflt and cols[8] == "%.2f" % (dflt / ours_ms))
+        good += ok
+        if not ok:
+            print("       row " + " | ".join(cols))
+    check(good == 15, "ours = the median ms from step 10 on, llm.c = its average, ratios llm.c / ours (15 rows)")
+    fr = rows.get(("d24", "16", "repair", "1"), [])
+    check(fr[4:5] == ["n/a"] and fr[7:9] == ["n/a", "n/a"] and fr[5:6] == ["79.500"],
+          "a failed run of ours shows n/a and n/a ratios; llm.c's column of that row stays", fr)
+    check("FAILED ours d24 B16 T1024 repair graph 1 (rc 3" in r.stderr and "error: stub failure in d24:repair:1"
+          in r.stderr, "a failed run is named, with its exit status and its last lines", r.stderr)
+    check("FAILED llm.c d24 B16 -r 1 -ge 0 (rc 1" in r.stderr and "cuDNN error: stub failure" in r.stderr,
+          "a failed llm.c run is named with its last lines, its column n/a", r.stderr)
+    want_small = {("small", "16", mode, g) for mode in MODE_ADD for g in "01"}
+    sm_ok = set(small) == want_small and all(
+        c[5] == "%.3f" % (OURS_BASE["small"] + MODE_ADD[c[3]] - 4 * int(c[4])) and
+        c[6] == "%.1f" % (1000 / (OURS_BASE["small"] + MODE_ADD[c[3]] - 4 * int(c[4])))
+        for k, c in small.items() if k != ("small", "16", "fp32", "0"))
+    check(sm_ok and small.get(("small", "16", "bf16", "1"), [""] * 7)[6] == "250.0",
+          "small preset B16 T256: ms/step and steps/s (bf16 graph 1: 4 ms = 250.0 steps/s)", small)
+    check(small.get(("small", "16", "fp32", "0"), [""] * 7)[5:] == ["n/a", "n/a"] and
+          "FAILED ours small B16 T256 fp32 graph 0 (timed out" in r.stderr,
+          "a run past its timeout is stopped, said and shown as n/a", r.stderr)
+    check(r.returncode == 1, "exit status 1 when some run gave no time (the table is written anyway)", r.returncode)
+    text = open(md).read() if os.path.exists(md) else ""
+    check(text.startswith("## bench_vs_llmc ") and "on NVIDIA H200 stand-in" in text,
+          "the table names the date and the GPU", text[:200])
+    argv = open(f"{tmp}/argv.txt").read().splitlines()
+    ours_argv = [json.loads(l) for l in argv if not l.startswith("llmc ")]
+    llmc_argv = [l.split()[1:] for l in argv if l.startswith("llmc ")]
+    d12 = [a for a in ours_argv if a[a.index("--model") + 1] == "d12"]
+    check(len(d12) == 8 and all(a[a.index("--seq-len") + 1] == "1024" and a[a.index("--steps") + 1] == "50" and
+                                a[a.index("--train-data") + 1] == glob_ and a[a.index("--val-data") + 1] == ""
+                                and a[a.index("--batch-size") + 1] == "32" for a in d12),
+          "ours: B32 T1024 50 steps on the given shards, no validation", d12[:1])
+    check(len(llmc_argv) == 4 and all(l[l.index("-i") + 1] == glob_ and l[l.index("-t") + 1] == "1024" and
+                                      l[l.index("-x") + 1] == "50" for l in llmc_argv) and
+          sorted(" ".join(l[-4:]) for l in llmc_argv) == ["-r 0 -ge 1"] * 2 + ["-r 1 -ge 0"] * 2 and
+          any(l[l.index("-e") + 1] == "d24" and l[l.index("-b") + 1] == "16" and l[l.index("-d") + 1] == "16384"
+              for l in llmc_argv),
+          "llm.c: the same shards, T1024, 50 steps, -d B*1024, both flag sets", llmc_argv)
+    tgz = f"{tmp}/out/bench_logs.tgz"
+    names = subprocess.run(["tar", "-tzf", tgz], capture_output=True, text=True).stdout.split() \
+        if os.path.exists(tgz) else []
+    check("logs/ours_d12_b32_t1024_bf16_g0.jsonl" in names and "logs/llmc_d24_b16_-r1-ge0.log" in names,
+          "raw logs (console + log.jsonl) in OUT_MD's _logs.tgz", names[:6])
+
+    # every run giving a time: exit status 0; bad arguments: exit status 2 with the problem named
+    os.makedirs(f"{tmp}/rr")
+    open(f"{tmp}/argv.txt", "w").close()
+    r = bench(tmp, "out/one.md", "llmc", "shards/toy_train_*.bin", "d12:32", MODES="gproj", GRAPHS="1",
+              SMALL_STEPS="0", RUN_ROOT="rr", OURS_BIN="bin/train_gpt", cwd=tmp)
+    one = md_rows(f"{tmp}/out/one.md", 10)
+    a = json.loads(open(f"{tmp}/argv.txt").read().splitlines()[-1])
+    check(a[a.index("--out-dir") + 1].startswith(f"{tmp}/rr/bench_vs_llmc.") and os.listdir(f"{tmp}/rr") == [],
+          "run folders under RUN_ROOT, deleted with their checkpoints when the call ends", os.listdir(f"{tmp}/rr"))
+    check(r.returncode == 0 and list(one) == [("d12", "32", "gproj", "1")] and "Small preset" not in r.stdout,
+          "MODES/GRAPHS/SMALL_STEPS=0 pick the runs; relative paths from the caller's folder; exit status 0 when "
+          "every run gave a time", r.stdout + r.stderr)
+    # TWIN=1: the twin's printed ms/step in its column (PYTHON is a stand-in that answers for dev/gpt_twin.py)
+    write_exe(f"{tmp}/bin/py", '#!/bin/sh\nif [ "$1" = dev/gpt_twin.py ]; then echo "$@" >> "$STUB_ARGV"\n'
+              'echo "twin: 15 steps in 1.000 s: 66.70 ms/step, 491000 tokens/s, peak 1 GiB"; exit 0; fi\n'
+              f'exec {sys.executable} "$@"\n')
+    r = bench(tmp, f"{tmp}/out/twin.md", f"{tmp}/llmc", glob_, "d12:32", MODES="gproj", GRAPHS="1",
+              SMALL_STEPS="0", TWIN="1", PYTHON=f"{tmp}/bin/py")
+    tw = md_rows(f"{tmp}/out/twin.md", 10).get(("d12", "32", "gproj", "1"), [""] * 10)
+    check(r.returncode == 0 and tw[9] == "66.70" and tw[4] == "57.000" and
+          "dev/gpt_twin.py --model d12 --batch 32 --seq 1024" in open(f"{tmp}/argv.txt").read(),
+          "TWIN=1: the PyTorch twin runs at the same B and T, its ms/step in the table", r.stdout + r.stderr)
+    r = bench(tmp, f"{tmp}/out/one.md", f"{tmp}/llmc", glob_, "d12:32", MODES="gproj", GRAPHS="1",
+              SMALL_STEPS="0", STUB_FAIL="d12:gproj:1")
+    check(r.returncode == 1, "exit status 1 when only a run of ours failed", r.returncode)
+    for args, what in (([md, f"{tmp}/shards", glob_], "holds no train_gpt2cu"),
+                       ([md, f"{tmp}/llmc", f"{tmp}/none_*.bin"], "matches no file"),
+                       ([md, f"{tmp}/llmc", glob_, "d12"], "'d12' is not MODEL:B")):
+        r = bench(tmp, *args)
+        check(r.returncode == 2 and what in r.stderr, f"refused: {what}", r.stderr)
+
+    # stopped by a signal in the middle: the table holds the rows measured so far, and says so
+    import signal
+    import time
+    open(f"{tmp}/argv.txt", "w").close()
+    hang_pid = f"{tmp}/argv.txt.hang_pid"
+    if os.path.exists(hang_pid):
+        os.remove(hang_pid)  # the timeout check above wrote one
+    os.makedirs(f"{tmp}/rr_stop")
+    e = dict(os.environ, OURS_BIN=f"{tmp}/bin/train_gpt", STUB_ARGV=f"{tmp}/argv.txt", PYTHON=sys.executable,
+             MODES="bf16", GRAPHS="0", STUB_HANG="d24:bf16:0", RUN_ROOT=f"{tmp}/rr_stop")
+    p = subprocess.Popen(["bash", os.path.join(ROOT, "scripts", "bench_vs_llmc.sh"), f"{tmp}/out/stop.md",
+                          f"{tmp}/llmc", glob_], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
+                         start_new_session=True)
+    for _ in range(200):
+        if os.path.exists(hang_pid) and open(hang_pid).read():
+            break
+        time.sleep(0.1)
+    os.killpg(p.pid, signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    try:
+        os.kill(int(open(hang_pid).read()), 0)
+        alive = True
+    except (OSError, ValueError):
+        alive = False
+    check(not alive and os.listdir(f"{tmp}/rr_stop") == [],
+          "the run in flight is stopped with the script (no trainer left running, no run folder left)",
+          os.listdir(f"{tmp}/rr_stop"))
+    stop = open(f"{tmp}/out/stop.md").read() if os.path.exists(f"{tmp}/out/stop.md") else ""
+    check(p.returncode == 130 and "Stopped early" in stop and list(md_rows(f"{tmp}/out/stop.md", 10)) ==
+          [("d12", "32", "bf16", "0")] and os.path.exists(f"{tmp}/out/stop_logs.tgz"),
+          "SIGTERM in the middle: exit 130, the rows measured so far, 'Stopped early', the logs' tgz",
+          f"rc {p.returncode}\n{stop}\n{err[-800:]}")
+
+    # LLMC_DIR holding llm.c's tarballs: unpacked and built once in LLMC_BUILD (the stand-in Makefile checks that
+    # the cuDNN headers were unpacked into llmc/cudnn-frontend and records its make variables)
+    src = f"{tmp}/src"
+    os.makedirs(f"{src}/llmc")
+    os.makedirs(f"{src}/include")
+    open(f"{src}/include/cudnn_frontend.h", "w").close()
+    with open(f"{src}/llmc/Makefile", "w") as f:
+        f.write("train_gpt2cu:\n\ttest -f cudnn-frontend/include/cudnn_frontend.h\n"
+                "\techo '$(USE_CUDNN) $(GPU_COMPUTE_CAPABILITY)' > made_with\n"
+                f"\tcp {tmp}/llmc/train_gpt2cu train_gpt2cu\n")
+    os.makedirs(f"{tmp}/bench")
+    subprocess.run(["tar", "-czf", f"{tmp}/bench/llmc-test.tgz", "-C", src, "llmc"], check=True)
+    subprocess.run(["tar", "-czf", f"{tmp}/bench/cudnn-frontend-include.tgz", "-C", src, "include"], check=True)
+    r = bench(tmp, "--build-only", "bench", LLMC_BUILD="b", cwd=tmp)
+    made = open(f"{tmp}/b/llmc/made_with").read().split() if os.path.exists(f"{tmp}/b/llmc/made_with") else []
+    check(r.returncode == 0 and f"llm.c is {tmp}/b/llmc/train_gpt2cu" in r.stdout and made == ["1", "90"],
+          "--build-only: llm.c unpacked with the cuDNN headers, built with USE_CUDNN=1 for sm_90", r.stdout + r.stderr)
+    r = bench(tmp, "--build-only", f"{tmp}/bench", LLMC_BUILD=f"{tmp}/b")
+    check(r.returncode == 0 and "building" not in r.stderr, "a second call finds the build and does not rebuild",
+          r.stderr)
+    with open(f"{src}/llmc/Makefile", "w") as f:
+        f.write("train_gpt2cu:\n\techo 'nvcc: fatal: stand-in failure'; false\n")
+    subprocess.run(["tar", "-czf", f"{tmp}/bench/llmc-test.tgz", "-C", src, "llmc"], check=True)
+    r = bench(tmp, "--build-only", f"{tmp}/bench", LLMC_BUILD=f"{tmp}/b2")
+    check(r.returncode == 2 and "nvcc: fatal: stand-in failure" in r.stderr and "llm.c build failed" in r.stderr
+          and f"{tmp}/b2/llmc/build.log" in r.stderr, "a failed llm.c build: its log's tail and where the log is",
+          r.stderr)
+
+    # scripts/step_ms.py: a step logged twice (a resumed run) counts once, with its last record
+    import step_ms  # noqa: E402  (scripts/ is on sys.path above)
+    rows_ = [{"step": s, "loss": 1.0, "ms": 10.0} for s in range(10, 13)] + [{"step": 12, "loss": 1.0, "ms": 40.0},
+                                                                             {"step": 13, "loss": 1.0, "ms": 40.0}]
+    check(step_ms.step_ms(rows_, 10) == 25.0 and step_ms.step_ms(rows_, 20) is None,
+          "step_ms: median over distinct steps from --from on (the last record of a repeated step)",
+          step_ms.step_ms(rows_, 10))
 
 sys.exit(summary())
