@@ -24,17 +24,10 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-try:
-    import matplotlib  # noqa: F401
-except ImportError:
-    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__)] + sys.argv[1:])
-    print("  FAIL matplotlib is needed (Debian: apt-get install python3-matplotlib)\n0 passed, 1 failed")
-    sys.exit(1)
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import testing  # noqa: E402
+testing.require(["matplotlib"], "python3-matplotlib")
 from testing import summary  # noqa: E402
 import compare_runs  # noqa: E402
 

@@ -40,18 +40,10 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-try:
-    import numpy as np
-    import torch
-except ImportError:
-    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__)] + sys.argv[1:])
-    print("  FAIL torch and numpy are needed (Debian: apt-get install python3-torch python3-numpy)\n0 passed, 1 failed")
-    sys.exit(1)
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from testing import check, fail, summary  # noqa: E402
+from testing import check, fail, require, summary  # noqa: E402
+np, torch = require(["numpy", "torch"], "python3-numpy python3-torch")
 import hf_gpt2  # noqa: E402  (only for the bf16 helper's own test)
 
 TRAINER = os.path.join(ROOT, "build", "train_gpt_cpu")
