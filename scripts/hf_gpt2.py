@@ -100,13 +100,18 @@ def bf16_bits_to_fp32(b):
 
 # ---------------------------------------------------------------- our model file
 
-def read_checkpoint(path):
-    """(cfg dict, {our name: float32 array with a leading layer axis for per-layer tensors}, version)."""
+def read_bytes(path):
+    """The whole file, or an HFError naming it."""
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            return f.read()
     except OSError as e:
         raise HFError(f"{path}: cannot read: {e.strerror}")
+
+
+def read_checkpoint(path):
+    """(cfg dict, {our name: float32 array with a leading layer axis for per-layer tensors}, version)."""
+    raw = read_bytes(path)
     if len(raw) < HEADER_INTS * 4:
         raise HFError(f"{path}: {len(raw)} bytes, shorter than the 1024-byte model header: not a model checkpoint")
     h = np.frombuffer(raw, dtype="<i4", count=HEADER_INTS)
@@ -270,11 +275,7 @@ def write_safetensors(path, tensors, dtype="fp32", metadata=None):
 
 def read_safetensors(path):
     """{name: float32 array} of a safetensors file (F32, BF16 or F16 tensors), every offset checked."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise HFError(f"{path}: cannot read: {e.strerror}")
+    raw = read_bytes(path)
     if len(raw) < 8:
         raise HFError(f"{path}: {len(raw)} bytes: too short for a safetensors file (8-byte header length)")
     (n,) = struct.unpack_from("<Q", raw, 0)
