@@ -49,7 +49,7 @@ $(BUILD)/attention/cuda/hopper/attention_hopper_bwd.cu.o: attention/cuda/hopper/
         attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/launch_overlap.cuh attention/cuda/tile_order.cuh attention/attention.h \
         common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128.cu.o: attention/cuda/hopper/attention_hopper_bwd128.cu attention/cuda/hopper/attention_hopper_bwd.cuh \
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128.cu.o: attention/cuda/hopper/attention_hopper_bwd128.cu attention/cuda/hopper/kernel_keys128.cuh attention/cuda/hopper/attention_hopper_bwd.cuh \
         attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/launch_overlap.cuh attention/attention.h common/cuda_utils.cuh \
         common/utils.h
 $(BUILD)/attention/cuda/hopper/attention_hopper_rows.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
@@ -77,7 +77,7 @@ $(BUILD)/attention/cuda/hopper/attention_hopper_bwd_gproj.cu.o: attention/cuda/h
 ATTN_CUDA_OBJS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o
 CUDA_OBJECTS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o
 $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o: attention/cuda/hopper/attention_hopper_bwd128_gproj.cu attention/cuda/launch_overlap.cuh \
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o: attention/cuda/hopper/attention_hopper_bwd128_gproj.cu attention/cuda/hopper/kernel_keys128.cuh attention/cuda/launch_overlap.cuh \
         attention/cuda/hopper/attention_hopper_bwd.cuh attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh \
         attention/attention.h common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd128_fp32.cu: fp32 mode's key-major pass at HS 128 (dK, dV, dQ partials; setmaxnreg
@@ -85,7 +85,7 @@ $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o: attention/cud
 ATTN_CUDA_OBJS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_fp32.cu.o
 CUDA_OBJECTS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_fp32.cu.o
 $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_fp32.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
-$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_fp32.cu.o: attention/cuda/hopper/attention_hopper_bwd128_fp32.cu attention/cuda/launch_overlap.cuh \
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_fp32.cu.o: attention/cuda/hopper/attention_hopper_bwd128_fp32.cu attention/cuda/hopper/kernel_keys128.cuh attention/cuda/launch_overlap.cuh \
         attention/cuda/hopper/attention_hopper_bwd.cuh attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh \
         attention/cuda/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd64_fp32.cu: fp32 mode's key-major pass at HS 64 (dK, dV, dQ partials; 288 threads, no

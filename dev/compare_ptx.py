@@ -10,15 +10,19 @@ AFTER, whichever file it sits in there, so kernels may move between translation 
 compared with .sm80 files. Two things are compared per kernel:
   PTX    the kernel's body, with its own symbol replaced by a token, basic-block labels renumbered (ptxas
          numbers them by the function's index in the file), virtual registers renamed in order of first use
-         (their numbers depend on the rest of the module) and every other symbol it names demangled and
-         normalised like the kernel names;
+         (their numbers depend on the rest of the module), `.pragma "nounroll"` loop hints dropped (a rolled
+         loop's hint on a loop that was never unrolled; the machine code below shows whether it mattered) and
+         every other symbol it names demangled and normalised like the kernel names;
   cubin  the machine code (the .text.KERNEL section's bytes: the SASS), its relocations (offset, type and the
          normalised symbol), the registers it uses, and the sizes of its shared-memory and parameter banks.
-Kernel names are normalised: the anonymous namespace's per-file hash is dropped, a trailing bool
+Kernel names are normalised: the anonymous namespace's per-file hash (and the hash in an internal global's
+_INTERNAL_ name, e.g. a file's g_hang_record) is dropped, a trailing bool
 DQ_SLICES = false is stripped (a non-template kernel made template<bool>), and then --renames applies: a
 file of lines `OLD => NEW` (Python regular expressions over the normalised, demangled name of BEFORE, NEW
 may use \\1 ...; `#` starts a comment), for kernels renamed on purpose (e.g. into a template family); NEW
-`-` marks kernels removed on purpose (counted apart, not compared).
+`-` marks kernels removed on purpose (counted apart, not compared). `OLD @ UNIT => NEW` applies to the kernels of
+one translation unit's dump only (UNIT: the dump's file name without .ptx / .cubin), e.g. a copy of a kernel
+that a lab object no longer carries.
 Make the files with the same flags, without -lineinfo (dev/dump_attention_code.sh does).
 Exit status 1 if any kernel of BEFORE differs or is missing in AFTER."""
 import glob, os, re, struct, subprocess, sys
@@ -35,13 +39,20 @@ def demangle(names):
 def key(dm):
     dm = re.sub(r'\(anonymous namespace\)::', 'ANON::', dm)
     dm = re.sub(r'_GLOBAL__N__\w+', 'ANON', dm)        # the anonymous namespace's per-file hash
+    dm = re.sub(r'_INTERNAL_[0-9a-f]+_', '_INTERNAL_', dm)  # the per-compilation hash of an internal global's name
     dm = re.sub(r'<false>', '', dm)                     # a non-template kernel made template<bool DQ_SLICES>
     dm = re.sub(r', false>', '>', dm)                   # a bool DQ_SLICES appended to a template kernel
     dm = re.sub(r'^void ', '', dm)                      # template functions mangle their return type
     return dm
 
-def renamed(k):
-    for old, new in RENAMES:
+def unit(path):
+    """The translation unit a dump file is of: its name without .ptx / .cubin (and .sm80)."""
+    return re.sub(r'(\.sm80)?\.(ptx|cubin)$', '', os.path.basename(path)) if path else None
+
+def renamed(k, path=None):
+    for old, new, where in RENAMES:
+        if where is not None and where != unit(path):
+            continue
         k2 = re.sub('^' + old + '$', new, k)
         if k2 != k:
             return k2
@@ -56,7 +67,10 @@ def load_renames(path):
         if '=>' not in line:
             sys.exit(f"{path}: a line without '=>': {line!r} (write OLD_REGEX => NEW)")
         old, new = (x.strip() for x in line.split('=>', 1))
-        out.append((old, new))
+        where = None
+        if ' @ ' in old:  # OLD @ UNIT: only the kernels of that translation unit's dump (e.g. a lab object's copy)
+            old, where = (x.strip() for x in old.rsplit(' @ ', 1))
+        out.append((old, new, where))
     return out
 
 SYM = re.compile(r'_Z[A-Za-z0-9_]+')
@@ -70,11 +84,19 @@ def normalise_symbols(texts):
     return [SYM.sub(lambda m: rep[m.group(0)], s) for s in texts]
 
 # ---- PTX ----
+ENTRY = re.compile(r'^(?:\.visible )?\.entry (\S+)\(', re.M)
+NEXT = re.compile(r'^(?:\t// \.globl|(?:\.visible |\.weak |\.extern )?\.(?:entry|func) )', re.M)
+
 def ptx_entries(text):
+    """name -> the whole .entry, up to the next function (or its `// .globl` line) or the end of the file. Not up
+    to the first `}` in column 0: inline asm blocks close with one, and the body would end there."""
     out = {}
-    for m in re.finditer(r'^(?:\.visible )?\.entry (\S+)\(.*?^}\n', text, re.S | re.M):
-        out[m.group(1)] = m.group(0)
+    for m in ENTRY.finditer(text):
+        n = NEXT.search(text, m.end())
+        out[m.group(1)] = text[m.start():n.start() if n else len(text)].rstrip() + '\n'
     return out
+
+LOOP_HINT = re.compile(r'^\t\.pragma "nounroll";\n', re.M)
 
 REG = re.compile(r'%(rd|rs|fd|hh|r|f|h|p|b)(\d+)\b')
 
@@ -97,9 +119,10 @@ def ptx_kernels(path):
     for n in names:
         body = e[n].replace(n[2:], 'KERNEL')  # also names the kernel's local statics (_ZZ...E9cta_abort)
         body = re.sub(r'\$L__BB\d+_', '$L__BB_', body)
+        body = LOOP_HINT.sub('', body)  # a loop hint: what ptxas made of it is the cubin comparison's
         bodies.append(renumber_registers(body))
     bodies = normalise_symbols(bodies)
-    return [(renamed(key(dm)), b, path) for dm, b in zip(demangle(names), bodies)]
+    return [(renamed(key(dm), path), b, path) for dm, b in zip(demangle(names), bodies)]
 
 # ---- cubin (ELF64) ----
 def elf_sections(data):
@@ -173,7 +196,7 @@ def cubin_kernels(path):
         kernels[k] = (code, relocs, desc)
     names = list(kernels)
     texts = normalise_symbols(['\n'.join(kernels[n][1]) for n in names])
-    return [(renamed(key(dm)), (kernels[n][0], t, kernels[n][2]), path)
+    return [(renamed(key(dm), path), (kernels[n][0], t, kernels[n][2]), path)
             for n, dm, t in zip(names, demangle(names), texts)]
 
 def merge(paths, reader):

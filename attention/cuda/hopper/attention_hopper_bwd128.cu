@@ -60,6 +60,7 @@
  * GEMM with dV/dK or the next step's scores; 3 stages; a persistent schedule; fp32/gproj modes (their own
  * key-major passes: attention_hopper_bwd128_fp32.cu, attention_hopper_bwd128_gproj.cu); repair's tile-max-shift arm (portable end to end, as at HS 64).
  */
+/* the kernel template (kernel_keys128.cuh), instantiated here for bf16 and repair */
 #include "attention/cuda/hopper/kernel_keys128.cuh"
 
 namespace {
@@ -69,20 +70,6 @@ namespace {
 /* ------------------------------------------------------------------------------------------------ */
 
 constexpr const char* kWho = "attention (Hopper backward, HS 128)";
-
-template <int MODE, bool DQ_SLICES>
-void hopper_bwd128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
-                          const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream) {
-    cudaCheck(cudaFuncSetAttribute(hopper_bwd128_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   SmemPlan::kAlloc));
-    const int n_key_blocks = ceil_div(s.T, kBlockK);
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho, DQ_SLICES ? n_key_blocks : 1);
-    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, hopper_bwd128_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), SmemPlan::kAlloc,
-                               stream, qkv_map, dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                               attn_exp2_scale(kHS));
-}
-static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 
 }  // namespace
 
@@ -97,13 +84,13 @@ void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bf
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     if (mode == ATTN_BF16 && !dq_slices)
-        hopper_bwd128_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+        keys128_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
     else if (mode == ATTN_BF16)
-        hopper_bwd128_launch<ATTN_BF16, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+        keys128_launch<ATTN_BF16, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
     else if (!dq_slices)
-        hopper_bwd128_launch<ATTN_REPAIR, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+        keys128_launch<ATTN_REPAIR, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
     else
-        hopper_bwd128_launch<ATTN_REPAIR, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+        keys128_launch<ATTN_REPAIR, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
 }
 
 void attention_hopper_bwd128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

@@ -59,7 +59,7 @@
  * float4, barriers, two 16 KB FP32 dQ tiles: 215 KB (220160 bytes with the alignment slack; SmemPlan's
  * static_assert keeps it <= 227 KB).
  * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math; `make hopper_bwd128_fp32-regs` prints them):
- * fp32keys128_kernel 168 at entry (240 after setmaxnreg.inc), 0 bytes spill, no C75xx warning; the probe
+ * keys128_kernel<ATTN_FP32> 168 at entry (240 after setmaxnreg.inc), 0 bytes spill, no C75xx warning; the probe
  * kernels 90 (scores, dQ parts) / 218 (dK+dV), 0 spill. What that takes: the producer's
  * two-query row-state loop is not unrolled (`#pragma unroll 1`: unrolled, its 24 registers spilled), and the dQ
  * flush's swizzled column offsets are not hoisted (g through an opaque move).
@@ -81,7 +81,8 @@
  * Not done: 3 stages or a
  * persistent schedule; overlapping the next tile's S^T/dP^T with this tile's batches (no registers left).
  */
-#include "attention/cuda/hopper/kernel_keys128_fp32.cuh"
+/* the kernel template (kernel_keys128.cuh), instantiated here for fp32 */
+#include "attention/cuda/hopper/kernel_keys128.cuh"
 
 namespace {
 
@@ -109,14 +110,10 @@ void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qk
     }
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
-    static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
-    const int n_key_blocks = ceil_div(s.T, kBlockK);
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho, dq_slices ? n_key_blocks : 1);
-    auto kernel = dq_slices ? fp32keys128_kernel<true> : fp32keys128_kernel<false>;
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
-                               dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+    if (dq_slices)
+        keys128_launch<ATTN_FP32, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
+    else
+        keys128_launch<ATTN_FP32, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
 }
 
 void attention_hopper_fp32_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

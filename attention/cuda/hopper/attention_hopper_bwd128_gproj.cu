@@ -64,7 +64,8 @@
  * with this tile's dV/dK batch (FA3's two-tile pipelining; the registers would not hold a second S^T/dP^T next to
  * 48 A registers). fp32 mode's key-major pass (it also makes dQ) is attention_hopper_bwd128_fp32.cu.
  */
-#include "attention/cuda/hopper/kernel_keys128_gproj.cuh"
+/* the kernel template (kernel_keys128.cuh), instantiated here for gproj */
+#include "attention/cuda/hopper/kernel_keys128.cuh"
 
 namespace {
 
@@ -86,9 +87,10 @@ void attention_backward_hopper_gproj_keys128(AttnShape s, const __nv_bfloat16* q
     }
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
-    cudaCheck(cudaFuncSetAttribute(gproj128_keys_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+    constexpr int kAlloc = Keys128Mode<ATTN_GPROJ>::Plan::kAlloc;
+    cudaCheck(cudaFuncSetAttribute(keys128_gproj_kernel<ATTN_GPROJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, gproj128_keys_kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map,
+    launch_after_previous_grid(1, keys128_gproj_kernel<ATTN_GPROJ>, grid, dim3(kThreads), kAlloc, stream, qkv_map,
                                dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                attn_exp2_scale(kHS));
 }

@@ -290,15 +290,15 @@ enum KeymajorLambda { kKeymajorNoLambda, kKeymajorLambdaInW, kKeymajorLambdaRow 
 /* Every producer lane's part of a stage's row state: queries q0 + lane and q0 + lane + 32 get float4
    {a, b, D, lambda or 0} for recompute_prob<MODE> (bf16: a = fl(LSE log2 e), b = 1; repair and gproj:
    a = m, b = fl(1 / l)), D and (LAMBDA) gproj's lambda. Rows past T get {0, 1, 0, 0}: P stays finite and
-   lambda 0 (they are masked anyway). The lane's arrival on the stage's full barrier releases these writes. */
-template <int MODE, int LAMBDA>
+   lambda 0 (they are masked anyway). The lane's arrival on the stage's full barrier releases these writes.
+   ROLLED: the two queries one after the other (not unrolled). */
+template <int MODE, int LAMBDA, bool ROLLED = false>
 __device__ __forceinline__ void keymajor_stage_row_state(float4* rs, float* lam_row, const float* __restrict__ stats,
                                                          const float* __restrict__ D,
                                                          const float* __restrict__ lambda, int bh, int T, int q0,
                                                          int lane) {
     constexpr float kLog2e = 1.4426950408889634f;
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
+    auto one = [&](int half) {
         const int ql = lane + 32 * half, query = q0 + ql;
         float4 st = make_float4(0.f, 1.f, 0.f, 0.f);
         float lam = 0.f;
@@ -313,6 +313,13 @@ __device__ __forceinline__ void keymajor_stage_row_state(float4* rs, float* lam_
         }
         rs[ql] = st;
         if (LAMBDA == kKeymajorLambdaRow) lam_row[ql] = lam;
+    };
+    if constexpr (ROLLED) { /* one query at a time: a producer with 24 registers may spill with two in flight */
+#pragma unroll 1
+        for (int half = 0; half < 2; half++) one(half);
+    } else {
+#pragma unroll
+        for (int half = 0; half < 2; half++) one(half);
     }
 }
 

@@ -14,6 +14,8 @@
 
 namespace {
 
+using SmemPlan = Keys128Mode<ATTN_BF16>::Plan; /* the shared-memory plan of the kernel this probes */
+
 /* The probe's outputs of two accumulators over this thread's key rows: [keys][N] FP32, row-major; element
    4j + 2r + e is row key_col + 8r, column 8j + 2t + e (hopper_wgmma.cuh's fragment layout). */
 template <int REGS>

@@ -1,18 +1,20 @@
 /*
  * dev/attention_lab/probes/probe_keys128_gproj.cu - the layout probe of gproj's key-major pass at HS 128 (attention_hopper_bwd128_gproj.cu):
  * one tile of the kernel's operand forms (TMA maps, descriptors, swizzle, accumulator mapping) through the
- * kernel's own helpers (attention/cuda/hopper/kernel_keys128_gproj.cuh), written out for the lab's host loops to check, so a
+ * kernel's own helpers (attention/cuda/hopper/kernel_keys128.cuh), written out for the lab's host loops to check, so a
  * wrong layout is named before the attention checks fail. Lab code: only the labs link it
  * (ATTN_HOPPER_PROBE_OBJS, attention/module.mk); declared in dev/attention_lab/hopper_probes.cuh.
  * Compiled for sm_90a only. Its waits record hangs in this object's own record pointer (installed by
  * hopper_lab.cuh's lab_watch_hangs through the installer at the end).
  */
-#include "attention/cuda/hopper/kernel_keys128_gproj.cuh"
+#include "attention/cuda/hopper/kernel_keys128.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 
 namespace {
+
+using SmemPlan = Keys128Mode<ATTN_GPROJ>::Plan; /* the shared-memory plan of the kernel this probes */
 
 static_assert(ATTN_HOPPER_GPROJ128_PROBE_KEYS == kBlockK && ATTN_HOPPER_GPROJ128_PROBE_QUERIES == kBlockQ,
               "the probe covers one CTA's keys and one query tile");
