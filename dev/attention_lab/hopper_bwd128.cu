@@ -49,6 +49,7 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/lab_harness.cuh" /* spin_for_ns */
 
 typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_BWD128_HS; /* the head size of this lab */
@@ -74,16 +75,6 @@ static void sync_or_report(cudaError_t e, const char* where) {
         e != cudaSuccess ? cudaGetErrorString(e) : "");
 }
 
-/* Spins for `ns` nanoseconds of the global timer (bounded by construction): holds the GPU while the timed
-   launches are queued behind it, so host-side launch work never shows as idle time inside an interval. */
-__global__ void spin_for_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
-}
-
 /* ------------------------------------------------------------------------------------------------ */
 /* host: checks against the portable backward, timing                                                */
 /* ------------------------------------------------------------------------------------------------ */
@@ -104,19 +95,11 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
     uint16_t* h_qkv = random_qkv_bits(s, q_scale);
     uint16_t* h_dout = random_bf16_bits(nout);
-    bf16 *qkv, *out, *dout, *dqkv_ref, *dqkv_new;
-    float* stats;
-    void *ws_ref, *ws_new;
-    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    lab_upload(&dout, h_dout, nout * 2);
-    /* poisoned (NaN): any output or workspace element left unwritten shows */
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_new, nqkv * 2);
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_new, ws_bytes);
+    /* dqkv and both workspaces poisoned (NaN): any output or workspace element left unwritten shows */
+    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
+    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_new = bufs.dqkv_def;
+    float* stats = bufs.stats;
+    void *ws_ref = bufs.ws_ref, *ws_new = bufs.ws_def;
     AttnOptions opt = {0}, portable = {0};
     portable.force_portable = 1;
     CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
@@ -179,9 +162,7 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
                (int)kReps, ms_ref, flops / ms_ref * 1e-9, ms_new, flops / ms_new * 1e-9, ms_ref / ms_new);
     }
     free(h_qkv); free(h_dout); free(h_ref); free(h_new);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(dout));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_new)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
+    lab_bwd_buffers_free(&bufs);
 }
 
 /* Runs the library's layout probe (attention_hopper_bwd128_layout_probe) on B1 NH3 T100 (head 1: slot and

@@ -66,7 +66,7 @@ typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_FP32_KEYS128_HS;                  /* the pass's head size */
 static const int kBlockK = ATTN_HOPPER_FP32_KEYS128_PROBE_KEYS;      /* the probe's keys (one CTA's) */
 static const int kBlockQ = ATTN_HOPPER_FP32_KEYS128_PROBE_QUERIES;   /* the probe's queries (one tile) */
-static const char* const kHangOutcome = "the CTA gave up and ran on: its results are NaN";
+static const char* const kHangTail = "; the CTA gave up and ran on: its results are NaN)"; /* the end of a HANG line */
 #include "dev/attention_lab/hopper_fp32_keys_lab.cuh"
 
 

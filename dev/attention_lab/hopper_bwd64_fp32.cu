@@ -64,7 +64,7 @@ typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_FP32_KEYS64_HS;            /* the pass's head size */
 static const int kProbeTile = ATTN_HOPPER_FP32_KEYS64_PROBE_TILE; /* the probe's keys and queries (one warpgroup step) */
 static const int kProbeT = 50; /* the probe's tokens (< kProbeTile: the TMA zero fill shows) */
-static const char* const kHangOutcome = "the kernel trapped";
+static const char* const kHangTail = "; the kernel trapped)"; /* the end of a HANG line */
 #include "dev/attention_lab/hopper_fp32_keys_lab.cuh"
 
 

@@ -59,22 +59,13 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/lab_harness.cuh"
 
 typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_BWD_HS;                    /* the kernel's head size */
 static const int kProbeKeys = ATTN_HOPPER_BWD_PROBE_KEYS;     /* the probe's keys (one consumer warpgroup) */
 static const int kProbeQueries = ATTN_HOPPER_BWD_PROBE_QUERIES; /* and queries (one step) */
 static const int kProbeT = 100; /* the probe's tokens: keys 100..127 and queries 100..127 zero-filled */
-
-/* Spins for `ns` nanoseconds of the global timer (bounded by construction): holds the GPU while the timed
-   launches are queued behind it, so host-side launch work never shows as idle time inside an interval. */
-__global__ void spin_for_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
-}
 
 /* dQ = bf(s acc) into the q slot of dqkv: attn_bwd_dq_kernel<64>'s expression (file-local in attention_cuda.cu),
    8 elements per thread, grid (T * 8 / 256, B * NH); dqkv 16-byte aligned (cudaMalloc). For checks (a) and (c),
@@ -114,38 +105,17 @@ static void kernel_alone(AttnMode mode, AttnShape s, const bf16* qkv, const bf16
     cudaCheckLastError();
 }
 
-/* A synchronisation result plus the hang record: on either, one FAIL line naming the barrier (or the CUDA error),
-   then the child reports its counts and ends. */
+/* A synchronisation check that ends the child on a hang or a CUDA error (lab_harness.cuh). */
 static void sync_or_report(cudaError_t e, const char* where) {
-    const volatile AttnHopperHang* r = g_lab_hang;
-    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
-    if (e == cudaSuccess && !hung) return;
-    if (hung)
-        CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d); the CTA"
-              " gave up and wrote NaN over its dK/dV rows", where, attn_hopper_hang_site_name(r->site), r->index,
-              r->parity, r->block_x, r->block_y, r->thread);
-    if (e != cudaSuccess)
-        CHECK(0, "CUDA error after %s: %s (hint: run under compute-sanitizer)", where, cudaGetErrorString(e));
-    lab_child_report_and_exit();
+    lab_child_sync_or_fail(e, where, "); the CTA gave up and wrote NaN over its dK/dV rows");
 }
 
 static const double kMaxUlps = 4.0; /* the file comment's tolerance, fixed before any run */
-static const double kExact = 0.0;
-static const char* kSlotName[3] = {"dQ", "dK", "dV"};
 
+/* Compares one slot and CHECKs it within max_ulps (bit-equal when kExact, lab_harness.cuh) against `ref`. */
 static void check_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot, const char* what,
                        const char* against, double max_ulps) {
-    const SlotDiff d = compare_slot(ref, got, s, slot);
-    printf("  %s %s vs %s: max |diff| %.3g, max %.2f BF16 ulps, %zu of %zu over 1 ulp, %zu not bit-equal\n", what,
-           kSlotName[slot], against, d.max_abs, d.max_ulps, d.over_1ulp, d.count, d.unequal);
-    CHECK(d.nan_ref == 0, "%s: %s has every element finite (%zu NaN)", kSlotName[slot], against, d.nan_ref);
-    CHECK(d.nan_new == 0, "%s %s: written everywhere, finite (%zu NaN left of the poison or from a give-up)", what,
-          kSlotName[slot], d.nan_new);
-    if (max_ulps == kExact)
-        CHECK(d.unequal == 0, "%s %s bit-equal to %s (%zu differ)", what, kSlotName[slot], against, d.unequal);
-    else
-        CHECK(d.max_ulps <= max_ulps, "%s %s within %.0f BF16 ulps of %s (max %.2f)", what, kSlotName[slot], max_ulps,
-              against, d.max_ulps);
+    lab_check_slot(ref, got, s, slot, what, against, max_ulps, "of the poison or from a give-up");
 }
 
 struct CheckCase {
@@ -170,18 +140,13 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
           ws_bytes);
     uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
     uint16_t* h_dout = random_bf16_bits(nout);
-    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def, *dqkv_alone;
-    float* stats;
-    void *ws_ref, *ws_def, *ws_alone;
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    lab_upload(&dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_def, nqkv * 2);
+    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
+    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_def = bufs.dqkv_def;
+    float* stats = bufs.stats;
+    void *ws_ref = bufs.ws_ref, *ws_def = bufs.ws_def;
+    bf16* dqkv_alone;
+    void* ws_alone;
     lab_alloc_poisoned(&dqkv_alone, nqkv * 2);
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_def, ws_bytes);
     lab_alloc_poisoned(&ws_alone, ws_bytes);
     AttnOptions opt = {}, portable = {};
     portable.force_portable = 1;
@@ -223,24 +188,7 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         check_slot(h_def, h_alone, s, slot, "(c) kernel alone on the default's D:", "the default backward", kExact);
 
     if (time_it) {
-        enum { kWarmup = 3, kReps = 21 };
-        cudaEvent_t ev[kReps + 1];
-        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventCreate(&ev[r]));
-        auto time_of = [&](auto fn, const char* what) {
-            float tm[kReps];
-            for (int i = 0; i < kWarmup; i++) fn();
-            sync_or_report(cudaStreamSynchronize(st), what);
-            spin_for_ns<<<1, 1, 0, st>>>(2000000ull + 100000ull * kReps);
-            cudaCheckLastError();
-            cudaCheck(cudaEventRecord(ev[0], st));
-            for (int i = 0; i < kReps; i++) {
-                fn();
-                cudaCheck(cudaEventRecord(ev[i + 1], st));
-            }
-            sync_or_report(cudaStreamSynchronize(st), what);
-            for (int i = 0; i < kReps; i++) cudaCheck(cudaEventElapsedTime(&tm[i], ev[i], ev[i + 1]));
-            return median_ms(tm, kReps);
-        };
+        LabTimer timer = lab_timer_make(st, sync_or_report);
         /* the key-major kernel's 5 causal BF16 GEMMs: S^T, dP^T, dV, dK, dQ */
         const double gemm = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
         auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st); };
@@ -251,19 +199,18 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         auto run_kernel = [&]() {
             attention_backward_hopper_keys(mode, s, qkv, dout, stats, ws_D(ws_def, s), ws_dq_acc(ws_def), dqkv_def, st);
         };
-        const float ms_def = time_of(run_default, "timing the default backward");
-        const float ms_port = time_of(run_portable, "timing the force_portable backward");
-        const float ms_kernel = time_of(run_kernel, "timing the key-major kernel alone");
+        const float ms_def = lab_timer_median(timer, run_default, "timing the default backward");
+        const float ms_port = lab_timer_median(timer, run_portable, "timing the force_portable backward");
+        const float ms_kernel = lab_timer_median(timer, run_kernel, "timing the key-major kernel alone");
         printf("  time: %s B%d H%d T%d d%d (median of %d, warm inputs, queued behind a spin): default backward"
                " (attention_backward_cuda, path %s) %.4f ms; force_portable %.4f ms (%.2fx); the kernel alone %.4f ms"
-               " (%.1f TFLOP/s, 5 causal GEMMs)\n", attn_mode_name(mode), s.B, s.NH, s.T, s.HS, (int)kReps,
+               " (%.1f TFLOP/s, 5 causal GEMMs)\n", attn_mode_name(mode), s.B, s.NH, s.T, s.HS, (int)kLabReps,
                attn_bwd_path_name(path), ms_def, ms_port, ms_port / ms_def, ms_kernel, 5.0 * gemm / ms_kernel * 1e-9);
-        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventDestroy(ev[r]));
+        lab_timer_free(&timer);
     }
     free(h_qkv); free(h_dout); free(h_ref); free(h_def); free(h_alone);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_def)); cudaCheck(cudaFree(dqkv_alone));
-    cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def)); cudaCheck(cudaFree(ws_alone));
+    lab_bwd_buffers_free(&bufs);
+    cudaCheck(cudaFree(dqkv_alone)); cudaCheck(cudaFree(ws_alone));
 }
 
 /* The production layout probe on B1 NH3 T100 HS64 (head 1) against double loops over the same BF16 values. */

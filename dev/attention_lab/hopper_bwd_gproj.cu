@@ -111,18 +111,12 @@ static void check_case(CheckInputs in, int time_it) {
     uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
     uint16_t* h_dout = random_bf16_bits(nout);
 
-    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def, *dqkv_pass;
-    float* stats;
-    void *ws_ref, *ws_def;
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    lab_upload(&dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_def, nqkv * 2);
+    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
+    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_def = bufs.dqkv_def;
+    float* stats = bufs.stats;
+    void *ws_ref = bufs.ws_ref, *ws_def = bufs.ws_def;
+    bf16* dqkv_pass;
     cudaCheck(cudaMalloc(&dqkv_pass, nqkv * 2));
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_def, ws_bytes);
     AttnOptions opt = {0}, portable = {0};
     portable.force_portable = 1;
     CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
@@ -201,9 +195,8 @@ static void check_case(CheckInputs in, int time_it) {
         cudaCheck(cudaFree(stats_b));
     }
     free(h_qkv); free(h_dout); free(h_ref); free(h_def); free(h_pass);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_def)); cudaCheck(cudaFree(dqkv_pass));
-    cudaCheck(cudaFree(stats)); cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def));
+    lab_bwd_buffers_free(&bufs);
+    cudaCheck(cudaFree(dqkv_pass));
 }
 
 /* The layout probe on B1 NH3 T50 (head 1; T < 64: zero fill), lambda_q spread over [-2, 2] per query (so a

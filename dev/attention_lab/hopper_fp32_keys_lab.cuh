@@ -5,12 +5,13 @@
  * backward, on the default path and with force_portable, and the timings. Each lab keeps what differs: its
  * layout probe, its cases and shapes, and its main.
  *
- * Why: the two labs' checks (spin kernel, the lab's dQ post-pass, check_slot, pass_alone, check_case) differ
- * only in the head size they print and in how their kernel ends a hang, so they are one copy here.
+ * Why: the two labs' checks (the lab's dQ post-pass, check_slot, pass_alone, check_case) differ only in the
+ * head size they print and in how their kernel ends a hang, so they are one copy here; the spin kernel, the
+ * slot comparison, the timing and the child's synchronisation check are lab_harness.cuh's.
  *
- * The including lab defines kHangOutcome (what its kernel does when a wait runs out: the HS-64 pass traps, the
- * HS-128 one gives up and writes NaN) before including this header, after dev/attention_lab/hopper_lab.cuh.
- * One lab = one translation unit: everything here is file-local (static).
+ * The including lab defines kHangTail (the end of a HANG line: what its kernel does when a wait runs out, the
+ * HS-64 pass traps, the HS-128 one gives up and writes NaN) before including this header, after
+ * dev/attention_lab/hopper_lab.cuh. One lab = one translation unit: everything here is file-local (static).
  */
 #pragma once
 #include <stdint.h>
@@ -24,18 +25,9 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/lab_harness.cuh"
 
 typedef __nv_bfloat16 bf16;
-
-/* Spins for `ns` nanoseconds of the global timer (bounded by construction): holds the GPU while the timed
-   launches are queued behind it, so host-side launch work never shows as idle time inside an interval. */
-__global__ void spin_for_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
-}
 
 /* dQ = bf(s * accumulator) into the q slot of dqkv: attention_cuda.cu's attn_bwd_dq_kernel<HS> expression
    (file-local there), for checks (a) and (c), where the pass runs alone. */
@@ -58,40 +50,16 @@ __global__ void lab_dq_postpass(const float* __restrict__ dq_acc, bf16* __restri
 /* host: checks and timing                                                                           */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* A synchronisation result plus the hang record (hopper_lab.cuh's lab_watch_hangs): on either, one FAIL line
-   naming the barrier (or the CUDA error), then the child reports and ends. */
-static void sync_or_report(cudaError_t e, const char* where) {
-    const volatile AttnHopperHang* r = g_lab_hang;
-    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
-    if (e == cudaSuccess && !hung) return;
-    if (hung)
-        CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d; %s)",
-              where, attn_hopper_hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread,
-              kHangOutcome);
-    if (e != cudaSuccess)
-        CHECK(0, "CUDA error after %s: %s (hint: run under compute-sanitizer)", where, cudaGetErrorString(e));
-    lab_child_report_and_exit();
-}
+/* A synchronisation check that ends the child on a hang or a CUDA error (lab_harness.cuh). */
+static void sync_or_report(cudaError_t e, const char* where) { lab_child_sync_or_fail(e, where, kHangTail); }
 
-/* The file comment's tolerance (fixed before any run) and bit-equality. */
+/* The file comment's tolerance (fixed before any run); kExact (lab_harness.cuh) is bit-equality. */
 static const double kMaxUlps = 4.0;
-static const double kExact = 0.0;
-static const char* kSlotName[3] = {"dQ", "dK", "dV"};
 
 /* Compares one slot and CHECKs it within max_ulps (bit-equal when kExact) against `ref`. */
 static void check_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot, const char* what,
                        const char* against, double max_ulps) {
-    const SlotDiff d = compare_slot(ref, got, s, slot);
-    printf("  %s %s vs %s: max |diff| %.3g, max %.2f BF16 ulps, %zu of %zu over 1 ulp, %zu not bit-equal\n", what,
-           kSlotName[slot], against, d.max_abs, d.max_ulps, d.over_1ulp, d.count, d.unequal);
-    CHECK(d.nan_ref == 0, "%s: %s has every element finite (%zu NaN)", kSlotName[slot], against, d.nan_ref);
-    CHECK(d.nan_new == 0, "%s %s: written everywhere, finite (%zu NaN left of the poison or of a give-up)", what,
-          kSlotName[slot], d.nan_new);
-    if (max_ulps == kExact)
-        CHECK(d.unequal == 0, "%s %s bit-equal to %s (%zu differ)", what, kSlotName[slot], against, d.unequal);
-    else
-        CHECK(d.max_ulps <= max_ulps, "%s %s within %.0f BF16 ulps of %s (max %.2f)", what, kSlotName[slot], max_ulps,
-              against, d.max_ulps);
+    lab_check_slot(ref, got, s, slot, what, against, max_ulps, "of the poison or of a give-up");
 }
 
 /* The pass alone on the D of workspace `from_ws` (carve_workspace's slots: dq_acc [rows * HS], D [rows],
@@ -135,18 +103,13 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
           " this lab reads)", ws_bytes);
     uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
     uint16_t* h_dout = random_bf16_bits(nout);
-    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def, *dqkv_pass;
-    float* stats;
-    void *ws_ref, *ws_def, *ws_pass;
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    lab_upload(&dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_def, nqkv * 2);
+    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
+    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_def = bufs.dqkv_def;
+    float* stats = bufs.stats;
+    void *ws_ref = bufs.ws_ref, *ws_def = bufs.ws_def;
+    bf16* dqkv_pass;
+    void* ws_pass;
     lab_alloc_poisoned(&dqkv_pass, nqkv * 2);
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_def, ws_bytes);
     lab_alloc_poisoned(&ws_pass, ws_bytes);
     AttnOptions opt = {0}, portable = {0};
     portable.force_portable = 1;
@@ -192,62 +155,35 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         check_slot(h_ref, h_new, s, slot, "(c) this pass, default path's D:", "the default backward", kExact);
 
     if (time_it) {
-        enum { kWarmup = 3, kReps = 21 };
-        cudaEvent_t ev[kReps + 1];
-        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventCreate(&ev[r]));
-        /* the bf16 backward of the ratio needs bf16's own forward (stats {LSE, 0}, its O for D) */
-        bf16 *out_b, *dqkv_b;
-        float* stats_b;
-        void* ws_b;
-        cudaCheck(cudaMalloc(&out_b, nout * 2));
-        cudaCheck(cudaMalloc(&dqkv_b, nqkv * 2));
-        cudaCheck(cudaMalloc(&stats_b, nstats * 4));
-        cudaCheck(cudaMalloc(&ws_b, attention_cuda_workspace_bytes(s, ATTN_BF16)));
-        attention_forward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, NULL, st);
+        LabTimer timer = lab_timer_make(st, sync_or_report);
+        LabBf16Backward bf = lab_bf16_backward_make(s, opt, qkv, st);
         float* dq_acc_pass = (float*)ws_pass;
         const float* D_pass = dq_acc_pass + rows * s.HS;
         auto run_portable = [&]() { attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st); };
         auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st); };
-        auto run_bf16 = [&]() { attention_backward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, dout, dqkv_b, ws_b, st); };
+        auto run_bf16 = [&]() { lab_bf16_backward_run(bf, s, opt, qkv, dout, st); };
         /* alone: keeps adding into ws_pass's accumulator (its values do not matter any more) */
         auto run_pass = [&]() { attention_backward_hopper_fp32_keys(s, qkv, dout, stats, D_pass, dq_acc_pass, dqkv_pass, st); };
-        /* kReps back-to-back runs queued behind a spin (2 ms + 100 us per run: longer than queueing them) */
-        auto time_of = [&](auto fn, const char* what) {
-            float t[kReps];
-            for (int i = 0; i < kWarmup; i++) fn();
-            sync_or_report(cudaStreamSynchronize(st), what);
-            spin_for_ns<<<1, 1, 0, st>>>(2000000ull + 100000ull * kReps);
-            cudaCheckLastError();
-            cudaCheck(cudaEventRecord(ev[0], st));
-            for (int i = 0; i < kReps; i++) {
-                fn();
-                cudaCheck(cudaEventRecord(ev[i + 1], st));
-            }
-            sync_or_report(cudaStreamSynchronize(st), what);
-            for (int i = 0; i < kReps; i++) cudaCheck(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
-            return median_ms(t, kReps);
-        };
-        const float ms_pass = time_of(run_pass, "timing the fp32 key-major pass alone");
-        const float ms_portable = time_of(run_portable, "timing the portable fp32 backward");
-        const float ms_default = time_of(run_default, "timing the default fp32 backward");
-        const float ms_bf16 = time_of(run_bf16, "timing the default bf16 backward");
+        const float ms_pass = lab_timer_median(timer, run_pass, "timing the fp32 key-major pass alone");
+        const float ms_portable = lab_timer_median(timer, run_portable, "timing the portable fp32 backward");
+        const float ms_default = lab_timer_median(timer, run_default, "timing the default fp32 backward");
+        const float ms_bf16 = lab_timer_median(timer, run_bf16, "timing the default bf16 backward");
         const char* path_bf16 = attn_bwd_path_name(attention_backward_cuda_path(ATTN_BF16, opt, s, qkv, dout));
         /* the pass's GEMM work in BF16 tensor-core products, causal: S^T, dP^T (1 each), dV, dK (2 each: the
            split), dQ (3) = 9 GEMMs of 2 B H T^2 d / 2 */
         const double gemm = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
         printf("  time (median of %d, warm inputs, queued behind a spin): this pass alone %.4f ms (%.1f TFLOP/s"
                " counting its 9 BF16 GEMMs, causal); the rest of the default backward (prep, row pass, post-pass)"
-               " %.4f ms\n", (int)kReps, ms_pass, 9.0 * gemm / ms_pass * 1e-9, ms_default - ms_pass);
+               " %.4f ms\n", (int)kLabReps, ms_pass, 9.0 * gemm / ms_pass * 1e-9, ms_default - ms_pass);
         printf("  time: fp32 backward: portable %.4f ms, default (path %s: prep + Hopper row pass + this pass +"
                " post-pass) %.4f ms = %.2fx faster than the portable\n", ms_portable,
                attn_bwd_path_name(path_default), ms_default, ms_portable / ms_default);
         printf("  time: bf16 default backward (path %s) %.4f ms -> fp32/bf16 backward: portable %.2fx, default"
                " %.2fx\n", path_bf16, ms_bf16, ms_portable / ms_bf16, ms_default / ms_bf16);
-        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventDestroy(ev[r]));
-        cudaCheck(cudaFree(out_b)); cudaCheck(cudaFree(dqkv_b)); cudaCheck(cudaFree(stats_b)); cudaCheck(cudaFree(ws_b));
+        lab_timer_free(&timer);
+        lab_bf16_backward_free(&bf);
     }
     free(h_qkv); free(h_dout); free(h_ref); free(h_new);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_def)); cudaCheck(cudaFree(dqkv_pass));
-    cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def)); cudaCheck(cudaFree(ws_pass));
+    lab_bwd_buffers_free(&bufs);
+    cudaCheck(cudaFree(dqkv_pass)); cudaCheck(cudaFree(ws_pass));
 }

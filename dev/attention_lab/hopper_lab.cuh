@@ -19,6 +19,8 @@
  *   lab_sigma_dp                    - the scale of dP - D of a case's inputs (sqrt(HS) rms(dO) rms(V));
  *   lab_worst_key_sum               - gproj's identity: max over heads of ||sum_j dK_j|| / ||dK||;
  *   lab_alloc_poisoned, lab_upload  - device buffers filled with NaN (0xFF bytes) or with a host copy;
+ *   LabBwdBuffers (lab_bwd_buffers_make / _free) - a backward check's inputs, forward results, and the
+ *                                     reference's and the default path's poisoned dqkv and workspace;
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
  *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks
@@ -29,7 +31,8 @@
  *   lab_watch_hangs, lab_sync_or_report - the hang record (AttnHopperHang, hopper_lab_hooks.cuh) of every
  *                                     production and probe object installed in host-mapped memory, and a
  *                                     synchronisation that stops with the hung barrier's name or the CUDA error;
- *   lab_run_children, lab_child_report_and_exit - main's one process per group of checks, counts through a pipe.
+ *   lab_run_children, lab_child_report_and_exit, lab_child_sync_or_fail - main's one process per group of
+ *                                     checks, counts through a pipe; a child's synchronisation check.
  */
 #ifndef DEV_ATTENTION_LAB_HOPPER_LAB_CUH
 #define DEV_ATTENTION_LAB_HOPPER_LAB_CUH
@@ -43,6 +46,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
+#include "attention/attention_cuda.cuh"
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
 #include "attention/support/attn_cases.h"
@@ -180,6 +184,35 @@ template <typename T>
 static void lab_upload(T** dev, const void* host, size_t bytes) {
     cudaCheck(cudaMalloc(dev, bytes));
     cudaCheck(cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice));
+}
+
+/* The device buffers of one backward check: the case's inputs (qkv, dout: copies of host BF16 bits), the
+   forward's out and stats, and the dqkv and workspace (mode's size) of the reference (ref: the force_portable
+   backward) and of the default path (def), those four filled with NaN (lab_alloc_poisoned). */
+struct LabBwdBuffers {
+    __nv_bfloat16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def;
+    float* stats;
+    void *ws_ref, *ws_def;
+};
+static inline LabBwdBuffers lab_bwd_buffers_make(AttnShape s, AttnMode mode, const uint16_t* h_qkv,
+                                                 const uint16_t* h_dout) {
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
+    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
+    LabBwdBuffers b;
+    lab_upload(&b.qkv, h_qkv, nqkv * 2);
+    lab_upload(&b.dout, h_dout, nout * 2);
+    cudaCheck(cudaMalloc(&b.out, nout * 2));
+    cudaCheck(cudaMalloc(&b.stats, attn_stats_count(s) * 4));
+    lab_alloc_poisoned(&b.dqkv_ref, nqkv * 2);
+    lab_alloc_poisoned(&b.dqkv_def, nqkv * 2);
+    lab_alloc_poisoned(&b.ws_ref, ws_bytes);
+    lab_alloc_poisoned(&b.ws_def, ws_bytes);
+    return b;
+}
+static inline void lab_bwd_buffers_free(LabBwdBuffers* b) {
+    cudaCheck(cudaFree(b->qkv)); cudaCheck(cudaFree(b->dout)); cudaCheck(cudaFree(b->out)); cudaCheck(cudaFree(b->stats));
+    cudaCheck(cudaFree(b->dqkv_ref)); cudaCheck(cudaFree(b->dqkv_def));
+    cudaCheck(cudaFree(b->ws_ref)); cudaCheck(cudaFree(b->ws_def));
 }
 
 /* One slot (0 q, 1 k, 2 v) of two dqkv buffers [B, T, 3, NH, HS] (BF16 bits), compared row by row (row = one
@@ -444,17 +477,25 @@ static inline void lab_watch_hangs(void) {
         attention_hopper_probe_rows128_watch_hangs};
     for (auto fn : install) fn(dev);
 }
+/* After a synchronisation `e`: 0 if it succeeded and no barrier hung; else prints a FAIL line naming the barrier
+   (if one hung; its text ends with `hang_tail`, what the kernel does when a wait runs out, closing parenthesis
+   included) and one naming the CUDA error (if any; its text ends with `error_tail`), and returns 1. */
+static inline int lab_fail_on_hang_or_error(cudaError_t e, const char* where, const char* hang_tail,
+                                            const char* error_tail) {
+    const volatile AttnHopperHang* r = g_lab_hang;
+    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
+    if (e == cudaSuccess && !hung) return 0;
+    if (hung)
+        CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d%s", where,
+              attn_hopper_hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread, hang_tail);
+    if (e != cudaSuccess) CHECK(0, "CUDA error after %s: %s%s", where, cudaGetErrorString(e), error_tail);
+    return 1;
+}
 /* After a synchronisation `e` (cudaDeviceSynchronize, an event wait): returns if it succeeded and no barrier
    hung; else prints a FAIL line naming the barrier (if one hung), the lab's summary line, and dies with the
    CUDA error, if any (the results, or the context, are gone). */
 static inline void lab_sync_or_report(cudaError_t e, const char* lab, const char* where) {
-    const volatile AttnHopperHang* r = g_lab_hang;
-    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
-    if (e == cudaSuccess && !hung) return;
-    if (hung)
-        CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d)", where,
-              attn_hopper_hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread);
-    if (e != cudaSuccess) CHECK(0, "CUDA error after %s: %s", where, cudaGetErrorString(e));
+    if (!lab_fail_on_hang_or_error(e, where, ")", "")) return;
     test_summary();
     die("%s: stopped after %s\n  hint: a HANG line names the mbarrier that never completed (a pipeline protocol"
         " bug); otherwise run under compute-sanitizer", lab, where);
@@ -473,6 +514,12 @@ static inline void lab_child_report_and_exit(void) {
     fflush(stderr);
     if (g_lab_report_fd < 0 || write(g_lab_report_fd, counts, sizeof counts) != (ssize_t)sizeof counts) _exit(3);
     _exit(0);
+}
+
+/* The synchronisation check of a child: as lab_sync_or_report, but on a hang or a CUDA error the child reports
+   its counts and ends (lab_child_report_and_exit) after the FAIL lines; `hang_tail` ends the HANG line. */
+static inline void lab_child_sync_or_fail(cudaError_t e, const char* where, const char* hang_tail) {
+    if (lab_fail_on_hang_or_error(e, where, hang_tail, " (hint: run under compute-sanitizer)")) lab_child_report_and_exit();
 }
 
 /* Runs run(i) for i = 0 .. n - 1, each in a child process of its own (announce: first a line "=== name[i]"),

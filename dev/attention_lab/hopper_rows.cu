@@ -98,17 +98,10 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     const size_t row = 3ull * s.NH * s.HS;                   /* qkv elements per token */
     const double lambda_unit = ldexp(sigma_dp, -9);
 
-    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_new;
-    float* stats;
-    void *ws_ref, *ws_new;
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    lab_upload(&dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_new, nqkv * 2);
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_new, ws_bytes);
+    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
+    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_new = bufs.dqkv_def;
+    float* stats = bufs.stats;
+    void *ws_ref = bufs.ws_ref, *ws_new = bufs.ws_def;
     AttnOptions opt = {0}, portable = {0};
     portable.force_portable = 1;
     CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
@@ -265,9 +258,7 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         cudaCheck(cudaFree(out_rep)); cudaCheck(cudaFree(dqkv_rep)); cudaCheck(cudaFree(stats_rep));
     }
     free(h_qkv); free(h_dout); free(hD_ref); free(hD_new);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_new)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
+    lab_bwd_buffers_free(&bufs);
 }
 
 /* (kProbeTol, the FP32-accumulation bound relative to the sum of |products|: dev/attention_lab/hopper_lab.cuh.) */

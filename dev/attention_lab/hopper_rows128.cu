@@ -53,6 +53,7 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/lab_harness.cuh" /* spin_for_ns */
 
 typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_ROWS128_HS;           /* the head size of this lab */
@@ -60,16 +61,6 @@ static const int kBlockQ = ATTN_HOPPER_ROWS_PROBE_ROWS;  /* query rows of the pr
 static const int kBlockK = ATTN_HOPPER_ROWS_PROBE_ROWS;  /* keys of the probe tile */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static const char* kLab = "hopper_rows128";
-
-/* Spins for `ns` nanoseconds of the global timer (bounded by construction): holds the GPU while the timed
-   launches are queued behind it, so host-side launch work never shows as idle time inside an interval. */
-__global__ void spin_for_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
-}
 
 /* ------------------------------------------------------------------------------------------------ */
 /* host: checks against the portable row pass, timing                                               */
@@ -267,17 +258,10 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     const double sigma_dp = lab_sigma_dp(h_qkv, h_dout, s); /* the scale of dP - D (hopper_lab.cuh) */
     const double lambda_unit = ldexp(sigma_dp, -9);
 
-    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_new;
-    float* stats;
-    void *ws_ref, *ws_new;
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    lab_upload(&dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_new, nqkv * 2);
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_new, ws_bytes);
+    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
+    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_new = bufs.dqkv_def;
+    float* stats = bufs.stats;
+    void *ws_ref = bufs.ws_ref, *ws_new = bufs.ws_def;
     AttnOptions opt = {0}, portable = {0};
     portable.force_portable = 1;
     CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
@@ -345,9 +329,7 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         cudaCheck(cudaStreamDestroy(st));
     }
     free(h_qkv); free(h_dout);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_new)); cudaCheck(cudaFree(ws_ref));
-    cudaCheck(cudaFree(ws_new));
+    lab_bwd_buffers_free(&bufs);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
