@@ -92,27 +92,21 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d%s: Hopper backward vs the portable one",
              attn_mode_name(mode), s.B, s.NH, s.T, s.HS, q_scale != 1.f ? " (q x8)" : "");
     test_section(title);
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
     uint16_t* h_qkv = random_qkv_bits(s, q_scale);
     uint16_t* h_dout = random_bf16_bits(nout);
     /* dqkv and both workspaces poisoned (NaN): any output or workspace element left unwritten shows */
-    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
-    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_new = bufs.dqkv_def;
-    float* stats = bufs.stats;
-    void *ws_ref = bufs.ws_ref, *ws_new = bufs.ws_def;
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
-    CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
+    CHECK(lab_bwd_dispatch_ok(c),
           "dispatch: the default backward is the Hopper one, force_portable the portable one");
-    attention_forward_cuda(mode, portable, s, qkv, out, stats, NULL, 0);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
+    lab_bwd_forward(c, c.portable, 0);
+    lab_bwd_portable(c, 0);
+    lab_bwd_default(c, 0);
     sync_or_report(cudaDeviceSynchronize(), title);
     uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
     uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_new, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     static const char* kSlotName[3] = {"dQ", "dK", "dV"};
     for (int slot = 0; slot < 3; slot++) {
         const SlotDiff d = compare_slot(h_ref, h_new, s, slot);
@@ -131,8 +125,8 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
         for (int k = 0; k < 4; k++)
             for (int r = 0; r < kReps; r++) cudaCheck(cudaEventCreate(&ev[k][r]));
         for (int i = 0; i < kWarmup; i++) {
-            attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-            attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
+            lab_bwd_portable(c, 0);
+            lab_bwd_default(c, 0);
         }
         sync_or_report(cudaDeviceSynchronize(), "the warm-up launches");
         /* 2 ms plus 100 us per pair of launches: longer than queueing them takes */
@@ -140,10 +134,10 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
         cudaCheckLastError();
         for (int r = 0; r < kReps; r++) {
             cudaCheck(cudaEventRecord(ev[0][r]));
-            attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
+            lab_bwd_portable(c, 0);
             cudaCheck(cudaEventRecord(ev[1][r]));
             cudaCheck(cudaEventRecord(ev[2][r]));
-            attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
+            lab_bwd_default(c, 0);
             cudaCheck(cudaEventRecord(ev[3][r]));
         }
         sync_or_report(cudaDeviceSynchronize(), "the timed launches");
@@ -161,8 +155,8 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
                " %.4f ms = %.1f TFLOP/s; Hopper %.4f ms = %.1f TFLOP/s; speed-up %.2fx\n",
                (int)kReps, ms_ref, flops / ms_ref * 1e-9, ms_new, flops / ms_new * 1e-9, ms_ref / ms_new);
     }
-    free(h_qkv); free(h_dout); free(h_ref); free(h_new);
-    lab_bwd_buffers_free(&bufs);
+    free(h_ref); free(h_new);
+    lab_bwd_case_free(&c);
 }
 
 /* Runs the library's layout probe (attention_hopper_bwd128_layout_probe) on B1 NH3 T100 (head 1: slot and

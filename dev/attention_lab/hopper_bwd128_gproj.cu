@@ -121,7 +121,7 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     snprintf(title, sizeof title, "B%d NH%d T%d HS%d q x%g key offset %g: Hopper gproj key-major pass at HS 128", s.B,
              s.NH, s.T, s.HS, in.q_scale, in.key_offset);
     test_section(title);
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
     const size_t rows = (size_t)s.B * s.NH * s.T;
     const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
     CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
@@ -129,34 +129,29 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
           " this lab reads)", ws_bytes);
     uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
     uint16_t* h_dout = random_bf16_bits(nout);
-    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
-    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_def = bufs.dqkv_def;
-    float* stats = bufs.stats;
-    void *ws_ref = bufs.ws_ref, *ws_def = bufs.ws_def;
+    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
     bf16* dqkv_pass;
     cudaCheck(cudaMalloc(&dqkv_pass, nqkv * 2));
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
     /* the uploads and poison fills ran on the legacy default stream, which `st` (non-blocking) does not
        wait for */
     sync_or_report(cudaDeviceSynchronize(), "the uploads and poison fills");
-    const AttnBwdPath path_default = attention_backward_cuda_path(mode, opt, s, qkv, dout);
+    const AttnBwdPath path_default = attention_backward_cuda_path(mode, c.opt, s, c.qkv, c.dout);
     printf("  dispatch: default gproj backward %s, force_portable %s\n", attn_bwd_path_name(path_default),
-           attn_bwd_path_name(attention_backward_cuda_path(mode, portable, s, qkv, dout)));
+           attn_bwd_path_name(attention_backward_cuda_path(mode, c.portable, s, c.qkv, c.dout)));
     CHECK(path_default == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+              attention_backward_cuda_path(mode, c.portable, s, c.qkv, c.dout) == ATTN_BWD_PORTABLE,
           "dispatch: the default gproj backward at HS 128 is the Hopper one (row pass + this pass), force_portable"
           " the portable one");
 
-    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, st);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st);
+    lab_bwd_forward(c, c.opt, st);
+    lab_bwd_portable(c, st);
     sync_or_report(cudaStreamSynchronize(st), "the forward and the force_portable backward");
     /* (a) the pass alone on the reference's D and lambda */
-    pass_alone(s, qkv, dout, stats, ws_ref, dqkv_ref, dqkv_pass, st);
+    pass_alone(s, c.qkv, c.dout, c.stats, c.ws_ref, c.dqkv_ref, dqkv_pass, st);
     sync_or_report(cudaStreamSynchronize(st), "the gproj key-major pass on the reference's D and lambda");
     uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
     uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
     check_slot(h_ref, h_new, s, 0, "(a) this pass, same lambda:", "the force_portable backward (untouched)", kExact);
     for (int slot = 1; slot < 3; slot++)
@@ -164,35 +159,37 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     printf("  max over heads ||sum_j dK_j|| / ||dK||: force_portable %.3g, this pass %.3g\n",
            lab_worst_key_sum(h_ref, s), lab_worst_key_sum(h_new, s));
     /* (b) the default backward, on poisoned dqkv and workspace */
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st);
+    lab_bwd_default(c, st);
     sync_or_report(cudaStreamSynchronize(st), "the default gproj backward");
-    cudaCheck(cudaMemcpy(h_new, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_new, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     check_slot(h_ref, h_new, s, 0, "(b) default backward:", "the force_portable backward", kMaxDqUlpsRowPass);
     for (int slot = 1; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(b) default backward:", "the force_portable backward", kMaxUlps);
     printf("  max over heads ||sum_j dK_j|| / ||dK||: default backward %.3g\n", lab_worst_key_sum(h_new, s));
     /* (c) the pass alone on the default path's D and lambda: what the default path ran, bit for bit */
-    pass_alone(s, qkv, dout, stats, ws_def, dqkv_def, dqkv_pass, st);
+    pass_alone(s, c.qkv, c.dout, c.stats, c.ws_def, c.dqkv_def, dqkv_pass, st);
     sync_or_report(cudaStreamSynchronize(st), "the gproj key-major pass on the default path's D and lambda");
-    cudaCheck(cudaMemcpy(h_ref, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_ref, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
     for (int slot = 0; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(c) this pass, default path's lambda:", "the default backward", kExact);
 
     if (time_it) {
         LabTimer timer = lab_timer_make(st, sync_or_report);
-        LabBf16Backward bf = lab_bf16_backward_make(s, opt, qkv, st);
-        const float* D_def = (const float*)ws_def + rows * s.HS;
+        LabBf16Backward bf = lab_bf16_backward_make(s, c.opt, c.qkv, st);
+        const float* D_def = (const float*)c.ws_def + rows * s.HS;
         const float* lambda_def = D_def + rows;
-        auto run_portable = [&]() { attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st); };
-        auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st); };
-        auto run_bf16 = [&]() { lab_bf16_backward_run(bf, s, opt, qkv, dout, st); };
-        auto run_pass = [&]() { attention_backward_hopper_gproj_keys(s, qkv, dout, stats, D_def, lambda_def, dqkv_pass, st); };
+        auto run_portable = [&]() { lab_bwd_portable(c, st); };
+        auto run_default = [&]() { lab_bwd_default(c, st); };
+        auto run_bf16 = [&]() { lab_bf16_backward_run(bf, s, c.opt, c.qkv, c.dout, st); };
+        auto run_pass = [&]() {
+            attention_backward_hopper_gproj_keys(s, c.qkv, c.dout, c.stats, D_def, lambda_def, dqkv_pass, st);
+        };
         const float ms_portable = lab_timer_median(timer, run_portable, "timing the portable gproj backward");
         const float ms_default = lab_timer_median(timer, run_default, "timing the default gproj backward");
         const float ms_pass = lab_timer_median(timer, run_pass, "timing the gproj key-major pass alone");
         const float ms_bf16 = lab_timer_median(timer, run_bf16, "timing the default bf16 backward");
-        const char* path_bf16 = attn_bwd_path_name(attention_backward_cuda_path(ATTN_BF16, opt, s, qkv, dout));
+        const char* path_bf16 = attn_bwd_path_name(attention_backward_cuda_path(ATTN_BF16, c.opt, s, c.qkv, c.dout));
         /* key-major pass: 4 GEMMs of 2 B H T^2 d / 2 (causal) each, + the correction GEMM */
         const double gemm = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
         printf("  time (median of %d, warm inputs, queued behind a spin): portable gproj backward %.4f ms; default"
@@ -206,8 +203,8 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         lab_timer_free(&timer);
         lab_bf16_backward_free(&bf);
     }
-    free(h_qkv); free(h_dout); free(h_ref); free(h_new);
-    lab_bwd_buffers_free(&bufs);
+    free(h_ref); free(h_new);
+    lab_bwd_case_free(&c);
     cudaCheck(cudaFree(dqkv_pass));
 }
 

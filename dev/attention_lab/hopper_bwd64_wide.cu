@@ -132,7 +132,7 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d q x%g key offset %g: production (128-query steps) vs "
              "force_portable", attn_mode_name(mode), s.B, s.NH, s.T, s.HS, in.q_scale, in.key_offset);
     test_section(title);
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
     const size_t rows = (size_t)s.B * s.NH * s.T;
     const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
     CHECK(ws_bytes >= (rows * s.HS + rows) * sizeof(float),
@@ -140,47 +140,43 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
           ws_bytes);
     uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
     uint16_t* h_dout = random_bf16_bits(nout);
-    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
-    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_def = bufs.dqkv_def;
-    float* stats = bufs.stats;
-    void *ws_ref = bufs.ws_ref, *ws_def = bufs.ws_def;
+    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
     bf16* dqkv_alone;
     void* ws_alone;
     lab_alloc_poisoned(&dqkv_alone, nqkv * 2);
     lab_alloc_poisoned(&ws_alone, ws_bytes);
-    AttnOptions opt = {}, portable = {};
-    portable.force_portable = 1;
     sync_or_report(cudaDeviceSynchronize(), "the uploads and poison fills");
-    const AttnBwdPath path = attention_backward_cuda_path(mode, opt, s, qkv, dout);
-    CHECK(path == ATTN_BWD_HOPPER && attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+    const AttnBwdPath path = attention_backward_cuda_path(mode, c.opt, s, c.qkv, c.dout);
+    CHECK(path == ATTN_BWD_HOPPER &&
+              attention_backward_cuda_path(mode, c.portable, s, c.qkv, c.dout) == ATTN_BWD_PORTABLE,
           "dispatch: the default backward is the Hopper one (got %s), force_portable the portable one",
           attn_bwd_path_name(path));
-    CHECK(attention_hopper_bwd_supports(mode, opt, s, qkv, dout) == 1, "attention_hopper_bwd_supports says yes");
+    CHECK(attention_hopper_bwd_supports(mode, c.opt, s, c.qkv, c.dout) == 1, "attention_hopper_bwd_supports says yes");
 
-    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, st);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st);
+    lab_bwd_forward(c, c.opt, st);
+    lab_bwd_portable(c, st);
     sync_or_report(cudaStreamSynchronize(st), "the forward and the force_portable backward");
     uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
     uint16_t* h_def = (uint16_t*)mallocCheck(nqkv * 2);
     uint16_t* h_alone = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
 
     /* (a) the kernel alone on the reference's D */
-    kernel_alone(mode, s, qkv, dout, stats, ws_ref, ws_alone, dqkv_alone, st);
+    kernel_alone(mode, s, c.qkv, c.dout, c.stats, c.ws_ref, ws_alone, dqkv_alone, st);
     sync_or_report(cudaStreamSynchronize(st), "(a) the kernel alone on force_portable's D + the lab's post-pass");
     cudaCheck(cudaMemcpy(h_alone, dqkv_alone, nqkv * 2, cudaMemcpyDeviceToHost));
     for (int slot = 0; slot < 3; slot++)
         check_slot(h_ref, h_alone, s, slot, "(a) kernel alone on the reference's D:", "force_portable", kMaxUlps);
 
     /* (b) the default backward on poisoned buffers */
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st);
+    lab_bwd_default(c, st);
     sync_or_report(cudaStreamSynchronize(st), "(b) the default backward (prep + Hopper kernel + post-pass)");
-    cudaCheck(cudaMemcpy(h_def, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_def, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     for (int slot = 0; slot < 3; slot++)
         check_slot(h_ref, h_def, s, slot, "(b) default backward:", "force_portable", kMaxUlps);
 
     /* (c) the kernel alone on the default path's D */
-    kernel_alone(mode, s, qkv, dout, stats, ws_def, ws_alone, dqkv_alone, st);
+    kernel_alone(mode, s, c.qkv, c.dout, c.stats, c.ws_def, ws_alone, dqkv_alone, st);
     sync_or_report(cudaStreamSynchronize(st), "(c) the kernel alone on the default backward's D");
     cudaCheck(cudaMemcpy(h_alone, dqkv_alone, nqkv * 2, cudaMemcpyDeviceToHost));
     check_slot(h_def, h_alone, s, 0, "(c) kernel alone on the default's D:", "the default backward", kMaxUlps);
@@ -191,13 +187,14 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         LabTimer timer = lab_timer_make(st, sync_or_report);
         /* the key-major kernel's 5 causal BF16 GEMMs: S^T, dP^T, dV, dK, dQ */
         const double gemm = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
-        auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st); };
+        auto run_default = [&]() { lab_bwd_default(c, st); };
         auto run_portable = [&]() {
-            attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st);
+            lab_bwd_portable(c, st);
         };
         /* alone: it keeps adding into the accumulator (its values no longer matter) */
         auto run_kernel = [&]() {
-            attention_backward_hopper_keys(mode, s, qkv, dout, stats, ws_D(ws_def, s), ws_dq_acc(ws_def), dqkv_def, st);
+            attention_backward_hopper_keys(mode, s, c.qkv, c.dout, c.stats, ws_D(c.ws_def, s), ws_dq_acc(c.ws_def),
+                                           c.dqkv_def, st);
         };
         const float ms_def = lab_timer_median(timer, run_default, "timing the default backward");
         const float ms_port = lab_timer_median(timer, run_portable, "timing the force_portable backward");
@@ -208,8 +205,8 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
                attn_bwd_path_name(path), ms_def, ms_port, ms_port / ms_def, ms_kernel, 5.0 * gemm / ms_kernel * 1e-9);
         lab_timer_free(&timer);
     }
-    free(h_qkv); free(h_dout); free(h_ref); free(h_def); free(h_alone);
-    lab_bwd_buffers_free(&bufs);
+    free(h_ref); free(h_def); free(h_alone);
+    lab_bwd_case_free(&c);
     cudaCheck(cudaFree(dqkv_alone)); cudaCheck(cudaFree(ws_alone));
 }
 

@@ -111,35 +111,29 @@ static void check_case(CheckInputs in, int time_it) {
     uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
     uint16_t* h_dout = random_bf16_bits(nout);
 
-    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
-    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_def = bufs.dqkv_def;
-    float* stats = bufs.stats;
-    void *ws_ref = bufs.ws_ref, *ws_def = bufs.ws_def;
+    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
     bf16* dqkv_pass;
     cudaCheck(cudaMalloc(&dqkv_pass, nqkv * 2));
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
-    CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+    CHECK(lab_bwd_dispatch_ok(c),
           "dispatch: the default gproj backward is the Hopper one (row pass + this pass), force_portable the"
           " portable one");
-    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, 0);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, 0);
+    lab_bwd_forward(c, c.opt, 0);
+    lab_bwd_portable(c, 0);
+    lab_bwd_default(c, 0);
     sync_or_report(cudaDeviceSynchronize(), "the production backwards");
     /* this pass alone over the default path's dqkv with k and v poisoned, from the default path's D, lambda */
-    const float* D_def = (const float*)ws_def + rows * s.HS;
+    const float* D_def = (const float*)c.ws_def + rows * s.HS;
     const float* lambda_def = D_def + rows;
-    cudaCheck(cudaMemcpy(dqkv_pass, dqkv_def, nqkv * 2, cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpy(dqkv_pass, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToDevice));
     poison_kv(dqkv_pass, s);
-    attention_backward_hopper_gproj_keys(s, qkv, dout, stats, D_def, lambda_def, dqkv_pass, 0);
+    attention_backward_hopper_gproj_keys(s, c.qkv, c.dout, c.stats, D_def, lambda_def, dqkv_pass, 0);
     sync_or_report(cudaDeviceSynchronize(), "the gproj key-major pass alone");
 
     uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
     uint16_t* h_def = (uint16_t*)mallocCheck(nqkv * 2);
     uint16_t* h_pass = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_def, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_def, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(h_pass, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
     printf(" the default (Hopper) gproj backward:\n");
     for (int slot = 0; slot < 3; slot++) check_slot(h_ref, h_def, s, slot, "the force_portable backward", 0);
@@ -158,12 +152,16 @@ static void check_case(CheckInputs in, int time_it) {
         float* stats_b;
         cudaCheck(cudaMalloc(&out_b, nout * 2));
         cudaCheck(cudaMalloc(&stats_b, nstats * 4));
-        attention_forward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, NULL, 0);
+        attention_forward_cuda(ATTN_BF16, c.opt, s, c.qkv, out_b, stats_b, NULL, 0);
         /* each candidate as a closure over this case's buffers, timed alone */
-        auto run_portable = [&]() { attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0); };
-        auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, 0); };
-        auto run_bf16 = [&]() { attention_backward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, dout, dqkv_pass, ws_ref, 0); };
-        auto run_pass = [&]() { attention_backward_hopper_gproj_keys(s, qkv, dout, stats, D_def, lambda_def, dqkv_def, 0); };
+        auto run_portable = [&]() { lab_bwd_portable(c, 0); };
+        auto run_default = [&]() { lab_bwd_default(c, 0); };
+        auto run_bf16 = [&]() {
+            attention_backward_cuda(ATTN_BF16, c.opt, s, c.qkv, out_b, stats_b, c.dout, dqkv_pass, c.ws_ref, 0);
+        };
+        auto run_pass = [&]() {
+            attention_backward_hopper_gproj_keys(s, c.qkv, c.dout, c.stats, D_def, lambda_def, c.dqkv_def, 0);
+        };
         auto time_of = [&](auto fn, const char* what) {
             float t[kReps];
             for (int i = 0; i < kWarmup; i++) fn();
@@ -194,8 +192,8 @@ static void check_case(CheckInputs in, int time_it) {
         cudaCheck(cudaFree(out_b));
         cudaCheck(cudaFree(stats_b));
     }
-    free(h_qkv); free(h_dout); free(h_ref); free(h_def); free(h_pass);
-    lab_bwd_buffers_free(&bufs);
+    free(h_ref); free(h_def); free(h_pass);
+    lab_bwd_case_free(&c);
     cudaCheck(cudaFree(dqkv_pass));
 }
 

@@ -95,7 +95,7 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     snprintf(title, sizeof title, "B%d NH%d T%d HS%d q x%g key offset %g: Hopper fp32 key-major pass at HS %d", s.B,
              s.NH, s.T, s.HS, in.q_scale, in.key_offset, s.HS);
     test_section(title);
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
     const size_t rows = (size_t)s.B * s.NH * s.T;
     const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
     CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
@@ -103,52 +103,47 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
           " this lab reads)", ws_bytes);
     uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
     uint16_t* h_dout = random_bf16_bits(nout);
-    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
-    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_def = bufs.dqkv_def;
-    float* stats = bufs.stats;
-    void *ws_ref = bufs.ws_ref, *ws_def = bufs.ws_def;
+    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
     bf16* dqkv_pass;
     void* ws_pass;
     lab_alloc_poisoned(&dqkv_pass, nqkv * 2);
     lab_alloc_poisoned(&ws_pass, ws_bytes);
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
     /* the uploads and poison fills ran on the legacy default stream, which `st` (non-blocking) does not
        wait for */
     sync_or_report(cudaDeviceSynchronize(), "the uploads and poison fills");
-    const AttnBwdPath path_default = attention_backward_cuda_path(mode, opt, s, qkv, dout);
+    const AttnBwdPath path_default = attention_backward_cuda_path(mode, c.opt, s, c.qkv, c.dout);
     printf("  dispatch: default fp32 backward %s, force_portable %s\n", attn_bwd_path_name(path_default),
-           attn_bwd_path_name(attention_backward_cuda_path(mode, portable, s, qkv, dout)));
+           attn_bwd_path_name(attention_backward_cuda_path(mode, c.portable, s, c.qkv, c.dout)));
     CHECK(path_default == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+              attention_backward_cuda_path(mode, c.portable, s, c.qkv, c.dout) == ATTN_BWD_PORTABLE,
           "dispatch: the default fp32 backward at HS %d is the Hopper one (row pass + this pass), force_portable"
           " the portable one", s.HS);
-    CHECK(attention_hopper_fp32_keys_supports(mode, s, qkv, dout), "attention_hopper_fp32_keys_supports says yes"
+    CHECK(attention_hopper_fp32_keys_supports(mode, s, c.qkv, c.dout), "attention_hopper_fp32_keys_supports says yes"
           " (fp32, HS %d, aligned): backward_launch runs this pass", s.HS);
 
-    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, st);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st);
+    lab_bwd_forward(c, c.opt, st);
+    lab_bwd_portable(c, st);
     sync_or_report(cudaStreamSynchronize(st), "the forward and the force_portable backward");
     /* (a) the pass alone on the reference's D */
-    pass_alone(s, qkv, dout, stats, ws_ref, ws_pass, dqkv_pass, st);
+    pass_alone(s, c.qkv, c.dout, c.stats, c.ws_ref, ws_pass, dqkv_pass, st);
     sync_or_report(cudaStreamSynchronize(st), "(a) the fp32 key-major pass on the reference's D + the lab's post-pass");
     uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
     uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
     for (int slot = 0; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(a) this pass on the reference's D:", "the force_portable backward",
                    kMaxUlps);
     /* (b) the default backward, on poisoned dqkv and workspace */
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st);
+    lab_bwd_default(c, st);
     sync_or_report(cudaStreamSynchronize(st), "(b) the default fp32 backward");
-    cudaCheck(cudaMemcpy(h_new, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_new, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     for (int slot = 0; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(b) default backward:", "the force_portable backward", kMaxUlps);
     /* (c) the pass alone on the default path's D: what the default path ran (dK, dV bit for bit) */
-    pass_alone(s, qkv, dout, stats, ws_def, ws_pass, dqkv_pass, st);
+    pass_alone(s, c.qkv, c.dout, c.stats, c.ws_def, ws_pass, dqkv_pass, st);
     sync_or_report(cudaStreamSynchronize(st), "(c) the fp32 key-major pass on the default path's D");
-    cudaCheck(cudaMemcpy(h_ref, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_ref, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
     check_slot(h_ref, h_new, s, 0, "(c) this pass, default path's D:", "the default backward", kMaxUlps);
     for (int slot = 1; slot < 3; slot++)
@@ -156,19 +151,21 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
 
     if (time_it) {
         LabTimer timer = lab_timer_make(st, sync_or_report);
-        LabBf16Backward bf = lab_bf16_backward_make(s, opt, qkv, st);
+        LabBf16Backward bf = lab_bf16_backward_make(s, c.opt, c.qkv, st);
         float* dq_acc_pass = (float*)ws_pass;
         const float* D_pass = dq_acc_pass + rows * s.HS;
-        auto run_portable = [&]() { attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st); };
-        auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st); };
-        auto run_bf16 = [&]() { lab_bf16_backward_run(bf, s, opt, qkv, dout, st); };
+        auto run_portable = [&]() { lab_bwd_portable(c, st); };
+        auto run_default = [&]() { lab_bwd_default(c, st); };
+        auto run_bf16 = [&]() { lab_bf16_backward_run(bf, s, c.opt, c.qkv, c.dout, st); };
         /* alone: keeps adding into ws_pass's accumulator (its values do not matter any more) */
-        auto run_pass = [&]() { attention_backward_hopper_fp32_keys(s, qkv, dout, stats, D_pass, dq_acc_pass, dqkv_pass, st); };
+        auto run_pass = [&]() {
+            attention_backward_hopper_fp32_keys(s, c.qkv, c.dout, c.stats, D_pass, dq_acc_pass, dqkv_pass, st);
+        };
         const float ms_pass = lab_timer_median(timer, run_pass, "timing the fp32 key-major pass alone");
         const float ms_portable = lab_timer_median(timer, run_portable, "timing the portable fp32 backward");
         const float ms_default = lab_timer_median(timer, run_default, "timing the default fp32 backward");
         const float ms_bf16 = lab_timer_median(timer, run_bf16, "timing the default bf16 backward");
-        const char* path_bf16 = attn_bwd_path_name(attention_backward_cuda_path(ATTN_BF16, opt, s, qkv, dout));
+        const char* path_bf16 = attn_bwd_path_name(attention_backward_cuda_path(ATTN_BF16, c.opt, s, c.qkv, c.dout));
         /* the pass's GEMM work in BF16 tensor-core products, causal: S^T, dP^T (1 each), dV, dK (2 each: the
            split), dQ (3) = 9 GEMMs of 2 B H T^2 d / 2 */
         const double gemm = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
@@ -183,7 +180,7 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         lab_timer_free(&timer);
         lab_bf16_backward_free(&bf);
     }
-    free(h_qkv); free(h_dout); free(h_ref); free(h_new);
-    lab_bwd_buffers_free(&bufs);
+    free(h_ref); free(h_new);
+    lab_bwd_case_free(&c);
     cudaCheck(cudaFree(dqkv_pass)); cudaCheck(cudaFree(ws_pass));
 }

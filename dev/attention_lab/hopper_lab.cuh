@@ -19,8 +19,9 @@
  *   lab_sigma_dp                    - the scale of dP - D of a case's inputs (sqrt(HS) rms(dO) rms(V));
  *   lab_worst_key_sum               - gproj's identity: max over heads of ||sum_j dK_j|| / ||dK||;
  *   lab_alloc_poisoned, lab_upload  - device buffers filled with NaN (0xFF bytes) or with a host copy;
- *   LabBwdBuffers (lab_bwd_buffers_make / _free) - a backward check's inputs, forward results, and the
- *                                     reference's and the default path's poisoned dqkv and workspace;
+ *   LabBwdCase (lab_bwd_case_make / _free, lab_bwd_dispatch_ok, lab_bwd_forward, lab_bwd_portable,
+ *               lab_bwd_default)    - a backward check's inputs, forward results, the reference's and the
+ *                                     default path's poisoned dqkv and workspace, and the runs on them;
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
  *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks
@@ -40,6 +41,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -186,33 +188,63 @@ static void lab_upload(T** dev, const void* host, size_t bytes) {
     cudaCheck(cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice));
 }
 
-/* The device buffers of one backward check: the case's inputs (qkv, dout: copies of host BF16 bits), the
-   forward's out and stats, and the dqkv and workspace (mode's size) of the reference (ref: the force_portable
-   backward) and of the default path (def), those four filled with NaN (lab_alloc_poisoned). */
-struct LabBwdBuffers {
+/* One backward check's inputs and buffers: the host inputs (qkv, dout as BF16 bits; lab_bwd_case_make takes
+   them over) and their device copies, the forward's out and stats, the dqkv and workspace (mode's size) of the
+   reference (ref: the force_portable backward) and of the default path (def), those four filled with NaN
+   (lab_alloc_poisoned), and the two paths' options. */
+struct LabBwdCase {
+    AttnMode mode;
+    AttnShape s;
+    uint16_t *h_qkv, *h_dout;
     __nv_bfloat16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def;
     float* stats;
     void *ws_ref, *ws_def;
+    AttnOptions opt, portable; /* the default options; force_portable */
 };
-static inline LabBwdBuffers lab_bwd_buffers_make(AttnShape s, AttnMode mode, const uint16_t* h_qkv,
-                                                 const uint16_t* h_dout) {
+static inline LabBwdCase lab_bwd_case_make(AttnMode mode, AttnShape s, uint16_t* h_qkv, uint16_t* h_dout) {
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
     const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    LabBwdBuffers b;
-    lab_upload(&b.qkv, h_qkv, nqkv * 2);
-    lab_upload(&b.dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&b.out, nout * 2));
-    cudaCheck(cudaMalloc(&b.stats, attn_stats_count(s) * 4));
-    lab_alloc_poisoned(&b.dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&b.dqkv_def, nqkv * 2);
-    lab_alloc_poisoned(&b.ws_ref, ws_bytes);
-    lab_alloc_poisoned(&b.ws_def, ws_bytes);
-    return b;
+    LabBwdCase c;
+    c.mode = mode;
+    c.s = s;
+    c.h_qkv = h_qkv;
+    c.h_dout = h_dout;
+    lab_upload(&c.qkv, h_qkv, nqkv * 2);
+    lab_upload(&c.dout, h_dout, nout * 2);
+    cudaCheck(cudaMalloc(&c.out, nout * 2));
+    cudaCheck(cudaMalloc(&c.stats, attn_stats_count(s) * 4));
+    lab_alloc_poisoned(&c.dqkv_ref, nqkv * 2);
+    lab_alloc_poisoned(&c.dqkv_def, nqkv * 2);
+    lab_alloc_poisoned(&c.ws_ref, ws_bytes);
+    lab_alloc_poisoned(&c.ws_def, ws_bytes);
+    c.opt = AttnOptions{};
+    c.portable = AttnOptions{};
+    c.portable.force_portable = 1;
+    return c;
 }
-static inline void lab_bwd_buffers_free(LabBwdBuffers* b) {
-    cudaCheck(cudaFree(b->qkv)); cudaCheck(cudaFree(b->dout)); cudaCheck(cudaFree(b->out)); cudaCheck(cudaFree(b->stats));
-    cudaCheck(cudaFree(b->dqkv_ref)); cudaCheck(cudaFree(b->dqkv_def));
-    cudaCheck(cudaFree(b->ws_ref)); cudaCheck(cudaFree(b->ws_def));
+static inline void lab_bwd_case_free(LabBwdCase* c) {
+    free(c->h_qkv); free(c->h_dout);
+    cudaCheck(cudaFree(c->qkv)); cudaCheck(cudaFree(c->dout));
+    cudaCheck(cudaFree(c->out)); cudaCheck(cudaFree(c->stats));
+    cudaCheck(cudaFree(c->dqkv_ref)); cudaCheck(cudaFree(c->dqkv_def));
+    cudaCheck(cudaFree(c->ws_ref)); cudaCheck(cudaFree(c->ws_def));
+}
+/* 1 if the case's default backward takes the Hopper path and force_portable the portable one. */
+static inline int lab_bwd_dispatch_ok(const LabBwdCase& c) {
+    return attention_backward_cuda_path(c.mode, c.opt, c.s, c.qkv, c.dout) == ATTN_BWD_HOPPER &&
+           attention_backward_cuda_path(c.mode, c.portable, c.s, c.qkv, c.dout) == ATTN_BWD_PORTABLE;
+}
+/* The case's forward with options `fwd` (its out and stats), on `st`. */
+static inline void lab_bwd_forward(const LabBwdCase& c, AttnOptions fwd, cudaStream_t st) {
+    attention_forward_cuda(c.mode, fwd, c.s, c.qkv, c.out, c.stats, NULL, st);
+}
+/* The force_portable backward into the reference's dqkv and workspace, on `st`. */
+static inline void lab_bwd_portable(const LabBwdCase& c, cudaStream_t st) {
+    attention_backward_cuda(c.mode, c.portable, c.s, c.qkv, c.out, c.stats, c.dout, c.dqkv_ref, c.ws_ref, st);
+}
+/* The default backward into the default path's dqkv and workspace, on `st`. */
+static inline void lab_bwd_default(const LabBwdCase& c, cudaStream_t st) {
+    attention_backward_cuda(c.mode, c.opt, c.s, c.qkv, c.out, c.stats, c.dout, c.dqkv_def, c.ws_def, st);
 }
 
 /* One slot (0 q, 1 k, 2 v) of two dqkv buffers [B, T, 3, NH, HS] (BF16 bits), compared row by row (row = one

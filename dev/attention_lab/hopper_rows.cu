@@ -98,21 +98,15 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     const size_t row = 3ull * s.NH * s.HS;                   /* qkv elements per token */
     const double lambda_unit = ldexp(sigma_dp, -9);
 
-    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
-    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_new = bufs.dqkv_def;
-    float* stats = bufs.stats;
-    void *ws_ref = bufs.ws_ref, *ws_new = bufs.ws_def;
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
-    CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
+    CHECK(lab_bwd_dispatch_ok(c),
           "dispatch: the default backward runs the Hopper row pass, force_portable the portable one");
-    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, 0);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
+    lab_bwd_forward(c, c.opt, 0);
+    lab_bwd_portable(c, 0);
+    lab_bwd_default(c, 0);
     cudaCheck(cudaDeviceSynchronize());
 
-    const RowsWorkspace w_ref = carve_rows_workspace(s, ws_ref), w_new = carve_rows_workspace(s, ws_new);
+    const RowsWorkspace w_ref = carve_rows_workspace(s, c.ws_ref), w_new = carve_rows_workspace(s, c.ws_def);
     float* hD_ref = (float*)mallocCheck(rows * 4);
     float* hD_new = (float*)mallocCheck(rows * 4);
     cudaCheck(cudaMemcpy(hD_ref, w_ref.D, rows * 4, cudaMemcpyDeviceToHost));
@@ -168,8 +162,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         /* dQ: the q slot of dqkv, one (b, t, h) row of HS values at a time */
         uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
         uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
-        cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(h_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h_new, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
         size_t nan_ref = 0, nan_new = 0, over_1ulp = 0;
         double max_ulps = 0, sq_diff = 0, sq_ref = 0;
         for (size_t tok = 0; tok < (size_t)s.B * s.T; tok++)
@@ -216,7 +210,7 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         cudaCheck(cudaMalloc(&out_rep, nout * 2));
         cudaCheck(cudaMalloc(&dqkv_rep, nqkv * 2));
         cudaCheck(cudaMalloc(&stats_rep, nstats * 4));
-        attention_forward_cuda(ATTN_REPAIR, portable, s, qkv, out_rep, stats_rep, NULL, 0);
+        attention_forward_cuda(ATTN_REPAIR, c.portable, s, c.qkv, out_rep, stats_rep, NULL, 0);
         auto timed = [&](float* dst, auto&& fn) {
             cudaCheck(cudaEventRecord(e0));
             fn();
@@ -224,15 +218,16 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
             cudaCheck(cudaEventSynchronize(e1));
             cudaCheck(cudaEventElapsedTime(dst, e0, e1));
         };
-        auto run_bwd = [&] { attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0); };
-        auto run_new = [&] { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0); };
+        auto run_bwd = [&] { lab_bwd_portable(c, 0); };
+        auto run_new = [&] { lab_bwd_default(c, 0); };
         auto run_repair = [&] {
-            attention_backward_cuda(ATTN_REPAIR, portable, s, qkv, out_rep, stats_rep, dout, dqkv_rep, ws_ref, 0);
+            attention_backward_cuda(ATTN_REPAIR, c.portable, s, c.qkv, out_rep, stats_rep, c.dout, dqkv_rep, c.ws_ref,
+                                    0);
         };
         /* the Hopper row pass alone, on the D the last backward left in ws_new (gproj reads it; fp32 writes it) */
-        const RowsWorkspace w_time = carve_rows_workspace(s, ws_new);
+        const RowsWorkspace w_time = carve_rows_workspace(s, c.ws_def);
         auto run_rows = [&] {
-            attention_backward_hopper_rows(mode, s, qkv, dout, stats, w_time.D, w_time.lambda, dqkv_new, 0);
+            attention_backward_hopper_rows(mode, s, c.qkv, c.dout, c.stats, w_time.D, w_time.lambda, c.dqkv_def, 0);
         };
         for (int i = 0; i < kWarmup; i++) {
             run_bwd(); run_new(); run_repair(); run_rows();
@@ -257,8 +252,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         cudaCheck(cudaEventDestroy(e1));
         cudaCheck(cudaFree(out_rep)); cudaCheck(cudaFree(dqkv_rep)); cudaCheck(cudaFree(stats_rep));
     }
-    free(h_qkv); free(h_dout); free(hD_ref); free(hD_new);
-    lab_bwd_buffers_free(&bufs);
+    free(hD_ref); free(hD_new);
+    lab_bwd_case_free(&c);
 }
 
 /* (kProbeTol, the FP32-accumulation bound relative to the sum of |products|: dev/attention_lab/hopper_lab.cuh.) */

@@ -248,7 +248,7 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d q x%g key offset %g: HS-128 Hopper row pass vs the portable one",
              attn_mode_name(mode), s.B, s.NH, s.T, s.HS, in.q_scale, in.key_offset);
     test_section(title);
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s), rows = rows_of(s);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), rows = rows_of(s);
     const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
     CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
           "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; the layout this lab assumes)",
@@ -258,24 +258,18 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     const double sigma_dp = lab_sigma_dp(h_qkv, h_dout, s); /* the scale of dP - D (hopper_lab.cuh) */
     const double lambda_unit = ldexp(sigma_dp, -9);
 
-    LabBwdBuffers bufs = lab_bwd_buffers_make(s, mode, h_qkv, h_dout);
-    bf16 *qkv = bufs.qkv, *dout = bufs.dout, *out = bufs.out, *dqkv_ref = bufs.dqkv_ref, *dqkv_new = bufs.dqkv_def;
-    float* stats = bufs.stats;
-    void *ws_ref = bufs.ws_ref, *ws_new = bufs.ws_def;
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
-    CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
+    CHECK(lab_bwd_dispatch_ok(c),
           "dispatch: the default backward runs the Hopper row pass, force_portable the portable one");
-    attention_forward_cuda(mode, portable, s, qkv, out, stats, NULL, 0);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
+    lab_bwd_forward(c, c.portable, 0);
+    lab_bwd_portable(c, 0);
+    lab_bwd_default(c, 0);
     lab_sync_or_report(cudaDeviceSynchronize(), kLab, title);
 
     float* h_ref = (float*)mallocCheck(rows * 4);
     float* h_new = (float*)mallocCheck(rows * 4);
-    cudaCheck(cudaMemcpy(h_ref, ws_D(s, ws_ref), rows * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_new, ws_D(s, ws_new), rows * 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_ref, ws_D(s, c.ws_ref), rows * 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_new, ws_D(s, c.ws_def), rows * 4, cudaMemcpyDeviceToHost));
     const RowDiff dd = compare_rows(h_ref, h_new, rows, sigma_dp);
     printf("  D (%s): %zu of %zu rows not bit-equal; |diff| / sigma_dP (%.3g): median %.3g, max %.3g\n",
            mode == ATTN_FP32 ? "sum P dP, the row pass" : "dO . O, the prep kernel on both paths", dd.unequal, rows,
@@ -285,8 +279,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     CHECK(dd.max_units <= kMaxDRel, "D within %.0e sigma_dP of the portable path (max %.3g)", kMaxDRel, dd.max_units);
     CHECK(dd.unequal == 0, "D bit-equal to the portable path (%zu rows differ)", dd.unequal);
     if (mode == ATTN_GPROJ) {
-        cudaCheck(cudaMemcpy(h_ref, ws_lambda(s, ws_ref), rows * 4, cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(h_new, ws_lambda(s, ws_new), rows * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h_ref, ws_lambda(s, c.ws_ref), rows * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h_new, ws_lambda(s, c.ws_def), rows * 4, cudaMemcpyDeviceToHost));
         const RowDiff d = compare_rows(h_ref, h_new, rows, lambda_unit);
         printf("  lambda: %zu of %zu rows not bit-equal; |diff| in u = 2^-9 sigma_dP (%.3g): median %.3g, max %.3g\n",
                d.unequal, rows, lambda_unit, d.med_units, d.max_units);
@@ -301,8 +295,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
 
     uint16_t* g_ref = (uint16_t*)mallocCheck(nqkv * 2);
     uint16_t* g_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(g_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(g_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(g_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(g_new, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     /* gproj: dQ is the row pass's (bit-equal); dK, dV come from gproj's Hopper key-major pass
        (attention_hopper_bwd128_gproj.cu, FP32 sum order differs: tolerance only). fp32: all three come from
        fp32's Hopper key-major pass (attention_hopper_bwd128_fp32.cu) on the Hopper path and from the portable
@@ -316,9 +310,9 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     if (time_it) {
         cudaStream_t st;
         cudaCheck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-        BackwardKernels port = capture_backward(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref,
-                                                "attn_bwd_rows_kernel", st);
-        BackwardKernels hop = capture_backward(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new,
+        BackwardKernels port = capture_backward(mode, c.portable, s, c.qkv, c.out, c.stats, c.dout, c.dqkv_ref,
+                                                c.ws_ref, "attn_bwd_rows_kernel", st);
+        BackwardKernels hop = capture_backward(mode, c.opt, s, c.qkv, c.out, c.stats, c.dout, c.dqkv_def, c.ws_def,
                                                "hopper_rows128_kernel", st);
         CHECK(port.row_pass >= 0 && hop.row_pass >= 0,
               "the captured backwards have their row-pass nodes (portable attn_bwd_rows_kernel: %d, default"
@@ -328,8 +322,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         backward_kernels_free(&hop);
         cudaCheck(cudaStreamDestroy(st));
     }
-    free(h_qkv); free(h_dout);
-    lab_bwd_buffers_free(&bufs);
+    
+    lab_bwd_case_free(&c);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
