@@ -53,7 +53,6 @@
 
 typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_BWD128_HS; /* the head size of this lab */
-enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 };  /* the 3 of qkv [B, T, 3, NH, HS] */
 
 /* cudaDeviceSynchronize (or an event wait) that names the barrier that hung, if one did (the HS-128 kernel
    gives up and runs on, so a hang is not a CUDA error), and stops on either. The record: hopper_lab.cuh's
@@ -182,29 +181,8 @@ static void layout_probe(void) {
     const float* g_dv = g_dpt + n_st;
     const float* g_dk = g_dv + n_dkv;
     const float* g_dq = g_dk + n_dkv;
-    double* ref = (double*)mallocCheck(n_dkv * sizeof(double));
-    double* mag = (double*)mallocCheck(n_dkv * sizeof(double));
     int bad[5];
-    /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    lab_probe_product(ref, mag, nk, nq, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
-    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
-    /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    lab_probe_product(ref, mag, nk, nq, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
-    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
-    /* dV[key][n] = sum_q bf(S^T[key][q]) dO[q][n] */
-    lab_probe_product(ref, mag, nk, kHS, nq,
-                      [&](int i, int n, int q) { return bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n); });
-    bad[2] = lab_probe_compare("dV = bf(S^T) dO", g_dv, ref, mag, nk, kHS);
-    /* dK[key][n] = sum_q bf(dP^T[key][q]) Q[q][n] */
-    lab_probe_product(ref, mag, nk, kHS, nq,
-                      [&](int i, int n, int q) { return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kSlotQ, n); });
-    bad[3] = lab_probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag, nk, kHS);
-    /* dQ[q][n] = sum_key bf(dP^T[key][q]) K[key][n] over all 128 keys */
-    lab_probe_product(ref, mag, nq, kHS, nk,
-                      [&](int q, int n, int k) { return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, k, kSlotK, n); });
-    bad[4] = lab_probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag, nq, kHS);
+    keymajor_probe_products(in, nk, nq, g_st, g_dpt, g_dv, g_dk, g_dq, bad); /* dQ over all 128 keys */
     CHECK(bad[0] == 0, "S^T = K Q^T: (a) m64n64k16 SS over 8 k-steps, the chunk jump at k-step 4, K rows at the"
                        " warpgroup's 8 KB offset inside 16 KB chunks, Q chunks 8 KB apart (stage 1)");
     CHECK(bad[1] == 0, "dP^T = V dO^T: (a) with the dout map at HS 128 (column coordinate 64 for chunk 1)");
@@ -212,7 +190,7 @@ static void layout_probe(void) {
     CHECK(bad[3] == 0, "dK = bf(dP^T) Q: (b) the Q tile read N-major after being read K-major");
     CHECK(bad[4] == 0, "dQ = bf(dS) K: (c) dS staged from the packed words by both warpgroups, read as 8 k-steps"
                        " of A; (d) K column chunk N-major across its two 64-row boxes");
-    free(h); free(ref); free(mag);
+    free(h);
     probe_inputs_free(&in);
     cudaCheck(cudaFree(d_out));
 }
@@ -220,9 +198,7 @@ static void layout_probe(void) {
 
 /* The checks of one child process: the layout probe (child 0) or every shape (child 1). */
 static void run_child(int child) {
-    attn_rng_init(&g_rng, 0x13198A2E03707344ull);
-    require_sm90("hopper_bwd128");
-    lab_watch_hangs();
+    lab_child_begin("hopper_bwd128", 0x13198A2E03707344ull);
     if (child == 0) {
         layout_probe();
         return;

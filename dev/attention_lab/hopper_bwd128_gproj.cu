@@ -235,14 +235,7 @@ static void layout_probe(void) {
     double* ref = (double*)mallocCheck(n_kv * sizeof(double));
     double* mag = (double*)mallocCheck(n_kv * sizeof(double));
     int bad[5];
-    /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    lab_probe_product(ref, mag, nk, nq, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
-    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
-    /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    lab_probe_product(ref, mag, nk, nq, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
-    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
+    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, ref, mag, bad); /* bad[0], bad[1] */
     /* the correction alone: sum_q bf(-lambda_q S^T[key][q]) Q[q][n], the product in FP32 as the kernel does */
     auto corr_term = [&](int i, int n, int q) {
         const float prod = -h_lambda[q] * g_st[i * nq + q];
@@ -281,9 +274,7 @@ static void layout_probe(void) {
 
 /* The checks of one child process: the layout probe (child 0) or every case with the timings (child 1). */
 static void run_child(int child) {
-    attn_rng_init(&g_rng, 0x452821E638D01377ull);
-    require_sm90("hopper_bwd128_gproj");
-    lab_watch_hangs();
+    lab_child_begin("hopper_bwd128_gproj", 0x452821E638D01377ull);
     if (child == 0) {
         layout_probe();
         return;

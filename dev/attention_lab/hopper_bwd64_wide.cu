@@ -286,9 +286,7 @@ static void layout_probe(void) {
 }
 
 static void run_child(int child) {
-    attn_rng_init(&g_rng, 0x243F6A8885A308D3ull + (unsigned long long)child);
-    require_sm90("hopper_bwd64_wide");
-    lab_watch_hangs();
+    lab_child_begin("hopper_bwd64_wide", 0x243F6A8885A308D3ull + (unsigned long long)child);
     if (child == 0) {
         layout_probe();
         return;

@@ -54,7 +54,6 @@
 #include "dev/attention_lab/hopper_lab.cuh"
 
 typedef __nv_bfloat16 bf16;
-static const int kHS = ATTN_HOPPER_BWD_HS; /* the pass's only head size */
 static const int kTile = ATTN_HOPPER_BWD_PROBE_TILE;
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 
@@ -218,10 +217,7 @@ static void layout_probe(void) {
     double* ref = (double*)mallocCheck(tile * sizeof(double));
     double* mag = (double*)mallocCheck(tile * sizeof(double));
     int bad[4];
-    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
-    bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag);
-    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
-    bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag);
+    keymajor_probe_scores(in, kTile, kTile, g_st, g_dpt, ref, mag, bad); /* bad[0], bad[1] */
     /* correction alone: sum_q bf(-lambda_q * S^T[key][q]) Q[q][n], the product in FP32 as the kernel does */
     probe_product(ref, mag, kTile, [&](int i, int n, int q) {
         return bf16_round(-h_lambda[q] * g_st[i * kTile + q]) * probe_qkv(in, q, kSlotQ, n);

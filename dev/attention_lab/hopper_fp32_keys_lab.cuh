@@ -2,16 +2,19 @@
  * dev/attention_lab/hopper_fp32_keys_lab.cuh - the per-case checks and timings of the two labs of fp32 mode's
  * Hopper key-major pass (hopper_bwd64_fp32, hopper_bwd128_fp32): the pass through its entry point
  * attention_backward_hopper_fp32_keys (which serves both head sizes) against attention_backward_cuda's fp32
- * backward, on the default path and with force_portable, and the timings. Each lab keeps what differs: its
- * layout probe, its cases and shapes, and its main.
+ * backward, on the default path and with force_portable, the timings, and the child processes that run them.
+ * Each lab keeps what differs: its layout probe, its benchmark shapes, and the names it prints.
  *
- * Why: the two labs' checks (the lab's dQ post-pass, check_slot, pass_alone, check_case) differ only in the
- * head size they print and in how their kernel ends a hang, so they are one copy here; the spin kernel, the
- * slot comparison, the timing and the child's synchronisation check are lab_harness.cuh's.
+ * Why: the two labs' checks (the lab's dQ post-pass, check_slot, pass_alone, check_case, the small cases, the
+ * child processes) differ only in the head size and in how their kernel ends a hang, so they are one copy
+ * here; the spin kernel, the slot comparison, the timing and the child's synchronisation check are
+ * lab_harness.cuh's.
  *
- * The including lab defines kHangTail (the end of a HANG line: what its kernel does when a wait runs out, the
- * HS-64 pass traps, the HS-128 one gives up and writes NaN) before including this header, after
- * dev/attention_lab/hopper_lab.cuh. One lab = one translation unit: everything here is file-local (static).
+ * The including lab defines kHS (the pass's head size) and kHangTail (the end of a HANG line: what its kernel
+ * does when a wait runs out, the HS-64 pass traps, the HS-128 one gives up and writes NaN) before including
+ * this header, after dev/attention_lab/hopper_lab.cuh; its run_child and main hand its layout probe and its
+ * benchmark shapes to fp32_keys_run_child and fp32_keys_main. One lab = one translation unit: everything
+ * here is file-local (static).
  */
 #pragma once
 #include <stdint.h>
@@ -183,4 +186,43 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     free(h_ref); free(h_new);
     lab_bwd_case_free(&c);
     cudaCheck(cudaFree(dqkv_pass)); cudaCheck(cudaFree(ws_pass));
+}
+
+/* The checks of one child process of the lab `lab`: its layout probe (child 0), the small cases at head size
+   kHS (child 1), or its benchmark shapes `bench` with their timings (child 2). */
+static void fp32_keys_run_child(int child, const char* lab, void (*layout_probe)(void), const CheckCase* bench,
+                                size_t nbench) {
+    lab_child_begin(lab, 0x9E3779B97F4A7C15ull + (unsigned long long)child);
+    if (child == 0) {
+        layout_probe();
+        return;
+    }
+    cudaStream_t st; /* a stream of its own, as the trainer's (not the legacy default stream) */
+    cudaCheck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    if (child == 1) {
+        /* T = 1, T < 64, odd T, T not a multiple of the 128-key tile (a last key tile with an empty second
+           half), B*NH up to 32, sharp softmax, key offsets (where fp32 must stay accurate) */
+        const CheckCase cases[] = {
+            {{1, 1, 1, kHS}, 1.f, 0.f},    {{1, 2, 50, kHS}, 1.f, 0.f},   {{1, 1, 77, kHS}, 1.f, 0.f},
+            {{1, 2, 128, kHS}, 1.f, 0.f},  {{1, 1, 129, kHS}, 1.f, 0.f},  {{2, 3, 1001, kHS}, 1.f, 0.f},
+            {{4, 8, 257, kHS}, 1.f, 0.f},
+            {{1, 4, 500, kHS}, 8.f, 0.f},   /* sharp softmax (q x8) */
+            {{2, 4, 1000, kHS}, 1.f, 20.f}, /* K += 20 u */
+            {{1, 4, 777, kHS}, 8.f, 20.f},  /* both, odd T */
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i], 0, st);
+    } else {
+        for (size_t i = 0; i < nbench; i++) check_case(bench[i], 1, st);
+    }
+    cudaCheck(cudaStreamDestroy(st));
+}
+
+/* main of the lab `lab` (no arguments). The parent never touches CUDA: each child gets a fresh context, so a
+   fault or a hang report in one costs that child's results only (hopper_lab.cuh's lab_run_children). */
+static int fp32_keys_main(int argc, char** argv, const char* lab, void (*run_child)(int)) {
+    if (argc != 1) die("usage: %s   (no arguments)\n  hint: the cases are fixed in run_child()", argv[0]);
+    printf("%s: fp32's Hopper key-major pass at HS %d (dK, dV, dQ partials) vs the production"
+           " backward; the probe, the checks and the benchmark shapes each in its own process\n", lab, kHS);
+    static const char* kChildName[3] = {"the layout probe", "the checks", "the benchmark shapes and timings"};
+    return lab_run_children(lab, 3, kChildName, run_child, 0);
 }

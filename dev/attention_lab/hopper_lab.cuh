@@ -28,12 +28,14 @@
  *                                     (lab_probe_product, lab_probe_compare: any rows x cols);
  *   ProbeInputs (probe_inputs_make / _make_shape / _free, probe_qkv, probe_dout) - the backward probes' one-head
  *                                     inputs;
- *   keymajor_probe_products         - the five products of the key-major backward's probe, checked;
+ *   keymajor_probe_scores, keymajor_probe_products, fp32_keymajor_probe_products - the scores (S^T, dP^T)
+ *                                     and the products of the key-major backwards' probes, checked;
  *   lab_watch_hangs, lab_sync_or_report - the hang record (AttnHopperHang, hopper_lab_hooks.cuh) of every
  *                                     production and probe object installed in host-mapped memory, and a
  *                                     synchronisation that stops with the hung barrier's name or the CUDA error;
- *   lab_run_children, lab_child_report_and_exit, lab_child_sync_or_fail - main's one process per group of
- *                                     checks, counts through a pipe; a child's synchronisation check.
+ *   lab_run_children, lab_child_report_and_exit, lab_child_begin, lab_child_sync_or_fail - main's one
+ *                                     process per group of checks, counts through a pipe; a child's start
+ *                                     (seed, device, hang record) and its synchronisation check.
  */
 #ifndef DEV_ATTENTION_LAB_HOPPER_LAB_CUH
 #define DEV_ATTENTION_LAB_HOPPER_LAB_CUH
@@ -388,33 +390,48 @@ static inline double probe_dout(const ProbeInputs& in, int tok, int d) {
                         : 0.0;
 }
 
-/* The five 64 x 64 products of the key-major backward's layout probe (attention_hopper_bwd_layout_probe), h = [S^T, dP^T, dV, dK, dQ] as the probe wrote them, each against double loops
-   over the same BF16 values (the kernel's own S^T, dP^T, rounded to BF16 as it rounds them, for the three
-   register-A products); bad[k]: wrong elements of product k. */
-static inline void keymajor_probe_products(const ProbeInputs& in, const float* h, int bad[5]) {
+/* The scores of a key-major layout probe, S^T = K Q^T and dP^T = V dO^T ([nk keys][nq queries] each, head
+   size in.s.HS), against double loops; bad[0], bad[1]: their wrong elements. ref, mag: nk * nq doubles. */
+static inline void keymajor_probe_scores(const ProbeInputs& in, int nk, int nq, const float* g_st, const float* g_dpt,
+                                         double* ref, double* mag, int bad[2]) {
     enum { kQ = 0, kK = 1, kV = 2 };
-    const size_t tile = 64 * 64;
-    const float *g_st = h, *g_dpt = h + tile, *g_dv = h + 2 * tile, *g_dk = h + 3 * tile, *g_dq = h + 4 * tile;
     const int hs = in.s.HS;
-    double* ref = (double*)mallocCheck(tile * sizeof(double));
-    double* mag = (double*)mallocCheck(tile * sizeof(double));
     /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    probe_product(ref, mag, hs, [&](int i, int j, int d) { return probe_qkv(in, i, kK, d) * probe_qkv(in, j, kQ, d); });
-    bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag);
+    lab_probe_product(ref, mag, nk, nq, hs,
+                      [&](int i, int j, int d) { return probe_qkv(in, i, kK, d) * probe_qkv(in, j, kQ, d); });
+    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
     /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    probe_product(ref, mag, hs, [&](int i, int j, int d) { return probe_qkv(in, i, kV, d) * probe_dout(in, j, d); });
-    bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag);
-    /* dV[key][d] = sum_q bf(S^T[key][q]) dO[q][d] */
-    probe_product(ref, mag, 64, [&](int i, int n, int q) { return bf16_round(g_st[i * 64 + q]) * probe_dout(in, q, n); });
-    bad[2] = probe_compare("dV = bf(S^T) dO", g_dv, ref, mag);
-    /* dK[key][d] = sum_q bf(dP^T[key][q]) Q[q][d] */
-    probe_product(ref, mag, 64,
-                  [&](int i, int n, int q) { return bf16_round(g_dpt[i * 64 + q]) * probe_qkv(in, q, kQ, n); });
-    bad[3] = probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag);
-    /* dQ[q][d] = sum_key bf(dP^T[key][q]) K[key][d] */
-    probe_product(ref, mag, 64,
-                  [&](int q, int n, int k) { return bf16_round(g_dpt[k * 64 + q]) * probe_qkv(in, k, kK, n); });
-    bad[4] = probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag);
+    lab_probe_product(ref, mag, nk, nq, hs,
+                      [&](int i, int j, int d) { return probe_qkv(in, i, kV, d) * probe_dout(in, j, d); });
+    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
+}
+
+/* The five products of a bf16/repair key-major layout probe (nk keys x nq queries, head size in.s.HS), each
+   against double loops over the same BF16 values (the kernel's own S^T, dP^T, rounded to BF16 as it rounds
+   them, for the register-A and staged-A products): S^T, dP^T [nk][nq]; dV = bf(S^T) dO, dK = bf(dP^T) Q
+   [nk][HS]; dQ = bf(dP^T)^T K [nq][HS]. bad[k]: wrong elements of product k (the callers CHECK them with
+   what each product exercises). */
+static inline void keymajor_probe_products(const ProbeInputs& in, int nk, int nq, const float* g_st,
+                                           const float* g_dpt, const float* g_dv, const float* g_dk,
+                                           const float* g_dq, int bad[5]) {
+    enum { kQ = 0, kK = 1 };
+    const int hs = in.s.HS;
+    const size_t most = (size_t)(nk > nq ? nk : nq) * (nq > hs ? nq : hs);
+    double* ref = (double*)mallocCheck(most * sizeof(double));
+    double* mag = (double*)mallocCheck(most * sizeof(double));
+    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, ref, mag, bad);
+    /* dV[key][n] = sum_q bf(S^T[key][q]) dO[q][n] */
+    lab_probe_product(ref, mag, nk, hs, nq,
+                      [&](int i, int n, int q) { return bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n); });
+    bad[2] = lab_probe_compare("dV = bf(S^T) dO", g_dv, ref, mag, nk, hs);
+    /* dK[key][n] = sum_q bf(dP^T[key][q]) Q[q][n] */
+    lab_probe_product(ref, mag, nk, hs, nq,
+                      [&](int i, int n, int q) { return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kQ, n); });
+    bad[3] = lab_probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag, nk, hs);
+    /* dQ[q][n] = sum_key bf(dP^T[key][q]) K[key][n] */
+    lab_probe_product(ref, mag, nq, hs, nk,
+                      [&](int q, int n, int k) { return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, k, kK, n); });
+    bad[4] = lab_probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag, nq, hs);
     free(ref);
     free(mag);
 }
@@ -438,17 +455,12 @@ static inline void fp32_keymajor_probe_products(const ProbeInputs& in, int nk, i
                                                 const float* g_dpt, const float* g_dv, const float* g_dk,
                                                 const float* g_dq, const float* g_dq_lo, const float* g_dq_lo2,
                                                 int bad[7]) {
-    enum { kQ = 0, kK = 1, kV = 2 };
+    enum { kQ = 0, kK = 1 };
     const int hs = in.s.HS;
     const size_t most = (size_t)(nk > nq ? nk : nq) * (nq > hs ? nq : hs);
     double* ref = (double*)mallocCheck(most * sizeof(double));
     double* mag = (double*)mallocCheck(most * sizeof(double));
-    lab_probe_product(ref, mag, nk, nq, hs,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kK, d) * probe_qkv(in, j, kQ, d); });
-    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
-    lab_probe_product(ref, mag, nk, nq, hs,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kV, d) * probe_dout(in, j, d); });
-    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
+    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, ref, mag, bad);
     /* two-term products: per q both terms (both |.| in mag) */
     auto two_terms = [&](const float* x, int i, int q, double b) {
         return (fp32_split_term(x[i * nq + q], 0) + fp32_split_term(x[i * nq + q], 1)) * b;
@@ -548,6 +560,13 @@ static inline void lab_child_report_and_exit(void) {
     _exit(0);
 }
 
+/* The start of a child's checks: g_rng seeded with `seed`, device 0 required to be sm_90 (require_sm90, naming
+   `lab`), the hang record installed (lab_watch_hangs). */
+static inline void lab_child_begin(const char* lab, unsigned long long seed) {
+    attn_rng_init(&g_rng, seed);
+    require_sm90(lab);
+    lab_watch_hangs();
+}
 /* The synchronisation check of a child: as lab_sync_or_report, but on a hang or a CUDA error the child reports
    its counts and ends (lab_child_report_and_exit) after the FAIL lines; `hang_tail` ends the HANG line. */
 static inline void lab_child_sync_or_fail(cudaError_t e, const char* where, const char* hang_tail) {
