@@ -98,14 +98,10 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
     CHECK(lab_bwd_dispatch_ok(c),
           "dispatch: the default backward is the Hopper one, force_portable the portable one");
-    lab_bwd_forward(c, c.portable, 0);
-    lab_bwd_portable(c, 0);
-    lab_bwd_default(c, 0);
+    lab_bwd_run_both(c, c.portable, 0);
     sync_or_report(cudaDeviceSynchronize(), title);
-    uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_new, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    uint16_t* h_ref = (uint16_t*)lab_download(c.dqkv_ref, nqkv * 2);
+    uint16_t* h_new = (uint16_t*)lab_download(c.dqkv_def, nqkv * 2);
     static const char* kSlotName[3] = {"dQ", "dK", "dV"};
     for (int slot = 0; slot < 3; slot++) {
         const SlotDiff d = compare_slot(h_ref, h_new, s, slot);
@@ -174,8 +170,7 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_out, total * 4);
     attention_hopper_bwd128_layout_probe(in.s, in.head, in.qkv, in.dout, d_out);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
-    float* h = (float*)mallocCheck(total * 4);
-    cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
+    float* h = (float*)lab_download(d_out, total * 4);
     const float* g_st = h;
     const float* g_dpt = g_st + n_st;
     const float* g_dv = g_dpt + n_st;

@@ -83,8 +83,7 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_out, total * 4);
     attention_hopper_fp32_keys128_layout_probe(in.s, in.head, in.qkv, in.dout, d_out);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
-    float* h = (float*)mallocCheck(total * 4);
-    cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
+    float* h = (float*)lab_download(d_out, total * 4);
     const float* g_st = h;
     const float* g_dpt = g_st + n_st;
     const float* g_dv = g_dpt + n_st;
@@ -107,7 +106,7 @@ static void layout_probe(void) {
 }
 
 /* The benchmark shapes, checked and timed (child 2). */
-static const CheckCase kBench[] = {{{8, 8, 1024, 128}, 1.f, 0.f}, {{2, 16, 4096, 128}, 1.f, 0.f}};
+static const LabCase kBench[] = {{{8, 8, 1024, 128}, 1.f, 0.f}, {{2, 16, 4096, 128}, 1.f, 0.f}};
 
 /* The layout probe (child 0), the small cases (child 1) or the benchmark shapes (child 2): hopper_fp32_keys_lab.cuh. */
 static void run_child(int child) {

@@ -107,14 +107,8 @@ static void pass_alone(AttnShape s, const bf16* qkv, const bf16* dout, const flo
     attention_backward_hopper_gproj_keys(s, qkv, dout, stats, D, lambda, into, st);
 }
 
-struct CheckCase {
-    AttnShape s;
-    float q_scale;
-    float key_offset; /* |K offset| added to every key of a head along a random unit vector */
-};
-
 /* One case: the file comment's check 2; with time_it also 3. */
-static void check_case(CheckCase in, int time_it, cudaStream_t st) {
+static void check_case(LabCase in, int time_it, cudaStream_t st) {
     const AttnShape s = in.s;
     const AttnMode mode = ATTN_GPROJ;
     char title[200];
@@ -123,13 +117,8 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     test_section(title);
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
     const size_t rows = (size_t)s.B * s.NH * s.T;
-    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
-          "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; carve_workspace's layout, which"
-          " this lab reads)", ws_bytes);
-    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
-    uint16_t* h_dout = random_bf16_bits(nout);
-    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
+    lab_check_ws_layout(s, mode, "carve_workspace's layout, which this lab reads");
+    LabBwdCase c = lab_bwd_case_random(mode, in);
     bf16* dqkv_pass;
     cudaCheck(cudaMalloc(&dqkv_pass, nqkv * 2));
     /* the uploads and poison fills ran on the legacy default stream, which `st` (non-blocking) does not
@@ -149,10 +138,8 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     /* (a) the pass alone on the reference's D and lambda */
     pass_alone(s, c.qkv, c.dout, c.stats, c.ws_ref, c.dqkv_ref, dqkv_pass, st);
     sync_or_report(cudaStreamSynchronize(st), "the gproj key-major pass on the reference's D and lambda");
-    uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
+    uint16_t* h_ref = (uint16_t*)lab_download(c.dqkv_ref, nqkv * 2);
+    uint16_t* h_new = (uint16_t*)lab_download(dqkv_pass, nqkv * 2);
     check_slot(h_ref, h_new, s, 0, "(a) this pass, same lambda:", "the force_portable backward (untouched)", kExact);
     for (int slot = 1; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(a) this pass, same lambda:", "the force_portable backward", kMaxUlps);
@@ -225,8 +212,7 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_out, total * 4);
     attention_hopper_gproj_keys128_layout_probe(in.s, in.head, in.qkv, in.dout, d_lambda, d_out);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
-    float* h = (float*)mallocCheck(total * 4);
-    cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
+    float* h = (float*)lab_download(d_out, total * 4);
     const float* g_st = h;
     const float* g_dpt = g_st + n_st;
     const float* g_dk = g_dpt + n_st;
@@ -235,7 +221,7 @@ static void layout_probe(void) {
     double* ref = (double*)mallocCheck(n_kv * sizeof(double));
     double* mag = (double*)mallocCheck(n_kv * sizeof(double));
     int bad[5];
-    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, ref, mag, bad); /* bad[0], bad[1] */
+    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, bad); /* bad[0], bad[1] */
     /* the correction alone: sum_q bf(-lambda_q S^T[key][q]) Q[q][n], the product in FP32 as the kernel does */
     auto corr_term = [&](int i, int n, int q) {
         const float prod = -h_lambda[q] * g_st[i * nq + q];
@@ -284,7 +270,7 @@ static void run_child(int child) {
     /* T = 1, T < 64, odd T, T not a multiple of the 128-key tile (a last key tile with an empty second
        half), B*NH up to 32 (64 at the first benchmark shape), sharp softmax, key offsets (where the
        correction matters) */
-    const CheckCase cases[] = {
+    const LabCase cases[] = {
         {{1, 1, 1, 128}, 1.f, 0.f},    {{1, 2, 50, 128}, 1.f, 0.f},   {{1, 1, 77, 128}, 1.f, 0.f},
         {{1, 2, 128, 128}, 1.f, 0.f},  {{1, 1, 129, 128}, 1.f, 0.f},  {{2, 3, 1001, 128}, 1.f, 0.f},
         {{4, 8, 257, 128}, 1.f, 0.f},
@@ -294,7 +280,7 @@ static void run_child(int child) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i], 0, st);
     /* checks and timing at the benchmark shapes */
-    const CheckCase bench[] = {{{8, 8, 1024, 128}, 1.f, 0.f}, {{2, 16, 4096, 128}, 1.f, 0.f}};
+    const LabCase bench[] = {{{8, 8, 1024, 128}, 1.f, 0.f}, {{2, 16, 4096, 128}, 1.f, 0.f}};
     for (size_t i = 0; i < sizeof bench / sizeof bench[0]; i++) check_case(bench[i], 1, st);
     cudaCheck(cudaStreamDestroy(st));
 }

@@ -80,8 +80,7 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_out, total * 4);
     attention_hopper_fp32_keys64_layout_probe(in.s, in.head, in.qkv, in.dout, d_out);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
-    float* h = (float*)mallocCheck(total * 4);
-    cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
+    float* h = (float*)lab_download(d_out, total * 4);
     const float *g_st = h, *g_dpt = h + tile, *g_dv = h + 2 * tile, *g_dk = h + 3 * tile, *g_dq = h + 4 * tile;
     const float *g_dq_lo = h + 5 * tile, *g_dq_lo2 = h + 6 * tile;
     int bad[7];
@@ -99,7 +98,7 @@ static void layout_probe(void) {
 }
 
 /* The benchmark shapes, checked and timed (child 2). */
-static const CheckCase kBench[] = {{{8, 16, 1024, 64}, 1.f, 0.f}, {{4, 16, 2048, 64}, 1.f, 0.f}};
+static const LabCase kBench[] = {{{8, 16, 1024, 64}, 1.f, 0.f}, {{4, 16, 2048, 64}, 1.f, 0.f}};
 
 /* The layout probe (child 0), the small cases (child 1) or the benchmark shapes (child 2): hopper_fp32_keys_lab.cuh. */
 static void run_child(int child) {

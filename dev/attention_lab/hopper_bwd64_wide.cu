@@ -138,9 +138,7 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     CHECK(ws_bytes >= (rows * s.HS + rows) * sizeof(float),
           "workspace holds dq_acc[rows*HS] + D[rows] fp32 (%zu bytes; carve_workspace's layout, which this lab reads)",
           ws_bytes);
-    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
-    uint16_t* h_dout = random_bf16_bits(nout);
-    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
+    LabBwdCase c = lab_bwd_case_random(mode, LabCase{s, in.q_scale, in.key_offset});
     bf16* dqkv_alone;
     void* ws_alone;
     lab_alloc_poisoned(&dqkv_alone, nqkv * 2);
@@ -228,10 +226,8 @@ static void layout_probe(void) {
     cudaCheck(cudaMemset(d_acc, 0, acc_elems * 4));
     attention_hopper_bwd_layout_probe(ps, in.head, in.qkv, in.dout, d_out, d_acc);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
-    float* h = (float*)mallocCheck(total * 4);
-    float* h_acc = (float*)mallocCheck(acc_elems * 4);
-    cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_acc, d_acc, acc_elems * 4, cudaMemcpyDeviceToHost));
+    float* h = (float*)lab_download(d_out, total * 4);
+    float* h_acc = (float*)lab_download(d_acc, acc_elems * 4);
     const float *g_st = h, *g_dpt = h + n_st, *g_dv = g_dpt + n_st, *g_dk = g_dv + n_kv, *g_dq = g_dk + n_kv;
     double* ref = (double*)mallocCheck(n_st * sizeof(double));
     double* mag = (double*)mallocCheck(n_st * sizeof(double));

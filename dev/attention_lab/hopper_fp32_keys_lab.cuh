@@ -84,14 +84,8 @@ static void pass_alone(AttnShape s, const bf16* qkv, const bf16* dout, const flo
     cudaCheckLastError();
 }
 
-struct CheckCase {
-    AttnShape s;
-    float q_scale;
-    float key_offset; /* |K offset| added to every key of a head along a random unit vector */
-};
-
 /* One case: the file comment's check 2; with time_it also 3. */
-static void check_case(CheckCase in, int time_it, cudaStream_t st) {
+static void check_case(LabCase in, int time_it, cudaStream_t st) {
     const AttnShape s = in.s;
     const AttnMode mode = ATTN_FP32;
     char title[200];
@@ -101,12 +95,8 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
     const size_t rows = (size_t)s.B * s.NH * s.T;
     const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
-          "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; carve_workspace's layout, which"
-          " this lab reads)", ws_bytes);
-    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
-    uint16_t* h_dout = random_bf16_bits(nout);
-    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
+    lab_check_ws_layout(s, mode, "carve_workspace's layout, which this lab reads");
+    LabBwdCase c = lab_bwd_case_random(mode, in);
     bf16* dqkv_pass;
     void* ws_pass;
     lab_alloc_poisoned(&dqkv_pass, nqkv * 2);
@@ -130,10 +120,8 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     /* (a) the pass alone on the reference's D */
     pass_alone(s, c.qkv, c.dout, c.stats, c.ws_ref, ws_pass, dqkv_pass, st);
     sync_or_report(cudaStreamSynchronize(st), "(a) the fp32 key-major pass on the reference's D + the lab's post-pass");
-    uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
+    uint16_t* h_ref = (uint16_t*)lab_download(c.dqkv_ref, nqkv * 2);
+    uint16_t* h_new = (uint16_t*)lab_download(dqkv_pass, nqkv * 2);
     for (int slot = 0; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(a) this pass on the reference's D:", "the force_portable backward",
                    kMaxUlps);
@@ -190,7 +178,7 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
 
 /* The checks of one child process of the lab `lab`: its layout probe (child 0), the small cases at head size
    kHS (child 1), or its benchmark shapes `bench` with their timings (child 2). */
-static void fp32_keys_run_child(int child, const char* lab, void (*layout_probe)(void), const CheckCase* bench,
+static void fp32_keys_run_child(int child, const char* lab, void (*layout_probe)(void), const LabCase* bench,
                                 size_t nbench) {
     lab_child_begin(lab, 0x9E3779B97F4A7C15ull + (unsigned long long)child);
     if (child == 0) {
@@ -202,7 +190,7 @@ static void fp32_keys_run_child(int child, const char* lab, void (*layout_probe)
     if (child == 1) {
         /* T = 1, T < 64, odd T, T not a multiple of the 128-key tile (a last key tile with an empty second
            half), B*NH up to 32, sharp softmax, key offsets (where fp32 must stay accurate) */
-        const CheckCase cases[] = {
+        const LabCase cases[] = {
             {{1, 1, 1, kHS}, 1.f, 0.f},    {{1, 2, 50, kHS}, 1.f, 0.f},   {{1, 1, 77, kHS}, 1.f, 0.f},
             {{1, 2, 128, kHS}, 1.f, 0.f},  {{1, 1, 129, kHS}, 1.f, 0.f},  {{2, 3, 1001, kHS}, 1.f, 0.f},
             {{4, 8, 257, kHS}, 1.f, 0.f},

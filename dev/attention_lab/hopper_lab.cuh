@@ -18,10 +18,14 @@
  *   bf16_ulp, median_ms, median_d   - one BF16 ulp at max(|x|, floor); the median of n timings or doubles (sorts v);
  *   lab_sigma_dp                    - the scale of dP - D of a case's inputs (sqrt(HS) rms(dO) rms(V));
  *   lab_worst_key_sum               - gproj's identity: max over heads of ||sum_j dK_j|| / ||dK||;
- *   lab_alloc_poisoned, lab_upload  - device buffers filled with NaN (0xFF bytes) or with a host copy;
+ *   lab_alloc_poisoned, lab_upload, lab_download - device buffers filled with NaN (0xFF bytes) or with a host
+ *                                     copy; a host copy of a device buffer;
  *   LabBwdCase (lab_bwd_case_make / _free, lab_bwd_dispatch_ok, lab_bwd_forward, lab_bwd_portable,
- *               lab_bwd_default)    - a backward check's inputs, forward results, the reference's and the
- *                                     default path's poisoned dqkv and workspace, and the runs on them;
+ *               lab_bwd_default, lab_bwd_run_both) - a backward check's inputs, forward results, the
+ *                                     reference's and the default path's poisoned dqkv and workspace, and
+ *                                     the runs on them;
+ *   LabCase, lab_bwd_case_random    - a case (shape, q scale, key offset) and a LabBwdCase on its random inputs;
+ *   lab_check_ws_layout             - CHECKs the workspace layout (dq_acc, D, lambda) the labs read;
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
  *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks
@@ -189,6 +193,12 @@ static void lab_upload(T** dev, const void* host, size_t bytes) {
     cudaCheck(cudaMalloc(dev, bytes));
     cudaCheck(cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice));
 }
+/* A host copy (malloc'd) of `bytes` of device memory. */
+static inline void* lab_download(const void* dev, size_t bytes) {
+    void* host = mallocCheck(bytes);
+    cudaCheck(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+    return host;
+}
 
 /* One backward check's inputs and buffers: the host inputs (qkv, dout as BF16 bits; lab_bwd_case_make takes
    them over) and their device copies, the forward's out and stats, the dqkv and workspace (mode's size) of the
@@ -231,6 +241,19 @@ static inline void lab_bwd_case_free(LabBwdCase* c) {
     cudaCheck(cudaFree(c->dqkv_ref)); cudaCheck(cudaFree(c->dqkv_def));
     cudaCheck(cudaFree(c->ws_ref)); cudaCheck(cudaFree(c->ws_def));
 }
+/* A backward check's case: its shape and its inputs' draw (random_qkv_offset_bits). */
+struct LabCase {
+    AttnShape s;
+    float q_scale;
+    float key_offset; /* |K offset| added to every key of a head along a random unit vector */
+};
+/* lab_bwd_case_make on fresh inputs: qkv from random_qkv_offset_bits(in.s, in.q_scale, in.key_offset), then
+   dout standard normals, drawn in that order from g_rng. */
+static inline LabBwdCase lab_bwd_case_random(AttnMode mode, LabCase in) {
+    uint16_t* h_qkv = random_qkv_offset_bits(in.s, in.q_scale, in.key_offset);
+    uint16_t* h_dout = random_bf16_bits(attn_out_count(in.s));
+    return lab_bwd_case_make(mode, in.s, h_qkv, h_dout);
+}
 /* 1 if the case's default backward takes the Hopper path and force_portable the portable one. */
 static inline int lab_bwd_dispatch_ok(const LabBwdCase& c) {
     return attention_backward_cuda_path(c.mode, c.opt, c.s, c.qkv, c.dout) == ATTN_BWD_HOPPER &&
@@ -247,6 +270,20 @@ static inline void lab_bwd_portable(const LabBwdCase& c, cudaStream_t st) {
 /* The default backward into the default path's dqkv and workspace, on `st`. */
 static inline void lab_bwd_default(const LabBwdCase& c, cudaStream_t st) {
     attention_backward_cuda(c.mode, c.opt, c.s, c.qkv, c.out, c.stats, c.dout, c.dqkv_def, c.ws_def, st);
+}
+/* The forward with options `fwd`, then the force_portable and the default backward, on `st`. */
+static inline void lab_bwd_run_both(const LabBwdCase& c, AttnOptions fwd, cudaStream_t st) {
+    lab_bwd_forward(c, fwd, st);
+    lab_bwd_portable(c, st);
+    lab_bwd_default(c, st);
+}
+
+/* CHECKs that mode's workspace at s is dq_acc [rows * HS] + D [rows] + lambda [rows] FP32 (rows = B NH T):
+   carve_workspace's layout in attention_cuda.cu, which the including lab reads; `whose` ends the CHECK's text. */
+static inline void lab_check_ws_layout(AttnShape s, AttnMode mode, const char* whose) {
+    const size_t rows = (size_t)s.B * s.NH * s.T, ws_bytes = attention_cuda_workspace_bytes(s, mode);
+    CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
+          "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; %s)", ws_bytes, whose);
 }
 
 /* One slot (0 q, 1 k, 2 v) of two dqkv buffers [B, T, 3, NH, HS] (BF16 bits), compared row by row (row = one
@@ -345,6 +382,18 @@ static inline int lab_probe_compare(const char* name, const float* got, const do
     printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, rows * cols, worst);
     return bad;
 }
+/* lab_probe_product, then lab_probe_compare, of a [rows x cols] probe output over `depth` terms (with scratch
+   of its own); returns the number of wrong elements. */
+template <typename Term>
+static int lab_probe_check(const char* name, const float* got, int rows, int cols, int depth, Term term) {
+    double* ref = (double*)mallocCheck((size_t)rows * cols * sizeof(double));
+    double* mag = (double*)mallocCheck((size_t)rows * cols * sizeof(double));
+    lab_probe_product(ref, mag, rows, cols, depth, term);
+    const int bad = lab_probe_compare(name, got, ref, mag, rows, cols);
+    free(ref);
+    free(mag);
+    return bad;
+}
 /* The same for a [64 x 64] output. */
 static inline int probe_compare(const char* name, const float* got, const double* ref, const double* mag) {
     return lab_probe_compare(name, got, ref, mag, 64, 64);
@@ -391,19 +440,19 @@ static inline double probe_dout(const ProbeInputs& in, int tok, int d) {
 }
 
 /* The scores of a key-major layout probe, S^T = K Q^T and dP^T = V dO^T ([nk keys][nq queries] each, head
-   size in.s.HS), against double loops; bad[0], bad[1]: their wrong elements. ref, mag: nk * nq doubles. */
+   size in.s.HS), against double loops; bad[0], bad[1]: their wrong elements. */
 static inline void keymajor_probe_scores(const ProbeInputs& in, int nk, int nq, const float* g_st, const float* g_dpt,
-                                         double* ref, double* mag, int bad[2]) {
+                                         int bad[2]) {
     enum { kQ = 0, kK = 1, kV = 2 };
     const int hs = in.s.HS;
     /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    lab_probe_product(ref, mag, nk, nq, hs,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kK, d) * probe_qkv(in, j, kQ, d); });
-    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
+    bad[0] = lab_probe_check("S^T = K Q^T", g_st, nk, nq, hs, [&](int i, int j, int d) {
+        return probe_qkv(in, i, kK, d) * probe_qkv(in, j, kQ, d);
+    });
     /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    lab_probe_product(ref, mag, nk, nq, hs,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kV, d) * probe_dout(in, j, d); });
-    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
+    bad[1] = lab_probe_check("dP^T = V dO^T", g_dpt, nk, nq, hs, [&](int i, int j, int d) {
+        return probe_qkv(in, i, kV, d) * probe_dout(in, j, d);
+    });
 }
 
 /* The five products of a bf16/repair key-major layout probe (nk keys x nq queries, head size in.s.HS), each
@@ -416,24 +465,19 @@ static inline void keymajor_probe_products(const ProbeInputs& in, int nk, int nq
                                            const float* g_dq, int bad[5]) {
     enum { kQ = 0, kK = 1 };
     const int hs = in.s.HS;
-    const size_t most = (size_t)(nk > nq ? nk : nq) * (nq > hs ? nq : hs);
-    double* ref = (double*)mallocCheck(most * sizeof(double));
-    double* mag = (double*)mallocCheck(most * sizeof(double));
-    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, ref, mag, bad);
+    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, bad);
     /* dV[key][n] = sum_q bf(S^T[key][q]) dO[q][n] */
-    lab_probe_product(ref, mag, nk, hs, nq,
-                      [&](int i, int n, int q) { return bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n); });
-    bad[2] = lab_probe_compare("dV = bf(S^T) dO", g_dv, ref, mag, nk, hs);
+    bad[2] = lab_probe_check("dV = bf(S^T) dO", g_dv, nk, hs, nq, [&](int i, int n, int q) {
+        return bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n);
+    });
     /* dK[key][n] = sum_q bf(dP^T[key][q]) Q[q][n] */
-    lab_probe_product(ref, mag, nk, hs, nq,
-                      [&](int i, int n, int q) { return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kQ, n); });
-    bad[3] = lab_probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag, nk, hs);
+    bad[3] = lab_probe_check("dK = bf(dP^T) Q", g_dk, nk, hs, nq, [&](int i, int n, int q) {
+        return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kQ, n);
+    });
     /* dQ[q][n] = sum_key bf(dP^T[key][q]) K[key][n] */
-    lab_probe_product(ref, mag, nq, hs, nk,
-                      [&](int q, int n, int k) { return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, k, kK, n); });
-    bad[4] = lab_probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag, nq, hs);
-    free(ref);
-    free(mag);
+    bad[4] = lab_probe_check("dQ = bf(dP^T)^T K", g_dq, nq, hs, nk, [&](int q, int n, int k) {
+        return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, k, kK, n);
+    });
 }
 
 /* The BF16 split of an FP32 value as fp32 mode's kernels make it: term 0 = bf(x), 1 = bf(x - bf(x)),
@@ -457,34 +501,29 @@ static inline void fp32_keymajor_probe_products(const ProbeInputs& in, int nk, i
                                                 int bad[7]) {
     enum { kQ = 0, kK = 1 };
     const int hs = in.s.HS;
-    const size_t most = (size_t)(nk > nq ? nk : nq) * (nq > hs ? nq : hs);
-    double* ref = (double*)mallocCheck(most * sizeof(double));
-    double* mag = (double*)mallocCheck(most * sizeof(double));
-    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, ref, mag, bad);
-    /* two-term products: per q both terms (both |.| in mag) */
+    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, bad);
+    /* two-term products: per q both terms (both |.| in the sum of |products|) */
     auto two_terms = [&](const float* x, int i, int q, double b) {
         return (fp32_split_term(x[i * nq + q], 0) + fp32_split_term(x[i * nq + q], 1)) * b;
     };
-    lab_probe_product(ref, mag, nk, hs, nq,
-                      [&](int i, int n, int q) { return two_terms(g_st, i, q, probe_dout(in, q, n)); });
-    bad[2] = lab_probe_compare("dV = (bf(S^T) + bf(S^T - bf(S^T))) dO", g_dv, ref, mag, nk, hs);
-    lab_probe_product(ref, mag, nk, hs, nq,
-                      [&](int i, int n, int q) { return two_terms(g_dpt, i, q, probe_qkv(in, q, kQ, n)); });
-    bad[3] = lab_probe_compare("dK = (bf(dP^T) + bf(r1)) Q", g_dk, ref, mag, nk, hs);
+    bad[2] = lab_probe_check("dV = (bf(S^T) + bf(S^T - bf(S^T))) dO", g_dv, nk, hs, nq, [&](int i, int n, int q) {
+        return two_terms(g_st, i, q, probe_dout(in, q, n));
+    });
+    bad[3] = lab_probe_check("dK = (bf(dP^T) + bf(r1)) Q", g_dk, nk, hs, nq, [&](int i, int n, int q) {
+        return two_terms(g_dpt, i, q, probe_qkv(in, q, kQ, n));
+    });
     /* dQ[q][n] = sum_key (terms of dP^T[key][q]) K[key][n] */
-    lab_probe_product(ref, mag, nq, hs, nk, [&](int q, int n, int k) {
+    auto dq_terms = [&](int q, int n, int k) {
         const float x = g_dpt[k * nq + q];
         return (fp32_split_term(x, 0) + fp32_split_term(x, 1) + fp32_split_term(x, 2)) * probe_qkv(in, k, kK, n);
+    };
+    bad[4] = lab_probe_check("dQ = (bf(dP) + bf(r1) + bf(r1 - bf(r1)))^T K", g_dq, nq, hs, nk, dq_terms);
+    bad[5] = lab_probe_check("dQ, the bf(r1) tile alone", g_dq_lo, nq, hs, nk, [&](int q, int n, int k) {
+        return fp32_split_term(g_dpt[k * nq + q], 1) * probe_qkv(in, k, kK, n);
     });
-    bad[4] = lab_probe_compare("dQ = (bf(dP) + bf(r1) + bf(r1 - bf(r1)))^T K", g_dq, ref, mag, nq, hs);
-    lab_probe_product(ref, mag, nq, hs, nk,
-                      [&](int q, int n, int k) { return fp32_split_term(g_dpt[k * nq + q], 1) * probe_qkv(in, k, kK, n); });
-    bad[5] = lab_probe_compare("dQ, the bf(r1) tile alone", g_dq_lo, ref, mag, nq, hs);
-    lab_probe_product(ref, mag, nq, hs, nk,
-                      [&](int q, int n, int k) { return fp32_split_term(g_dpt[k * nq + q], 2) * probe_qkv(in, k, kK, n); });
-    bad[6] = lab_probe_compare("dQ, the bf(r1 - bf(r1)) tile alone", g_dq_lo2, ref, mag, nq, hs);
-    free(ref);
-    free(mag);
+    bad[6] = lab_probe_check("dQ, the bf(r1 - bf(r1)) tile alone", g_dq_lo2, nq, hs, nk, [&](int q, int n, int k) {
+        return fp32_split_term(g_dpt[k * nq + q], 2) * probe_qkv(in, k, kK, n);
+    });
 }
 
 /* ---- the hang record of the production Hopper objects and the probe objects
@@ -570,7 +609,8 @@ static inline void lab_child_begin(const char* lab, unsigned long long seed) {
 /* The synchronisation check of a child: as lab_sync_or_report, but on a hang or a CUDA error the child reports
    its counts and ends (lab_child_report_and_exit) after the FAIL lines; `hang_tail` ends the HANG line. */
 static inline void lab_child_sync_or_fail(cudaError_t e, const char* where, const char* hang_tail) {
-    if (lab_fail_on_hang_or_error(e, where, hang_tail, " (hint: run under compute-sanitizer)")) lab_child_report_and_exit();
+    if (lab_fail_on_hang_or_error(e, where, hang_tail, " (hint: run under compute-sanitizer)"))
+        lab_child_report_and_exit();
 }
 
 /* Runs run(i) for i = 0 .. n - 1, each in a child process of its own (announce: first a line "=== name[i]"),

@@ -76,12 +76,6 @@ static const double kMaxLambdaUnits = 16.0;
 static const double kMedLambdaUnits = 1e-2;
 static const double kMaxDRel = 1e-5;
 
-struct CheckInputs {
-    AttnShape s;
-    float q_scale;
-    float key_offset; /* |K offset| added to every key of a head along a random unit vector */
-};
-
 /* The portable backward's workspace layout (carve_workspace in attention/cuda/attention_cuda.cu, internal there):
    dq_acc [rows * HS] fp32, then D [rows], then lambda [rows]; rows = B*NH*T, row (b*NH + h)*T + t. */
 static size_t rows_of(AttnShape s) { return (size_t)s.B * s.NH * s.T; }
@@ -242,34 +236,25 @@ static void time_backwards(AttnMode mode, AttnShape s, const BackwardKernels& po
 /* One shape and mode: forward (portable), then attention_backward_cuda with force_portable (reference) and on the
    default Hopper path on the same inputs (dqkv and both workspaces poisoned with NaN first), compared: D (fp32:
    the row pass's; gproj: the prep kernel's, the same on both), lambda (gproj), dQ, dK, dV; with time_it, timed. */
-static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
+static void check_shape(LabCase in, AttnMode mode, int time_it) {
     const AttnShape s = in.s;
     char title[256];
     snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d q x%g key offset %g: HS-128 Hopper row pass vs the portable one",
              attn_mode_name(mode), s.B, s.NH, s.T, s.HS, in.q_scale, in.key_offset);
     test_section(title);
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), rows = rows_of(s);
-    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
-          "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; the layout this lab assumes)",
-          ws_bytes);
-    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
-    uint16_t* h_dout = random_bf16_bits(nout);
-    const double sigma_dp = lab_sigma_dp(h_qkv, h_dout, s); /* the scale of dP - D (hopper_lab.cuh) */
+    lab_check_ws_layout(s, mode, "the layout this lab assumes");
+    LabBwdCase c = lab_bwd_case_random(mode, in);
+    const double sigma_dp = lab_sigma_dp(c.h_qkv, c.h_dout, s); /* the scale of dP - D (hopper_lab.cuh) */
     const double lambda_unit = ldexp(sigma_dp, -9);
 
-    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
     CHECK(lab_bwd_dispatch_ok(c),
           "dispatch: the default backward runs the Hopper row pass, force_portable the portable one");
-    lab_bwd_forward(c, c.portable, 0);
-    lab_bwd_portable(c, 0);
-    lab_bwd_default(c, 0);
+    lab_bwd_run_both(c, c.portable, 0);
     lab_sync_or_report(cudaDeviceSynchronize(), kLab, title);
 
-    float* h_ref = (float*)mallocCheck(rows * 4);
-    float* h_new = (float*)mallocCheck(rows * 4);
-    cudaCheck(cudaMemcpy(h_ref, ws_D(s, c.ws_ref), rows * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_new, ws_D(s, c.ws_def), rows * 4, cudaMemcpyDeviceToHost));
+    float* h_ref = (float*)lab_download(ws_D(s, c.ws_ref), rows * 4);
+    float* h_new = (float*)lab_download(ws_D(s, c.ws_def), rows * 4);
     const RowDiff dd = compare_rows(h_ref, h_new, rows, sigma_dp);
     printf("  D (%s): %zu of %zu rows not bit-equal; |diff| / sigma_dP (%.3g): median %.3g, max %.3g\n",
            mode == ATTN_FP32 ? "sum P dP, the row pass" : "dO . O, the prep kernel on both paths", dd.unequal, rows,
@@ -293,10 +278,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     }
     free(h_ref); free(h_new);
 
-    uint16_t* g_ref = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* g_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(g_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(g_new, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    uint16_t* g_ref = (uint16_t*)lab_download(c.dqkv_ref, nqkv * 2);
+    uint16_t* g_new = (uint16_t*)lab_download(c.dqkv_def, nqkv * 2);
     /* gproj: dQ is the row pass's (bit-equal); dK, dV come from gproj's Hopper key-major pass
        (attention_hopper_bwd128_gproj.cu, FP32 sum order differs: tolerance only). fp32: all three come from
        fp32's Hopper key-major pass (attention_hopper_bwd128_fp32.cu) on the Hopper path and from the portable
@@ -330,30 +313,6 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
 /* host: the layout probe                                                                            */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* Checks a probed [rows x cols] matrix against ref(i, n) = sum_k term(i, n, k) within hopper_lab.cuh's
-   kProbeTol of the sum of |products|; prints the first misses and a summary line; returns the misses. */
-template <typename Term>
-static int probe_check(const char* name, const float* got, int nrows, int ncols, int depth, Term term) {
-    int bad = 0;
-    double worst = 0;
-    for (int i = 0; i < nrows; i++)
-        for (int n = 0; n < ncols; n++) {
-            double ref = 0, mag = 0;
-            for (int k = 0; k < depth; k++) {
-                const double p = term(i, n, k);
-                ref += p;
-                mag += fabs(p);
-            }
-            const double x = got[i * ncols + n];
-            if (!(fabs(x - ref) <= kProbeTol * mag + 1e-30)) {
-                if (bad++ < 3) printf("  %s[%d][%d] = %.6g, want %.6g\n", name, i, n, x, ref);
-            }
-            worst = fmax(worst, isnan(x) ? INFINITY : fabs(x - ref) / (mag + 1e-30));
-        }
-    printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, nrows * ncols, worst);
-    return bad;
-}
-
 /* attention_hopper_rows_layout_probe on B1 NH3 T100 HS128 (head 1: slot and head coordinates; tokens 100..127
    zero-filled): S, dP, X = bf(S) K and Y = bf(dP) K against double loops over the same BF16 values (X and Y from
    the kernel's own S and dP, rounded as it rounds them). */
@@ -369,24 +328,20 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_y, n_dq * 4);
     attention_hopper_rows_layout_probe(in.s, in.head, in.qkv, in.dout, d_s, d_dp, d_x, d_y);
     lab_sync_or_report(cudaDeviceSynchronize(), kLab, "the layout probe");
-    float* h_s = (float*)mallocCheck(n_sq * 4);
-    float* h_dp = (float*)mallocCheck(n_sq * 4);
-    float* h_x = (float*)mallocCheck(n_dq * 4);
-    float* h_y = (float*)mallocCheck(n_dq * 4);
-    cudaCheck(cudaMemcpy(h_s, d_s, n_sq * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_dp, d_dp, n_sq * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_x, d_x, n_dq * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_y, d_y, n_dq * 4, cudaMemcpyDeviceToHost));
-    const int bad_s = probe_check("S = Q K^T", h_s, kBlockQ, kBlockK, kHS, [&](int i, int j, int d) {
+    float* h_s = (float*)lab_download(d_s, n_sq * 4);
+    float* h_dp = (float*)lab_download(d_dp, n_sq * 4);
+    float* h_x = (float*)lab_download(d_x, n_dq * 4);
+    float* h_y = (float*)lab_download(d_y, n_dq * 4);
+    const int bad_s = lab_probe_check("S = Q K^T", h_s, kBlockQ, kBlockK, kHS, [&](int i, int j, int d) {
         return probe_qkv(in, i, kSlotQ, d) * probe_qkv(in, j, kSlotK, d);
     });
-    const int bad_dp = probe_check("dP = dO V^T", h_dp, kBlockQ, kBlockK, kHS, [&](int i, int j, int d) {
+    const int bad_dp = lab_probe_check("dP = dO V^T", h_dp, kBlockQ, kBlockK, kHS, [&](int i, int j, int d) {
         return probe_dout(in, i, d) * probe_qkv(in, j, kSlotV, d);
     });
-    const int bad_x = probe_check("bf(S) K", h_x, kBlockQ, kHS, kBlockK, [&](int i, int n, int j) {
+    const int bad_x = lab_probe_check("bf(S) K", h_x, kBlockQ, kHS, kBlockK, [&](int i, int n, int j) {
         return bf16_round(h_s[i * kBlockK + j]) * probe_qkv(in, j, kSlotK, n);
     });
-    const int bad_y = probe_check("bf(dP) K", h_y, kBlockQ, kHS, kBlockK, [&](int i, int n, int j) {
+    const int bad_y = lab_probe_check("bf(dP) K", h_y, kBlockQ, kHS, kBlockK, [&](int i, int n, int j) {
         return bf16_round(h_dp[i * kBlockK + j]) * probe_qkv(in, j, kSlotK, n);
     });
     CHECK(bad_s == 0, "S = Q K^T: (a) SS n64 over 8 k-steps, chunk jump at k-step 4, Q rows 8 KB into 16 KB chunks"
@@ -414,14 +369,14 @@ static void run_group(int group) {
     lab_watch_hangs();
     /* random; T < 64 (1, 50); odd T (77, 129, 1000, 257); sharp (q x8); key offset 20 along a unit vector
        (gproj's correction matters); rho 16 (offset 16 sqrt(HS)), the doc's hard case 1 */
-    const CheckInputs shapes[] = {
+    const LabCase shapes[] = {
         {{1, 1, 1, 128}, 1.f, 0.f},    {{1, 1, 50, 128}, 1.f, 0.f},    {{1, 1, 77, 128}, 1.f, 0.f},
         {{1, 2, 128, 128}, 1.f, 0.f},  {{1, 1, 129, 128}, 1.f, 0.f},   {{2, 3, 1000, 128}, 1.f, 0.f},
         {{4, 8, 257, 128}, 1.f, 0.f},  {{1, 4, 500, 128}, 8.f, 0.f},   {{2, 4, 1000, 128}, 1.f, 20.f},
         {{1, 4, 777, 128}, 1.f, 181.f},
     };
     const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
-    const CheckInputs bench[] = {{{2, 16, 4096, 128}, 1.f, 0.f}, {{8, 8, 1024, 128}, 1.f, 0.f}};
+    const LabCase bench[] = {{{2, 16, 4096, 128}, 1.f, 0.f}, {{8, 8, 1024, 128}, 1.f, 0.f}};
     switch (group) {
         case kGroupProbe: layout_probe(); break;
         case kGroupGproj:
