@@ -29,7 +29,8 @@
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
  *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks
- *                                     (lab_probe_product, lab_probe_compare: any rows x cols);
+ *                                     (lab_probe_product, lab_probe_compare and both in lab_probe_check: any
+ *                                     rows x cols);
  *   ProbeInputs (probe_inputs_make / _make_shape / _free, probe_qkv, probe_dout) - the backward probes' one-head
  *                                     inputs;
  *   keymajor_probe_scores, keymajor_probe_products, fp32_keymajor_probe_products - the scores (S^T, dP^T)

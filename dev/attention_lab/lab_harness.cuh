@@ -1,8 +1,8 @@
 /*
  * dev/attention_lab/lab_harness.cuh - the check and timing harness of the Hopper backward labs that run each
  * group of checks in a child process and time their candidates queued behind a spin kernel (hopper_bwd64_wide,
- * hopper_bwd128, hopper_bwd128_gproj, hopper_rows128, and hopper_bwd64_fp32 / hopper_bwd128_fp32 through
- * hopper_fp32_keys_lab.cuh).
+ * hopper_bwd128_gproj, and hopper_bwd64_fp32 / hopper_bwd128_fp32 through hopper_fp32_keys_lab.cuh;
+ * hopper_bwd128 and hopper_rows128, which time in their own way, take only the spin kernel).
  *
  * Why: these labs compare dqkv slots and time their candidates in the same way, so one copy here keeps their
  * checks and printed lines alike (their synchronisation check is hopper_lab.cuh's lab_child_sync_or_fail).
