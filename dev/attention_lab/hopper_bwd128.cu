@@ -49,10 +49,10 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/lab_harness.cuh" /* spin_for_ns */
 
 typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_BWD128_HS; /* the head size of this lab */
-enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 };  /* the 3 of qkv [B, T, 3, NH, HS] */
 
 /* cudaDeviceSynchronize (or an event wait) that names the barrier that hung, if one did (the HS-128 kernel
    gives up and runs on, so a hang is not a CUDA error), and stops on either. The record: hopper_lab.cuh's
@@ -74,16 +74,6 @@ static void sync_or_report(cudaError_t e, const char* where) {
         e != cudaSuccess ? cudaGetErrorString(e) : "");
 }
 
-/* Spins for `ns` nanoseconds of the global timer (bounded by construction): holds the GPU while the timed
-   launches are queued behind it, so host-side launch work never shows as idle time inside an interval. */
-__global__ void spin_for_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
-}
-
 /* ------------------------------------------------------------------------------------------------ */
 /* host: checks against the portable backward, timing                                                */
 /* ------------------------------------------------------------------------------------------------ */
@@ -101,35 +91,17 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d%s: Hopper backward vs the portable one",
              attn_mode_name(mode), s.B, s.NH, s.T, s.HS, q_scale != 1.f ? " (q x8)" : "");
     test_section(title);
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
     uint16_t* h_qkv = random_qkv_bits(s, q_scale);
     uint16_t* h_dout = random_bf16_bits(nout);
-    bf16 *qkv, *out, *dout, *dqkv_ref, *dqkv_new;
-    float* stats;
-    void *ws_ref, *ws_new;
-    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    lab_upload(&dout, h_dout, nout * 2);
-    /* poisoned (NaN): any output or workspace element left unwritten shows */
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_new, nqkv * 2);
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_new, ws_bytes);
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
-    CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+    /* dqkv and both workspaces poisoned (NaN): any output or workspace element left unwritten shows */
+    LabBwdCase c = lab_bwd_case_make(mode, s, h_qkv, h_dout);
+    CHECK(lab_bwd_dispatch_ok(c),
           "dispatch: the default backward is the Hopper one, force_portable the portable one");
-    attention_forward_cuda(mode, portable, s, qkv, out, stats, NULL, 0);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
+    lab_bwd_run_both(c, c.portable, 0);
     sync_or_report(cudaDeviceSynchronize(), title);
-    uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
+    uint16_t* h_ref = (uint16_t*)lab_download(c.dqkv_ref, nqkv * 2);
+    uint16_t* h_new = (uint16_t*)lab_download(c.dqkv_def, nqkv * 2);
     static const char* kSlotName[3] = {"dQ", "dK", "dV"};
     for (int slot = 0; slot < 3; slot++) {
         const SlotDiff d = compare_slot(h_ref, h_new, s, slot);
@@ -148,8 +120,8 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
         for (int k = 0; k < 4; k++)
             for (int r = 0; r < kReps; r++) cudaCheck(cudaEventCreate(&ev[k][r]));
         for (int i = 0; i < kWarmup; i++) {
-            attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-            attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
+            lab_bwd_portable(c, 0);
+            lab_bwd_default(c, 0);
         }
         sync_or_report(cudaDeviceSynchronize(), "the warm-up launches");
         /* 2 ms plus 100 us per pair of launches: longer than queueing them takes */
@@ -157,10 +129,10 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
         cudaCheckLastError();
         for (int r = 0; r < kReps; r++) {
             cudaCheck(cudaEventRecord(ev[0][r]));
-            attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
+            lab_bwd_portable(c, 0);
             cudaCheck(cudaEventRecord(ev[1][r]));
             cudaCheck(cudaEventRecord(ev[2][r]));
-            attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
+            lab_bwd_default(c, 0);
             cudaCheck(cudaEventRecord(ev[3][r]));
         }
         sync_or_report(cudaDeviceSynchronize(), "the timed launches");
@@ -178,10 +150,8 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
                " %.4f ms = %.1f TFLOP/s; Hopper %.4f ms = %.1f TFLOP/s; speed-up %.2fx\n",
                (int)kReps, ms_ref, flops / ms_ref * 1e-9, ms_new, flops / ms_new * 1e-9, ms_ref / ms_new);
     }
-    free(h_qkv); free(h_dout); free(h_ref); free(h_new);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(dout));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_new)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
+    free(h_ref); free(h_new);
+    lab_bwd_case_free(&c);
 }
 
 /* Runs the library's layout probe (attention_hopper_bwd128_layout_probe) on B1 NH3 T100 (head 1: slot and
@@ -200,36 +170,14 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_out, total * 4);
     attention_hopper_bwd128_layout_probe(in.s, in.head, in.qkv, in.dout, d_out);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
-    float* h = (float*)mallocCheck(total * 4);
-    cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
+    float* h = (float*)lab_download(d_out, total * 4);
     const float* g_st = h;
     const float* g_dpt = g_st + n_st;
     const float* g_dv = g_dpt + n_st;
     const float* g_dk = g_dv + n_dkv;
     const float* g_dq = g_dk + n_dkv;
-    double* ref = (double*)mallocCheck(n_dkv * sizeof(double));
-    double* mag = (double*)mallocCheck(n_dkv * sizeof(double));
     int bad[5];
-    /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    lab_probe_product(ref, mag, nk, nq, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
-    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
-    /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    lab_probe_product(ref, mag, nk, nq, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
-    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
-    /* dV[key][n] = sum_q bf(S^T[key][q]) dO[q][n] */
-    lab_probe_product(ref, mag, nk, kHS, nq,
-                      [&](int i, int n, int q) { return bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n); });
-    bad[2] = lab_probe_compare("dV = bf(S^T) dO", g_dv, ref, mag, nk, kHS);
-    /* dK[key][n] = sum_q bf(dP^T[key][q]) Q[q][n] */
-    lab_probe_product(ref, mag, nk, kHS, nq,
-                      [&](int i, int n, int q) { return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kSlotQ, n); });
-    bad[3] = lab_probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag, nk, kHS);
-    /* dQ[q][n] = sum_key bf(dP^T[key][q]) K[key][n] over all 128 keys */
-    lab_probe_product(ref, mag, nq, kHS, nk,
-                      [&](int q, int n, int k) { return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, k, kSlotK, n); });
-    bad[4] = lab_probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag, nq, kHS);
+    keymajor_probe_products(in, nk, nq, g_st, g_dpt, g_dv, g_dk, g_dq, bad); /* dQ over all 128 keys */
     CHECK(bad[0] == 0, "S^T = K Q^T: (a) m64n64k16 SS over 8 k-steps, the chunk jump at k-step 4, K rows at the"
                        " warpgroup's 8 KB offset inside 16 KB chunks, Q chunks 8 KB apart (stage 1)");
     CHECK(bad[1] == 0, "dP^T = V dO^T: (a) with the dout map at HS 128 (column coordinate 64 for chunk 1)");
@@ -237,7 +185,7 @@ static void layout_probe(void) {
     CHECK(bad[3] == 0, "dK = bf(dP^T) Q: (b) the Q tile read N-major after being read K-major");
     CHECK(bad[4] == 0, "dQ = bf(dS) K: (c) dS staged from the packed words by both warpgroups, read as 8 k-steps"
                        " of A; (d) K column chunk N-major across its two 64-row boxes");
-    free(h); free(ref); free(mag);
+    free(h);
     probe_inputs_free(&in);
     cudaCheck(cudaFree(d_out));
 }
@@ -245,9 +193,7 @@ static void layout_probe(void) {
 
 /* The checks of one child process: the layout probe (child 0) or every shape (child 1). */
 static void run_child(int child) {
-    attn_rng_init(&g_rng, 0x13198A2E03707344ull);
-    require_sm90("hopper_bwd128");
-    lab_watch_hangs();
+    lab_child_begin("hopper_bwd128", 0x13198A2E03707344ull);
     if (child == 0) {
         layout_probe();
         return;

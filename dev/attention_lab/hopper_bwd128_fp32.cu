@@ -66,7 +66,7 @@ typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_FP32_KEYS128_HS;                  /* the pass's head size */
 static const int kBlockK = ATTN_HOPPER_FP32_KEYS128_PROBE_KEYS;      /* the probe's keys (one CTA's) */
 static const int kBlockQ = ATTN_HOPPER_FP32_KEYS128_PROBE_QUERIES;   /* the probe's queries (one tile) */
-static const char* const kHangOutcome = "the CTA gave up and ran on: its results are NaN";
+static const char* const kHangTail = "; the CTA gave up and ran on: its results are NaN)"; /* the end of a HANG line */
 #include "dev/attention_lab/hopper_fp32_keys_lab.cuh"
 
 
@@ -83,8 +83,7 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_out, total * 4);
     attention_hopper_fp32_keys128_layout_probe(in.s, in.head, in.qkv, in.dout, d_out);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
-    float* h = (float*)mallocCheck(total * 4);
-    cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
+    float* h = (float*)lab_download(d_out, total * 4);
     const float* g_st = h;
     const float* g_dpt = g_st + n_st;
     const float* g_dv = g_dpt + n_st;
@@ -106,43 +105,12 @@ static void layout_probe(void) {
     cudaCheck(cudaFree(d_out));
 }
 
-/* The checks of one child process: the layout probe (child 0), the small cases (child 1), or the benchmark
-   shapes with their timings (child 2). */
+/* The benchmark shapes, checked and timed (child 2). */
+static const LabCase kBench[] = {{{8, 8, 1024, 128}, 1.f, 0.f}, {{2, 16, 4096, 128}, 1.f, 0.f}};
+
+/* The layout probe (child 0), the small cases (child 1) or the benchmark shapes (child 2): hopper_fp32_keys_lab.cuh. */
 static void run_child(int child) {
-    attn_rng_init(&g_rng, 0x9E3779B97F4A7C15ull + (unsigned long long)child);
-    require_sm90("hopper_bwd128_fp32");
-    lab_watch_hangs();
-    if (child == 0) {
-        layout_probe();
-        return;
-    }
-    cudaStream_t st; /* a stream of its own, as the trainer's (not the legacy default stream) */
-    cudaCheck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    if (child == 1) {
-        /* T = 1, T < 64, odd T, T not a multiple of the 128-key tile (a last key tile with an empty second
-           half), B*NH up to 32, sharp softmax, key offsets (where fp32 must stay accurate) */
-        const CheckCase cases[] = {
-            {{1, 1, 1, 128}, 1.f, 0.f},    {{1, 2, 50, 128}, 1.f, 0.f},   {{1, 1, 77, 128}, 1.f, 0.f},
-            {{1, 2, 128, 128}, 1.f, 0.f},  {{1, 1, 129, 128}, 1.f, 0.f},  {{2, 3, 1001, 128}, 1.f, 0.f},
-            {{4, 8, 257, 128}, 1.f, 0.f},
-            {{1, 4, 500, 128}, 8.f, 0.f},   /* sharp softmax (q x8) */
-            {{2, 4, 1000, 128}, 1.f, 20.f}, /* K += 20 u */
-            {{1, 4, 777, 128}, 8.f, 20.f},  /* both, odd T */
-        };
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i], 0, st);
-    } else {
-        const CheckCase bench[] = {{{8, 8, 1024, 128}, 1.f, 0.f}, {{2, 16, 4096, 128}, 1.f, 0.f}};
-        for (size_t i = 0; i < sizeof bench / sizeof bench[0]; i++) check_case(bench[i], 1, st);
-    }
-    cudaCheck(cudaStreamDestroy(st));
+    fp32_keys_run_child(child, "hopper_bwd128_fp32", layout_probe, kBench, sizeof kBench / sizeof kBench[0]);
 }
 
-/* The parent never touches CUDA: each child gets a fresh context, so a fault or a hang report in one costs
-   that child's results only (hopper_lab.cuh's lab_run_children). */
-int main(int argc, char** argv) {
-    if (argc != 1) die("usage: %s   (no arguments)\n  hint: the cases are fixed in run_child()", argv[0]);
-    printf("hopper_bwd128_fp32: fp32's Hopper key-major pass at HS 128 (dK, dV, dQ partials) vs the production"
-           " backward; the probe, the checks and the benchmark shapes each in its own process\n");
-    static const char* kChildName[3] = {"the layout probe", "the checks", "the benchmark shapes and timings"};
-    return lab_run_children("hopper_bwd128_fp32", 3, kChildName, run_child, 0);
-}
+int main(int argc, char** argv) { return fp32_keys_main(argc, argv, "hopper_bwd128_fp32", run_child); }

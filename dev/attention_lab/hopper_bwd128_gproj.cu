@@ -59,6 +59,7 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/lab_harness.cuh"
 
 typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_BWD128_HS;                  /* the pass's head size here */
@@ -66,34 +67,13 @@ static const int kBlockK = ATTN_HOPPER_GPROJ128_PROBE_KEYS;    /* the probe's ke
 static const int kBlockQ = ATTN_HOPPER_GPROJ128_PROBE_QUERIES; /* the probe's queries (one tile) */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 
-/* Spins for `ns` nanoseconds of the global timer (bounded by construction): holds the GPU while the timed
-   launches are queued behind it, so host-side launch work never shows as idle time inside an interval. */
-__global__ void spin_for_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
-}
-
 /* ------------------------------------------------------------------------------------------------ */
 /* host: process plumbing, checks and timing                                                         */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* A synchronisation result plus the hang record (hopper_lab.cuh's lab_watch_hangs): on either, one FAIL line
-   naming the barrier (or the CUDA error), then the child reports and ends (hopper_lab.cuh's
-   lab_child_report_and_exit: the context or the results are gone). */
+/* A synchronisation check that ends the child on a hang or a CUDA error (lab_harness.cuh). */
 static void sync_or_report(cudaError_t e, const char* where) {
-    const volatile AttnHopperHang* r = g_lab_hang;
-    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
-    if (e == cudaSuccess && !hung) return;
-    if (hung)
-        CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d; the CTA"
-              " gave up and wrote NaN over its dK and dV rows)", where, attn_hopper_hang_site_name(r->site), r->index,
-              r->parity, r->block_x, r->block_y, r->thread);
-    if (e != cudaSuccess)
-        CHECK(0, "CUDA error after %s: %s (hint: run under compute-sanitizer)", where, cudaGetErrorString(e));
-    lab_child_report_and_exit();
+    lab_child_sync_or_fail(e, where, "; the CTA gave up and wrote NaN over its dK and dV rows)");
 }
 
 /* Tolerances, fixed before any run. dK, dV: only FP32 sum orders differ (wgmma k order, dK's two batches
@@ -101,23 +81,11 @@ static void sync_or_report(cudaError_t e, const char* where) {
    -lambda P; the Hopper labs' value. dQ on the default path: the Hopper row pass's (its lab's value). */
 static const double kMaxUlps = 4.0;
 static const double kMaxDqUlpsRowPass = 8.0;
-static const double kExact = 0.0; /* bit-equal */
-static const char* kSlotName[3] = {"dQ", "dK", "dV"};
 
-/* Compares one slot and CHECKs it within max_ulps (bit-equal when kExact) against `ref`. */
+/* Compares one slot and CHECKs it within max_ulps (bit-equal when kExact, lab_harness.cuh) against `ref`. */
 static void check_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot, const char* what,
                        const char* against, double max_ulps) {
-    const SlotDiff d = compare_slot(ref, got, s, slot);
-    printf("  %s %s vs %s: max |diff| %.3g, max %.2f BF16 ulps, %zu of %zu over 1 ulp, %zu not bit-equal\n", what,
-           kSlotName[slot], against, d.max_abs, d.max_ulps, d.over_1ulp, d.count, d.unequal);
-    CHECK(d.nan_ref == 0, "%s: %s has every element finite (%zu NaN)", kSlotName[slot], against, d.nan_ref);
-    CHECK(d.nan_new == 0, "%s %s: written everywhere, finite (%zu NaN left of the poison)", what, kSlotName[slot],
-          d.nan_new);
-    if (max_ulps == kExact)
-        CHECK(d.unequal == 0, "%s %s bit-equal to %s (%zu differ)", what, kSlotName[slot], against, d.unequal);
-    else
-        CHECK(d.max_ulps <= max_ulps, "%s %s within %.0f BF16 ulps of %s (max %.2f)", what, kSlotName[slot], max_ulps,
-              against, d.max_ulps);
+    lab_check_slot(ref, got, s, slot, what, against, max_ulps, "of the poison");
 }
 
 /* NaN (0xFF bytes) over the k and v slots of dqkv [B, T, 3, NH, HS] on `st`: per token, 2 NH HS elements after
@@ -139,141 +107,92 @@ static void pass_alone(AttnShape s, const bf16* qkv, const bf16* dout, const flo
     attention_backward_hopper_gproj_keys(s, qkv, dout, stats, D, lambda, into, st);
 }
 
-struct CheckCase {
-    AttnShape s;
-    float q_scale;
-    float key_offset; /* |K offset| added to every key of a head along a random unit vector */
-};
-
 /* One case: the file comment's check 2; with time_it also 3. */
-static void check_case(CheckCase in, int time_it, cudaStream_t st) {
+static void check_case(LabCase in, int time_it, cudaStream_t st) {
     const AttnShape s = in.s;
     const AttnMode mode = ATTN_GPROJ;
     char title[200];
     snprintf(title, sizeof title, "B%d NH%d T%d HS%d q x%g key offset %g: Hopper gproj key-major pass at HS 128", s.B,
              s.NH, s.T, s.HS, in.q_scale, in.key_offset);
     test_section(title);
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
     const size_t rows = (size_t)s.B * s.NH * s.T;
-    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
-          "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; carve_workspace's layout, which"
-          " this lab reads)", ws_bytes);
-    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
-    uint16_t* h_dout = random_bf16_bits(nout);
-    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def, *dqkv_pass;
-    float* stats;
-    void *ws_ref, *ws_def;
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    lab_upload(&dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_def, nqkv * 2);
+    lab_check_ws_layout(s, mode, "carve_workspace's layout, which this lab reads");
+    LabBwdCase c = lab_bwd_case_random(mode, in);
+    bf16* dqkv_pass;
     cudaCheck(cudaMalloc(&dqkv_pass, nqkv * 2));
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_def, ws_bytes);
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
     /* the uploads and poison fills ran on the legacy default stream, which `st` (non-blocking) does not
        wait for */
     sync_or_report(cudaDeviceSynchronize(), "the uploads and poison fills");
-    const AttnBwdPath path_default = attention_backward_cuda_path(mode, opt, s, qkv, dout);
+    const AttnBwdPath path_default = attention_backward_cuda_path(mode, c.opt, s, c.qkv, c.dout);
     printf("  dispatch: default gproj backward %s, force_portable %s\n", attn_bwd_path_name(path_default),
-           attn_bwd_path_name(attention_backward_cuda_path(mode, portable, s, qkv, dout)));
+           attn_bwd_path_name(attention_backward_cuda_path(mode, c.portable, s, c.qkv, c.dout)));
     CHECK(path_default == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+              attention_backward_cuda_path(mode, c.portable, s, c.qkv, c.dout) == ATTN_BWD_PORTABLE,
           "dispatch: the default gproj backward at HS 128 is the Hopper one (row pass + this pass), force_portable"
           " the portable one");
 
-    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, st);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st);
+    lab_bwd_forward(c, c.opt, st);
+    lab_bwd_portable(c, st);
     sync_or_report(cudaStreamSynchronize(st), "the forward and the force_portable backward");
     /* (a) the pass alone on the reference's D and lambda */
-    pass_alone(s, qkv, dout, stats, ws_ref, dqkv_ref, dqkv_pass, st);
+    pass_alone(s, c.qkv, c.dout, c.stats, c.ws_ref, c.dqkv_ref, dqkv_pass, st);
     sync_or_report(cudaStreamSynchronize(st), "the gproj key-major pass on the reference's D and lambda");
-    uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
+    uint16_t* h_ref = (uint16_t*)lab_download(c.dqkv_ref, nqkv * 2);
+    uint16_t* h_new = (uint16_t*)lab_download(dqkv_pass, nqkv * 2);
     check_slot(h_ref, h_new, s, 0, "(a) this pass, same lambda:", "the force_portable backward (untouched)", kExact);
     for (int slot = 1; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(a) this pass, same lambda:", "the force_portable backward", kMaxUlps);
     printf("  max over heads ||sum_j dK_j|| / ||dK||: force_portable %.3g, this pass %.3g\n",
            lab_worst_key_sum(h_ref, s), lab_worst_key_sum(h_new, s));
     /* (b) the default backward, on poisoned dqkv and workspace */
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st);
+    lab_bwd_default(c, st);
     sync_or_report(cudaStreamSynchronize(st), "the default gproj backward");
-    cudaCheck(cudaMemcpy(h_new, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_new, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     check_slot(h_ref, h_new, s, 0, "(b) default backward:", "the force_portable backward", kMaxDqUlpsRowPass);
     for (int slot = 1; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(b) default backward:", "the force_portable backward", kMaxUlps);
     printf("  max over heads ||sum_j dK_j|| / ||dK||: default backward %.3g\n", lab_worst_key_sum(h_new, s));
     /* (c) the pass alone on the default path's D and lambda: what the default path ran, bit for bit */
-    pass_alone(s, qkv, dout, stats, ws_def, dqkv_def, dqkv_pass, st);
+    pass_alone(s, c.qkv, c.dout, c.stats, c.ws_def, c.dqkv_def, dqkv_pass, st);
     sync_or_report(cudaStreamSynchronize(st), "the gproj key-major pass on the default path's D and lambda");
-    cudaCheck(cudaMemcpy(h_ref, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_ref, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
     for (int slot = 0; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(c) this pass, default path's lambda:", "the default backward", kExact);
 
     if (time_it) {
-        enum { kWarmup = 3, kReps = 21 };
-        cudaEvent_t ev[kReps + 1];
-        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventCreate(&ev[r]));
-        /* the bf16 backward of the ratio needs bf16's own forward (stats {LSE, 0}, its O for D) */
-        bf16 *out_b, *dqkv_b;
-        float* stats_b;
-        void* ws_b;
-        cudaCheck(cudaMalloc(&out_b, nout * 2));
-        cudaCheck(cudaMalloc(&dqkv_b, nqkv * 2));
-        cudaCheck(cudaMalloc(&stats_b, nstats * 4));
-        cudaCheck(cudaMalloc(&ws_b, attention_cuda_workspace_bytes(s, ATTN_BF16)));
-        attention_forward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, NULL, st);
-        const float* D_def = (const float*)ws_def + rows * s.HS;
+        LabTimer timer = lab_timer_make(st, sync_or_report);
+        LabBf16Backward bf = lab_bf16_backward_make(s, c.opt, c.qkv, st);
+        const float* D_def = (const float*)c.ws_def + rows * s.HS;
         const float* lambda_def = D_def + rows;
-        auto run_portable = [&]() { attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st); };
-        auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st); };
-        auto run_bf16 = [&]() { attention_backward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, dout, dqkv_b, ws_b, st); };
-        auto run_pass = [&]() { attention_backward_hopper_gproj_keys(s, qkv, dout, stats, D_def, lambda_def, dqkv_pass, st); };
-        /* kReps back-to-back runs queued behind a spin (2 ms + 100 us per run: longer than queueing them) */
-        auto time_of = [&](auto fn, const char* what) {
-            float t[kReps];
-            for (int i = 0; i < kWarmup; i++) fn();
-            sync_or_report(cudaStreamSynchronize(st), what);
-            spin_for_ns<<<1, 1, 0, st>>>(2000000ull + 100000ull * kReps);
-            cudaCheckLastError();
-            cudaCheck(cudaEventRecord(ev[0], st));
-            for (int i = 0; i < kReps; i++) {
-                fn();
-                cudaCheck(cudaEventRecord(ev[i + 1], st));
-            }
-            sync_or_report(cudaStreamSynchronize(st), what);
-            for (int i = 0; i < kReps; i++) cudaCheck(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
-            return median_ms(t, kReps);
+        auto run_portable = [&]() { lab_bwd_portable(c, st); };
+        auto run_default = [&]() { lab_bwd_default(c, st); };
+        auto run_bf16 = [&]() { lab_bf16_backward_run(bf, s, c.opt, c.qkv, c.dout, st); };
+        auto run_pass = [&]() {
+            attention_backward_hopper_gproj_keys(s, c.qkv, c.dout, c.stats, D_def, lambda_def, dqkv_pass, st);
         };
-        const float ms_portable = time_of(run_portable, "timing the portable gproj backward");
-        const float ms_default = time_of(run_default, "timing the default gproj backward");
-        const float ms_pass = time_of(run_pass, "timing the gproj key-major pass alone");
-        const float ms_bf16 = time_of(run_bf16, "timing the default bf16 backward");
-        const char* path_bf16 = attn_bwd_path_name(attention_backward_cuda_path(ATTN_BF16, opt, s, qkv, dout));
+        const float ms_portable = lab_timer_median(timer, run_portable, "timing the portable gproj backward");
+        const float ms_default = lab_timer_median(timer, run_default, "timing the default gproj backward");
+        const float ms_pass = lab_timer_median(timer, run_pass, "timing the gproj key-major pass alone");
+        const float ms_bf16 = lab_timer_median(timer, run_bf16, "timing the default bf16 backward");
+        const char* path_bf16 = attn_bwd_path_name(attention_backward_cuda_path(ATTN_BF16, c.opt, s, c.qkv, c.dout));
         /* key-major pass: 4 GEMMs of 2 B H T^2 d / 2 (causal) each, + the correction GEMM */
         const double gemm = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
         printf("  time (median of %d, warm inputs, queued behind a spin): portable gproj backward %.4f ms; default"
                " gproj backward (path %s: prep, row pass, this pass) %.4f ms (%.2fx the portable); bf16 default"
                " backward (path %s) %.4f ms -> gproj/bf16 backward: portable %.2fx, default %.2fx\n",
-               (int)kReps, ms_portable, attn_bwd_path_name(path_default), ms_default, ms_portable / ms_default,
+               (int)kLabReps, ms_portable, attn_bwd_path_name(path_default), ms_default, ms_portable / ms_default,
                path_bf16, ms_bf16, ms_portable / ms_bf16, ms_default / ms_bf16);
         printf("  time: this key-major pass alone %.4f ms = %.1f TFLOP/s (5 GEMMs, causal); the rest of the default"
                " backward (prep + row pass) %.4f ms\n",
                ms_pass, 5.0 * gemm / ms_pass * 1e-9, ms_default - ms_pass);
-        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventDestroy(ev[r]));
-        cudaCheck(cudaFree(out_b)); cudaCheck(cudaFree(dqkv_b)); cudaCheck(cudaFree(stats_b)); cudaCheck(cudaFree(ws_b));
+        lab_timer_free(&timer);
+        lab_bf16_backward_free(&bf);
     }
-    free(h_qkv); free(h_dout); free(h_ref); free(h_new);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_def)); cudaCheck(cudaFree(dqkv_pass));
-    cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def));
+    free(h_ref); free(h_new);
+    lab_bwd_case_free(&c);
+    cudaCheck(cudaFree(dqkv_pass));
 }
 
 /* The layout probe on B1 NH3 T100 HS128 (head 1; keys 100..127 zero-filled), lambda_q spread over [-2, 2]
@@ -293,8 +212,7 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_out, total * 4);
     attention_hopper_gproj_keys128_layout_probe(in.s, in.head, in.qkv, in.dout, d_lambda, d_out);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
-    float* h = (float*)mallocCheck(total * 4);
-    cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
+    float* h = (float*)lab_download(d_out, total * 4);
     const float* g_st = h;
     const float* g_dpt = g_st + n_st;
     const float* g_dk = g_dpt + n_st;
@@ -303,14 +221,7 @@ static void layout_probe(void) {
     double* ref = (double*)mallocCheck(n_kv * sizeof(double));
     double* mag = (double*)mallocCheck(n_kv * sizeof(double));
     int bad[5];
-    /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    lab_probe_product(ref, mag, nk, nq, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
-    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
-    /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    lab_probe_product(ref, mag, nk, nq, kHS,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
-    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
+    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, bad); /* bad[0], bad[1] */
     /* the correction alone: sum_q bf(-lambda_q S^T[key][q]) Q[q][n], the product in FP32 as the kernel does */
     auto corr_term = [&](int i, int n, int q) {
         const float prod = -h_lambda[q] * g_st[i * nq + q];
@@ -349,9 +260,7 @@ static void layout_probe(void) {
 
 /* The checks of one child process: the layout probe (child 0) or every case with the timings (child 1). */
 static void run_child(int child) {
-    attn_rng_init(&g_rng, 0x452821E638D01377ull);
-    require_sm90("hopper_bwd128_gproj");
-    lab_watch_hangs();
+    lab_child_begin("hopper_bwd128_gproj", 0x452821E638D01377ull);
     if (child == 0) {
         layout_probe();
         return;
@@ -361,7 +270,7 @@ static void run_child(int child) {
     /* T = 1, T < 64, odd T, T not a multiple of the 128-key tile (a last key tile with an empty second
        half), B*NH up to 32 (64 at the first benchmark shape), sharp softmax, key offsets (where the
        correction matters) */
-    const CheckCase cases[] = {
+    const LabCase cases[] = {
         {{1, 1, 1, 128}, 1.f, 0.f},    {{1, 2, 50, 128}, 1.f, 0.f},   {{1, 1, 77, 128}, 1.f, 0.f},
         {{1, 2, 128, 128}, 1.f, 0.f},  {{1, 1, 129, 128}, 1.f, 0.f},  {{2, 3, 1001, 128}, 1.f, 0.f},
         {{4, 8, 257, 128}, 1.f, 0.f},
@@ -371,7 +280,7 @@ static void run_child(int child) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i], 0, st);
     /* checks and timing at the benchmark shapes */
-    const CheckCase bench[] = {{{8, 8, 1024, 128}, 1.f, 0.f}, {{2, 16, 4096, 128}, 1.f, 0.f}};
+    const LabCase bench[] = {{{8, 8, 1024, 128}, 1.f, 0.f}, {{2, 16, 4096, 128}, 1.f, 0.f}};
     for (size_t i = 0; i < sizeof bench / sizeof bench[0]; i++) check_case(bench[i], 1, st);
     cudaCheck(cudaStreamDestroy(st));
 }

@@ -59,22 +59,13 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/lab_harness.cuh"
 
 typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_BWD_HS;                    /* the kernel's head size */
 static const int kProbeKeys = ATTN_HOPPER_BWD_PROBE_KEYS;     /* the probe's keys (one consumer warpgroup) */
 static const int kProbeQueries = ATTN_HOPPER_BWD_PROBE_QUERIES; /* and queries (one step) */
 static const int kProbeT = 100; /* the probe's tokens: keys 100..127 and queries 100..127 zero-filled */
-
-/* Spins for `ns` nanoseconds of the global timer (bounded by construction): holds the GPU while the timed
-   launches are queued behind it, so host-side launch work never shows as idle time inside an interval. */
-__global__ void spin_for_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
-}
 
 /* dQ = bf(s acc) into the q slot of dqkv: attn_bwd_dq_kernel<64>'s expression (file-local in attention_cuda.cu),
    8 elements per thread, grid (T * 8 / 256, B * NH); dqkv 16-byte aligned (cudaMalloc). For checks (a) and (c),
@@ -114,38 +105,17 @@ static void kernel_alone(AttnMode mode, AttnShape s, const bf16* qkv, const bf16
     cudaCheckLastError();
 }
 
-/* A synchronisation result plus the hang record: on either, one FAIL line naming the barrier (or the CUDA error),
-   then the child reports its counts and ends. */
+/* A synchronisation check that ends the child on a hang or a CUDA error (lab_harness.cuh). */
 static void sync_or_report(cudaError_t e, const char* where) {
-    const volatile AttnHopperHang* r = g_lab_hang;
-    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
-    if (e == cudaSuccess && !hung) return;
-    if (hung)
-        CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d); the CTA"
-              " gave up and wrote NaN over its dK/dV rows", where, attn_hopper_hang_site_name(r->site), r->index,
-              r->parity, r->block_x, r->block_y, r->thread);
-    if (e != cudaSuccess)
-        CHECK(0, "CUDA error after %s: %s (hint: run under compute-sanitizer)", where, cudaGetErrorString(e));
-    lab_child_report_and_exit();
+    lab_child_sync_or_fail(e, where, "); the CTA gave up and wrote NaN over its dK/dV rows");
 }
 
 static const double kMaxUlps = 4.0; /* the file comment's tolerance, fixed before any run */
-static const double kExact = 0.0;
-static const char* kSlotName[3] = {"dQ", "dK", "dV"};
 
+/* Compares one slot and CHECKs it within max_ulps (bit-equal when kExact, lab_harness.cuh) against `ref`. */
 static void check_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot, const char* what,
                        const char* against, double max_ulps) {
-    const SlotDiff d = compare_slot(ref, got, s, slot);
-    printf("  %s %s vs %s: max |diff| %.3g, max %.2f BF16 ulps, %zu of %zu over 1 ulp, %zu not bit-equal\n", what,
-           kSlotName[slot], against, d.max_abs, d.max_ulps, d.over_1ulp, d.count, d.unequal);
-    CHECK(d.nan_ref == 0, "%s: %s has every element finite (%zu NaN)", kSlotName[slot], against, d.nan_ref);
-    CHECK(d.nan_new == 0, "%s %s: written everywhere, finite (%zu NaN left of the poison or from a give-up)", what,
-          kSlotName[slot], d.nan_new);
-    if (max_ulps == kExact)
-        CHECK(d.unequal == 0, "%s %s bit-equal to %s (%zu differ)", what, kSlotName[slot], against, d.unequal);
-    else
-        CHECK(d.max_ulps <= max_ulps, "%s %s within %.0f BF16 ulps of %s (max %.2f)", what, kSlotName[slot], max_ulps,
-              against, d.max_ulps);
+    lab_check_slot(ref, got, s, slot, what, against, max_ulps, "of the poison or from a give-up");
 }
 
 struct CheckCase {
@@ -162,60 +132,49 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
     snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d q x%g key offset %g: production (128-query steps) vs "
              "force_portable", attn_mode_name(mode), s.B, s.NH, s.T, s.HS, in.q_scale, in.key_offset);
     test_section(title);
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
     const size_t rows = (size_t)s.B * s.NH * s.T;
     const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
     CHECK(ws_bytes >= (rows * s.HS + rows) * sizeof(float),
           "workspace holds dq_acc[rows*HS] + D[rows] fp32 (%zu bytes; carve_workspace's layout, which this lab reads)",
           ws_bytes);
-    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
-    uint16_t* h_dout = random_bf16_bits(nout);
-    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def, *dqkv_alone;
-    float* stats;
-    void *ws_ref, *ws_def, *ws_alone;
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    lab_upload(&dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_def, nqkv * 2);
+    LabBwdCase c = lab_bwd_case_random(mode, LabCase{s, in.q_scale, in.key_offset});
+    bf16* dqkv_alone;
+    void* ws_alone;
     lab_alloc_poisoned(&dqkv_alone, nqkv * 2);
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_def, ws_bytes);
     lab_alloc_poisoned(&ws_alone, ws_bytes);
-    AttnOptions opt = {}, portable = {};
-    portable.force_portable = 1;
     sync_or_report(cudaDeviceSynchronize(), "the uploads and poison fills");
-    const AttnBwdPath path = attention_backward_cuda_path(mode, opt, s, qkv, dout);
-    CHECK(path == ATTN_BWD_HOPPER && attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+    const AttnBwdPath path = attention_backward_cuda_path(mode, c.opt, s, c.qkv, c.dout);
+    CHECK(path == ATTN_BWD_HOPPER &&
+              attention_backward_cuda_path(mode, c.portable, s, c.qkv, c.dout) == ATTN_BWD_PORTABLE,
           "dispatch: the default backward is the Hopper one (got %s), force_portable the portable one",
           attn_bwd_path_name(path));
-    CHECK(attention_hopper_bwd_supports(mode, opt, s, qkv, dout) == 1, "attention_hopper_bwd_supports says yes");
+    CHECK(attention_hopper_bwd_supports(mode, c.opt, s, c.qkv, c.dout) == 1, "attention_hopper_bwd_supports says yes");
 
-    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, st);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st);
+    lab_bwd_forward(c, c.opt, st);
+    lab_bwd_portable(c, st);
     sync_or_report(cudaStreamSynchronize(st), "the forward and the force_portable backward");
     uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
     uint16_t* h_def = (uint16_t*)mallocCheck(nqkv * 2);
     uint16_t* h_alone = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_ref, c.dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
 
     /* (a) the kernel alone on the reference's D */
-    kernel_alone(mode, s, qkv, dout, stats, ws_ref, ws_alone, dqkv_alone, st);
+    kernel_alone(mode, s, c.qkv, c.dout, c.stats, c.ws_ref, ws_alone, dqkv_alone, st);
     sync_or_report(cudaStreamSynchronize(st), "(a) the kernel alone on force_portable's D + the lab's post-pass");
     cudaCheck(cudaMemcpy(h_alone, dqkv_alone, nqkv * 2, cudaMemcpyDeviceToHost));
     for (int slot = 0; slot < 3; slot++)
         check_slot(h_ref, h_alone, s, slot, "(a) kernel alone on the reference's D:", "force_portable", kMaxUlps);
 
     /* (b) the default backward on poisoned buffers */
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st);
+    lab_bwd_default(c, st);
     sync_or_report(cudaStreamSynchronize(st), "(b) the default backward (prep + Hopper kernel + post-pass)");
-    cudaCheck(cudaMemcpy(h_def, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_def, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     for (int slot = 0; slot < 3; slot++)
         check_slot(h_ref, h_def, s, slot, "(b) default backward:", "force_portable", kMaxUlps);
 
     /* (c) the kernel alone on the default path's D */
-    kernel_alone(mode, s, qkv, dout, stats, ws_def, ws_alone, dqkv_alone, st);
+    kernel_alone(mode, s, c.qkv, c.dout, c.stats, c.ws_def, ws_alone, dqkv_alone, st);
     sync_or_report(cudaStreamSynchronize(st), "(c) the kernel alone on the default backward's D");
     cudaCheck(cudaMemcpy(h_alone, dqkv_alone, nqkv * 2, cudaMemcpyDeviceToHost));
     check_slot(h_def, h_alone, s, 0, "(c) kernel alone on the default's D:", "the default backward", kMaxUlps);
@@ -223,47 +182,30 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         check_slot(h_def, h_alone, s, slot, "(c) kernel alone on the default's D:", "the default backward", kExact);
 
     if (time_it) {
-        enum { kWarmup = 3, kReps = 21 };
-        cudaEvent_t ev[kReps + 1];
-        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventCreate(&ev[r]));
-        auto time_of = [&](auto fn, const char* what) {
-            float tm[kReps];
-            for (int i = 0; i < kWarmup; i++) fn();
-            sync_or_report(cudaStreamSynchronize(st), what);
-            spin_for_ns<<<1, 1, 0, st>>>(2000000ull + 100000ull * kReps);
-            cudaCheckLastError();
-            cudaCheck(cudaEventRecord(ev[0], st));
-            for (int i = 0; i < kReps; i++) {
-                fn();
-                cudaCheck(cudaEventRecord(ev[i + 1], st));
-            }
-            sync_or_report(cudaStreamSynchronize(st), what);
-            for (int i = 0; i < kReps; i++) cudaCheck(cudaEventElapsedTime(&tm[i], ev[i], ev[i + 1]));
-            return median_ms(tm, kReps);
-        };
+        LabTimer timer = lab_timer_make(st, sync_or_report);
         /* the key-major kernel's 5 causal BF16 GEMMs: S^T, dP^T, dV, dK, dQ */
         const double gemm = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
-        auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st); };
+        auto run_default = [&]() { lab_bwd_default(c, st); };
         auto run_portable = [&]() {
-            attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st);
+            lab_bwd_portable(c, st);
         };
         /* alone: it keeps adding into the accumulator (its values no longer matter) */
         auto run_kernel = [&]() {
-            attention_backward_hopper_keys(mode, s, qkv, dout, stats, ws_D(ws_def, s), ws_dq_acc(ws_def), dqkv_def, st);
+            attention_backward_hopper_keys(mode, s, c.qkv, c.dout, c.stats, ws_D(c.ws_def, s), ws_dq_acc(c.ws_def),
+                                           c.dqkv_def, st);
         };
-        const float ms_def = time_of(run_default, "timing the default backward");
-        const float ms_port = time_of(run_portable, "timing the force_portable backward");
-        const float ms_kernel = time_of(run_kernel, "timing the key-major kernel alone");
+        const float ms_def = lab_timer_median(timer, run_default, "timing the default backward");
+        const float ms_port = lab_timer_median(timer, run_portable, "timing the force_portable backward");
+        const float ms_kernel = lab_timer_median(timer, run_kernel, "timing the key-major kernel alone");
         printf("  time: %s B%d H%d T%d d%d (median of %d, warm inputs, queued behind a spin): default backward"
                " (attention_backward_cuda, path %s) %.4f ms; force_portable %.4f ms (%.2fx); the kernel alone %.4f ms"
-               " (%.1f TFLOP/s, 5 causal GEMMs)\n", attn_mode_name(mode), s.B, s.NH, s.T, s.HS, (int)kReps,
+               " (%.1f TFLOP/s, 5 causal GEMMs)\n", attn_mode_name(mode), s.B, s.NH, s.T, s.HS, (int)kLabReps,
                attn_bwd_path_name(path), ms_def, ms_port, ms_port / ms_def, ms_kernel, 5.0 * gemm / ms_kernel * 1e-9);
-        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventDestroy(ev[r]));
+        lab_timer_free(&timer);
     }
-    free(h_qkv); free(h_dout); free(h_ref); free(h_def); free(h_alone);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_def)); cudaCheck(cudaFree(dqkv_alone));
-    cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def)); cudaCheck(cudaFree(ws_alone));
+    free(h_ref); free(h_def); free(h_alone);
+    lab_bwd_case_free(&c);
+    cudaCheck(cudaFree(dqkv_alone)); cudaCheck(cudaFree(ws_alone));
 }
 
 /* The production layout probe on B1 NH3 T100 HS64 (head 1) against double loops over the same BF16 values. */
@@ -284,10 +226,8 @@ static void layout_probe(void) {
     cudaCheck(cudaMemset(d_acc, 0, acc_elems * 4));
     attention_hopper_bwd_layout_probe(ps, in.head, in.qkv, in.dout, d_out, d_acc);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
-    float* h = (float*)mallocCheck(total * 4);
-    float* h_acc = (float*)mallocCheck(acc_elems * 4);
-    cudaCheck(cudaMemcpy(h, d_out, total * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_acc, d_acc, acc_elems * 4, cudaMemcpyDeviceToHost));
+    float* h = (float*)lab_download(d_out, total * 4);
+    float* h_acc = (float*)lab_download(d_acc, acc_elems * 4);
     const float *g_st = h, *g_dpt = h + n_st, *g_dv = g_dpt + n_st, *g_dk = g_dv + n_kv, *g_dq = g_dk + n_kv;
     double* ref = (double*)mallocCheck(n_st * sizeof(double));
     double* mag = (double*)mallocCheck(n_st * sizeof(double));
@@ -342,9 +282,7 @@ static void layout_probe(void) {
 }
 
 static void run_child(int child) {
-    attn_rng_init(&g_rng, 0x243F6A8885A308D3ull + (unsigned long long)child);
-    require_sm90("hopper_bwd64_wide");
-    lab_watch_hangs();
+    lab_child_begin("hopper_bwd64_wide", 0x243F6A8885A308D3ull + (unsigned long long)child);
     if (child == 0) {
         layout_probe();
         return;

@@ -54,7 +54,6 @@
 #include "dev/attention_lab/hopper_lab.cuh"
 
 typedef __nv_bfloat16 bf16;
-static const int kHS = ATTN_HOPPER_BWD_HS; /* the pass's only head size */
 static const int kTile = ATTN_HOPPER_BWD_PROBE_TILE;
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 
@@ -89,14 +88,8 @@ static void poison_kv(bf16* dqkv, AttnShape s) {
     cudaCheck(cudaMemset2D(dqkv + (size_t)s.NH * s.HS, pitch, 0xFF, width, (size_t)s.B * s.T));
 }
 
-struct CheckInputs {
-    AttnShape s;
-    float q_scale;
-    float key_offset; /* |K offset| added to every key of a head along a random unit vector */
-};
-
 /* One case: see the file comment, checks 2 to 4 (4 with time_it). */
-static void check_case(CheckInputs in, int time_it) {
+static void check_case(LabCase in, int time_it) {
     const AttnShape s = in.s;
     const AttnMode mode = ATTN_GPROJ;
     char title[200];
@@ -104,49 +97,27 @@ static void check_case(CheckInputs in, int time_it) {
              s.B, s.NH, s.T, s.HS, in.q_scale, in.key_offset);
     test_section(title);
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s), rows = rows_of(s);
-    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
-          "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; carve_workspace's layout, which"
-          " check 3 reads)", ws_bytes);
-    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
-    uint16_t* h_dout = random_bf16_bits(nout);
+    lab_check_ws_layout(s, mode, "carve_workspace's layout, which check 3 reads");
 
-    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def, *dqkv_pass;
-    float* stats;
-    void *ws_ref, *ws_def;
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    lab_upload(&dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_def, nqkv * 2);
+    LabBwdCase c = lab_bwd_case_random(mode, in);
+    bf16* dqkv_pass;
     cudaCheck(cudaMalloc(&dqkv_pass, nqkv * 2));
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_def, ws_bytes);
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
-    CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+    CHECK(lab_bwd_dispatch_ok(c),
           "dispatch: the default gproj backward is the Hopper one (row pass + this pass), force_portable the"
           " portable one");
-    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, 0);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, 0);
+    lab_bwd_run_both(c, c.opt, 0);
     sync_or_report(cudaDeviceSynchronize(), "the production backwards");
     /* this pass alone over the default path's dqkv with k and v poisoned, from the default path's D, lambda */
-    const float* D_def = (const float*)ws_def + rows * s.HS;
+    const float* D_def = (const float*)c.ws_def + rows * s.HS;
     const float* lambda_def = D_def + rows;
-    cudaCheck(cudaMemcpy(dqkv_pass, dqkv_def, nqkv * 2, cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpy(dqkv_pass, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToDevice));
     poison_kv(dqkv_pass, s);
-    attention_backward_hopper_gproj_keys(s, qkv, dout, stats, D_def, lambda_def, dqkv_pass, 0);
+    attention_backward_hopper_gproj_keys(s, c.qkv, c.dout, c.stats, D_def, lambda_def, dqkv_pass, 0);
     sync_or_report(cudaDeviceSynchronize(), "the gproj key-major pass alone");
 
-    uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_def = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_pass = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_def, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_pass, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
+    uint16_t* h_ref = (uint16_t*)lab_download(c.dqkv_ref, nqkv * 2);
+    uint16_t* h_def = (uint16_t*)lab_download(c.dqkv_def, nqkv * 2);
+    uint16_t* h_pass = (uint16_t*)lab_download(dqkv_pass, nqkv * 2);
     printf(" the default (Hopper) gproj backward:\n");
     for (int slot = 0; slot < 3; slot++) check_slot(h_ref, h_def, s, slot, "the force_portable backward", 0);
     const double ks_ref = lab_worst_key_sum(h_ref, s), ks_def = lab_worst_key_sum(h_def, s);
@@ -164,12 +135,16 @@ static void check_case(CheckInputs in, int time_it) {
         float* stats_b;
         cudaCheck(cudaMalloc(&out_b, nout * 2));
         cudaCheck(cudaMalloc(&stats_b, nstats * 4));
-        attention_forward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, NULL, 0);
+        attention_forward_cuda(ATTN_BF16, c.opt, s, c.qkv, out_b, stats_b, NULL, 0);
         /* each candidate as a closure over this case's buffers, timed alone */
-        auto run_portable = [&]() { attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0); };
-        auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, 0); };
-        auto run_bf16 = [&]() { attention_backward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, dout, dqkv_pass, ws_ref, 0); };
-        auto run_pass = [&]() { attention_backward_hopper_gproj_keys(s, qkv, dout, stats, D_def, lambda_def, dqkv_def, 0); };
+        auto run_portable = [&]() { lab_bwd_portable(c, 0); };
+        auto run_default = [&]() { lab_bwd_default(c, 0); };
+        auto run_bf16 = [&]() {
+            attention_backward_cuda(ATTN_BF16, c.opt, s, c.qkv, out_b, stats_b, c.dout, dqkv_pass, c.ws_ref, 0);
+        };
+        auto run_pass = [&]() {
+            attention_backward_hopper_gproj_keys(s, c.qkv, c.dout, c.stats, D_def, lambda_def, c.dqkv_def, 0);
+        };
         auto time_of = [&](auto fn, const char* what) {
             float t[kReps];
             for (int i = 0; i < kWarmup; i++) fn();
@@ -200,10 +175,9 @@ static void check_case(CheckInputs in, int time_it) {
         cudaCheck(cudaFree(out_b));
         cudaCheck(cudaFree(stats_b));
     }
-    free(h_qkv); free(h_dout); free(h_ref); free(h_def); free(h_pass);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_def)); cudaCheck(cudaFree(dqkv_pass));
-    cudaCheck(cudaFree(stats)); cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def));
+    free(h_ref); free(h_def); free(h_pass);
+    lab_bwd_case_free(&c);
+    cudaCheck(cudaFree(dqkv_pass));
 }
 
 /* The layout probe on B1 NH3 T50 (head 1; T < 64: zero fill), lambda_q spread over [-2, 2] per query (so a
@@ -221,16 +195,12 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_out, 4 * tile * 4);
     attention_hopper_gproj_keys_layout_probe(in.s, in.head, in.qkv, in.dout, d_lambda, d_out);
     sync_or_report(cudaDeviceSynchronize(), "the layout probe");
-    float* h = (float*)mallocCheck(4 * tile * 4);
-    cudaCheck(cudaMemcpy(h, d_out, 4 * tile * 4, cudaMemcpyDeviceToHost));
+    float* h = (float*)lab_download(d_out, 4 * tile * 4);
     const float *g_st = h, *g_dpt = h + tile, *g_dk = h + 2 * tile, *g_corr = h + 3 * tile;
     double* ref = (double*)mallocCheck(tile * sizeof(double));
     double* mag = (double*)mallocCheck(tile * sizeof(double));
     int bad[4];
-    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return probe_qkv(in, i, kSlotK, d) * probe_qkv(in, j, kSlotQ, d); });
-    bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag);
-    probe_product(ref, mag, kHS, [&](int i, int j, int d) { return probe_qkv(in, i, kSlotV, d) * probe_dout(in, j, d); });
-    bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag);
+    keymajor_probe_scores(in, kTile, kTile, g_st, g_dpt, bad); /* bad[0], bad[1] */
     /* correction alone: sum_q bf(-lambda_q * S^T[key][q]) Q[q][n], the product in FP32 as the kernel does */
     probe_product(ref, mag, kTile, [&](int i, int n, int q) {
         return bf16_round(-h_lambda[q] * g_st[i * kTile + q]) * probe_qkv(in, q, kSlotQ, n);
@@ -260,7 +230,7 @@ int main(int argc, char** argv) {
     printf("hopper_bwd_gproj on %s: the production Hopper gproj key-major pass (attention_hopper_bwd_gproj.cu)"
            " in the gproj backward vs the portable one\n", prop.name);
     layout_probe(); /* the new operand form alone first: if it fails, everything below fails too */
-    const CheckInputs cases[] = {
+    const LabCase cases[] = {
         {{1, 1, 1, 64}, 1.f, 0.f},    {{1, 1, 77, 64}, 1.f, 0.f},   {{1, 2, 128, 64}, 1.f, 0.f},
         {{1, 1, 129, 64}, 1.f, 0.f},  {{2, 3, 1000, 64}, 1.f, 0.f}, {{4, 32, 257, 64}, 1.f, 0.f},
         {{1, 4, 500, 64}, 8.f, 0.f},   /* sharp softmax */
@@ -268,7 +238,7 @@ int main(int argc, char** argv) {
         {{1, 4, 777, 64}, 1.f, 128.f}, /* rho 16 (offset 16 sqrt(HS)), the doc's hard case 1 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i], 0);
-    const CheckInputs bench[] = {{{8, 16, 1024, 64}, 1.f, 0.f}, {{4, 16, 2048, 64}, 1.f, 0.f}};
+    const LabCase bench[] = {{{8, 16, 1024, 64}, 1.f, 0.f}, {{4, 16, 2048, 64}, 1.f, 0.f}};
     for (size_t i = 0; i < sizeof bench / sizeof bench[0]; i++) check_case(bench[i], 1);
     return test_summary();
 }

@@ -2,15 +2,19 @@
  * dev/attention_lab/hopper_fp32_keys_lab.cuh - the per-case checks and timings of the two labs of fp32 mode's
  * Hopper key-major pass (hopper_bwd64_fp32, hopper_bwd128_fp32): the pass through its entry point
  * attention_backward_hopper_fp32_keys (which serves both head sizes) against attention_backward_cuda's fp32
- * backward, on the default path and with force_portable, and the timings. Each lab keeps what differs: its
- * layout probe, its cases and shapes, and its main.
+ * backward, on the default path and with force_portable, the timings, and the child processes that run them.
+ * Each lab keeps what differs: its layout probe, its benchmark shapes, and the names it prints.
  *
- * Why: the two labs' checks (spin kernel, the lab's dQ post-pass, check_slot, pass_alone, check_case) differ
- * only in the head size they print and in how their kernel ends a hang, so they are one copy here.
+ * Why: the two labs' checks (the lab's dQ post-pass, check_slot, pass_alone, check_case, the small cases, the
+ * child processes) differ only in the head size and in how their kernel ends a hang, so they are one copy
+ * here; the spin kernel, the slot comparison, the timing and the child's synchronisation check are
+ * lab_harness.cuh's.
  *
- * The including lab defines kHangOutcome (what its kernel does when a wait runs out: the HS-64 pass traps, the
- * HS-128 one gives up and writes NaN) before including this header, after dev/attention_lab/hopper_lab.cuh.
- * One lab = one translation unit: everything here is file-local (static).
+ * The including lab defines kHS (the pass's head size) and kHangTail (the end of a HANG line: what its kernel
+ * does when a wait runs out, the HS-64 pass traps, the HS-128 one gives up and writes NaN) before including
+ * this header, after dev/attention_lab/hopper_lab.cuh; its run_child and main hand its layout probe and its
+ * benchmark shapes to fp32_keys_run_child and fp32_keys_main. One lab = one translation unit: everything
+ * here is file-local (static).
  */
 #pragma once
 #include <stdint.h>
@@ -24,18 +28,9 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/lab_harness.cuh"
 
 typedef __nv_bfloat16 bf16;
-
-/* Spins for `ns` nanoseconds of the global timer (bounded by construction): holds the GPU while the timed
-   launches are queued behind it, so host-side launch work never shows as idle time inside an interval. */
-__global__ void spin_for_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
-}
 
 /* dQ = bf(s * accumulator) into the q slot of dqkv: attention_cuda.cu's attn_bwd_dq_kernel<HS> expression
    (file-local there), for checks (a) and (c), where the pass runs alone. */
@@ -58,40 +53,16 @@ __global__ void lab_dq_postpass(const float* __restrict__ dq_acc, bf16* __restri
 /* host: checks and timing                                                                           */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* A synchronisation result plus the hang record (hopper_lab.cuh's lab_watch_hangs): on either, one FAIL line
-   naming the barrier (or the CUDA error), then the child reports and ends. */
-static void sync_or_report(cudaError_t e, const char* where) {
-    const volatile AttnHopperHang* r = g_lab_hang;
-    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
-    if (e == cudaSuccess && !hung) return;
-    if (hung)
-        CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d; %s)",
-              where, attn_hopper_hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread,
-              kHangOutcome);
-    if (e != cudaSuccess)
-        CHECK(0, "CUDA error after %s: %s (hint: run under compute-sanitizer)", where, cudaGetErrorString(e));
-    lab_child_report_and_exit();
-}
+/* A synchronisation check that ends the child on a hang or a CUDA error (lab_harness.cuh). */
+static void sync_or_report(cudaError_t e, const char* where) { lab_child_sync_or_fail(e, where, kHangTail); }
 
-/* The file comment's tolerance (fixed before any run) and bit-equality. */
+/* The file comment's tolerance (fixed before any run); kExact (lab_harness.cuh) is bit-equality. */
 static const double kMaxUlps = 4.0;
-static const double kExact = 0.0;
-static const char* kSlotName[3] = {"dQ", "dK", "dV"};
 
 /* Compares one slot and CHECKs it within max_ulps (bit-equal when kExact) against `ref`. */
 static void check_slot(const uint16_t* ref, const uint16_t* got, AttnShape s, int slot, const char* what,
                        const char* against, double max_ulps) {
-    const SlotDiff d = compare_slot(ref, got, s, slot);
-    printf("  %s %s vs %s: max |diff| %.3g, max %.2f BF16 ulps, %zu of %zu over 1 ulp, %zu not bit-equal\n", what,
-           kSlotName[slot], against, d.max_abs, d.max_ulps, d.over_1ulp, d.count, d.unequal);
-    CHECK(d.nan_ref == 0, "%s: %s has every element finite (%zu NaN)", kSlotName[slot], against, d.nan_ref);
-    CHECK(d.nan_new == 0, "%s %s: written everywhere, finite (%zu NaN left of the poison or of a give-up)", what,
-          kSlotName[slot], d.nan_new);
-    if (max_ulps == kExact)
-        CHECK(d.unequal == 0, "%s %s bit-equal to %s (%zu differ)", what, kSlotName[slot], against, d.unequal);
-    else
-        CHECK(d.max_ulps <= max_ulps, "%s %s within %.0f BF16 ulps of %s (max %.2f)", what, kSlotName[slot], max_ulps,
-              against, d.max_ulps);
+    lab_check_slot(ref, got, s, slot, what, against, max_ulps, "of the poison or of a give-up");
 }
 
 /* The pass alone on the D of workspace `from_ws` (carve_workspace's slots: dq_acc [rows * HS], D [rows],
@@ -113,141 +84,133 @@ static void pass_alone(AttnShape s, const bf16* qkv, const bf16* dout, const flo
     cudaCheckLastError();
 }
 
-struct CheckCase {
-    AttnShape s;
-    float q_scale;
-    float key_offset; /* |K offset| added to every key of a head along a random unit vector */
-};
-
 /* One case: the file comment's check 2; with time_it also 3. */
-static void check_case(CheckCase in, int time_it, cudaStream_t st) {
+static void check_case(LabCase in, int time_it, cudaStream_t st) {
     const AttnShape s = in.s;
     const AttnMode mode = ATTN_FP32;
     char title[200];
     snprintf(title, sizeof title, "B%d NH%d T%d HS%d q x%g key offset %g: Hopper fp32 key-major pass at HS %d", s.B,
              s.NH, s.T, s.HS, in.q_scale, in.key_offset, s.HS);
     test_section(title);
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s);
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
     const size_t rows = (size_t)s.B * s.NH * s.T;
     const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
-          "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; carve_workspace's layout, which"
-          " this lab reads)", ws_bytes);
-    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
-    uint16_t* h_dout = random_bf16_bits(nout);
-    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def, *dqkv_pass;
-    float* stats;
-    void *ws_ref, *ws_def, *ws_pass;
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    lab_upload(&dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_def, nqkv * 2);
+    lab_check_ws_layout(s, mode, "carve_workspace's layout, which this lab reads");
+    LabBwdCase c = lab_bwd_case_random(mode, in);
+    bf16* dqkv_pass;
+    void* ws_pass;
     lab_alloc_poisoned(&dqkv_pass, nqkv * 2);
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_def, ws_bytes);
     lab_alloc_poisoned(&ws_pass, ws_bytes);
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
     /* the uploads and poison fills ran on the legacy default stream, which `st` (non-blocking) does not
        wait for */
     sync_or_report(cudaDeviceSynchronize(), "the uploads and poison fills");
-    const AttnBwdPath path_default = attention_backward_cuda_path(mode, opt, s, qkv, dout);
+    const AttnBwdPath path_default = attention_backward_cuda_path(mode, c.opt, s, c.qkv, c.dout);
     printf("  dispatch: default fp32 backward %s, force_portable %s\n", attn_bwd_path_name(path_default),
-           attn_bwd_path_name(attention_backward_cuda_path(mode, portable, s, qkv, dout)));
+           attn_bwd_path_name(attention_backward_cuda_path(mode, c.portable, s, c.qkv, c.dout)));
     CHECK(path_default == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+              attention_backward_cuda_path(mode, c.portable, s, c.qkv, c.dout) == ATTN_BWD_PORTABLE,
           "dispatch: the default fp32 backward at HS %d is the Hopper one (row pass + this pass), force_portable"
           " the portable one", s.HS);
-    CHECK(attention_hopper_fp32_keys_supports(mode, s, qkv, dout), "attention_hopper_fp32_keys_supports says yes"
+    CHECK(attention_hopper_fp32_keys_supports(mode, s, c.qkv, c.dout), "attention_hopper_fp32_keys_supports says yes"
           " (fp32, HS %d, aligned): backward_launch runs this pass", s.HS);
 
-    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, st);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st);
+    lab_bwd_forward(c, c.opt, st);
+    lab_bwd_portable(c, st);
     sync_or_report(cudaStreamSynchronize(st), "the forward and the force_portable backward");
     /* (a) the pass alone on the reference's D */
-    pass_alone(s, qkv, dout, stats, ws_ref, ws_pass, dqkv_pass, st);
+    pass_alone(s, c.qkv, c.dout, c.stats, c.ws_ref, ws_pass, dqkv_pass, st);
     sync_or_report(cudaStreamSynchronize(st), "(a) the fp32 key-major pass on the reference's D + the lab's post-pass");
-    uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
+    uint16_t* h_ref = (uint16_t*)lab_download(c.dqkv_ref, nqkv * 2);
+    uint16_t* h_new = (uint16_t*)lab_download(dqkv_pass, nqkv * 2);
     for (int slot = 0; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(a) this pass on the reference's D:", "the force_portable backward",
                    kMaxUlps);
     /* (b) the default backward, on poisoned dqkv and workspace */
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st);
+    lab_bwd_default(c, st);
     sync_or_report(cudaStreamSynchronize(st), "(b) the default fp32 backward");
-    cudaCheck(cudaMemcpy(h_new, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_new, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     for (int slot = 0; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(b) default backward:", "the force_portable backward", kMaxUlps);
     /* (c) the pass alone on the default path's D: what the default path ran (dK, dV bit for bit) */
-    pass_alone(s, qkv, dout, stats, ws_def, ws_pass, dqkv_pass, st);
+    pass_alone(s, c.qkv, c.dout, c.stats, c.ws_def, ws_pass, dqkv_pass, st);
     sync_or_report(cudaStreamSynchronize(st), "(c) the fp32 key-major pass on the default path's D");
-    cudaCheck(cudaMemcpy(h_ref, dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(h_ref, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(h_new, dqkv_pass, nqkv * 2, cudaMemcpyDeviceToHost));
     check_slot(h_ref, h_new, s, 0, "(c) this pass, default path's D:", "the default backward", kMaxUlps);
     for (int slot = 1; slot < 3; slot++)
         check_slot(h_ref, h_new, s, slot, "(c) this pass, default path's D:", "the default backward", kExact);
 
     if (time_it) {
-        enum { kWarmup = 3, kReps = 21 };
-        cudaEvent_t ev[kReps + 1];
-        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventCreate(&ev[r]));
-        /* the bf16 backward of the ratio needs bf16's own forward (stats {LSE, 0}, its O for D) */
-        bf16 *out_b, *dqkv_b;
-        float* stats_b;
-        void* ws_b;
-        cudaCheck(cudaMalloc(&out_b, nout * 2));
-        cudaCheck(cudaMalloc(&dqkv_b, nqkv * 2));
-        cudaCheck(cudaMalloc(&stats_b, nstats * 4));
-        cudaCheck(cudaMalloc(&ws_b, attention_cuda_workspace_bytes(s, ATTN_BF16)));
-        attention_forward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, NULL, st);
+        LabTimer timer = lab_timer_make(st, sync_or_report);
+        LabBf16Backward bf = lab_bf16_backward_make(s, c.opt, c.qkv, st);
         float* dq_acc_pass = (float*)ws_pass;
         const float* D_pass = dq_acc_pass + rows * s.HS;
-        auto run_portable = [&]() { attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, st); };
-        auto run_default = [&]() { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_def, ws_def, st); };
-        auto run_bf16 = [&]() { attention_backward_cuda(ATTN_BF16, opt, s, qkv, out_b, stats_b, dout, dqkv_b, ws_b, st); };
+        auto run_portable = [&]() { lab_bwd_portable(c, st); };
+        auto run_default = [&]() { lab_bwd_default(c, st); };
+        auto run_bf16 = [&]() { lab_bf16_backward_run(bf, s, c.opt, c.qkv, c.dout, st); };
         /* alone: keeps adding into ws_pass's accumulator (its values do not matter any more) */
-        auto run_pass = [&]() { attention_backward_hopper_fp32_keys(s, qkv, dout, stats, D_pass, dq_acc_pass, dqkv_pass, st); };
-        /* kReps back-to-back runs queued behind a spin (2 ms + 100 us per run: longer than queueing them) */
-        auto time_of = [&](auto fn, const char* what) {
-            float t[kReps];
-            for (int i = 0; i < kWarmup; i++) fn();
-            sync_or_report(cudaStreamSynchronize(st), what);
-            spin_for_ns<<<1, 1, 0, st>>>(2000000ull + 100000ull * kReps);
-            cudaCheckLastError();
-            cudaCheck(cudaEventRecord(ev[0], st));
-            for (int i = 0; i < kReps; i++) {
-                fn();
-                cudaCheck(cudaEventRecord(ev[i + 1], st));
-            }
-            sync_or_report(cudaStreamSynchronize(st), what);
-            for (int i = 0; i < kReps; i++) cudaCheck(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
-            return median_ms(t, kReps);
+        auto run_pass = [&]() {
+            attention_backward_hopper_fp32_keys(s, c.qkv, c.dout, c.stats, D_pass, dq_acc_pass, dqkv_pass, st);
         };
-        const float ms_pass = time_of(run_pass, "timing the fp32 key-major pass alone");
-        const float ms_portable = time_of(run_portable, "timing the portable fp32 backward");
-        const float ms_default = time_of(run_default, "timing the default fp32 backward");
-        const float ms_bf16 = time_of(run_bf16, "timing the default bf16 backward");
-        const char* path_bf16 = attn_bwd_path_name(attention_backward_cuda_path(ATTN_BF16, opt, s, qkv, dout));
+        const float ms_pass = lab_timer_median(timer, run_pass, "timing the fp32 key-major pass alone");
+        const float ms_portable = lab_timer_median(timer, run_portable, "timing the portable fp32 backward");
+        const float ms_default = lab_timer_median(timer, run_default, "timing the default fp32 backward");
+        const float ms_bf16 = lab_timer_median(timer, run_bf16, "timing the default bf16 backward");
+        const char* path_bf16 = attn_bwd_path_name(attention_backward_cuda_path(ATTN_BF16, c.opt, s, c.qkv, c.dout));
         /* the pass's GEMM work in BF16 tensor-core products, causal: S^T, dP^T (1 each), dV, dK (2 each: the
            split), dQ (3) = 9 GEMMs of 2 B H T^2 d / 2 */
         const double gemm = 2.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
         printf("  time (median of %d, warm inputs, queued behind a spin): this pass alone %.4f ms (%.1f TFLOP/s"
                " counting its 9 BF16 GEMMs, causal); the rest of the default backward (prep, row pass, post-pass)"
-               " %.4f ms\n", (int)kReps, ms_pass, 9.0 * gemm / ms_pass * 1e-9, ms_default - ms_pass);
+               " %.4f ms\n", (int)kLabReps, ms_pass, 9.0 * gemm / ms_pass * 1e-9, ms_default - ms_pass);
         printf("  time: fp32 backward: portable %.4f ms, default (path %s: prep + Hopper row pass + this pass +"
                " post-pass) %.4f ms = %.2fx faster than the portable\n", ms_portable,
                attn_bwd_path_name(path_default), ms_default, ms_portable / ms_default);
         printf("  time: bf16 default backward (path %s) %.4f ms -> fp32/bf16 backward: portable %.2fx, default"
                " %.2fx\n", path_bf16, ms_bf16, ms_portable / ms_bf16, ms_default / ms_bf16);
-        for (int r = 0; r <= kReps; r++) cudaCheck(cudaEventDestroy(ev[r]));
-        cudaCheck(cudaFree(out_b)); cudaCheck(cudaFree(dqkv_b)); cudaCheck(cudaFree(stats_b)); cudaCheck(cudaFree(ws_b));
+        lab_timer_free(&timer);
+        lab_bf16_backward_free(&bf);
     }
-    free(h_qkv); free(h_dout); free(h_ref); free(h_new);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_def)); cudaCheck(cudaFree(dqkv_pass));
-    cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_def)); cudaCheck(cudaFree(ws_pass));
+    free(h_ref); free(h_new);
+    lab_bwd_case_free(&c);
+    cudaCheck(cudaFree(dqkv_pass)); cudaCheck(cudaFree(ws_pass));
+}
+
+/* The checks of one child process of the lab `lab`: its layout probe (child 0), the small cases at head size
+   kHS (child 1), or its benchmark shapes `bench` with their timings (child 2). */
+static void fp32_keys_run_child(int child, const char* lab, void (*layout_probe)(void), const LabCase* bench,
+                                size_t nbench) {
+    lab_child_begin(lab, 0x9E3779B97F4A7C15ull + (unsigned long long)child);
+    if (child == 0) {
+        layout_probe();
+        return;
+    }
+    cudaStream_t st; /* a stream of its own, as the trainer's (not the legacy default stream) */
+    cudaCheck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    if (child == 1) {
+        /* T = 1, T < 64, odd T, T not a multiple of the 128-key tile (a last key tile with an empty second
+           half), B*NH up to 32, sharp softmax, key offsets (where fp32 must stay accurate) */
+        const LabCase cases[] = {
+            {{1, 1, 1, kHS}, 1.f, 0.f},    {{1, 2, 50, kHS}, 1.f, 0.f},   {{1, 1, 77, kHS}, 1.f, 0.f},
+            {{1, 2, 128, kHS}, 1.f, 0.f},  {{1, 1, 129, kHS}, 1.f, 0.f},  {{2, 3, 1001, kHS}, 1.f, 0.f},
+            {{4, 8, 257, kHS}, 1.f, 0.f},
+            {{1, 4, 500, kHS}, 8.f, 0.f},   /* sharp softmax (q x8) */
+            {{2, 4, 1000, kHS}, 1.f, 20.f}, /* K += 20 u */
+            {{1, 4, 777, kHS}, 8.f, 20.f},  /* both, odd T */
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i], 0, st);
+    } else {
+        for (size_t i = 0; i < nbench; i++) check_case(bench[i], 1, st);
+    }
+    cudaCheck(cudaStreamDestroy(st));
+}
+
+/* main of the lab `lab` (no arguments). The parent never touches CUDA: each child gets a fresh context, so a
+   fault or a hang report in one costs that child's results only (hopper_lab.cuh's lab_run_children). */
+static int fp32_keys_main(int argc, char** argv, const char* lab, void (*run_child)(int)) {
+    if (argc != 1) die("usage: %s   (no arguments)\n  hint: the cases are fixed in run_child()", argv[0]);
+    printf("%s: fp32's Hopper key-major pass at HS %d (dK, dV, dQ partials) vs the production"
+           " backward; the probe, the checks and the benchmark shapes each in its own process\n", lab, kHS);
+    static const char* kChildName[3] = {"the layout probe", "the checks", "the benchmark shapes and timings"};
+    return lab_run_children(lab, 3, kChildName, run_child, 0);
 }

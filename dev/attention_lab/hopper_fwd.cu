@@ -350,14 +350,10 @@ static void check_shape(AttnMode mode, AttnShape s, float q_scale, int time_it) 
     attention_forward_hopper(mode, s, qkv, out_new, st_new, 0);
     sync_or_hang(title);
 
-    uint16_t* h_ref = (uint16_t*)mallocCheck(nout * 2);
-    uint16_t* h_new = (uint16_t*)mallocCheck(nout * 2);
-    float* hs_ref = (float*)mallocCheck(nstats * 4);
-    float* hs_new = (float*)mallocCheck(nstats * 4);
-    cudaCheck(cudaMemcpy(h_ref, out_ref, nout * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_new, out_new, nout * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(hs_ref, st_ref, nstats * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(hs_new, st_new, nstats * 4, cudaMemcpyDeviceToHost));
+    uint16_t* h_ref = (uint16_t*)lab_download(out_ref, nout * 2);
+    uint16_t* h_new = (uint16_t*)lab_download(out_new, nout * 2);
+    float* hs_ref = (float*)lab_download(st_ref, nstats * 4);
+    float* hs_new = (float*)lab_download(st_new, nstats * 4);
     size_t nan_ref = 0, nan_new = 0, over_1ulp = 0, bad_second = 0, m_exact = 0;
     double max_abs = 0, max_ulps = 0, max_first = 0, max_l = 0;
     for (size_t row = 0; row < nout / s.HS; row++) { /* one (b, t, h) row of HS values */
@@ -465,10 +461,8 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_o, (size_t)kBlockQ * HS * 4);
     attention_hopper_layout_probe(s, head, qkv, d_s, d_o);
     sync_or_hang(title);
-    float* h_s = (float*)mallocCheck((size_t)kBlockQ * kBlockK * 4);
-    float* h_o = (float*)mallocCheck((size_t)kBlockQ * HS * 4);
-    cudaCheck(cudaMemcpy(h_s, d_s, (size_t)kBlockQ * kBlockK * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_o, d_o, (size_t)kBlockQ * HS * 4, cudaMemcpyDeviceToHost));
+    float* h_s = (float*)lab_download(d_s, (size_t)kBlockQ * kBlockK * 4);
+    float* h_o = (float*)lab_download(d_o, (size_t)kBlockQ * HS * 4);
     /* element (token, slot, d) of the probed head; tokens >= T are the TMA's zero fill */
     const size_t tok_stride = 3ull * s.NH * HS;
 #define PROBE_X(tok, slot, d) \

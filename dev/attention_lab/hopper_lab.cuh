@@ -18,18 +18,29 @@
  *   bf16_ulp, median_ms, median_d   - one BF16 ulp at max(|x|, floor); the median of n timings or doubles (sorts v);
  *   lab_sigma_dp                    - the scale of dP - D of a case's inputs (sqrt(HS) rms(dO) rms(V));
  *   lab_worst_key_sum               - gproj's identity: max over heads of ||sum_j dK_j|| / ||dK||;
- *   lab_alloc_poisoned, lab_upload  - device buffers filled with NaN (0xFF bytes) or with a host copy;
+ *   lab_alloc_poisoned, lab_upload, lab_download - device buffers filled with NaN (0xFF bytes) or with a host
+ *                                     copy; a host copy of a device buffer;
+ *   LabBwdCase (lab_bwd_case_make / _free, lab_bwd_dispatch_ok, lab_bwd_forward, lab_bwd_portable,
+ *               lab_bwd_default, lab_bwd_run_both) - a backward check's inputs, forward results, the
+ *                                     reference's and the default path's poisoned dqkv and workspace, and
+ *                                     the runs on them;
+ *   LabCase, lab_bwd_case_random    - a case (shape, q scale, key offset) and a LabBwdCase on its random inputs;
+ *   lab_check_ws_layout             - CHECKs the workspace layout (dq_acc, D, lambda) the labs read;
  *   SlotDiff, compare_slot          - slot (0 q, 1 k, 2 v) of two dqkv buffers in BF16 ulps of the row scale;
  *   require_sm90                    - dies with a hint unless device 0 is sm_90 (the kernels are sm_90a-only);
  *   kProbeTol, probe_product, probe_compare - the host side of the 64 x 64 layout-probe checks
- *                                     (lab_probe_product, lab_probe_compare: any rows x cols);
+ *                                     (lab_probe_product, lab_probe_compare and both in lab_probe_check: any
+ *                                     rows x cols);
  *   ProbeInputs (probe_inputs_make / _make_shape / _free, probe_qkv, probe_dout) - the backward probes' one-head
  *                                     inputs;
- *   keymajor_probe_products         - the five products of the key-major backward's probe, checked;
+ *   keymajor_probe_scores, keymajor_probe_products, fp32_keymajor_probe_products - the scores (S^T, dP^T)
+ *                                     and the products of the key-major backwards' probes, checked;
  *   lab_watch_hangs, lab_sync_or_report - the hang record (AttnHopperHang, hopper_lab_hooks.cuh) of every
  *                                     production and probe object installed in host-mapped memory, and a
  *                                     synchronisation that stops with the hung barrier's name or the CUDA error;
- *   lab_run_children, lab_child_report_and_exit - main's one process per group of checks, counts through a pipe.
+ *   lab_run_children, lab_child_report_and_exit, lab_child_begin, lab_child_sync_or_fail - main's one
+ *                                     process per group of checks, counts through a pipe; a child's start
+ *                                     (seed, device, hang record) and its synchronisation check.
  */
 #ifndef DEV_ATTENTION_LAB_HOPPER_LAB_CUH
 #define DEV_ATTENTION_LAB_HOPPER_LAB_CUH
@@ -37,12 +48,14 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
+#include "attention/attention_cuda.cuh"
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
 #include "attention/support/attn_cases.h"
@@ -181,6 +194,98 @@ static void lab_upload(T** dev, const void* host, size_t bytes) {
     cudaCheck(cudaMalloc(dev, bytes));
     cudaCheck(cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice));
 }
+/* A host copy (malloc'd) of `bytes` of device memory. */
+static inline void* lab_download(const void* dev, size_t bytes) {
+    void* host = mallocCheck(bytes);
+    cudaCheck(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+    return host;
+}
+
+/* One backward check's inputs and buffers: the host inputs (qkv, dout as BF16 bits; lab_bwd_case_make takes
+   them over) and their device copies, the forward's out and stats, the dqkv and workspace (mode's size) of the
+   reference (ref: the force_portable backward) and of the default path (def), those four filled with NaN
+   (lab_alloc_poisoned), and the two paths' options. */
+struct LabBwdCase {
+    AttnMode mode;
+    AttnShape s;
+    uint16_t *h_qkv, *h_dout;
+    __nv_bfloat16 *qkv, *dout, *out, *dqkv_ref, *dqkv_def;
+    float* stats;
+    void *ws_ref, *ws_def;
+    AttnOptions opt, portable; /* the default options; force_portable */
+};
+static inline LabBwdCase lab_bwd_case_make(AttnMode mode, AttnShape s, uint16_t* h_qkv, uint16_t* h_dout) {
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s);
+    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
+    LabBwdCase c;
+    c.mode = mode;
+    c.s = s;
+    c.h_qkv = h_qkv;
+    c.h_dout = h_dout;
+    lab_upload(&c.qkv, h_qkv, nqkv * 2);
+    lab_upload(&c.dout, h_dout, nout * 2);
+    cudaCheck(cudaMalloc(&c.out, nout * 2));
+    cudaCheck(cudaMalloc(&c.stats, attn_stats_count(s) * 4));
+    lab_alloc_poisoned(&c.dqkv_ref, nqkv * 2);
+    lab_alloc_poisoned(&c.dqkv_def, nqkv * 2);
+    lab_alloc_poisoned(&c.ws_ref, ws_bytes);
+    lab_alloc_poisoned(&c.ws_def, ws_bytes);
+    c.opt = AttnOptions{};
+    c.portable = AttnOptions{};
+    c.portable.force_portable = 1;
+    return c;
+}
+static inline void lab_bwd_case_free(LabBwdCase* c) {
+    free(c->h_qkv); free(c->h_dout);
+    cudaCheck(cudaFree(c->qkv)); cudaCheck(cudaFree(c->dout));
+    cudaCheck(cudaFree(c->out)); cudaCheck(cudaFree(c->stats));
+    cudaCheck(cudaFree(c->dqkv_ref)); cudaCheck(cudaFree(c->dqkv_def));
+    cudaCheck(cudaFree(c->ws_ref)); cudaCheck(cudaFree(c->ws_def));
+}
+/* A backward check's case: its shape and its inputs' draw (random_qkv_offset_bits). */
+struct LabCase {
+    AttnShape s;
+    float q_scale;
+    float key_offset; /* |K offset| added to every key of a head along a random unit vector */
+};
+/* lab_bwd_case_make on fresh inputs: qkv from random_qkv_offset_bits(in.s, in.q_scale, in.key_offset), then
+   dout standard normals, drawn in that order from g_rng. */
+static inline LabBwdCase lab_bwd_case_random(AttnMode mode, LabCase in) {
+    uint16_t* h_qkv = random_qkv_offset_bits(in.s, in.q_scale, in.key_offset);
+    uint16_t* h_dout = random_bf16_bits(attn_out_count(in.s));
+    return lab_bwd_case_make(mode, in.s, h_qkv, h_dout);
+}
+/* 1 if the case's default backward takes the Hopper path and force_portable the portable one. */
+static inline int lab_bwd_dispatch_ok(const LabBwdCase& c) {
+    return attention_backward_cuda_path(c.mode, c.opt, c.s, c.qkv, c.dout) == ATTN_BWD_HOPPER &&
+           attention_backward_cuda_path(c.mode, c.portable, c.s, c.qkv, c.dout) == ATTN_BWD_PORTABLE;
+}
+/* The case's forward with options `fwd` (its out and stats), on `st`. */
+static inline void lab_bwd_forward(const LabBwdCase& c, AttnOptions fwd, cudaStream_t st) {
+    attention_forward_cuda(c.mode, fwd, c.s, c.qkv, c.out, c.stats, NULL, st);
+}
+/* The force_portable backward into the reference's dqkv and workspace, on `st`. */
+static inline void lab_bwd_portable(const LabBwdCase& c, cudaStream_t st) {
+    attention_backward_cuda(c.mode, c.portable, c.s, c.qkv, c.out, c.stats, c.dout, c.dqkv_ref, c.ws_ref, st);
+}
+/* The default backward into the default path's dqkv and workspace, on `st`. */
+static inline void lab_bwd_default(const LabBwdCase& c, cudaStream_t st) {
+    attention_backward_cuda(c.mode, c.opt, c.s, c.qkv, c.out, c.stats, c.dout, c.dqkv_def, c.ws_def, st);
+}
+/* The forward with options `fwd`, then the force_portable and the default backward, on `st`. */
+static inline void lab_bwd_run_both(const LabBwdCase& c, AttnOptions fwd, cudaStream_t st) {
+    lab_bwd_forward(c, fwd, st);
+    lab_bwd_portable(c, st);
+    lab_bwd_default(c, st);
+}
+
+/* CHECKs that mode's workspace at s is dq_acc [rows * HS] + D [rows] + lambda [rows] FP32 (rows = B NH T):
+   carve_workspace's layout in attention_cuda.cu, which the including lab reads; `whose` ends the CHECK's text. */
+static inline void lab_check_ws_layout(AttnShape s, AttnMode mode, const char* whose) {
+    const size_t rows = (size_t)s.B * s.NH * s.T, ws_bytes = attention_cuda_workspace_bytes(s, mode);
+    CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
+          "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; %s)", ws_bytes, whose);
+}
 
 /* One slot (0 q, 1 k, 2 v) of two dqkv buffers [B, T, 3, NH, HS] (BF16 bits), compared row by row (row = one
    (b, t, h) vector of HS): NaNs on each side, elements not bit-equal, and the difference in BF16 ulps at
@@ -278,6 +383,18 @@ static inline int lab_probe_compare(const char* name, const float* got, const do
     printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, rows * cols, worst);
     return bad;
 }
+/* lab_probe_product, then lab_probe_compare, of a [rows x cols] probe output over `depth` terms (with scratch
+   of its own); returns the number of wrong elements. */
+template <typename Term>
+static int lab_probe_check(const char* name, const float* got, int rows, int cols, int depth, Term term) {
+    double* ref = (double*)mallocCheck((size_t)rows * cols * sizeof(double));
+    double* mag = (double*)mallocCheck((size_t)rows * cols * sizeof(double));
+    lab_probe_product(ref, mag, rows, cols, depth, term);
+    const int bad = lab_probe_compare(name, got, ref, mag, rows, cols);
+    free(ref);
+    free(mag);
+    return bad;
+}
 /* The same for a [64 x 64] output. */
 static inline int probe_compare(const char* name, const float* got, const double* ref, const double* mag) {
     return lab_probe_compare(name, got, ref, mag, 64, 64);
@@ -323,35 +440,45 @@ static inline double probe_dout(const ProbeInputs& in, int tok, int d) {
                         : 0.0;
 }
 
-/* The five 64 x 64 products of the key-major backward's layout probe (attention_hopper_bwd_layout_probe), h = [S^T, dP^T, dV, dK, dQ] as the probe wrote them, each against double loops
-   over the same BF16 values (the kernel's own S^T, dP^T, rounded to BF16 as it rounds them, for the three
-   register-A products); bad[k]: wrong elements of product k. */
-static inline void keymajor_probe_products(const ProbeInputs& in, const float* h, int bad[5]) {
+/* The scores of a key-major layout probe, S^T = K Q^T and dP^T = V dO^T ([nk keys][nq queries] each, head
+   size in.s.HS), against double loops; bad[0], bad[1]: their wrong elements. */
+static inline void keymajor_probe_scores(const ProbeInputs& in, int nk, int nq, const float* g_st, const float* g_dpt,
+                                         int bad[2]) {
     enum { kQ = 0, kK = 1, kV = 2 };
-    const size_t tile = 64 * 64;
-    const float *g_st = h, *g_dpt = h + tile, *g_dv = h + 2 * tile, *g_dk = h + 3 * tile, *g_dq = h + 4 * tile;
     const int hs = in.s.HS;
-    double* ref = (double*)mallocCheck(tile * sizeof(double));
-    double* mag = (double*)mallocCheck(tile * sizeof(double));
     /* S^T[key][query] = sum_d K[key][d] Q[query][d] */
-    probe_product(ref, mag, hs, [&](int i, int j, int d) { return probe_qkv(in, i, kK, d) * probe_qkv(in, j, kQ, d); });
-    bad[0] = probe_compare("S^T = K Q^T", g_st, ref, mag);
+    bad[0] = lab_probe_check("S^T = K Q^T", g_st, nk, nq, hs, [&](int i, int j, int d) {
+        return probe_qkv(in, i, kK, d) * probe_qkv(in, j, kQ, d);
+    });
     /* dP^T[key][query] = sum_d V[key][d] dO[query][d] */
-    probe_product(ref, mag, hs, [&](int i, int j, int d) { return probe_qkv(in, i, kV, d) * probe_dout(in, j, d); });
-    bad[1] = probe_compare("dP^T = V dO^T", g_dpt, ref, mag);
-    /* dV[key][d] = sum_q bf(S^T[key][q]) dO[q][d] */
-    probe_product(ref, mag, 64, [&](int i, int n, int q) { return bf16_round(g_st[i * 64 + q]) * probe_dout(in, q, n); });
-    bad[2] = probe_compare("dV = bf(S^T) dO", g_dv, ref, mag);
-    /* dK[key][d] = sum_q bf(dP^T[key][q]) Q[q][d] */
-    probe_product(ref, mag, 64,
-                  [&](int i, int n, int q) { return bf16_round(g_dpt[i * 64 + q]) * probe_qkv(in, q, kQ, n); });
-    bad[3] = probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag);
-    /* dQ[q][d] = sum_key bf(dP^T[key][q]) K[key][d] */
-    probe_product(ref, mag, 64,
-                  [&](int q, int n, int k) { return bf16_round(g_dpt[k * 64 + q]) * probe_qkv(in, k, kK, n); });
-    bad[4] = probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag);
-    free(ref);
-    free(mag);
+    bad[1] = lab_probe_check("dP^T = V dO^T", g_dpt, nk, nq, hs, [&](int i, int j, int d) {
+        return probe_qkv(in, i, kV, d) * probe_dout(in, j, d);
+    });
+}
+
+/* The five products of a bf16/repair key-major layout probe (nk keys x nq queries, head size in.s.HS), each
+   against double loops over the same BF16 values (the kernel's own S^T, dP^T, rounded to BF16 as it rounds
+   them, for the register-A and staged-A products): S^T, dP^T [nk][nq]; dV = bf(S^T) dO, dK = bf(dP^T) Q
+   [nk][HS]; dQ = bf(dP^T)^T K [nq][HS]. bad[k]: wrong elements of product k (the callers CHECK them with
+   what each product exercises). */
+static inline void keymajor_probe_products(const ProbeInputs& in, int nk, int nq, const float* g_st,
+                                           const float* g_dpt, const float* g_dv, const float* g_dk,
+                                           const float* g_dq, int bad[5]) {
+    enum { kQ = 0, kK = 1 };
+    const int hs = in.s.HS;
+    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, bad);
+    /* dV[key][n] = sum_q bf(S^T[key][q]) dO[q][n] */
+    bad[2] = lab_probe_check("dV = bf(S^T) dO", g_dv, nk, hs, nq, [&](int i, int n, int q) {
+        return bf16_round(g_st[i * nq + q]) * probe_dout(in, q, n);
+    });
+    /* dK[key][n] = sum_q bf(dP^T[key][q]) Q[q][n] */
+    bad[3] = lab_probe_check("dK = bf(dP^T) Q", g_dk, nk, hs, nq, [&](int i, int n, int q) {
+        return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kQ, n);
+    });
+    /* dQ[q][n] = sum_key bf(dP^T[key][q]) K[key][n] */
+    bad[4] = lab_probe_check("dQ = bf(dP^T)^T K", g_dq, nq, hs, nk, [&](int q, int n, int k) {
+        return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, k, kK, n);
+    });
 }
 
 /* The BF16 split of an FP32 value as fp32 mode's kernels make it: term 0 = bf(x), 1 = bf(x - bf(x)),
@@ -373,41 +500,31 @@ static inline void fp32_keymajor_probe_products(const ProbeInputs& in, int nk, i
                                                 const float* g_dpt, const float* g_dv, const float* g_dk,
                                                 const float* g_dq, const float* g_dq_lo, const float* g_dq_lo2,
                                                 int bad[7]) {
-    enum { kQ = 0, kK = 1, kV = 2 };
+    enum { kQ = 0, kK = 1 };
     const int hs = in.s.HS;
-    const size_t most = (size_t)(nk > nq ? nk : nq) * (nq > hs ? nq : hs);
-    double* ref = (double*)mallocCheck(most * sizeof(double));
-    double* mag = (double*)mallocCheck(most * sizeof(double));
-    lab_probe_product(ref, mag, nk, nq, hs,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kK, d) * probe_qkv(in, j, kQ, d); });
-    bad[0] = lab_probe_compare("S^T = K Q^T", g_st, ref, mag, nk, nq);
-    lab_probe_product(ref, mag, nk, nq, hs,
-                      [&](int i, int j, int d) { return probe_qkv(in, i, kV, d) * probe_dout(in, j, d); });
-    bad[1] = lab_probe_compare("dP^T = V dO^T", g_dpt, ref, mag, nk, nq);
-    /* two-term products: per q both terms (both |.| in mag) */
+    keymajor_probe_scores(in, nk, nq, g_st, g_dpt, bad);
+    /* two-term products: per q both terms (both |.| in the sum of |products|) */
     auto two_terms = [&](const float* x, int i, int q, double b) {
         return (fp32_split_term(x[i * nq + q], 0) + fp32_split_term(x[i * nq + q], 1)) * b;
     };
-    lab_probe_product(ref, mag, nk, hs, nq,
-                      [&](int i, int n, int q) { return two_terms(g_st, i, q, probe_dout(in, q, n)); });
-    bad[2] = lab_probe_compare("dV = (bf(S^T) + bf(S^T - bf(S^T))) dO", g_dv, ref, mag, nk, hs);
-    lab_probe_product(ref, mag, nk, hs, nq,
-                      [&](int i, int n, int q) { return two_terms(g_dpt, i, q, probe_qkv(in, q, kQ, n)); });
-    bad[3] = lab_probe_compare("dK = (bf(dP^T) + bf(r1)) Q", g_dk, ref, mag, nk, hs);
+    bad[2] = lab_probe_check("dV = (bf(S^T) + bf(S^T - bf(S^T))) dO", g_dv, nk, hs, nq, [&](int i, int n, int q) {
+        return two_terms(g_st, i, q, probe_dout(in, q, n));
+    });
+    bad[3] = lab_probe_check("dK = (bf(dP^T) + bf(r1)) Q", g_dk, nk, hs, nq, [&](int i, int n, int q) {
+        return two_terms(g_dpt, i, q, probe_qkv(in, q, kQ, n));
+    });
     /* dQ[q][n] = sum_key (terms of dP^T[key][q]) K[key][n] */
-    lab_probe_product(ref, mag, nq, hs, nk, [&](int q, int n, int k) {
+    auto dq_terms = [&](int q, int n, int k) {
         const float x = g_dpt[k * nq + q];
         return (fp32_split_term(x, 0) + fp32_split_term(x, 1) + fp32_split_term(x, 2)) * probe_qkv(in, k, kK, n);
+    };
+    bad[4] = lab_probe_check("dQ = (bf(dP) + bf(r1) + bf(r1 - bf(r1)))^T K", g_dq, nq, hs, nk, dq_terms);
+    bad[5] = lab_probe_check("dQ, the bf(r1) tile alone", g_dq_lo, nq, hs, nk, [&](int q, int n, int k) {
+        return fp32_split_term(g_dpt[k * nq + q], 1) * probe_qkv(in, k, kK, n);
     });
-    bad[4] = lab_probe_compare("dQ = (bf(dP) + bf(r1) + bf(r1 - bf(r1)))^T K", g_dq, ref, mag, nq, hs);
-    lab_probe_product(ref, mag, nq, hs, nk,
-                      [&](int q, int n, int k) { return fp32_split_term(g_dpt[k * nq + q], 1) * probe_qkv(in, k, kK, n); });
-    bad[5] = lab_probe_compare("dQ, the bf(r1) tile alone", g_dq_lo, ref, mag, nq, hs);
-    lab_probe_product(ref, mag, nq, hs, nk,
-                      [&](int q, int n, int k) { return fp32_split_term(g_dpt[k * nq + q], 2) * probe_qkv(in, k, kK, n); });
-    bad[6] = lab_probe_compare("dQ, the bf(r1 - bf(r1)) tile alone", g_dq_lo2, ref, mag, nq, hs);
-    free(ref);
-    free(mag);
+    bad[6] = lab_probe_check("dQ, the bf(r1 - bf(r1)) tile alone", g_dq_lo2, nq, hs, nk, [&](int q, int n, int k) {
+        return fp32_split_term(g_dpt[k * nq + q], 2) * probe_qkv(in, k, kK, n);
+    });
 }
 
 /* ---- the hang record of the production Hopper objects and the probe objects
@@ -444,17 +561,25 @@ static inline void lab_watch_hangs(void) {
         attention_hopper_probe_rows128_watch_hangs};
     for (auto fn : install) fn(dev);
 }
+/* After a synchronisation `e`: 0 if it succeeded and no barrier hung; else prints a FAIL line naming the barrier
+   (if one hung; its text ends with `hang_tail`, what the kernel does when a wait runs out, closing parenthesis
+   included) and one naming the CUDA error (if any; its text ends with `error_tail`), and returns 1. */
+static inline int lab_fail_on_hang_or_error(cudaError_t e, const char* where, const char* hang_tail,
+                                            const char* error_tail) {
+    const volatile AttnHopperHang* r = g_lab_hang;
+    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
+    if (e == cudaSuccess && !hung) return 0;
+    if (hung)
+        CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d%s", where,
+              attn_hopper_hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread, hang_tail);
+    if (e != cudaSuccess) CHECK(0, "CUDA error after %s: %s%s", where, cudaGetErrorString(e), error_tail);
+    return 1;
+}
 /* After a synchronisation `e` (cudaDeviceSynchronize, an event wait): returns if it succeeded and no barrier
    hung; else prints a FAIL line naming the barrier (if one hung), the lab's summary line, and dies with the
    CUDA error, if any (the results, or the context, are gone). */
 static inline void lab_sync_or_report(cudaError_t e, const char* lab, const char* where) {
-    const volatile AttnHopperHang* r = g_lab_hang;
-    const int hung = r != NULL && r->site != ATTN_HANG_NONE;
-    if (e == cudaSuccess && !hung) return;
-    if (hung)
-        CHECK(0, "HANG in %s: mbarrier %s never completed (index %d, parity %d, block (%d, %d), thread %d)", where,
-              attn_hopper_hang_site_name(r->site), r->index, r->parity, r->block_x, r->block_y, r->thread);
-    if (e != cudaSuccess) CHECK(0, "CUDA error after %s: %s", where, cudaGetErrorString(e));
+    if (!lab_fail_on_hang_or_error(e, where, ")", "")) return;
     test_summary();
     die("%s: stopped after %s\n  hint: a HANG line names the mbarrier that never completed (a pipeline protocol"
         " bug); otherwise run under compute-sanitizer", lab, where);
@@ -473,6 +598,20 @@ static inline void lab_child_report_and_exit(void) {
     fflush(stderr);
     if (g_lab_report_fd < 0 || write(g_lab_report_fd, counts, sizeof counts) != (ssize_t)sizeof counts) _exit(3);
     _exit(0);
+}
+
+/* The start of a child's checks: g_rng seeded with `seed`, device 0 required to be sm_90 (require_sm90, naming
+   `lab`), the hang record installed (lab_watch_hangs). */
+static inline void lab_child_begin(const char* lab, unsigned long long seed) {
+    attn_rng_init(&g_rng, seed);
+    require_sm90(lab);
+    lab_watch_hangs();
+}
+/* The synchronisation check of a child: as lab_sync_or_report, but on a hang or a CUDA error the child reports
+   its counts and ends (lab_child_report_and_exit) after the FAIL lines; `hang_tail` ends the HANG line. */
+static inline void lab_child_sync_or_fail(cudaError_t e, const char* where, const char* hang_tail) {
+    if (lab_fail_on_hang_or_error(e, where, hang_tail, " (hint: run under compute-sanitizer)"))
+        lab_child_report_and_exit();
 }
 
 /* Runs run(i) for i = 0 .. n - 1, each in a child process of its own (announce: first a line "=== name[i]"),

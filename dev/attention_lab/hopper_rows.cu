@@ -72,58 +72,30 @@ static const double kMedLambdaUnits = 1e-2; /* median |dlambda| / u */
 static const double kMaxDRel = 1e-5;        /* fp32 mode D (sum P dP, tensor-core order): |dD| / sigma_dP */
 static const double kMaxDPrepRel = 1e-6;    /* gproj D (dO . O, the prep kernel's order: expect bit-equal) */
 
-struct CheckInputs {
-    AttnShape s;
-    float q_scale;
-    float key_offset; /* |K offset| added to every key of a head along a random unit vector */
-};
-
 /* One shape: forward (gproj or fp32) for out and stats, then attention_backward_cuda with force_portable (ref)
    and on the default Hopper path (new) on the same inputs (outputs and workspaces poisoned first), D, lambda
    and dQ compared; optionally timed. */
-static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
+static void check_shape(LabCase in, AttnMode mode, int time_it) {
     const AttnShape s = in.s;
     char title[200];
     snprintf(title, sizeof title, "B%d NH%d T%d HS%d q x%g key offset %g: Hopper row pass vs the portable one (%s)",
              s.B, s.NH, s.T, s.HS, in.q_scale, in.key_offset, attn_mode_name(mode));
     test_section(title);
     const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s), rows = rows_of(s);
-    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
-          "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; the layout this lab assumes)",
-          ws_bytes);
-    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
-    uint16_t* h_dout = random_bf16_bits(nout);
-    const double sigma_dp = lab_sigma_dp(h_qkv, h_dout, s); /* the scale of dP - D (hopper_lab.cuh) */
+    lab_check_ws_layout(s, mode, "the layout this lab assumes");
+    LabBwdCase c = lab_bwd_case_random(mode, in);
+    const double sigma_dp = lab_sigma_dp(c.h_qkv, c.h_dout, s); /* the scale of dP - D (hopper_lab.cuh) */
     const size_t row = 3ull * s.NH * s.HS;                   /* qkv elements per token */
     const double lambda_unit = ldexp(sigma_dp, -9);
 
-    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_new;
-    float* stats;
-    void *ws_ref, *ws_new;
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    lab_upload(&dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_new, nqkv * 2);
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_new, ws_bytes);
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
-    CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+    CHECK(lab_bwd_dispatch_ok(c),
           "dispatch: the default backward runs the Hopper row pass, force_portable the portable one");
-    attention_forward_cuda(mode, opt, s, qkv, out, stats, NULL, 0);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
+    lab_bwd_run_both(c, c.opt, 0);
     cudaCheck(cudaDeviceSynchronize());
 
-    const RowsWorkspace w_ref = carve_rows_workspace(s, ws_ref), w_new = carve_rows_workspace(s, ws_new);
-    float* hD_ref = (float*)mallocCheck(rows * 4);
-    float* hD_new = (float*)mallocCheck(rows * 4);
-    cudaCheck(cudaMemcpy(hD_ref, w_ref.D, rows * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(hD_new, w_new.D, rows * 4, cudaMemcpyDeviceToHost));
+    const RowsWorkspace w_ref = carve_rows_workspace(s, c.ws_ref), w_new = carve_rows_workspace(s, c.ws_def);
+    float* hD_ref = (float*)lab_download(w_ref.D, rows * 4);
+    float* hD_new = (float*)lab_download(w_new.D, rows * 4);
     size_t nan_d_ref = 0, nan_d_new = 0, d_unequal = 0;
     double max_d = 0;
     for (size_t i = 0; i < rows; i++) {
@@ -146,10 +118,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     }
 
     if (mode == ATTN_GPROJ) {
-        float* hl_ref = (float*)mallocCheck(rows * 4);
-        float* hl_new = (float*)mallocCheck(rows * 4);
-        cudaCheck(cudaMemcpy(hl_ref, w_ref.lambda, rows * 4, cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(hl_new, w_new.lambda, rows * 4, cudaMemcpyDeviceToHost));
+        float* hl_ref = (float*)lab_download(w_ref.lambda, rows * 4);
+        float* hl_new = (float*)lab_download(w_new.lambda, rows * 4);
         size_t nan_l_ref = 0, nan_l_new = 0, l_unequal = 0;
         double* units = (double*)mallocCheck(rows * sizeof(double));
         size_t n_units = 0;
@@ -173,10 +143,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         free(hl_ref); free(hl_new); free(units);
 
         /* dQ: the q slot of dqkv, one (b, t, h) row of HS values at a time */
-        uint16_t* h_ref = (uint16_t*)mallocCheck(nqkv * 2);
-        uint16_t* h_new = (uint16_t*)mallocCheck(nqkv * 2);
-        cudaCheck(cudaMemcpy(h_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(h_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
+        uint16_t* h_ref = (uint16_t*)lab_download(c.dqkv_ref, nqkv * 2);
+        uint16_t* h_new = (uint16_t*)lab_download(c.dqkv_def, nqkv * 2);
         size_t nan_ref = 0, nan_new = 0, over_1ulp = 0;
         double max_ulps = 0, sq_diff = 0, sq_ref = 0;
         for (size_t tok = 0; tok < (size_t)s.B * s.T; tok++)
@@ -223,7 +191,7 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         cudaCheck(cudaMalloc(&out_rep, nout * 2));
         cudaCheck(cudaMalloc(&dqkv_rep, nqkv * 2));
         cudaCheck(cudaMalloc(&stats_rep, nstats * 4));
-        attention_forward_cuda(ATTN_REPAIR, portable, s, qkv, out_rep, stats_rep, NULL, 0);
+        attention_forward_cuda(ATTN_REPAIR, c.portable, s, c.qkv, out_rep, stats_rep, NULL, 0);
         auto timed = [&](float* dst, auto&& fn) {
             cudaCheck(cudaEventRecord(e0));
             fn();
@@ -231,15 +199,16 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
             cudaCheck(cudaEventSynchronize(e1));
             cudaCheck(cudaEventElapsedTime(dst, e0, e1));
         };
-        auto run_bwd = [&] { attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0); };
-        auto run_new = [&] { attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0); };
+        auto run_bwd = [&] { lab_bwd_portable(c, 0); };
+        auto run_new = [&] { lab_bwd_default(c, 0); };
         auto run_repair = [&] {
-            attention_backward_cuda(ATTN_REPAIR, portable, s, qkv, out_rep, stats_rep, dout, dqkv_rep, ws_ref, 0);
+            attention_backward_cuda(ATTN_REPAIR, c.portable, s, c.qkv, out_rep, stats_rep, c.dout, dqkv_rep, c.ws_ref,
+                                    0);
         };
         /* the Hopper row pass alone, on the D the last backward left in ws_new (gproj reads it; fp32 writes it) */
-        const RowsWorkspace w_time = carve_rows_workspace(s, ws_new);
+        const RowsWorkspace w_time = carve_rows_workspace(s, c.ws_def);
         auto run_rows = [&] {
-            attention_backward_hopper_rows(mode, s, qkv, dout, stats, w_time.D, w_time.lambda, dqkv_new, 0);
+            attention_backward_hopper_rows(mode, s, c.qkv, c.dout, c.stats, w_time.D, w_time.lambda, c.dqkv_def, 0);
         };
         for (int i = 0; i < kWarmup; i++) {
             run_bwd(); run_new(); run_repair(); run_rows();
@@ -264,10 +233,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         cudaCheck(cudaEventDestroy(e1));
         cudaCheck(cudaFree(out_rep)); cudaCheck(cudaFree(dqkv_rep)); cudaCheck(cudaFree(stats_rep));
     }
-    free(h_qkv); free(h_dout); free(hD_ref); free(hD_new);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_new)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(ws_ref)); cudaCheck(cudaFree(ws_new));
+    free(hD_ref); free(hD_new);
+    lab_bwd_case_free(&c);
 }
 
 /* (kProbeTol, the FP32-accumulation bound relative to the sum of |products|: dev/attention_lab/hopper_lab.cuh.) */
@@ -314,14 +281,10 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_y, n_dq * 4);
     attention_hopper_rows_layout_probe(s, head, qkv, dout, d_s, d_dp, d_x, d_y);
     cudaCheck(cudaDeviceSynchronize());
-    float* h_s = (float*)mallocCheck(n_sq * 4);
-    float* h_dp = (float*)mallocCheck(n_sq * 4);
-    float* h_x = (float*)mallocCheck(n_dq * 4);
-    float* h_y = (float*)mallocCheck(n_dq * 4);
-    cudaCheck(cudaMemcpy(h_s, d_s, n_sq * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_dp, d_dp, n_sq * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_x, d_x, n_dq * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_y, d_y, n_dq * 4, cudaMemcpyDeviceToHost));
+    float* h_s = (float*)lab_download(d_s, n_sq * 4);
+    float* h_dp = (float*)lab_download(d_dp, n_sq * 4);
+    float* h_x = (float*)lab_download(d_x, n_dq * 4);
+    float* h_y = (float*)lab_download(d_y, n_dq * 4);
     /* element (token, slot, d) of the probed head in qkv, and (token, d) in dout; tokens >= T: zero fill */
     const size_t tok_stride = 3ull * s.NH * kHS, do_stride = (size_t)s.NH * kHS;
     auto qkv_at = [&](int tok, int slot, int d) -> double {
@@ -376,7 +339,7 @@ int main(int argc, char** argv) {
            "  HS 128: not served by the Hopper row pass (four accumulators do not fit in registers); skipped\n",
            prop.name);
     layout_probe(); /* the GEMM building blocks alone first: if these fail, everything below fails too */
-    const CheckInputs shapes[] = {
+    const LabCase shapes[] = {
         {{1, 1, 1, 64}, 1.f, 0.f},    {{1, 1, 77, 64}, 1.f, 0.f},   {{1, 2, 128, 64}, 1.f, 0.f},
         {{1, 1, 129, 64}, 1.f, 0.f},  {{2, 3, 1000, 64}, 1.f, 0.f}, {{4, 32, 257, 64}, 1.f, 0.f},
         {{1, 4, 500, 64}, 8.f, 0.f},  /* sharp softmax */
@@ -385,10 +348,10 @@ int main(int argc, char** argv) {
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_shape(shapes[i], ATTN_GPROJ, 0);
     /* fp32 mode's D = sum P dP through the same kernel */
-    const CheckInputs fp32_shapes[] = {{{1, 1, 77, 64}, 1.f, 0.f}, {{2, 3, 1000, 64}, 1.f, 0.f}};
+    const LabCase fp32_shapes[] = {{{1, 1, 77, 64}, 1.f, 0.f}, {{2, 3, 1000, 64}, 1.f, 0.f}};
     for (size_t i = 0; i < sizeof fp32_shapes / sizeof fp32_shapes[0]; i++) check_shape(fp32_shapes[i], ATTN_FP32, 0);
     /* timing (and checks) at the benchmark shapes */
-    const CheckInputs bench[] = {{{8, 16, 1024, 64}, 1.f, 0.f}, {{4, 16, 2048, 64}, 1.f, 0.f}};
+    const LabCase bench[] = {{{8, 16, 1024, 64}, 1.f, 0.f}, {{4, 16, 2048, 64}, 1.f, 0.f}};
     for (size_t i = 0; i < sizeof bench / sizeof bench[0]; i++) check_shape(bench[i], ATTN_GPROJ, 1);
     check_shape(bench[0], ATTN_FP32, 1);
     return test_summary();

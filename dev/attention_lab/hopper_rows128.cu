@@ -53,6 +53,7 @@
 #include "common/utils.h"
 #include "tests/testing.h"
 #include "dev/attention_lab/hopper_lab.cuh"
+#include "dev/attention_lab/lab_harness.cuh" /* spin_for_ns */
 
 typedef __nv_bfloat16 bf16;
 static const int kHS = ATTN_HOPPER_ROWS128_HS;           /* the head size of this lab */
@@ -60,16 +61,6 @@ static const int kBlockQ = ATTN_HOPPER_ROWS_PROBE_ROWS;  /* query rows of the pr
 static const int kBlockK = ATTN_HOPPER_ROWS_PROBE_ROWS;  /* keys of the probe tile */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static const char* kLab = "hopper_rows128";
-
-/* Spins for `ns` nanoseconds of the global timer (bounded by construction): holds the GPU while the timed
-   launches are queued behind it, so host-side launch work never shows as idle time inside an interval. */
-__global__ void spin_for_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
-}
 
 /* ------------------------------------------------------------------------------------------------ */
 /* host: checks against the portable row pass, timing                                               */
@@ -84,12 +75,6 @@ static const double kMaxKvUlps = 4.0;
 static const double kMaxLambdaUnits = 16.0;
 static const double kMedLambdaUnits = 1e-2;
 static const double kMaxDRel = 1e-5;
-
-struct CheckInputs {
-    AttnShape s;
-    float q_scale;
-    float key_offset; /* |K offset| added to every key of a head along a random unit vector */
-};
 
 /* The portable backward's workspace layout (carve_workspace in attention/cuda/attention_cuda.cu, internal there):
    dq_acc [rows * HS] fp32, then D [rows], then lambda [rows]; rows = B*NH*T, row (b*NH + h)*T + t. */
@@ -251,47 +236,25 @@ static void time_backwards(AttnMode mode, AttnShape s, const BackwardKernels& po
 /* One shape and mode: forward (portable), then attention_backward_cuda with force_portable (reference) and on the
    default Hopper path on the same inputs (dqkv and both workspaces poisoned with NaN first), compared: D (fp32:
    the row pass's; gproj: the prep kernel's, the same on both), lambda (gproj), dQ, dK, dV; with time_it, timed. */
-static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
+static void check_shape(LabCase in, AttnMode mode, int time_it) {
     const AttnShape s = in.s;
     char title[256];
     snprintf(title, sizeof title, "%s B%d NH%d T%d HS%d q x%g key offset %g: HS-128 Hopper row pass vs the portable one",
              attn_mode_name(mode), s.B, s.NH, s.T, s.HS, in.q_scale, in.key_offset);
     test_section(title);
-    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), nstats = attn_stats_count(s), rows = rows_of(s);
-    const size_t ws_bytes = attention_cuda_workspace_bytes(s, mode);
-    CHECK(ws_bytes == (rows * s.HS + 2 * rows) * sizeof(float),
-          "workspace is dq_acc[rows*HS] + D[rows] + lambda[rows] fp32 (%zu bytes; the layout this lab assumes)",
-          ws_bytes);
-    uint16_t* h_qkv = random_qkv_offset_bits(s, in.q_scale, in.key_offset);
-    uint16_t* h_dout = random_bf16_bits(nout);
-    const double sigma_dp = lab_sigma_dp(h_qkv, h_dout, s); /* the scale of dP - D (hopper_lab.cuh) */
+    const size_t nqkv = attn_qkv_count(s), nout = attn_out_count(s), rows = rows_of(s);
+    lab_check_ws_layout(s, mode, "the layout this lab assumes");
+    LabBwdCase c = lab_bwd_case_random(mode, in);
+    const double sigma_dp = lab_sigma_dp(c.h_qkv, c.h_dout, s); /* the scale of dP - D (hopper_lab.cuh) */
     const double lambda_unit = ldexp(sigma_dp, -9);
 
-    bf16 *qkv, *dout, *out, *dqkv_ref, *dqkv_new;
-    float* stats;
-    void *ws_ref, *ws_new;
-    lab_upload(&qkv, h_qkv, nqkv * 2);
-    lab_upload(&dout, h_dout, nout * 2);
-    cudaCheck(cudaMalloc(&out, nout * 2));
-    cudaCheck(cudaMalloc(&stats, nstats * 4));
-    lab_alloc_poisoned(&dqkv_ref, nqkv * 2);
-    lab_alloc_poisoned(&dqkv_new, nqkv * 2);
-    lab_alloc_poisoned(&ws_ref, ws_bytes);
-    lab_alloc_poisoned(&ws_new, ws_bytes);
-    AttnOptions opt = {0}, portable = {0};
-    portable.force_portable = 1;
-    CHECK(attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER &&
-              attention_backward_cuda_path(mode, portable, s, qkv, dout) == ATTN_BWD_PORTABLE,
+    CHECK(lab_bwd_dispatch_ok(c),
           "dispatch: the default backward runs the Hopper row pass, force_portable the portable one");
-    attention_forward_cuda(mode, portable, s, qkv, out, stats, NULL, 0);
-    attention_backward_cuda(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref, 0);
-    attention_backward_cuda(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new, 0);
+    lab_bwd_run_both(c, c.portable, 0);
     lab_sync_or_report(cudaDeviceSynchronize(), kLab, title);
 
-    float* h_ref = (float*)mallocCheck(rows * 4);
-    float* h_new = (float*)mallocCheck(rows * 4);
-    cudaCheck(cudaMemcpy(h_ref, ws_D(s, ws_ref), rows * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_new, ws_D(s, ws_new), rows * 4, cudaMemcpyDeviceToHost));
+    float* h_ref = (float*)lab_download(ws_D(s, c.ws_ref), rows * 4);
+    float* h_new = (float*)lab_download(ws_D(s, c.ws_def), rows * 4);
     const RowDiff dd = compare_rows(h_ref, h_new, rows, sigma_dp);
     printf("  D (%s): %zu of %zu rows not bit-equal; |diff| / sigma_dP (%.3g): median %.3g, max %.3g\n",
            mode == ATTN_FP32 ? "sum P dP, the row pass" : "dO . O, the prep kernel on both paths", dd.unequal, rows,
@@ -301,8 +264,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     CHECK(dd.max_units <= kMaxDRel, "D within %.0e sigma_dP of the portable path (max %.3g)", kMaxDRel, dd.max_units);
     CHECK(dd.unequal == 0, "D bit-equal to the portable path (%zu rows differ)", dd.unequal);
     if (mode == ATTN_GPROJ) {
-        cudaCheck(cudaMemcpy(h_ref, ws_lambda(s, ws_ref), rows * 4, cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(h_new, ws_lambda(s, ws_new), rows * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h_ref, ws_lambda(s, c.ws_ref), rows * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h_new, ws_lambda(s, c.ws_def), rows * 4, cudaMemcpyDeviceToHost));
         const RowDiff d = compare_rows(h_ref, h_new, rows, lambda_unit);
         printf("  lambda: %zu of %zu rows not bit-equal; |diff| in u = 2^-9 sigma_dP (%.3g): median %.3g, max %.3g\n",
                d.unequal, rows, lambda_unit, d.med_units, d.max_units);
@@ -315,10 +278,8 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     }
     free(h_ref); free(h_new);
 
-    uint16_t* g_ref = (uint16_t*)mallocCheck(nqkv * 2);
-    uint16_t* g_new = (uint16_t*)mallocCheck(nqkv * 2);
-    cudaCheck(cudaMemcpy(g_ref, dqkv_ref, nqkv * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(g_new, dqkv_new, nqkv * 2, cudaMemcpyDeviceToHost));
+    uint16_t* g_ref = (uint16_t*)lab_download(c.dqkv_ref, nqkv * 2);
+    uint16_t* g_new = (uint16_t*)lab_download(c.dqkv_def, nqkv * 2);
     /* gproj: dQ is the row pass's (bit-equal); dK, dV come from gproj's Hopper key-major pass
        (attention_hopper_bwd128_gproj.cu, FP32 sum order differs: tolerance only). fp32: all three come from
        fp32's Hopper key-major pass (attention_hopper_bwd128_fp32.cu) on the Hopper path and from the portable
@@ -332,9 +293,9 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
     if (time_it) {
         cudaStream_t st;
         cudaCheck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-        BackwardKernels port = capture_backward(mode, portable, s, qkv, out, stats, dout, dqkv_ref, ws_ref,
-                                                "attn_bwd_rows_kernel", st);
-        BackwardKernels hop = capture_backward(mode, opt, s, qkv, out, stats, dout, dqkv_new, ws_new,
+        BackwardKernels port = capture_backward(mode, c.portable, s, c.qkv, c.out, c.stats, c.dout, c.dqkv_ref,
+                                                c.ws_ref, "attn_bwd_rows_kernel", st);
+        BackwardKernels hop = capture_backward(mode, c.opt, s, c.qkv, c.out, c.stats, c.dout, c.dqkv_def, c.ws_def,
                                                "hopper_rows128_kernel", st);
         CHECK(port.row_pass >= 0 && hop.row_pass >= 0,
               "the captured backwards have their row-pass nodes (portable attn_bwd_rows_kernel: %d, default"
@@ -344,39 +305,13 @@ static void check_shape(CheckInputs in, AttnMode mode, int time_it) {
         backward_kernels_free(&hop);
         cudaCheck(cudaStreamDestroy(st));
     }
-    free(h_qkv); free(h_dout);
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(stats));
-    cudaCheck(cudaFree(dqkv_ref)); cudaCheck(cudaFree(dqkv_new)); cudaCheck(cudaFree(ws_ref));
-    cudaCheck(cudaFree(ws_new));
+    
+    lab_bwd_case_free(&c);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
 /* host: the layout probe                                                                            */
 /* ------------------------------------------------------------------------------------------------ */
-
-/* Checks a probed [rows x cols] matrix against ref(i, n) = sum_k term(i, n, k) within hopper_lab.cuh's
-   kProbeTol of the sum of |products|; prints the first misses and a summary line; returns the misses. */
-template <typename Term>
-static int probe_check(const char* name, const float* got, int nrows, int ncols, int depth, Term term) {
-    int bad = 0;
-    double worst = 0;
-    for (int i = 0; i < nrows; i++)
-        for (int n = 0; n < ncols; n++) {
-            double ref = 0, mag = 0;
-            for (int k = 0; k < depth; k++) {
-                const double p = term(i, n, k);
-                ref += p;
-                mag += fabs(p);
-            }
-            const double x = got[i * ncols + n];
-            if (!(fabs(x - ref) <= kProbeTol * mag + 1e-30)) {
-                if (bad++ < 3) printf("  %s[%d][%d] = %.6g, want %.6g\n", name, i, n, x, ref);
-            }
-            worst = fmax(worst, isnan(x) ? INFINITY : fabs(x - ref) / (mag + 1e-30));
-        }
-    printf("  %s: %d of %d wrong (worst error / sum|products| %.3g)\n", name, bad, nrows * ncols, worst);
-    return bad;
-}
 
 /* attention_hopper_rows_layout_probe on B1 NH3 T100 HS128 (head 1: slot and head coordinates; tokens 100..127
    zero-filled): S, dP, X = bf(S) K and Y = bf(dP) K against double loops over the same BF16 values (X and Y from
@@ -393,24 +328,20 @@ static void layout_probe(void) {
     lab_alloc_poisoned(&d_y, n_dq * 4);
     attention_hopper_rows_layout_probe(in.s, in.head, in.qkv, in.dout, d_s, d_dp, d_x, d_y);
     lab_sync_or_report(cudaDeviceSynchronize(), kLab, "the layout probe");
-    float* h_s = (float*)mallocCheck(n_sq * 4);
-    float* h_dp = (float*)mallocCheck(n_sq * 4);
-    float* h_x = (float*)mallocCheck(n_dq * 4);
-    float* h_y = (float*)mallocCheck(n_dq * 4);
-    cudaCheck(cudaMemcpy(h_s, d_s, n_sq * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_dp, d_dp, n_sq * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_x, d_x, n_dq * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(h_y, d_y, n_dq * 4, cudaMemcpyDeviceToHost));
-    const int bad_s = probe_check("S = Q K^T", h_s, kBlockQ, kBlockK, kHS, [&](int i, int j, int d) {
+    float* h_s = (float*)lab_download(d_s, n_sq * 4);
+    float* h_dp = (float*)lab_download(d_dp, n_sq * 4);
+    float* h_x = (float*)lab_download(d_x, n_dq * 4);
+    float* h_y = (float*)lab_download(d_y, n_dq * 4);
+    const int bad_s = lab_probe_check("S = Q K^T", h_s, kBlockQ, kBlockK, kHS, [&](int i, int j, int d) {
         return probe_qkv(in, i, kSlotQ, d) * probe_qkv(in, j, kSlotK, d);
     });
-    const int bad_dp = probe_check("dP = dO V^T", h_dp, kBlockQ, kBlockK, kHS, [&](int i, int j, int d) {
+    const int bad_dp = lab_probe_check("dP = dO V^T", h_dp, kBlockQ, kBlockK, kHS, [&](int i, int j, int d) {
         return probe_dout(in, i, d) * probe_qkv(in, j, kSlotV, d);
     });
-    const int bad_x = probe_check("bf(S) K", h_x, kBlockQ, kHS, kBlockK, [&](int i, int n, int j) {
+    const int bad_x = lab_probe_check("bf(S) K", h_x, kBlockQ, kHS, kBlockK, [&](int i, int n, int j) {
         return bf16_round(h_s[i * kBlockK + j]) * probe_qkv(in, j, kSlotK, n);
     });
-    const int bad_y = probe_check("bf(dP) K", h_y, kBlockQ, kHS, kBlockK, [&](int i, int n, int j) {
+    const int bad_y = lab_probe_check("bf(dP) K", h_y, kBlockQ, kHS, kBlockK, [&](int i, int n, int j) {
         return bf16_round(h_dp[i * kBlockK + j]) * probe_qkv(in, j, kSlotK, n);
     });
     CHECK(bad_s == 0, "S = Q K^T: (a) SS n64 over 8 k-steps, chunk jump at k-step 4, Q rows 8 KB into 16 KB chunks"
@@ -438,14 +369,14 @@ static void run_group(int group) {
     lab_watch_hangs();
     /* random; T < 64 (1, 50); odd T (77, 129, 1000, 257); sharp (q x8); key offset 20 along a unit vector
        (gproj's correction matters); rho 16 (offset 16 sqrt(HS)), the doc's hard case 1 */
-    const CheckInputs shapes[] = {
+    const LabCase shapes[] = {
         {{1, 1, 1, 128}, 1.f, 0.f},    {{1, 1, 50, 128}, 1.f, 0.f},    {{1, 1, 77, 128}, 1.f, 0.f},
         {{1, 2, 128, 128}, 1.f, 0.f},  {{1, 1, 129, 128}, 1.f, 0.f},   {{2, 3, 1000, 128}, 1.f, 0.f},
         {{4, 8, 257, 128}, 1.f, 0.f},  {{1, 4, 500, 128}, 8.f, 0.f},   {{2, 4, 1000, 128}, 1.f, 20.f},
         {{1, 4, 777, 128}, 1.f, 181.f},
     };
     const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
-    const CheckInputs bench[] = {{{2, 16, 4096, 128}, 1.f, 0.f}, {{8, 8, 1024, 128}, 1.f, 0.f}};
+    const LabCase bench[] = {{{2, 16, 4096, 128}, 1.f, 0.f}, {{8, 8, 1024, 128}, 1.f, 0.f}};
     switch (group) {
         case kGroupProbe: layout_probe(); break;
         case kGroupGproj:
