@@ -11,7 +11,7 @@
 # under runs/ and /tmp, outside OUTDIR.
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
-#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish llmcbuild reliability attnbench trainbench
+#   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
@@ -56,6 +56,37 @@ mps_start() { mps=0; command -v nvidia-cuda-mps-control >/dev/null && nvidia-cud
 stop_runs() { pkill -TERM -f '^build/train_gpt( |$)'
               for _ in $(seq 60); do pgrep -f '^build/train_gpt( |$)' > /dev/null || break; sleep 1; done
               [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control; }
+
+# the matched-run group of the seeds phases (SEEDS, SEED_LR, SEED_STEPS, SEED_CAPTURE) with vocab $1, into
+# runs/seeds_lr$SEED_LR
+seeds_group() {
+    bash scripts/matched_runs.sh --name seeds_lr$SEED_LR --seeds "$SEEDS" --per-gpu 12 --diag-every 500 -- \
+        --train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" --vocab "$1" \
+        --steps "$SEED_STEPS" --schedule constant --lr "$SEED_LR" --val-every 2500 --val-batches 20 \
+        --log-every 2500 --sample-every 0 --probe-every 500 --capture-attn "$SEED_CAPTURE" --checkpoint-minutes 0
+}
+# seeds_compare RUNS: compare_runs over RUNS/$g's runs into /tmp/$g (tables, JSON, figures, thinned logs)
+seeds_compare() {
+    mkdir -p /tmp/$g
+    python3 scripts/compare_runs.py $(ls -d $1/$g/*/ | grep -v /compare/) --out /tmp/$g --smooth 50 \
+        --last-k 200 --json /tmp/$g/compare.json --thin-to /tmp/$g/logs --thin-every 200 > /tmp/$g/compare.txt 2>&1
+    grep -v '^wrote' /tmp/$g/compare.txt | tee -a "$SUMMARY"
+}
+# seeds_probe_step RUNS STEP LIMIT: attn_probe (LIMIT seconds each) on every bf16 and repair run's captures of
+# STEP not probed yet, in parallel, into /tmp/$g/probe_RUN_STEP.{json,txt}
+seeds_probe_step() {
+    local cap r; cap=$(printf %08d "$2"); mkdir -p /tmp/$g
+    for r in $1/$g/bf16_s* $1/$g/repair_s*; do
+        ls $r/attn_step${cap}_layer*.bin > /dev/null 2>&1 || continue
+        [ -s /tmp/$g/probe_$(basename $r)_$2.json ] && continue
+        timeout "$3" build/attn_probe $(printf -- '--capture %s ' $r/attn_step${cap}_layer*.bin) --heads 16 \
+            --json /tmp/$g/probe_$(basename $r)_$2.json > /tmp/$g/probe_$(basename $r)_$2.txt 2>&1 &
+    done
+    wait
+    say "   probes at step $2: $(ls /tmp/$g/probe_*_$2.json 2>/dev/null | wc -l) json"
+}
+# the step of a log.jsonl's last record (json.dumps writes "step": N)
+last_step() { tail -n 1 "$1" | sed -nE 's/.*"step": *([0-9]+).*/\1/p'; }
 
 # run_test NAME LIMIT CMD...: CMD under LIMIT seconds into $OUT/NAME.log; its "N passed, N failed" line and
 # its first FAIL lines go to the summary
@@ -260,23 +291,11 @@ for phase in "$@"; do
         prepare_data
         mps_start
         rm -rf runs/$g
-        timeout "$SEED_LIMIT" bash scripts/matched_runs.sh --name $g --seeds "$SEEDS" --per-gpu 12 --diag-every 500 -- \
-            --train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" \
-            --vocab "${VOCAB_DIR:-.cache/gpt2}" --steps "$SEED_STEPS" --schedule constant --lr "$SEED_LR" \
-            --val-every 2500 --val-batches 20 --log-every 2500 --sample-every 0 --probe-every 500 \
-            --capture-attn "$SEED_CAPTURE" --checkpoint-minutes 0 > "$OUT/$g.log" 2>&1
+        export SEED_LR SEED_STEPS SEED_CAPTURE SEEDS
+        timeout "$SEED_LIMIT" bash dev/device_session.sh "$OUT/group" seeds_group > "$OUT/$g.log" 2>&1
         stop_runs
-        mkdir -p /tmp/$g
-        python3 scripts/compare_runs.py $(ls -d runs/$g/*/ | grep -v /compare/) --out /tmp/$g --smooth 50 \
-            --last-k 200 --json /tmp/$g/compare.json --thin-to /tmp/$g/logs --thin-every 200 > /tmp/$g/compare.txt 2>&1
-        grep -v '^wrote' /tmp/$g/compare.txt | tee -a "$SUMMARY"
-        cap=$(printf %08d "$SEED_CAPTURE")
-        for r in runs/$g/bf16_s* runs/$g/repair_s*; do
-            ls $r/attn_step${cap}_layer*.bin > /dev/null 2>&1 || continue
-            timeout 150 build/attn_probe $(printf -- '--capture %s ' $r/attn_step${cap}_layer*.bin) --heads 16 \
-                --json /tmp/$g/probe_$(basename $r).json > /tmp/$g/probe_$(basename $r).txt 2>&1 &
-        done
-        wait
+        seeds_compare runs
+        for c in ${SEED_CAPTURE//,/ }; do seeds_probe_step runs "$c" 150; done
         tar czf "$OUT/$g.tgz" -C /tmp $g
         end 0 ;;
     seeds_start|seeds_wait|seeds_probe|seeds_finish)
@@ -287,19 +306,6 @@ for phase in "$@"; do
         # every capture step of SEED_CAPTURE (a comma list) like `seeds`
         : "${SEED_LR:=3e-3}" "${SEED_STEPS:=80000}" "${SEED_CAPTURE:=20000,35000,50000}" "${SEEDS:=7 8 9}"
         g=seeds_lr$SEED_LR; tree=/tmp/seedtree
-        mkdir -p /tmp/$g
-        # attn_probe on every bf16 and repair run's captures of step $1 not probed yet, in parallel
-        seeds_probe_step() {
-            local cap r; cap=$(printf %08d "$1")
-            for r in $tree/runs/$g/bf16_s* $tree/runs/$g/repair_s*; do
-                ls $r/attn_step${cap}_layer*.bin > /dev/null 2>&1 || continue
-                [ -s /tmp/$g/probe_$(basename $r)_$1.json ] && continue
-                timeout 200 build/attn_probe $(printf -- '--capture %s ' $r/attn_step${cap}_layer*.bin) --heads 16 \
-                    --json /tmp/$g/probe_$(basename $r)_$1.json > /tmp/$g/probe_$(basename $r)_$1.txt 2>&1 &
-            done
-            wait
-            say "   probes at step $1: $(ls /tmp/$g/probe_*_$1.json 2>/dev/null | wc -l) json"
-        }
         case $phase in
         seeds_start)
             begin "matched runs over seeds $SEEDS at lr $SEED_LR, detached in $tree"
@@ -308,11 +314,9 @@ for phase in "$@"; do
             rm -rf "$tree"; mkdir -p "$tree/.carry"
             tar cf - --exclude=./.git --exclude=./.carry --exclude=./runs . | tar xf - -C "$tree"
             cp -a "${VOCAB_DIR:-.cache/gpt2}" "$tree/.carry/gpt2"
-            (cd "$tree" && setsid nohup bash scripts/matched_runs.sh --name $g --seeds "$SEEDS" --per-gpu 12 \
-                --diag-every 500 -- --train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" \
-                --vocab .carry/gpt2 --steps "$SEED_STEPS" --schedule constant --lr "$SEED_LR" \
-                --val-every 2500 --val-batches 20 --log-every 2500 --sample-every 0 --probe-every 500 \
-                --capture-attn "$SEED_CAPTURE" --checkpoint-minutes 0 > "$tree/$g.log" 2>&1 < /dev/null &)
+            export SEED_LR SEED_STEPS SEED_CAPTURE SEEDS
+            (cd "$tree" && VOCAB_DIR=.carry/gpt2 setsid nohup bash dev/device_session.sh /tmp/seeds_group_out seeds_group \
+                > "$tree/$g.log" 2>&1 < /dev/null &)
             sleep 20; say "   started: $(pgrep -fc '^build/train_gpt( |$)') trainers"
             end 0 ;;
         seeds_wait)
@@ -321,7 +325,7 @@ for phase in "$@"; do
             while [ "$(date +%s)" -lt "$t_end" ]; do
                 sleep $(( t_end - $(date +%s) < 120 ? t_end - $(date +%s) : 120 ))
                 say "   $(date -u +%H:%M:%S) $(pgrep -fc '^build/train_gpt( |$)') trainers; last steps: $(for f in $tree/runs/$g/*/log.jsonl; do
-                    printf '%s=%s ' "$(basename "$(dirname "$f")")" "$(tail -n 1 "$f" | sed -nE 's/.*"step": *([0-9]+).*/\1/p')"; done)"
+                    printf '%s=%s ' "$(basename "$(dirname "$f")")" "$(last_step "$f")"; done)"
             done
             end 0 ;;
         seeds_probe)
@@ -333,26 +337,27 @@ for phase in "$@"; do
                 until [ "$(date +%s)" -ge "$t_end" ]; do
                     behind=0
                     for f in $tree/runs/$g/bf16_s*/log.jsonl $tree/runs/$g/repair_s*/log.jsonl; do
-                        st=$(tail -n 1 "$f" | sed -nE 's/.*"step": *([0-9]+).*/\1/p')
+                        st=$(last_step "$f")
                         [ "${st:-0}" -ge $(( c + 100 )) ] || behind=1
                     done
                     [ $behind = 0 ] && break; sleep 10
                 done
-                seeds_probe_step "$c"
+                seeds_probe_step $tree/runs "$c" 200
             done
             end 0 ;;
         seeds_finish)
             begin "matched runs: stop, compare, probe"
             mps=1; stop_runs
-            mkdir -p /tmp/$g
-            python3 scripts/compare_runs.py $(ls -d $tree/runs/$g/*/ | grep -v /compare/) --out /tmp/$g --smooth 50 \
-                --last-k 200 --json /tmp/$g/compare.json --thin-to /tmp/$g/logs --thin-every 200 > /tmp/$g/compare.txt 2>&1
-            grep -v '^wrote' /tmp/$g/compare.txt | tee -a "$SUMMARY"
-            for c in ${SEED_PROBE_STEPS:-${SEED_CAPTURE//,/ }}; do seeds_probe_step "$c"; done
+            seeds_compare $tree/runs
+            for c in ${SEED_PROBE_STEPS:-${SEED_CAPTURE//,/ }}; do seeds_probe_step $tree/runs "$c" 200; done
             cp $tree/$g.log /tmp/$g/matched_runs.log
             tar czf "$OUT/$g.tgz" -C /tmp $g
             end 0 ;;
         esac ;;
+    seeds_group)
+        # the matched-run group itself, in the foreground (what `seeds` times out and seeds_start detaches)
+        : "${SEED_LR:=3e-3}" "${SEED_STEPS:=80000}" "${SEED_CAPTURE:=20000,35000,50000}" "${SEEDS:=7 8 9}"
+        seeds_group "${VOCAB_DIR:-.cache/gpt2}" ;;
     llmcbuild)
         # llm.c (the copied ../shared/bench kit in LLMC_KIT, default .carry/bench) built in /tmp/llmc, in the
         # background at low priority so it can overlap other work; vsllmc waits for it
