@@ -57,13 +57,16 @@ stop_runs() { pkill -TERM -f '^build/train_gpt( |$)'
               for _ in $(seq 60); do pgrep -f '^build/train_gpt( |$)' > /dev/null || break; sleep 1; done
               [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control; }
 
-# the matched-run group of the seeds phases (SEEDS, SEED_LR, SEED_STEPS, SEED_CAPTURE) with vocab $1, into
-# runs/seeds_lr$SEED_LR
+# the matched-run group of the seeds phases into runs/$g: SEED_MODES (default the four modes) x SEEDS at constant
+# lr SEED_LR, SEED_PER_GPU runs at once (default 12), SEED_EXTRA appended to every trainer's flags (an arm's model
+# options, e.g. "--bias 0"); vocab $1. g = SEED_NAME (default seeds_lr$SEED_LR) names the group, its tree and its results.
 seeds_group() {
-    bash scripts/matched_runs.sh --name seeds_lr$SEED_LR --seeds "$SEEDS" --per-gpu 12 --diag-every 500 -- \
+    bash scripts/matched_runs.sh --name "$g" --seeds "$SEEDS" --modes "${SEED_MODES:-fp32 bf16 repair gproj}" \
+        --per-gpu "${SEED_PER_GPU:-12}" --diag-every 500 -- \
         --train-data "$DATA/gutenberg_train_*.bin" --val-data "$DATA/gutenberg_val_*.bin" --vocab "$1" \
         --steps "$SEED_STEPS" --schedule constant --lr "$SEED_LR" --val-every 2500 --val-batches 20 \
-        --log-every 2500 --sample-every 0 --probe-every 500 --capture-attn "$SEED_CAPTURE" --checkpoint-minutes 0
+        --log-every 2500 --sample-every 0 --probe-every 500 --capture-attn "$SEED_CAPTURE" --checkpoint-minutes 0 \
+        ${SEED_EXTRA:-}
 }
 # seeds_compare RUNS: compare_runs over RUNS/$g's runs into /tmp/$g (tables, JSON, figures, thinned logs)
 seeds_compare() {
@@ -72,11 +75,12 @@ seeds_compare() {
         --last-k 200 --json /tmp/$g/compare.json --thin-to /tmp/$g/logs --thin-every 200 > /tmp/$g/compare.txt 2>&1
     grep -v '^wrote' /tmp/$g/compare.txt | tee -a "$SUMMARY"
 }
-# seeds_probe_step RUNS STEP LIMIT: attn_probe (LIMIT seconds each) on every bf16 and repair run's captures of
-# STEP not probed yet, in parallel, into /tmp/$g/probe_RUN_STEP.{json,txt}
+# seeds_probe_step RUNS STEP LIMIT: attn_probe (LIMIT seconds each) on the captures of STEP not probed yet of every
+# run of the leaking modes (SEED_PROBE_MODES, default "bf16 repair cudnn"), in parallel, into
+# /tmp/$g/probe_RUN_STEP.{json,txt}
 seeds_probe_step() {
     local cap r; cap=$(printf %08d "$2"); mkdir -p /tmp/$g
-    for r in $1/$g/bf16_s* $1/$g/repair_s*; do
+    for r in $(for m in ${SEED_PROBE_MODES:-bf16 repair cudnn}; do ls -d $1/$g/${m}_s* 2>/dev/null; done); do
         ls $r/attn_step${cap}_layer*.bin > /dev/null 2>&1 || continue
         [ -s /tmp/$g/probe_$(basename $r)_$2.json ] && continue
         timeout "$3" build/attn_probe $(printf -- '--capture %s ' $r/attn_step${cap}_layer*.bin) --heads 16 \
@@ -286,12 +290,12 @@ for phase in "$@"; do
         # compare_runs (tables, bands, breaks, warnings), the logs thinned for the repo, and attn_probe on the
         # bf16 and repair captures (every mode against fp64 on the keys the run had learned)
         : "${SEED_LR:=3e-3}" "${SEED_STEPS:=60000}" "${SEED_LIMIT:=360}" "${SEED_CAPTURE:=16000}" "${SEEDS:=7 8 9}"
-        g=seeds_lr$SEED_LR
+        g=${SEED_NAME:-seeds_lr$SEED_LR}
         begin "matched runs over seeds $SEEDS at lr $SEED_LR (${SEED_LIMIT} s)"
         prepare_data
         mps_start
         rm -rf runs/$g
-        export SEED_LR SEED_STEPS SEED_CAPTURE SEEDS
+        export SEED_LR SEED_STEPS SEED_CAPTURE SEEDS SEED_NAME SEED_MODES SEED_PER_GPU SEED_EXTRA SEED_PROBE_MODES
         timeout "$SEED_LIMIT" bash dev/device_session.sh "$OUT/group" seeds_group > "$OUT/$g.log" 2>&1
         stop_runs
         seeds_compare runs
@@ -300,12 +304,12 @@ for phase in "$@"; do
         end 0 ;;
     seeds_start|seeds_wait|seeds_probe|seeds_finish)
         # the same matched runs as `seeds`, carried over several device calls on one warm machine: seeds_start
-        # copies the built tree to /tmp/seedtree (each call replaces the checkout) and starts the group there in
+        # copies the built tree to /tmp/seedtree_$g (each call replaces the checkout) and starts the group there in
         # its own process session, so it outlives the call; seeds_wait reports progress for SEED_WAIT seconds;
         # seeds_finish stops the runs (SIGTERM: each saves a checkpoint), then compares, thins and probes
         # every capture step of SEED_CAPTURE (a comma list) like `seeds`
         : "${SEED_LR:=3e-3}" "${SEED_STEPS:=80000}" "${SEED_CAPTURE:=20000,35000,50000}" "${SEEDS:=7 8 9}"
-        g=seeds_lr$SEED_LR; tree=/tmp/seedtree
+        g=${SEED_NAME:-seeds_lr$SEED_LR}; tree=/tmp/seedtree_$g
         case $phase in
         seeds_start)
             begin "matched runs over seeds $SEEDS at lr $SEED_LR, detached in $tree"
@@ -314,10 +318,10 @@ for phase in "$@"; do
             rm -rf "$tree"; mkdir -p "$tree/.carry"
             tar cf - --exclude=./.git --exclude=./.carry --exclude=./runs . | tar xf - -C "$tree"
             cp -a "${VOCAB_DIR:-.cache/gpt2}" "$tree/.carry/gpt2"
-            export SEED_LR SEED_STEPS SEED_CAPTURE SEEDS
-            (cd "$tree" && VOCAB_DIR=.carry/gpt2 setsid nohup bash dev/device_session.sh /tmp/seeds_group_out seeds_group \
+            export SEED_LR SEED_STEPS SEED_CAPTURE SEEDS SEED_NAME SEED_MODES SEED_PER_GPU SEED_EXTRA SEED_PROBE_MODES
+            (cd "$tree" && VOCAB_DIR=.carry/gpt2 setsid nohup bash dev/device_session.sh /tmp/seeds_group_out_$g seeds_group \
                 > "$tree/$g.log" 2>&1 < /dev/null &)
-            sleep 20; say "   started: $(pgrep -fc '^build/train_gpt( |$)') trainers"
+            sleep 20; say "   started: $(pgrep -fc '^build/train_gpt( |$)') trainers on the GPU"
             end 0 ;;
         seeds_wait)
             begin "matched runs: progress for ${SEED_WAIT:-540} s"
@@ -336,7 +340,7 @@ for phase in "$@"; do
             for c in $SEED_PROBE_STEPS; do
                 until [ "$(date +%s)" -ge "$t_end" ]; do
                     behind=0
-                    for f in $tree/runs/$g/bf16_s*/log.jsonl $tree/runs/$g/repair_s*/log.jsonl; do
+                    for f in $(for m in ${SEED_PROBE_MODES:-bf16 repair cudnn}; do ls $tree/runs/$g/${m}_s*/log.jsonl 2>/dev/null; done); do
                         st=$(last_step "$f")
                         [ "${st:-0}" -ge $(( c + 100 )) ] || behind=1
                     done
@@ -357,6 +361,7 @@ for phase in "$@"; do
     seeds_group)
         # the matched-run group itself, in the foreground (what `seeds` times out and seeds_start detaches)
         : "${SEED_LR:=3e-3}" "${SEED_STEPS:=80000}" "${SEED_CAPTURE:=20000,35000,50000}" "${SEEDS:=7 8 9}"
+        g=${SEED_NAME:-seeds_lr$SEED_LR}
         seeds_group "${VOCAB_DIR:-.cache/gpt2}" ;;
     llmcbuild)
         # llm.c (the copied ../shared/bench kit in LLMC_KIT, default .carry/bench) built in /tmp/llmc, in the
