@@ -54,7 +54,7 @@ typedef struct {
 } AdamWRange;
 
 /* Ranges one launch takes (the kernel gets them by value); more are split
-   into several launches. 16 = NUM_PARAM_TENSORS, so the model needs one. */
+   into several launches. 16: GPT-2's tensors fit one launch. */
 #define ADAMW_MAX_RANGES 16
 #define ADAMW_THREADS 512
 #define ADAMW_VEC 4 /* elements per vector access: float4 and 4 x BF16 (8 bytes) */

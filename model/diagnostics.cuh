@@ -578,6 +578,7 @@ static void diag_cuda_init(DiagCuda* d, const GPTConfig* cfg, int B, int T, int 
     }
     const int C = cfg->channels;
     const long long key_bias0 = (long long)d->table[P_QKVB].offset + C;
+    const long long key_bias_count = d->table[P_QKVB].count ? C : 0; /* --bias 0: no key bias, its norms are 0 */
     for (int l = 0; l < L; l++) {
         slot_begin[l] = n;
         for (int id = P_LN1W; id <= P_FCPROJB; id++) {
@@ -587,11 +588,11 @@ static void diag_cuda_init(DiagCuda* d, const GPTConfig* cfg, int B, int T, int 
     }
     for (int l = 0; l < L; l++) {
         slot_begin[L + l] = n;
-        DIAG_ADD_RANGE(key_bias0 + (long long)l * 3 * C, C, 0)
+        DIAG_ADD_RANGE(key_bias0 + (long long)l * 3 * C, key_bias_count, 0)
     }
     for (int l = 0; l < L; l++) {
         slot_begin[2 * L + l] = n;
-        DIAG_ADD_RANGE(key_bias0 + (long long)l * 3 * C, C, 1)
+        DIAG_ADD_RANGE(key_bias0 + (long long)l * 3 * C, key_bias_count, 1)
     }
     slot_begin[3 * L] = n;
     for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
@@ -770,6 +771,7 @@ static void diag_cuda_fetch(DiagCuda* d, LayerDiag* host_layers, DiagProbe* prob
 static void diag_zero_key_bias_grad_cuda(const GPTConfig* cfg, const ParamTensorInfo table[NUM_PARAM_TENSORS],
                                          floatX* grads, cudaStream_t stream) {
     const size_t C = (size_t)cfg->channels;
+    if (table[P_QKVB].count == 0) die("--zero-key-bias-grad: this model has no QKV bias (--bias 0); drop the flag");
     cudaCheck(cudaMemset2DAsync(grads + table[P_QKVB].offset + C, 3 * C * sizeof(floatX), 0, C * sizeof(floatX),
                                 (size_t)cfg->num_layers, stream));
 }

@@ -282,8 +282,11 @@ typedef struct {
     AttnBackwardHook attn_hook; void* attn_hook_ctx;  /* NULL: none */
 } GPTCuda;
 
+/* A tensor the configuration does not have (count 0 in the parameter table: the biases with --bias 0, ...)
+   is NULL, which the kernels read as "absent". */
 static inline floatX* gpu_param(const GPTCuda* m, floatX* buffer, ParamId id, int layer) {
     const ParamTensorInfo* p = &m->params_info[id];
+    if (p->count == 0) return nullptr;
     return buffer + p->offset + (size_t)layer * (p->count / (size_t)p->layers);
 }
 static inline floatX* gpu_act(const GPTCuda* m, GpuActId id, int layer) {

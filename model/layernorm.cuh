@@ -227,6 +227,7 @@ static void column_reduce(floatX* grad_sum, floatX* grad_xhat, float* scratch, c
 /* dbias[c] += sum_r dout[r][c]  (matmul bias gradient; deterministic).
    scratch: colreduce_scratch_floats(N, C) floats. */
 static void bias_backward(floatX* dbias, const floatX* dout, float* scratch, int N, int C, cudaStream_t stream) {
+    if (dbias == nullptr) return; /* a model without this bias (--bias 0) */
     column_reduce(dbias, nullptr, scratch, dout, nullptr, nullptr, nullptr, N, C, stream);
 }
 

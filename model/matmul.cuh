@@ -82,6 +82,7 @@ typedef enum {
     MATMUL_EPILOGUE_NONE = 0,
     MATMUL_EPILOGUE_BIAS,          /* D = A B + bias[m] */
     MATMUL_EPILOGUE_GELU_AUX_BIAS, /* aux = A B + bias[m]; D = gelu(aux) */
+    MATMUL_EPILOGUE_GELU_AUX,      /* aux = A B; D = gelu(aux) (a model without linear biases) */
     MATMUL_EPILOGUE_DGELU,         /* D = (A B) * gelu'(aux) */
 } MatmulEpilogue;
 
@@ -90,6 +91,7 @@ static const char* matmul_epilogue_name(MatmulEpilogue e) {
         case MATMUL_EPILOGUE_NONE: return "none";
         case MATMUL_EPILOGUE_BIAS: return "bias";
         case MATMUL_EPILOGUE_GELU_AUX_BIAS: return "gelu_aux_bias";
+        case MATMUL_EPILOGUE_GELU_AUX: return "gelu_aux";
         case MATMUL_EPILOGUE_DGELU: return "dgelu";
     }
     return "?";
@@ -98,7 +100,7 @@ static const char* matmul_epilogue_name(MatmulEpilogue e) {
 /* What an epilogue reads or writes besides A, B and D (NULL where unused). */
 typedef struct {
     const floatX* bias; /* BIAS, GELU_AUX_BIAS: m entries */
-    floatX* aux;        /* GELU_AUX_BIAS: written; DGELU: read. [m, n], ld m */
+    floatX* aux;        /* GELU_AUX(_BIAS): written; DGELU: read. [m, n], ld m */
 } MatmulEpilogueArgs;
 
 /*
@@ -114,7 +116,8 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
     if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)args.bias | (uintptr_t)args.aux) % 16 != 0)
         die("matmul: a pointer is not 16-byte aligned (m=%d n=%d k=%d, epilogue %s)", m, n, k, epi_name);
     const int needs_bias = epilogue == MATMUL_EPILOGUE_BIAS || epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS;
-    const int needs_aux = epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS || epilogue == MATMUL_EPILOGUE_DGELU;
+    const int needs_aux = epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS || epilogue == MATMUL_EPILOGUE_GELU_AUX ||
+                          epilogue == MATMUL_EPILOGUE_DGELU;
     if (needs_bias != (args.bias != nullptr) || needs_aux != (args.aux != nullptr))
         die("matmul: epilogue %s got the wrong set of bias / aux pointers (bias %s, aux %s)", epi_name,
             args.bias ? "set" : "NULL", args.aux ? "set" : "NULL");
@@ -134,6 +137,7 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
         case MATMUL_EPILOGUE_NONE: epi = CUBLASLT_EPILOGUE_DEFAULT; break;
         case MATMUL_EPILOGUE_BIAS: epi = CUBLASLT_EPILOGUE_BIAS; break;
         case MATMUL_EPILOGUE_GELU_AUX_BIAS: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
+        case MATMUL_EPILOGUE_GELU_AUX: epi = CUBLASLT_EPILOGUE_GELU_AUX; break;
         case MATMUL_EPILOGUE_DGELU: epi = CUBLASLT_EPILOGUE_DGELU; break;
     }
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
@@ -184,13 +188,14 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
  * out[N, OC] = inp[N, K] @ W[OC, K]^T (+ bias). In column-major terms
  * out^T[OC, N] = W^T... i.e. m = OC, n = N, k = K, A = W (stored [K, OC]
  * column-major, transposed), B = inp (stored [K, N], not transposed).
- * With gelu_preact non-NULL (requires bias): gelu_preact = inp W^T + bias and
+ * With gelu_preact non-NULL: gelu_preact = inp W^T (+ bias) and
  * out = gelu(gelu_preact) (gelu_preact [N, OC] row-major = aux [OC, N] ld OC).
+ * bias NULL: no bias (a model built with --bias 0).
  */
 static void matmul_forward(MatmulContext* ctx, floatX* out, const floatX* inp, const floatX* weight,
                            const floatX* bias, floatX* gelu_preact, int N, int K, int OC, cudaStream_t stream) {
     MatmulEpilogue epi = bias ? MATMUL_EPILOGUE_BIAS : MATMUL_EPILOGUE_NONE;
-    if (gelu_preact) epi = MATMUL_EPILOGUE_GELU_AUX_BIAS;
+    if (gelu_preact) epi = bias ? MATMUL_EPILOGUE_GELU_AUX_BIAS : MATMUL_EPILOGUE_GELU_AUX;
     const MatmulEpilogueArgs args = {bias, gelu_preact};
     matmul_cublaslt(ctx, out, weight, inp, OC, N, K, 1, 0, 0, epi, args, stream);
 }
