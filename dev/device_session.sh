@@ -170,7 +170,7 @@ for phase in "$@"; do
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
         make -j"$(nproc)" NVCC_ARCH="$ARCH" build/train_gpt build/tokenize build/attn_probe build/bench_attention \
             build/tests/test_attention_gpu build/tests/test_layers_gpu build/tests/test_modern_layers_gpu \
-            build/tests/test_diagnostics_gpu \
+            build/tests/test_diagnostics_gpu build/bench_modern_layers \
             build/dev/parity_gpu build/dev/profile_gpu_step build/dev/attention_lab/hopper_fwd > "$OUT/build.log" 2>&1
         rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build.log"; end $rc ;;
     gputest)
@@ -179,6 +179,8 @@ for phase in "$@"; do
             run_test "$t" 150 build/tests/$t; done
         timeout 60 build/tests/test_diagnostics_gpu --bench > "$OUT/diag_bench.log" 2>&1
         tail -5 "$OUT/diag_bench.log" | tee -a "$SUMMARY"
+        timeout 60 build/bench_modern_layers > "$OUT/modern_layers_bench.log" 2>&1
+        tee -a "$SUMMARY" < "$OUT/modern_layers_bench.log"
         end 0 ;;
     layercheck)
         # the layer and diagnostics tests and the GPU-vs-CPU model parity: what a host-side refactor of the
