@@ -173,20 +173,25 @@ for phase in "$@"; do
         begin build
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
         make -j"$(nproc)" NVCC_ARCH="$ARCH" build/train_gpt build/tokenize build/attn_probe build/bench_attention \
-            build/tests/test_attention_gpu build/tests/test_layers_gpu build/tests/test_diagnostics_gpu \
+            build/tests/test_attention_gpu build/tests/test_layers_gpu build/tests/test_modern_layers_gpu \
+            build/tests/test_diagnostics_gpu build/bench_modern_layers \
             build/dev/parity_gpu build/dev/profile_gpu_step build/dev/attention_lab/hopper_fwd > "$OUT/build.log" 2>&1
         rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build.log"; end $rc ;;
     gputest)
         begin "GPU tests"
-        for t in test_attention_gpu test_layers_gpu test_diagnostics_gpu; do run_test "$t" 150 build/tests/$t; done
+        for t in test_attention_gpu test_layers_gpu test_modern_layers_gpu test_diagnostics_gpu; do
+            run_test "$t" 150 build/tests/$t; done
         timeout 60 build/tests/test_diagnostics_gpu --bench > "$OUT/diag_bench.log" 2>&1
         tail -5 "$OUT/diag_bench.log" | tee -a "$SUMMARY"
+        timeout 60 build/bench_modern_layers > "$OUT/modern_layers_bench.log" 2>&1
+        tee -a "$SUMMARY" < "$OUT/modern_layers_bench.log"
         end 0 ;;
     layercheck)
         # the layer and diagnostics tests and the GPU-vs-CPU model parity: what a host-side refactor of the
         # trainer (activation pointer tables, capture headers) can break without touching a kernel
         begin "layer tests and model parity"
-        for t in tests/test_layers_gpu tests/test_diagnostics_gpu dev/parity_gpu; do run_test "$(basename $t)" 150 build/$t; done
+        for t in tests/test_layers_gpu tests/test_modern_layers_gpu tests/test_diagnostics_gpu dev/parity_gpu; do
+            run_test "$(basename $t)" 150 build/$t; done
         end 0 ;;
     hopper)
         # issue 4: the wgmma + TMA forward lab alone (`labs` runs every lab)

@@ -13,6 +13,11 @@ CUDA_PROGRAMS += $(BUILD)/bench_attention
 CUDA_OBJECTS += $(BUILD)/dev/bench_attention.cu.o
 $(BUILD)/bench_attention: $(BUILD)/dev/bench_attention.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
+# Time and bandwidth of the modern-stack kernels (model/rmsnorm, rope, qknorm, swiglu .cuh); a GPU tool.
+CUDA_PROGRAMS += $(BUILD)/bench_modern_layers
+$(BUILD)/bench_modern_layers: dev/bench_modern_layers.cu $(GPU_PROGRAM_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $< -o $@
 CUDA_PROGRAMS += $(BUILD)/attn_probe
 CUDA_OBJECTS += $(BUILD)/dev/attn_probe.cu.o
 $(BUILD)/attn_probe: $(BUILD)/dev/attn_probe.cu.o $(BUILD)/attention/support/attn_capture.o $(COMMON_OBJS) $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)

@@ -7,13 +7,21 @@ GPU_MODEL_HEADERS := $(wildcard model/*.cuh) common/cuda_utils.cuh
 # shared struct (e.g. TrainFlags) must rebuild them, or the binary reads fields at stale offsets.
 GPU_PROGRAM_HEADERS = $(GPU_MODEL_HEADERS) $(wildcard common/*.h model/*.h train/*.h dataloader/*.h \
                       attention/*.h attention/*.cuh attention/*/*.h attention/*/*.cuh \
-                      attention/cuda/hopper/*.cuh tests/testing.h)
+                      attention/cuda/hopper/*.cuh tests/testing.h tests/*.cuh)
 $(BUILD)/tests/test_layers_gpu: tests/test_layers_gpu.cu $(GPU_PROGRAM_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ -lcublasLt
 ifeq ($(HAVE_CUBLAS),1)
 CUDA_PROGRAMS += $(BUILD)/tests/test_layers_gpu
 GPU_TESTS += $(BUILD)/tests/test_layers_gpu
+endif
+# The modern-stack kernels (rmsnorm, rope, qknorm, swiglu .cuh) against fp64 (a GPU test; CI compiles it).
+$(BUILD)/tests/test_modern_layers_gpu: tests/test_modern_layers_gpu.cu $(GPU_PROGRAM_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $< -o $@
+ifeq ($(HAVE_NVCC),1)
+CUDA_PROGRAMS += $(BUILD)/tests/test_modern_layers_gpu
+GPU_TESTS += $(BUILD)/tests/test_modern_layers_gpu
 endif
 
 # ---- CPU model (gpt_cpu.c), checkpoints, CPU AdamW and their tests ----

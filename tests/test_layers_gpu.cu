@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "tests/testing.h"
+#include "tests/gpu_tensor.cuh"
 #include "model/kernel_common.cuh"
 #include "model/encoder.cuh"
 #include "model/layernorm.cuh"
@@ -40,69 +41,6 @@
 #include "model/fused_classifier.cuh"
 #include "model/adamw.cuh"
 #include "model/global_norm.cuh"
-
-#define REL_TOL_BF16 1e-2
-
-/* ---- host helpers: deterministic random numbers, BF16 round trips ---- */
-static uint64_t g_rng = 0x243F6A8885A308D3ull;
-static float rand_uniform(void) { /* [0, 1) */
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return (float)((g_rng >> 40) * (1.0 / 16777216.0));
-}
-static float rand_normal(void) {
-    const float u1 = rand_uniform() + 1e-7f, u2 = rand_uniform();
-    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
-}
-static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
-
-/* A BF16 tensor with a host mirror holding exactly the device values. */
-struct Tensor {
-    size_t n;
-    std::vector<float> host;
-    floatX* dev;
-};
-static Tensor tensor_new(size_t n, float scale, float offset = 0.0f) {
-    Tensor t;
-    t.n = n;
-    t.host.resize(n);
-    std::vector<floatX> tmp(n);
-    for (size_t i = 0; i < n; i++) {
-        tmp[i] = __float2bfloat16(offset + scale * rand_normal());
-        t.host[i] = __bfloat162float(tmp[i]);
-    }
-    cudaCheck(cudaMalloc(&t.dev, n * sizeof(floatX)));
-    cudaCheck(cudaMemcpy(t.dev, tmp.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
-    return t;
-}
-static std::vector<float> download(const floatX* dev, size_t n) {
-    std::vector<floatX> tmp(n);
-    cudaCheck(cudaMemcpy(tmp.data(), dev, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(tmp[i]);
-    return out;
-}
-static std::vector<float> download_f32(const float* dev, size_t n) {
-    std::vector<float> out(n);
-    cudaCheck(cudaMemcpy(out.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return out;
-}
-static double rel_error(const std::vector<float>& got, const std::vector<double>& want) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); i++) {
-        const double d = (double)got[i] - want[i];
-        num += d * d;
-        den += want[i] * want[i];
-        if (isnan(got[i])) return INFINITY;
-    }
-    return sqrt(num / (den > 0 ? den : 1e-300));
-}
-static void check_rel(const char* what, const std::vector<float>& got, const std::vector<double>& want, double tol) {
-    const double e = rel_error(got, want);
-    CHECK(e <= tol, "%s: relative error %.3e (tolerance %.1e)", what, e, tol);
-}
-static int same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 /* ---- encoder ---- */
 static void test_encoder(int B, int T, int C, int V) {
@@ -269,18 +207,6 @@ static void test_gelu(size_t n) {
     for (size_t i = 0; i < n; i++) want[i] = gelu_ref(x.host[i]);
     check_rel("forward", download(out, n), want, REL_TOL_BF16);
     cudaFree(out); cudaFree(x.dev);
-}
-
-/* Distance of got from want in BF16 ulps at want's magnitude (the spacing of
-   BF16 numbers there: 8 significant bits), with magnitudes below `floor`
-   counted as `floor`: in GELU's negative tail 1 + tanh(u) cancels, and FP32
-   itself keeps only an absolute accuracy there. */
-static double bf16_ulps(float got, double want, double floor) {
-    const double mag = fmax(fabs(want), floor);
-    int e;
-    frexp(mag, &e); /* mag = f * 2^e, f in [0.5, 1) */
-    const double ulp = ldexp(1.0, e - 8);
-    return fabs((double)got - want) / ulp;
 }
 
 /* ---- matmuls through cuBLASLt ---- */
