@@ -42,6 +42,12 @@ int checkpoint_write_model(const char* path, const GPTConfig* cfg, const float* 
         snprintf(err, errlen, "not saving checkpoint '%s': invalid model config: %s", path, msg);
         return -1;
     }
+    if (!gpt_config_is_gpt2(cfg)) {
+        char opts[256];
+        snprintf(err, errlen, "not saving checkpoint '%s': llm.c's layout holds GPT-2's options only, not %s", path,
+                 gpt_config_describe_options(cfg, opts, sizeof(opts)));
+        return -1;
+    }
     const size_t n = gpt_num_parameters(cfg);
     int32_t header[CHECKPOINT_HEADER_INTS];
     memset(header, 0, sizeof(header));
@@ -120,6 +126,7 @@ int checkpoint_read_model(const char* path, GPTConfig* cfg_out, float** params_o
     cfg.num_heads = header[5];
     cfg.channels = header[6];
     cfg.padded_vocab_size = header[7];
+    gpt_config_set_gpt2_options(&cfg);
     char msg[256];
     if (cfg.num_layers > CKPT_MAX_LAYERS || cfg.channels > CKPT_MAX_CHANNELS || cfg.num_heads > CKPT_MAX_HEADS ||
         cfg.max_seq_len > CKPT_MAX_SEQ_LEN || cfg.vocab_size > CKPT_MAX_VOCAB || cfg.padded_vocab_size > CKPT_MAX_VOCAB) {

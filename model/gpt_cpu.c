@@ -82,6 +82,11 @@ void gpt_cpu_init(GPTCpu* m, const GPTConfig* cfg, int B, int T, AttnMode mode) 
         die("sequence length %d exceeds the model's maximum %d\n"
             "  hint: use a shorter sequence length or a model with a longer context", T, cfg->max_seq_len);
     }
+    if (!gpt_config_is_gpt2(cfg)) {
+        char opts[256];
+        die("the CPU model computes GPT-2's options only; %s is not implemented in model/gpt_cpu.c",
+            gpt_config_describe_options(cfg, opts, sizeof(opts)));
+    }
     if ((int)mode < 0 || mode >= ATTN_NUM_MODES) die("attention mode %d is not a valid AttnMode", (int)mode);
     if (sizeof(gpt_real) != sizeof(float) && mode != ATTN_FP32) {
         die("the double-precision model build supports only fp32 attention (it uses the fp64 reference)");

@@ -34,6 +34,7 @@ static char g_dir[64];
 static GPTConfig small_config(void) {
     GPTConfig c = {.max_seq_len = 16, .vocab_size = 50, .padded_vocab_size = 64, .num_layers = 2,
                    .num_heads = 2, .channels = 16};
+    gpt_config_set_gpt2_options(&c);
     return c;
 }
 
@@ -92,8 +93,9 @@ static void expect_refusal(const char* name, const void* data, size_t bytes, con
  * fields, RNE), not from our parameter table. */
 static void test_llmc_v5_layout(void) {
     test_section("bf16 file = llm.c's version 5 layout, byte for byte");
-    const GPTConfig cfg = {.max_seq_len = 8, .vocab_size = 30, .padded_vocab_size = 32, .num_layers = 2,
-                           .num_heads = 2, .channels = 8};
+    GPTConfig cfg = {.max_seq_len = 8, .vocab_size = 30, .padded_vocab_size = 32, .num_layers = 2,
+                     .num_heads = 2, .channels = 8};
+    gpt_config_set_gpt2_options(&cfg);
     const size_t Vp = 32, C = 8, maxT = 8, L = 2;
     const size_t sizes[16] = {Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
                               L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};

@@ -48,6 +48,7 @@ static GPTConfig tiny_config(void) {
     c.num_layers = 2;
     c.num_heads = 4;
     c.channels = 32;
+    gpt_config_set_gpt2_options(&c);
     return c;
 }
 

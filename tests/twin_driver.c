@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
     GPTConfig cfg = {.num_layers = atoi(args[ARG_L].value), .channels = atoi(args[ARG_C].value),
                      .num_heads = atoi(args[ARG_NH].value), .vocab_size = atoi(args[ARG_V].value),
                      .padded_vocab_size = atoi(args[ARG_VP].value), .max_seq_len = atoi(args[ARG_MAXT].value)};
+    gpt_config_set_gpt2_options(&cfg);
     const int B = atoi(args[ARG_B].value), T = atoi(args[ARG_T].value), steps = atoi(args[ARG_STEPS].value);
     const AdamWParams hp = {.lr = strtof(args[ARG_LR].value, NULL), .beta1 = strtof(args[ARG_BETA1].value, NULL),
                             .beta2 = strtof(args[ARG_BETA2].value, NULL), .eps = strtof(args[ARG_EPS].value, NULL),

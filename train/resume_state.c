@@ -214,6 +214,7 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
     s->config.num_layers = (int)hdr[RH_NUM_LAYERS];
     s->config.num_heads = (int)hdr[RH_NUM_HEADS];
     s->config.channels = (int)hdr[RH_CHANNELS];
+    gpt_config_set_gpt2_options(&s->config);
     s->config_hash = (uint64_t)hdr[RH_CONFIG_HASH];
     s->batch_size = (int32_t)hdr[RH_BATCH_SIZE];
     s->seq_len = (int32_t)hdr[RH_SEQ_LEN];
