@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """
-dev/gpt_twin.py - an independent PyTorch implementation of our GPT-2 model.
+dev/gpt_twin.py - an independent PyTorch implementation of our GPT model
+(GPT-2 and its architecture options).
 
 Why: two uses. (1) On the CPU it is the reference our C model is checked
 against (tests/test_twin_parity.py): it reads OUR checkpoint files (llm.c
@@ -12,9 +13,12 @@ offers F.scaled_dot_product_attention, bf16 autocast, torch.compile and fused
 AdamW (each used only where the installed torch has it; asking for a missing
 one is an error, not a silent fallback).
 
-Written from the model's definition (model/gpt_cpu.h), not from our C code:
-  x = wte[idx] + wpe[pos]; per block x += proj(attn(ln1(x))); x += fcproj(gelu_tanh(fc(ln2(x))));
-  logits = ln_f(x) @ wte^T over Vp columns; loss = CE over the first V columns, mean over B*T.
+Written from the model's definition (model/gpt_cpu.h, docs/modern_stacks.md), not from our C code:
+  x = wte[idx] (+ wpe[pos]); per block x += proj(attn(rope(qknorm(qkv(n1(x)))))); x += fcproj(act(fc(n2(x))));
+  logits = n_f(x) @ W^T over Vp columns (W = wte tied, else lm_head); loss = CE over the first V columns.
+  Options: pos learned|rope (rotate-half, the [T, HS/2] table built in float64 and rounded once),
+  norm layernorm|rmsnorm, mlp gelu|swiglu (fc rows: gate then up), qk_norm (per-head RMSNorm with
+  (HS) gains), bias, tie_embeddings.
 
 Library use:   model = load_checkpoint("model.bin"); logits, loss = model(idx, targets)
                flat = flatten(model, grads=True)   # our parameter-table order
@@ -35,8 +39,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 CHECKPOINT_MAGIC = 20240326
-VERSION_FP32, VERSION_BF16 = 3, 5
+VERSION_FP32, VERSION_BF16, VERSION_OPTIONS = 3, 5, 6
 HEADER_INTS = 256
+NORM_EPS = 1e-5
+POS_NAMES, NORM_NAMES, MLP_NAMES = ("learned", "rope"), ("layernorm", "rmsnorm"), ("gelu", "swiglu")
+
+
+def default_mlp_hidden(mlp, C):
+    """4C for gelu, round_up(8C/3, 64) for swiglu."""
+    return (8 * C + 3 * 64 - 1) // (3 * 64) * 64 if mlp == "swiglu" else 4 * C
 
 
 @dataclass
@@ -47,29 +58,89 @@ class TwinConfig:
     num_layers: int
     num_heads: int
     channels: int
+    pos: str = "learned"
+    rope_base: float = 10000.0
+    norm: str = "layernorm"
+    mlp: str = "gelu"
+    mlp_hidden: int = 0  # 0: default_mlp_hidden(mlp, channels)
+    qk_norm: int = 0
+    bias: int = 1
+    tie_embeddings: int = 1
+
+    def __post_init__(self):
+        if self.mlp_hidden == 0:
+            self.mlp_hidden = default_mlp_hidden(self.mlp, self.channels)
 
 
-# Same presets as model/gpt_config.c (name: L, C, NH, T); vocab is GPT-2's.
+# Same presets as model/gpt_config.c (name: L, C, NH, T, modern); vocab is GPT-2's.
 PRESETS = {
-    "tiny": (2, 64, 4, 64), "small": (4, 256, 4, 256), "d6": (6, 384, 6, 1024), "d12": (12, 768, 12, 1024),
-    "d24": (24, 1024, 16, 1024), "d36": (36, 1280, 20, 1024), "d48": (48, 1600, 25, 1024),
-    "450m": (20, 1280, 20, 1024),
+    "tiny": (2, 64, 4, 64, 0), "small": (4, 256, 4, 256, 0), "d6": (6, 384, 6, 1024, 0),
+    "d12": (12, 768, 12, 1024, 0), "d24": (24, 1024, 16, 1024, 0), "d36": (36, 1280, 20, 1024, 0),
+    "d48": (48, 1600, 25, 1024, 0), "450m": (20, 1280, 20, 1024, 0),
+    "llama-small": (4, 256, 4, 256, 1), "llama-d12": (12, 768, 12, 1024, 1),
 }
 
 
 def preset(name):
-    L, C, NH, T = PRESETS[name]
+    L, C, NH, T, modern = PRESETS[name]
+    opts = dict(pos="rope", norm="rmsnorm", mlp="swiglu", bias=0) if modern else {}
     return TwinConfig(max_seq_len=T, vocab_size=50257, padded_vocab_size=50304, num_layers=L, num_heads=NH,
-                      channels=C)
+                      channels=C, **opts)
+
+
+def is_gpt2(cfg):
+    return (cfg.pos == "learned" and cfg.norm == "layernorm" and cfg.mlp == "gelu" and
+            cfg.mlp_hidden == 4 * cfg.channels and not cfg.qk_norm and cfg.bias and cfg.tie_embeddings)
+
+
+class RMSNorm(nn.Module):
+    """y = x * rsqrt(mean(x^2) + eps) * g (gain only)."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS) * self.weight
+
+
+def make_norm(cfg):
+    return RMSNorm(cfg.channels) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.channels, eps=NORM_EPS)
+
+
+def rope_tables(base, T, HS):
+    """cos, sin [T, HS/2]: inv_freq in float64 rounded to float32, angle in float32, cos/sin of it in
+    float64 rounded to float32 (docs/modern_stacks.md)."""
+    i = np.arange(HS // 2, dtype=np.float64)
+    inv_freq = np.power(np.float64(base), -2.0 * i / HS).astype(np.float32)
+    angle = np.arange(T, dtype=np.float32)[:, None] * inv_freq[None, :]  # float32 products
+    a64 = angle.astype(np.float64)
+    return torch.from_numpy(np.cos(a64).astype(np.float32)), torch.from_numpy(np.sin(a64).astype(np.float32))
+
+
+def apply_rope(x, cos, sin):
+    """x [B, NH, T, HS]: pairs (i, i + HS/2) rotated by position t's angle (rotate-half)."""
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg, attn_impl):
         super().__init__()
         C = cfg.channels
+        self.cfg = cfg
         self.num_heads = cfg.num_heads
-        self.c_attn = nn.Linear(C, 3 * C)   # output rows: q, then k, then v (head h at h*HS)
-        self.c_proj = nn.Linear(C, C)
+        HS = C // cfg.num_heads
+        self.c_attn = nn.Linear(C, 3 * C, bias=bool(cfg.bias))   # output rows: q, then k, then v (head h at h*HS)
+        self.c_proj = nn.Linear(C, C, bias=bool(cfg.bias))
+        if cfg.qk_norm:  # gains of size HS, shared by the heads
+            self.q_norm = nn.Parameter(torch.ones(HS))
+            self.k_norm = nn.Parameter(torch.ones(HS))
+        if cfg.pos == "rope":
+            cos, sin = rope_tables(cfg.rope_base, cfg.max_seq_len, HS)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
         if attn_impl == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
             raise SystemExit("error: --attn sdpa needs torch >= 2.0 (F.scaled_dot_product_attention); "
                              f"this torch is {torch.__version__}; use --attn math")
@@ -80,6 +151,12 @@ class CausalSelfAttention(nn.Module):
         HS = C // self.num_heads
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.num_heads, HS).transpose(1, 2) for t in (q, k, v))
+        if self.cfg.qk_norm:  # per head: RMSNorm over HS, then the gain
+            q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + NORM_EPS) * self.q_norm
+            k = k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + NORM_EPS) * self.k_norm
+        if self.cfg.pos == "rope":  # after qk-norm: attention sees rotated, normed q and k
+            cos, sin = self.rope_cos[:T].to(q.dtype), self.rope_sin[:T].to(q.dtype)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.attn_impl == "sdpa":
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:  # plain math: full scores, causal mask, fp32 softmax
@@ -94,19 +171,25 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.c_fc = nn.Linear(cfg.channels, 4 * cfg.channels)
-        self.c_proj = nn.Linear(4 * cfg.channels, cfg.channels)
+        H = cfg.mlp_hidden
+        self.swiglu = cfg.mlp == "swiglu"
+        self.c_fc = nn.Linear(cfg.channels, 2 * H if self.swiglu else H, bias=bool(cfg.bias))  # swiglu: gate, up
+        self.c_proj = nn.Linear(H, cfg.channels, bias=bool(cfg.bias))
 
     def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+        h = self.c_fc(x)
+        if self.swiglu:
+            a, b = h.chunk(2, dim=-1)
+            return self.c_proj(F.silu(a) * b)
+        return self.c_proj(F.gelu(h, approximate="tanh"))
 
 
 class Block(nn.Module):
     def __init__(self, cfg, attn_impl):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.channels, eps=1e-5)
+        self.ln_1 = make_norm(cfg)
         self.attn = CausalSelfAttention(cfg, attn_impl)
-        self.ln_2 = nn.LayerNorm(cfg.channels, eps=1e-5)
+        self.ln_2 = make_norm(cfg)
         self.mlp = MLP(cfg)
 
     def forward(self, x):
@@ -119,17 +202,20 @@ class GPTTwin(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.padded_vocab_size, cfg.channels)
-        self.wpe = nn.Embedding(cfg.max_seq_len, cfg.channels)
+        self.wpe = nn.Embedding(cfg.max_seq_len, cfg.channels) if cfg.pos == "learned" else None
         self.h = nn.ModuleList([Block(cfg, attn_impl) for _ in range(cfg.num_layers)])
-        self.ln_f = nn.LayerNorm(cfg.channels, eps=1e-5)
+        self.ln_f = make_norm(cfg)
+        self.lm_head = None if cfg.tie_embeddings else nn.Parameter(torch.zeros(cfg.padded_vocab_size, cfg.channels))
 
     def forward(self, idx, targets=None):
         B, T = idx.shape
-        pos = torch.arange(T, device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=idx.device))
         for block in self.h:
             x = block(x)
-        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied head, all Vp columns
+        head = self.wte.weight if self.lm_head is None else self.lm_head
+        logits = F.linear(self.ln_f(x), head)  # all Vp columns
         loss = None
         if targets is not None:
             V = self.cfg.vocab_size  # padded columns take no part in the softmax
@@ -137,21 +223,30 @@ class GPTTwin(nn.Module):
         return logits, loss
 
     # ---- our parameter table (model/gpt_config.c order), as (name, per-layer tensors) ----
+    # A tensor the config does not have is an empty list (count 0 in our table).
     def param_table(self):
-        hs = self.h
+        hs, cfg = self.h, self.cfg
+
+        def present(ts):
+            return [t for t in ts if t is not None]
+
+        ln = cfg.norm == "layernorm"
         return [
-            ("wte", [self.wte.weight]), ("wpe", [self.wpe.weight]),
-            ("ln1w", [b.ln_1.weight for b in hs]), ("ln1b", [b.ln_1.bias for b in hs]),
-            ("qkvw", [b.attn.c_attn.weight for b in hs]), ("qkvb", [b.attn.c_attn.bias for b in hs]),
-            ("attprojw", [b.attn.c_proj.weight for b in hs]), ("attprojb", [b.attn.c_proj.bias for b in hs]),
-            ("ln2w", [b.ln_2.weight for b in hs]), ("ln2b", [b.ln_2.bias for b in hs]),
-            ("fcw", [b.mlp.c_fc.weight for b in hs]), ("fcb", [b.mlp.c_fc.bias for b in hs]),
-            ("fcprojw", [b.mlp.c_proj.weight for b in hs]), ("fcprojb", [b.mlp.c_proj.bias for b in hs]),
-            ("lnfw", [self.ln_f.weight]), ("lnfb", [self.ln_f.bias]),
+            ("wte", [self.wte.weight]), ("wpe", present([self.wpe.weight if self.wpe is not None else None])),
+            ("ln1w", [b.ln_1.weight for b in hs]), ("ln1b", [b.ln_1.bias for b in hs] if ln else []),
+            ("qkvw", [b.attn.c_attn.weight for b in hs]), ("qkvb", present([b.attn.c_attn.bias for b in hs])),
+            ("attprojw", [b.attn.c_proj.weight for b in hs]), ("attprojb", present([b.attn.c_proj.bias for b in hs])),
+            ("ln2w", [b.ln_2.weight for b in hs]), ("ln2b", [b.ln_2.bias for b in hs] if ln else []),
+            ("fcw", [b.mlp.c_fc.weight for b in hs]), ("fcb", present([b.mlp.c_fc.bias for b in hs])),
+            ("fcprojw", [b.mlp.c_proj.weight for b in hs]), ("fcprojb", present([b.mlp.c_proj.bias for b in hs])),
+            ("lnfw", [self.ln_f.weight]), ("lnfb", [self.ln_f.bias] if ln else []),
+            ("qnormw", [b.attn.q_norm for b in hs] if cfg.qk_norm else []),
+            ("knormw", [b.attn.k_norm for b in hs] if cfg.qk_norm else []),
+            ("lmheadw", present([self.lm_head])),
         ]
 
     def configure_adamw(self, lr, betas, eps, weight_decay, fused=False):
-        """AdamW with our decay rule: 2-D weights decay, vectors (biases, LayerNorm) do not."""
+        """AdamW with our decay rule: 2-D weights (lm_head included) decay, vectors (biases, norm gains) do not."""
         decay = [p for p in self.parameters() if p.dim() >= 2]
         no_decay = [p for p in self.parameters() if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -184,18 +279,26 @@ def table_slices(model):
 
 
 def load_checkpoint(path, attn_impl="math"):
-    """Reads an llm.c-layout model file (version 3 fp32 or 5 bf16) into a new fp32 GPTTwin."""
+    """Reads an llm.c-layout model file (version 3 fp32 or 5 bf16; version 6: the options in header ints
+    8..16, model/checkpoint.h) into a new fp32 GPTTwin."""
     with open(path, "rb") as f:
         header = np.frombuffer(f.read(HEADER_INTS * 4), dtype=np.int32)
         if header.size != HEADER_INTS or header[0] != CHECKPOINT_MAGIC:
             raise ValueError(f"{path}: not a model checkpoint (bad magic or short header)")
         version = int(header[1])
-        if version not in (VERSION_FP32, VERSION_BF16):
+        if version not in (VERSION_FP32, VERSION_BF16, VERSION_OPTIONS):
             raise ValueError(f"{path}: unsupported version {version}")
+        opts = {}
+        bf16 = version == VERSION_BF16
+        if version == VERSION_OPTIONS:
+            bf16 = int(header[8]) == 16
+            opts = dict(pos=POS_NAMES[header[9]], rope_base=float(header[10:11].view(np.float32)[0]),
+                        norm=NORM_NAMES[header[11]], mlp=MLP_NAMES[header[12]], mlp_hidden=int(header[13]),
+                        qk_norm=int(header[14]), bias=int(header[15]), tie_embeddings=int(header[16]))
         cfg = TwinConfig(max_seq_len=int(header[2]), vocab_size=int(header[3]), num_layers=int(header[4]),
-                         num_heads=int(header[5]), channels=int(header[6]), padded_vocab_size=int(header[7]))
+                         num_heads=int(header[5]), channels=int(header[6]), padded_vocab_size=int(header[7]), **opts)
         body = f.read()
-    if version == VERSION_FP32:
+    if not bf16:
         flat = torch.from_numpy(np.frombuffer(body, dtype=np.float32).copy())
     else:  # bf16 bits are the top half of an fp32
         bits = np.frombuffer(body, dtype=np.uint16).astype(np.uint32) << 16
@@ -218,23 +321,26 @@ def load_flat(model, flat, what="parameter vector"):
 
 
 def init_gpt2(model, seed):
-    """GPT-2 init (torch's RNG, not bit-identical to ours): N(0, .02), residual projections / sqrt(2L)."""
+    """GPT-2 init (torch's RNG, not bit-identical to ours): N(0, .02), residual projections / sqrt(2L);
+    norm weights and gains 1; lm_head like wte; padded vocabulary rows 0."""
     g = torch.Generator().manual_seed(seed)
     L = model.cfg.num_layers
     with torch.no_grad():
         for name, tensors in model.param_table():
             for t in tensors:
                 if t.dim() == 1:
-                    t.fill_(1.0 if name in ("ln1w", "ln2w", "lnfw") else 0.0)
+                    t.fill_(1.0 if name in ("ln1w", "ln2w", "lnfw", "qnormw", "knormw") else 0.0)
                 else:
                     std = 0.02 / math.sqrt(2 * L) if name in ("attprojw", "fcprojw") else 0.02
                     t.copy_(torch.randn(t.shape, generator=g) * std)
         model.wte.weight[model.cfg.vocab_size:].zero_()
+        if model.lm_head is not None:
+            model.lm_head[model.cfg.vocab_size:].zero_()
 
 
 def bench(argv=None):
     ap = argparse.ArgumentParser(description="PyTorch twin speed baseline: tokens/s of a training step")
-    ap.add_argument("--model", default="d12", choices=sorted(PRESETS))
+    ap.add_argument("--model", default="d12", choices=sorted(PRESETS))  # llama-* included
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20, help="timed steps (after --warmup)")

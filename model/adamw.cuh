@@ -54,7 +54,8 @@ typedef struct {
 } AdamWRange;
 
 /* Ranges one launch takes (the kernel gets them by value); more are split
-   into several launches. 16: GPT-2's tensors fit one launch. */
+   into several launches. GPT-2 has 16 tensors (NUM_PARAM_TENSORS less the
+   options' three, which are empty there), so its model needs one. */
 #define ADAMW_MAX_RANGES 16
 #define ADAMW_THREADS 512
 #define ADAMW_VEC 4 /* elements per vector access: float4 and 4 x BF16 (8 bytes) */

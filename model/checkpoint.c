@@ -28,6 +28,20 @@
 #define CKPT_MAX_SEQ_LEN (1 << 20)
 #define CKPT_MAX_VOCAB (1 << 24)
 
+/* Version 6's option slots (checkpoint.h). */
+enum {
+    HDR_WEIGHT_BITS = 8,
+    HDR_POS,
+    HDR_ROPE_BASE,
+    HDR_NORM,
+    HDR_MLP,
+    HDR_MLP_HIDDEN,
+    HDR_QK_NORM,
+    HDR_BIAS,
+    HDR_TIE_EMBEDDINGS,
+    HDR_FIRST_UNUSED
+};
+
 /* Elements written per fwrite/fread call when converting bf16 <-> fp32. */
 #define CKPT_CHUNK 65536
 
@@ -53,6 +67,18 @@ int checkpoint_write_model(const char* path, const GPTConfig* cfg, const float* 
     header[5] = cfg->num_heads;
     header[6] = cfg->channels;
     header[7] = cfg->padded_vocab_size;
+    if (!gpt_config_is_gpt2(cfg)) { /* llm.c's layout cannot say what the model computes: version 6 */
+        header[1] = CHECKPOINT_VERSION_OPTIONS;
+        header[HDR_WEIGHT_BITS] = bf16 ? 16 : 32;
+        header[HDR_POS] = cfg->pos;
+        memcpy(&header[HDR_ROPE_BASE], &cfg->rope_base, sizeof(float));
+        header[HDR_NORM] = cfg->norm;
+        header[HDR_MLP] = cfg->mlp;
+        header[HDR_MLP_HIDDEN] = cfg->mlp_hidden;
+        header[HDR_QK_NORM] = cfg->qk_norm;
+        header[HDR_BIAS] = cfg->bias;
+        header[HDR_TIE_EMBEDDINGS] = cfg->tie_embeddings;
+    }
 
     AtomicFile af;
     FILE* fp = atomic_file_open(&af, path, msg, sizeof(msg));
@@ -106,13 +132,32 @@ int checkpoint_read_model(const char* path, GPTConfig* cfg_out, float** params_o
         fclose(fp);
         return -1;
     }
-    if (header[1] != CHECKPOINT_VERSION_FP32 && header[1] != CHECKPOINT_VERSION_BF16) {
-        snprintf(err, errlen, "checkpoint '%s' has version %d; supported are %d (fp32) and %d (bf16)", path,
-                 header[1], CHECKPOINT_VERSION_FP32, CHECKPOINT_VERSION_BF16);
+    const int version = header[1];
+    if (version != CHECKPOINT_VERSION_FP32 && version != CHECKPOINT_VERSION_BF16 && version != CHECKPOINT_VERSION_OPTIONS) {
+        snprintf(err, errlen, "checkpoint '%s' has version %d; supported are %d (fp32), %d (bf16) and %d (model "
+                 "options in the header)", path, version, CHECKPOINT_VERSION_FP32, CHECKPOINT_VERSION_BF16,
+                 CHECKPOINT_VERSION_OPTIONS);
         fclose(fp);
         return -1;
     }
-    const int bf16 = header[1] == CHECKPOINT_VERSION_BF16;
+    if (version == CHECKPOINT_VERSION_OPTIONS && header[HDR_WEIGHT_BITS] != 32 && header[HDR_WEIGHT_BITS] != 16) {
+        snprintf(err, errlen, "checkpoint '%s' (version 6) has %d bits per weight at header int %d; 32 or 16 are "
+                 "defined: corrupt header?", path, header[HDR_WEIGHT_BITS], HDR_WEIGHT_BITS);
+        fclose(fp);
+        return -1;
+    }
+    /* version 6's unused ints must be 0 (llm.c's files are read as llm.c reads them: [8..255] ignored) */
+    for (int i = HDR_FIRST_UNUSED; version == CHECKPOINT_VERSION_OPTIONS && i < CHECKPOINT_HEADER_INTS; i++) {
+        if (header[i] != 0) {
+            snprintf(err, errlen, "checkpoint '%s' (version %d) has %d at header int %d (byte offset %d), which "
+                     "this version leaves 0: corrupt header, or a format this build does not know", path, version,
+                     header[i], i, 4 * i);
+            fclose(fp);
+            return -1;
+        }
+    }
+    const int bf16 = version == CHECKPOINT_VERSION_BF16 ||
+                     (version == CHECKPOINT_VERSION_OPTIONS && header[HDR_WEIGHT_BITS] == 16);
     GPTConfig cfg;
     cfg.max_seq_len = header[2];
     cfg.vocab_size = header[3];
@@ -120,6 +165,17 @@ int checkpoint_read_model(const char* path, GPTConfig* cfg_out, float** params_o
     cfg.num_heads = header[5];
     cfg.channels = header[6];
     cfg.padded_vocab_size = header[7];
+    gpt_config_set_gpt2_options(&cfg);
+    if (version == CHECKPOINT_VERSION_OPTIONS) {
+        cfg.pos = header[HDR_POS];
+        memcpy(&cfg.rope_base, &header[HDR_ROPE_BASE], sizeof(float));
+        cfg.norm = header[HDR_NORM];
+        cfg.mlp = header[HDR_MLP];
+        cfg.mlp_hidden = header[HDR_MLP_HIDDEN];
+        cfg.qk_norm = header[HDR_QK_NORM];
+        cfg.bias = header[HDR_BIAS];
+        cfg.tie_embeddings = header[HDR_TIE_EMBEDDINGS];
+    }
     char msg[256];
     if (cfg.num_layers > CKPT_MAX_LAYERS || cfg.channels > CKPT_MAX_CHANNELS || cfg.num_heads > CKPT_MAX_HEADS ||
         cfg.max_seq_len > CKPT_MAX_SEQ_LEN || cfg.vocab_size > CKPT_MAX_VOCAB || cfg.padded_vocab_size > CKPT_MAX_VOCAB) {

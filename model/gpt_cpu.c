@@ -1,5 +1,5 @@
 /*
- * model/gpt_cpu.c - the GPT-2 model on the CPU (see gpt_cpu.h for the contract).
+ * model/gpt_cpu.c - the GPT model on the CPU (see gpt_cpu.h for the contract).
  *
  * Why: the reference everything else is checked against, so every layer is a
  * plain loop that reads like the math, parallel over independent rows with
@@ -8,10 +8,12 @@
  * softmax over 50257 columns per token): the matmuls are register-blocked
  * vector kernels and the softmax exp is a vectorised polynomial (see those
  * sections). Results stay independent of the thread count. Forward stores
- * what backward needs (LayerNorm mean/rstd, the GELU input, the attention
- * output and its softmax statistics); backward recomputes nothing except
- * inside attention, whose saved state is the attention module's. No T x T
- * matrix exists outside attention.
+ * what backward needs (norm mean/rstd, the activation's input, the q and k
+ * attention reads with qk-norm's rstd, the attention output and its softmax
+ * statistics); backward recomputes nothing except inside attention, whose
+ * saved state is the attention module's. No T x T matrix exists outside
+ * attention. The architecture options (gpt_config.h) switch layers, never
+ * GPT-2's arithmetic: with GPT-2's options every operation is GPT-2's.
  *
  * The element type is gpt_real (float by default). This one file is compiled
  * a second time with -DGPT_CPU_REAL=double for the finite-difference test;
@@ -29,7 +31,7 @@
 
 #include "common/utils.h"
 
-#define LAYERNORM_EPS 1e-5
+#define LAYERNORM_EPS GPT_NORM_EPS
 
 /* ------------------------------------------------------------------------ */
 /* tables and allocation                                                     */
@@ -37,20 +39,24 @@
 size_t gpt_act_table(const GPTConfig* cfg, int B, int T, ActTensorInfo t[NUM_ACT_TENSORS]) {
     const size_t L = (size_t)cfg->num_layers, C = (size_t)cfg->channels, NH = (size_t)cfg->num_heads;
     const size_t Vp = (size_t)cfg->padded_vocab_size, BT = (size_t)B * (size_t)T;
+    const size_t F = (size_t)gpt_config_fc_rows(cfg), H = (size_t)cfg->mlp_hidden;
+    const size_t qk_att = (cfg->qk_norm || cfg->pos == GPT_POS_ROPE) ? 1 : 0, qk_norm = cfg->qk_norm ? 1 : 0;
     const struct { ActId id; const char* name; size_t layers, per_layer; } spec[NUM_ACT_TENSORS] = {
         {A_ENCODED, "encoded", 1, BT * C},
         {A_LN1, "ln1", L, BT * C},
         {A_LN1_MEAN, "ln1_mean", L, BT},
         {A_LN1_RSTD, "ln1_rstd", L, BT},
         {A_QKV, "qkv", L, BT * 3 * C},
+        {A_QKV_ATT, "qkv_att", L, qk_att * BT * 3 * C},
+        {A_QK_RSTD, "qk_rstd", L, qk_norm * BT * 2 * NH},
         {A_ATTY, "atty", L, BT * C},
         {A_ATT_STATS, "att_stats", L, BT * NH * 2},
         {A_RESIDUAL2, "residual2", L, BT * C},
         {A_LN2, "ln2", L, BT * C},
         {A_LN2_MEAN, "ln2_mean", L, BT},
         {A_LN2_RSTD, "ln2_rstd", L, BT},
-        {A_FCH, "fch", L, BT * 4 * C},
-        {A_FCH_GELU, "fch_gelu", L, BT * 4 * C},
+        {A_FCH, "fch", L, BT * F},
+        {A_FCH_GELU, "fch_gelu", L, BT * H},
         {A_RESIDUAL3, "residual3", L, BT * C},
         {A_LNF, "lnf", 1, BT * C},
         {A_LNF_MEAN, "lnf_mean", 1, BT},
@@ -104,6 +110,38 @@ void gpt_cpu_init(GPTCpu* m, const GPTConfig* cfg, int B, int T, AttnMode mode) 
     m->logits = gpt_act_ptr(m, m->acts, A_LOGITS, 0);
     m->probs = gpt_act_ptr(m, m->acts, A_PROBS, 0);
     m->mean_loss = -1.0f;
+    if (cfg->pos == GPT_POS_ROPE) {
+        const int HS = cfg->channels / cfg->num_heads;
+        const size_t n = (size_t)T * (size_t)(HS / 2);
+        float* c = (float*)mallocCheck(n * sizeof(float));
+        float* s = (float*)mallocCheck(n * sizeof(float));
+        gpt_rope_table(cfg->rope_base, T, HS, c, s);
+        m->rope_cos = (gpt_real*)mallocCheck(n * sizeof(gpt_real));
+        m->rope_sin = (gpt_real*)mallocCheck(n * sizeof(gpt_real));
+        for (size_t i = 0; i < n; i++) {
+            m->rope_cos[i] = c[i];
+            m->rope_sin[i] = s[i];
+        }
+        free(c);
+        free(s);
+    }
+}
+
+void gpt_rope_table(float base, int T, int HS, float* cos_t, float* sin_t) {
+    const int half = HS / 2;
+    for (int i = 0; i < half; i++) {
+        const float inv_freq = (float)pow((double)base, -2.0 * (double)i / (double)HS);
+        for (int t = 0; t < T; t++) {
+            const float angle = (float)t * inv_freq;
+            cos_t[(size_t)t * half + i] = (float)cos((double)angle);
+            sin_t[(size_t)t * half + i] = (float)sin((double)angle);
+        }
+    }
+}
+
+const gpt_real* gpt_cpu_attn_qkv(const GPTCpu* m, int layer) {
+    const ActId id = m->acts_info[A_QKV_ATT].count ? A_QKV_ATT : A_QKV;
+    return gpt_act_ptr(m, m->acts, id, layer);
 }
 
 void gpt_cpu_free(GPTCpu* m) {
@@ -113,6 +151,8 @@ void gpt_cpu_free(GPTCpu* m) {
     free(m->grads_acts);
     free(m->inputs);
     free(m->targets);
+    free(m->rope_cos);
+    free(m->rope_sin);
     memset(m, 0, sizeof(*m));
 }
 
@@ -146,15 +186,16 @@ void gpt_init_params(const GPTConfig* cfg, gpt_real* params, uint64_t seed) {
     for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
         const ParamTensorInfo* p = &table[id];
         gpt_real* dst = params + p->offset;
-        const int is_layernorm_weight = (id == P_LN1W || id == P_LN2W || id == P_LNFW);
-        if (p->cols == 0) {  /* vectors: biases 0, LayerNorm weights 1 */
+        const int is_layernorm_weight =
+            (id == P_LN1W || id == P_LN2W || id == P_LNFW || id == P_QNORMW || id == P_KNORMW);
+        if (p->cols == 0) {  /* vectors: biases 0, norm weights and gains 1 */
             const gpt_real value = is_layernorm_weight ? 1 : 0;
             for (size_t i = 0; i < p->count; i++) dst[i] = value;
             continue;
         }
         const double std = (id == P_ATTPROJW || id == P_FCPROJW) ? residual_std : base_std;
-        /* wte rows >= V are padding: never embedded, masked out of the softmax; keep them 0 */
-        const size_t live = (id == P_WTE) ? (size_t)cfg->vocab_size * (size_t)p->cols : p->count;
+        /* wte and lm_head rows >= V are padding: never embedded, masked out of the softmax; keep them 0 */
+        const size_t live = (id == P_WTE || id == P_LMHEADW) ? (size_t)cfg->vocab_size * (size_t)p->cols : p->count;
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < p->count; i++) {
             dst[i] = (i < live) ? (gpt_real)(float)(std * normal_from_counter(seed, p->offset + i)) : 0;
@@ -167,6 +208,7 @@ void gpt_cpu_init_weights(GPTCpu* m, uint64_t seed) { gpt_init_params(&m->config
 /* ------------------------------------------------------------------------ */
 /* layers: forward                                                           */
 
+/* out = wte[token] + wpe[t]; wpe NULL (RoPE): wte[token] alone. */
 static void encoder_forward(gpt_real* out, const int* inputs, const gpt_real* wte, const gpt_real* wpe,
                             int B, int T, int C) {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -174,6 +216,10 @@ static void encoder_forward(gpt_real* out, const int* inputs, const gpt_real* wt
         for (int t = 0; t < T; t++) {
             gpt_real* o = out + ((size_t)b * T + t) * C;
             const gpt_real* tok = wte + (size_t)inputs[b * T + t] * C;
+            if (wpe == NULL) { /* RoPE: positions enter in attention */
+                for (int c = 0; c < C; c++) o[c] = tok[c];
+                continue;
+            }
             const gpt_real* pos = wpe + (size_t)t * C;
             for (int c = 0; c < C; c++) o[c] = tok[c] + pos[c];
         }
@@ -401,7 +447,7 @@ static void encoder_backward(gpt_real* dwte, gpt_real* dwpe, const gpt_real* dou
             for (int t = 0; t < T; t++) {
                 const gpt_real g = dout[((size_t)b * T + t) * C + c];
                 dwte[(size_t)inputs[b * T + t] * C + c] += g;
-                dwpe[(size_t)t * C + c] += g;
+                if (dwpe) dwpe[(size_t)t * C + c] += g;
             }
         }
     }
@@ -652,6 +698,188 @@ static void classifier_backward(gpt_real* dlnf, gpt_real* dwte, gpt_real* dlogit
 }
 
 /* ------------------------------------------------------------------------ */
+/* the options' layers: RMSNorm, QK-norm + RoPE, SwiGLU                      */
+
+/* N rows of C: out = x * rsqrt(mean(x^2) + eps) * g (gain only); saves rstd per row. */
+static void rmsnorm_forward(gpt_real* out, gpt_real* rstd, const gpt_real* inp, const gpt_real* g, size_t N, int C) {
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        const gpt_real* x = inp + n * C;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) ss += (double)x[c] * (double)x[c];
+        const gpt_real rs = (gpt_real)(1.0 / sqrt(ss / C + GPT_NORM_EPS));
+        gpt_real* o = out + n * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] * rs) * g[c];
+        rstd[n] = rs;
+    }
+}
+
+/* One row of the RMSNorm backward: dx (+)= rs * u - rs^3 * x * mean(u * x), u = dy * g
+   (d/dx of x * rs * g with rs = (mean(x^2) + eps)^-1/2). accumulate 0 overwrites dx. */
+static inline void rms_row_backward(gpt_real* dx, const gpt_real* dy, const gpt_real* x, const gpt_real* g,
+                                    gpt_real rs, int n, int accumulate) {
+    double dot = 0.0;
+    for (int i = 0; i < n; i++) dot += (double)(dy[i] * g[i]) * (double)x[i];
+    const gpt_real coef = (gpt_real)(dot / n) * rs * rs * rs;
+    for (int i = 0; i < n; i++) {
+        const gpt_real d = rs * (dy[i] * g[i]) - coef * x[i];
+        dx[i] = accumulate ? dx[i] + d : d;
+    }
+}
+
+/* Backward of rmsnorm_forward: dinp += ..., dg += sum over rows of dout * x * rstd. */
+static void rmsnorm_backward(gpt_real* dinp, gpt_real* dg, const gpt_real* dout, const gpt_real* inp,
+                             const gpt_real* g, const gpt_real* rstd, size_t N, int C) {
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) rms_row_backward(dinp + n * C, dout + n * C, inp + n * C, g, rstd[n], C, 1);
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        gpt_real s = 0;
+        for (size_t n = 0; n < N; n++) s += dout[n * C + c] * (inp[n * C + c] * rstd[n]);
+        dg[c] += s;
+    }
+}
+
+/* The two norms behind one call: LayerNorm (w, b; saves mean and rstd) or RMSNorm (gain w; saves rstd). */
+static void norm_forward(int norm, gpt_real* out, gpt_real* mean, gpt_real* rstd, const gpt_real* inp,
+                         const gpt_real* w, const gpt_real* b, size_t N, int C) {
+    if (norm == GPT_NORM_RMSNORM) rmsnorm_forward(out, rstd, inp, w, N, C);
+    else layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+}
+static void norm_backward(int norm, gpt_real* dinp, gpt_real* dw, gpt_real* db, const gpt_real* dout,
+                          const gpt_real* inp, const gpt_real* w, const gpt_real* mean, const gpt_real* rstd,
+                          size_t N, int C) {
+    if (norm == GPT_NORM_RMSNORM) rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+    else layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+/* Rotate-half RoPE of one head vector x (HS) at position row (cos_t, sin_t of that t):
+   (x_i, x_{i+HS/2}) -> (x_i c - x_{i+HS/2} s, x_{i+HS/2} c + x_i s). inverse != 0 rotates
+   by -angle (the transpose, for the backward). */
+static inline void rope_rotate(gpt_real* x, const gpt_real* cs, const gpt_real* sn, int half, int inverse) {
+    for (int i = 0; i < half; i++) {
+        const gpt_real a = x[i], b = x[i + half], c = cs[i], s = inverse ? -sn[i] : sn[i];
+        x[i] = a * c - b * s;
+        x[i + half] = b * c + a * s;
+    }
+}
+
+/* What attention reads: per (token, q|k, head) the optional qk-norm (RMSNorm over HS with the
+   layer's gain gq or gk, shared by the heads; rstd saved) then the optional RoPE at the token's
+   position; v copied. qkv and out: (B, T, 3C). */
+static void qk_transform_forward(const GPTCpu* m, gpt_real* out, gpt_real* rstd, const gpt_real* qkv,
+                                 const gpt_real* gq, const gpt_real* gk, int B, int T) {
+    const GPTConfig* cfg = &m->config;
+    const int C = cfg->channels, NH = cfg->num_heads, HS = C / NH, half = HS / 2;
+    const int rope = cfg->pos == GPT_POS_ROPE, qkn = cfg->qk_norm;
+    const size_t N = (size_t)B * T;
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        const int t = (int)(n % (size_t)T);
+        const gpt_real* in = qkv + n * 3 * C;
+        gpt_real* o = out + n * 3 * C;
+        for (int part = 0; part < 2; part++) {
+            const gpt_real* g = part == 0 ? gq : gk;
+            for (int h = 0; h < NH; h++) {
+                const gpt_real* x = in + part * C + h * HS;
+                gpt_real* y = o + part * C + h * HS;
+                if (qkn) {
+                    double ss = 0.0;
+                    for (int i = 0; i < HS; i++) ss += (double)x[i] * (double)x[i];
+                    const gpt_real rs = (gpt_real)(1.0 / sqrt(ss / HS + GPT_NORM_EPS));
+                    rstd[n * 2 * NH + part * NH + h] = rs;
+                    for (int i = 0; i < HS; i++) y[i] = (x[i] * rs) * g[i];
+                } else {
+                    for (int i = 0; i < HS; i++) y[i] = x[i];
+                }
+                if (rope) rope_rotate(y, m->rope_cos + (size_t)t * half, m->rope_sin + (size_t)t * half, half, 0);
+            }
+        }
+        memcpy(o + 2 * C, in + 2 * C, (size_t)C * sizeof(gpt_real));
+    }
+}
+
+/* Backward of qk_transform_forward: dqkv (the qkv matmul output's gradient) = the inverse
+   RoPE of d(att) for q and k, then through qk-norm; dv copied; dgq, dgk += the gains' gradients. */
+static void qk_transform_backward(const GPTCpu* m, gpt_real* dqkv, gpt_real* dgq, gpt_real* dgk,
+                                  const gpt_real* datt, const gpt_real* qkv, const gpt_real* rstd,
+                                  const gpt_real* gq, const gpt_real* gk, int B, int T) {
+    const GPTConfig* cfg = &m->config;
+    const int C = cfg->channels, NH = cfg->num_heads, HS = C / NH, half = HS / 2;
+    const int rope = cfg->pos == GPT_POS_ROPE, qkn = cfg->qk_norm;
+    const size_t N = (size_t)B * T;
+    /* 1: dy = R^T d(att) (the gradient of the normed, gained q and k), written into dqkv */
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        const int t = (int)(n % (size_t)T);
+        memcpy(dqkv + n * 3 * C, datt + n * 3 * C, (size_t)3 * C * sizeof(gpt_real));
+        for (int part = 0; part < 2 && rope; part++) {
+            for (int h = 0; h < NH; h++) {
+                rope_rotate(dqkv + n * 3 * C + part * C + h * HS, m->rope_cos + (size_t)t * half,
+                            m->rope_sin + (size_t)t * half, half, 1);
+            }
+        }
+    }
+    if (!qkn) return;
+    /* 2: the gains' gradients, sum over tokens and heads of dy * x * rstd (one thread per element i) */
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < 2 * HS; i++) {
+        const int part = i / HS, e = i % HS;
+        gpt_real s = 0;
+        for (size_t n = 0; n < N; n++) {
+            for (int h = 0; h < NH; h++) {
+                const size_t at = n * 3 * C + (size_t)part * C + (size_t)h * HS + e;
+                s += dqkv[at] * (qkv[at] * rstd[n * 2 * NH + part * NH + h]);
+            }
+        }
+        (part == 0 ? dgq : dgk)[e] += s;
+    }
+    /* 3: dx through the per-head RMSNorm, in place of dy */
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        for (int part = 0; part < 2; part++) {
+            for (int h = 0; h < NH; h++) {
+                const size_t at = n * 3 * C + (size_t)part * C + (size_t)h * HS;
+                rms_row_backward(dqkv + at, dqkv + at, qkv + at, part == 0 ? gq : gk,
+                                 rstd[n * 2 * NH + part * NH + h], HS, 0);
+            }
+        }
+    }
+}
+
+/* SwiGLU: fch rows (N, 2H) hold the gate a in [0, H) and the up b in [H, 2H);
+   out (N, H) = a * sigmoid(a) * b. */
+static void swiglu_forward(gpt_real* out, const gpt_real* fch, size_t N, int H) {
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        const gpt_real* a = fch + n * 2 * H;
+        const gpt_real* b = a + H;
+        gpt_real* o = out + n * H;
+        for (int j = 0; j < H; j++) {
+            const gpt_real s = 1 / (1 + exp(-a[j]));
+            o[j] = a[j] * s * b[j];
+        }
+    }
+}
+
+/* dfch += d/d(a, b) of a * sigmoid(a) * b: da = dout * b * s (1 + a (1 - s)), db = dout * a * s. */
+static void swiglu_backward(gpt_real* dfch, const gpt_real* fch, const gpt_real* dout, size_t N, int H) {
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        const gpt_real* a = fch + n * 2 * H;
+        const gpt_real* b = a + H;
+        gpt_real* da = dfch + n * 2 * H;
+        gpt_real* db = da + H;
+        const gpt_real* d = dout + n * H;
+        for (int j = 0; j < H; j++) {
+            const gpt_real s = 1 / (1 + exp(-a[j]));
+            da[j] += d[j] * b[j] * (s * (1 + a[j] * (1 - s)));
+            db[j] += d[j] * (a[j] * s);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* attention: the module's CPU emulation (float) or its fp64 reference (double) */
 
 static inline void attention_forward_float(const GPTCpu* m, AttnShape s, const float* qkv, float* out,
@@ -695,10 +923,22 @@ static void check_tokens(const int* ids, size_t n, int V, const char* what) {
     }
 }
 
+/* Layer l of parameter tensor id inside a parameter-shaped buffer; NULL when the config has no
+   such tensor (a bias with bias 0, a LayerNorm bias with RMSNorm, ...). */
+static gpt_real* layer_param(const GPTCpu* m, gpt_real* buf, ParamId id, int l) {
+    const ParamTensorInfo* p = &m->params_info[id];
+    if (p->count == 0) return NULL;
+    return buf + p->offset + (size_t)l * (p->count / (size_t)p->layers);
+}
+
+/* The output head: wte when tied, else lm_head. */
+static ParamId head_id(const GPTCpu* m) { return m->config.tie_embeddings ? P_WTE : P_LMHEADW; }
+
 void gpt_cpu_forward(GPTCpu* m, const int* inputs, const int* targets, int B, int T) {
     const GPTConfig* cfg = &m->config;
     const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
-    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, H = cfg->mlp_hidden, F = gpt_config_fc_rows(cfg);
+    const int norm = cfg->norm, qk_att = m->acts_info[A_QKV_ATT].count != 0;
     if (B < 1 || T < 1 || B > m->B || T > m->T) {
         die("forward with batch %dx%d, but the model was allocated for at most %dx%d", B, T, m->B, m->T);
     }
@@ -715,13 +955,13 @@ void gpt_cpu_forward(GPTCpu* m, const int* inputs, const int* targets, int B, in
     gpt_real* A = m->acts;
     const AttnShape shape = {.B = B, .NH = NH, .T = T, .HS = C / NH};
 
-    encoder_forward(gpt_act_ptr(m, A, A_ENCODED, 0), inputs, gpt_param_ptr(m, P, P_WTE),
-                    gpt_param_ptr(m, P, P_WPE), B, T, C);
+    encoder_forward(gpt_act_ptr(m, A, A_ENCODED, 0), inputs, gpt_param_ptr(m, P, P_WTE), layer_param(m, P, P_WPE, 0),
+                    B, T, C);
     for (int l = 0; l < L; l++) {
         const gpt_real* residual = l == 0 ? gpt_act_ptr(m, A, A_ENCODED, 0) : gpt_act_ptr(m, A, A_RESIDUAL3, l - 1);
-        const size_t pC = (size_t)l * C, pCC = (size_t)l * C * C;  /* per-layer parameter strides */
         gpt_real* ln1 = gpt_act_ptr(m, A, A_LN1, l);
         gpt_real* qkv = gpt_act_ptr(m, A, A_QKV, l);
+        gpt_real* qkv_att = qk_att ? gpt_act_ptr(m, A, A_QKV_ATT, l) : qkv;
         gpt_real* atty = gpt_act_ptr(m, A, A_ATTY, l);
         gpt_real* residual2 = gpt_act_ptr(m, A, A_RESIDUAL2, l);
         gpt_real* ln2 = gpt_act_ptr(m, A, A_LN2, l);
@@ -729,28 +969,29 @@ void gpt_cpu_forward(GPTCpu* m, const int* inputs, const int* targets, int B, in
         gpt_real* fch_gelu = gpt_act_ptr(m, A, A_FCH_GELU, l);
         gpt_real* residual3 = gpt_act_ptr(m, A, A_RESIDUAL3, l);
 
-        layernorm_forward(ln1, gpt_act_ptr(m, A, A_LN1_MEAN, l), gpt_act_ptr(m, A, A_LN1_RSTD, l), residual,
-                          gpt_param_ptr(m, P, P_LN1W) + pC, gpt_param_ptr(m, P, P_LN1B) + pC, N, C);
-        matmul_forward(qkv, ln1, gpt_param_ptr(m, P, P_QKVW) + 3 * pCC, gpt_param_ptr(m, P, P_QKVB) + 3 * pC,
-                       N, C, 3 * C);
-        attention_forward_real(m, shape, qkv, atty, gpt_act_ptr(m, A, A_ATT_STATS, l));
-        matmul_forward(residual2, atty, gpt_param_ptr(m, P, P_ATTPROJW) + pCC,
-                       gpt_param_ptr(m, P, P_ATTPROJB) + pC, N, C, C);
+        norm_forward(norm, ln1, gpt_act_ptr(m, A, A_LN1_MEAN, l), gpt_act_ptr(m, A, A_LN1_RSTD, l), residual,
+                     layer_param(m, P, P_LN1W, l), layer_param(m, P, P_LN1B, l), N, C);
+        matmul_forward(qkv, ln1, layer_param(m, P, P_QKVW, l), layer_param(m, P, P_QKVB, l), N, C, 3 * C);
+        if (qk_att) {
+            qk_transform_forward(m, qkv_att, gpt_act_ptr(m, A, A_QK_RSTD, l), qkv, layer_param(m, P, P_QNORMW, l),
+                                 layer_param(m, P, P_KNORMW, l), B, T);
+        }
+        attention_forward_real(m, shape, qkv_att, atty, gpt_act_ptr(m, A, A_ATT_STATS, l));
+        matmul_forward(residual2, atty, layer_param(m, P, P_ATTPROJW, l), layer_param(m, P, P_ATTPROJB, l), N, C, C);
         residual_add(residual2, residual, N * C);
-        layernorm_forward(ln2, gpt_act_ptr(m, A, A_LN2_MEAN, l), gpt_act_ptr(m, A, A_LN2_RSTD, l), residual2,
-                          gpt_param_ptr(m, P, P_LN2W) + pC, gpt_param_ptr(m, P, P_LN2B) + pC, N, C);
-        matmul_forward(fch, ln2, gpt_param_ptr(m, P, P_FCW) + 4 * pCC, gpt_param_ptr(m, P, P_FCB) + 4 * pC,
-                       N, C, 4 * C);
-        gelu_forward(fch_gelu, fch, N * 4 * C);
-        matmul_forward(residual3, fch_gelu, gpt_param_ptr(m, P, P_FCPROJW) + 4 * pCC,
-                       gpt_param_ptr(m, P, P_FCPROJB) + pC, N, 4 * C, C);
+        norm_forward(norm, ln2, gpt_act_ptr(m, A, A_LN2_MEAN, l), gpt_act_ptr(m, A, A_LN2_RSTD, l), residual2,
+                     layer_param(m, P, P_LN2W, l), layer_param(m, P, P_LN2B, l), N, C);
+        matmul_forward(fch, ln2, layer_param(m, P, P_FCW, l), layer_param(m, P, P_FCB, l), N, C, F);
+        if (cfg->mlp == GPT_MLP_SWIGLU) swiglu_forward(fch_gelu, fch, N, H);
+        else gelu_forward(fch_gelu, fch, N * H);
+        matmul_forward(residual3, fch_gelu, layer_param(m, P, P_FCPROJW, l), layer_param(m, P, P_FCPROJB, l), N, H, C);
         residual_add(residual3, residual2, N * C);
     }
     gpt_real* lnf = gpt_act_ptr(m, A, A_LNF, 0);
-    layernorm_forward(lnf, gpt_act_ptr(m, A, A_LNF_MEAN, 0), gpt_act_ptr(m, A, A_LNF_RSTD, 0),
-                      gpt_act_ptr(m, A, A_RESIDUAL3, L - 1), gpt_param_ptr(m, P, P_LNFW),
-                      gpt_param_ptr(m, P, P_LNFB), N, C);
-    matmul_forward(m->logits, lnf, gpt_param_ptr(m, P, P_WTE), NULL, N, C, Vp);
+    norm_forward(norm, lnf, gpt_act_ptr(m, A, A_LNF_MEAN, 0), gpt_act_ptr(m, A, A_LNF_RSTD, 0),
+                 gpt_act_ptr(m, A, A_RESIDUAL3, L - 1), layer_param(m, P, P_LNFW, 0), layer_param(m, P, P_LNFB, 0),
+                 N, C);
+    matmul_forward(m->logits, lnf, gpt_param_ptr(m, P, head_id(m)), NULL, N, C, Vp);
     gpt_real* losses = gpt_act_ptr(m, A, A_LOSSES, 0);
     softmax_crossentropy_forward(m->probs, losses, m->logits, targets, N, V, Vp);
     if (targets) {
@@ -766,7 +1007,8 @@ void gpt_cpu_backward(GPTCpu* m) {
     if (!m->has_targets) die("gpt_cpu_backward needs a forward with targets first");
     const GPTConfig* cfg = &m->config;
     const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
-    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, H = cfg->mlp_hidden, F = gpt_config_fc_rows(cfg);
+    const int norm = cfg->norm, qk_att = m->acts_info[A_QKV_ATT].count != 0;
     const int B = m->cur_B, T = m->cur_T;
     const size_t N = (size_t)B * T;
     const AttnShape shape = {.B = B, .NH = NH, .T = T, .HS = C / NH};
@@ -779,15 +1021,14 @@ void gpt_cpu_backward(GPTCpu* m) {
 
     gpt_real* dlogits = gpt_act_ptr(m, dA, A_LOGITS, 0);
     gpt_real* dlnf = gpt_act_ptr(m, dA, A_LNF, 0);
-    classifier_backward(dlnf, gpt_param_ptr(m, G, P_WTE), dlogits, m->probs, m->targets,
-                        gpt_act_ptr(m, A, A_LNF, 0), gpt_param_ptr(m, P, P_WTE), N, C, V, Vp);
-    layernorm_backward(gpt_act_ptr(m, dA, A_RESIDUAL3, L - 1), gpt_param_ptr(m, G, P_LNFW),
-                       gpt_param_ptr(m, G, P_LNFB), dlnf, gpt_act_ptr(m, A, A_RESIDUAL3, L - 1),
-                       gpt_param_ptr(m, P, P_LNFW), gpt_act_ptr(m, A, A_LNF_MEAN, 0),
-                       gpt_act_ptr(m, A, A_LNF_RSTD, 0), N, C);
+    classifier_backward(dlnf, gpt_param_ptr(m, G, head_id(m)), dlogits, m->probs, m->targets,
+                        gpt_act_ptr(m, A, A_LNF, 0), gpt_param_ptr(m, P, head_id(m)), N, C, V, Vp);
+    norm_backward(norm, gpt_act_ptr(m, dA, A_RESIDUAL3, L - 1), layer_param(m, G, P_LNFW, 0),
+                  layer_param(m, G, P_LNFB, 0), dlnf, gpt_act_ptr(m, A, A_RESIDUAL3, L - 1),
+                  layer_param(m, P, P_LNFW, 0), gpt_act_ptr(m, A, A_LNF_MEAN, 0), gpt_act_ptr(m, A, A_LNF_RSTD, 0),
+                  N, C);
 
     for (int l = L - 1; l >= 0; l--) {
-        const size_t pC = (size_t)l * C, pCC = (size_t)l * C * C;
         const gpt_real* residual = l == 0 ? gpt_act_ptr(m, A, A_ENCODED, 0) : gpt_act_ptr(m, A, A_RESIDUAL3, l - 1);
         gpt_real* dresidual = l == 0 ? gpt_act_ptr(m, dA, A_ENCODED, 0) : gpt_act_ptr(m, dA, A_RESIDUAL3, l - 1);
         gpt_real* dresidual3 = gpt_act_ptr(m, dA, A_RESIDUAL3, l);
@@ -797,32 +1038,39 @@ void gpt_cpu_backward(GPTCpu* m) {
         gpt_real* dln2 = gpt_act_ptr(m, dA, A_LN2, l);
         gpt_real* datty = gpt_act_ptr(m, dA, A_ATTY, l);
         gpt_real* dqkv = gpt_act_ptr(m, dA, A_QKV, l);
+        gpt_real* dqkv_att = qk_att ? gpt_act_ptr(m, dA, A_QKV_ATT, l) : dqkv;
         gpt_real* dln1 = gpt_act_ptr(m, dA, A_LN1, l);
+        const gpt_real* qkv = gpt_act_ptr(m, A, A_QKV, l);
 
-        /* MLP block: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
-        matmul_backward(dfch_gelu, gpt_param_ptr(m, G, P_FCPROJW) + 4 * pCC, gpt_param_ptr(m, G, P_FCPROJB) + pC,
-                        dresidual3, gpt_act_ptr(m, A, A_FCH_GELU, l), gpt_param_ptr(m, P, P_FCPROJW) + 4 * pCC,
-                        N, 4 * C, C);
-        gelu_backward(dfch, gpt_act_ptr(m, A, A_FCH, l), dfch_gelu, N * 4 * C);
-        matmul_backward(dln2, gpt_param_ptr(m, G, P_FCW) + 4 * pCC, gpt_param_ptr(m, G, P_FCB) + 4 * pC, dfch,
-                        gpt_act_ptr(m, A, A_LN2, l), gpt_param_ptr(m, P, P_FCW) + 4 * pCC, N, C, 4 * C);
-        layernorm_backward(dresidual2, gpt_param_ptr(m, G, P_LN2W) + pC, gpt_param_ptr(m, G, P_LN2B) + pC, dln2,
-                           gpt_act_ptr(m, A, A_RESIDUAL2, l), gpt_param_ptr(m, P, P_LN2W) + pC,
-                           gpt_act_ptr(m, A, A_LN2_MEAN, l), gpt_act_ptr(m, A, A_LN2_RSTD, l), N, C);
+        /* MLP block: residual3 = residual2 + fcproj(act(fc(norm2(residual2)))) */
+        matmul_backward(dfch_gelu, layer_param(m, G, P_FCPROJW, l), layer_param(m, G, P_FCPROJB, l), dresidual3,
+                        gpt_act_ptr(m, A, A_FCH_GELU, l), layer_param(m, P, P_FCPROJW, l), N, H, C);
+        if (cfg->mlp == GPT_MLP_SWIGLU) swiglu_backward(dfch, gpt_act_ptr(m, A, A_FCH, l), dfch_gelu, N, H);
+        else gelu_backward(dfch, gpt_act_ptr(m, A, A_FCH, l), dfch_gelu, N * H);
+        matmul_backward(dln2, layer_param(m, G, P_FCW, l), layer_param(m, G, P_FCB, l), dfch,
+                        gpt_act_ptr(m, A, A_LN2, l), layer_param(m, P, P_FCW, l), N, C, F);
+        norm_backward(norm, dresidual2, layer_param(m, G, P_LN2W, l), layer_param(m, G, P_LN2B, l), dln2,
+                      gpt_act_ptr(m, A, A_RESIDUAL2, l), layer_param(m, P, P_LN2W, l),
+                      gpt_act_ptr(m, A, A_LN2_MEAN, l), gpt_act_ptr(m, A, A_LN2_RSTD, l), N, C);
         residual_add(dresidual2, dresidual3, N * C);
 
-        /* attention block: residual2 = residual + attproj(attention(qkv(ln1(residual)))) */
-        matmul_backward(datty, gpt_param_ptr(m, G, P_ATTPROJW) + pCC, gpt_param_ptr(m, G, P_ATTPROJB) + pC,
-                        dresidual2, gpt_act_ptr(m, A, A_ATTY, l), gpt_param_ptr(m, P, P_ATTPROJW) + pCC, N, C, C);
-        attention_backward_real(m, shape, gpt_act_ptr(m, A, A_QKV, l), gpt_act_ptr(m, A, A_ATTY, l),
-                                gpt_act_ptr(m, A, A_ATT_STATS, l), datty, dqkv);
-        matmul_backward(dln1, gpt_param_ptr(m, G, P_QKVW) + 3 * pCC, gpt_param_ptr(m, G, P_QKVB) + 3 * pC, dqkv,
-                        gpt_act_ptr(m, A, A_LN1, l), gpt_param_ptr(m, P, P_QKVW) + 3 * pCC, N, C, 3 * C);
-        layernorm_backward(dresidual, gpt_param_ptr(m, G, P_LN1W) + pC, gpt_param_ptr(m, G, P_LN1B) + pC, dln1,
-                           residual, gpt_param_ptr(m, P, P_LN1W) + pC, gpt_act_ptr(m, A, A_LN1_MEAN, l),
-                           gpt_act_ptr(m, A, A_LN1_RSTD, l), N, C);
+        /* attention block: residual2 = residual + attproj(attention(rope(qknorm(qkv(norm1(residual)))))) */
+        matmul_backward(datty, layer_param(m, G, P_ATTPROJW, l), layer_param(m, G, P_ATTPROJB, l), dresidual2,
+                        gpt_act_ptr(m, A, A_ATTY, l), layer_param(m, P, P_ATTPROJW, l), N, C, C);
+        attention_backward_real(m, shape, qk_att ? gpt_act_ptr(m, A, A_QKV_ATT, l) : qkv,
+                                gpt_act_ptr(m, A, A_ATTY, l), gpt_act_ptr(m, A, A_ATT_STATS, l), datty, dqkv_att);
+        if (qk_att) {
+            qk_transform_backward(m, dqkv, layer_param(m, G, P_QNORMW, l), layer_param(m, G, P_KNORMW, l), dqkv_att,
+                                  qkv, gpt_act_ptr(m, A, A_QK_RSTD, l), layer_param(m, P, P_QNORMW, l),
+                                  layer_param(m, P, P_KNORMW, l), B, T);
+        }
+        matmul_backward(dln1, layer_param(m, G, P_QKVW, l), layer_param(m, G, P_QKVB, l), dqkv,
+                        gpt_act_ptr(m, A, A_LN1, l), layer_param(m, P, P_QKVW, l), N, C, 3 * C);
+        norm_backward(norm, dresidual, layer_param(m, G, P_LN1W, l), layer_param(m, G, P_LN1B, l), dln1, residual,
+                      layer_param(m, P, P_LN1W, l), gpt_act_ptr(m, A, A_LN1_MEAN, l),
+                      gpt_act_ptr(m, A, A_LN1_RSTD, l), N, C);
         residual_add(dresidual, dresidual2, N * C);
     }
-    encoder_backward(gpt_param_ptr(m, G, P_WTE), gpt_param_ptr(m, G, P_WPE), gpt_act_ptr(m, dA, A_ENCODED, 0),
+    encoder_backward(gpt_param_ptr(m, G, P_WTE), layer_param(m, G, P_WPE, 0), gpt_act_ptr(m, dA, A_ENCODED, 0),
                      m->inputs, B, T, C);
 }

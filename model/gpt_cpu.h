@@ -1,5 +1,5 @@
 /*
- * model/gpt_cpu.h - the GPT-2 model on the CPU: forward, backward, weight init.
+ * model/gpt_cpu.h - the GPT model on the CPU: forward, backward, weight init.
  *
  * Why: this is the project's reference model. The CPU trainer runs it, the
  * CUDA model is checked against it, and the PyTorch twin (dev/gpt_twin.py) is
@@ -8,11 +8,17 @@
  * run-time mode the model was created with, so the training effect of each
  * mode's internal rounding is visible on the CPU too.
  *
- * Model (GPT-2): token + position embedding; L pre-LayerNorm blocks
- *   x += attproj(attention(qkv(LN1(x))));  x += fcproj(gelu_tanh(fc(LN2(x))));
- * final LayerNorm; tied output head (logits = LNF(x) wte^T over Vp columns,
- * columns >= V are computed but excluded from the softmax and get zero
- * gradient); loss = mean over B*T of the cross-entropy.
+ * Model (GPT-2 with its options): token (+ learned position) embedding; L
+ * pre-norm blocks
+ *   x += attproj(attention(rope(qknorm(qkv(N1(x))))));  x += fcproj(act(fc(N2(x))));
+ * final norm; output head (logits = NF(x) W^T over Vp columns, W = wte when
+ * tied, else lm_head; columns >= V are computed but excluded from the softmax
+ * and get zero gradient); loss = mean over B*T of the cross-entropy.
+ * The options (model/gpt_config.h, docs/modern_stacks.md): N = LayerNorm or
+ * RMSNorm; act = GELU-tanh, or SwiGLU on fc's gate|up halves; qknorm (per
+ * head RMSNorm of q and k with gains) and rope (rotate-half) only when on;
+ * linear biases only with bias 1. Attention reads the transformed q and k
+ * (gpt_cpu_attn_qkv): that is the tensor diagnostics and captures look at.
  *
  * Memory: parameters, gradients, activations and activation gradients each
  * live in ONE contiguous buffer; parameters are addressed through the named
@@ -45,17 +51,20 @@ typedef GPT_CPU_REAL gpt_real;
 typedef enum {
     A_ENCODED = 0,  /* (B, T, C)       wte[token] + wpe[t] */
     A_LN1,          /* (L, B, T, C) */
-    A_LN1_MEAN,     /* (L, B, T) */
+    A_LN1_MEAN,     /* (L, B, T)       LayerNorm only (unused with RMSNorm) */
     A_LN1_RSTD,     /* (L, B, T) */
-    A_QKV,          /* (L, B, T, 3C)   attention/attention.h qkv layout */
+    A_QKV,          /* (L, B, T, 3C)   qkv matmul output, attention/attention.h qkv layout */
+    A_QKV_ATT,      /* (L, B, T, 3C)   what attention reads: q, k after qk-norm and RoPE, v copied
+                       (count 0 without qk-norm and RoPE: attention reads A_QKV) */
+    A_QK_RSTD,      /* (L, B, T, 2NH)  qk-norm's 1/rms per (token, q|k, head) (count 0 without qk-norm) */
     A_ATTY,         /* (L, B, T, C)    attention output */
     A_ATT_STATS,    /* (L, B, NH, T, 2) saved softmax state (attention.h) */
     A_RESIDUAL2,    /* (L, B, T, C)    x after the attention block */
     A_LN2,          /* (L, B, T, C) */
     A_LN2_MEAN,     /* (L, B, T) */
     A_LN2_RSTD,     /* (L, B, T) */
-    A_FCH,          /* (L, B, T, 4C)   fc output, before GELU */
-    A_FCH_GELU,     /* (L, B, T, 4C) */
+    A_FCH,          /* (L, B, T, F)    fc output: F = H (GELU) or 2H (SwiGLU gate | up) */
+    A_FCH_GELU,     /* (L, B, T, H)    the activation: gelu(fch) or silu(gate) * up */
     A_RESIDUAL3,    /* (L, B, T, C)    x after the MLP block (block output) */
     A_LNF,          /* (B, T, C) */
     A_LNF_MEAN,     /* (B, T) */
@@ -102,6 +111,8 @@ typedef struct {
     int* inputs;           /* (B, T) copy of the last forward's inputs */
     int* targets;          /* (B, T) copy of its targets */
     int has_targets;       /* 1 if the last forward had targets (backward allowed) */
+    gpt_real* rope_cos;    /* (T, HS/2) RoPE tables (docs/modern_stacks.md), NULL without RoPE */
+    gpt_real* rope_sin;
 } GPTCpu;
 
 /* Allocates parameters, gradients (zeroed) and activations for batches up to (B, T).
@@ -111,7 +122,8 @@ void gpt_cpu_init(GPTCpu* m, const GPTConfig* cfg, int B, int T, AttnMode mode);
 
 /* GPT-2 initialisation, written into a parameter buffer laid out by gpt_param_table:
    weights N(0, 0.02); residual projections (attprojw, fcprojw) N(0, 0.02/sqrt(2L));
-   biases 0; LayerNorm weights 1, biases 0; wte rows >= V (padding) 0.
+   biases 0; norm weights and gains (LayerNorm, RMSNorm, QK-norm) 1, LayerNorm biases 0;
+   an untied lm_head like wte; rows >= V (padding) of wte and lm_head 0.
    Counter-based and portable: element i of the buffer is a pure function of (seed, i)
    (splitmix64 hash -> Box-Muller in double -> rounded to float), so it is identical
    across builds, thread counts and machines, and the CUDA trainer can reproduce it
@@ -128,6 +140,17 @@ void gpt_cpu_zero_grad(GPTCpu* m);
 /* After a forward with targets: ACCUMULATES d(mean_loss)/d(params) into m->grads. */
 void gpt_cpu_backward(GPTCpu* m);
 void gpt_cpu_free(GPTCpu* m);
+
+/* The RoPE tables for positions [0, T) and head size HS (even): inv_freq_i =
+   base^(-2i/HS) in double rounded once to float, angle = (float)t * inv_freq_i
+   in float, cos and sin of that float angle in double rounded once to float.
+   cos_t, sin_t: T * HS/2 each, row t at t * HS/2. The GPU builds the same table. */
+void gpt_rope_table(float base, int T, int HS, float* cos_t, float* sin_t);
+
+/* What attention reads in layer `layer` after the last forward, (cur_B, cur_T, 3C)
+   in attention.h's qkv layout: q and k after qk-norm and RoPE (A_QKV_ATT) when
+   either is on, else the qkv matmul output (A_QKV). */
+const gpt_real* gpt_cpu_attn_qkv(const GPTCpu* m, int layer);
 
 /* Pointer to parameter tensor `id` (layer 0) inside a parameter-shaped buffer. */
 static inline gpt_real* gpt_param_ptr(const GPTCpu* m, gpt_real* buffer, ParamId id) {

@@ -352,6 +352,11 @@ static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, i
     char err[256];
     memset(m, 0, sizeof(*m));
     if (gpt_config_validate(cfg, err, sizeof(err)) != 0) die("model config: %s", err);
+    if (!gpt_config_is_gpt2(cfg)) { /* these kernels compute GPT-2 only: never run another model as GPT-2 */
+        char opts[256];
+        die("GPU model: %s needs the modern-stack GPU kernels, which this model does not call; the CPU model runs it",
+            gpt_config_describe_options(cfg, opts, sizeof(opts)));
+    }
     if (cfg->channels % 8 != 0 || cfg->padded_vocab_size % 8 != 0)
         die("GPU model: channels (%d) and padded vocab (%d) must be multiples of 8 (16-byte vector loads)",
             cfg->channels, cfg->padded_vocab_size);

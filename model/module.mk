@@ -130,3 +130,7 @@ $(BUILD)/tests/test_param_ranges: $(BUILD)/tests/test_param_ranges.o $(BUILD)/mo
                                   $(COMMON_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 CPU_TESTS += $(BUILD)/tests/test_param_ranges
+# Presets, architecture options and the parameter table (GPT-2's layout unchanged, the options' shapes).
+$(BUILD)/tests/test_gpt_config: $(BUILD)/tests/test_gpt_config.o $(BUILD)/model/gpt_config.o
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+CPU_TESTS += $(BUILD)/tests/test_gpt_config

@@ -45,7 +45,7 @@ static inline int param_bucket_ranges(const ParamTensorInfo table[NUM_PARAM_TENS
     int n = 0;
     for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
         const ParamTensorInfo* t = &table[id];
-        if (t->count == 0) continue; /* a tensor this configuration does not have */
+        if (t->count == 0) continue; /* not in this config */
         if (layer == PARAM_BUCKET_REST) {
             if (t->layers != 1) continue;
             out[n].start = t->offset;

@@ -119,6 +119,9 @@ def read_checkpoint(path):
         raise HFError(f"{path}: magic {h[0]} at offset 0, expected {CHECKPOINT_MAGIC}: not a model checkpoint "
                       "(a resume state state_*.bin? pass the model_*.bin next to it)")
     version = int(h[1])
+    if version == 6:
+        raise HFError(f"{path}: version 6 at offset 4 is a model with non-GPT-2 options (docs/modern_stacks.md); "
+                      "the GPT2LMHeadModel export supports GPT-2's options only (versions 3 and 5)")
     if version not in (VERSION_FP32, VERSION_BF16):
         raise HFError(f"{path}: version {version} at offset 4; supported are 3 (fp32) and 5 (bf16)")
     cfg = dict(maxT=int(h[2]), V=int(h[3]), L=int(h[4]), NH=int(h[5]), C=int(h[6]), Vp=int(h[7]))

@@ -34,6 +34,7 @@ static char g_dir[64];
 static GPTConfig small_config(void) {
     GPTConfig c = {.max_seq_len = 16, .vocab_size = 50, .padded_vocab_size = 64, .num_layers = 2,
                    .num_heads = 2, .channels = 16};
+    gpt_config_set_gpt2_options(&c);
     return c;
 }
 
@@ -92,8 +93,9 @@ static void expect_refusal(const char* name, const void* data, size_t bytes, con
  * fields, RNE), not from our parameter table. */
 static void test_llmc_v5_layout(void) {
     test_section("bf16 file = llm.c's version 5 layout, byte for byte");
-    const GPTConfig cfg = {.max_seq_len = 8, .vocab_size = 30, .padded_vocab_size = 32, .num_layers = 2,
-                           .num_heads = 2, .channels = 8};
+    GPTConfig cfg = {.max_seq_len = 8, .vocab_size = 30, .padded_vocab_size = 32, .num_layers = 2,
+                     .num_heads = 2, .channels = 8};
+    gpt_config_set_gpt2_options(&cfg);
     const size_t Vp = 32, C = 8, maxT = 8, L = 2;
     const size_t sizes[16] = {Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
                               L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
@@ -133,6 +135,116 @@ static void test_llmc_v5_layout(void) {
     free(want);
     free(params);
     unlink(path);
+}
+
+/* Version 6: a model with non-GPT-2 options. The header holds every option (written out here from
+ * checkpoint.h's description), the weights follow in table order (empty tensors take no bytes), both
+ * dtypes read back exactly, and a damaged header is refused naming the slot. */
+static void test_options_version(void) {
+    test_section("model options: version 6 header, round trip in fp32 and bf16, refusals");
+    GPTConfig cfg = small_config(); /* C 16, NH 2: HS 8 */
+    cfg.pos = GPT_POS_ROPE;
+    cfg.rope_base = 500000.0f;
+    cfg.norm = GPT_NORM_RMSNORM;
+    cfg.mlp = GPT_MLP_SWIGLU;
+    cfg.mlp_hidden = 48;
+    cfg.qk_norm = 1;
+    cfg.bias = 0;
+    cfg.tie_embeddings = 0;
+    const size_t n = gpt_num_parameters(&cfg);
+    /* by hand: wte 64*16 + ln1w 32 + qkvw 2*48*16 + attprojw 2*16*16 + ln2w 32 + fcw 2*96*16 + fcprojw 2*16*48
+       + lnfw 16 + qnormw 2*8 + knormw 2*8 + lmheadw 64*16 */
+    const size_t by_hand = 1024 + 32 + 1536 + 512 + 32 + 3072 + 1536 + 16 + 16 + 16 + 1024;
+    CHECK(n == by_hand, "%zu parameters, by hand %zu", n, by_hand);
+    float* params = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) params[i] = (float)((int)(i % 97) - 48) * 0.03125f + 1e-3f * (float)(i % 13);
+    char path[128], err[512];
+    path_in_dir(path, sizeof(path), "options.bin");
+    CHECK(checkpoint_write_model(path, &cfg, params, 0, err, sizeof(err)) == 0, "fp32 save (%s)", err);
+    size_t bytes = 0;
+    int32_t* raw = (int32_t*)read_raw(path, &bytes);
+    float base = 0;
+    memcpy(&base, &raw[10], 4);
+    CHECK(bytes == 1024 + 4 * n && raw[0] == 20240326 && raw[1] == 6 && raw[2] == 16 && raw[3] == 50 &&
+              raw[4] == 2 && raw[5] == 2 && raw[6] == 16 && raw[7] == 64,
+          "size and llm.c's first 8 ints, version 6");
+    CHECK(raw[8] == 32 && raw[9] == GPT_POS_ROPE && base == 500000.0f && raw[11] == GPT_NORM_RMSNORM &&
+              raw[12] == GPT_MLP_SWIGLU && raw[13] == 48 && raw[14] == 1 && raw[15] == 0 && raw[16] == 0 &&
+              raw[17] == 0 && raw[255] == 0,
+          "ints 8..16: bits 32, pos, rope_base bits, norm, mlp, hidden, qk_norm, bias, tie; the rest 0");
+    CHECK(memcmp((char*)raw + 1024, params, 4 * n) == 0, "the weights follow, fp32, in table order");
+    GPTConfig back;
+    float* got = NULL;
+    CHECK(checkpoint_read_model(path, &back, &got, err, sizeof(err)) == 0, "fp32 read (%s)", err);
+    CHECK(got && memcmp(got, params, 4 * n) == 0 && memcmp(&back, &cfg, sizeof(cfg)) == 0,
+          "fp32 round trip: the config (every option) and the weights exact");
+    free(got);
+
+    char pbf[128];
+    path_in_dir(pbf, sizeof(pbf), "options_bf16.bin");
+    CHECK(checkpoint_write_model(pbf, &cfg, params, 1, err, sizeof(err)) == 0, "bf16 save (%s)", err);
+    CHECK(file_size(pbf) == (long)(1024 + 2 * n), "bf16 file has 2 bytes per weight");
+    got = NULL;
+    CHECK(checkpoint_read_model(pbf, &back, &got, err, sizeof(err)) == 0, "bf16 read (%s)", err);
+    int exact = got != NULL && memcmp(&back, &cfg, sizeof(cfg)) == 0;
+    for (size_t i = 0; exact && i < n; i++) {
+        uint16_t h = reference_bf16_bits(params[i]);
+        uint32_t u = (uint32_t)h << 16;
+        float want;
+        memcpy(&want, &u, 4);
+        exact = got[i] == want;
+    }
+    CHECK(exact, "bf16 round trip: the config and the RNE-rounded weights");
+    free(got);
+    unlink(pbf);
+
+    /* damaged version-6 headers */
+    int32_t* bad = (int32_t*)mallocCheck(bytes);
+    const struct { int slot; int32_t value; const char* expect; } cases[] = {
+        {8, 8, "bits per weight"},
+        {11, 9, "norm 9"},
+        {12, 3, "mlp 3"},
+        {13, 0, "MLP hidden size 0"},
+        {15, 2, "bias (2)"},
+        {9, 5, "position encoding 5"},
+        {40, 1, "header int 40 (byte offset 160)"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        memcpy(bad, raw, bytes);
+        bad[cases[k].slot] = cases[k].value;
+        char name[64];
+        snprintf(name, sizeof(name), "options_bad_%d.bin", cases[k].slot);
+        expect_refusal(name, bad, bytes, cases[k].expect);
+    }
+    memcpy(bad, raw, bytes);
+    bad[6] = 18; /* C 18, NH 2: odd head size 9 with RoPE */
+    bad[13] = 48;
+    expect_refusal("options_odd_head.bin", bad, bytes, "even head size");
+    memcpy(bad, raw, bytes);
+    bad[16] = 1; /* tied: lm_head's 1024 weights are now trailing bytes */
+    expect_refusal("options_tied_long.bin", bad, bytes, "too long");
+    memcpy(bad, raw, bytes);
+    expect_refusal("options_truncated.bin", bad, bytes - 4, "truncated");
+    memcpy(bad, raw, bytes);
+    bad[1] = 7;
+    expect_refusal("options_v7.bin", bad, bytes, "version 7");
+    free(bad);
+    free(raw);
+    unlink(path);
+
+    /* GPT-2's options always give llm.c's layout (version 3), whatever else the test above did */
+    GPTConfig g = small_config();
+    float* gp = (float*)callocCheck(gpt_num_parameters(&g), sizeof(float));
+    path_in_dir(path, sizeof(path), "gpt2.bin");
+    CHECK(checkpoint_write_model(path, &g, gp, 0, err, sizeof(err)) == 0, "GPT-2 save");
+    raw = (int32_t*)read_raw(path, &bytes);
+    int zeros = 1;
+    for (int i = 8; i < 256; i++) zeros &= raw[i] == 0;
+    CHECK(raw[1] == 3 && zeros && bytes == 1024 + 4 * gpt_num_parameters(&g), "GPT-2 options: version 3, ints 8.. 0");
+    free(raw);
+    free(gp);
+    unlink(path);
+    free(params);
 }
 
 int main(void) {
@@ -284,6 +396,7 @@ int main(void) {
     }
 
     test_llmc_v5_layout();
+    test_options_version();
 
     unlink(path);
     unlink(path_bf16);

@@ -50,6 +50,7 @@ static GPTConfig config_for(int L, int C, int NH, int T) {
     cfg.channels = C;
     cfg.num_heads = NH;
     cfg.max_seq_len = T;
+    gpt_config_set_gpt2_options(&cfg); /* the MLP width follows C */
     if (gpt_config_validate(&cfg, err, sizeof err) != 0) die("%s", err);
     return cfg;
 }

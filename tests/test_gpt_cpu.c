@@ -27,6 +27,7 @@ enum { TB = 2, TT = 16 };
 static GPTConfig test_config(void) {
     GPTConfig c = {.max_seq_len = 32, .vocab_size = 200, .padded_vocab_size = 256, .num_layers = 2,
                    .num_heads = 4, .channels = 64};
+    gpt_config_set_gpt2_options(&c);
     return c;
 }
 

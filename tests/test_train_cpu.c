@@ -332,7 +332,60 @@ static void test_resume_state(void) {
     gpt_config_from_descriptor("small", &other.config, err, sizeof(err));
     CHECK(resume_state_check(&r, &other, err, sizeof(err)) == -1 && strstr(err, "another model"),
           "another model refused (%s)", err);
+    other = s;
+    other.config.qk_norm = 1; /* same shape and (here) parameter count, another architecture */
+    CHECK(resume_state_check(&r, &other, err, sizeof(err)) == -1 && strstr(err, "options: GPT-2's") &&
+              strstr(err, "options: --qk-norm 1"),
+          "the same shape with another option refused, naming both (%s)", err);
     resume_state_free(&r);
+
+    /* The architecture options round-trip (version 3) and enter the config hash. */
+    {
+        ResumeState o = s;
+        o.config.pos = GPT_POS_ROPE;
+        o.config.rope_base = 12345.5f;
+        o.config.norm = GPT_NORM_RMSNORM;
+        o.config.mlp = GPT_MLP_SWIGLU;
+        o.config.mlp_hidden = 192;
+        o.config.qk_norm = 1;
+        o.config.bias = 0;
+        o.config.tie_embeddings = 0;
+        o.config_hash = gpt_config_hash(&o.config);
+        CHECK(o.config_hash != s.config_hash, "options change the config hash");
+        char opath[320];
+        snprintf(opath, sizeof(opath), "%s/options_state.bin", g_tmpdir);
+        CHECK(resume_state_write(opath, &o, err, sizeof(err)) == 0, "write with options (%s)", err);
+        CHECK(resume_state_read(opath, &r, err, sizeof(err)) == 0 && memcmp(&r.config, &o.config, sizeof(GPTConfig)) == 0,
+              "every option reads back (%s)", err);
+        CHECK(resume_state_check(&r, &o, err, sizeof(err)) == 0, "and fits its run");
+        resume_state_free(&r);
+        /* A version-2 file (written before the options existed) is a GPT-2 model: rewrite the version
+           slot and the checksum of the GPT-2 state written above, and clear the option slots. */
+        FILE* vf = fopen(path, "rb");
+        fseek(vf, 0, SEEK_END);
+        const long size = ftell(vf);
+        fseek(vf, 0, SEEK_SET);
+        unsigned char* bytes = (unsigned char*)malloc((size_t)size);
+        CHECK(fread(bytes, 1, (size_t)size, vf) == (size_t)size, "read the state");
+        fclose(vf);
+        int64_t* h = (int64_t*)bytes;
+        h[1] = 2;
+        for (int k = 27; k < 35; k++) h[k] = 0; /* RH_POS .. RH_TIE_EMBEDDINGS */
+        const uint64_t sum = resume_hash(bytes, (size_t)size - 8, RESUME_HASH_INIT);
+        memcpy(bytes + size - 8, &sum, 8);
+        snprintf(opath, sizeof(opath), "%s/v2_state.bin", g_tmpdir);
+        vf = fopen(opath, "wb");
+        fwrite(bytes, 1, (size_t)size, vf);
+        fclose(vf);
+        free(bytes);
+        CHECK(resume_state_read(opath, &r, err, sizeof(err)) == 0 && gpt_config_is_gpt2(&r.config) &&
+                  resume_state_check(&r, &s, err, sizeof(err)) == 0,
+              "a version-2 state reads as a GPT-2 model and fits its run (%s)", err);
+        resume_state_free(&r);
+        unlink(opath);
+        snprintf(opath, sizeof(opath), "%s/options_state.bin", g_tmpdir);
+        unlink(opath);
+    }
 
     /* Truncated. */
     char bad[320];

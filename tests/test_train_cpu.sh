@@ -96,6 +96,14 @@ val_of() { python3 -c 'import json,sys
 print([r for r in map(json.loads, open(sys.argv[1])) if r.get("step") == int(sys.argv[2]) and "val_loss" in r][-1]["val_loss"])' "$1" "$2"; }
 check "its first validation loss equals A's last one exactly ($(val_of "$TMP/A/log.jsonl" 20))" \
     test "$(val_of "$TMP/I/log.jsonl" 0)" = "$(val_of "$TMP/A/log.jsonl" 20)"
+# The architecture options come from the checkpoint: a given flag that differs is refused, each one named.
+expect_refusal "--init-from with other options: --norm named" "--norm rmsnorm, but the checkpoint has --norm layernorm" \
+    "${COMMON[@]}" --steps 2 --init-from "$TMP/A/model_00000020.bin" --norm rmsnorm --bias 0 --out-dir "$TMP/I2"
+check "... and --bias named on its own line" grep -qF -- "--bias 0, but the checkpoint has --bias 1" "$TMP/last.log"
+expect_refusal "--resume with another option" "--qk-norm 1, but the checkpoint has --qk-norm 0" \
+    "${COMMON[@]}" --steps 20 --resume --out-dir "$TMP/A" --qk-norm 1
+run_ok "I3: --init-from with the checkpoint's own options given" "${COMMON[@]}" --steps 2 \
+    --init-from "$TMP/A/model_00000020.bin" --norm layernorm --bias 1 --out-dir "$TMP/I3"
 
 # ---------------------------------------------------------------- damaged inputs
 section "damage: refused with a reason"

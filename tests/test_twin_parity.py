@@ -10,8 +10,11 @@ plus the losses, gradient norms and final weights of 10 AdamW steps. The twin
 loads OUR checkpoint files and recomputes everything in fp32 with plain math
 attention on the CPU.
 
-Checked: the bf16 checkpoint equals torch's own RNE bf16 rounding of the fp32
-one; logits (all Vp columns), loss and every parameter tensor's gradient;
+Checked, for GPT-2 and for the architecture options (CASES: llama-small's
+options with and without QK-norm, GPT-2 without biases, GPT-2 with an untied
+head, on the same small shape): the bf16 checkpoint equals torch's own RNE
+bf16 rounding of the fp32 one; logits (all Vp columns), loss and every
+parameter tensor's gradient;
 the global gradient norm; one AdamW step on identical gradients; the loss at
 each of 10 AdamW steps (lr 3e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.1
 on 2-D weights only) and the final weights.
@@ -66,6 +69,17 @@ import gpt_twin  # noqa: E402
 
 CFG = dict(L=2, C=64, NH=4, V=101, Vp=128, maxT=16)
 B, T, STEPS = 3, 12, 10
+GPT2_OPTIONS = dict(pos="learned", rope_base=10000, norm="layernorm", mlp="gelu", mlp_hidden=0, qk_norm=0, bias=1,
+                    tie=1)
+LLAMA = dict(GPT2_OPTIONS, pos="rope", norm="rmsnorm", mlp="swiglu", bias=0)
+# (label, options): the shape above with each architecture (docs/modern_stacks.md)
+CASES = [
+    ("GPT-2", GPT2_OPTIONS),
+    ("llama-small's options", LLAMA),
+    ("llama-small's options + qk-norm", dict(LLAMA, qk_norm=1)),
+    ("GPT-2 + bias 0", dict(GPT2_OPTIONS, bias=0)),
+    ("GPT-2 + tie-embeddings 0", dict(GPT2_OPTIONS, tie=0)),
+]
 HP = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, wd=0.1)
 SEED = 4242
 
@@ -97,17 +111,25 @@ def main():
     if not os.access(DRIVER, os.X_OK):
         check(False, f"driver {DRIVER} exists (hint: make {os.path.relpath(DRIVER, REPO)})")
         sys.exit(summary())
+    for label, options in CASES:
+        run_case(label, options)
+    sys.exit(summary())
+
+
+def run_case(label, options):
+    print(f"==== {label}")
     with tempfile.TemporaryDirectory(prefix="twin_parity_") as d:
         g = torch.Generator().manual_seed(SEED)
         tokens = torch.randint(0, CFG["V"], (STEPS, 2, B, T), generator=g, dtype=torch.int32)
         tokens.numpy().tofile(os.path.join(d, "tokens.bin"))
         args = [f"{k}={v}" for k, v in CFG.items()] + [f"B={B}", f"T={T}", f"steps={STEPS}", f"seed={SEED}",
                                                       "attn=fp32"] + [f"{k}={v}" for k, v in HP.items()]
+        args += [f"{k}={v}" for k, v in options.items()]
         r = subprocess.run([DRIVER, d] + args, capture_output=True, text=True)
         print(r.stdout + r.stderr, end="")
-        check(r.returncode == 0, f"twin_driver ran (exit code {r.returncode})")
+        check(r.returncode == 0, f"{label}: twin_driver ran (exit code {r.returncode})")
         if r.returncode != 0:
-            sys.exit(summary())
+            return
 
         print("== checkpoints")
         model = gpt_twin.load_checkpoint(os.path.join(d, "model.bin"), attn_impl="math")
@@ -115,6 +137,12 @@ def main():
         check((cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
                cfg.max_seq_len) == (CFG["L"], CFG["C"], CFG["NH"], CFG["V"], CFG["Vp"], CFG["maxT"]),
               "twin reads the config from our fp32 checkpoint header")
+        want_opts = (options["pos"], float(options["rope_base"]), options["norm"], options["mlp"],
+                     options["mlp_hidden"] or gpt_twin.default_mlp_hidden(options["mlp"], CFG["C"]),
+                     options["qk_norm"], options["bias"], options["tie"])
+        got_opts = (cfg.pos, cfg.rope_base if cfg.pos == "rope" else float(options["rope_base"]), cfg.norm, cfg.mlp,
+                    cfg.mlp_hidden, cfg.qk_norm, cfg.bias, cfg.tie_embeddings)
+        check(got_opts == want_opts, f"{label}: the options read from the header {got_opts} are the driver's")
         flat0 = gpt_twin.flatten(model)
         model_bf16 = gpt_twin.load_checkpoint(os.path.join(d, "model_bf16.bin"))
         want_bf16 = flat0.to(torch.bfloat16).float()
@@ -124,7 +152,7 @@ def main():
         wte = dict((n, (a, b)) for n, a, b in slices)["wte"]
         pad = flat0[wte[0]:wte[1]].view(CFG["Vp"], CFG["C"])[CFG["V"]:]
         check(bool((pad == 0).all()), "padded wte rows are zero at init")
-        stds = {n: flat0[a:b].std().item() for n, a, b in slices}
+        stds = {n: flat0[a:b].std().item() for n, a, b in slices if b > a}
         check(abs(stds["qkvw"] - 0.02) < 0.002 and abs(stds["fcprojw"] - 0.02 / 2.0) < 0.001,
               f"GPT-2 init scales: std(qkvw) {stds['qkvw']:.4f} ~ 0.02, std(fcprojw) {stds['fcprojw']:.4f} "
               "~ 0.02/sqrt(2L) = 0.01")
@@ -143,6 +171,8 @@ def main():
         c_grads = read_f32(os.path.join(d, "grads0.bin"), flat0.numel())
         t_grads = gpt_twin.flatten(model, grads=True)
         for name, a, b in slices:
+            if b == a:
+                continue  # not in this config
             e = max_rel(c_grads[a:b], t_grads[a:b])
             check(e <= 1e-4, f"grad {name:9s} max|diff|/max|g| = {e:.2e} <= 1e-4 "
                   f"(max|g| {t_grads[a:b].abs().max().item():.3e})")
@@ -159,6 +189,8 @@ def main():
         step1_c = gpt_twin.flatten(gpt_twin.load_checkpoint(os.path.join(d, "step1.bin")))
         step1_t = gpt_twin.flatten(model)
         for name, a, b in slices:
+            if b == a:
+                continue
             e = max_rel(step1_c[a:b], step1_t[a:b])
             moved = (step1_t[a:b] - flat0[a:b]).abs().max().item()
             check(e <= 1e-6 and moved > 0.5 * HP["lr"],
@@ -184,7 +216,10 @@ def main():
         C = CFG["C"]
         for name, a, b in slices:
             cw, tw = final_c[a:b], final_t[a:b]
-            if name == "qkvb":  # drop the key-bias part: see the module docstring
+            if b == a:
+                continue  # not in this config
+            if name == "qkvb" and options["pos"] == "learned" and not options["qk_norm"]:
+                # drop the key-bias part: see the module docstring
                 keep = torch.ones(CFG["L"], 3 * C, dtype=torch.bool)
                 keep[:, C:2 * C] = False
                 cw, tw = cw[keep.reshape(-1)], tw[keep.reshape(-1)]
@@ -197,7 +232,10 @@ def main():
                   f"max {diff.max().item() / HP['lr']:.2f} lr")
         wd_decay = final_c[wte[0]:wte[1]].view(CFG["Vp"], C)[CFG["V"]:]
         check(bool((wd_decay == 0).all()), "padded wte rows stay zero (zero gradient, decay of 0 is 0)")
-    sys.exit(summary())
+        if not options["tie"]:
+            head = dict((n, (a, b)) for n, a, b in slices)["lmheadw"]
+            pad = final_c[head[0]:head[1]].view(CFG["Vp"], C)[CFG["V"]:]
+            check(bool((pad == 0).all()), "padded lm_head rows stay zero")
 
 
 if __name__ == "__main__":

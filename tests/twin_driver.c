@@ -12,6 +12,8 @@
  *
  * Usage: twin_driver DIR key=value ...   keys (all required):
  *   L C NH V Vp maxT B T steps seed lr beta1 beta2 eps wd attn(fp32|bf16|repair|gproj)
+ *   and the architecture options pos(learned|rope) rope_base norm(layernorm|rmsnorm)
+ *   mlp(gelu|swiglu) mlp_hidden(0: the default) qk_norm bias tie (0|1)
  * Reads  DIR/tokens.bin: int32 [steps][2][B][T] (inputs, then targets).
  * Writes DIR/model.bin, DIR/model_bf16.bin (initial weights), DIR/logits0.bin
  *        (float32 [B][T][Vp]), DIR/grads0.bin (float32, parameter table order),
@@ -36,7 +38,8 @@ typedef struct {
 #define ARG(name) {.key = name, .value = "", .found = 0}
 
 enum { ARG_L, ARG_C, ARG_NH, ARG_V, ARG_VP, ARG_MAXT, ARG_B, ARG_T, ARG_STEPS, ARG_SEED, ARG_LR,
-       ARG_BETA1, ARG_BETA2, ARG_EPS, ARG_WD, ARG_ATTN, NUM_ARGS };
+       ARG_BETA1, ARG_BETA2, ARG_EPS, ARG_WD, ARG_ATTN, ARG_POS, ARG_ROPE_BASE, ARG_NORM, ARG_MLP, ARG_MLP_HIDDEN,
+       ARG_QK_NORM, ARG_BIAS, ARG_TIE, NUM_ARGS };
 
 static void write_floats(const char* dir, const char* name, const float* data, size_t n) {
     char path[1024];
@@ -55,7 +58,8 @@ static void save_checkpoint(const char* dir, const char* name, const GPTConfig* 
 int main(int argc, char** argv) {
     Arg args[NUM_ARGS] = {ARG("L"), ARG("C"), ARG("NH"), ARG("V"), ARG("Vp"), ARG("maxT"), ARG("B"), ARG("T"),
                           ARG("steps"), ARG("seed"), ARG("lr"), ARG("beta1"), ARG("beta2"), ARG("eps"), ARG("wd"),
-                          ARG("attn")};
+                          ARG("attn"), ARG("pos"), ARG("rope_base"), ARG("norm"), ARG("mlp"), ARG("mlp_hidden"),
+                          ARG("qk_norm"), ARG("bias"), ARG("tie")};
     if (argc < 2) die("usage: %s DIR key=value ... (see tests/twin_driver.c)", argv[0]);
     const char* dir = argv[1];
     for (int i = 2; i < argc; i++) {
@@ -75,6 +79,16 @@ int main(int argc, char** argv) {
     GPTConfig cfg = {.num_layers = atoi(args[ARG_L].value), .channels = atoi(args[ARG_C].value),
                      .num_heads = atoi(args[ARG_NH].value), .vocab_size = atoi(args[ARG_V].value),
                      .padded_vocab_size = atoi(args[ARG_VP].value), .max_seq_len = atoi(args[ARG_MAXT].value)};
+    gpt_config_set_gpt2_options(&cfg);
+    if (gpt_pos_parse(args[ARG_POS].value, &cfg.pos) != 0 || gpt_norm_parse(args[ARG_NORM].value, &cfg.norm) != 0 ||
+        gpt_mlp_parse(args[ARG_MLP].value, &cfg.mlp) != 0)
+        die("twin_driver: pos, norm or mlp is not an option name (learned|rope, layernorm|rmsnorm, gelu|swiglu)");
+    cfg.rope_base = strtof(args[ARG_ROPE_BASE].value, NULL);
+    cfg.mlp_hidden = atoi(args[ARG_MLP_HIDDEN].value);
+    if (cfg.mlp_hidden == 0) cfg.mlp_hidden = gpt_config_default_mlp_hidden(cfg.mlp, cfg.channels);
+    cfg.qk_norm = atoi(args[ARG_QK_NORM].value);
+    cfg.bias = atoi(args[ARG_BIAS].value);
+    cfg.tie_embeddings = atoi(args[ARG_TIE].value);
     const int B = atoi(args[ARG_B].value), T = atoi(args[ARG_T].value), steps = atoi(args[ARG_STEPS].value);
     const AdamWParams hp = {.lr = strtof(args[ARG_LR].value, NULL), .beta1 = strtof(args[ARG_BETA1].value, NULL),
                             .beta2 = strtof(args[ARG_BETA2].value, NULL), .eps = strtof(args[ARG_EPS].value, NULL),

@@ -37,9 +37,29 @@ typedef struct {
 /* The one table. Order = order in --help and in the banner. */
 static const FlagRow g_rows[NUM_FLAGS] = {
     {FLAG_MODEL, "model", FLAG_TYPE_STRING, OFF(model), "d12", NULL, 0, 0, "NAME", NULL, "model", 0,
-     "model preset to train from scratch: tiny|small|d6|d12|d24|d36|d48|450m"},
+     "model preset to train from scratch: tiny|small|d6|d12|d24|d36|d48|450m|llama-small|llama-d12 (llama-*: "
+     "small's and d12's shapes with --pos rope --norm rmsnorm --mlp swiglu --bias 0)"},
     {FLAG_INIT_FROM, "init-from", FLAG_TYPE_STRING, OFF(init_from), "", NULL, 0, 0, "CHECKPOINT", NULL, "model", 0,
      "start from the weights (and shape) of an llm.c-format model checkpoint instead of --model"},
+    {FLAG_POS, "pos", FLAG_TYPE_CHOICE, OFF(pos), "learned", "learned|rope", 0, 0, NULL, NULL, "model", 0,
+     "position encoding: learned (GPT-2's wpe) or rope (rotary, rotate-half pairs (i, i+HS/2), on q and k before "
+     "attention; no wpe). Default: the preset's (llama-*: rope); given, it overrides the preset"},
+    {FLAG_ROPE_BASE, "rope-base", FLAG_TYPE_FLOAT, OFF(rope_base), "10000", NULL, 1, 1e30, "F", NULL, "model",
+     0, "RoPE base: inv_freq_i = F^(-2i/HS)"},
+    {FLAG_NORM, "norm", FLAG_TYPE_CHOICE, OFF(norm), "layernorm", "layernorm|rmsnorm", 0, 0, NULL, NULL, "model", 0,
+     "normalisation (eps 1e-5): layernorm (weight and bias) or rmsnorm (x * rsqrt(mean(x^2) + eps) * gain). "
+     "Default: the preset's (llama-*: rmsnorm)"},
+    {FLAG_MLP, "mlp", FLAG_TYPE_CHOICE, OFF(mlp), "gelu", "gelu|swiglu", 0, 0, NULL, NULL, "model", 0,
+     "MLP: gelu (tanh GELU) or swiglu (silu(gate) * up; fcw holds the gate rows then the up rows). "
+     "Default: the preset's (llama-*: swiglu)"},
+    {FLAG_MLP_HIDDEN, "mlp-hidden", FLAG_TYPE_INT, OFF(mlp_hidden), "0", NULL, 0, 1 << 20, "H", NULL, "model", 0,
+     "MLP hidden size; 0 = 4C for gelu, round_up(8C/3, 64) for swiglu (704 at C 256, 2048 at C 768)"},
+    {FLAG_QK_NORM, "qk-norm", FLAG_TYPE_BOOL, OFF(qk_norm), "0", NULL, 0, 1, "0|1", "1", "model", 0,
+     "1: RMSNorm of each head's q and k (eps 1e-5) with learned gains of size HS per layer, before RoPE"},
+    {FLAG_BIAS, "bias", FLAG_TYPE_BOOL, OFF(bias), "1", NULL, 0, 1, "0|1", "1", "model", 0,
+     "0: no qkv, attproj, fc and fcproj biases (LayerNorm keeps its bias). Default: the preset's (llama-*: 0)"},
+    {FLAG_TIE_EMBEDDINGS, "tie-embeddings", FLAG_TYPE_BOOL, OFF(tie_embeddings), "1", NULL, 0, 1, "0|1", "1",
+     "model", 0, "1: the output head is wte (GPT-2); 0: a separate lm_head (Vp, C), initialised like wte"},
     {FLAG_TRAIN_DATA, "train-data", FLAG_TYPE_STRING, OFF(train_data), "data/default/default_train_*.bin", NULL, 0,
      0, "GLOB", NULL, "data", 0, "training token shards (llm.c format; a glob, quote it)"},
     {FLAG_VAL_DATA, "val-data", FLAG_TYPE_STRING, OFF(val_data), "data/default/default_val_*.bin", NULL, 0, 0,

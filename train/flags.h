@@ -35,6 +35,15 @@ typedef enum {
     /* model */
     FLAG_MODEL = 0,
     FLAG_INIT_FROM,
+    /* model architecture options (model/gpt_config.h, docs/modern_stacks.md) */
+    FLAG_POS,
+    FLAG_ROPE_BASE,
+    FLAG_NORM,
+    FLAG_MLP,
+    FLAG_MLP_HIDDEN,
+    FLAG_QK_NORM,
+    FLAG_BIAS,
+    FLAG_TIE_EMBEDDINGS,
     /* data */
     FLAG_TRAIN_DATA,
     FLAG_VAL_DATA,
@@ -102,6 +111,16 @@ typedef enum { FLAG_TYPE_INT, FLAG_TYPE_INT64, FLAG_TYPE_FLOAT, FLAG_TYPE_STRING
 typedef struct {
     const char* model;
     const char* init_from;
+    /* architecture options: a given one overrides the preset's; with --init-from or --resume it must
+       equal the checkpoint's. The trainers write the resolved values back here (banner, log). */
+    const char* pos;           /* learned|rope */
+    float rope_base;
+    const char* norm;          /* layernorm|rmsnorm */
+    const char* mlp;           /* gelu|swiglu */
+    int mlp_hidden;            /* 0: the default for --mlp (4C, or round_up(8C/3, 64)) */
+    int qk_norm;
+    int bias;
+    int tie_embeddings;
     const char* train_data;
     const char* val_data;
     const char* vocab;

@@ -44,6 +44,14 @@ enum {
     RH_DATA_POS_BYTES,
     RH_FILE_BYTES,
     RH_ZERO_KEY_BIAS_GRAD, /* version 2 */
+    RH_POS,                /* version 3: the architecture options (model/gpt_config.h) */
+    RH_ROPE_BASE,          /* the float's bits */
+    RH_NORM,
+    RH_MLP,
+    RH_MLP_HIDDEN,
+    RH_QK_NORM,
+    RH_BIAS,
+    RH_TIE_EMBEDDINGS,
     RESUME_HEADER_INTS = 64
 };
 
@@ -67,7 +75,12 @@ uint64_t resume_hash(const void* data, size_t nbytes, uint64_t h) {
 
 uint64_t gpt_config_hash(const GPTConfig* c) {
     int64_t f[6] = {c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads, c->channels};
-    return resume_hash(f, sizeof(f), RESUME_HASH_INIT);
+    const uint64_t h = resume_hash(f, sizeof(f), RESUME_HASH_INIT);
+    if (gpt_config_is_gpt2(c)) return h;
+    uint32_t base_bits;
+    memcpy(&base_bits, &c->rope_base, 4);
+    int64_t o[8] = {c->pos, base_bits, c->norm, c->mlp, c->mlp_hidden, c->qk_norm, c->bias, c->tie_embeddings};
+    return resume_hash(o, sizeof(o), h);
 }
 
 static uint64_t file_bytes(size_t num_params) {
@@ -118,6 +131,16 @@ int resume_state_write(const char* path, const ResumeState* s, char* err, size_t
     hdr[RH_DATA_POS_BYTES] = (int64_t)sizeof(DataPosition);
     hdr[RH_FILE_BYTES] = (int64_t)file_bytes(s->num_params);
     hdr[RH_ZERO_KEY_BIAS_GRAD] = s->zero_key_bias_grad;
+    uint32_t base_bits;
+    memcpy(&base_bits, &s->config.rope_base, 4);
+    hdr[RH_POS] = s->config.pos;
+    hdr[RH_ROPE_BASE] = base_bits;
+    hdr[RH_NORM] = s->config.norm;
+    hdr[RH_MLP] = s->config.mlp;
+    hdr[RH_MLP_HIDDEN] = s->config.mlp_hidden;
+    hdr[RH_QK_NORM] = s->config.qk_norm;
+    hdr[RH_BIAS] = s->config.bias;
+    hdr[RH_TIE_EMBEDDINGS] = s->config.tie_embeddings;
     unsigned char pos[DATA_POS_FILE_BYTES];
     memset(pos, 0, sizeof(pos));
     memcpy(pos, &s->data_pos, sizeof(DataPosition));
@@ -178,9 +201,10 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
         fclose(fp);
         return -1;
     }
-    if (hdr[RH_VERSION] != RESUME_VERSION || hdr[RH_HEADER_BYTES] != HEADER_BYTES) {
-        snprintf(err, errlen, "%s: resume state version %lld is not supported (this build reads version %d)", path,
-                 (long long)hdr[RH_VERSION], RESUME_VERSION);
+    const int64_t version = hdr[RH_VERSION];
+    if ((version != RESUME_VERSION && version != 2) || hdr[RH_HEADER_BYTES] != HEADER_BYTES) {
+        snprintf(err, errlen, "%s: resume state version %lld is not supported (this build reads versions 2 and %d)",
+                 path, (long long)hdr[RH_VERSION], RESUME_VERSION);
         fclose(fp);
         return -1;
     }
@@ -214,6 +238,18 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
     s->config.num_layers = (int)hdr[RH_NUM_LAYERS];
     s->config.num_heads = (int)hdr[RH_NUM_HEADS];
     s->config.channels = (int)hdr[RH_CHANNELS];
+    gpt_config_set_gpt2_options(&s->config); /* version 2: a GPT-2 model */
+    if (version >= 3) {
+        const uint32_t base_bits = (uint32_t)hdr[RH_ROPE_BASE];
+        s->config.pos = (int)hdr[RH_POS];
+        memcpy(&s->config.rope_base, &base_bits, 4);
+        s->config.norm = (int)hdr[RH_NORM];
+        s->config.mlp = (int)hdr[RH_MLP];
+        s->config.mlp_hidden = (int)hdr[RH_MLP_HIDDEN];
+        s->config.qk_norm = (int)hdr[RH_QK_NORM];
+        s->config.bias = (int)hdr[RH_BIAS];
+        s->config.tie_embeddings = (int)hdr[RH_TIE_EMBEDDINGS];
+    }
     s->config_hash = (uint64_t)hdr[RH_CONFIG_HASH];
     s->batch_size = (int32_t)hdr[RH_BATCH_SIZE];
     s->seq_len = (int32_t)hdr[RH_SEQ_LEN];
@@ -278,10 +314,14 @@ int resume_zero_key_bias_grad(const ResumeState* saved, int flag_value, int flag
 int resume_state_check(const ResumeState* saved, const ResumeState* cur, char* err, size_t errlen) {
     const GPTConfig *a = &saved->config, *b = &cur->config;
     if (saved->config_hash != gpt_config_hash(b) || saved->num_params != cur->num_params) {
-        snprintf(err, errlen, "the resume state is for another model (L%d C%d NH%d T%d V%d, %zu parameters), this "
-                 "run has L%d C%d NH%d T%d V%d, %zu parameters", a->num_layers, a->channels, a->num_heads,
-                 a->max_seq_len, a->padded_vocab_size, saved->num_params, b->num_layers, b->channels, b->num_heads,
-                 b->max_seq_len, b->padded_vocab_size, cur->num_params);
+        char oa[256], ob[256];
+        gpt_config_describe_options(a, oa, sizeof(oa));
+        gpt_config_describe_options(b, ob, sizeof(ob));
+        snprintf(err, errlen, "the resume state is for another model (L%d C%d NH%d T%d V%d, options: %s, %zu "
+                 "parameters), this run has L%d C%d NH%d T%d V%d, options: %s, %zu parameters", a->num_layers,
+                 a->channels, a->num_heads, a->max_seq_len, a->padded_vocab_size, oa[0] ? oa : "GPT-2's",
+                 saved->num_params, b->num_layers, b->channels, b->num_heads, b->max_seq_len, b->padded_vocab_size,
+                 ob[0] ? ob : "GPT-2's", cur->num_params);
         return -1;
     }
     struct { const char* what; const char* flag; int64_t was, now; } fields[] = {

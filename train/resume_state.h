@@ -16,7 +16,8 @@
  *            resume_state.c): magic 20261129, version 2, step, AdamW t,
  *            num_params, config hash and the six config fields, batch shape,
  *            attention mode/options, seeds, RNG state, params hash, ...,
- *            the gauge arm (--zero-key-bias-grad)
+ *            the gauge arm (--zero-key-bias-grad), the model's architecture
+ *            options (version 3; a version-2 file is a GPT-2 model)
  *   data     the DataPosition struct as bytes (sizeof recorded in header)
  *   m, v     num_params float32 each (AdamW first and second moments)
  *   trailer  uint64 checksum (resume_hash) of every byte before it
@@ -41,10 +42,12 @@ extern "C" {
 #endif
 
 #define RESUME_MAGIC 20261129
-/* Version 2 records the gauge arm (--zero-key-bias-grad). Version 1 files,
-   which do not, are refused: guessing would either switch an arm-on run off
-   or an arm-off run on without a trace. */
-#define RESUME_VERSION 2
+/* Version 3 records the architecture options; version 2 files, which
+   predate them, can only hold GPT-2 models and are read as such. Version 1
+   files, which do not record the gauge arm (--zero-key-bias-grad), are
+   refused: guessing would either switch an arm-on run off or an arm-off run
+   on without a trace. */
+#define RESUME_VERSION 3
 
 typedef struct {
     int64_t step;          /* optimizer steps completed */
@@ -90,6 +93,8 @@ int resume_zero_key_bias_grad(const ResumeState* saved, int flag_value, int flag
    chained through h (start with RESUME_HASH_INIT). */
 #define RESUME_HASH_INIT 0xcbf29ce484222325ULL
 uint64_t resume_hash(const void* data, size_t nbytes, uint64_t h);
+/* Hash of the shape and, for a non-GPT-2 model, the options (a GPT-2 model hashes
+   its six shape fields only, as version-2 files recorded). */
 uint64_t gpt_config_hash(const GPTConfig* cfg);
 
 /* "<dir>/<prefix>_<step as 8 digits>.bin", e.g. run_file_path(.., "runs/a", "model", 10)

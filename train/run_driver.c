@@ -269,7 +269,80 @@ static uint64_t params_digest(const float* params, size_t n) {
 static int same_config(const GPTConfig* a, const GPTConfig* b) {
     return a->max_seq_len == b->max_seq_len && a->vocab_size == b->vocab_size &&
            a->padded_vocab_size == b->padded_vocab_size && a->num_layers == b->num_layers &&
-           a->num_heads == b->num_heads && a->channels == b->channels;
+           a->num_heads == b->num_heads && a->channels == b->channels && a->pos == b->pos &&
+           (a->pos != GPT_POS_ROPE || a->rope_base == b->rope_base) && a->norm == b->norm && a->mlp == b->mlp &&
+           a->mlp_hidden == b->mlp_hidden && a->qk_norm == b->qk_norm && a->bias == b->bias &&
+           a->tie_embeddings == b->tie_embeddings;
+}
+
+/* The architecture option flags applied to d->cfg. From a preset (from_checkpoint 0) a given flag
+   overrides the preset's value; from a checkpoint each given flag must equal what the checkpoint
+   holds, and every one that differs is named on its own line in one refusal. --mlp-hidden left out
+   (or 0) means the default for the resulting --mlp. The resolved values are written back into f, so
+   the banner and the log show what the run uses. */
+static void resolve_model_options(RunDriver* d, int from_checkpoint, const char* source) {
+    TrainFlags* f = d->f;
+    GPTConfig want = d->cfg;
+    char problems[2048] = "";
+    size_t used = 0;
+#define OPTION_PROBLEM(...)                                                                        \
+    do {                                                                                           \
+        if (used < sizeof(problems)) used += (size_t)snprintf(problems + used, sizeof(problems) - used, __VA_ARGS__); \
+    } while (0)
+    if (flags_was_set(f, FLAG_POS) && gpt_pos_parse(f->pos, &want.pos) != 0) fatal_flag(d, "--pos: choose learned|rope");
+    if (flags_was_set(f, FLAG_NORM) && gpt_norm_parse(f->norm, &want.norm) != 0)
+        fatal_flag(d, "--norm: choose layernorm|rmsnorm");
+    if (flags_was_set(f, FLAG_MLP) && gpt_mlp_parse(f->mlp, &want.mlp) != 0) fatal_flag(d, "--mlp: choose gelu|swiglu");
+    if (flags_was_set(f, FLAG_ROPE_BASE)) {
+        if (want.pos != GPT_POS_ROPE) fatal_flag(d, "--rope-base applies to --pos rope only: drop it, or add --pos rope");
+        want.rope_base = f->rope_base;
+    }
+    if (flags_was_set(f, FLAG_QK_NORM)) want.qk_norm = f->qk_norm;
+    if (flags_was_set(f, FLAG_BIAS)) want.bias = f->bias;
+    if (flags_was_set(f, FLAG_TIE_EMBEDDINGS)) want.tie_embeddings = f->tie_embeddings;
+    if (flags_was_set(f, FLAG_MLP_HIDDEN) && f->mlp_hidden > 0) want.mlp_hidden = f->mlp_hidden;
+    else if (!from_checkpoint || flags_was_set(f, FLAG_MLP_HIDDEN))
+        want.mlp_hidden = gpt_config_default_mlp_hidden(want.mlp, want.channels);
+    if (from_checkpoint) {
+        const GPTConfig* have = &d->cfg;
+        if (want.pos != have->pos)
+            OPTION_PROBLEM("\n  --pos %s, but the checkpoint has --pos %s", gpt_pos_name(want.pos), gpt_pos_name(have->pos));
+        if (want.pos == GPT_POS_ROPE && want.rope_base != have->rope_base)
+            OPTION_PROBLEM("\n  --rope-base %g, but the checkpoint has --rope-base %g", (double)want.rope_base,
+                           (double)have->rope_base);
+        if (want.norm != have->norm)
+            OPTION_PROBLEM("\n  --norm %s, but the checkpoint has --norm %s", gpt_norm_name(want.norm),
+                           gpt_norm_name(have->norm));
+        if (want.mlp != have->mlp)
+            OPTION_PROBLEM("\n  --mlp %s, but the checkpoint has --mlp %s", gpt_mlp_name(want.mlp), gpt_mlp_name(have->mlp));
+        if (want.mlp_hidden != have->mlp_hidden)
+            OPTION_PROBLEM("\n  --mlp-hidden %d, but the checkpoint has --mlp-hidden %d", want.mlp_hidden,
+                           have->mlp_hidden);
+        if (want.qk_norm != have->qk_norm)
+            OPTION_PROBLEM("\n  --qk-norm %d, but the checkpoint has --qk-norm %d", want.qk_norm, have->qk_norm);
+        if (want.bias != have->bias)
+            OPTION_PROBLEM("\n  --bias %d, but the checkpoint has --bias %d", want.bias, have->bias);
+        if (want.tie_embeddings != have->tie_embeddings)
+            OPTION_PROBLEM("\n  --tie-embeddings %d, but the checkpoint has --tie-embeddings %d", want.tie_embeddings,
+                           have->tie_embeddings);
+        if (problems[0]) {
+            char msg[2600];
+            snprintf(msg, sizeof(msg), "the model options given differ from those of %s (the options are part of the "
+                     "checkpoint):%s\n  hint: drop those flags (the checkpoint's options are used), or start a new "
+                     "run with --model to train another architecture", source, problems);
+            fatal_flag(d, msg);
+        }
+    }
+#undef OPTION_PROBLEM
+    d->cfg = want;
+    f->pos = gpt_pos_name(want.pos);
+    f->rope_base = want.rope_base;
+    f->norm = gpt_norm_name(want.norm);
+    f->mlp = gpt_mlp_name(want.mlp);
+    f->mlp_hidden = want.mlp_hidden;
+    f->qk_norm = want.qk_norm;
+    f->bias = want.bias;
+    f->tie_embeddings = want.tie_embeddings;
 }
 
 /* The newest state in dir into d->state_path; dies with what to do when there is none. */
@@ -368,11 +441,13 @@ void run_driver_load_model(RunDriver* d) {
         }
         snprintf(d->model_source, sizeof(d->model_source), "resumed from %s (step %lld)", model_path,
                  (long long)d->saved.step);
+        resolve_model_options(d, 1, model_path);
     } else if (f->init_from[0]) {
         source_flag = "--init-from";
         if (checkpoint_read_model(f->init_from, &d->cfg, &d->params, err, sizeof(err)) != 0)
             die("--init-from: %s", err);
         snprintf(d->model_source, sizeof(d->model_source), "weights from %s", f->init_from);
+        resolve_model_options(d, 1, f->init_from);
     } else {
         source_flag = "--model";
         if (gpt_config_from_descriptor(f->model, &d->cfg, err, sizeof(err)) != 0) {
@@ -380,10 +455,15 @@ void run_driver_load_model(RunDriver* d) {
             snprintf(msg, sizeof(msg), "--model: %s", err);
             fatal_flag(d, msg);
         }
+        resolve_model_options(d, 0, f->model);
         snprintf(d->model_source, sizeof(d->model_source), "preset %s, initialised with seed %llu", f->model,
                  (unsigned long long)f->seed);
     }
-    if (gpt_config_validate(&d->cfg, err, sizeof(err)) != 0) die("model shape: %s", err);
+    if (gpt_config_validate(&d->cfg, err, sizeof(err)) != 0) {
+        char msg[6400];
+        snprintf(msg, sizeof(msg), "%s %s: %s", source_flag, d->resuming ? d->state_path : f->init_from[0] ? f->init_from : f->model, err);
+        fatal_flag(d, msg);
+    }
     if (d->params && run_check_finite_params(&d->cfg, d->params, err, sizeof(err)) != 0)
         die("%s %s: the weights are not all finite: %s\n  hint: this checkpoint comes from a diverged run; use an "
             "earlier one", source_flag, d->resuming ? d->state_path : f->init_from, err);
