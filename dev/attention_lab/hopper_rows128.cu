@@ -295,11 +295,13 @@ static void check_shape(LabCase in, AttnMode mode, int time_it) {
         cudaCheck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
         BackwardKernels port = capture_backward(mode, c.portable, s, c.qkv, c.out, c.stats, c.dout, c.dqkv_ref,
                                                 c.ws_ref, "attn_bwd_rows_kernel", st);
+        /* kernel_rows.cuh's rows_kernel<128, MODE> by its mangled name (the one cudaFuncGetName gives); the length
+           prefix keeps the portable attn_bwd_rows_kernel out */
         BackwardKernels hop = capture_backward(mode, c.opt, s, c.qkv, c.out, c.stats, c.dout, c.dqkv_def, c.ws_def,
-                                               "hopper_rows128_kernel", st);
+                                               "11rows_kernelILi128E", st);
         CHECK(port.row_pass >= 0 && hop.row_pass >= 0,
               "the captured backwards have their row-pass nodes (portable attn_bwd_rows_kernel: %d, default"
-              " hopper_rows128_kernel: %d)", port.row_pass, hop.row_pass);
+              " rows_kernel<128, MODE>: %d)", port.row_pass, hop.row_pass);
         time_backwards(mode, s, port, hop, st);
         backward_kernels_free(&port);
         backward_kernels_free(&hop);

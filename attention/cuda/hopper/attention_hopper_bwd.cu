@@ -48,7 +48,7 @@
  * encode_head_map): rows past T read as zeros, per batch; shared tiles use the 128-byte swizzle (one 128-byte
  * row = 64 BF16). Launched with programmatic dependent launch (launch_overlap.cuh): after the barrier init
  * every thread waits for the prep kernel's grid (D, the zeroed accumulator) and lets the dQ post-pass launch.
- * Shared memory (SmemPlan): K, V 16 KB each; Q, dO 2 x 16 KB each; two 32 KB dQ tiles (one per warpgroup,
+ * Shared memory (Keys64WidePlan): K, V 16 KB each; Q, dO 2 x 16 KB each; two 32 KB dQ tiles (one per warpgroup,
  * single-buffered: a second pair would pass 227 KB; the score phase separates a send from the next rewrite);
  * two dS staging tiles of 18 KB; row state 2 x 128 float4; barriers: 205864 bytes with the alignment slack
  * (one CTA per SM).
@@ -71,6 +71,8 @@
  * Not done: dS staged K-major swizzled with dQ as SS wgmmas in the dV/dK batch (measured: the same speed
  * within noise; docs/attention_kernels.md's design table); overlap of the dQ GEMM with the next step's scores; a persistent schedule; fp32 and
  * gproj modes (their own key-major passes: attention_hopper_bwd64_fp32.cu, attention_hopper_bwd_gproj.cu).
+ * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
+ * file instantiates it for bf16 and repair and keeps the entry point, the support check and the hang-record installer.
  */
 #include "attention/cuda/hopper/kernel_keys64.cuh"
 
@@ -81,23 +83,6 @@ namespace {
 /* ------------------------------------------------------------------------------------------------ */
 
 constexpr const char* kWho = "attention (Hopper backward, HS 64)";
-
-constexpr size_t kTmaAlignBytes = 16; /* global address alignment TMA requires */
-
-template <int MODE, bool DQ_SLICES>
-void hopper_bwd_keys_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
-                            const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream) {
-    cudaCheck(cudaFuncSetAttribute(hopper_bwd_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   SmemPlan::kAlloc));
-    /* the reduce-adds' boxes are 128 rows (one step's queries) x 32 FP32 columns */
-    const int n_key_blocks = ceil_div(s.T, kBlockK);
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho, DQ_SLICES ? n_key_blocks : 1);
-    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, hopper_bwd_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), SmemPlan::kAlloc, stream,
-                               qkv_map, dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                               attn_exp2_scale(kHS));
-}
-static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 
 }  // namespace
 
@@ -127,13 +112,13 @@ void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloa
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     if (mode == ATTN_BF16 && !dq_slices)
-        hopper_bwd_keys_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+        keys64_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
     else if (mode == ATTN_BF16)
-        hopper_bwd_keys_launch<ATTN_BF16, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+        keys64_launch<ATTN_BF16, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
     else if (!dq_slices)
-        hopper_bwd_keys_launch<ATTN_REPAIR, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+        keys64_launch<ATTN_REPAIR, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
     else
-        hopper_bwd_keys_launch<ATTN_REPAIR, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream);
+        keys64_launch<ATTN_REPAIR, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
 }
 
 void attention_hopper_bwd_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

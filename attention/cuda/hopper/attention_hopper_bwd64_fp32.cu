@@ -43,8 +43,8 @@
  *   the partial into the warpgroup's swizzled FP32 dQ tile (step parity) and two TMA reduce-adds
  *   (attention_hopper_bwd.cu's flush, at 64 rows)
  * Shared memory: K, V 16 KB each, Q, dO 2 stages x 8 KB, three dS tiles [64][72] BF16 per warpgroup (54 KB),
- * row state 2 KB, barriers, four 16 KB FP32 dQ tiles: SmemPlan::kAlloc = 190464 bytes (<= 227 KB, asserted).
- * Registers (`make hopper_bwd64_fp32-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math): fp32keys64_kernel
+ * row state 2 KB, barriers, four 16 KB FP32 dQ tiles: Keys64TilePlan<true>::kAlloc = 190464 bytes (<= 227 KB, asserted).
+ * Registers (`make hopper_bwd64_fp32-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math): keys64_kernel<ATTN_FP32, *>
  * 168 (what a 288-thread CTA gets: warps are allotted registers in groups of 4), 0 bytes spill, no C75xx
  * warning; the probe kernels 90 (scores, dQ parts) / 157 (dK + dV), 0 spill. With all three dQ terms' A
  * fragments live at once (48 registers, one batch of 12 wgmmas) ptxas serialised the wgmmas (C7512) and
@@ -63,8 +63,10 @@
  *
  * Not done: overlapping the dQ GEMM with the next step's scores (registers: 168 of 168 at 288 threads); a
  * producer warpgroup with setmaxnreg; 3 stages.
+ * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
+ * file instantiates it for fp32 and keeps the entry point, the support check and the hang-record installer.
  */
-#include "attention/cuda/hopper/kernel_keys64_fp32.cuh"
+#include "attention/cuda/hopper/kernel_keys64.cuh"
 
 namespace {
 
@@ -73,7 +75,6 @@ namespace {
 /* ------------------------------------------------------------------------------------------------ */
 
 constexpr const char* kWho = "attention (Hopper fp32 key-major pass, HS 64)";
-constexpr size_t kTmaAlignBytes = 16; /* global address alignment TMA requires */
 
 /* 1 iff this file's kernel computes the call: fp32, HS 64, B*NH <= 65535 (grid y), TMA-aligned qkv and dout. */
 int fp32_keys64_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
@@ -104,17 +105,13 @@ void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, 
     }
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
-    static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
-    const int n_key_blocks = ceil_div(s.T, kBlockK);
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho, dq_slices ? n_key_blocks : 1);
-    auto kernel = dq_slices ? fp32keys64_kernel<true> : fp32keys64_kernel<false>;
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
-                               dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+    if (dq_slices)
+        keys64_launch<ATTN_FP32, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
+    else
+        keys64_launch<ATTN_FP32, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
 }
 
 void attention_hopper_fp32_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
-    cudaCheck(cudaMemcpyToSymbol(g_fp32keys64_hang, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
+    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
 }
 

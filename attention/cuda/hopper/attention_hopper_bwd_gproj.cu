@@ -58,8 +58,10 @@
  *
  * Not done: D fused into the row pass. fp32 mode's key-major pass (it also computes dQ: three BF16 terms of
  * dS through shared memory and atomics) is attention_hopper_bwd64_fp32.cu.
+ * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
+ * file instantiates it for gproj and keeps the entry point, the support check and the hang-record installer.
  */
-#include "attention/cuda/hopper/kernel_keys64_gproj.cuh"
+#include "attention/cuda/hopper/kernel_keys64.cuh"
 
 namespace {
 
@@ -92,14 +94,16 @@ void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv,
     }
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
-    cudaCheck(cudaFuncSetAttribute(gproj_keys_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
+    using Mode = Keys64Mode<ATTN_GPROJ>;
+    cudaCheck(cudaFuncSetAttribute(keys64_gproj_kernel<ATTN_GPROJ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   Mode::Plan::kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, gproj_keys_kernel, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map, dout_map,
-                               stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+    launch_after_previous_grid(1, keys64_gproj_kernel<ATTN_GPROJ>, grid, dim3(Mode::kThreads), Mode::Plan::kAlloc,
+                               stream, qkv_map, dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+                               attn_exp2_scale(kHS));
 }
 
 void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
-    cudaCheck(cudaMemcpyToSymbol(g_gproj_hang_record, &device_ptr_of_mapped_record,
-                                 sizeof device_ptr_of_mapped_record));
+    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
 }
 

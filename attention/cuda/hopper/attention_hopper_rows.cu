@@ -33,8 +33,10 @@
  * HS 128 is attention_hopper_rows128.cu (DSK and PK alone are 128 floats per thread there: a producer
  * warpgroup and setmaxnreg); the entry points below dispatch to it on s.HS.
  * Not done: overlap of the DSK/PK GEMMs of one tile with S/dP of the next, setmaxnreg, D fused into the pass.
+ * Device code: kernel_rows.cuh, the row pass's template over head-size traits (RowsShape<HS>); this file
+ * instantiates it at HS 64 and keeps the entry point, the support check and what the head size adds.
  */
-#include "attention/cuda/hopper/kernel_rows64.cuh"
+#include "attention/cuda/hopper/kernel_rows.cuh"
 
 namespace {
 
@@ -44,18 +46,7 @@ namespace {
 
 constexpr const char* kWho = "attention (Hopper row pass)";
 
-constexpr size_t kTmaAlignBytes = 16; /* global address alignment TMA requires */
-
-template <int MODE>
-void hopper_rows_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
-                        float* D, float* lambda, bf16* dqkv, cudaStream_t stream) {
-    cudaCheck(cudaFuncSetAttribute(hopper_rows_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   SmemPlan::kAlloc));
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, hopper_rows_kernel<MODE>, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map,
-                               dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                               attn_exp2_scale(kHS));
-}
+constexpr int kHS = ATTN_HOPPER_BWD_HS; /* this file's head size (HS 128: attention_hopper_rows128.cu) */
 
 }  // namespace
 
@@ -82,7 +73,7 @@ void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloa
     }
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBlockK, kWho, "dout");
-    if (mode == ATTN_GPROJ) hopper_rows_launch<ATTN_GPROJ>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
-    else hopper_rows_launch<ATTN_FP32>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
+    if (mode == ATTN_GPROJ) rows_launch<kHS, ATTN_GPROJ>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
+    else rows_launch<kHS, ATTN_FP32>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
 }
 

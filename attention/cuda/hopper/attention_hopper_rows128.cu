@@ -56,8 +56,10 @@
  * After it the key-major pass reads the D and lambda slots: on sm_90 gproj's (attention_hopper_bwd128_gproj.cu)
  * or fp32's (attention_hopper_bwd128_fp32.cu), elsewhere the portable attn_bwd_kernel<128, MODE>.
  * Not done: overlap of one half's DSK/PK GEMMs with the next half's S/dP; 3 stages; D fused in.
+ * Device code: kernel_rows.cuh, the row pass's template over head-size traits (RowsShape<HS>); this file
+ * instantiates it at HS 128 and keeps the entry point and what the head size adds.
  */
-#include "attention/cuda/hopper/kernel_rows128.cuh"
+#include "attention/cuda/hopper/kernel_rows.cuh"
 
 namespace {
 
@@ -67,16 +69,7 @@ namespace {
 
 constexpr const char* kWho = "attention (Hopper row pass, HS 128)";
 
-template <int MODE>
-void hopper_rows128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
-                           float* D, float* lambda, bf16* dqkv, cudaStream_t stream) {
-    cudaCheck(cudaFuncSetAttribute(hopper_rows128_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   SmemPlan::kAlloc));
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, hopper_rows128_kernel<MODE>, grid, dim3(kThreads), SmemPlan::kAlloc, stream, qkv_map,
-                               dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                               attn_exp2_scale(kHS));
-}
+constexpr int kHS = ATTN_HOPPER_ROWS128_HS; /* this file's head size */
 
 }  // namespace
 
@@ -90,8 +83,8 @@ void attention_backward_hopper_rows128(AttnMode mode, AttnShape s, const __nv_bf
     }
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBlockK, kWho, "dout");
-    if (mode == ATTN_GPROJ) hopper_rows128_launch<ATTN_GPROJ>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
-    else hopper_rows128_launch<ATTN_FP32>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
+    if (mode == ATTN_GPROJ) rows_launch<kHS, ATTN_GPROJ>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
+    else rows_launch<kHS, ATTN_FP32>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
 }
 
 void attention_hopper_rows128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

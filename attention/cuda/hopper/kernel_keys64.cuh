@@ -1,11 +1,21 @@
 /*
- * attention/cuda/hopper/kernel_keys64.cuh - the device code of the Hopper key-major backward of bf16 and repair at head size 64: its constants, shared-memory plan,
- * per-step helpers and kernel template, in the including file's anonymous namespace. Included by
- * attention/cuda/hopper/attention_hopper_bwd.cu (launch and entry points; the design, numerics and barrier protocol are in its
- * file comment) and by the kernel's lab dev/attention_lab/hopper_bwd64_wide.cu (the layout probe, which runs the same helpers on one tile).
+ * attention/cuda/hopper/kernel_keys64.cuh - the device code of the Hopper key-major backward at head size 64,
+ * one kernel template for every mode: the constants the modes share, each mode's shared-memory plan and
+ * traits (Keys64Mode<MODE>: the CTA shape, the waits, the row state, whether dQ partials leave the CTA), the
+ * step helpers, the kernel body with a block per mode after the scores, its two entry points and the host
+ * launch of the modes that send dQ, in the including file's anonymous namespace. Included by the
+ * instantiation files attention/cuda/hopper/attention_hopper_bwd.cu (bf16, repair), attention_hopper_bwd_gproj.cu
+ * (gproj) and attention_hopper_bwd64_fp32.cu (fp32) (their entry points; each mode's design, numerics and
+ * barrier protocol are in its file comment), and by the layout probes dev/attention_lab/probes/probe_keys64*.cu,
+ * which run the same helpers on one tile.
  *
- * Why a header: the probe is lab code and stays out of the production object, yet it must use the kernel's
- * own helpers and layout. One kernel object = one translation unit, each with its own hang-record pointer.
+ * Why one template: the three passes share the key side (128 keys per CTA, two consumer warpgroups of 64 keys,
+ * K/V loaded once, Q/dO in 2 stages, the row state written by a producer warp) and differ in the CTA shape
+ * (bf16 and repair step through 128 queries, gproj and fp32 through 64; fp32 has a producer warp and no
+ * setmaxnreg, and its waits trap), the operands after S^T and dP^T, the dQ GEMM and whether dQ partials leave
+ * the CTA. A mode is its traits and its block of the body, not a copy of the kernel. Why a header: the probes
+ * are lab code and stay out of the production objects, yet they must use the kernel's own helpers and layout.
+ * One kernel object = one translation unit, each with its own hang-record pointer.
  */
 #ifndef ATTENTION_CUDA_HOPPER_KERNEL_KEYS64_CUH
 #define ATTENTION_CUDA_HOPPER_KERNEL_KEYS64_CUH
@@ -17,46 +27,48 @@
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "attention/cuda/hopper/hopper_bwd_common.cuh"
 #include "attention/cuda/launch_overlap.cuh"
+#include "common/cuda_utils.cuh"
 
 using namespace hopper_wgmma;
 
 namespace {
 
-constexpr int kHS = ATTN_HOPPER_BWD_HS; /* the head size of this kernel (see the header) */
+/* ---- what every mode shares ---- */
+constexpr int kHS = ATTN_HOPPER_BWD_HS; /* the head size of this kernel */
+static_assert(ATTN_HOPPER_FP32_KEYS64_HS == kHS, "fp32's HS-64 key-major pass is this kernel");
 constexpr int kBlockK = 128;            /* keys per CTA */
-constexpr int kBlockQ = 128;            /* queries per step (the N of S^T, dP^T; the k of dV, dK) */
 constexpr int kWarpgroupKeys = 64;      /* keys per consumer warpgroup (the M of S^T, dV, dK) */
 constexpr int kConsumerWarpgroups = kBlockK / kWarpgroupKeys;
 constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-constexpr int kThreads = kConsumerThreads + 128; /* + the producer warpgroup */
-/* setmaxnreg split (gproj HS 64's): with 24 / 240 (HS 128's) the repair instantiation spilled 32 bytes (the
-   producer's fl(1/l) row state at 24 registers); 56 / 224 spilled 28; 40 / 232: 0 in both modes */
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
-static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * 168,
-              "the setmaxnreg split must fit in what the 384-thread CTA is launched with (168 each)");
-constexpr int kStages = 2;
+constexpr int kStages = 2;              /* Q/dO double buffering */
 constexpr int kBoxRows = 64;            /* rows per TMA box of qkv / dout */
 constexpr int kRowBytes = 128;          /* one row of HS 64 BF16 = one 128B-swizzle row */
 constexpr int kAtomBytes = 8 * kRowBytes;
 constexpr int kWgmmaK = 16;
-constexpr int kQSteps = kBlockQ / kWgmmaK;         /* 8 k-steps of dV, dK over a step's queries */
-constexpr int kScoreRegs = kBlockQ / 2;            /* FP32 registers of a 64 x 128 accumulator per thread */
-constexpr int kDqBlocks = kBlockQ / 64;            /* dQ's M blocks of 64 queries */
-constexpr int kDsPitch = kWarpgroupKeys + 8;       /* BF16 per row of the staging tile [query][key]: +8 vs bank conflicts */
-constexpr int kDqCols = 32;                        /* FP32 columns per 128-byte swizzle row (one reduce-add box) */
+constexpr int kDsPitch = kWarpgroupKeys + 8; /* BF16 per row of a staged tile [query][key]: +8 vs bank conflicts */
 constexpr uint32_t kUnusedLbo = 16;                /* K-major swizzled operands ignore LBO */
 constexpr uint32_t kUnusedLboN64 = 64 * kRowBytes; /* N-major B with N = 64: LBO unused (production's value) */
+constexpr size_t kTmaAlignBytes = 16;              /* global address alignment TMA requires */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 };       /* the 3 of qkv [B, T, 3, NH, HS] */
-static_assert(kDqBlocks == 2 && kQSteps == 2 * kTileKSteps, "two 64-query halves of a step");
+static_assert(kStages == 2, "the stage parities below");
 
-struct SmemPlan {
+/* ---- bf16 and repair: 128-query steps ---- */
+constexpr int kWideQ = 128;                        /* queries per step (the N of S^T, dP^T; the k of dV, dK) */
+constexpr int kWideQSteps = kWideQ / kWgmmaK;      /* 8 k-steps of dV, dK over a step's queries */
+constexpr int kWideScoreRegs = kWideQ / 2;         /* FP32 registers of a 64 x 128 accumulator per thread */
+constexpr int kDqBlocks = kWideQ / 64;             /* dQ's M blocks of 64 queries */
+constexpr int kDqCols = 32;                        /* FP32 columns per 128-byte swizzle row (one reduce-add box) */
+static_assert(kDqBlocks == 2 && kWideQSteps == 2 * kTileKSteps, "two 64-query halves of a step");
+
+struct Keys64WidePlan {
+    static constexpr int kBlockQ = kWideQ;
     static constexpr int kBoxBytes = kBoxRows * kRowBytes;          /* 8 KB */
     static constexpr int kKeyTileBytes = kBlockK * kRowBytes;       /* 16 KB: two boxes */
     static constexpr int kQTileBytes = kBlockQ * kRowBytes;         /* 16 KB: two boxes */
     static constexpr int kDqBoxBytes = kBlockQ * kDqCols * 4;       /* 16 KB: 128 rows x 32 FP32 */
     static constexpr int kDqTileBytes = 2 * kDqBoxBytes;            /* 32 KB: 128 queries x 64 FP32 */
     static constexpr int kDsBytes = kBlockQ * kDsPitch * 2;         /* 18 KB */
+    static constexpr int kDsWarpgroupBytes = kDsBytes;              /* one staging tile per warpgroup */
     static constexpr int kK = 0;
     static constexpr int kV = kK + kKeyTileBytes;
     static constexpr int kQ = kV + kKeyTileBytes;                   /* kStages tiles */
@@ -74,18 +86,142 @@ struct SmemPlan {
     static_assert(kDsBytes % 16 == 0 && kRowState % 16 == 0, "float4 row state, 4-byte A loads");
     static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
 };
-static_assert(SmemPlan::kKeyTileBytes == KeymajorTiles<1>::kKeyTileBytes && kBlockK == KeymajorTiles<1>::kBlockK &&
-                  SmemPlan::kBoxBytes == KeymajorTiles<1>::kBoxBytes,
+
+/* ---- gproj and fp32: 64-query tiles ---- */
+constexpr int kDsTerms = 3; /* fp32's staged dS terms: bf(dS), bf(r1), bf(r1 - bf(r1)) */
+
+/* K, V, kStages Q and dO tiles of 64 queries, with FP32_TILES fp32's per-warpgroup three staged dS terms
+   [64 query][kDsPitch] and two FP32 dQ tiles [64 queries][64] per warpgroup (by step parity), the row state
+   float4 [kStages][64], the barriers. */
+template <bool FP32_TILES>
+struct Keys64TilePlan {
+    static constexpr int kBlockQ = 64;
+    static constexpr int kBoxBytes = kBoxRows * kRowBytes;    /* 8 KB */
+    static constexpr int kKeyTileBytes = kBlockK * kRowBytes; /* 16 KB */
+    static constexpr int kQTileBytes = kBlockQ * kRowBytes;   /* 8 KB */
+    static constexpr int kK = 0;
+    static constexpr int kV = kK + kKeyTileBytes;
+    static constexpr int kQ = kV + kKeyTileBytes;             /* kStages tiles */
+    static constexpr int kDO = kQ + kStages * kQTileBytes;    /* kStages tiles */
+    static constexpr int kDs = kDO + kStages * kQTileBytes;   /* fp32: per warpgroup kDsTerms tiles */
+    static constexpr int kDsBytes = kBlockQ * kDsPitch * 2;
+    static constexpr int kDsWarpgroupBytes = kDsTerms * kDsBytes;
+    static constexpr int kRowState = kDs + (FP32_TILES ? kConsumerWarpgroups * kDsWarpgroupBytes : 0);
+    static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
+    static constexpr int kNumBarriers = 1 + 2 * kStages;      /* kv_full, full[stages], empty[stages] */
+    static constexpr int kDqTileBytes = kBlockQ * kHS * 4;    /* fp32: per warpgroup 2 (step parity) */
+    static constexpr int kDqTile = (kBarriers + 8 * kNumBarriers + kAtomBytes - 1) / kAtomBytes * kAtomBytes;
+    static constexpr int kBytes = FP32_TILES ? kDqTile + kConsumerWarpgroups * 2 * kDqTileBytes
+                                             : kBarriers + 8 * kNumBarriers;
+    static constexpr int kAlloc = kBytes + kAtomBytes;        /* slack to align the base to 1024 */
+    static_assert(kQ % kAtomBytes == 0 && kDO % kAtomBytes == 0, "TMA tiles 1024-byte aligned");
+    static_assert(kDsBytes % 16 == 0 && kRowState % 16 == 0, "float4 row state, 4-byte A loads");
+    static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
+    static_assert(kQTileBytes == KeymajorTiles<1>::kQTileBytes && kBlockQ == KeymajorTiles<1>::kBlockQ,
+                  "the Q/dO tiles hopper_bwd_common.cuh's keymajor_fill_stage writes");
+};
+constexpr int kDsTileElems = Keys64TilePlan<true>::kDsBytes / 2; /* BF16 from one staged term to the next */
+static_assert(kWarpgroupKeys == Keys64TilePlan<true>::kBlockQ && kTileKSteps == Keys64TilePlan<true>::kBlockQ / 16,
+              "S^T per warpgroup is 64 x 64: 4 k-steps");
+
+/* ---- the modes ---- */
+
+/* A mode's traits: Plan (its shared memory and kBlockQ, the queries of a step), kThreads and
+   kProducerWarpgroup (a producer warpgroup after the consumers, one warp of it working, with the setmaxnreg
+   split kProducerRegs / kConsumerRegs of the 384 threads' 168 registers each; else one producer warp and no
+   setmaxnreg), kGivesUp (a wait that runs out sets the CTA's abort flag and the consumers write NaN,
+   hopper_bwd_common.cuh's mbar_wait_give_up after kHangCycles; else it traps: only without setmaxnreg),
+   kProducerTraps (the producer traps once the CTA gave up), kSyncBeforeStore (the consumers' barrier before
+   they read the abort flag), kSendsDq (dQ partials leave the CTA by TMA reduce-adds; the entry point takes
+   dq_map), kLambda (the producer's keymajor_stage_row_state arm). What a mode does with S^T and dP^T is its
+   block of keys64_pass's step, not a method here (kernel_keys128.cuh says why). */
+template <int MODE>
+struct Keys64Mode { /* bf16 and repair: 128-query steps, a bf(dS) staging tile and a dQ tile per warpgroup */
+    static_assert(MODE == ATTN_BF16 || MODE == ATTN_REPAIR, "bf16 and repair (gproj and fp32 below)");
+    using Plan = Keys64WidePlan;
+    static constexpr int kThreads = kConsumerThreads + 128;
+    /* with 24 / 240 (HS 128's split) the repair instantiation spilled 32 bytes (the producer's fl(1/l) row
+       state at 24 registers); 56 / 224 spilled 28; 40 / 232: 0 in both modes */
+    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    static constexpr bool kProducerWarpgroup = true, kGivesUp = true, kProducerTraps = false,
+                          kSyncBeforeStore = true, kSendsDq = true;
+    static constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz; a legitimate wait is microseconds */
+    static constexpr int kLambda = kKeymajorNoLambda;
+};
+
+template <>
+struct Keys64Mode<ATTN_GPROJ> { /* gproj: repair's P and dS, bf(-lambda P) into dK, no dQ (the row pass wrote it) */
+    using Plan = Keys64TilePlan<false>;
+    static constexpr int kThreads = kConsumerThreads + 128;
+    /* with a producer warp (288 threads, 168 registers each) the third A operand costs 92 bytes of spills */
+    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    static constexpr bool kProducerWarpgroup = true, kGivesUp = true, kProducerTraps = true,
+                          kSyncBeforeStore = false, kSendsDq = false;
+    static constexpr long long kHangCycles = 20000000000ll; /* ~10 s at 1.98 GHz */
+    static constexpr int kLambda = kKeymajorLambdaInW;
+};
+
+template <>
+struct Keys64Mode<ATTN_FP32> { /* fp32: P and dS split into BF16 terms, dQ over three staged dS terms */
+    using Plan = Keys64TilePlan<true>;
+    static constexpr int kThreads = kConsumerThreads + 32; /* + one producer warp */
+    static constexpr int kProducerRegs = 0, kConsumerRegs = 0; /* no setmaxnreg */
+    static constexpr bool kProducerWarpgroup = false, kGivesUp = false, kProducerTraps = false,
+                          kSyncBeforeStore = false, kSendsDq = true;
+    static constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz */
+    static constexpr int kLambda = kKeymajorNoLambda;
+};
+
+template <int MODE>
+constexpr bool keys64_split_fits() {
+    using M = Keys64Mode<MODE>;
+    return !M::kProducerWarpgroup || 128 * M::kProducerRegs + kConsumerThreads * M::kConsumerRegs <= M::kThreads * 168;
+}
+static_assert(keys64_split_fits<ATTN_BF16>() && keys64_split_fits<ATTN_GPROJ>(),
+              "the setmaxnreg split must fit in what the 384-thread CTA is launched with (168 each)");
+static_assert(Keys64WidePlan::kKeyTileBytes == KeymajorTiles<1>::kKeyTileBytes &&
+                  kBlockK == KeymajorTiles<1>::kBlockK && Keys64WidePlan::kBoxBytes == KeymajorTiles<1>::kBoxBytes,
               "the K/V tiles hopper_bwd_common.cuh's keymajor_load_kv writes");
 
+/* ---- the waits ---- */
 
-/* bounded waits that give up (the file comment); this translation unit's record pointer, set by
-   attention_hopper_bwd_watch_hangs; NULL (the default): no record */
-constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz; a legitimate wait is microseconds */
+/* this translation unit's hang record, set by its installer (hopper_lab_hooks.cuh, through
+   attention_hopper_bwd_watch_hangs); NULL (the default): no record */
 __device__ AttnHopperHang* g_hang_record;
-__device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity, int site, int index,
-                                                  volatile int* cta_abort) {
-    mbar_wait_give_up<kHangCycles>(bar, parity, site, index, cta_abort, g_hang_record);
+
+/* A bounded wait that traps (fp32: no setmaxnreg), first naming the barrier in the record. No printf: a
+   function call anywhere in the kernel makes ptxas serialise every wgmma (C7510). */
+__device__ __forceinline__ void mbar_wait_trap(uint64_t* bar, uint32_t parity, int site, int index) {
+    const uint32_t addr = smem_u32(bar);
+    uint32_t done = 0;
+    const long long start = clock64();
+    while (!done) {
+        done = mbar_try_wait(addr, parity);
+        if (!done && clock64() - start > Keys64Mode<ATTN_FP32>::kHangCycles) {
+            volatile AttnHopperHang* rec = g_hang_record;
+            if (rec != NULL) {
+                rec->index = index;
+                rec->parity = (int)parity;
+                rec->block_x = (int)blockIdx.x;
+                rec->block_y = (int)blockIdx.y;
+                rec->thread = (int)threadIdx.x;
+                __threadfence_system();
+                rec->site = site;
+                __threadfence_system();
+            }
+            __trap();
+        }
+    }
+}
+
+/* Every wait of the kernel and the probes: the mode's give-up wait (returns at once once the CTA gave up; on
+   running out records the site and sets *cta_abort) or its trapping wait (cta_abort unused). */
+template <int MODE>
+__device__ __forceinline__ void keys64_wait(uint64_t* bar, uint32_t parity, int site, int index, int* cta_abort) {
+    if constexpr (Keys64Mode<MODE>::kGivesUp)
+        mbar_wait_give_up<Keys64Mode<MODE>::kHangCycles>(bar, parity, site, index, cta_abort, g_hang_record);
+    else
+        mbar_wait_trap(bar, parity, site, index);
 }
 
 /* Barrier of the two consumer warpgroups (256 threads). Ids: 0 __syncthreads, 1 and 2 warpgroup_sync(0 / 1). */
@@ -93,7 +229,7 @@ __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 3, %0;\n" ::"n"(kConsumerThreads) : "memory");
 }
 
-/* ---- the steps of one (key tile, query step), per consumer warpgroup (kernel and probe share them) ---- */
+/* ---- bf16 and repair's steps (128 queries), per consumer warpgroup (kernel and probe share them) ---- */
 
 /* Lane `lane` of the producer warp fills a stage: lane 0 announces the bytes and loads queries q0 .. q0 + 127 of
    Q and dO as two 64-row boxes each (a box starting at or past T reloads rows q0..: its queries are masked, and
@@ -102,12 +238,12 @@ __device__ __forceinline__ void fill_stage(unsigned char* q_stage, unsigned char
                                            const CUtensorMap* dout_map, uint64_t* full_s, int q0, int T, int h, int NH,
                                            int b, int lane) {
     if (lane == 0) {
-        mbar_arrive_expect_tx(full_s, 2 * SmemPlan::kQTileBytes);
+        mbar_arrive_expect_tx(full_s, 2 * Keys64WidePlan::kQTileBytes);
 #pragma unroll
-        for (int half = 0; half < kBlockQ / kBoxRows; half++) {
+        for (int half = 0; half < kWideQ / kBoxRows; half++) {
             const int row = (q0 + half * kBoxRows < T) ? q0 + half * kBoxRows : q0;
-            tma_load_4d(q_stage + half * SmemPlan::kBoxBytes, qkv_map, full_s, 0, kSlotQ * NH + h, row, b);
-            tma_load_4d(do_stage + half * SmemPlan::kBoxBytes, dout_map, full_s, 0, h, row, b);
+            tma_load_4d(q_stage + half * Keys64WidePlan::kBoxBytes, qkv_map, full_s, 0, kSlotQ * NH + h, row, b);
+            tma_load_4d(do_stage + half * Keys64WidePlan::kBoxBytes, dout_map, full_s, 0, h, row, b);
         }
     } else {
         mbar_arrive(full_s);
@@ -117,10 +253,10 @@ __device__ __forceinline__ void fill_stage(unsigned char* q_stage, unsigned char
 /* S^T = K_w Q^T and dP^T = V_w dO^T [64 keys x 128 queries] as one commit group, waited for: m64n128k16 SS, the
    B operand the stage's 128-row K-major tile (SBO = one 8-row atom; its two TMA boxes are contiguous, so the
    swizzle continues across them). Written, not accumulated. */
-__device__ __forceinline__ void scores_n128(float (&st)[kScoreRegs], float (&dpt)[kScoreRegs], uint32_t kw_addr,
+__device__ __forceinline__ void scores_n128(float (&st)[kWideScoreRegs], float (&dpt)[kWideScoreRegs], uint32_t kw_addr,
                                             uint32_t q_addr, uint32_t vw_addr, uint32_t do_addr) {
 #pragma unroll
-    for (int i = 0; i < kScoreRegs; i++) st[i] = dpt[i] = 0.f;
+    for (int i = 0; i < kWideScoreRegs; i++) st[i] = dpt[i] = 0.f;
     reg_fence(st); /* keeps the zeroing above the fence */
     reg_fence(dpt);
     wgmma_fence();
@@ -146,23 +282,23 @@ __device__ __forceinline__ void scores_n128(float (&st)[kScoreRegs], float (&dpt
    a 128-query step (register 4j + 2r + e: key key0 + 8r, query q0 + 8j + 2t + e; its row state rs[8j + 2t + e]).
    masked: the step reaches the warpgroup's keys or T; keys past the query and queries past T give exactly 0. */
 template <int MODE>
-__device__ __forceinline__ void probs_n128(float (&st)[kScoreRegs], float (&dpt)[kScoreRegs], const float4* rs,
+__device__ __forceinline__ void probs_n128(float (&st)[kWideScoreRegs], float (&dpt)[kWideScoreRegs], const float4* rs,
                                            int q0, int key0, int t, int T, bool masked, float c) {
 #pragma unroll
-    for (int j = 0; j < kBlockQ / 8; j++)
+    for (int j = 0; j < kWideQ / 8; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int ql = 8 * j + 2 * t + e, query = q0 + ql;
             const float4 row = rs[ql];
-            keymajor_probs_column<MODE, kScoreRegs>(st, dpt, row, j, e, query, key0, T, masked, c);
+            keymajor_probs_column<MODE, kWideScoreRegs>(st, dpt, row, j, e, query, key0, T, masked, c);
         }
 }
 
 /* A 64 x 128 FP32 accumulator rounded to BF16 and packed as the register A operand over its 128 columns: k-step kk
    takes registers 8kk..8kk+7 (hopper_wgmma.cuh's pack_acc_a_operand, 8 k-steps instead of 4). */
-__device__ __forceinline__ void pack_a_n128(uint32_t (&a)[kQSteps][4], const float (&acc)[kScoreRegs]) {
+__device__ __forceinline__ void pack_a_n128(uint32_t (&a)[kWideQSteps][4], const float (&acc)[kWideScoreRegs]) {
 #pragma unroll
-    for (int kk = 0; kk < kQSteps; kk++) {
+    for (int kk = 0; kk < kWideQSteps; kk++) {
         a[kk][0] = pack_bf16x2(acc[8 * kk + 0], acc[8 * kk + 1]); /* row g,   cols 2t, 2t+1 */
         a[kk][1] = pack_bf16x2(acc[8 * kk + 2], acc[8 * kk + 3]); /* row g+8, cols 2t, 2t+1 */
         a[kk][2] = pack_bf16x2(acc[8 * kk + 4], acc[8 * kk + 5]); /* row g,   cols 2t+8, 2t+9 */
@@ -174,9 +310,9 @@ __device__ __forceinline__ void pack_a_n128(uint32_t (&a)[kQSteps][4], const flo
    key_row + 8 (i & 1) and queries q, q + 1, q = 16kk + 8 (i >> 1) + 2t (low half: q). key_row = 16 warp + g
    within the warpgroup's 64 keys. Done before the wgmma that reads pds is issued (PTX leaves reading the A
    registers of an in-flight wgmma undefined). */
-__device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kQSteps][4], int key_row, int t) {
+__device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kWideQSteps][4], int key_row, int t) {
 #pragma unroll
-    for (int kk = 0; kk < kQSteps; kk++)
+    for (int kk = 0; kk < kWideQSteps; kk++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int key = key_row + 8 * (i & 1);
@@ -189,18 +325,18 @@ __device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kQSte
 /* dV += bf(P)^T dO, dK += bf(dS)^T Q as one commit group (issued and committed; the caller waits): m64n64k16 RS,
    8 k-steps of 16 queries each over the stage's 128-row tiles read N-major (16 rows = 2048 bytes per k-step;
    k-steps 4..7 are in the second TMA box, 8 KB on). */
-__device__ __forceinline__ void issue_dkv(float (&dv)[32], float (&dk)[32], uint32_t (&pa)[kQSteps][4],
-                                          uint32_t (&pds)[kQSteps][4], uint32_t q_addr, uint32_t do_addr) {
+__device__ __forceinline__ void issue_dkv(float (&dv)[32], float (&dk)[32], uint32_t (&pa)[kWideQSteps][4],
+                                          uint32_t (&pds)[kWideQSteps][4], uint32_t q_addr, uint32_t do_addr) {
     reg_fence(pa);
     reg_fence(pds);
     reg_fence(dv);
     reg_fence(dk);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kQSteps; kk++)
+    for (int kk = 0; kk < kWideQSteps; kk++)
         wgmma_m64n64k16_rs(dv, pa[kk], make_smem_desc(do_addr + kk * kWgmmaK * kRowBytes, kUnusedLboN64, kAtomBytes));
 #pragma unroll
-    for (int kk = 0; kk < kQSteps; kk++)
+    for (int kk = 0; kk < kWideQSteps; kk++)
         wgmma_m64n64k16_rs(dk, pds[kk], make_smem_desc(q_addr + kk * kWgmmaK * kRowBytes, kUnusedLboN64, kAtomBytes));
     wgmma_commit();
 }
@@ -241,8 +377,8 @@ __device__ __forceinline__ void store_dq_block(unsigned char* dq_tile, const flo
 #pragma unroll
         for (int n = 0; n < kHS / 8; n++) {
             const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
-            *reinterpret_cast<float2*>(dq_tile + (n >> 2) * SmemPlan::kDqBoxBytes + row * kRowBytes + chunk * 16 +
-                                       (t & 1) * 8) = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+            *reinterpret_cast<float2*>(dq_tile + (n >> 2) * Keys64WidePlan::kDqBoxBytes + row * kRowBytes +
+                                       chunk * 16 + (t & 1) * 8) = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
         }
     }
 }
@@ -251,23 +387,100 @@ __device__ __forceinline__ void store_dq_block(unsigned char* dq_tile, const flo
    outside the map and skipped), one bulk group. */
 __device__ __forceinline__ void send_dq_tile(const CUtensorMap* dq_map, const unsigned char* dq_tile, int q0, int bh) {
     tma_reduce_add_3d(dq_map, dq_tile, 0, q0, bh);
-    tma_reduce_add_3d(dq_map, dq_tile + SmemPlan::kDqBoxBytes, kDqCols, q0, bh);
+    tma_reduce_add_3d(dq_map, dq_tile + Keys64WidePlan::kDqBoxBytes, kDqCols, q0, bh);
     bulk_commit_group();
 }
 
-/* ------------------------------------------------------------------------------------------------ */
-/* the kernel                                                                                        */
-/* ------------------------------------------------------------------------------------------------ */
+/* ---- fp32's steps (64 queries): the split terms (pack_split_step: hopper_bwd_common.cuh) ---- */
 
-/* DQ_SLICES: the deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md) */
+/* One k-step's packed words to a warpgroup's staged tile [query][key] (pitch kDsPitch): word w[i] holds key
+   key_row + 8 (i & 1) and queries q, q + 1, q = 16kk + 8 (i >> 1) + 2t (low half: q) - the placement of
+   hopper_wgmma.cuh's stage_tile_transposed, from words instead of FP32 values. */
+__device__ __forceinline__ void stage_term_step(bf16* tile, const uint32_t (&w)[4], int kk, int key_row, int t) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int key = key_row + 8 * (i & 1);
+        const int q = 16 * kk + 8 * (i >> 1) + 2 * t;
+        tile[q * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(w[i] & 0xFFFFu));
+        tile[(q + 1) * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(w[i] >> 16));
+    }
+}
+
+/* dV += [bf(P), bf(P - bf(P))]^T dO, dK += [bf(dS), bf(r1)]^T Q: 16 m64n64k16 RS, one commit group (issued and
+   committed only; the caller waits). */
+__device__ __forceinline__ void issue_dkv_split_batch(float (&dv)[32], float (&dk)[32], uint32_t (&pa)[kTileKSteps][4],
+                                                      uint32_t (&pa_lo)[kTileKSteps][4],
+                                                      uint32_t (&pds)[kTileKSteps][4],
+                                                      uint32_t (&pds_lo)[kTileKSteps][4], uint32_t q_addr,
+                                                      uint32_t do_addr) {
+    reg_fence(pa);
+    reg_fence(pa_lo);
+    reg_fence(pds);
+    reg_fence(pds_lo);
+    reg_fence(dv);
+    reg_fence(dk);
+    wgmma_fence();
+    warpgroup_rs_issue_n64(dv, pa, do_addr);
+    warpgroup_rs_issue_n64(dv, pa_lo, do_addr);
+    warpgroup_rs_issue_n64(dk, pds, q_addr);
+    warpgroup_rs_issue_n64(dk, pds_lo, q_addr);
+    wgmma_commit();
+}
+
+/* dq += sum over the three staged terms of A[64 q x 64 keys] K_w[64 keys x 64 dims] (K_w N-major:
+   hopper_wgmma.cuh's warpgroup_rs_issue_n64): three commit groups of 4 RS wgmmas into one accumulator, A loaded
+   from each tile into two alternating register sets (the third term reuses the first set after wait<1> says its
+   group completed: 32 A registers in flight, not 48 - with all three sets live ptxas serialised the wgmmas,
+   C7512, at the 168 registers a 288-thread CTA gets). Returns with everything waited for. The caller zeroed dq
+   and made the tiles visible (warpgroup barrier). */
+__device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const bf16* tiles, uint32_t k_addr,
+                                                         int warp_in_wg, int g, int t) {
+    uint32_t a0[kTileKSteps][4], a1[kTileKSteps][4];
+    reg_fence(dq);
+#pragma unroll
+    for (int term = 0; term < kDsTerms; term++) {
+        uint32_t (&a)[kTileKSteps][4] = (term & 1) ? a1 : a0;
+        if (term >= 2) { /* the group that read this set (term - 2) is the older of the two in flight */
+            wgmma_wait<1>();
+            reg_fence(a);
+        }
+        load_staged_a_operand<kDsPitch>(a, tiles + term * kDsTileElems, warp_in_wg, g, t);
+        reg_fence(a);
+        wgmma_fence();
+        warpgroup_rs_issue_n64(dq, a, k_addr);
+        wgmma_commit();
+    }
+    wgmma_wait<0>();
+    reg_fence(dq);
+    reg_fence(a0);
+    reg_fence(a1);
+}
+
+/* ---- the kernel ---- */
+
+/* The key-major pass at HS 64 of mode MODE (the instantiation file's comment has the mode's design). stats
+   per row ({LSE} for bf16, {m, l} otherwise), D [B*NH*T] (and gproj's lambda) from the workspace; writes the
+   k and v slots of dqkv; modes that send dQ add the s-less dQ partials to the accumulator behind dq_map.
+   DQ_SLICES: the deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md).
+   cta_abort: the CTA's abort flag (the modes whose waits give up; NULL otherwise). The body of both entry
+   points below (their parameter lists differ: gproj has lambda, no dq_map). */
 template <int MODE, bool DQ_SLICES>
-__global__ void __launch_bounds__(kThreads, 1)
-    hopper_bwd_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
-                      const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
-                      const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
-    using Plan = SmemPlan;
+__device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
+                                            const CUtensorMap* dq_map, const float* __restrict__ stats,
+                                            const float* __restrict__ D, const float* __restrict__ lambda,
+                                            bf16* __restrict__ dqkv, int NH, int T, float scale, float c,
+                                            int* cta_abort) {
+    using Mode = Keys64Mode<MODE>;
+    using Plan = typename Mode::Plan;
+    constexpr int kBlockQ = Plan::kBlockQ;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = aligned_smem_base(smem_raw);
+    /* the 1024-aligned base: one value, two forms (hopper_wgmma.cuh's function, the expression written out);
+       they compile to different address arithmetic, and each mode keeps the code it was measured with */
+    unsigned char* smem;
+    if constexpr (kBlockQ == kWideQ)
+        smem = aligned_smem_base(smem_raw);
+    else
+        smem = smem_raw + ((kAtomBytes - (smem_u32(smem_raw) & (kAtomBytes - 1))) & (kAtomBytes - 1));
     unsigned char* k_s = smem + Plan::kK;
     unsigned char* v_s = smem + Plan::kV;
     unsigned char* q_s = smem + Plan::kQ;
@@ -276,107 +489,277 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
     uint64_t* full = kv_full + 1;
     uint64_t* empty = full + kStages;
-    __shared__ int cta_abort; /* set by a bounded wait that gave up */
 
     const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
     const int k0 = order.rank * kBlockK;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
-    const int qt_begin = k0 / kBlockQ; /* kBlockQ == kBlockK: the first step is the diagonal one */
+    const int qt_begin = k0 / kBlockQ; /* the first query tile that reaches key k0 */
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
-    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+    const int warpgroup = Mode::kProducerWarpgroup ? __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0) : 0;
 
     if (threadIdx.x == 0) {
-        cta_abort = 0;
+        if constexpr (Mode::kGivesUp) *cta_abort = 0;
+        /* full: 32 producer lanes (row state) + the TMA bytes; empty: every consumer thread, after its last read */
         init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads);
     }
     __syncthreads();
-    /* launched with PDL (launch_overlap.cuh): the prep kernel's D and zeroed accumulator are ready from here on;
-       the dQ post-pass may be placed on the SMs as soon as every CTA of this grid has started */
+    /* launched with PDL (launch_overlap.cuh): the previous kernel's outputs (D, lambda, the zeroed accumulator)
+       are ready from here on; the next kernel may be placed on the SMs once every CTA of this grid has started */
     wait_for_previous_grid();
     let_next_grid_launch();
 
-    if (warpgroup == kConsumerWarpgroups) {
-        setmaxnreg_dec<kProducerRegs>();
-        if (warp != kConsumerThreads / 32) return; /* warps 9-11 have no work */
-        /* ---- producer warp: lane 0 issues the copies, every lane writes the row state of 4 queries ---- */
+    if (Mode::kProducerWarpgroup ? warpgroup == kConsumerWarpgroups : warp == kConsumerThreads / 32) {
+        if constexpr (Mode::kProducerWarpgroup) {
+            setmaxnreg_dec<Mode::kProducerRegs>(); /* the whole producer warpgroup */
+            if (warp != kConsumerThreads / 32) return; /* its warps 1-3 have no work */
+        }
+        /* ---- producer warp: lane 0 issues the copies, every lane writes the row state of kBlockQ / 32 queries ---- */
         if (lane == 0) keymajor_load_kv<1>(k_s, v_s, &qkv_map, kv_full, k0, T, h, NH, b);
         for (int i = 0; i < n_q_tiles; i++) {
             const int s = i % kStages;
             const int q0 = (qt_begin + i) * kBlockQ;
-            if (i >= kStages) mbar_wait_bounded(&empty[s], (uint32_t)((i / kStages - 1) & 1), ATTN_HANG_EMPTY, s, &cta_abort);
+            /* stage s is free once the consumers released tile i - kStages (phase i / kStages - 1) */
+            if (i >= kStages) {
+                keys64_wait<MODE>(&empty[s], (uint32_t)((i / kStages - 1) & 1), ATTN_HANG_EMPTY, s, cta_abort);
+                if constexpr (Mode::kProducerTraps)
+                    if (*static_cast<volatile int*>(cta_abort) != 0) __trap(); /* the CTA gave up */
+            }
+            /* fp32: {m, fl(1/l), D} (the repair arm of the row state; fp32's stats are {m, l}) */
 #pragma unroll
             for (int half = 0; half < kBlockQ / 64; half++)
-                keymajor_stage_row_state<MODE, kKeymajorNoLambda>(row_state + s * kBlockQ + 64 * half, nullptr, stats,
-                                                                  D, nullptr, bh, T, q0 + 64 * half, lane);
-            fill_stage(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map, &dout_map, &full[s], q0, T,
-                       h, NH, b, lane);
+                keymajor_stage_row_state<MODE, Mode::kLambda>(row_state + s * kBlockQ + 64 * half, nullptr, stats, D,
+                                                              lambda, bh, T, q0 + 64 * half, lane);
+            /* every lane's arrival releases its own row-state writes; lane 0's also announces the TMA bytes */
+            if constexpr (kBlockQ == kWideQ)
+                fill_stage(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map, &dout_map, &full[s],
+                           q0, T, h, NH, b, lane);
+            else
+                keymajor_fill_stage<1>(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map,
+                                       &dout_map, &full[s], q0, h, NH, b, lane);
         }
         return;
     }
-    setmaxnreg_inc<kConsumerRegs>();
+    if constexpr (Mode::kProducerWarpgroup) setmaxnreg_inc<Mode::kConsumerRegs>();
 
     /* ---- consumer warpgroups: wg owns keys k0 + 64 wg .. +63; this thread keys key0, key0 + 8 ---- */
-    const int wg = warpgroup, warp_in_wg = warp & 3, g = lane >> 2, t = lane & 3;
+    const int wg = Mode::kProducerWarpgroup ? warpgroup : warp / 4, warp_in_wg = warp & 3, g = lane >> 2, t = lane & 3;
     const int tid_in_wg = threadIdx.x & 127; /* thread 0 of each warpgroup sends its dQ tile */
-    const int key_row = warp_in_wg * 16 + g;
+    const int key_row = warp_in_wg * 16 + g; /* within the warpgroup's 64 keys */
     const int wg_key_first = k0 + wg * kWarpgroupKeys;
-    const int key0 = wg_key_first + key_row;
-    bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsBytes);
-    unsigned char* dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
+    /* one sum, two associations: they compile to different machine code, and each mode keeps the code it was
+       measured with */
+    const int key0 = (MODE == ATTN_GPROJ) ? k0 + wg * kWarpgroupKeys + warp_in_wg * 16 + g : wg_key_first + key_row;
+    /* bf16, repair: the warpgroup's staging tile and dQ tile; fp32: its three staged dS terms */
+    bf16* const ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsWarpgroupBytes);
+    unsigned char* const dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
     const uint32_t kw_addr = smem_u32(k_s) + wg * Plan::kBoxBytes, vw_addr = smem_u32(v_s) + wg * Plan::kBoxBytes;
     float dk[32], dv[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.f;
 
-    mbar_wait_bounded(kv_full, 0, ATTN_HANG_KV_FULL, 0, &cta_abort);
+    keys64_wait<MODE>(kv_full, 0, ATTN_HANG_KV_FULL, 0, cta_abort);
     __syncwarp();
 
 #pragma unroll 1
     for (int i = 0; i < n_q_tiles; i++) {
         const int s = i % kStages;
         const int q0 = (qt_begin + i) * kBlockQ;
-        mbar_wait_bounded(&full[s], (uint32_t)((i / kStages) & 1), ATTN_HANG_FULL, s, &cta_abort);
+        keys64_wait<MODE>(&full[s], (uint32_t)((i / kStages) & 1), ATTN_HANG_FULL, s, cta_abort);
         __syncwarp();
         const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes), do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
+        const float4* rs = row_state + s * kBlockQ;
 
-        float st[kScoreRegs], dpt[kScoreRegs];
-        scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-        const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-        probs_n128<MODE>(st, dpt, row_state + s * kBlockQ, q0, key0, t, T, masked, c);
+        /* the mode's step; element 4j + 2r + e of st, dpt: key key0 + 8r, query q0 + 8j + 2t + e */
+        if constexpr (kBlockQ == kWideQ) { /* bf16, repair */
+            float st[kWideScoreRegs], dpt[kWideScoreRegs];
+            scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+            /* the mask can bite only where the step reaches the warpgroup's keys or T */
+            const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+            probs_n128<MODE>(st, dpt, rs, q0, key0, t, T, masked, c);
 
-        uint32_t pa[kQSteps][4], pds[kQSteps][4];
-        pack_a_n128(pa, st);
-        pack_a_n128(pds, dpt);
-        float dq0[32], dq1[32];
-        /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
-        stage_ds(ds_s, pds, key_row, t);
-        issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
-        /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
-           warpgroup rewrite it */
-        if (tid_in_wg == 0) bulk_wait_group_read<0>();
-        warpgroup_sync(wg); /* the staging tile is written */
-        wgmma_wait<0>();
-        reg_fence(dv);
-        reg_fence(dk);
-        reg_fence(pa);
-        reg_fence(pds);
-        mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-        dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
-        store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
-        store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
-        fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
-        warpgroup_sync(wg);  /* also: every A load of the staging tile is done before the next step restages */
-        if (tid_in_wg == 0) send_dq_tile(&dq_map, dq_tile, q0, dq_head);
+            uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
+            pack_a_n128(pa, st);
+            pack_a_n128(pds, dpt);
+            float dq0[32], dq1[32];
+            /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
+            stage_ds(ds_s, pds, key_row, t);
+            issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
+            /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
+               warpgroup rewrite it */
+            if (tid_in_wg == 0) bulk_wait_group_read<0>();
+            warpgroup_sync(wg); /* the staging tile is written */
+            wgmma_wait<0>();
+            reg_fence(dv);
+            reg_fence(dk);
+            reg_fence(pa);
+            reg_fence(pds);
+            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+            dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
+            store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
+            store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
+            fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
+            warpgroup_sync(wg);  /* also: every A load of the staging tile is done before the next step restages */
+            if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
+        } else if constexpr (MODE == ATTN_GPROJ) {
+            float st[32], dpt[32];
+            warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+
+            /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
+               k-step (16 queries) at a time */
+            const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+            uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4];
+#pragma unroll
+            for (int kk = 0; kk < kTileKSteps; kk++) {
+                float lam[2][2];
+#pragma unroll
+                for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int j = 2 * kk + jj;
+                        const int query = q0 + 8 * j + 2 * t + e;
+                        const float4 row = rs[8 * j + 2 * t + e];
+                        lam[jj][e] = row.w;
+                        keymajor_probs_column<ATTN_REPAIR>(st, dpt, row, j, e, query, key0, T, masked, c);
+                    }
+                pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+            }
+
+            /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
+               two dK ones chained on the same accumulator (wgmma orders same-accumulator operations); P and
+               dS are dead while it runs (64 accumulator + 48 A registers in flight). */
+            keymajor_gproj_dkv_batch<kHS>(dv, dk, pa, pds, plam, q_addr, do_addr);
+            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+        } else { /* fp32 */
+            bf16* const ds_tiles = ds_s;
+            float st[32], dpt[32];
+            warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+
+            /* P, dS (attn_bwd_kernel's expressions, masked entries exactly 0), their four A words and the three
+               staged dS terms one k-step at a time. The previous step's reads of the staged tiles (its dQ A loads)
+               are all behind its last warpgroup barrier. */
+            const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+            uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
+#pragma unroll
+            for (int kk = 0; kk < kTileKSteps; kk++) {
+#pragma unroll
+                for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int j = 2 * kk + jj;
+                        const int query = q0 + 8 * j + 2 * t + e;
+                        const float4 row = rs[8 * j + 2 * t + e];
+                        keymajor_probs_column<ATTN_FP32>(st, dpt, row, j, e, query, key0, T, masked, c);
+                    }
+                uint32_t unused[4], x2[4];
+                pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
+                pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
+                stage_term_step(ds_tiles, pds[kk], kk, key_row, t);
+                stage_term_step(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
+                stage_term_step(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
+            }
+            issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
+            /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before
+               the barrier below lets the warpgroup rewrite it */
+            if (tid_in_wg == 0) bulk_wait_group_read<1>();
+            warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
+            wgmma_wait<0>();
+            reg_fence(dv);
+            reg_fence(dk);
+            reg_fence(pa);
+            reg_fence(pa_lo);
+            reg_fence(pds);
+            reg_fence(pds_lo);
+
+            float dq[32];
+#pragma unroll
+            for (int k = 0; k < 32; k++) dq[k] = 0.f;
+            warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
+            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+
+            /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
+               thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
+            unsigned char* dq_parity_tile = smem + Plan::kDqTile + (wg * 2 + (i & 1)) * Plan::kDqTileBytes;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = warp_in_wg * 16 + g + 8 * r;
+#pragma unroll
+                for (int n = 0; n < kHS / 8; n++) {
+                    const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+                    *reinterpret_cast<float2*>(dq_parity_tile + (n >> 2) * (kBlockQ * kRowBytes) + row * kRowBytes +
+                                               chunk * 16 + (t & 1) * 8) =
+                        make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+                }
+            }
+            fence_proxy_async();
+            warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step restages */
+            if (tid_in_wg == 0) {
+                tma_reduce_add_3d(dq_map, dq_parity_tile, 0, q0, dq_head);
+                tma_reduce_add_3d(dq_map, dq_parity_tile + kBlockQ * kRowBytes, 32, q0, dq_head);
+                bulk_commit_group();
+            }
+        }
     }
     /* the last reduce-adds complete before the CTA's shared memory goes away */
-    if (tid_in_wg == 0) bulk_wait_group<0>();
+    if constexpr (Mode::kSendsDq)
+        if (tid_in_wg == 0) bulk_wait_group<0>();
     /* any give-up of the CTA (the producer's precedes an arrival every consumer waited for) is visible now */
-    consumers_sync();
-    const bool gave_up = *static_cast<volatile int*>(&cta_abort) != 0;
+    if constexpr (Mode::kSyncBeforeStore) consumers_sync();
+
+    /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN instead
+       if a wait of this CTA gave up (its accumulators are garbage: the result must not look fine) */
+    const bool gave_up = Mode::kGivesUp && *static_cast<volatile int*>(cta_abort) != 0;
     keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, gave_up);
+}
+
+/* The entry point of the modes that send dQ partials (bf16, repair, fp32). */
+template <int MODE, bool DQ_SLICES>
+__global__ void __launch_bounds__(Keys64Mode<MODE>::kThreads, 1)
+    keys64_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                  const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
+                  const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
+    static_assert(Keys64Mode<MODE>::kSendsDq, "gproj's entry point is keys64_gproj_kernel");
+    if constexpr (Keys64Mode<MODE>::kGivesUp) {
+        __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
+        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, &cta_abort);
+    } else {
+        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, nullptr);
+    }
+}
+
+/* gproj's entry point: lambda [B*NH*T] from the row pass, no dQ. A template (MODE = ATTN_GPROJ) so that only
+   the gproj object emits it. */
+template <int MODE>
+__global__ void __launch_bounds__(Keys64Mode<MODE>::kThreads, 1)
+    keys64_gproj_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                        const float* __restrict__ stats, const float* __restrict__ D,
+                        const float* __restrict__ lambda, bf16* __restrict__ dqkv, int NH, int T, float scale,
+                        float c) {
+    static_assert(MODE == ATTN_GPROJ, "the other modes' entry point is keys64_kernel");
+    __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
+    keys64_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, &cta_abort);
+}
+
+/* ---- host ---- */
+
+/* One launch of a mode that sends dQ (bf16, repair, fp32): the dQ accumulator's map (boxes of a step's queries x
+   32 FP32 columns; one slice per key block with DQ_SLICES), the grid (key tiles, B*NH) and the PDL launch after
+   the previous kernel of the chain. */
+static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
+template <int MODE, bool DQ_SLICES>
+void keys64_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
+                   const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream, const char* who) {
+    using Mode = Keys64Mode<MODE>;
+    constexpr int kAlloc = Mode::Plan::kAlloc;
+    cudaCheck(cudaFuncSetAttribute(keys64_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
+    const int n_key_blocks = ceil_div(s.T, kBlockK);
+    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, Mode::Plan::kBlockQ, who, DQ_SLICES ? n_key_blocks : 1);
+    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+    launch_after_previous_grid(1, keys64_kernel<MODE, DQ_SLICES>, grid, dim3(Mode::kThreads), kAlloc, stream, qkv_map,
+                               dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+                               attn_exp2_scale(kHS));
 }
 
 }  // namespace

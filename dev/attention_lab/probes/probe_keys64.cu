@@ -14,6 +14,10 @@
 
 namespace {
 
+/* the mode's shared-memory plan and step height (kernel_keys64.cuh's traits) */
+using SmemPlan = Keys64Mode<ATTN_BF16>::Plan;
+constexpr int kBlockQ = SmemPlan::kBlockQ;
+
 /* One warpgroup (128 threads) at warpgroup 1's offsets: K and V tokens 64..127 in the tiles' second 8 KB halves,
    Q and dO tokens 0..127 in stage 1 (through fill_stage, warp 0 as the producer lanes), warpgroup 1's staging
    and dQ tiles; one step, no softmax (P := S^T, dS := dP^T). Outputs (FP32, row-major, ProbeOut):
@@ -68,20 +72,20 @@ __global__ void __launch_bounds__(128, 1)
         tma_load_4d(v_half, &qkv_map, kv_bar, 0, kSlotV * NH + head, kWg * kBoxRows, 0);
     }
     if (warp == 0) fill_stage(q_t, do_t, &qkv_map, &dout_map, q_bar, 0, T, head, NH, 0, lane);
-    mbar_wait_bounded(kv_bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
-    mbar_wait_bounded(q_bar, 0, ATTN_HANG_PROBE, 1, &cta_abort);
+    keys64_wait<ATTN_BF16>(kv_bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
+    keys64_wait<ATTN_BF16>(q_bar, 0, ATTN_HANG_PROBE, 1, &cta_abort);
     __syncwarp();
     const int key_row = warp * 16 + g;
     const uint32_t kw_addr = smem_u32(k_half), vw_addr = smem_u32(v_half);
     const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
-    float st[kScoreRegs], dpt[kScoreRegs];
+    float st[kWideScoreRegs], dpt[kWideScoreRegs];
     scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
     if constexpr (kPart == kProbeScores) {
         probe_write(out.st, st, warp * 16, g, t);
         probe_write(out.dpt, dpt, warp * 16, g, t);
         return;
     }
-    uint32_t pa[kQSteps][4], pds[kQSteps][4];
+    uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
     pack_a_n128(pa, st);
     pack_a_n128(pds, dpt);
     stage_ds(ds_s, pds, key_row, t);

@@ -1,18 +1,22 @@
 /*
  * dev/attention_lab/probes/probe_keys64_fp32.cu - the layout probe of fp32's key-major pass at HS 64 (attention_hopper_bwd64_fp32.cu):
  * one tile of the kernel's operand forms (TMA maps, descriptors, swizzle, accumulator mapping) through the
- * kernel's own helpers (attention/cuda/hopper/kernel_keys64_fp32.cuh), written out for the lab's host loops to check, so a
+ * kernel's own helpers (attention/cuda/hopper/kernel_keys64.cuh), written out for the lab's host loops to check, so a
  * wrong layout is named before the attention checks fail. Lab code: only the labs link it
  * (ATTN_HOPPER_PROBE_OBJS, attention/module.mk); declared in dev/attention_lab/hopper_probes.cuh.
  * Compiled for sm_90a only. Its waits record hangs in this object's own record pointer (installed by
  * hopper_lab.cuh's lab_watch_hangs through the installer at the end).
  */
-#include "attention/cuda/hopper/kernel_keys64_fp32.cuh"
+#include "attention/cuda/hopper/kernel_keys64.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 
 namespace {
+
+/* the mode's shared-memory plan and step height (kernel_keys64.cuh's traits) */
+using SmemPlan = Keys64Mode<ATTN_FP32>::Plan;
+constexpr int kBlockQ = SmemPlan::kBlockQ;
 
 static_assert(ATTN_HOPPER_FP32_KEYS64_PROBE_TILE == kBlockQ && ATTN_HOPPER_FP32_KEYS64_PROBE_TILE == kWarpgroupKeys,
               "the probe covers one warpgroup's keys and one query tile");
@@ -42,8 +46,8 @@ __global__ void __launch_bounds__(128, 1)
                             int NH, int head, ProbeOut out) {
     using Plan = SmemPlan;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
-                                      (kSwizzleAtomBytes - 1));
+    unsigned char* smem = smem_raw + ((kAtomBytes - (smem_u32(smem_raw) & (kAtomBytes - 1))) &
+                                      (kAtomBytes - 1));
     uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
     if (threadIdx.x == 0) {
         mbar_init(bar, 1);
@@ -63,7 +67,7 @@ __global__ void __launch_bounds__(128, 1)
         tma_load_4d(q_t, &qkv_map, bar, 0, kKeymajorSlotQ * NH + head, 0, 0);
         tma_load_4d(do_t, &dout_map, bar, 0, head, 0, 0);
     }
-    mbar_wait_bounded(bar, 0, ATTN_HANG_PROBE, 0);
+    keys64_wait<ATTN_FP32>(bar, 0, ATTN_HANG_PROBE, 0, nullptr);
     __syncwarp();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int key_row = warp * 16 + g;
@@ -151,5 +155,5 @@ void attention_hopper_fp32_keys64_layout_probe(AttnShape s, int head, const __nv
 }
 
 void attention_hopper_probe_keys64_fp32_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
-    cudaCheck(cudaMemcpyToSymbol(g_fp32keys64_hang, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
+    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
 }

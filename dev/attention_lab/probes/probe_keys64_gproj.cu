@@ -1,18 +1,22 @@
 /*
  * dev/attention_lab/probes/probe_keys64_gproj.cu - the layout probe of gproj's key-major pass at HS 64 (attention_hopper_bwd_gproj.cu):
  * one tile of the kernel's operand forms (TMA maps, descriptors, swizzle, accumulator mapping) through the
- * kernel's own helpers (attention/cuda/hopper/kernel_keys64_gproj.cuh), written out for the lab's host loops to check, so a
+ * kernel's own helpers (attention/cuda/hopper/kernel_keys64.cuh), written out for the lab's host loops to check, so a
  * wrong layout is named before the attention checks fail. Lab code: only the labs link it
  * (ATTN_HOPPER_PROBE_OBJS, attention/module.mk); declared in dev/attention_lab/hopper_probes.cuh.
  * Compiled for sm_90a only. Its waits record hangs in this object's own record pointer (installed by
  * hopper_lab.cuh's lab_watch_hangs through the installer at the end).
  */
-#include "attention/cuda/hopper/kernel_keys64_gproj.cuh"
+#include "attention/cuda/hopper/kernel_keys64.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 
 namespace {
+
+/* the mode's shared-memory plan and step height (kernel_keys64.cuh's traits) */
+using SmemPlan = Keys64Mode<ATTN_GPROJ>::Plan;
+constexpr int kBlockQ = SmemPlan::kBlockQ;
 
 static_assert(ATTN_HOPPER_BWD_PROBE_TILE == kBlockQ && ATTN_HOPPER_BWD_PROBE_TILE == kWarpgroupKeys,
               "the probe's tile is one consumer warpgroup step");
@@ -31,8 +35,8 @@ __global__ void __launch_bounds__(128, 1)
     using Plan = SmemPlan;
     extern __shared__ unsigned char smem_raw[];
     __shared__ int cta_abort;
-    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
-                                      (kSwizzleAtomBytes - 1));
+    unsigned char* smem = smem_raw + ((kAtomBytes - (smem_u32(smem_raw) & (kAtomBytes - 1))) &
+                                      (kAtomBytes - 1));
     uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
     float4* rs = reinterpret_cast<float4*>(smem + Plan::kRowState) + kBlockQ; /* stage 1's row state */
     if (threadIdx.x == 0) {
@@ -54,7 +58,7 @@ __global__ void __launch_bounds__(128, 1)
         tma_load_4d(q_t, &qkv_map, bar, 0, kSlotQ * NH + head, 0, 0);
         tma_load_4d(do_t, &dout_map, bar, 0, head, 0, 0);
     }
-    mbar_wait_bounded(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
+    keys64_wait<ATTN_GPROJ>(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
     __syncwarp();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
@@ -70,9 +74,9 @@ __global__ void __launch_bounds__(128, 1)
     };
     write_acc(out_st, st);
     write_acc(out_dpt, dpt);
-    uint32_t pa[kKSteps][4], pds[kKSteps][4], plam[kKSteps][4]; /* pa: unused here (attention_hopper_bwd.cu's probe checks it) */
+    uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4]; /* pa: unused here (attention_hopper_bwd.cu's probe checks it) */
 #pragma unroll
-    for (int kk = 0; kk < kKSteps; kk++) {
+    for (int kk = 0; kk < kTileKSteps; kk++) {
         float lam[2][2];
 #pragma unroll
         for (int jj = 0; jj < 2; jj++)
@@ -121,5 +125,5 @@ void attention_hopper_gproj_keys_layout_probe(AttnShape s, int head, const __nv_
 }
 
 void attention_hopper_probe_keys64_gproj_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
-    cudaCheck(cudaMemcpyToSymbol(g_gproj_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
+    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
 }

@@ -1,18 +1,23 @@
 /*
  * dev/attention_lab/probes/probe_rows128.cu - the layout probe of the row pass at HS 128 (attention_hopper_rows128.cu):
  * one tile of the kernel's operand forms (TMA maps, descriptors, swizzle, accumulator mapping) through the
- * kernel's own helpers (attention/cuda/hopper/kernel_rows128.cuh), written out for the lab's host loops to check, so a
+ * kernel's own helpers (attention/cuda/hopper/kernel_rows.cuh), written out for the lab's host loops to check, so a
  * wrong layout is named before the attention checks fail. Lab code: only the labs link it
  * (ATTN_HOPPER_PROBE_OBJS, attention/module.mk); declared in dev/attention_lab/hopper_probes.cuh.
  * Compiled for sm_90a only. Its waits record hangs in this object's own record pointer (installed by
  * hopper_lab.cuh's lab_watch_hangs through the installer at the end).
  */
-#include "attention/cuda/hopper/kernel_rows128.cuh"
+#include "attention/cuda/hopper/kernel_rows.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 
 namespace {
+
+/* the head size's traits (kernel_rows.cuh) */
+constexpr int kHS = 128;
+using SmemPlan = RowsShape<kHS>::Plan;
+constexpr int kChunks = RowsShape<kHS>::kChunks, kDqRegs = RowsShape<kHS>::kDqRegs;
 
 /* Layout probe: the two consumer warpgroups (256 threads, no setmaxnreg), at batch 0, head `head`: Q, dO
    tokens 0..127 and K, V tokens 0..127 loaded into STAGE 1 (assumption (c)); then, through the kernel's own
@@ -48,7 +53,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
             tma_load_4d(v_t + dst, &qkv_map, bar, ch * kChunkCols, kSlotV * NH + head, 0, 0);
         }
     }
-    mbar_wait_bounded(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
+    rows_wait<kHS>(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
     __syncwarp();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp / 4, g = lane >> 2, t = lane & 3;
     const int row0 = wg * kWarpgroupRows + (warp % 4) * 16 + g;

@@ -1,17 +1,22 @@
 /*
  * dev/attention_lab/probes/probe_rows64.cu - the layout probe of the row pass at HS 64 (attention_hopper_rows.cu):
  * one tile of the kernel's operand forms (TMA maps, descriptors, swizzle, accumulator mapping) through the
- * kernel's own helpers (attention/cuda/hopper/kernel_rows64.cuh), written out for the lab's host loops to check, so a
+ * kernel's own helpers (attention/cuda/hopper/kernel_rows.cuh), written out for the lab's host loops to check, so a
  * wrong layout is named before the attention checks fail. Lab code: only the labs link it
  * (ATTN_HOPPER_PROBE_OBJS, attention/module.mk); declared in dev/attention_lab/hopper_probes.cuh.
  * Compiled for sm_90a only. Its waits are unbounded, as the kernel's (a finite number of copies completes each phase).
  */
-#include "attention/cuda/hopper/kernel_rows64.cuh"
+#include "attention/cuda/hopper/kernel_rows.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 
 namespace {
+
+/* the head size's traits (kernel_rows.cuh) */
+constexpr int kHS = 64;
+using SmemPlan = RowsShape<kHS>::Plan;
+constexpr int kDqRegs = RowsShape<kHS>::kDqRegs;
 
 /* Layout probe: one CTA, the two consumer warpgroups, one tile of everything at token 0 of batch 0 (head
    `head`): the TMA copies of Q, K, V (qkv map) and dO (dout map), S = Q K^T and dP = dO V^T through

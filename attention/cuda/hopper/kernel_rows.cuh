@@ -1,0 +1,361 @@
+/*
+ * attention/cuda/hopper/kernel_rows.cuh - the device code of the Hopper row pass (gproj: lambda and all of dQ;
+ * fp32: D) at both head sizes, one kernel template over head-size traits: the constants both share, each head
+ * size's traits (RowsShape<HS>: the CTA's producer, setmaxnreg split, waits, shared-memory plan), the HS-128
+ * GEMM steps, the kernel body rows_kernel<HS, MODE>, in the including file's anonymous namespace. Included by
+ * the instantiation files attention/cuda/hopper/attention_hopper_rows.cu (HS 64) and attention_hopper_rows128.cu
+ * (HS 128) (their entry points; each head size's design, numerics and barrier protocol are in its file
+ * comment), and by the layout probes dev/attention_lab/probes/probe_rows64.cu and probe_rows128.cu, which run
+ * the same helpers on one tile.
+ *
+ * Why one template: both head sizes are one CTA (128 query rows, two consumer warpgroups of 64 rows, Q and dO
+ * loaded once, K/V tiles of 128 keys in 2 stages worked in two 64-key halves); they differ in the producer (a
+ * warp at HS 64, a warpgroup with setmaxnreg at HS 128, whose waits then give up instead of hanging), the
+ * 64-column chunks of a row and the S/dP GEMM form. Why a header: the probes are lab code and stay out of the
+ * production objects, yet they must use the kernel's own helpers and layout. One kernel object = one
+ * translation unit, each with its own hang-record pointer.
+ */
+#ifndef ATTENTION_CUDA_HOPPER_KERNEL_ROWS_CUH
+#define ATTENTION_CUDA_HOPPER_KERNEL_ROWS_CUH
+
+#include <math.h>
+#include <stdint.h>
+#include <type_traits>
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/tile_order.cuh"
+#include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/hopper/hopper_rows_common.cuh"
+#include "attention/cuda/launch_overlap.cuh"
+
+using namespace hopper_wgmma;
+
+namespace {
+
+/* ---- what both head sizes share ---- */
+constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row (one TMA box width) */
+static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
+constexpr int kBlockQ = 128;            /* query rows per CTA */
+constexpr int kBlockK = 128;            /* keys per K/V tile (= TMA box rows) */
+constexpr int kWarpgroupRows = 64;      /* query rows per consumer warpgroup (the M of wgmma) */
+constexpr int kConsumerWarpgroups = kBlockQ / kWarpgroupRows;
+constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+constexpr int kStages = 2;              /* K/V double buffering */
+constexpr int kSwizzleRowBytes = 128;
+constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes; /* 8 rows x 128 B: the repeat of the 128B swizzle */
+constexpr int kWgmmaK = 16;             /* k of every bf16 wgmma */
+constexpr int kKStepsPerChunk = kChunkCols / kWgmmaK; /* 4 k-steps of 32 bytes per 128-byte row */
+constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO */
+/* The S/dP GEMMs and the P/dS work run over 64-key halves of each 128-key tile: four accumulators over the
+   whole tile (S 64 + dP 64 + DSK 32 + PK 32 floats per thread at HS 64) spill even at 224 registers (ptxas,
+   CUDA 13.0: 460 bytes), halves do not; at HS 128 DSK + PK alone are 128 registers. */
+constexpr int kSubKeys = 64;
+constexpr int kSubTiles = kBlockK / kSubKeys;
+constexpr int kSRegs = kSubKeys / 2;    /* S or dP accumulator: 64 x kSubKeys FP32 over 128 threads */
+constexpr int kKeySteps = kSubKeys / kWgmmaK; /* k-steps of the DSK/PK GEMMs per half (16 keys each) */
+constexpr int kSubTileBytes = kSubKeys * kSwizzleRowBytes; /* 8 KB: halves stay 1024-byte aligned */
+constexpr size_t kTmaAlignBytes = 16;   /* global address alignment TMA requires */
+enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
+static_assert(kBlockQ == kBlockK, "one box shape serves Q, dO, K and V tiles; only the last key tile is diagonal");
+static_assert(kKeySteps == kTileKSteps, "hopper_wgmma.cuh's pack_acc_a_operand packs a 64 x 64 accumulator");
+/* which mbarrier a bounded wait gave up on (attention_hopper_bwd.cuh's sites: "the tiles loaded once" and "the
+   tiles of a stage", here Q/dO and K/V) */
+constexpr int kHangQdo = ATTN_HANG_KV_FULL; /* q_full: Q and dO, loaded once */
+constexpr int kHangKv = ATTN_HANG_FULL;     /* full[s]: the K/V tiles of stage s */
+
+/* Shared-memory plan (byte offsets from a 1024-byte aligned base): Q, dO, then kStages K and V tiles. A tile is
+   128 rows x HS columns = CHUNKS chunks of [128 rows][128 bytes], swizzled: column chunk c at c * kChunkBytes; a
+   warpgroup's or half's 64 rows start kSliceBytes into each chunk. */
+template <int CHUNKS>
+struct RowsPlan {
+    static constexpr int kChunkBytes = kBlockK * kSwizzleRowBytes; /* 16 KB */
+    static constexpr int kSliceBytes = 64 * kSwizzleRowBytes;      /* 8 KB: 64 rows of one chunk */
+    static constexpr int kTileBytes = CHUNKS * kChunkBytes;
+    static constexpr int kQ = 0;
+    static constexpr int kDO = kQ + kTileBytes;
+    static constexpr int kK = kDO + kTileBytes;          /* kStages tiles */
+    static constexpr int kV = kK + kStages * kTileBytes; /* kStages tiles */
+    static constexpr int kBarriers = kV + kStages * kTileBytes;
+    static constexpr int kNumBarriers = 1 + 2 * kStages; /* q_full, full[stages], empty[stages] */
+    static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
+    static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
+    static_assert(kSliceBytes % kSwizzleAtomBytes == 0 && kChunkBytes % kSwizzleAtomBytes == 0, "1024-aligned");
+    static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
+};
+
+/* A head size's traits: kChunks (64-column chunks per row), kDqRegs (a DSK or PK accumulator, 64 x HS),
+   kThreads and kProducerWarpgroup (a producer warpgroup with the setmaxnreg split kProducerRegs /
+   kConsumerRegs of the 384 threads' 168 registers each; else one producer warp and no setmaxnreg), kGivesUp
+   (bounded waits that give up, and NaN outputs after a give-up; else plain waits). */
+template <int HS>
+struct RowsShape {
+    static_assert(HS == 64, "HS 64 (HS 128 below)");
+    static constexpr int kChunks = 1;
+    using Plan = RowsPlan<kChunks>;
+    static constexpr int kDqRegs = HS / 2;
+    static constexpr int kThreads = kConsumerThreads + 32; /* + one producer warp, after the warpgroups (alignment) */
+    static constexpr int kProducerRegs = 0, kConsumerRegs = 0;
+    static constexpr bool kProducerWarpgroup = false, kGivesUp = false;
+};
+
+template <>
+struct RowsShape<128> {
+    static constexpr int kChunks = 2;
+    using Plan = RowsPlan<kChunks>;
+    static constexpr int kDqRegs = 128 / 2;
+    static constexpr int kThreads = kConsumerThreads + 128; /* + the producer warpgroup */
+    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+    static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * 168,
+                  "the setmaxnreg split must fit in what the CTA was launched with");
+    static constexpr bool kProducerWarpgroup = true, kGivesUp = true;
+};
+static_assert(RowsShape<64>::Plan::kTileBytes == RowsShape<64>::Plan::kChunkBytes &&
+                  RowsShape<64>::Plan::kSliceBytes == kSubTileBytes,
+              "HS 64: one chunk per tile, a half is a slice");
+
+/* ---- the HS-128 GEMMs of one 64-key half, per warpgroup (shared by the kernel and the layout probe) ---- */
+
+/* acc += A B^T issued (64 x 64 over HS: 8 k-steps; the caller zeroes, fences, commits, waits): A the
+   warpgroup's 64 rows of Q or dO, B the half's 64 keys of K or V, both K-major slices of 128-row tiles whose
+   chunks are kChunkBytes apart; k-step kk reads bytes 32 (kk % 4) of the rows of chunk kk / 4 (assumption (a)). */
+__device__ __forceinline__ void warpgroup_ss_issue(float (&acc)[kSRegs], uint32_t a_addr, uint32_t b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < 128 / kWgmmaK; kk++) {
+        const uint32_t off = (kk / kKStepsPerChunk) * RowsPlan<2>::kChunkBytes +
+                             (kk % kKStepsPerChunk) * kWgmmaK * (int)sizeof(bf16);
+        wgmma_m64n64k16_ss(acc, make_smem_desc(a_addr + off, kUnusedLbo, kSwizzleAtomBytes),
+                           make_smem_desc(b_addr + off, kUnusedLbo, kSwizzleAtomBytes));
+    }
+}
+
+/* S = Q_w K_h^T and dP = dO_w V_h^T (64 rows x 64 keys each) as one commit group, waited for. Written. */
+__device__ __forceinline__ void warpgroup_scores(float (&s)[kSRegs], float (&dp)[kSRegs], uint32_t q_addr,
+                                                 uint32_t k_addr, uint32_t do_addr, uint32_t v_addr) {
+#pragma unroll
+    for (int i = 0; i < kSRegs; i++) s[i] = dp[i] = 0.f;
+    reg_fence(s); /* keeps the zeroing above the fence */
+    reg_fence(dp);
+    wgmma_fence();
+    warpgroup_ss_issue(s, q_addr, k_addr);
+    warpgroup_ss_issue(dp, do_addr, v_addr);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(s);
+    reg_fence(dp);
+}
+
+/* ---- the waits ---- */
+
+constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz */
+/* set by the object's installer (HS 128: attention_hopper_rows128_watch_hangs); NULL: no record */
+__device__ AttnHopperHang* g_hang_record;
+
+/* Every wait of the kernel and the probes: HS 128's bounded wait that gives up (no trap under setmaxnreg; see
+   attention_hopper_rows128.cu), HS 64's plain wait (cta_abort unused). */
+template <int HS>
+__device__ __forceinline__ void rows_wait(uint64_t* bar, uint32_t parity, int site, int index, int* cta_abort) {
+    if constexpr (RowsShape<HS>::kGivesUp)
+        mbar_wait_give_up<kHangCycles>(bar, parity, site, index, cta_abort, g_hang_record);
+    else
+        mbar_wait(bar, parity);
+}
+
+/* Barrier of the two consumer warpgroups (256 threads; id 1: 0 is __syncthreads). */
+__device__ __forceinline__ void consumers_sync() { named_bar_sync(1, kConsumerThreads); }
+
+/* ------------------------------------------------------------------------------------------------ */
+/* the kernel                                                                                        */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* The row pass at head size HS. MODE: ATTN_GPROJ (reads D; writes lambda, dQ) or ATTN_FP32 (writes D = sum P
+   dP). cta_abort: the CTA's abort flag where the waits give up (NULL otherwise). The body of rows_kernel. */
+template <int HS, int MODE>
+__device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
+                                          const float* __restrict__ stats, float* __restrict__ D,
+                                          float* __restrict__ lambda, bf16* __restrict__ dqkv, int NH, int T,
+                                          float scale, float c, int* cta_abort) {
+    static_assert(MODE == ATTN_GPROJ || MODE == ATTN_FP32, "row pass exists for gproj and fp32 only");
+    using Shape = RowsShape<HS>;
+    using Plan = typename Shape::Plan;
+    constexpr bool kGproj = (MODE == ATTN_GPROJ);
+    constexpr int kChunks = Shape::kChunks, kDqRegs = Shape::kDqRegs;
+    extern __shared__ unsigned char smem_raw[];
+    /* the 1024-aligned base: one value, two forms (hopper_wgmma.cuh's function, the expression written out);
+       they compile to different address arithmetic, and each head size keeps the code it was measured with */
+    unsigned char* smem;
+    if constexpr (Shape::kProducerWarpgroup)
+        smem = aligned_smem_base(smem_raw);
+    else
+        smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
+                           (kSwizzleAtomBytes - 1));
+    unsigned char* q_s = smem + Plan::kQ;
+    unsigned char* do_s = smem + Plan::kDO;
+    unsigned char* k_s = smem + Plan::kK;
+    unsigned char* v_s = smem + Plan::kV;
+    uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    uint64_t* full = q_full + 1;
+    uint64_t* empty = full + kStages;
+
+    const AttnTileOrder order = attn_tile_longest_first(); /* longest rows first, over all heads */
+    const int q_tile = gridDim.x - 1 - order.rank;
+    const int bh = order.bh, b = bh / NH, h = bh % NH;
+    const int q0 = q_tile * kBlockQ;
+    const int n_key_tiles = (min(q0 + kBlockQ, T) - 1) / kBlockK + 1; /* = q_tile + 1 */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
+    const int warpgroup = Shape::kProducerWarpgroup ? __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0) : 0;
+
+    if (threadIdx.x == 0) {
+        if constexpr (Shape::kGivesUp) *cta_abort = 0;
+        init_pipeline_barriers<kStages>(q_full, full, empty, 1, kConsumerThreads);
+    }
+    __syncthreads();
+    /* launched with PDL (launch_overlap.cuh): the previous kernel's outputs (D, lambda, the zeroed accumulator)
+       are ready from here on; the next kernel may be placed on the SMs once every CTA of this grid has started */
+    wait_for_previous_grid();
+    let_next_grid_launch();
+
+    if (Shape::kProducerWarpgroup ? warpgroup == kConsumerWarpgroups : warp == kConsumerThreads / 32) {
+        if constexpr (Shape::kProducerWarpgroup) setmaxnreg_dec<Shape::kProducerRegs>(); /* the whole warpgroup */
+        /* ---- producer: lane 0 of its first warp issues every copy; the other threads have no work ---- */
+        if ((!Shape::kProducerWarpgroup || warp == kConsumerThreads / 32) && lane == 0) {
+            mbar_arrive_expect_tx(q_full, 2 * Plan::kTileBytes);
+            for (int ch = 0; ch < kChunks; ch++) {
+                tma_load_4d(q_s + ch * Plan::kChunkBytes, &qkv_map, q_full, ch * kChunkCols, kSlotQ * NH + h, q0, b);
+                tma_load_4d(do_s + ch * Plan::kChunkBytes, &dout_map, q_full, ch * kChunkCols, h, q0, b);
+            }
+            for (int kt = 0; kt < n_key_tiles; kt++) {
+                const int s = kt % kStages;
+                /* reuse of stage s: its release for tile kt - kStages completed phase kt / kStages - 1 */
+                if (kt >= kStages)
+                    rows_wait<HS>(&empty[s], (uint32_t)((kt / kStages - 1) & 1), ATTN_HANG_EMPTY, s, cta_abort);
+                mbar_arrive_expect_tx(&full[s], 2 * Plan::kTileBytes);
+                for (int ch = 0; ch < kChunks; ch++) {
+                    const int dst = s * Plan::kTileBytes + ch * Plan::kChunkBytes;
+                    tma_load_4d(k_s + dst, &qkv_map, &full[s], ch * kChunkCols, kSlotK * NH + h, kt * kBlockK, b);
+                    tma_load_4d(v_s + dst, &qkv_map, &full[s], ch * kChunkCols, kSlotV * NH + h, kt * kBlockK, b);
+                }
+            }
+        }
+        return; /* no block-wide barrier follows */
+    }
+    if constexpr (Shape::kProducerWarpgroup) setmaxnreg_inc<Shape::kConsumerRegs>();
+
+    /* ---- consumer warpgroups: wg owns query rows q0 + 64 wg .. +63; this thread rows row0, row0 + 8 ---- */
+    const int wg = Shape::kProducerWarpgroup ? warpgroup : warp / 4, g = lane >> 2, t = lane & 3;
+    const int row0 = q0 + wg * kWarpgroupRows + (warp % 4) * 16 + g;
+    float row_m[2], row_rl[2], row_D[2]; /* m, fl(1 / l), D (gproj) */
+    load_row_state<kGproj>(row_m, row_rl, row_D, stats, D, bh, T, row0);
+    float acc_a[2] = {0.f, 0.f}; /* gproj: r = sum bf(dS); fp32: sum P dP (this lane's keys, in key order) */
+    float acc_b[2] = {0.f, 0.f}; /* gproj: p = sum bf(P) */
+    float dsk[kDqRegs], pk[kDqRegs];
+    /* zeroed for gproj; HS 64's fp32 instantiation zeroes them too (the code it was measured with) */
+    if constexpr (kGproj || !Shape::kProducerWarpgroup) {
+#pragma unroll
+        for (int i = 0; i < kDqRegs; i++) dsk[i] = pk[i] = 0.f;
+        reg_fence(dsk); /* the zeroing before any wgmma fence (see warpgroup_two_ss_64x64) */
+        reg_fence(pk);
+    }
+
+    const uint32_t wg_rows = wg * Plan::kSliceBytes; /* 8 KB into each chunk: stays 1024-aligned */
+    const uint32_t q_addr = smem_u32(q_s) + wg_rows, do_addr = smem_u32(do_s) + wg_rows;
+    rows_wait<HS>(q_full, 0, kHangQdo, 0, cta_abort);
+    __syncwarp(); /* lanes leave the polling loop at different times: reconverge for the .aligned wgmma */
+
+    for (int kt = 0; kt < n_key_tiles; kt++) {
+        const int s = kt % kStages;
+        rows_wait<HS>(&full[s], (uint32_t)((kt / kStages) & 1), kHangKv, s, cta_abort);
+        __syncwarp();
+        const uint32_t k_addr = smem_u32(k_s + s * Plan::kTileBytes), v_addr = smem_u32(v_s + s * Plan::kTileBytes);
+
+        /* the mask only where it can bite (the diagonal tile, or a query tile that reaches past T) */
+        const bool tile_masked = !(kt < n_key_tiles - 1 && q0 + kBlockQ <= T);
+#pragma unroll 1
+        for (int sub = 0; sub < kSubTiles; sub++) {
+            const uint32_t k_half = k_addr + sub * Plan::kSliceBytes;
+            float sacc[kSRegs], dpacc[kSRegs];
+            if constexpr (kChunks == 1)
+                warpgroup_two_ss_64x64(sacc, dpacc, q_addr, k_half, do_addr, v_addr + sub * Plan::kSliceBytes);
+            else
+                warpgroup_scores(sacc, dpacc, q_addr, k_half, do_addr, v_addr + sub * Plan::kSliceBytes);
+
+            /* P, dS and the row sums (the mask only where it can bite) */
+            const int key0 = kt * kBlockK + sub * kSubKeys;
+            if (tile_masked)
+                row_probs_and_sums<kGproj, true>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
+            else
+                row_probs_and_sums<kGproj, false>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
+
+            if constexpr (kGproj) {
+                uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
+                pack_acc_a_operand(pa, sacc);
+                pack_acc_a_operand(dsa, dpacc);
+                warpgroup_rs_k<kDqRegs, (kChunks > 1)>(dsk, pk, dsa, pa, k_half, Plan::kChunkBytes);
+            }
+        }
+        mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
+    }
+
+    store_row_outputs<kGproj, HS>(acc_a, acc_b, dsk, pk, D, lambda, dqkv, bh, b, h, NH, T, row0, t, scale);
+
+    if constexpr (Shape::kGivesUp) {
+        /* A wait of this CTA that gave up (consumer or producer; the producer's give-up precedes an arrival on
+           full that every consumer waited for) is visible to every consumer thread after this barrier. Then the
+           CTA's outputs just written are overwritten with NaN (the same thread, the same addresses: program order
+           makes NaN the final value; written after the values, not instead of them, so the 240-register path
+           above keeps no extra register live: ptxas spilled with a select per store). */
+        consumers_sync();
+        if (*static_cast<volatile int*>(cta_abort) != 0) {
+            const float kNan = __int_as_float(0x7FC00000); /* a quiet NaN */
+            constexpr uint32_t kNanPair = 0x7FC07FC0u;     /* two BF16 quiet NaNs */
+            const long long qkv_row = 3LL * NH * HS;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int query = row0 + 8 * r;
+                if (query >= T) continue;
+                const long long idx = (long long)bh * T + query;
+                if (t == 0) {
+                    if (kGproj) lambda[idx] = kNan;
+                    else D[idx] = kNan;
+                }
+                if (kGproj) {
+                    bf16* dq_row = dqkv + ((long long)b * T + query) * qkv_row + (long long)h * HS + 2 * t;
+#pragma unroll
+                    for (int n = 0; n < HS / 8; n++) *reinterpret_cast<uint32_t*>(dq_row + 8 * n) = kNanPair;
+                }
+            }
+        }
+    }
+}
+
+/* The row pass's entry point (one per head size and mode). */
+template <int HS, int MODE>
+__global__ void __launch_bounds__(RowsShape<HS>::kThreads, 1)
+    rows_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
+                const float* __restrict__ stats, float* __restrict__ D, float* __restrict__ lambda,
+                bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
+    if constexpr (RowsShape<HS>::kGivesUp) {
+        __shared__ int cta_abort; /* set by a bounded wait that gave up (rows_wait) */
+        rows_pass<HS, MODE>(qkv_map, dout_map, stats, D, lambda, dqkv, NH, T, scale, c, &cta_abort);
+    } else {
+        rows_pass<HS, MODE>(qkv_map, dout_map, stats, D, lambda, dqkv, NH, T, scale, c, nullptr);
+    }
+}
+
+/* ---- host ---- */
+
+/* One launch: the grid (query tiles, B*NH) and the PDL launch after the previous kernel of the chain. */
+template <int HS, int MODE>
+void rows_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats, float* D,
+                 float* lambda, bf16* dqkv, cudaStream_t stream) {
+    constexpr int kAlloc = RowsShape<HS>::Plan::kAlloc;
+    cudaCheck(cudaFuncSetAttribute(rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
+    const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
+    launch_after_previous_grid(1, rows_kernel<HS, MODE>, grid, dim3(RowsShape<HS>::kThreads), kAlloc, stream, qkv_map,
+                               dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(HS),
+                               attn_exp2_scale(HS));
+}
+
+}  // namespace
+
+#endif /* ATTENTION_CUDA_HOPPER_KERNEL_ROWS_CUH */
