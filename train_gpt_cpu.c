@@ -299,8 +299,11 @@ int main(int argc, char** argv) {
     const LRSchedule sched = run.sched;
     char shape[256];
     describe_config(&cfg, n, shape, sizeof(shape));
-    printf("+-- " PROGRAM ": GPT-2 pretraining on the CPU\n");
-    printf("| model      %s\n|            %s\n", shape, run.model_source);
+    char options[256];
+    gpt_config_describe_options(&cfg, options, sizeof(options));
+    printf("+-- " PROGRAM ": GPT pretraining on the CPU\n");
+    printf("| model      %s\n|            %s\n|            options: %s\n", shape, run.model_source,
+           options[0] ? options : "GPT-2's (learned positions, LayerNorm, GELU 4C, biases, tied head)");
     printf("| train data %s: %d shard(s), %lld tokens, %lld batches per epoch, shuffle %d (seed %llu)\n",
            f.train_data, dataloader_num_shards(train), (long long)dataloader_num_tokens(train),
            (long long)dataloader_batches_per_epoch(train), f.shuffle, (unsigned long long)f.seed);
