@@ -164,7 +164,7 @@ static void run_diagnostics(CpuDiag* d, GPTCpu* model, AttnMode mode, int step, 
         diag_layers_clear(d->layers, L);
         if (what.diag) {
             for (int l = 0; l < L; l++)
-                diag_attention_cpu(gpt_act_ptr(model, model->acts, A_QKV, l), shape.B, shape.T, NH, HS,
+                diag_attention_cpu(gpt_cpu_attn_qkv(model, l), shape.B, shape.T, NH, HS,
                                    DIAG_DEFAULT_ROWS_PER_HEAD, &d->layers[l]);
             diag_params_cpu(cfg, model->params_info, model->params, model->grads, d->layers, NULL);
         }
@@ -172,7 +172,7 @@ static void run_diagnostics(CpuDiag* d, GPTCpu* model, AttnMode mode, int step, 
         diag_probe_clear(&probe);
         if (what.probe_layer >= 0) {
             const int pl = what.probe_layer;
-            diag_probe_cpu(mode, model->attn_opt, ATTN_IO_FP32, shape, pl, gpt_act_ptr(model, model->acts, A_QKV, pl),
+            diag_probe_cpu(mode, model->attn_opt, ATTN_IO_FP32, shape, pl, gpt_cpu_attn_qkv(model, pl),
                            gpt_act_ptr(model, model->acts, A_ATTY, pl),
                            gpt_act_ptr(model, model->acts, A_ATT_STATS, pl),
                            gpt_act_ptr(model, model->grads_acts, A_ATTY, pl), NULL, NULL, &probe);
@@ -187,7 +187,7 @@ static void run_diagnostics(CpuDiag* d, GPTCpu* model, AttnMode mode, int step, 
     if (what.capture)
         for (int l = 0; l < L; l++)
             if (diag_capture_wanted(&d->plan.capture, step, l))
-                diag_capture_write_cpu(out_dir, step, l, mode, shape, gpt_act_ptr(model, model->acts, A_QKV, l),
+                diag_capture_write_cpu(out_dir, step, l, mode, shape, gpt_cpu_attn_qkv(model, l),
                                        gpt_act_ptr(model, model->acts, A_ATTY, l),
                                        gpt_act_ptr(model, model->acts, A_ATT_STATS, l),
                                        gpt_act_ptr(model, model->grads_acts, A_ATTY, l));
@@ -299,8 +299,11 @@ int main(int argc, char** argv) {
     const LRSchedule sched = run.sched;
     char shape[256];
     describe_config(&cfg, n, shape, sizeof(shape));
-    printf("+-- " PROGRAM ": GPT-2 pretraining on the CPU\n");
-    printf("| model      %s\n|            %s\n", shape, run.model_source);
+    char options[256];
+    gpt_config_describe_options(&cfg, options, sizeof(options));
+    printf("+-- " PROGRAM ": GPT pretraining on the CPU\n");
+    printf("| model      %s\n|            %s\n|            options: %s\n", shape, run.model_source,
+           options[0] ? options : "GPT-2's (learned positions, LayerNorm, GELU 4C, biases, tied head)");
     printf("| train data %s: %d shard(s), %lld tokens, %lld batches per epoch, shuffle %d (seed %llu)\n",
            f.train_data, dataloader_num_shards(train), (long long)dataloader_num_tokens(train),
            (long long)dataloader_batches_per_epoch(train), f.shuffle, (unsigned long long)f.seed);

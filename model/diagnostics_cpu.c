@@ -176,14 +176,20 @@ void diag_params_cpu(const GPTConfig* cfg, const ParamTensorInfo table[NUM_PARAM
     const ParamTensorInfo* qkvb = &table[P_QKVB];
 #pragma omp parallel for schedule(static)
     for (int l = 0; l < L; l++) {
-        /* the per-layer tensors are the contiguous id range P_LN1W..P_FCPROJB (gpt_config.h) */
+        /* the per-layer tensors: the id range P_LN1W..P_FCPROJB and the QK-norm gains (gpt_config.h;
+           a tensor the config does not have has count 0) */
         if (grads != NULL) {
             double g2 = 0;
-            for (int id = P_LN1W; id <= P_FCPROJB; id++) {
+            for (int id = P_LN1W; id < NUM_PARAM_TENSORS; id++) {
+                if (id > P_FCPROJB && id != P_QNORMW && id != P_KNORMW) continue;
                 const size_t per_layer_count = table[id].count / (size_t)L;
                 g2 += sum_squares(grads + table[id].offset + (size_t)l * per_layer_count, per_layer_count);
             }
             per_layer[l].grad_norm = (float)sqrt(g2);
+        }
+        if (qkvb->count == 0) { /* --bias 0: there is no key bias */
+            per_layer[l].key_bias_norm = per_layer[l].key_bias_grad_norm = NAN;
+            continue;
         }
         const size_t key_bias = qkvb->offset + (size_t)l * 3 * C + (size_t)C;
         per_layer[l].key_bias_norm = (float)sqrt(sum_squares(params + key_bias, (size_t)C));
@@ -199,6 +205,7 @@ void diag_params_cpu(const GPTConfig* cfg, const ParamTensorInfo table[NUM_PARAM
 
 void diag_zero_key_bias_grad_cpu(const GPTConfig* cfg, const ParamTensorInfo table[NUM_PARAM_TENSORS], float* grads) {
     const int L = cfg->num_layers, C = cfg->channels;
+    if (table[P_QKVB].count == 0) die("--zero-key-bias-grad: the model has no key bias (--bias 0)");
     for (int l = 0; l < L; l++)
         memset(grads + table[P_QKVB].offset + (size_t)l * 3 * C + (size_t)C, 0, (size_t)C * sizeof(float));
 }

@@ -590,6 +590,37 @@ static void test_warn(void) {
     free(w);
 }
 
+/* A model without biases and with QK-norm: no key bias (its norms are NaN, never another tensor's
+   numbers read at qkvb's empty offset) and the per-layer gradient norm counts the QK-norm gains. */
+static void test_params_options(void) {
+    test_section("parameter diagnostics with --bias 0 --qk-norm 1");
+    GPTConfig cfg;
+    tiny_config(&cfg);
+    cfg.bias = 0;
+    cfg.qk_norm = 1;
+    ParamTensorInfo table[NUM_PARAM_TENSORS];
+    const size_t np = gpt_param_table(&cfg, table);
+    const int L = cfg.num_layers;
+    float* params = (float*)callocCheck(np, sizeof(float));
+    float* grads = (float*)callocCheck(np, sizeof(float));
+    size_t per_layer = 0; /* elements of one layer: every tensor with a layer axis */
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+        if (table[id].layers != L) continue;
+        per_layer += table[id].count / (size_t)L;
+        for (size_t i = 0; i < table[id].count; i++) grads[table[id].offset + i] = 1.0f;
+    }
+    LayerDiag d[8];
+    diag_layers_clear(d, L);
+    diag_params_cpu(&cfg, table, params, grads, d, NULL);
+    int ok = 1;
+    for (int l = 0; l < L; l++) ok &= fabs(d[l].grad_norm - sqrt((double)per_layer)) < 1e-3;
+    CHECK(ok, "layer gradient norm = sqrt(%zu): the QK-norm gains counted (got %g)", per_layer, d[0].grad_norm);
+    CHECK(isnan(d[0].key_bias_norm) && isnan(d[0].key_bias_grad_norm) && isnan(d[L - 1].key_bias_norm),
+          "no key bias: its norms are NaN (null in the record)");
+    free(params);
+    free(grads);
+}
+
 int main(int argc, char** argv) {
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         bench();
@@ -599,6 +630,7 @@ int main(int argc, char** argv) {
     test_uniform_and_sharp();
     test_random_brute_force();
     test_params();
+    test_params_options();
     test_model_key_bias_gradient();
     test_probe();
     test_capture_spec();

@@ -105,6 +105,34 @@ expect_refusal "--resume with another option" "--qk-norm 1, but the checkpoint h
 run_ok "I3: --init-from with the checkpoint's own options given" "${COMMON[@]}" --steps 2 \
     --init-from "$TMP/A/model_00000020.bin" --norm layernorm --bias 1 --out-dir "$TMP/I3"
 
+# ---------------------------------------------------------------- modern-stack options end to end
+section "architecture options: every one on, checkpoint version 6, bit-exact resume, --init-from"
+MOD=(--pos rope --rope-base 500 --norm rmsnorm --mlp swiglu --qk-norm 1 --bias 0 --tie-embeddings 0)
+run_ok "M: 8 steps with every option" "${COMMON[@]}" "${MOD[@]}" --steps 8 --checkpoint-every 4 --out-dir "$TMP/OPT"
+check "its model file is version 6 (options in the header)" python3 -c 'import struct,sys
+h = struct.unpack("<17i", open(sys.argv[1], "rb").read(68))
+sys.exit(0 if h[1] == 6 and h[9:] == (1, struct.unpack("<i", struct.pack("<f", 500.0))[0], 1, 1, 192, 1, 0, 0) else 1)' \
+    "$TMP/OPT/model_00000008.bin"
+check "the config record's flags hold the resolved options (mlp-hidden 0 -> 192)" python3 -c 'import json,sys
+f = [json.loads(l) for l in open(sys.argv[1])][0]["flags"]
+want = {"pos": "rope", "rope-base": 500, "norm": "rmsnorm", "mlp": "swiglu", "mlp-hidden": 192, "qk-norm": 1,
+        "bias": 0, "tie-embeddings": 0}
+sys.exit(0 if all(f[k] == v for k, v in want.items()) else 1)' "$TMP/OPT/log.jsonl"
+run_ok "M2: first 4 steps (--stop-at 4)" "${COMMON[@]}" "${MOD[@]}" --steps 8 --stop-at 4 --checkpoint-every 4 \
+    --out-dir "$TMP/OPT2"
+run_ok "M2: --resume to 8 (no option flags: they come from the checkpoint)" "${COMMON[@]}" --steps 8 \
+    --checkpoint-every 4 --out-dir "$TMP/OPT2" --resume
+check "model_00000008.bin identical byte for byte" cmp -s "$TMP/OPT/model_00000008.bin" "$TMP/OPT2/model_00000008.bin"
+check "state_00000008.bin identical" cmp -s "$TMP/OPT/state_00000008.bin" "$TMP/OPT2/state_00000008.bin"
+run_ok "M3: --init-from the version-6 file, options from its header" "${COMMON[@]}" --steps 2 \
+    --init-from "$TMP/OPT/model_00000008.bin" --out-dir "$TMP/OPT3"
+check "... and its first validation loss equals M's last one exactly" \
+    test "$(val_of "$TMP/OPT3/log.jsonl" 0)" = "$(val_of "$TMP/OPT/log.jsonl" 8)"
+expect_refusal "--init-from the version-6 file with --pos learned --mlp gelu" \
+    "--pos learned, but the checkpoint has --pos rope" "${COMMON[@]}" --steps 2 \
+    --init-from "$TMP/OPT/model_00000008.bin" --pos learned --mlp gelu --out-dir "$TMP/OPT4"
+check "... --mlp named too (and the hidden size that follows from it)" grep -qF -- "--mlp gelu, but the checkpoint has --mlp swiglu" "$TMP/last.log"
+
 # ---------------------------------------------------------------- damaged inputs
 section "damage: refused with a reason"
 fresh_copy() {  # dir -> a run folder holding only the step-10 checkpoint of B

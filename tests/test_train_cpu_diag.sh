@@ -25,6 +25,10 @@
 #   warning   a low --warn-rho / --warn-dq-err fires: console line with the
 #             gproj hint, attn_warning events once per (kind, layer) after
 #             their diag record; thresholds 0 fire nothing;
+#   modern    with --pos rope --qk-norm 1: diagnostics and the capture read q
+#             and k after qk-norm and RoPE (what attention sees); no key bias
+#             means null key-bias norms; --zero-key-bias-grad is refused where
+#             the key-bias gradient is not exactly 0;
 #   refusals  --capture-attn with --capture-steps, a layer past the model,
 #             --capture-layers alone;
 #   recipe    scripts/matched_runs.sh --cpu --gauge-arm bf16 runs end to end
@@ -251,6 +255,41 @@ check "thresholds 0: no attn_warning event" bash -c "! grep -q attn_warning '$TM
 
 # ---------------------------------------------------------------- refusals
 section "refusals"
+# ---------------------------------------------------------------- the keys attention sees
+section "modern stack: diagnostics and captures read q and k after qk-norm and RoPE"
+# With qk-norm every head's q and k has RMS |gain| (~1 after 2 steps) and RoPE keeps norms, so the
+# captured heads have RMS ~1 and max |q|, |k| lie in (1, sqrt(HS) * 1.1]; the qkv matmul output
+# (what diagnostics read without the transform) has RMS ~0.1-0.3 at this stage.
+run_ok "--pos rope --qk-norm 1 --bias 0, diag every step, capture step 1 layer 0" "${COMMON[@]}" --pos rope \
+    --qk-norm 1 --bias 0 --diag-every 1 --probe-every 1 --capture-attn 1:0 --steps 2 --out-dir "$TMP/qkn"
+check_log "max |q|, |k| of every layer in (1, 4.4] (post-norm keys), key-bias norms null (no bias)" \
+    "$TMP/qkn/log.jsonl" '
+for s in diag:
+    r = diag[s]
+    for name in ("layer_q_absmax", "layer_k_absmax"):
+        need(all(1.0 < v <= 4.4 for v in r[name]), "step %d %s %r" % (s, name, r[name]))
+    need(r["key_bias_norm"] is None and all(v is None for v in r["layer_key_bias_norm"]),
+         "step %d key bias %r" % (s, r["layer_key_bias_norm"]))
+    need(r["probe_dq_err_max"] is not None and r["probe_dq_err_max"] > 0, "step %d probe ran" % s)
+'
+check "the capture holds the normed, rotated q and k: every head's RMS within 10% of 1" python3 - \
+    "$TMP/qkn/attn_step00000001_layer00.bin" <<'EOF'
+import struct, sys
+B, T, C, NH = 2, 32, 64, 4
+HS = C // NH
+data = open(sys.argv[1], "rb").read()
+vals = struct.unpack("<%df" % (2 * B * T * C), data[128:128 + 8 * B * T * C])  # Q then K
+rms = [(sum(v * v for v in vals[i:i + HS]) / HS) ** 0.5 for i in range(0, len(vals), HS)]
+print("    head RMS of Q and K: min %.4f max %.4f" % (min(rms), max(rms)))
+sys.exit(0 if all(0.9 < r < 1.1 for r in rms) else 1)
+EOF
+expect_refusal "--zero-key-bias-grad with --bias 0" "--zero-key-bias-grad 1 needs a key bias whose exact gradient is 0" \
+    "${COMMON[@]}" --bias 0 --zero-key-bias-grad 1 --out-dir "$TMP/x"
+expect_refusal "--zero-key-bias-grad with --pos rope" "--pos rope (RoPE turns a common key offset" \
+    "${COMMON[@]}" --pos rope --zero-key-bias-grad 1 --out-dir "$TMP/x"
+expect_refusal "--zero-key-bias-grad with --qk-norm 1" "--qk-norm 1 (the norm is not shift invariant)" \
+    "${COMMON[@]}" --qk-norm 1 --zero-key-bias-grad 1 --out-dir "$TMP/x"
+
 expect_refusal "--capture-attn with --capture-steps" "say the same thing twice" \
     "${COMMON[@]}" --capture-attn 4:0 --capture-steps 4 --out-dir "$TMP/x"
 expect_refusal "--capture-attn layer past the model" "--capture" "${COMMON[@]}" --capture-attn 4:2 --out-dir "$TMP/x"

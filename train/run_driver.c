@@ -491,6 +491,17 @@ void run_driver_load_model(RunDriver* d) {
     }
     if (f->attn_tile_max_shift && d->attn_mode != ATTN_REPAIR)
         fatal_flag(d, "--attn-tile-max-shift 1 is an arm of --attn repair only (it conflicts with the other modes)");
+    /* The gauge arm zeroes a gradient that is exactly 0 only when a key bias shifts every key of a head
+       alike: learned positions, no qk-norm, and a key bias to begin with. */
+    if (f->zero_key_bias_grad && (!d->cfg.bias || d->cfg.pos == GPT_POS_ROPE || d->cfg.qk_norm)) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "--zero-key-bias-grad 1 needs a key bias whose exact gradient is 0, and this model "
+                 "has %s; drop --zero-key-bias-grad (it applies to --bias 1 with --pos learned and --qk-norm 0)",
+                 !d->cfg.bias ? "no key bias (--bias 0)"
+                 : d->cfg.pos == GPT_POS_ROPE ? "--pos rope (RoPE turns a common key offset into a position-dependent one)"
+                                              : "--qk-norm 1 (the norm is not shift invariant)");
+        fatal_flag(d, msg);
+    }
 }
 
 void run_driver_batch(RunDriver* d, int world) {
