@@ -30,6 +30,7 @@
 #include <tgmath.h>
 
 #include "common/utils.h"
+#include "model/rope_table.h"
 
 #define LAYERNORM_EPS GPT_NORM_EPS
 
@@ -112,30 +113,16 @@ void gpt_cpu_init(GPTCpu* m, const GPTConfig* cfg, int B, int T, AttnMode mode) 
     m->mean_loss = -1.0f;
     if (cfg->pos == GPT_POS_ROPE) {
         const int HS = cfg->channels / cfg->num_heads;
-        const size_t n = (size_t)T * (size_t)(HS / 2);
-        float* c = (float*)mallocCheck(n * sizeof(float));
-        float* s = (float*)mallocCheck(n * sizeof(float));
-        gpt_rope_table(cfg->rope_base, T, HS, c, s);
+        const size_t n = rope_table_entries(T, HS);
+        RopeCosSin* table = (RopeCosSin*)mallocCheck(n * sizeof(RopeCosSin));
+        rope_table_fill(table, T, HS, (double)cfg->rope_base);
         m->rope_cos = (gpt_real*)mallocCheck(n * sizeof(gpt_real));
         m->rope_sin = (gpt_real*)mallocCheck(n * sizeof(gpt_real));
         for (size_t i = 0; i < n; i++) {
-            m->rope_cos[i] = c[i];
-            m->rope_sin[i] = s[i];
+            m->rope_cos[i] = table[i].cos;
+            m->rope_sin[i] = table[i].sin;
         }
-        free(c);
-        free(s);
-    }
-}
-
-void gpt_rope_table(float base, int T, int HS, float* cos_t, float* sin_t) {
-    const int half = HS / 2;
-    for (int i = 0; i < half; i++) {
-        const float inv_freq = (float)pow((double)base, -2.0 * (double)i / (double)HS);
-        for (int t = 0; t < T; t++) {
-            const float angle = (float)t * inv_freq;
-            cos_t[(size_t)t * half + i] = (float)cos((double)angle);
-            sin_t[(size_t)t * half + i] = (float)sin((double)angle);
-        }
+        free(table);
     }
 }
 

@@ -111,7 +111,7 @@ typedef struct {
     int* inputs;           /* (B, T) copy of the last forward's inputs */
     int* targets;          /* (B, T) copy of its targets */
     int has_targets;       /* 1 if the last forward had targets (backward allowed) */
-    gpt_real* rope_cos;    /* (T, HS/2) RoPE tables (docs/modern_stacks.md), NULL without RoPE */
+    gpt_real* rope_cos;    /* (T, HS/2) RoPE tables from model/rope_table.h (shared with the GPU), NULL without RoPE */
     gpt_real* rope_sin;
 } GPTCpu;
 
@@ -140,12 +140,6 @@ void gpt_cpu_zero_grad(GPTCpu* m);
 /* After a forward with targets: ACCUMULATES d(mean_loss)/d(params) into m->grads. */
 void gpt_cpu_backward(GPTCpu* m);
 void gpt_cpu_free(GPTCpu* m);
-
-/* The RoPE tables for positions [0, T) and head size HS (even): inv_freq_i =
-   base^(-2i/HS) in double rounded once to float, angle = (float)t * inv_freq_i
-   in float, cos and sin of that float angle in double rounded once to float.
-   cos_t, sin_t: T * HS/2 each, row t at t * HS/2. The GPU builds the same table. */
-void gpt_rope_table(float base, int T, int HS, float* cos_t, float* sin_t);
 
 /* What attention reads in layer `layer` after the last forward, (cur_B, cur_T, 3C)
    in attention.h's qkv layout: q and k after qk-norm and RoPE (A_QKV_ATT) when
