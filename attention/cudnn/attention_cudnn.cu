@@ -29,7 +29,7 @@
  *
  * Owns: the cuDNN handle (one per process, first device used), the plan cache (ATTN_CUDNN_CACHE shapes),
  * and one device workspace shared by all plans (cuDNN's workspace followed by our scratch: Dsum, the dQ
- * accumulator, packed stats, packed dQ/dK/dV), grown on demand (growing synchronizes the device).
+ * accumulator, packed stats, packed dQ/dK/dV), grown on demand (an outgrown one is kept, not freed).
  * Every cuDNN call is checked: a failure names file:line, cudnnGetErrorString and cudnnGetLastErrorString.
  */
 #include <math.h>
@@ -70,17 +70,15 @@ cudnnHandle_t handle_get() {
     return g_handle;
 }
 
-/* ---- the shared workspace ---- */
+/* ---- the shared workspace ----
+   Grown, never freed: a CUDA graph captured earlier (--cuda-graph) keeps the old pointer, so an outgrown
+   buffer stays allocated for the life of the process (growth happens once per new, larger shape). */
 
 void* g_ws = NULL;
 size_t g_ws_bytes = 0;
 void* workspace_get(size_t bytes) {
     if (bytes <= g_ws_bytes && g_ws != NULL) return g_ws;
-    if (g_ws != NULL) {
-        cudaCheck(cudaDeviceSynchronize()); /* a call in flight may still use the old one */
-        cudaCheck(cudaFree(g_ws));
-    }
-    const size_t grown = bytes + bytes / 4;
+    const size_t grown = bytes + bytes / 4 > 256 ? bytes + bytes / 4 : 256;
     cudaCheck(cudaMalloc(&g_ws, grown));
     g_ws_bytes = grown;
     return g_ws;
@@ -560,6 +558,7 @@ int try_heuristics(CudnnAttnPlan* p, cudnnBackendDescriptor_t graph, cudnnBacken
 }  // namespace
 
 int attention_cudnn_available(void) { return 1; }
+void attention_cudnn_require(const char* who) { (void)who; }
 long attention_cudnn_version(void) { return (long)cudnnGetVersion(); }
 long attention_cudnn_header_version(void) { return (long)CUDNN_VERSION; }
 

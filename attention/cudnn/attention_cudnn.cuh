@@ -13,12 +13,12 @@
  *   attention_cudnn_none.cu  (no cuDNN) fails every call with one message naming the fix.
  *
  * Offers:
- *   attention_cudnn_available  - 1 in a build with cuDNN, 0 without.
+ *   attention_cudnn_available  - 1 in a build with cuDNN, 0 without; attention_cudnn_require dies without.
  *   attention_forward_cudnn / attention_backward_cudnn - the mode's entry points (attention_cuda.cu's
  *       dispatch calls them for ATTN_CUDNN). The first call for a shape (B, NH, T, HS) builds and caches
  *       its plan (heuristics mode A, then the fallback list; the first engine config that finalizes
- *       wins); the workspace is owned here and grown as needed (growing synchronizes the device, so the
- *       first call of a shape must not be inside CUDA graph capture). Asynchronous on `stream` after that.
+ *       wins); the workspace is owned here and grown as needed (cudaMalloc: the first call of a shape must
+ *       not be inside CUDA graph capture). Asynchronous on `stream` after that.
  *   attention_cudnn_describe   - the engines and knobs the cached plans of a shape use (for logs).
  *   attention_cudnn_version / attention_cudnn_header_version - cudnnGetVersion() and CUDNN_VERSION.
  *   The explicit-variant API below (CudnnAttnVariant, attention_cudnn_plan_*) builds one named variant
@@ -33,6 +33,8 @@
 #include "attention/attention.h"
 
 int attention_cudnn_available(void);
+/* Returns in a build with cuDNN; without, dies with the fix, naming `who` (a trainer calls it at start-up). */
+void attention_cudnn_require(const char* who);
 long attention_cudnn_version(void);        /* cudnnGetVersion() of the loaded library; 0 without cuDNN */
 long attention_cudnn_header_version(void); /* CUDNN_VERSION of the headers built against; 0 without cuDNN */
 

@@ -13,6 +13,7 @@ static void no_cudnn(const char* who) {
 }
 
 int attention_cudnn_available(void) { return 0; }
+void attention_cudnn_require(const char* who) { no_cudnn(who); }
 long attention_cudnn_version(void) { return 0; }
 long attention_cudnn_header_version(void) { return 0; }
 
