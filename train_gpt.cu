@@ -58,6 +58,7 @@
 #include <time.h>
 
 #include "model/gpt_cuda.cuh"
+#include "attention/cudnn/attention_cudnn.cuh"
 #include "model/diagnostics.cuh"
 #include "train/comm.h"
 extern "C" {
@@ -498,6 +499,8 @@ int main(int argc, char** argv) {
        (train/run_driver.c, train/run_diag.h); the attention mode is settled (the saved one on resume unless
        --attn is given) before memory is planned ---- */
     RunDriver run;
+    /* --attn cudnn in a build without cuDNN stops here, before the run folder is touched */
+    if (f.attn && strcmp(f.attn, "cudnn") == 0) attention_cudnn_require("train_gpt --attn cudnn");
     run_driver_init(&run, "train_gpt", argc, argv, &f, master_rank);
     run_driver_load_model(&run);
     if (!gpt_config_is_gpt2(&run.cfg)) { /* refused, never run as GPT-2 */
@@ -511,6 +514,7 @@ int main(int argc, char** argv) {
     float* init_params = run.params;
     run.params = NULL;
     const AttnMode attn_mode = run.attn_mode;
+    if (attn_mode == ATTN_CUDNN) attention_cudnn_require("train_gpt (resumed run in attention mode cudnn)");
     run_driver_batch(&run, world_size);
     const int B = run.B, T = run.T;
     const long long tokens_per_micro = (long long)B * T * world_size; /* over all ranks */
@@ -795,6 +799,8 @@ int main(int argc, char** argv) {
         dp_account_timing(&dp);
         tokens_seen += tokens_per_micro * grad_accum;
         if (step > start_step) { time_sum += dt; timed_steps++; } /* the first step includes warm-up */
+        if (step == start_step && attn_mode == ATTN_CUDNN && master_rank) /* the plans the first step built */
+            printf("attention cudnn: %s\n", attention_cudnn_describe(AttnShape{B, cfg.num_heads, T, cfg.channels / cfg.num_heads}));
         StepRecord r = {step, f.steps, loss, lr, norm, tokens_per_micro * grad_accum / dt, dt * 1e3,
                         attn_mode_name(attn_mode)};
         runlog_step(log, &r);

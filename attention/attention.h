@@ -12,10 +12,13 @@
  *   qkv   [B, T, 3, NH, HS]  row t of batch b holds q | k | v, head h at h*HS
  *   out   [B, T, NH, HS]     (feeds the output projection directly)
  *   stats [B, NH, T, 2]      two fp32 per query row, the saved softmax state:
- *                            bf16 mode:  {LSE_i (natural log, scaled units), 0}
+ *                            bf16, cudnn: {LSE_i (natural log, scaled units), 0}
  *                            other modes: {m_i (raw score max), l_i (row sum)}
  *   dout like out, dqkv like qkv.
  * Causal: query t sees keys 0..t. Scale s = 1/sqrt(HS).
+ *
+ * cudnn mode (GPU only) is cuDNN's fused kernel reached through its backend API
+ * (attention/cudnn/); it keeps the same layout and bf16 mode's stats {LSE, 0}.
  *
  * Offers (this header, plain C): the mode enum and its names, the shape
  * struct, options, and the CPU entry points (attention_cpu.c, fp32 arrays
@@ -36,15 +39,29 @@ typedef enum {
     ATTN_BF16 = 1,   /* FlashAttention-3 style, faithful to its rounding and FMA softmax */
     ATTN_REPAIR = 2, /* bf16 with the FMA softmax flaw repaired (P_max == 1 exactly) */
     ATTN_GPROJ = 3,  /* repair + P-weighted projection restoring zero row sums of dS */
-    ATTN_NUM_MODES = 4
+    ATTN_CUDNN = 4,  /* cuDNN's own fused flash attention (GPU only; attention/cudnn/) */
+    ATTN_NUM_MODES = 5
 } AttnMode;
 
-/* Names as used by the --attn flag: "fp32", "bf16", "repair", "gproj". */
+/* The modes 0..ATTN_NUM_EMULATED_MODES-1 are the ones this project defines: each has an exact
+   CPU emulation (attention_cpu.c) and our own CUDA kernels. cudnn is cuDNN's kernel, GPU only,
+   with no CPU emulation; loops over "every mode" of the CPU side, the emulation tests and our
+   kernels run over the emulated ones. */
+enum { ATTN_NUM_EMULATED_MODES = 4 };
+/* 1 for fp32, bf16, repair, gproj; 0 for cudnn and invalid values. */
+int attn_mode_is_emulated(AttnMode mode);
+/* Dies with one clear message, naming `who`, unless `mode` is an emulated mode: the CPU entry
+   points and the CPU trainer call it (cudnn runs only on the GPU). */
+void attn_mode_require_emulated(AttnMode mode, const char* who);
+
+/* Names as used by the --attn flag: "fp32", "bf16", "repair", "gproj", "cudnn". */
 const char* attn_mode_name(AttnMode mode);
 /* Parses a flag value; returns 0 on success, -1 for an unknown name. */
 int attn_mode_parse(const char* name, AttnMode* mode);
-/* "fp32|bf16|repair|gproj", for help texts and error messages. */
+/* "fp32|bf16|repair|gproj|cudnn", for help texts and error messages. */
 const char* attn_mode_choices(void);
+/* "fp32|bf16|repair|gproj": the emulated modes, for the CPU side's messages. */
+const char* attn_emulated_mode_choices(void);
 /* Parses a comma-separated list of mode names ("bf16,gproj") and sets
    selected[mode] = 1 for each (others are left as they are). Returns the
    number of modes named, or -1 with a message naming the unknown one. */

@@ -15,7 +15,7 @@
 #include "attention/attention.h"
 #include "common/utils.h"
 
-static const char* const k_mode_names[ATTN_NUM_MODES] = {"fp32", "bf16", "repair", "gproj"};
+static const char* const k_mode_names[ATTN_NUM_MODES] = {"fp32", "bf16", "repair", "gproj", "cudnn"};
 
 const char* attn_mode_name(AttnMode mode) {
     if ((int)mode < 0 || mode >= ATTN_NUM_MODES) return "invalid";
@@ -33,7 +33,21 @@ int attn_mode_parse(const char* name, AttnMode* mode) {
     return -1;
 }
 
-const char* attn_mode_choices(void) { return "fp32|bf16|repair|gproj"; }
+const char* attn_mode_choices(void) { return "fp32|bf16|repair|gproj|cudnn"; }
+const char* attn_emulated_mode_choices(void) { return "fp32|bf16|repair|gproj"; }
+
+int attn_mode_is_emulated(AttnMode mode) { return (int)mode >= 0 && (int)mode < ATTN_NUM_EMULATED_MODES; }
+
+void attn_mode_require_emulated(AttnMode mode, const char* who) {
+    if (attn_mode_is_emulated(mode)) return;
+    if (mode == ATTN_CUDNN) {
+        die("%s: attention mode cudnn runs only on the GPU (it is cuDNN's own kernel, with no CPU emulation)\n"
+            "  hint: the CPU side computes %s; run cudnn with the GPU trainer (build/train_gpt --attn cudnn)",
+            who, attn_emulated_mode_choices());
+    }
+    die("%s: invalid attention mode %d\n  hint: use one of %s (attn_mode_parse)", who, (int)mode,
+        attn_mode_choices());
+}
 
 int attn_mode_parse_list(const char* list, int selected[ATTN_NUM_MODES], char* err, size_t errlen) {
     char* copy = (char*)mallocCheck(strlen(list) + 1);

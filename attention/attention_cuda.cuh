@@ -1,6 +1,9 @@
 /*
  * attention/attention_cuda.cuh - the CUDA entry points of the switchable
- * attention module (all four modes of attention/attention.h).
+ * attention module (every mode of attention/attention.h: our kernels for the
+ * four emulated modes; ATTN_CUDNN goes to attention/cudnn/, cuDNN's kernel,
+ * which ignores force_portable and tile_max_shift, refuses deterministic and
+ * owns its own workspace).
  *
  * Why: the trainer, the probe and the benchmarks call attention through this
  * one API, whatever the mode; the mode is a run-time argument, the layout and

@@ -23,7 +23,7 @@ $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(ATTN_CP
 # `override`: they hold even when the user sets CFLAGS on the command line.
 $(BUILD)/attention/cpu/attention_cpu.o: override CFLAGS += -ffp-contract=off -fmath-errno -march=x86-64-v2 -mtune=generic
 
-# ---- CUDA side: the tensor-core kernels of every mode (attention_cuda.cu) ----
+# ---- CUDA side: the tensor-core kernels of every emulated mode (attention_cuda.cu) and cudnn mode ----
 # Programs that call attention_forward_cuda / attention_backward_cuda link
 # ATTN_CUDA_OBJS and ATTN_CPU_OBJS (mode names, softmax constants).
 # attention_hopper.cu is the Hopper (wgmma + TMA) forward that attention_forward_cuda picks on sm_90
@@ -98,6 +98,17 @@ $(BUILD)/attention/cuda/hopper/attention_hopper_bwd64_fp32.cu.o: attention/cuda/
         attention/cuda/hopper/attention_hopper_bwd.cuh attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh \
         attention/cuda/mma_bf16.cuh attention/cuda/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 
+# cudnn mode (attention/cudnn/): attention_cudnn.cu (cuDNN's fused attention through its backend API) where
+# the top Makefile found cuDNN, else attention_cudnn_none.cu, whose calls stop with the fix. Every program
+# that links ATTN_CUDA_OBJS links ATTN_CUDA_LDLIBS too (-lcudnn, with the library's folder as rpath).
+ATTN_CUDNN_LIBDIR := $(patsubst %/,%,$(dir $(call find_lib,cudnn)))
+ATTN_CUDNN_OBJ := $(BUILD)/attention/cudnn/$(if $(HAVE_CUDNN),attention_cudnn,attention_cudnn_none).cu.o
+ATTN_CUDA_OBJS += $(ATTN_CUDNN_OBJ)
+CUDA_OBJECTS += $(ATTN_CUDNN_OBJ)
+ATTN_CUDA_LDLIBS := $(if $(HAVE_CUDNN),-L$(ATTN_CUDNN_LIBDIR) -Xlinker -rpath=$(ATTN_CUDNN_LIBDIR) -lcudnn)
+$(ATTN_CUDNN_OBJ): attention/cudnn/attention_cudnn.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+$(BUILD)/attention/cuda/attention_cuda.cu.o: attention/cudnn/attention_cudnn.cuh
+
 # GPU test: every mode against the CPU emulation and the fp64 reference on the hard cases.
 GPU_TESTS += $(BUILD)/tests/test_attention_gpu
 CUDA_PROGRAMS += $(BUILD)/tests/test_attention_gpu
@@ -105,14 +116,14 @@ $(BUILD)/tests/test_attention_gpu.cu.o: tests/test_attention_gpu.cu attention/at
         attention/cuda/hopper/attention_hopper_bwd.cuh attention/attention.h attention/support/attn_cases.h attention/support/attn_metrics.h tests/testing.h \
         common/cuda_utils.cuh common/utils.h
 $(BUILD)/tests/test_attention_gpu: $(BUILD)/tests/test_attention_gpu.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm $(ATTN_CUDA_LDLIBS)
 
 # Kernel lab: naive SIMT reference kernels next to the fast ones, checked and timed.
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/attention_lab
 $(BUILD)/dev/attention_lab/attention_lab.cu.o: dev/attention_lab/attention_lab.cu attention/attention_cuda.cuh \
         attention/attention.h tests/testing.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/dev/attention_lab/attention_lab: $(BUILD)/dev/attention_lab/attention_lab.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm $(ATTN_CUDA_LDLIBS)
 
 # Independent PyTorch emulation of the four modes vs the C emulation: the driver
 # runs attention_cpu.c on the script's inputs. Without torch the script fails.
@@ -138,7 +149,7 @@ $(ATTN_HOPPER_PROBE_OBJS): private override NVCC_ARCH := -gencode arch=compute_9
 define attn_hopper_lab
 CUDA_PROGRAMS += $(BUILD)/dev/attention_lab/$(1)
 $(BUILD)/dev/attention_lab/$(1): $(BUILD)/dev/attention_lab/$(1).cu.o $(ATTN_HOPPER_PROBE_OBJS) $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
-	$$(NVCC) $$(NVCCFLAGS) $$^ -o $$@ -lgomp -lm
+	$$(NVCC) $$(NVCCFLAGS) $$^ -o $$@ -lgomp -lm $$(ATTN_CUDA_LDLIBS)
 .PHONY: $(1)-regs
 $(1)-regs:
 	$$(NVCC) $$(filter-out -gencode arch=%,$$(NVCCFLAGS)) -gencode arch=compute_90a,code=sm_90a -Xptxas -v \

@@ -57,7 +57,7 @@ typedef struct {
     const char* captures[MAX_INPUTS];
     int num_captures;
     AttnShape shape;            /* of synthetic cases */
-    int modes[ATTN_NUM_MODES];  /* 1 = evaluate */
+    int modes[ATTN_NUM_MODES];  /* 1 = evaluate (the emulated modes only: each is checked against its CPU emulation) */
     int use_gpu;                /* 0 with --no-gpu */
     int use_cpu;                /* --cpu */
     int tile_max_shift;         /* repair's optional arm */
@@ -143,13 +143,16 @@ static void parse_args(int argc, char** argv, ProbeArgs* a) {
             char err[256];
             const int named = attn_mode_parse_list(val, a->modes, err, sizeof err);
             if (named < 0) die("--modes: %s", err);
+            if (a->modes[ATTN_CUDNN])
+                die("--modes: cudnn is not probed here (the probe compares each mode with its CPU emulation, which "
+                    "cudnn lacks); choose from %s", attn_emulated_mode_choices());
             if (named > 0) any_mode = 1;
         } else {
             die("unknown option '%s' (see --help)", flag);
         }
     }
     if (!any_mode)
-        for (int m = 0; m < ATTN_NUM_MODES; m++) a->modes[m] = 1;
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) a->modes[m] = 1;
     if (!a->synthetic && a->num_case_specs == 0 && a->num_captures == 0) a->synthetic = 1;
     if (!a->use_gpu && !a->use_cpu) die("--no-gpu without --cpu leaves nothing to run; add --cpu");
 }
@@ -438,7 +441,7 @@ static void evaluate(const ProbeArgs* a, const ProbeInput* in, int use_gpu, Inpu
     /* GPU outputs of the current mode, kept (as double) to compare with the CPU emulation */
     double* gpu_out = (use_gpu && a->use_cpu) ? (double*)mallocCheck(nout * sizeof(double)) : NULL;
     double* gpu_dqkv = (use_gpu && a->use_cpu) ? (double*)mallocCheck(nqkv * sizeof(double)) : NULL;
-    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
         if (!a->modes[m]) continue;
         AttnMode mode = (AttnMode)m;
         AttnOptions opt = options_for(mode, a);
@@ -555,7 +558,7 @@ int main(int argc, char** argv) {
                 "\"tile_max_shift\": %s, \"inputs\": [", use_gpu ? "true" : "false", a.use_cpu ? "true" : "false",
                 a.tile_max_shift ? "true" : "false");
     }
-    ProbeResult results[1 + 3 * ATTN_NUM_MODES]; /* run's O; per mode gpu, cpu, gpu~cpu */
+    ProbeResult results[1 + 3 * ATTN_NUM_EMULATED_MODES]; /* run's O; per mode gpu, cpu, gpu~cpu */
     int first = 1;
     for (int i = 0; i < num_cases + a.num_captures; i++) {
         ProbeInput in;

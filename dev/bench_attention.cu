@@ -63,8 +63,8 @@ static const AttnShape k_default_shapes[] = {
 typedef struct {
     AttnShape shapes[MAX_SHAPES];
     int num_shapes;
-    int modes[ATTN_NUM_MODES]; /* 1 = benchmark this mode (default forward path) */
-    int portable_modes[ATTN_NUM_MODES]; /* 1 = also/only "MODE:portable" (force_portable = 1) */
+    int modes[ATTN_NUM_EMULATED_MODES]; /* 1 = benchmark this mode (default forward path) */
+    int portable_modes[ATTN_NUM_EMULATED_MODES]; /* 1 = also/only "MODE:portable" (force_portable = 1) */
     int det_first, det_last;   /* AttnOptions.deterministic values timed: off 0..0, on 1..1, both 0..1 */
     int warmup;
     int repeats;
@@ -108,7 +108,7 @@ static int parse_positive(const char* flag, const char* text) {
 
 /* --modes: comma-separated mode names, each optionally with the suffix ":portable"; sets the flags of
    each named (mode, path) and returns how many were named. Dies naming the bad entry. */
-static int parse_mode_list(const char* list, int modes[ATTN_NUM_MODES], int portable_modes[ATTN_NUM_MODES]) {
+static int parse_mode_list(const char* list, int modes[ATTN_NUM_EMULATED_MODES], int portable_modes[ATTN_NUM_EMULATED_MODES]) {
     static const char k_portable_suffix[] = ":portable";
     const size_t suffix_len = sizeof k_portable_suffix - 1;
     int named = 0;
@@ -130,6 +130,9 @@ static int parse_mode_list(const char* list, int modes[ATTN_NUM_MODES], int port
         if (attn_mode_parse(name, &mode) != 0)
             die("--modes %s: unknown mode '%s' (choices: %s, each optionally with :portable)", list, name,
                 attn_mode_choices());
+        if (!attn_mode_is_emulated(mode))
+            die("--modes %s: mode '%s' is not benchmarked here (it runs cuDNN's kernel; choices: %s)", list, name,
+                attn_emulated_mode_choices());
         (portable ? portable_modes : modes)[mode] = 1;
         named++;
         p += len + (comma ? 1 : 0);
@@ -183,7 +186,7 @@ static void parse_args(int argc, char** argv, BenchArgs* a) {
         memcpy(a->shapes, k_default_shapes, sizeof k_default_shapes);
     }
     if (!any_mode)
-        for (int m = 0; m < ATTN_NUM_MODES; m++) a->modes[m] = 1;
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) a->modes[m] = 1;
 }
 
 /* ---- device helpers ---- */
@@ -362,7 +365,7 @@ int main(int argc, char** argv) {
         if (num_sets < 2) num_sets = 2;
         if (num_sets > MAX_INPUT_SETS) num_sets = MAX_INPUT_SETS;
         size_t workspace_bytes = 0;
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             if (!args.modes[m] && !args.portable_modes[m]) continue;
             attention_cuda_check_shape(s, (AttnMode)m);
             AttnOptions ws_opt = {};
@@ -379,7 +382,7 @@ int main(int argc, char** argv) {
         snprintf(shape_name, sizeof shape_name, "B%d H%d T%d D%d", s.B, s.NH, s.T, s.HS);
         const double fwd_flops = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
 
-        for (int m = 0; m < ATTN_NUM_MODES; m++)
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++)
             for (int force_portable = 0; force_portable <= 1; force_portable++)
             for (int det = args.det_first; det <= args.det_last; det++) {
                 if (!(force_portable ? args.portable_modes[m] : args.modes[m])) continue;

@@ -35,7 +35,7 @@
 #define TARGET_PCT 0.35
 
 /* The methods of the table: the four library modes, then the variants (a)..(e). */
-enum { NUM_LIB_MODES = ATTN_NUM_MODES, FIRST_VARIANT = GV_A_PDQ };
+enum { NUM_LIB_MODES = ATTN_NUM_EMULATED_MODES, FIRST_VARIANT = GV_A_PDQ };
 #define NUM_METHODS (NUM_LIB_MODES + GV_NUM_VARIANTS - FIRST_VARIANT)
 
 typedef struct {

@@ -12,7 +12,7 @@ ATTN_CUDA_OBJS ?= $(BUILD)/attention/cuda/attention_cuda.cu.o
 CUDA_PROGRAMS += $(BUILD)/bench_attention
 CUDA_OBJECTS += $(BUILD)/dev/bench_attention.cu.o
 $(BUILD)/bench_attention: $(BUILD)/dev/bench_attention.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm $(ATTN_CUDA_LDLIBS)
 # Time and bandwidth of the modern-stack kernels (model/rmsnorm, rope, qknorm, swiglu .cuh); a GPU tool.
 CUDA_PROGRAMS += $(BUILD)/bench_modern_layers
 $(BUILD)/bench_modern_layers: dev/bench_modern_layers.cu $(GPU_PROGRAM_HEADERS)
@@ -21,7 +21,15 @@ $(BUILD)/bench_modern_layers: dev/bench_modern_layers.cu $(GPU_PROGRAM_HEADERS)
 CUDA_PROGRAMS += $(BUILD)/attn_probe
 CUDA_OBJECTS += $(BUILD)/dev/attn_probe.cu.o
 $(BUILD)/attn_probe: $(BUILD)/dev/attn_probe.cu.o $(BUILD)/attention/support/attn_capture.o $(COMMON_OBJS) $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lm $(ATTN_CUDA_LDLIBS)
+# cudnn mode's one-run check on a GPU machine (dev/cudnn_check.sh OUTDIR builds and runs it). It builds
+# without cuDNN too (the no-cuDNN unit), and then stops at its first line with the fix.
+CUDA_PROGRAMS += $(BUILD)/dev/cudnn_check
+CUDA_OBJECTS += $(BUILD)/dev/cudnn_check.cu.o
+$(BUILD)/dev/cudnn_check.cu.o: dev/cudnn_check.cu attention/cudnn/attention_cudnn.cuh attention/attention_cuda.cuh \
+        attention/attention.h attention/support/attn_cases.h attention/support/attn_metrics.h common/cuda_utils.cuh common/utils.h
+$(BUILD)/dev/cudnn_check: $(BUILD)/dev/cudnn_check.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm $(ATTN_CUDA_LDLIBS)
 # End-to-end CPU test of the probe on a numpy-written capture (builds build/attn_probe with nvcc; skips without it).
 CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"
 

@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
     printf("parity_gpu: model %s (L%d C%d NH%d), batch %d x %d, %zu parameters\n", model_name, cfg.num_layers,
            cfg.channels, cfg.num_heads, B, T, P);
 
-    for (int mode_i = 0; mode_i < ATTN_NUM_MODES; mode_i++) {
+    for (int mode_i = 0; mode_i < ATTN_NUM_EMULATED_MODES; mode_i++) {
         const AttnMode mode = (AttnMode)mode_i;
         char name[128];
         snprintf(name, sizeof(name), "attention mode %s: one forward/backward", attn_mode_name(mode));

@@ -59,9 +59,9 @@ int main(int argc, char** argv) {
     GPTConfig cfg;
     if (gpt_config_from_descriptor(model_name, &cfg, err, sizeof(err)) != 0) die("--model: %s", err);
     if (T > cfg.max_seq_len) die("--seq %d exceeds the model's context %d", T, cfg.max_seq_len);
-    int modes[ATTN_NUM_MODES], num_modes = 0;
+    int modes[ATTN_NUM_EMULATED_MODES], num_modes = 0;
     if (!strcmp(attn, "all")) {
-        for (int i = 0; i < ATTN_NUM_MODES; i++) modes[num_modes++] = i;
+        for (int i = 0; i < ATTN_NUM_EMULATED_MODES; i++) modes[num_modes++] = i;
     } else {
         AttnMode md;
         if (attn_mode_parse(attn, &md) != 0) die("--attn '%s': choose all|%s", attn, attn_mode_choices());

@@ -702,7 +702,7 @@ static void diag_probe_cuda(DiagCuda* d, AttnMode mode, AttnOptions opt, int lay
     if (d->d_probe_dqkv_mode == NULL) { /* first probe: allocate for the largest shape */
         const AttnShape smax = {d->max_B, d->NH, d->max_T, d->HS};
         size_t ws = 16;
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             size_t w = attention_cuda_workspace_bytes(smax, (AttnMode)m, opt);
             ws = w > ws ? w : ws;
         }

@@ -89,7 +89,7 @@ void gpt_cpu_init(GPTCpu* m, const GPTConfig* cfg, int B, int T, AttnMode mode) 
         die("sequence length %d exceeds the model's maximum %d\n"
             "  hint: use a shorter sequence length or a model with a longer context", T, cfg->max_seq_len);
     }
-    if ((int)mode < 0 || mode >= ATTN_NUM_MODES) die("attention mode %d is not a valid AttnMode", (int)mode);
+    attn_mode_require_emulated(mode, "the CPU model"); /* cudnn runs only in the GPU trainer */
     if (sizeof(gpt_real) != sizeof(float) && mode != ATTN_FP32) {
         die("the double-precision model build supports only fp32 attention (it uses the fp64 reference)");
     }

@@ -170,7 +170,7 @@ typedef struct {
 static size_t attention_workspace_all_modes(const GPTConfig* cfg, int B, int T, AttnOptions opt) {
     const AttnShape s = {B, cfg->num_heads, T, cfg->channels / cfg->num_heads};
     size_t most = 0;
-    for (int mode = 0; mode < ATTN_NUM_MODES; mode++) {
+    for (int mode = 0; mode < ATTN_NUM_EMULATED_MODES; mode++) {
         const size_t b = attention_cuda_workspace_bytes(s, (AttnMode)mode, opt);
         if (b > most) most = b;
     }
@@ -362,7 +362,7 @@ static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, i
             cfg->channels, cfg->padded_vocab_size);
     if (T > cfg->max_seq_len) die("sequence length %d exceeds the model's context %d", T, cfg->max_seq_len);
     const AttnShape shape = {B, cfg->num_heads, T, cfg->channels / cfg->num_heads};
-    for (int md = 0; md < ATTN_NUM_MODES; md++) attention_cuda_check_shape(shape, (AttnMode)md);
+    for (int md = 0; md < ATTN_NUM_EMULATED_MODES; md++) attention_cuda_check_shape(shape, (AttnMode)md);
     m->config = *cfg;
     m->num_params = gpt_param_table(cfg, m->params_info);
     if (padded_params < m->num_params || opt_offset + opt_count > padded_params)

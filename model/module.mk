@@ -72,7 +72,7 @@ TRAIN_GPT_HOST_OBJS = $(GPT_CPU_OBJS) $(TRAIN_INFRA_OBJS) $(TRAIN_TOKENIZER_OBJS
 $(BUILD)/train_gpt.cu.o: train_gpt.cu $(GPU_PROGRAM_HEADERS)
 $(BUILD)/train_gpt: $(BUILD)/train_gpt.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(COMM_CUDA_OBJS) $$(sort $$(TRAIN_GPT_HOST_OBJS))
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp $(COMM_LDLIBS) $(DIST_LDLIBS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp $(COMM_LDLIBS) $(DIST_LDLIBS) $(ATTN_CUDA_LDLIBS)
 ifeq ($(HAVE_CUBLAS),1)
 CUDA_PROGRAMS += $(BUILD)/train_gpt
 # launch refusals that need no GPU (bad launcher variables, batch vs process count, diagnostics flags)
@@ -91,7 +91,7 @@ CPU_TESTS += $(BUILD)/tests/test_diagnostics
 $(BUILD)/dev/parity_gpu.cu.o: dev/parity_gpu.cu $(GPU_PROGRAM_HEADERS)
 $(BUILD)/dev/parity_gpu: $(BUILD)/dev/parity_gpu.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(sort $$(GPT_CPU_OBJS))
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp $(ATTN_CUDA_LDLIBS)
 ifeq ($(HAVE_CUBLAS),1)
 CUDA_PROGRAMS += $(BUILD)/dev/parity_gpu
 GPU_TESTS += $(BUILD)/dev/parity_gpu
@@ -102,7 +102,7 @@ $(BUILD)/tests/test_diagnostics_gpu.cu.o: tests/test_diagnostics_gpu.cu model/di
         attention/support/attn_cases.h tests/testing.h
 $(BUILD)/tests/test_diagnostics_gpu: $(BUILD)/tests/test_diagnostics_gpu.cu.o $$(TRAIN_GPT_ATTN_OBJS) \
         $$(sort $(DIAG_CPU_OBJS) $(BUILD)/model/gpt_config.o)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm $(ATTN_CUDA_LDLIBS)
 ifeq ($(HAVE_NVCC),1)
 CUDA_PROGRAMS += $(BUILD)/tests/test_diagnostics_gpu
 GPU_TESTS += $(BUILD)/tests/test_diagnostics_gpu
@@ -111,7 +111,7 @@ endif
 $(BUILD)/dev/profile_gpu_step.cu.o: dev/profile_gpu_step.cu $(GPU_PROGRAM_HEADERS)
 $(BUILD)/dev/profile_gpu_step: $(BUILD)/dev/profile_gpu_step.cu.o $$(TRAIN_GPT_ATTN_OBJS) $$(sort $$(GPT_CPU_OBJS))
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp $(ATTN_CUDA_LDLIBS)
 ifeq ($(HAVE_CUBLAS),1)
 CUDA_PROGRAMS += $(BUILD)/dev/profile_gpu_step
 endif
@@ -121,7 +121,7 @@ $(BUILD)/tests/test_gpu_host.cu.o: tests/test_gpu_host.cu $(GPU_PROGRAM_HEADERS)
 $(BUILD)/tests/test_gpu_host: $(BUILD)/tests/test_gpu_host.cu.o $$(TRAIN_GPT_ATTN_OBJS) $(BUILD)/model/gpt_config.o \
                               $(BUILD)/attention/attention_common.o
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt -lgomp $(ATTN_CUDA_LDLIBS)
 ifeq ($(HAVE_CUBLAS),1)
 CPU_TESTS += $(BUILD)/tests/test_gpu_host
 endif

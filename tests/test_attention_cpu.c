@@ -152,7 +152,7 @@ static void test_mode_names(void) {
     CHECK(attn_mode_parse("bf32", &dummy) == -1 && attn_mode_parse("", &dummy) == -1 &&
               attn_mode_parse(NULL, &dummy) == -1, "unknown names are rejected");
     {
-        int sel[ATTN_NUM_MODES] = {0, 0, 0, 0};
+        int sel[ATTN_NUM_MODES] = {0};
         char err[128] = "";
         const int named = attn_mode_parse_list("gproj,bf16", sel, err, sizeof err);
         CHECK(named == 2 && sel[ATTN_GPROJ] && sel[ATTN_BF16] && !sel[ATTN_FP32] && !sel[ATTN_REPAIR],
@@ -160,7 +160,39 @@ static void test_mode_names(void) {
         CHECK(attn_mode_parse_list("bf16,fp64", sel, err, sizeof err) == -1 && strstr(err, "'fp64'"),
               "a list with an unknown mode is rejected, naming it: %s", err);
     }
-    CHECK(strcmp(attn_mode_choices(), "fp32|bf16|repair|gproj") == 0, "choices string");
+    CHECK(strcmp(attn_mode_choices(), "fp32|bf16|repair|gproj|cudnn") == 0, "choices string");
+    CHECK(strcmp(attn_emulated_mode_choices(), "fp32|bf16|repair|gproj") == 0, "emulated choices string");
+    int emulated = 0;
+    for (int m = 0; m < ATTN_NUM_MODES; m++) emulated += attn_mode_is_emulated((AttnMode)m);
+    CHECK(emulated == ATTN_NUM_EMULATED_MODES && !attn_mode_is_emulated(ATTN_CUDNN) &&
+              !attn_mode_is_emulated((AttnMode)-1) && !attn_mode_is_emulated(ATTN_NUM_MODES),
+          "fp32, bf16, repair, gproj are the emulated modes; cudnn and invalid values are not");
+}
+
+/* The CPU emulation refuses cudnn (GPU only) with one message that names the mode and the CPU's modes. */
+static void run_cpu_forward_cudnn(void* ctx) {
+    (void)ctx;
+    AttnShape s = {1, 1, 4, 8};
+    float qkv[3 * 4 * 8] = {0}, out[4 * 8], stats[4 * 2];
+    attention_forward_cpu(ATTN_CUDNN, (AttnOptions){0}, ATTN_IO_BF16, s, qkv, out, stats);
+}
+static void run_cpu_backward_cudnn(void* ctx) {
+    (void)ctx;
+    AttnShape s = {1, 1, 4, 8};
+    float qkv[3 * 4 * 8] = {0}, out[4 * 8] = {0}, stats[4 * 2] = {0}, dout[4 * 8] = {0}, dqkv[3 * 4 * 8];
+    attention_backward_cpu(ATTN_CUDNN, (AttnOptions){0}, ATTN_IO_BF16, s, qkv, out, stats, dout, dqkv);
+}
+static void test_cpu_refuses_cudnn(void) {
+    test_section("cudnn mode is refused by the CPU emulation");
+    void (*fns[2])(void*) = {run_cpu_forward_cudnn, run_cpu_backward_cudnn};
+    const char* names[2] = {"attention_forward_cpu", "attention_backward_cpu"};
+    for (int i = 0; i < 2; i++) {
+        char msg[1024];
+        const int status = test_run_captured(fns[i], NULL, msg, sizeof msg);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0 && strstr(msg, "cudnn runs only on the GPU") &&
+                  strstr(msg, "fp32|bf16|repair|gproj"),
+              "%s(cudnn) stops with the GPU-only message: %s", names[i], msg);
+    }
 }
 
 /* ------------------------------------------------------- fp64 reference */
@@ -279,7 +311,7 @@ static void test_fp32_mode_fp32_io(void) {
 typedef struct {
     int ncases;
     AttnCase cases[SWEEP_MAX_CASES];
-    AttnErrors err[SWEEP_MAX_CASES][ATTN_NUM_MODES];
+    AttnErrors err[SWEEP_MAX_CASES][ATTN_NUM_EMULATED_MODES];
 } Sweep;
 
 static void run_sweep(AttnShape s, Sweep* sw, int print) {
@@ -296,7 +328,7 @@ static void run_sweep(AttnShape s, Sweep* sw, int print) {
         run_reference(&r);
         char name[64], label[96];
         attn_case_name(&sw->cases[c], name, sizeof name);
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             run_mode(&r, (AttnMode)m, k_default_opts, ATTN_IO_BF16, &sw->err[c][m]);
             if (print) {
                 snprintf(label, sizeof label, "%s / %s", name, attn_mode_name((AttnMode)m));
@@ -324,7 +356,7 @@ static void test_hard_cases(void) {
     for (int c = 0; c < sw->ncases; c++) {
         if (sw->cases[c].kind == ATTN_CASE_EXTREME) continue;
         attn_case_name(&sw->cases[c], name, sizeof name);
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             if (m != ATTN_FP32 && m != ATTN_GPROJ) continue;
             const AttnErrors* e = &sw->err[c][m];
             CHECK(e->err[ATTN_T_DQ].median <= 0.0035 && e->err[ATTN_T_DK].median <= 0.0035,
@@ -364,7 +396,7 @@ static void test_hard_cases(void) {
               attn_mode_name(m), 100 * sw->err[c1024][m].err[ATTN_T_DK].median);
     }
     /* fp32 and gproj flat in rho: rho 1024 no worse than 1.5x rho 0 */
-    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
         if (m != ATTN_FP32 && m != ATTN_GPROJ) continue;
         double e0 = sw->err[c0][m].err[ATTN_T_DQ].median, e1024 = sw->err[c1024][m].err[ATTN_T_DQ].median;
         CHECK(e1024 <= 1.5 * e0, "%s: dQ flat in rho (%.3f%% at 0, %.3f%% at 1024)", attn_mode_name((AttnMode)m),
@@ -387,14 +419,14 @@ static void test_hard_cases(void) {
         run_alloc(&r, s);
         attn_case_fill(&sc, s, r.qkv, r.dout);
         run_reference(&r);
-        AttnErrors e[ATTN_NUM_MODES];
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        AttnErrors e[ATTN_NUM_EMULATED_MODES];
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             run_mode(&r, (AttnMode)m, k_default_opts, ATTN_IO_BF16, &e[m]);
             char label[64];
             snprintf(label, sizeof label, "sharp %g / %s", logits[k], attn_mode_name((AttnMode)m));
             attn_errors_print_row(stdout, label, &e[m]);
         }
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             if (m != ATTN_FP32 && m != ATTN_GPROJ) continue;
             double dq = e[m].err[ATTN_T_DQ].median, dk = e[m].err[ATTN_T_DK].median;
             if (logits[k] < 1e5) {
@@ -413,7 +445,7 @@ static void test_hard_cases(void) {
     }
 
     test_section("identities: sum_j dK_j and dS row sums");
-    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
         const AttnErrors* e = &sw->err[c1024][m];
         printf("  rho 1024 / %-6s  |sum dK|/|dK| median %.3e max %.3e   dS' row residual median %.3e max %.3e\n",
                attn_mode_name((AttnMode)m), e->dk_sum.median, e->dk_sum.max, e->row_residual.median,
@@ -450,8 +482,8 @@ static void test_dk_sum_fp32_io(void) {
     AttnCase c = attn_case_key_offset(256, 8, 5);
     attn_case_fill(&c, s, r.qkv, r.dout);
     run_reference(&r);
-    AttnErrors e[ATTN_NUM_MODES];
-    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+    AttnErrors e[ATTN_NUM_EMULATED_MODES];
+    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
         run_mode(&r, (AttnMode)m, k_default_opts, ATTN_IO_FP32, &e[m]);
         printf("  rho 256 q x8 / %-6s (fp32 I/O): |sum dK|/|dK| median %.3e max %.3e, dQ err median %.3f%%\n",
                attn_mode_name((AttnMode)m), e[m].dk_sum.median, e[m].dk_sum.max, 100 * e[m].err[ATTN_T_DQ].median);
@@ -482,7 +514,7 @@ static void test_extreme(void) {
         AttnCase c = attn_case_extreme(3);
         attn_case_fill(&c, s, r.qkv, r.dout);
         run_reference(&r);
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             AttnErrors e;
             run_mode(&r, (AttnMode)m, k_default_opts, ATTN_IO_BF16, &e);
             long bad = e.nonfinite[0] + e.nonfinite[1] + e.nonfinite[2] + e.nonfinite[3];
@@ -519,7 +551,7 @@ static void test_shapes(void) {
         AttnCase c = attn_case_key_offset(64, 4, 40 + k);
         attn_case_fill(&c, s, r.qkv, r.dout);
         run_reference(&r);
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             AttnErrors e;
             run_mode(&r, (AttnMode)m, k_default_opts, ATTN_IO_BF16, &e);
             const char* name = attn_mode_name((AttnMode)m);
@@ -562,7 +594,7 @@ static void test_softmax_state(void) {
         attn_case_fill(&cases[c], s, r.qkv, r.dout);
         attn_float_to_double(r.qkv, r.qkv_d, attn_qkv_count(s));
         attention_stats_ref(s, r.qkv_d, st_ref);
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             const char* name = attn_mode_name((AttnMode)m);
             attention_forward_cpu((AttnMode)m, k_default_opts, ATTN_IO_BF16, s, r.qkv, r.out, r.stats);
             attention_probs_cpu((AttnMode)m, k_default_opts, ATTN_IO_BF16, s, r.qkv, r.stats, 0, fwd);
@@ -679,7 +711,7 @@ static void test_tile_max_shift(void) {
     float* dqkv_a = (float*)mallocCheck(sizeof(float) * attn_qkv_count(s));
     float* stats_a = (float*)mallocCheck(sizeof(float) * attn_stats_count(s));
     attn_case_fill(&c, s, r.qkv, r.dout);
-    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
         run_mode(&r, (AttnMode)m, k_default_opts, ATTN_IO_BF16, NULL);
         memcpy(out_a, r.out, sizeof(float) * attn_out_count(s));
         memcpy(dqkv_a, r.dqkv, sizeof(float) * attn_qkv_count(s));
@@ -717,7 +749,7 @@ static void test_threads_and_errors(void) {
     attn_case_fill(&c, s, r.qkv, r.dout);
     float* dqkv1 = (float*)mallocCheck(sizeof(float) * attn_qkv_count(s));
     int threads = omp_get_max_threads();
-    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
         omp_set_num_threads(1);
         run_mode(&r, (AttnMode)m, k_default_opts, ATTN_IO_BF16, NULL);
         memcpy(dqkv1, r.dqkv, sizeof(float) * attn_qkv_count(s));
@@ -772,6 +804,7 @@ int main(int argc, char** argv) {
     if (argc != 1) die("usage: %s [--table T]\n  hint: run with no arguments for the tests", argv[0]);
     test_bf16_rounding();
     test_mode_names();
+    test_cpu_refuses_cudnn();
     test_reference();
     test_fp32_mode_fp32_io();
     test_hard_cases();

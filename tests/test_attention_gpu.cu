@@ -365,7 +365,7 @@ static void test_hard_cases(int HS, int T, uint64_t seed) {
     cases[ncases++] = attn_case_key_offset(1024, 4, seed);
     float* qkv = (float*)mallocCheck(sizeof(float) * attn_qkv_count(s));
     float* dout = (float*)mallocCheck(sizeof(float) * attn_out_count(s));
-    double leak_dq[2][ATTN_NUM_MODES][16]; /* [forward path run][mode][case] */
+    double leak_dq[2][ATTN_NUM_EMULATED_MODES][16]; /* [forward path run][mode][case] */
     const char* leak_tag[2] = {"", ""}; /* bf16 mode's paths per run (repair's are the same on this shape) */
     attn_errors_print_header(stdout);
     for (int ci = 0; ci < ncases; ci++) {
@@ -374,7 +374,7 @@ static void test_hard_cases(int HS, int T, uint64_t seed) {
         const int extreme = cases[ci].kind == ATTN_CASE_EXTREME;
         attn_case_fill(&cases[ci], s, qkv, dout);
         Reference ref = reference_compute(s, qkv, dout);
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             const AttnMode mode = (AttnMode)m;
             char base[96];
             snprintf(base, sizeof base, "%s %s", name, attn_mode_name(mode));
@@ -444,7 +444,7 @@ static void test_shapes(uint64_t seed) {
         AttnCase cs = attn_case_random(1.0, seed + si);
         attn_case_fill(&cs, s, qkv, dout);
         Reference ref = reference_compute(s, qkv, dout);
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             const AttnMode mode = (AttnMode)m;
             if (s.T > 2000 && (mode == ATTN_BF16 || mode == ATTN_REPAIR)) continue; /* keep the CPU side short */
             char base[96];
@@ -520,7 +520,7 @@ static void test_workspace_size(void) {
     det.deterministic = 1;
     const AttnShape s3 = {2, 3, 300, 128}; /* 3 key blocks of 128, the last one partial */
     const size_t rows = (size_t)2 * 3 * 300;
-    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
         const AttnMode mode = (AttnMode)m;
         const size_t slices = (mode == ATTN_GPROJ) ? 1 : 3;
         const size_t want3 = (slices * rows * 128 + 2 * rows) * sizeof(float);
@@ -612,7 +612,7 @@ static void test_forward_paths(int is_sm90, uint64_t seed) {
     shift.tile_max_shift = 1;
     const AttnShape probe_shape = {2, 4, 100, 64};
     const void* aligned = (const void*)(uintptr_t)256, * misaligned = (const void*)(uintptr_t)258;
-    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
         const AttnMode mode = (AttnMode)m;
         const AttnFwdPath want = is_sm90 ? ATTN_FWD_HOPPER : ATTN_FWD_PORTABLE;
         const AttnFwdPath got = attention_forward_cuda_path(mode, automatic, probe_shape, (const __nv_bfloat16*)aligned);
@@ -641,7 +641,7 @@ static void test_forward_paths(int is_sm90, uint64_t seed) {
             __nv_bfloat16* d_qkv = to_device_bf16(qkv, nqkv);
             float *o_h = (float*)mallocCheck(sizeof(float) * nout), *o_p = (float*)mallocCheck(sizeof(float) * nout);
             float *st_h = (float*)mallocCheck(sizeof(float) * nstats), *st_p = (float*)mallocCheck(sizeof(float) * nstats);
-            for (int m = 0; m < ATTN_NUM_MODES; m++) {
+            for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
                 const AttnMode mode = (AttnMode)m;
                 char label[128];
                 snprintf(label, sizeof label, "B%d NH%d T%d HS%d q x%.0f %s hopper vs portable", s.B, s.NH, s.T, s.HS,
@@ -789,7 +789,7 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
     const AttnShape s64 = {2, 4, 100, 64}, s128 = {2, 4, 100, 128};
     const __nv_bfloat16* aligned = (const __nv_bfloat16*)(uintptr_t)256;
     const __nv_bfloat16* misaligned = (const __nv_bfloat16*)(uintptr_t)258;
-    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
         const AttnMode mode = (AttnMode)m;
         const AttnBwdPath want = (is_sm90 && hopper_bwd_expected(mode, 64)) ? ATTN_BWD_HOPPER : ATTN_BWD_PORTABLE;
         const AttnBwdPath want128 = (is_sm90 && hopper_bwd_expected(mode, 128)) ? ATTN_BWD_HOPPER : ATTN_BWD_PORTABLE;
@@ -851,7 +851,7 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
             const double sigma_dp = sqrt((double)s.HS) * sqrt(sq_do / nout) * sqrt(sq_v / nout);
             float* rs_h = (float*)mallocCheck(sizeof(float) * 2 * rows); /* D then lambda, per path */
             float* rs_p = (float*)mallocCheck(sizeof(float) * 2 * rows);
-            for (int m = 0; m < ATTN_NUM_MODES; m++) {
+            for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
                 const AttnMode mode = (AttnMode)m;
                 if (!hopper_bwd_expected(mode, s.HS)) continue;
                 char label[128];
@@ -938,7 +938,7 @@ static void test_deterministic(uint64_t seed) {
             float *g_det = (float*)mallocCheck(sizeof(float) * nqkv), *g_off = (float*)mallocCheck(sizeof(float) * nqkv);
             float* out_h = (float*)mallocCheck(sizeof(float) * nout);
             for (int p = 0; p < g_num_paths; p++)
-                for (int m = 0; m < ATTN_NUM_MODES; m++) {
+                for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
                     const AttnMode mode = (AttnMode)m;
                     AttnOptions off = {0};
                     off.force_portable = k_path_force_portable[p];

@@ -245,7 +245,7 @@ static void test_probe(void) {
     cudaCheck(cudaMalloc((void**)&d_out, nout * sizeof(floatX)));
     cudaCheck(cudaMalloc((void**)&d_stats, nst * sizeof(float)));
     size_t ws = 16;
-    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
         size_t w = attention_cuda_workspace_bytes(s, (AttnMode)m);
         ws = w > ws ? w : ws;
     }

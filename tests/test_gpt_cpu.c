@@ -110,8 +110,8 @@ int main(void) {
     printf("  %-6s key-bias gradient / query-bias gradient = %.2e\n", "fp32", leak_fp32);
     CHECK(leak_fp32 < 1e-5, "fp32 mode: key-bias gradient is rounding noise, %.2e of the query-bias gradient",
           leak_fp32);
-    double leak[ATTN_NUM_MODES] = {leak_fp32};
-    for (int mode = ATTN_BF16; mode < ATTN_NUM_MODES; mode++) {
+    double leak[ATTN_NUM_EMULATED_MODES] = {leak_fp32};
+    for (int mode = ATTN_BF16; mode < ATTN_NUM_EMULATED_MODES; mode++) {
         GPTCpu m;
         gpt_cpu_init(&m, &cfg, TB, TT, (AttnMode)mode);
         memcpy(m.params, ref.params, ref.num_params * sizeof(float));

@@ -167,7 +167,7 @@ static void test_deterministic_workspace(void) {
     };
     for (const auto& c : cases) {
         const size_t rows = (size_t)c.s.B * c.s.NH * c.s.T;
-        for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
             const AttnMode mode = (AttnMode)m;
             const size_t slices = (mode == ATTN_GPROJ) ? 1 : c.blocks;
             const size_t want = (slices * rows * c.s.HS + 2 * rows) * 4;

@@ -117,7 +117,7 @@ static void test_flags(void) {
         {{"--batch-size", "4x", NULL}, "--batch-size: '4x' is not an integer"},
         {{"--lr", "nan", NULL}, "--lr: 'nan' is not a finite number"},
         {{"--lr=-1", NULL}, "--lr: -1 is out of range"},
-        {{"--attn", "fp16", NULL}, "--attn: 'fp16' is not allowed; allowed: one of fp32|bf16|repair|gproj"},
+        {{"--attn", "fp16", NULL}, "--attn: 'fp16' is not allowed; allowed: one of fp32|bf16|repair|gproj|cudnn"},
         {{"--schedule", NULL}, "--schedule needs a value"},
         {{"--shuffle=2", NULL}, "--shuffle: '2' is not allowed; allowed: 0 or 1"},
         {{"stray", NULL}, "unexpected argument 'stray'"},
@@ -139,6 +139,18 @@ static void test_flags(void) {
     CHECK(flags_reject_gpu_only(&f, "train_gpt_cpu", err, sizeof(err)) == -1 &&
               strstr(err, "--zero-stage is implemented by the GPU trainer only") != NULL,
           "--zero-stage 1 refused on the CPU trainer (%s)", err);
+    /* --attn is shared, but its value cudnn is GPU only (no CPU emulation); the other modes pass */
+    TrainFlags fa;
+    flags_init(&fa);
+    const char* attn_bf16[] = {"--attn", "bf16", NULL};
+    parse_words(&fa, attn_bf16, err, sizeof(err));
+    CHECK(flags_reject_gpu_only(&fa, "train_gpt_cpu", err, sizeof(err)) == 0, "--attn bf16 accepted on the CPU trainer");
+    const char* attn_cudnn[] = {"--attn", "cudnn", NULL};
+    parse_words(&fa, attn_cudnn, err, sizeof(err));
+    CHECK(flags_reject_gpu_only(&fa, "train_gpt_cpu", err, sizeof(err)) == -1 &&
+              strstr(err, "--attn cudnn is implemented by the GPU trainer only") != NULL &&
+              strstr(err, "fp32|bf16|repair|gproj") != NULL,
+          "--attn cudnn refused on the CPU trainer, naming the CPU's modes (%s)", err);
 
     /* Per-program defaults go through the same parser and show in --help. */
     CHECK(flags_set_default(FLAG_BATCH_SIZE, "-1", err, sizeof(err)) == -1, "a bad default is refused");

@@ -53,8 +53,10 @@ for name in $(sed -n 's/^ *{FLAG_[A-Z0-9_]*, "\([a-z0-9-]*\)".*/\1/p' train/flag
 done
 check "--help names every flag of train/flags.c (missing:${missing:- none})" test -z "$missing"
 check "--help shows the CPU defaults" grep -q "(default: tiny)" <<<"$out"
-expect_refusal "--attn fp16" "--attn: 'fp16' is not allowed; allowed: one of fp32|bf16|repair|gproj" \
+expect_refusal "--attn fp16" "--attn: 'fp16' is not allowed; allowed: one of fp32|bf16|repair|gproj|cudnn" \
     "${COMMON[@]}" --attn fp16 --out-dir "$TMP/x"
+expect_refusal "--attn cudnn (GPU only)" "--attn cudnn is implemented by the GPU trainer only" \
+    "${COMMON[@]}" --attn cudnn --out-dir "$TMP/x"
 expect_refusal "--steps 0" "--steps: 0 is out of range" "${COMMON[@]}" --steps 0 --out-dir "$TMP/x"
 expect_refusal "misspelt flag" "did you mean --batch-size" "${COMMON[@]}" --batchsize 4 --out-dir "$TMP/x"
 expect_refusal "GPU-only flag" "--zero-stage is implemented by the GPU trainer only" \

@@ -8,6 +8,7 @@
  * TrainFlags field; the parser, --help, banner and JSON follow.
  */
 #include "train/flags.h"
+#include "attention/attention.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -98,8 +99,9 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      "clip the global gradient norm to X; 0 = no clipping"},
     {FLAG_SEED, "seed", FLAG_TYPE_INT64, OFF(seed), "1337", NULL, 0, BIG, "N", NULL, "optimizer", 0,
      "seed of the initial weights, the data order and sampling"},
-    {FLAG_ATTN, "attn", FLAG_TYPE_CHOICE, OFF(attn), "gproj", "fp32|bf16|repair|gproj", 0, 0, NULL, NULL,
-     "attention", 0, "attention numerics mode (docs/attention_numerics.md)"},
+    {FLAG_ATTN, "attn", FLAG_TYPE_CHOICE, OFF(attn), "gproj", "fp32|bf16|repair|gproj|cudnn", 0, 0, NULL, NULL,
+     "attention", 0, "attention numerics mode (docs/attention_numerics.md); cudnn = cuDNN's fused kernel, GPU "
+     "trainer only, in a build with cuDNN"},
     {FLAG_ATTN_TILE_MAX_SHIFT, "attn-tile-max-shift", FLAG_TYPE_BOOL, OFF(attn_tile_max_shift), "0", NULL, 0, 1,
      "0|1", "1", "attention", 0, "repair mode only: the Qiu & Yao tile-max shift arm"},
     {FLAG_DETERMINISTIC, "deterministic", FLAG_TYPE_BOOL, OFF(attn_deterministic), "0", NULL, 0, 1, "0|1", "1",
@@ -447,6 +449,12 @@ int flags_reject_gpu_only(const TrainFlags* f, const char* program, char* err, s
                      "only its default (%s), got '%s'", r->name, program, def, got);
             return -1;
         }
+    }
+    /* one value of a shared flag is GPU only: cuDNN's kernel has no CPU emulation */
+    if (f->was_set[FLAG_ATTN] && strcmp(f->attn, "cudnn") == 0) {
+        snprintf(err, errlen, "--attn cudnn is implemented by the GPU trainer only (build/train_gpt: cuDNN's own "
+                 "kernel, with no CPU emulation); %s takes --attn %s", program, attn_emulated_mode_choices());
+        return -1;
     }
     return 0;
 }

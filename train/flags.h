@@ -8,7 +8,7 @@
  * says is what the parser accepts and what the banner prints is what the run
  * uses. The CPU trainer (train_gpt_cpu.c) and the GPU trainer (train_gpt.cu)
  * share the table; flags that only the GPU trainer implements are marked and
- * the CPU trainer refuses non-default values for them (flags_reject_gpu_only).
+ * the CPU trainer refuses non-default values for them, and --attn cudnn (flags_reject_gpu_only).
  *
  * Syntax: GNU long options, `--name value` or `--name=value`. Booleans also
  * take a bare `--name` (= 1); `--resume` alone means "latest". Numbers are

@@ -72,10 +72,7 @@ typedef struct {
 
 static ModeCtx make_ctx(AttnMode mode, AttnOptions opt, AttnIO io, AttnShape s, const char* who) {
     attn_shape_check(s, who);
-    if ((int)mode < 0 || mode >= ATTN_NUM_MODES) {
-        die("%s: invalid attention mode %d\n  hint: use one of %s (attn_mode_parse)", who, (int)mode,
-            attn_mode_choices());
-    }
+    attn_mode_require_emulated(mode, who); /* cudnn has no CPU emulation */
     if (io != ATTN_IO_FP32 && io != ATTN_IO_BF16) {
         die("%s: invalid AttnIO value %d\n  hint: pass ATTN_IO_FP32 or ATTN_IO_BF16", who, (int)io);
     }

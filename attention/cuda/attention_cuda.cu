@@ -84,6 +84,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention_cuda.cuh"
+#include "attention/cudnn/attention_cudnn.cuh"
 #include "attention/cuda/tile_order.cuh"
 #include "attention/cuda/hopper/attention_hopper.cuh"
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
@@ -1205,6 +1206,10 @@ void attention_forward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const _
     attention_cuda_check_shape(s, mode);
     require_16_byte_aligned("attention_forward_cuda", "qkv", qkv);
     require_16_byte_aligned("attention_forward_cuda", "out", out);
+    if (mode == ATTN_CUDNN) { /* cuDNN's kernel (attention/cudnn/); options other than deterministic do not apply */
+        attention_forward_cudnn(s, qkv, out, stats, stream);
+        return;
+    }
     if (attention_forward_cuda_path(mode, opt, s, qkv) == ATTN_FWD_HOPPER) {
         attention_forward_hopper(mode, s, qkv, out, stats, stream);
         return;
@@ -1223,6 +1228,13 @@ void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const 
     require_16_byte_aligned("attention_backward_cuda", "out", out);
     require_16_byte_aligned("attention_backward_cuda", "dout", dout);
     require_16_byte_aligned("attention_backward_cuda", "dqkv", dqkv);
+    if (mode == ATTN_CUDNN) { /* cuDNN owns its workspace; it has no deterministic backward here */
+        if (opt.deterministic)
+            die("attention_backward_cuda: mode cudnn has no deterministic backward in this build\n"
+                "  hint: turn the deterministic backward off, or use one of %s", attn_emulated_mode_choices());
+        attention_backward_cudnn(s, qkv, out, stats, dout, dqkv, stream);
+        return;
+    }
     /* the portable backward reads the shifted max, if any, from stats; opt picks the path */
     if (workspace == NULL) {
         die("attention_backward_cuda: workspace is NULL\n"

@@ -141,7 +141,7 @@ static const char* info_problem(const AttnCaptureInfo* info) {
     if ((int64_t)s.B * s.NH > ATTN_CAPTURE_MAX_BNH) return "B * NH is larger than 2^20";
     if ((uint64_t)s.B * s.NH * s.T * s.HS > ATTN_CAPTURE_MAX_ELEMS) return "B*NH*T*HS is larger than 2^34 elements";
     if (info->attn_mode != ATTN_CAPTURE_MODE_UNKNOWN && info->attn_mode >= (uint32_t)ATTN_NUM_MODES)
-        return "attention mode must be 0..3 (fp32, bf16, repair, gproj) or 0xFFFFFFFF (unknown)";
+        return "attention mode must be 0..4 (fp32, bf16, repair, gproj, cudnn) or 0xFFFFFFFF (unknown)";
     if (info->layer < -1) return "layer must be >= 0, or -1 for unknown";
     if (info->step < -1) return "step must be >= 0, or -1 for unknown";
     return NULL;

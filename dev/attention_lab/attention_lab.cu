@@ -260,7 +260,7 @@ static void lab(AttnShape s) {
            "m,l diff", "fwd ms", "bwd ms", "fwd TF/s", "f+b TF/s");
     printf("%-8s %9s %9s %9s %9s %9s %10.3f %10.3f %8.2f %8.2f\n", "naive", "-", "-", "-", "-", "-", ms_nf, ms_nb,
            flops_fwd / ms_nf * 1e-9, 3.5 * flops_fwd / (ms_nf + ms_nb) * 1e-9);
-    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
         const AttnMode mode = (AttnMode)m;
         AttnOptions opt = {0};
         cudaCheck(cudaMemset(out, 0xFF, nout * 2));
