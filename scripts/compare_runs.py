@@ -61,8 +61,8 @@ SERIES = [
     ("key_bias_norm", "norm of the key bias (all layers)", True, False),
 ]
 SMOOTHED = {key: smoothed for key, _, _, smoothed in SERIES}
-MODES = ["fp32", "bf16", "repair", "gproj"]
-LABEL_RE = re.compile(r"^(fp32|bf16|repair|gproj)(_zkbg)?(?:_s(\d+))?$")
+MODES = ["fp32", "bf16", "repair", "gproj", "cudnn"]
+LABEL_RE = re.compile(r"^(fp32|bf16|repair|gproj|cudnn)(_zkbg)?(?:_s(\d+))?$")
 THIN_KEEP_LAST = 200  # step records kept in full at the end of a thinned log (the final-loss window)
 
 

@@ -102,7 +102,11 @@ while [ $# -gt 0 ]; do
 done
 
 for m in $modes $gauge_mode; do
-    case "$m" in fp32|bf16|repair|gproj) ;; *) die "unknown attention mode '$m' (fp32|bf16|repair|gproj)" ;; esac
+    case "$m" in
+        fp32|bf16|repair|gproj) ;;
+        cudnn) [ "$use_cpu" = 1 ] && die "mode cudnn runs only on the GPU (cuDNN's fused attention); the CPU trainer has fp32|bf16|repair|gproj" ;;
+        *) die "unknown attention mode '$m' (fp32|bf16|repair|gproj|cudnn)" ;;
+    esac
 done
 case "$name" in */*|.|..) die "--name '$name': a plain folder name, please" ;; esac
 [[ "$per_gpu" =~ ^[1-9][0-9]*$ ]] || die "--per-gpu '$per_gpu': a positive number of runs per GPU"

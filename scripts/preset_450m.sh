@@ -57,7 +57,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case "$mode" in fp32|bf16|repair|gproj) ;; *) die "--mode '$mode': choose fp32|bf16|repair|gproj" ;; esac
+case "$mode" in fp32|bf16|repair|gproj|cudnn) ;; *) die "--mode '$mode': choose fp32|bf16|repair|gproj|cudnn" ;; esac
 [[ "$tokens" =~ ^[0-9]+$ ]] || die "--tokens '$tokens': not a whole number"
 
 # ---- the recipe ----

@@ -173,6 +173,11 @@ with tempfile.TemporaryDirectory() as tmp:
                       (["--stop-at", "0"], "--stop-at '0'"), (["--", "--resume"], "pass --resume to matched_runs")):
         r = matched("--dry-run", *bad)
         check(r.returncode != 0 and what in r.stderr, f"refused: {' '.join(bad)} ({what})", r.stderr)
+    # cudnn is a GPU-only mode: the CPU recipe refuses it by name, the GPU recipe takes it
+    r = matched("--cpu", "--dry-run", "--modes", "cudnn")
+    check(r.returncode != 0 and "runs only on the GPU" in r.stderr, "--cpu refuses mode cudnn (GPU only)", r.stderr)
+    r = matched("--cpu", "--dry-run", "--modes", "fast")
+    check(r.returncode != 0 and "unknown attention mode 'fast'" in r.stderr, "an unknown mode is refused", r.stderr)
 
     # --resume: each run of an existing group continues from its own folder; finished runs, runs already at
     # --stop-at and missing folders are handled, a folder without a state is refused
