@@ -61,6 +61,7 @@
  *       order only).
  *   attention_backward_cuda_path - which of the two the backward would take
  *       ("hopper" if any Hopper kernel runs); attn_bwd_path_name names it.
+ *       Both path functions answer "cudnn" for mode cudnn (cuDNN's kernel).
  *   attention_cuda_check_shape - dies with a hint if the shape is unsupported.
  * All calls are asynchronous on `stream`.
  */
@@ -82,17 +83,18 @@ size_t attention_cuda_workspace_bytes(AttnShape s, AttnMode mode); /* default op
 
 void attention_cuda_check_shape(AttnShape s, AttnMode mode);
 
-typedef enum { ATTN_FWD_PORTABLE = 0, ATTN_FWD_HOPPER = 1 } AttnFwdPath;
+/* ATTN_FWD_CUDNN / ATTN_BWD_CUDNN: mode cudnn, whose calls run cuDNN's kernel (attention/cudnn/) whatever the options. */
+typedef enum { ATTN_FWD_PORTABLE = 0, ATTN_FWD_HOPPER = 1, ATTN_FWD_CUDNN = 2 } AttnFwdPath;
 AttnFwdPath attention_forward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv);
-const char* attn_fwd_path_name(AttnFwdPath path); /* "portable" or "hopper" */
+const char* attn_fwd_path_name(AttnFwdPath path); /* "portable", "hopper" or "cudnn" */
 
 void attention_forward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                             __nv_bfloat16* out, float* stats, void* workspace, cudaStream_t stream);
 
-typedef enum { ATTN_BWD_PORTABLE = 0, ATTN_BWD_HOPPER = 1 } AttnBwdPath;
+typedef enum { ATTN_BWD_PORTABLE = 0, ATTN_BWD_HOPPER = 1, ATTN_BWD_CUDNN = 2 } AttnBwdPath;
 AttnBwdPath attention_backward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                                          const __nv_bfloat16* dout);
-const char* attn_bwd_path_name(AttnBwdPath path); /* "portable" or "hopper" */
+const char* attn_bwd_path_name(AttnBwdPath path); /* "portable", "hopper" or "cudnn" */
 
 void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                              const __nv_bfloat16* out, const float* stats, const __nv_bfloat16* dout,

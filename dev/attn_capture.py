@@ -33,7 +33,7 @@ DTYPES = {"bf16": 1, "fp32": 2}
 DTYPE_NAMES = {1: "bf16", 2: "fp32"}
 FLAG_OUT = 0x1
 FLAG_STATS = 0x2
-MODES = {"fp32": 0, "bf16": 1, "repair": 2, "gproj": 3}
+MODES = {"fp32": 0, "bf16": 1, "repair": 2, "gproj": 3, "cudnn": 4}  # attention.h AttnMode
 MODE_NAMES = {v: k for k, v in MODES.items()}
 MODE_UNKNOWN = 0xFFFFFFFF
 # Header fields from offset 8 to 68 (after the magic, before the reserved bytes),
@@ -84,7 +84,7 @@ def write_capture(path, q, k, v, dout, out=None, stats=None, dtype="bf16", layer
     [B, T, NH, HS] for layout="bthd" (flash-attn / our module's out layout).
     stats: optional [B, NH, T, 2] float32 softmax statistics (meaning per
     attention.h for attn_mode). dtype: "bf16" (values rounded to nearest even)
-    or "fp32". attn_mode: None (unknown) or "fp32"|"bf16"|"repair"|"gproj".
+    or "fp32". attn_mode: None (unknown) or "fp32"|"bf16"|"repair"|"gproj"|"cudnn".
     The file is written to PATH.tmp and renamed.
     """
     if dtype not in DTYPES:

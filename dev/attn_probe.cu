@@ -16,7 +16,10 @@
  *   - each selected mode on the GPU (attention/attention_cuda.cuh; outputs
  *     poisoned with NaN first, so an unwritten element cannot pass) and, with
  *     --cpu, the exact CPU emulation of the mode (which also reports the row
- *     residual of the effective dS);
+ *     residual of the effective dS). cudnn mode (cuDNN's own kernel,
+ *     attention/cudnn/) has no CPU emulation: it gets the GPU-vs-fp64 row
+ *     only, and is in the default mode list only where the build has cuDNN
+ *     and a GPU runs;
  *   - per (batch, head) relative Frobenius errors of O, dQ, dK, dV, median and
  *     max, ||sum_j dK_j|| / ||dK||, NaN/Inf counts (attention/support/attn_metrics.h);
  *   - the input's diagnostics: key offset rho = |mean key| / rms key spread,
@@ -37,6 +40,7 @@
 
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
+#include "attention/cudnn/attention_cudnn.cuh"
 #include "attention/support/attn_capture.h"
 #include "attention/support/attn_cases.h"
 #include "attention/support/attn_metrics.h"
@@ -57,7 +61,9 @@ typedef struct {
     const char* captures[MAX_INPUTS];
     int num_captures;
     AttnShape shape;            /* of synthetic cases */
-    int modes[ATTN_NUM_MODES];  /* 1 = evaluate (the emulated modes only: each is checked against its CPU emulation) */
+    int modes[ATTN_NUM_MODES];  /* 1 = evaluate; cudnn (no CPU emulation) runs on the GPU only */
+    int modes_named;            /* --modes was given (else the default list) */
+    int cudnn_named;            /* cudnn named in --modes: a run that cannot evaluate it stops instead of skipping it */
     int use_gpu;                /* 0 with --no-gpu */
     int use_cpu;                /* --cpu */
     int tile_max_shift;         /* repair's optional arm */
@@ -80,7 +86,9 @@ static void print_help(void) {
         "shape of synthetic cases:\n"
         "  --B N --NH N --T N --HS N   (default 1 4 1024 64)\n"
         "options:\n"
-        "  --modes LIST       comma-separated subset of %s (default: all)\n"
+        "  --modes LIST       comma-separated subset of %s (default: all; cudnn\n"
+        "                     only in a build with cuDNN and with a GPU). cudnn is cuDNN's own kernel: it has\n"
+        "                     no CPU emulation, so it gets the 'gpu' row (against fp64) only, never cpu rows\n"
         "  --cpu              also run the exact CPU emulation of each mode (adds the dS row residual; with\n"
         "                     the GPU, also a 'gpu vs cpu' row: the kernel against the emulation of its mode)\n"
         "  --no-gpu           skip the GPU kernels (with --cpu: CPU emulation only)\n"
@@ -143,18 +151,25 @@ static void parse_args(int argc, char** argv, ProbeArgs* a) {
             char err[256];
             const int named = attn_mode_parse_list(val, a->modes, err, sizeof err);
             if (named < 0) die("--modes: %s", err);
-            if (a->modes[ATTN_CUDNN])
-                die("--modes: cudnn is not probed here (the probe compares each mode with its CPU emulation, which "
-                    "cudnn lacks); choose from %s", attn_emulated_mode_choices());
+            if (a->modes[ATTN_CUDNN]) a->cudnn_named = 1;
             if (named > 0) any_mode = 1;
         } else {
             die("unknown option '%s' (see --help)", flag);
         }
     }
-    if (!any_mode)
+    a->modes_named = any_mode;
+    if (!any_mode) {
         for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) a->modes[m] = 1;
+        a->modes[ATTN_CUDNN] = a->use_gpu && attention_cudnn_available(); /* dropped later if no GPU is usable */
+    }
     if (!a->synthetic && a->num_case_specs == 0 && a->num_captures == 0) a->synthetic = 1;
     if (!a->use_gpu && !a->use_cpu) die("--no-gpu without --cpu leaves nothing to run; add --cpu");
+    if (a->cudnn_named) {
+        if (!a->use_gpu)
+            die("--modes cudnn with --no-gpu: cudnn is cuDNN's own kernel and runs only on the GPU (it has no CPU "
+                "emulation)\n  hint: drop --no-gpu, or leave cudnn out of --modes");
+        attention_cudnn_require("attn_probe --modes cudnn");
+    }
 }
 
 /* ---- one input: qkv / dout in the module layout, BF16-representable floats ---- */
@@ -441,13 +456,14 @@ static void evaluate(const ProbeArgs* a, const ProbeInput* in, int use_gpu, Inpu
     /* GPU outputs of the current mode, kept (as double) to compare with the CPU emulation */
     double* gpu_out = (use_gpu && a->use_cpu) ? (double*)mallocCheck(nout * sizeof(double)) : NULL;
     double* gpu_dqkv = (use_gpu && a->use_cpu) ? (double*)mallocCheck(nqkv * sizeof(double)) : NULL;
-    for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
+    for (int m = 0; m < ATTN_NUM_MODES; m++) {
         if (!a->modes[m]) continue;
         AttnMode mode = (AttnMode)m;
         AttnOptions opt = options_for(mode, a);
+        const int emulated = attn_mode_is_emulated(mode);
         for (int impl = 0; impl < 2; impl++) {
             if (impl == 0 && !use_gpu) continue;
-            if (impl == 1 && !a->use_cpu) continue;
+            if (impl == 1 && (!a->use_cpu || !emulated)) continue; /* cudnn: GPU vs fp64 only */
             ProbeResult* res = &r[(*nr)++];
             snprintf(res->impl, sizeof res->impl, "%s", impl == 0 ? "gpu" : "cpu");
             mode_label(mode, a, res->mode, sizeof res->mode);
@@ -464,7 +480,7 @@ static void evaluate(const ProbeArgs* a, const ProbeInput* in, int use_gpu, Inpu
                 attn_errors_compute(s, out, out_ref, dqkv, dqkv_ref, row_res, &res->e);
             }
             char label[48];
-            snprintf(label, sizeof label, "%s %s", res->impl, res->mode);
+            snprintf(label, sizeof label, "%s %s%s", res->impl, res->mode, emulated ? "" : " (no emul.)");
             attn_errors_print_row(stdout, label, &res->e);
             if (impl == 1 && gpu_out) {
                 /* how far the kernel is from the exact emulation of its own mode (same metric,
@@ -540,8 +556,12 @@ int main(int argc, char** argv) {
             if (!a.use_cpu)
                 die("no usable NVIDIA GPU (%s): the GPU kernels cannot run here.\n"
                     "  hint: add --cpu to evaluate the exact CPU emulation of each mode instead", why);
+            if (a.cudnn_named)
+                die("no usable NVIDIA GPU (%s): --modes cudnn needs one (cuDNN's kernel has no CPU emulation)\n"
+                    "  hint: leave cudnn out of --modes to evaluate the CPU emulation of the other modes", why);
             printf("note: no usable NVIDIA GPU (%s): running the CPU emulation only\n", why);
             use_gpu = 0;
+            a.modes[ATTN_CUDNN] = 0;
         } else {
             cudaDeviceProp prop;
             cudaCheck(cudaGetDeviceProperties(&prop, 0));
@@ -549,16 +569,24 @@ int main(int argc, char** argv) {
         }
     }
     printf("reference: fp64 on the CPU on the same BF16 inputs; outputs are the modes' BF16 O, dQ, dK, dV\n");
+    if (a.modes[ATTN_CUDNN])
+        printf("cudnn: cuDNN %ld (built against %ld): GPU vs fp64 rows only, labelled '(no emul.)' (cuDNN's kernel "
+               "has no CPU emulation)\n", attention_cudnn_version(), attention_cudnn_header_version());
+    else if (!attention_cudnn_available() && !a.modes_named)
+        printf("note: cudnn left out: this build has no cuDNN\n");
+    else if (!use_gpu && !a.modes_named)
+        printf("note: cudnn left out: it runs only on the GPU (no CPU emulation)\n");
     attn_errors_print_header(stdout);
 
     FILE* json = NULL;
     if (a.json_path) {
         json = fopenCheck(a.json_path, "w");
         fprintf(json, "{\"tool\": \"attn_probe\", \"reference\": \"fp64 CPU\", \"gpu\": %s, \"cpu_emulation\": %s, "
-                "\"tile_max_shift\": %s, \"inputs\": [", use_gpu ? "true" : "false", a.use_cpu ? "true" : "false",
-                a.tile_max_shift ? "true" : "false");
+                "\"tile_max_shift\": %s, \"cudnn_version\": %ld, \"inputs\": [", use_gpu ? "true" : "false",
+                a.use_cpu ? "true" : "false", a.tile_max_shift ? "true" : "false",
+                a.modes[ATTN_CUDNN] ? attention_cudnn_version() : 0L);
     }
-    ProbeResult results[1 + 3 * ATTN_NUM_EMULATED_MODES]; /* run's O; per mode gpu, cpu, gpu~cpu */
+    ProbeResult results[1 + 3 * ATTN_NUM_MODES]; /* run's O; per mode gpu, cpu, gpu~cpu */
     int first = 1;
     for (int i = 0; i < num_cases + a.num_captures; i++) {
         ProbeInput in;

@@ -33,6 +33,10 @@
  * script's table lists only the plain names); every row says which forward
  * and which backward ran ("fwd: hopper|portable, bwd: hopper|portable"; JSON
  * fields "fwd_path", "bwd_path").
+ * cudnn mode (cuDNN's own fused kernel, attention/cudnn/) is timed the same way, next to ours, in a build
+ * with cuDNN (default list there; fwd_path / bwd_path "cudnn"). Its first call per shape builds cuDNN's plan,
+ * which the forward run before the timing absorbs; it has neither a portable path nor a deterministic
+ * backward, so "cudnn:portable" is refused and its ":det" rows are skipped with a note.
  * Deterministic backward: --deterministic on times every chosen (mode, path) with AttnOptions.deterministic = 1
  * (docs/determinism.md), --deterministic both times each twice, flag off then on, in adjacent rows; the "on"
  * rows and JSON objects carry the variant suffix ":det" and the JSON field "deterministic": 1, so the cost of
@@ -50,6 +54,7 @@
 
 #include "attention/attention.h"
 #include "attention/attention_cuda.cuh"
+#include "attention/cudnn/attention_cudnn.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
 
@@ -63,8 +68,8 @@ static const AttnShape k_default_shapes[] = {
 typedef struct {
     AttnShape shapes[MAX_SHAPES];
     int num_shapes;
-    int modes[ATTN_NUM_EMULATED_MODES]; /* 1 = benchmark this mode (default forward path) */
-    int portable_modes[ATTN_NUM_EMULATED_MODES]; /* 1 = also/only "MODE:portable" (force_portable = 1) */
+    int modes[ATTN_NUM_MODES];          /* 1 = benchmark this mode (default forward path) */
+    int portable_modes[ATTN_NUM_MODES]; /* 1 = also/only "MODE:portable" (force_portable = 1); never cudnn */
     int det_first, det_last;   /* AttnOptions.deterministic values timed: off 0..0, on 1..1, both 0..1 */
     int warmup;
     int repeats;
@@ -79,13 +84,15 @@ static void print_help(void) {
         "usage: build/bench_attention [options]\n"
         "  --shape B,H,T,D    a shape to time (repeatable); default: 8,16,1024,64 4,16,2048,64\n"
         "                     8,8,1024,128 2,16,4096,128. Head size D must be one the kernels support (64, 128).\n"
-        "  --modes LIST       comma-separated subset of %s (default: all); a name with the\n"
-        "                     suffix :portable (bf16:portable) times that mode on the whole portable mma.sync\n"
-        "                     path, forward and backward (force_portable), next to the default one (on sm_90\n"
-        "                     the Hopper forward and backward kernels); rows say which ran\n"
+        "  --modes LIST       comma-separated subset of %s (default: all; cudnn, cuDNN's own\n"
+        "                     kernel, only in a build with cuDNN); a name with the suffix :portable\n"
+        "                     (bf16:portable) times that mode on the whole portable mma.sync path, forward and\n"
+        "                     backward (force_portable), next to the default one (on sm_90 the Hopper forward\n"
+        "                     and backward kernels; cudnn has no portable path); rows say which ran\n"
         "  --deterministic off|on|both\n"
         "                     the backward's AttnOptions.deterministic: off (default), on (rows \"MODE:det\"), or\n"
-        "                     both: each mode and path timed with it off and on, in adjacent rows\n"
+        "                     both: each mode and path timed with it off and on, in adjacent rows (cudnn has\n"
+        "                     no deterministic backward: its on rows are skipped with a note)\n"
         "  --warmup N         untimed launches per measurement (default 5)\n"
         "  --repeats N        timed launches per measurement; the median is reported (default 30)\n"
         "  --seed N           input seed (default 1234)\n"
@@ -108,7 +115,7 @@ static int parse_positive(const char* flag, const char* text) {
 
 /* --modes: comma-separated mode names, each optionally with the suffix ":portable"; sets the flags of
    each named (mode, path) and returns how many were named. Dies naming the bad entry. */
-static int parse_mode_list(const char* list, int modes[ATTN_NUM_EMULATED_MODES], int portable_modes[ATTN_NUM_EMULATED_MODES]) {
+static int parse_mode_list(const char* list, int modes[ATTN_NUM_MODES], int portable_modes[ATTN_NUM_MODES]) {
     static const char k_portable_suffix[] = ":portable";
     const size_t suffix_len = sizeof k_portable_suffix - 1;
     int named = 0;
@@ -130,9 +137,12 @@ static int parse_mode_list(const char* list, int modes[ATTN_NUM_EMULATED_MODES],
         if (attn_mode_parse(name, &mode) != 0)
             die("--modes %s: unknown mode '%s' (choices: %s, each optionally with :portable)", list, name,
                 attn_mode_choices());
-        if (!attn_mode_is_emulated(mode))
-            die("--modes %s: mode '%s' is not benchmarked here (it runs cuDNN's kernel; choices: %s)", list, name,
-                attn_emulated_mode_choices());
+        if (mode == ATTN_CUDNN) {
+            if (portable)
+                die("--modes %s: cudnn is cuDNN's own kernel and has no portable path (no cudnn:portable)\n"
+                    "  hint: name it as plain cudnn", list);
+            attention_cudnn_require("bench_attention --modes cudnn");
+        }
         (portable ? portable_modes : modes)[mode] = 1;
         named++;
         p += len + (comma ? 1 : 0);
@@ -185,8 +195,10 @@ static void parse_args(int argc, char** argv, BenchArgs* a) {
         a->num_shapes = (int)(sizeof k_default_shapes / sizeof k_default_shapes[0]);
         memcpy(a->shapes, k_default_shapes, sizeof k_default_shapes);
     }
-    if (!any_mode)
+    if (!any_mode) {
         for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) a->modes[m] = 1;
+        a->modes[ATTN_CUDNN] = attention_cudnn_available();
+    }
 }
 
 /* ---- device helpers ---- */
@@ -351,6 +363,9 @@ int main(int argc, char** argv) {
     printf("bench_attention on %s (sm_%d%d, %d SMs, L2 %.0f MiB); median of %d launches after %d warm-up\n",
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0,
            args.repeats, args.warmup);
+    if (args.modes[ATTN_CUDNN])
+        printf("cudnn: cuDNN %ld (built against %ld), cuDNN's fused SDPA through its backend API\n",
+               attention_cudnn_version(), attention_cudnn_header_version());
     printf("%-20s %-16s %10s %10s %10s %11s %11s %11s %s\n", "shape", "mode", "fwd ms", "bwd ms", "f+b ms",
            "fwd TF/s", "bwd TF/s", "f+b TF/s", "NaN/Inf");
     cudaStream_t stream;
@@ -365,9 +380,10 @@ int main(int argc, char** argv) {
         if (num_sets < 2) num_sets = 2;
         if (num_sets > MAX_INPUT_SETS) num_sets = MAX_INPUT_SETS;
         size_t workspace_bytes = 0;
-        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) {
+        for (int m = 0; m < ATTN_NUM_MODES; m++) {
             if (!args.modes[m] && !args.portable_modes[m]) continue;
             attention_cuda_check_shape(s, (AttnMode)m);
+            if (m == ATTN_CUDNN) continue; /* cuDNN owns its workspace (attention/cudnn/) */
             AttnOptions ws_opt = {};
             ws_opt.deterministic = args.det_last; /* the larger of the workspaces timed */
             size_t w = attention_cuda_workspace_bytes(s, (AttnMode)m, ws_opt);
@@ -382,11 +398,15 @@ int main(int argc, char** argv) {
         snprintf(shape_name, sizeof shape_name, "B%d H%d T%d D%d", s.B, s.NH, s.T, s.HS);
         const double fwd_flops = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2.0;
 
-        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++)
+        for (int m = 0; m < ATTN_NUM_MODES; m++)
             for (int force_portable = 0; force_portable <= 1; force_portable++)
             for (int det = args.det_first; det <= args.det_last; det++) {
                 if (!(force_portable ? args.portable_modes[m] : args.modes[m])) continue;
                 const AttnMode mode = (AttnMode)m;
+                if (mode == ATTN_CUDNN && det) {
+                    printf("%-20s %-16s skipped: cudnn has no deterministic backward\n", shape_name, "cudnn:det");
+                    continue;
+                }
                 AttnOptions path_opt;
                 memset(&path_opt, 0, sizeof path_opt);
                 path_opt.force_portable = force_portable;

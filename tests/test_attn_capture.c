@@ -96,6 +96,30 @@ static void expect_reject(const char* what, const char* path, const char* needle
     CHECK(cap.q == NULL && cap.stats == NULL, "%s: nothing left allocated", what);
 }
 
+/* Every run mode of attention.h, cudnn (4) included, survives the header round trip, through both readers. */
+static void test_run_modes(void) {
+    test_section("run mode of every attention mode (cudnn included) round-trips through the header");
+    for (int m = 0; m < ATTN_NUM_MODES; m++) {
+        AttnCaptureInfo info = make_info(ATTN_CAPTURE_BF16, 1, 2, 9, 16, 0);
+        info.attn_mode = (uint32_t)m;
+        AttnCapture w;
+        attn_capture_alloc(&w, &info);
+        fill_capture(&w);
+        const char* path = tmp_path("mode.attncap");
+        attn_capture_write(path, &w);
+        attn_capture_free(&w);
+        AttnCapture r;
+        AttnCaptureInfo hi;
+        char err[1024] = "", err2[1024] = "";
+        const int rc = attn_capture_read(path, &r, err, sizeof err);
+        const int rc2 = attn_capture_read_info(path, &hi, err2, sizeof err2);
+        CHECK(rc == 0 && rc2 == 0 && r.info.attn_mode == (uint32_t)m && hi.attn_mode == (uint32_t)m,
+              "run mode %d (%s) read back as %u / %u (%s%s)", m, attn_mode_name((AttnMode)m), rc == 0 ? r.info.attn_mode : 99u,
+              rc2 == 0 ? hi.attn_mode : 99u, err, err2);
+        if (rc == 0) attn_capture_free(&r);
+    }
+}
+
 static void test_crc(void) {
     test_section("CRC-32 matches the standard check value (zlib.crc32)");
     CHECK(attn_crc32(0, "123456789", 9) == 0xCBF43926u, "crc32('123456789') = 0x%08x", attn_crc32(0, "123456789", 9));
@@ -416,6 +440,7 @@ int main(void) {
     test_round_trip(ATTN_CAPTURE_FP32, ATTN_CAPTURE_HAS_OUT | ATTN_CAPTURE_HAS_STATS);
     test_round_trip(ATTN_CAPTURE_BF16, 0);
     test_round_trip(ATTN_CAPTURE_FP32, ATTN_CAPTURE_HAS_STATS);
+    test_run_modes();
     test_module_layout();
     test_rejects();
     test_python();

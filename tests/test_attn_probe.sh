@@ -10,8 +10,11 @@
 # large error instead of the BF16 rounding floor. The capture has a large key
 # offset (rho 64) in [B, T, NH, HS] order (layout="bthd"), so the bf16 mode's
 # dQ leak must appear and gproj must stay at the floor (the CPU emulation
-# runs the modes: --cpu --no-gpu, no GPU needed). Also: --help, and a corrupt
-# capture is refused with a message naming it.
+# runs the modes: --cpu --no-gpu, no GPU needed). Also: --help, a capture
+# written by a cudnn run (run mode 4) is read and replayed, cudnn (cuDNN's
+# kernel, no CPU emulation) is left out of a CPU-only probe with a note and
+# refused with the fix when named with --no-gpu, and a corrupt capture is
+# refused with a message naming it.
 # Needs nvcc (to build build/attn_probe) and a python3 with numpy; says
 # "skipped" otherwise. Run from the repository root.
 set -u
@@ -66,6 +69,9 @@ p = np.exp(s - s.max(-1, keepdims=True)); p /= p.sum(-1, keepdims=True)
 o = np.einsum("bhts,bshd->bthd", p, v.astype(np.float64))
 attn_capture.write_capture(sys.argv[1], q, k, v, do, out=o, dtype="bf16", layer=5, step=777,
                            attn_mode="bf16", layout="bthd")
+# the same tensors as a cudnn run's capture (run mode 4)
+attn_capture.write_capture(sys.argv[1].replace("offset", "cudnn_run"), q, k, v, do, out=o, dtype="bf16", layer=2,
+                           step=31, attn_mode="cudnn", layout="bthd")
 PY
 check "python writes the capture" $?
 ./build/attn_probe --cpu --no-gpu --modes bf16,gproj --capture "$dir/offset.attncap" --json "$dir/probe.json" \
@@ -110,6 +116,30 @@ else
     set -- $counts
     pass=$((pass + $3)); fail=$((fail + $4))
 fi
+
+echo "== a capture of a cudnn run; cudnn itself without a GPU"
+./build/attn_probe --cpu --no-gpu --capture "$dir/cudnn_run.attncap" --json "$dir/cudnn_run.json" \
+    >"$dir/cudnn_run.txt" 2>&1
+rc=$?
+check "probe reads a cudnn run's capture (exit $rc)" $rc
+grep -q "L2 step 31 (cudnn run)" "$dir/cudnn_run.txt"
+check "the text names the run mode cudnn" $?
+"$py" -c '
+import json, sys
+inp = json.load(open(sys.argv[1]))["inputs"][0]
+modes = sorted(set(r["mode"] for r in inp["results"] if r["impl"] == "cpu"))
+sys.exit(0 if inp["run_mode"] == "cudnn" and (inp["layer"], inp["step"]) == (2, 31) and
+         modes == ["bf16", "fp32", "gproj", "repair"] else 1)' "$dir/cudnn_run.json"
+check "JSON: run_mode cudnn, layer 2, step 31, the four emulated modes on the CPU, no cudnn row" $?
+grep -q "note: cudnn left out: it runs only on the GPU" "$dir/cudnn_run.txt" || \
+    grep -q "note: cudnn left out: this build has no cuDNN" "$dir/cudnn_run.txt"
+check "a CPU-only probe says why cudnn is left out" $?
+./build/attn_probe --cpu --no-gpu --modes bf16,cudnn --case offset:4 --T 64 >"$dir/cudnn_nogpu.txt" 2>&1
+rc=$?
+cat "$dir/cudnn_nogpu.txt"
+[ $rc -ne 0 ] && grep -q "runs only on the GPU" "$dir/cudnn_nogpu.txt" && \
+    grep -q "drop --no-gpu, or leave cudnn out of --modes" "$dir/cudnn_nogpu.txt"
+check "--modes cudnn with --no-gpu: refused with the fix (exit $rc)" $?
 
 echo "== a corrupt capture is refused, naming the file"
 cp "$dir/offset.attncap" "$dir/corrupt.attncap"

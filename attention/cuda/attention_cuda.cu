@@ -1182,15 +1182,19 @@ static void require_workspace_holds(const void* workspace, size_t need) {
 }
 
 AttnFwdPath attention_forward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv) {
+    if (mode == ATTN_CUDNN) return ATTN_FWD_CUDNN; /* whatever the options: attention_forward_cuda's first branch */
     if (opt.force_portable) return ATTN_FWD_PORTABLE;
     if (!attention_hopper_fwd_supports(mode, opt, s, qkv)) return ATTN_FWD_PORTABLE;
     return current_device_is_sm90() ? ATTN_FWD_HOPPER : ATTN_FWD_PORTABLE;
 }
 
-const char* attn_fwd_path_name(AttnFwdPath path) { return path == ATTN_FWD_HOPPER ? "hopper" : "portable"; }
+const char* attn_fwd_path_name(AttnFwdPath path) {
+    return path == ATTN_FWD_CUDNN ? "cudnn" : path == ATTN_FWD_HOPPER ? "hopper" : "portable";
+}
 
 AttnBwdPath attention_backward_cuda_path(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                                          const __nv_bfloat16* dout) {
+    if (mode == ATTN_CUDNN) return ATTN_BWD_CUDNN;
     if (opt.force_portable) return ATTN_BWD_PORTABLE;
     if (!attention_hopper_bwd_supports(mode, opt, s, qkv, dout) && !attention_hopper_rows_supports(mode, s, qkv, dout) &&
         !attention_hopper_gproj_keys_supports(mode, s, qkv, dout))
@@ -1198,7 +1202,9 @@ AttnBwdPath attention_backward_cuda_path(AttnMode mode, AttnOptions opt, AttnSha
     return current_device_is_sm90() ? ATTN_BWD_HOPPER : ATTN_BWD_PORTABLE;
 }
 
-const char* attn_bwd_path_name(AttnBwdPath path) { return path == ATTN_BWD_HOPPER ? "hopper" : "portable"; }
+const char* attn_bwd_path_name(AttnBwdPath path) {
+    return path == ATTN_BWD_CUDNN ? "cudnn" : path == ATTN_BWD_HOPPER ? "hopper" : "portable";
+}
 
 void attention_forward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
                             __nv_bfloat16* out, float* stats, void* workspace, cudaStream_t stream) {

@@ -21,6 +21,22 @@
  * Stats: (B, NH, T, 1) fp32 at strides (NH*T*2, T*2, 2, 1), i.e. element 0 of our stats slot; element 1
  * is set to 0 after the forward (bf16 mode's {LSE, 0}).
  *
+ * Per call on the training path (the first variant of each list, the one every shape built on the H200
+ * with cuDNN 9.14: dev/results/cudnn_attention_2026-12-02.md): forward = one cudnnBackendExecute and one
+ * small kernel (stats_slot_fill: element 1 of each slot to 0); backward = one cudnnBackendExecute, nothing
+ * else. The host side of each call is cudnnSetStream and one variant-pack descriptor (created, finalized,
+ * destroyed). The packed fallback variants add one small kernel each: stats_slot_fill also copies the
+ * packed LSE in (forward), stats_slot_pack copies it out (backward), grads_unpack moves the three packed
+ * gradients into dqkv (backward).
+ *
+ * CUDA graphs (train_gpt --cuda-graph 1): cudnnBackendExecute launches the plan's kernels on the handle's
+ * stream, so a call can be stream-captured once its plan and the workspace exist. Everything that cannot
+ * be captured happens on the first call of a shape: plan building (cuDNN may compile kernels and allocate)
+ * and workspace growth (cudaMalloc). The trainer runs one eager micro-step before it captures; a first call
+ * of a shape, or a workspace growth, inside a capture stops with a message naming the shape and the fix
+ * instead of failing inside cuDNN. The captured graph keeps the workspace pointer of its capture: an
+ * outgrown workspace is never freed, and a plan is never freed while the process runs.
+ *
  * Variants (CudnnAttnVariant), tried in this order by the production path, the first that builds wins:
  *   forward:  stats in the slot; stats packed (scratch + copy).
  *   backward: for stats in the slot, then packed; for dqkv in place, then packed scratch + copy: dQ
@@ -34,6 +50,7 @@
  */
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,10 +91,22 @@ cudnnHandle_t handle_get() {
    Grown, never freed: a CUDA graph captured earlier (--cuda-graph) keeps the old pointer, so an outgrown
    buffer stays allocated for the life of the process (growth happens once per new, larger shape). */
 
+/* Dies if stream is being captured into a CUDA graph: `what` (a plan build or a workspace growth) cannot be. */
+void require_not_capturing(cudaStream_t stream, const char* what, AttnShape s) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaCheck(cudaStreamIsCapturing(stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone)
+        die("attention (cuDNN): %s for B=%d NH=%d T=%d HS=%d inside CUDA graph capture: it builds cuDNN plans or "
+            "allocates, which a graph cannot hold\n"
+            "  hint: run one call of this shape before capturing (train_gpt does one eager step first), or "
+            "--cuda-graph 0", what, s.B, s.NH, s.T, s.HS);
+}
+
 void* g_ws = NULL;
 size_t g_ws_bytes = 0;
-void* workspace_get(size_t bytes) {
+void* workspace_get(size_t bytes, cudaStream_t stream, AttnShape s) {
     if (bytes <= g_ws_bytes && g_ws != NULL) return g_ws;
+    require_not_capturing(stream, "a larger cuDNN workspace", s);
     const size_t grown = bytes + bytes / 4 > 256 ? bytes + bytes / 4 : 256;
     cudaCheck(cudaMalloc(&g_ws, grown));
     g_ws_bytes = grown;
@@ -85,6 +114,39 @@ void* workspace_get(size_t bytes) {
 }
 
 size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* ---- the small kernels around cuDNN's call (grid-stride, one launch each) ---- */
+
+const int kCopyThreads = 256;
+unsigned copy_blocks(size_t n) {
+    const size_t b = (n + kCopyThreads - 1) / kCopyThreads;
+    return (unsigned)(b < 4096 ? (b > 0 ? b : 1) : 4096);
+}
+
+/* Our stats slot [rows, 2] after the forward: element 1 to 0; element 0 from lse when the LSE went to a
+   packed [rows] scratch (lse NULL: cuDNN wrote element 0 in place). */
+__global__ void stats_slot_fill(float* stats, const float* lse, size_t rows) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += (size_t)gridDim.x * blockDim.x) {
+        if (lse) stats[2 * i] = lse[i];
+        stats[2 * i + 1] = 0.0f;
+    }
+}
+
+/* Element 0 of each slot into a packed [rows] scratch (the backward's packed-stats variant). */
+__global__ void stats_slot_pack(float* packed, const float* stats, size_t rows) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += (size_t)gridDim.x * blockDim.x)
+        packed[i] = stats[2 * i];
+}
+
+/* The three packed [B*T, C] gradients g (dQ, dK, dV one after another) into dqkv [B*T, 3, C], in 16-byte
+   vectors (C is a multiple of 64 elements; both buffers are 16-byte aligned). */
+__global__ void grads_unpack(uint4* dqkv, const uint4* g, size_t bt, size_t c_vec) {
+    const size_t n = 3 * bt * c_vec;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t k = i / (bt * c_vec), r = (i / c_vec) % bt, c = i % c_vec;
+        dqkv[(r * 3 + k) * c_vec + c] = g[i];
+    }
+}
 
 /* ---- the graph builder: every descriptor is kept until the plan is freed; each step is logged ---- */
 
@@ -681,17 +743,15 @@ int attention_cudnn_plan_forward(CudnnAttnPlan* p, const __nv_bfloat16* qkv, __n
                                  cudaStream_t stream, char* err, size_t errlen) {
     const AttnShape s = p->shape;
     const size_t C = (size_t)s.NH * s.HS, rows = (size_t)s.B * s.NH * s.T;
-    char* ws = (char*)workspace_get(p->total_ws);
+    char* ws = (char*)workspace_get(p->total_ws, stream, s);
     float* lse = p->variant.stats_packed ? (float*)(ws + p->off_stats) : stats;
     std::vector<int64_t> uids = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
     std::vector<void*> ptrs = {(void*)qkv, (void*)(qkv + C), (void*)(qkv + 2 * C), (void*)out, (void*)lse,
                                (void*)&p->scale, (void*)&p->neginf};
     if (execute(p, uids, ptrs, ws, stream, err, errlen)) return 1;
-    if (p->variant.stats_packed) /* LSE into element 0 of each slot */
-        cudaCheck(cudaMemcpy2DAsync(stats, 2 * sizeof(float), lse, sizeof(float), sizeof(float), rows,
-                                    cudaMemcpyDeviceToDevice, stream));
-    /* element 1 of each slot is 0, as in bf16 mode */
-    cudaCheck(cudaMemset2DAsync(stats + 1, 2 * sizeof(float), 0, sizeof(float), rows, stream));
+    /* element 1 of each slot is 0, as in bf16 mode; the packed variant's LSE goes into element 0 */
+    stats_slot_fill<<<copy_blocks(rows), kCopyThreads, 0, stream>>>(stats, p->variant.stats_packed ? lse : NULL, rows);
+    cudaCheck(cudaGetLastError());
     return 0;
 }
 
@@ -700,12 +760,12 @@ int attention_cudnn_plan_backward(CudnnAttnPlan* p, const __nv_bfloat16* qkv, co
                                   cudaStream_t stream, char* err, size_t errlen) {
     const AttnShape s = p->shape;
     const size_t C = (size_t)s.NH * s.HS, rows = (size_t)s.B * s.NH * s.T, part = (size_t)s.B * s.T * C;
-    char* ws = (char*)workspace_get(p->total_ws);
+    char* ws = (char*)workspace_get(p->total_ws, stream, s);
     const float* lse = stats;
     if (p->variant.stats_packed) {
         float* packed = (float*)(ws + p->off_stats);
-        cudaCheck(cudaMemcpy2DAsync(packed, sizeof(float), stats, 2 * sizeof(float), sizeof(float), rows,
-                                    cudaMemcpyDeviceToDevice, stream));
+        stats_slot_pack<<<copy_blocks(rows), kCopyThreads, 0, stream>>>(packed, stats, rows);
+        cudaCheck(cudaGetLastError());
         lse = packed;
     }
     __nv_bfloat16* gq = dqkv;
@@ -727,10 +787,13 @@ int attention_cudnn_plan_backward(CudnnAttnPlan* p, const __nv_bfloat16* qkv, co
     }
     if (execute(p, uids, ptrs, ws, stream, err, errlen)) return 1;
     if (p->variant.dqkv_packed) { /* each [B, T, NH, HS] gradient into its third of the dqkv rows */
-        const __nv_bfloat16* src[3] = {gq, gk, gv};
-        for (int k = 0; k < 3; k++)
-            cudaCheck(cudaMemcpy2DAsync(dqkv + k * C, 3 * C * sizeof(__nv_bfloat16), src[k], C * sizeof(__nv_bfloat16),
-                                        C * sizeof(__nv_bfloat16), (size_t)s.B * s.T, cudaMemcpyDeviceToDevice, stream));
+        if (C % 8 != 0 || (uintptr_t)dqkv % 16 != 0)
+            die("attention (cuDNN): the packed-gradient copy moves 16-byte vectors: NH*HS = %zu must be a multiple "
+                "of 8 and dqkv (%p) 16-byte aligned\n  hint: use head size 64 or 128 and buffers from cudaMalloc",
+                C, (void*)dqkv);
+        const size_t bt = (size_t)s.B * s.T, c_vec = C * sizeof(__nv_bfloat16) / sizeof(uint4);
+        grads_unpack<<<copy_blocks(3 * bt * c_vec), kCopyThreads, 0, stream>>>((uint4*)dqkv, (const uint4*)gq, bt, c_vec);
+        cudaCheck(cudaGetLastError());
     }
     return 0;
 }
@@ -781,8 +844,10 @@ CudnnAttnPlan* build_first(AttnShape s, int backward) {
     return NULL;
 }
 
-CacheEntry* cache_get(AttnShape s, int backward) {
+CacheEntry* cache_get(AttnShape s, int backward, cudaStream_t stream) {
     CacheEntry* e = cache_find(s);
+    if (e == NULL || (backward ? e->bwd : e->fwd) == NULL)
+        require_not_capturing(stream, backward ? "the first backward call" : "the first forward call", s);
     if (e == NULL) {
         if (g_cache_n == ATTN_CUDNN_CACHE)
             die("attention (cuDNN): more than %d attention shapes in one process (B=%d NH=%d T=%d HS=%d is new)\n"
@@ -805,7 +870,7 @@ CacheEntry* cache_get(AttnShape s, int backward) {
 
 void attention_forward_cudnn(AttnShape s, const __nv_bfloat16* qkv, __nv_bfloat16* out, float* stats,
                              cudaStream_t stream) {
-    CacheEntry* e = cache_get(s, 0);
+    CacheEntry* e = cache_get(s, 0, stream);
     char err[4096];
     if (attention_cudnn_plan_forward(e->fwd, qkv, out, stats, stream, err, sizeof err))
         die("attention_forward_cudnn (B=%d NH=%d T=%d HS=%d, %s): %s", s.B, s.NH, s.T, s.HS,
@@ -814,7 +879,7 @@ void attention_forward_cudnn(AttnShape s, const __nv_bfloat16* qkv, __nv_bfloat1
 
 void attention_backward_cudnn(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* stats,
                               const __nv_bfloat16* dout, __nv_bfloat16* dqkv, cudaStream_t stream) {
-    CacheEntry* e = cache_get(s, 1);
+    CacheEntry* e = cache_get(s, 1, stream);
     char err[4096];
     if (attention_cudnn_plan_backward(e->bwd, qkv, out, stats, dout, dqkv, stream, err, sizeof err))
         die("attention_backward_cudnn (B=%d NH=%d T=%d HS=%d, %s): %s", s.B, s.NH, s.T, s.HS,

@@ -18,7 +18,8 @@
  *       dispatch calls them for ATTN_CUDNN). The first call for a shape (B, NH, T, HS) builds and caches
  *       its plan (heuristics mode A, then the fallback list; the first engine config that finalizes
  *       wins); the workspace is owned here and grown as needed (cudaMalloc: the first call of a shape must
- *       not be inside CUDA graph capture). Asynchronous on `stream` after that.
+ *       not be inside CUDA graph capture, and stops with the fix if it is). Asynchronous on `stream`
+ *       after that, and capturable (attention_cudnn.cu says what a call launches).
  *   attention_cudnn_describe   - the engines and knobs the cached plans of a shape use (for logs).
  *   attention_cudnn_version / attention_cudnn_header_version - cudnnGetVersion() and CUDNN_VERSION.
  *   The explicit-variant API below (CudnnAttnVariant, attention_cudnn_plan_*) builds one named variant
