@@ -43,7 +43,8 @@
  *             direct first when the engine's dP workspace (B*NH*T64*T64*2 bytes, T64 = T rounded up to
  *             64) is at most 256 MiB, else the fp32 accumulator first, then the other.
  *
- * Owns: the cuDNN handle (one per process, first device used), the plan cache (ATTN_CUDNN_CACHE shapes),
+ * Owns: the cuDNN handle (one per process, first device used), the plan cache (ATTN_CUDNN_CACHE shapes; a
+ *   full cache drops its oldest forward-only shape, which the sampler makes at every context length),
  * and one device workspace shared by all plans (cuDNN's workspace followed by our scratch: Dsum, the dQ
  * accumulator, packed stats, packed dQ/dK/dV), grown on demand (an outgrown one is kept, not freed).
  * Every cuDNN call is checked: a failure names file:line, cudnnGetErrorString and cudnnGetLastErrorString.
@@ -848,11 +849,23 @@ CacheEntry* cache_get(AttnShape s, int backward, cudaStream_t stream) {
     CacheEntry* e = cache_find(s);
     if (e == NULL || (backward ? e->bwd : e->fwd) == NULL)
         require_not_capturing(stream, backward ? "the first backward call" : "the first forward call", s);
+    if (e == NULL && g_cache_n == ATTN_CUDNN_CACHE) {
+        /* Full: drop the oldest forward-only shape (the sampler's forwards at every context length, never
+           trained on). The plans of a training shape have a backward and are never dropped, so a captured
+           graph's plans stay alive. Queued work may still use the plan: wait for it first. */
+        int victim = -1;
+        for (int i = 0; i < g_cache_n && victim < 0; i++)
+            if (g_cache[i].bwd == NULL) victim = i;
+        if (victim < 0)
+            die("attention (cuDNN): more than %d trained attention shapes in one process (B=%d NH=%d T=%d HS=%d is "
+                "new)\n  hint: the plan cache holds one plan per shape; use fewer distinct batch sizes or sequence "
+                "lengths", ATTN_CUDNN_CACHE, s.B, s.NH, s.T, s.HS);
+        cudaCheck(cudaStreamSynchronize(stream));
+        attention_cudnn_plan_free(g_cache[victim].fwd);
+        for (int i = victim; i + 1 < g_cache_n; i++) g_cache[i] = g_cache[i + 1];
+        g_cache_n--;
+    }
     if (e == NULL) {
-        if (g_cache_n == ATTN_CUDNN_CACHE)
-            die("attention (cuDNN): more than %d attention shapes in one process (B=%d NH=%d T=%d HS=%d is new)\n"
-                "  hint: the plan cache holds one plan per shape; use fewer distinct batch sizes or sequence lengths",
-                ATTN_CUDNN_CACHE, s.B, s.NH, s.T, s.HS);
         e = &g_cache[g_cache_n++];
         e->s = s;
         e->fwd = e->bwd = NULL;
