@@ -500,13 +500,7 @@ int main(int argc, char** argv) {
     RunDriver run;
     run_driver_init(&run, "train_gpt", argc, argv, &f, master_rank);
     run_driver_load_model(&run);
-    if (!gpt_config_is_gpt2(&run.cfg)) { /* refused, never run as GPT-2 */
-        char opts[256], msg[640];
-        snprintf(msg, sizeof(msg), "%s needs the GPU kernels of the modern-stack options (docs/modern_stacks.md), "
-                 "which train_gpt does not call; the CPU trainer (train_gpt_cpu) runs it",
-                 gpt_config_describe_options(&run.cfg, opts, sizeof(opts)));
-        run_flag_error("train_gpt", msg);
-    }
+    gpt_cuda_check_options(&run.cfg); /* the GPU kernels' shape needs (head size, --mlp-hidden), before planning */
     const GPTConfig cfg = run.cfg;
     float* init_params = run.params;
     run.params = NULL;
