@@ -500,7 +500,8 @@ int main(int argc, char** argv) {
     RunDriver run;
     run_driver_init(&run, "train_gpt", argc, argv, &f, master_rank);
     run_driver_load_model(&run);
-    gpt_cuda_check_options(&run.cfg); /* the GPU kernels' shape needs (head size, --mlp-hidden), before planning */
+    if (gpt_cuda_options_error(&run.cfg, err, sizeof(err))) /* the kernels' shape needs (head size, --mlp-hidden) */
+        run_flag_error("train_gpt", err);
     const GPTConfig cfg = run.cfg;
     float* init_params = run.params;
     run.params = NULL;

@@ -414,21 +414,30 @@ static void prof_flush(GPTCuda* m) {
 }
 
 /* The shapes the GPU kernels need beyond gpt_config_validate (16-byte vectors: every row stride and
-   parameter offset a multiple of 8 elements); dies with the flag to change. */
-static void gpt_cuda_check_options(const GPTConfig* cfg) {
+   parameter offset a multiple of 8 elements): 0 if the config has them, else 1 with one message in msg
+   naming the flag to change. gpt_cuda_check_options dies with it. */
+static int gpt_cuda_options_error(const GPTConfig* cfg, char* msg, size_t n) {
     const int HS = cfg->channels / cfg->num_heads;
     if (cfg->channels % 8 != 0 || cfg->padded_vocab_size % 8 != 0)
-        die("GPU model: channels (%d) and padded vocab (%d) must be multiples of 8 (16-byte vector loads)",
-            cfg->channels, cfg->padded_vocab_size);
-    if (cfg->mlp_hidden % 8 != 0)
-        die("GPU model: --mlp-hidden %d must be a multiple of 8 (16-byte vector loads); e.g. --mlp-hidden %d",
-            cfg->mlp_hidden, (cfg->mlp_hidden + 7) / 8 * 8);
-    if (cfg->pos == GPT_POS_ROPE && HS % 16 != 0)
-        die("GPU model: --pos rope needs a head size that is a multiple of 16 (the kernel rotates 8 pairs per "
-            "thread); C %d / NH %d = %d: change the channels or heads", cfg->channels, cfg->num_heads, HS);
-    if (cfg->qk_norm && (HS % 8 != 0 || HS > 1024))
-        die("GPU model: --qk-norm 1 needs a head size that is a multiple of 8 and at most 1024; C %d / NH %d = %d: "
-            "change the channels or heads", cfg->channels, cfg->num_heads, HS);
+        snprintf(msg, n, "GPU model: channels (%d) and padded vocab (%d) must be multiples of 8 (16-byte vector "
+                 "loads)", cfg->channels, cfg->padded_vocab_size);
+    else if (cfg->mlp_hidden % 8 != 0)
+        snprintf(msg, n, "GPU model: --mlp-hidden %d must be a multiple of 8 (16-byte vector loads); e.g. "
+                 "--mlp-hidden %d", cfg->mlp_hidden, (cfg->mlp_hidden + 7) / 8 * 8);
+    else if (cfg->pos == GPT_POS_ROPE && HS % 16 != 0)
+        snprintf(msg, n, "GPU model: --pos rope needs a head size that is a multiple of 16 (the kernel rotates 8 "
+                 "pairs per thread); C %d / NH %d = %d: change the channels or heads", cfg->channels,
+                 cfg->num_heads, HS);
+    else if (cfg->qk_norm && (HS % 8 != 0 || HS > 1024))
+        snprintf(msg, n, "GPU model: --qk-norm 1 needs a head size that is a multiple of 8 and at most 1024; "
+                 "C %d / NH %d = %d: change the channels or heads", cfg->channels, cfg->num_heads, HS);
+    else
+        return 0;
+    return 1;
+}
+static void gpt_cuda_check_options(const GPTConfig* cfg) {
+    char msg[320];
+    if (gpt_cuda_options_error(cfg, msg, sizeof(msg))) die("%s", msg);
 }
 
 /* Allocates everything for batches up to (B, T): params/grads of
