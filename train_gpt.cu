@@ -503,13 +503,8 @@ int main(int argc, char** argv) {
     if (f.attn && strcmp(f.attn, "cudnn") == 0) attention_cudnn_require("train_gpt --attn cudnn");
     run_driver_init(&run, "train_gpt", argc, argv, &f, master_rank);
     run_driver_load_model(&run);
-    if (!gpt_config_is_gpt2(&run.cfg)) { /* refused, never run as GPT-2 */
-        char opts[256], msg[640];
-        snprintf(msg, sizeof(msg), "%s needs the GPU kernels of the modern-stack options (docs/modern_stacks.md), "
-                 "which train_gpt does not call; the CPU trainer (train_gpt_cpu) runs it",
-                 gpt_config_describe_options(&run.cfg, opts, sizeof(opts)));
-        run_flag_error("train_gpt", msg);
-    }
+    if (gpt_cuda_options_error(&run.cfg, err, sizeof(err))) /* the kernels' shape needs (head size, --mlp-hidden) */
+        run_flag_error("train_gpt", err);
     const GPTConfig cfg = run.cfg;
     float* init_params = run.params;
     run.params = NULL;

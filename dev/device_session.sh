@@ -12,7 +12,7 @@
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
-#           diagcost run450m resume450m finalruns modecost makerun graph
+#           diagcost run450m resume450m finalruns modecost makerun graph modern
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -190,8 +190,10 @@ for phase in "$@"; do
         # the layer and diagnostics tests and the GPU-vs-CPU model parity: what a host-side refactor of the
         # trainer (activation pointer tables, capture headers) can break without touching a kernel
         begin "layer tests and model parity"
-        for t in tests/test_layers_gpu tests/test_modern_layers_gpu tests/test_diagnostics_gpu dev/parity_gpu; do
+        for t in tests/test_layers_gpu tests/test_modern_layers_gpu tests/test_diagnostics_gpu; do
             run_test "$(basename $t)" 150 build/$t; done
+        # five option sets x four modes, each with a CPU-model reference: minutes, not seconds
+        run_test parity_gpu 480 build/dev/parity_gpu
         end 0 ;;
     hopper)
         # issue 4: the wgmma + TMA forward lab alone (`labs` runs every lab)
@@ -502,6 +504,48 @@ for phase in "$@"; do
         make -j"$(nproc)" NVCC_ARCH="$ARCH" all > "$OUT/make_all.log" 2>&1 || tail -20 "$OUT/make_all.log"
         timeout 120 make run NVCC_ARCH="$ARCH" > "$OUT/make_run.log" 2>&1
         rc=$?; { grep -m1 run_default "$OUT/make_run.log"; tail -n 25 "$OUT/make_run.log"; } | tee -a "$SUMMARY"
+        end $rc ;;
+    modern)
+        # issue 19: the modern-stack options in the GPU trainer, 300 steps per option set on the data and the
+        # shape of the graph phase's small runs (B16 T256, lr 3e-3 constant): small (GPT-2, the baseline),
+        # llama-small, llama-small --qk-norm 1, small --bias 0, each in MODERN_MODES (default bf16). The loss
+        # must fall (mean of steps 0-9 against 290-299), and the median ms/step (scripts/step_ms.py, from step
+        # 10) is each option set's cost per step. Table: $OUT/modern.md.
+        begin "modern stacks: 300 steps per option set, loss and ms/step (small shapes, B16 T256)"
+        prepare_data
+        make -j"$(nproc)" NVCC_ARCH="$ARCH" build/train_gpt > "$OUT/build_modern.log" 2>&1 || tail -20 "$OUT/build_modern.log" | tee -a "$SUMMARY"
+        common=(--train-data "$DATA/gutenberg_train_*.bin" --vocab "${VOCAB_DIR:-.cache/gpt2}" --val-data ""
+                --sample-every 0 --overwrite 1 --batch-size 16 --seq-len 256 --steps 300 --lr 3e-3
+                --schedule constant --log-every 100)
+        { echo "| option set | attn | flags | loss 0-9 | loss 290-299 | ms/step | rc |"
+          echo "|---|---|---|---|---|---|---|"; } > "$OUT/modern.md"
+        rc=0
+        for arm in "small|--model small" "llama-small|--model llama-small" \
+                   "llama-small-qknorm|--model llama-small --qk-norm 1" "small-bias0|--model small --bias 0"; do
+            name=${arm%%|*} flags=${arm#*|}
+            for m in ${MODERN_MODES:-bf16}; do
+                dir="/tmp/modern_${name}_$m" log="$OUT/modern_${name}_$m.log"
+                timeout 150 build/train_gpt $flags "${common[@]}" --attn "$m" --out-dir "$dir" > "$log" 2>&1
+                r=$?
+                # the mean train loss of the first and the last 10 steps, and whether it fell by 0.5 nats or more
+                read -r first last falls < <(python3 -c '
+import sys; sys.path.insert(0, "scripts")
+from compare_runs import fnum, read_log, step_records
+rows = {r["step"]: fnum(r.get("loss")) for r in step_records(read_log(sys.argv[1])[1])}
+a = [rows[s] for s in range(0, 10) if rows.get(s) is not None]
+b = [rows[s] for s in range(290, 300) if rows.get(s) is not None]
+if len(a) == 10 and len(b) == 10:
+    fa, fb = sum(a) / 10, sum(b) / 10
+    print("%.4f %.4f %d" % (fa, fb, fb < fa - 0.5))
+else:
+    print("n/a n/a 0")' "$dir" 2>/dev/null)
+                ms=$(python3 scripts/step_ms.py "$dir" 2>/dev/null)
+                [ "$r" = 0 ] && [ "${falls:-0}" = 1 ] || rc=1
+                echo "| $name | $m | \`$flags\` | ${first:-n/a} | ${last:-n/a} | ${ms:-n/a} | $r |" >> "$OUT/modern.md"
+                say "   $name $m: rc $r, loss ${first:-n/a} -> ${last:-n/a} ($([ "${falls:-0}" = 1 ] && echo falls || echo 'DOES NOT FALL')), ${ms:-n/a} ms/step"
+                [ "$r" != 0 ] && tail -n 8 "$log" | tee -a "$SUMMARY"
+            done
+        done
         end $rc ;;
     graph)
         # --cuda-graph 1 against 0: the same bits (cmp of the last checkpoint) and the median ms/step of each

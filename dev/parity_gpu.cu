@@ -1,7 +1,16 @@
 /*
  * dev/parity_gpu.cu - the GPU model (model/gpt_cuda.cuh) against the CPU
  * reference model (model/gpt_cpu.h) on the same weights and batch, for every
- * attention mode: logits, loss, every parameter gradient, and 10 AdamW steps.
+ * architecture option set and every attention mode: logits, loss, every
+ * parameter gradient, and 10 AdamW steps.
+ *
+ * Option sets (--options, default all of them, on the --model preset's shape):
+ *   gpt2          the preset as it is (GPT-2's options for small)
+ *   llama         --pos rope --norm rmsnorm --mlp swiglu --bias 0 (llama-small's options)
+ *   llama-qknorm  llama + --qk-norm 1
+ *   bias0         GPT-2 with --bias 0
+ *   tie0          GPT-2 with --tie-embeddings 0 (a separate lm_head)
+ * With RoPE the CPU's and the GPU's cos/sin tables must be the same bits (checked).
  *
  * Why: the layer test (tests/test_layers_gpu.cu) checks each kernel alone;
  * this checks the wiring (buffer offsets, layer order, tied head, residual
@@ -21,10 +30,14 @@
  * --recompute 1 is within 1e-2 of 0 (the forward is the same GELU_AUX_BIAS
  * epilogue at every level; level 1 differs only in the GELU output rebuilt in
  * backward from the stored BF16 pre-activation, which feeds the fcproj weight
- * gradient) and --recompute 2 gives bit-identical gradients to 1.
+ * gradient) and --recompute 2 gives bit-identical gradients to 1 (with
+ * SwiGLU level 1 is bit-identical to 0 as well: the rebuild is the forward's
+ * kernel); and a micro-step replayed from a CUDA graph (--cuda-graph 1) gives
+ * the eager step's bits.
  *
  * Usage: build/dev/parity_gpu [--model small] [--batch 4] [--seq 128] [--steps 10]
- * Prints a table per mode and ends with "N passed, N failed". Needs a GPU.
+ *                             [--options gpt2,llama,llama-qknorm,bias0,tie0]
+ * Prints a table per option set and mode and ends with "N passed, N failed". Needs a GPU.
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +46,7 @@
 
 #include "tests/testing.h"
 #include "model/gpt_cuda.cuh"
+#include "model/rope_table.h"
 extern "C" {
 #include "model/gpt_cpu.h"
 #include "train/adamw_cpu.h"
@@ -72,28 +86,56 @@ static void gradients_with_recompute(GPTCuda* g, float* grads, const GPTConfig* 
     download_bf16(grads, g->grads, P);
 }
 
-int main(int argc, char** argv) {
-    const char* model_name = "small";
-    int B = 4, T = 128, steps = 10;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--model")) model_name = argv[i + 1];
-        else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--seq")) T = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
-        else die("unknown argument '%s'; usage: parity_gpu [--model NAME] [--batch B] [--seq T] [--steps N]", argv[i]);
+/* The option sets by name: the base preset's config with the set's options (see the top comment). */
+static void apply_option_set(GPTConfig* cfg, const char* set) {
+    if (!strcmp(set, "gpt2")) return;
+    if (!strcmp(set, "llama") || !strcmp(set, "llama-qknorm")) {
+        cfg->pos = GPT_POS_ROPE;
+        cfg->norm = GPT_NORM_RMSNORM;
+        cfg->mlp = GPT_MLP_SWIGLU;
+        cfg->mlp_hidden = gpt_config_default_mlp_hidden(GPT_MLP_SWIGLU, cfg->channels);
+        cfg->bias = 0;
+        cfg->qk_norm = !strcmp(set, "llama-qknorm");
+    } else if (!strcmp(set, "bias0")) {
+        cfg->bias = 0;
+    } else if (!strcmp(set, "tie0")) {
+        cfg->tie_embeddings = 0;
+    } else {
+        die("unknown option set '%s'; choose from gpt2,llama,llama-qknorm,bias0,tie0", set);
     }
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("parity_gpu: no CUDA device; needs an NVIDIA GPU\n0 passed, 1 failed\n");
-        return 1;
-    }
-    char err[256];
-    GPTConfig cfg;
-    if (gpt_config_from_descriptor(model_name, &cfg, err, sizeof(err)) != 0) die("%s", err);
+}
+
+/* Every attention mode for one configuration: forward/backward parity, determinism, the CUDA graph,
+   recompute, and the AdamW steps. */
+static void run_config(const char* set, const GPTConfig* cfg_in, int B, int T, int steps, cudaStream_t stream) {
+    const GPTConfig cfg = *cfg_in;
+    char err[256], opts[256];
+    if (gpt_config_validate(&cfg, err, sizeof(err)) != 0) die("option set %s: %s", set, err);
     const size_t P = gpt_num_parameters(&cfg);
     const int N = B * T, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
     ParamTensorInfo table[NUM_PARAM_TENSORS];
     gpt_param_table(&cfg, table);
+    gpt_config_describe_options(&cfg, opts, sizeof(opts));
+    printf("parity_gpu: option set %s (%s), L%d C%d NH%d H%d, batch %d x %d, %zu parameters\n", set,
+           opts[0] ? opts : "GPT-2", cfg.num_layers, cfg.channels, cfg.num_heads, cfg.mlp_hidden, B, T, P);
+    if (cfg.pos == GPT_POS_ROPE) {
+        char name[128];
+        snprintf(name, sizeof(name), "%s: the CPU's and the GPU's RoPE tables", set);
+        test_section(name);
+        const int HS = cfg.channels / cfg.num_heads;
+        const size_t n = rope_table_entries(cfg.max_seq_len, HS);
+        RopeCosSin* gpu_table = (RopeCosSin*)mallocCheck(n * sizeof(RopeCosSin));
+        float* c = (float*)mallocCheck(n * sizeof(float));
+        float* sn = (float*)mallocCheck(n * sizeof(float));
+        rope_table_fill(gpu_table, cfg.max_seq_len, HS, cfg.rope_base);
+        gpt_rope_table(cfg.rope_base, cfg.max_seq_len, HS, c, sn);
+        size_t differ = 0;
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(&gpu_table[i].cos, &c[i], 4) != 0 || memcmp(&gpu_table[i].sin, &sn[i], 4) != 0) differ++;
+        CHECK(differ == 0, "rope_table_fill and gpt_rope_table agree bit for bit (%zu of %zu entries differ)", differ,
+              n);
+        free(gpu_table); free(c); free(sn);
+    }
 
     /* the same weights for both, BF16-representable */
     float* weights = (float*)mallocCheck(P * sizeof(float));
@@ -111,15 +153,11 @@ int main(int argc, char** argv) {
     float* gpu_logits = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
     float* gpu_grads = (float*)mallocCheck(P * sizeof(float));
     float* gpu_grads2 = (float*)mallocCheck(P * sizeof(float));
-    cudaStream_t stream;
-    cudaCheck(cudaStreamCreate(&stream));
-    printf("parity_gpu: model %s (L%d C%d NH%d), batch %d x %d, %zu parameters\n", model_name, cfg.num_layers,
-           cfg.channels, cfg.num_heads, B, T, P);
 
     for (int mode_i = 0; mode_i < ATTN_NUM_EMULATED_MODES; mode_i++) {
         const AttnMode mode = (AttnMode)mode_i;
-        char name[128];
-        snprintf(name, sizeof(name), "attention mode %s: one forward/backward", attn_mode_name(mode));
+        char name[160];
+        snprintf(name, sizeof(name), "%s, attention mode %s: one forward/backward", set, attn_mode_name(mode));
         test_section(name);
         GPTCpu cpu;
         gpt_cpu_init(&cpu, &cfg, B, T, mode);
@@ -173,12 +211,26 @@ int main(int argc, char** argv) {
         gpt_cuda_backward(&gm);
         download_bf16(gpu_grads2, gm.grads, P);
         CHECK(memcmp(gpu_grads, gpu_grads2, P * sizeof(float)) == 0, "a second backward gives bit-identical gradients");
+        /* --cuda-graph: the captured micro-step (capture + launch), then a replay, against the eager bits */
+        GpuStepGraph graph;
+        memset(&graph, 0, sizeof graph);
+        for (int k = 0; k < 2; k++) {
+            gpt_cuda_zero_grad(&gm);
+            gpt_cuda_graph_micro_step(&gm, &graph, inputs, targets, B, T, 1.0f / N);
+            download_bf16(gpu_grads2, gm.grads, P);
+            CHECK(memcmp(gpu_grads, gpu_grads2, P * sizeof(float)) == 0,
+                  "a micro-step %s the CUDA graph gives the eager gradients' bits", k ? "replayed from" : "captured into");
+        }
+        gpt_cuda_graph_free(&graph);
         gpt_cuda_free(&gm);
         /* --recompute 1 (GELU output rebuilt in backward) is close to 0 (kept from the epilogue); 2 is bit-identical to 1 */
         GPTCuda gr;
         gradients_with_recompute(&gr, gpu_grads2, &cfg, B, T, 1, mode, stream, weights, inputs, targets, P);
         const double e01 = rel_err(gpu_grads2, gpu_grads, P);
         CHECK(e01 < 1e-2, "--recompute 1 vs 0: all gradients rel err %.3e < 1e-2", e01);
+        if (cfg.mlp == GPT_MLP_SWIGLU)
+            CHECK(memcmp(gpu_grads, gpu_grads2, P * sizeof(float)) == 0,
+                  "SwiGLU: --recompute 1 gives bit-identical gradients to 0 (the rebuild is the forward's kernel)");
         gpt_cuda_free(&gr);
         memcpy(gpu_grads, gpu_grads2, P * sizeof(float));
         gradients_with_recompute(&gr, gpu_grads2, &cfg, B, T, 2, mode, stream, weights, inputs, targets, P);
@@ -186,7 +238,7 @@ int main(int argc, char** argv) {
               "--recompute 2 gives bit-identical gradients to --recompute 1");
 
         /* AdamW steps on the same batch: losses must match and fall */
-        snprintf(name, sizeof(name), "attention mode %s: %d AdamW steps", attn_mode_name(mode), steps);
+        snprintf(name, sizeof(name), "%s, attention mode %s: %d AdamW steps", set, attn_mode_name(mode), steps);
         test_section(name);
         float* m_cpu = (float*)callocCheck(P, sizeof(float));
         float* v_cpu = (float*)callocCheck(P, sizeof(float));
@@ -223,5 +275,41 @@ int main(int argc, char** argv) {
         gpt_cpu_free(&cpu);
     }
     free(weights); free(inputs); free(targets); free(gpu_logits); free(gpu_grads); free(gpu_grads2);
+}
+
+int main(int argc, char** argv) {
+    const char* model_name = "small";
+    const char* sets = "gpt2,llama,llama-qknorm,bias0,tie0";
+    int B = 4, T = 128, steps = 10;
+    if (argc % 2 == 0) die("argument '%s' needs a value", argv[argc - 1]);
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--model")) model_name = argv[i + 1];
+        else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--seq")) T = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--options")) sets = argv[i + 1];
+        else die("unknown argument '%s'; usage: parity_gpu [--model NAME] [--batch B] [--seq T] [--steps N] "
+                 "[--options SET,...]", argv[i]);
+    }
+    /* every set is checked before the first GPU work, so a typo fails at once */
+    char list[256], err[256];
+    snprintf(list, sizeof(list), "%s", sets);
+    GPTConfig probe;
+    if (gpt_config_from_descriptor(model_name, &probe, err, sizeof(err)) != 0) die("%s", err);
+    for (char* tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) apply_option_set(&probe, tok);
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("parity_gpu: no CUDA device; needs an NVIDIA GPU\n0 passed, 1 failed\n");
+        return 1;
+    }
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    snprintf(list, sizeof(list), "%s", sets);
+    for (char* tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        GPTConfig cfg;
+        if (gpt_config_from_descriptor(model_name, &cfg, err, sizeof(err)) != 0) die("%s", err);
+        apply_option_set(&cfg, tok);
+        run_config(tok, &cfg, B, T, steps, stream);
+    }
     return test_summary();
 }

@@ -520,6 +520,12 @@ __global__ void diag_probe_err_kernel(float* err, const floatX* dqkv, const floa
 
 /* Sizes everything for batches up to (B, T) of cfg; rows_per_head as in
    diag_attention_cpu (DIAG_DEFAULT_ROWS_PER_HEAD is the suggested value). */
+/* The tensors whose gradient counts in a layer's grad_norm: the per-layer id range P_LN1W..P_FCPROJB and the
+   QK-norm gains (as diag_params_cpu); a tensor the config does not have has count 0 and adds nothing. */
+static inline int diag_per_layer_tensor(int id) {
+    return (id >= P_LN1W && id <= P_FCPROJB) || id == P_QNORMW || id == P_KNORMW;
+}
+
 static void diag_cuda_init(DiagCuda* d, const GPTConfig* cfg, int B, int T, int rows_per_head) {
     memset(d, 0, sizeof *d);
     d->cfg = *cfg;
@@ -578,10 +584,12 @@ static void diag_cuda_init(DiagCuda* d, const GPTConfig* cfg, int B, int T, int 
     }
     const int C = cfg->channels;
     const long long key_bias0 = (long long)d->table[P_QKVB].offset + C;
-    const long long key_bias_count = d->table[P_QKVB].count ? C : 0; /* --bias 0: no key bias, its norms are 0 */
+    /* --bias 0: no key bias; its slots stay empty and diag_cuda_fetch reports its norms as NaN (null) */
+    const long long key_bias_count = d->table[P_QKVB].count ? C : 0;
     for (int l = 0; l < L; l++) {
         slot_begin[l] = n;
-        for (int id = P_LN1W; id <= P_FCPROJB; id++) {
+        for (int id = P_LN1W; id < NUM_PARAM_TENSORS; id++) {
+            if (!diag_per_layer_tensor(id)) continue;
             const long long per = (long long)(d->table[id].count / (size_t)L);
             DIAG_ADD_RANGE(d->table[id].offset + l * per, per, 1)
         }
@@ -596,7 +604,7 @@ static void diag_cuda_init(DiagCuda* d, const GPTConfig* cfg, int B, int T, int 
     }
     slot_begin[3 * L] = n;
     for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
-        if (id >= P_LN1W && id <= P_FCPROJB) continue;
+        if (diag_per_layer_tensor(id)) continue;
         DIAG_ADD_RANGE(d->table[id].offset, d->table[id].count, 1)
     }
     slot_begin[3 * L + 1] = n;
@@ -747,6 +755,8 @@ static void diag_cuda_fetch(DiagCuda* d, LayerDiag* host_layers, DiagProbe* prob
                                   stream));
     }
     cudaCheck(cudaStreamSynchronize(stream));
+    if (d->table[P_QKVB].count == 0) /* --bias 0: there is no key bias to measure (as diag_params_cpu) */
+        for (int l = 0; l < L; l++) host_layers[l].key_bias_norm = host_layers[l].key_bias_grad_norm = NAN;
     if (global_grad_norm) *global_grad_norm = sqrt(gsq);
     if (probe) {
         *probe = d->probe_pending;

@@ -1,7 +1,8 @@
 /*
  * model/encoder.cuh - token + position embedding, forward and backward.
  *
- * Why: the first layer of GPT-2: out[b,t,:] = wte[token[b,t],:] + wpe[t,:].
+ * Why: the first layer of GPT-2: out[b,t,:] = wte[token[b,t],:] + wpe[t,:]
+ * (wte alone for a model with rotary positions, which has no wpe).
  * Its backward is where llm.c-style trainers usually reach for atomics
  * (many positions hit the same wte row), which makes runs irreproducible.
  * Here the backward is deterministic without sorting on the GPU: the host,
@@ -19,25 +20,36 @@
 
 #include "model/kernel_common.cuh"
 
-/* One thread writes 8 channels of one (b, t). C % 8 == 0. */
+/* One thread writes 8 channels of one (b, t). C % 8 == 0. WPE 0: the token embedding alone (--pos rope,
+   which has no wpe); the WPE 1 body is the learned-position model's. */
+template <int WPE>
 __global__ void encoder_forward_kernel(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
                                        int BT, int T, int C) {
     const long long idx = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (idx >= (long long)BT * C) return;
     const int bt = (int)(idx / C), c = (int)(idx % C), t = bt % T;
     const Pack8 w = load_pack8(wte + (long long)tokens[bt] * C + c);
-    const Pack8 p = load_pack8(wpe + (long long)t * C + c);
-    Pack8 o;
+    if constexpr (WPE) {
+        const Pack8 p = load_pack8(wpe + (long long)t * C + c);
+        Pack8 o;
 #pragma unroll
-    for (int k = 0; k < 8; k++) o.v[k] = from_float(to_float(w.v[k]) + to_float(p.v[k]));
-    store_pack8(out + idx, o);
+        for (int k = 0; k < 8; k++) o.v[k] = from_float(to_float(w.v[k]) + to_float(p.v[k]));
+        store_pack8(out + idx, o);
+    } else {
+        (void)t;
+        store_pack8(out + idx, w);
+    }
 }
 
+/* out = wte[token] + wpe[t]; wpe NULL (a model without learned positions): out = wte[token]. */
 static void encoder_forward(floatX* out, const int* tokens_dev, const floatX* wte, const floatX* wpe,
                             int B, int T, int C, cudaStream_t stream) {
     const int block = 256;
     const long long work = (long long)B * T * C / 8;
-    encoder_forward_kernel<<<ceil_div(work, block), block, 0, stream>>>(out, tokens_dev, wte, wpe, B * T, T, C);
+    if (wpe)
+        encoder_forward_kernel<1><<<ceil_div(work, block), block, 0, stream>>>(out, tokens_dev, wte, wpe, B * T, T, C);
+    else
+        encoder_forward_kernel<0><<<ceil_div(work, block), block, 0, stream>>>(out, tokens_dev, wte, wpe, B * T, T, C);
     cudaCheckLastError();
 }
 
@@ -152,7 +164,7 @@ __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, in
     store_pack8(dwpe + idx, w);
 }
 
-/* dwte[token] += sum of dout over its positions; dwpe[t] += sum over b. */
+/* dwte[token] += sum of dout over its positions; dwpe[t] += sum over b (dwpe NULL: skipped). */
 static void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const EncoderBuckets* eb, int B, int T,
                              int C, cudaStream_t stream) {
     const int block = 128;
@@ -161,6 +173,7 @@ static void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, con
         encoder_backward_wte_kernel<<<grid, block, 0, stream>>>(dwte, dout, eb->dev, eb->num_buckets, C);
         cudaCheckLastError();
     }
+    if (dwpe == nullptr) return; /* no learned positions */
     encoder_backward_wpe_kernel<<<ceil_div((long long)T * C / 8, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
     cudaCheckLastError();
 }

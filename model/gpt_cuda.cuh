@@ -1,7 +1,21 @@
 /*
- * model/gpt_cuda.cuh - the GPT-2 model on one GPU: buffers, forward, backward,
+ * model/gpt_cuda.cuh - the GPT model on one GPU: buffers, forward, backward,
  * optimizer step. The GPU twin of model/gpt_cpu.h, built from the layer
- * layer kernels (model/ *.cuh) and the switchable attention module.
+ * kernels (model/ *.cuh) and the switchable attention module.
+ *
+ * Architecture options (GPTConfig; the contract is docs/modern_stacks.md):
+ * --norm rmsnorm (rmsnorm.cuh in place of layernorm.cuh, the fused residual
+ * add included), --pos rope (no wpe; rope.cuh rotates q and k in place, from
+ * a cos/sin table built once at init), --qk-norm 1 (qknorm.cuh writes the
+ * normalised q, k and the copied v into qkv from the matmul's qkv_raw), --mlp
+ * swiglu (a plain fc matmul into [N, 2H], swiglu.cuh, fcproj), --bias 0 (the
+ * count-0 biases are NULL: no bias epilogue, no bias gradient),
+ * --tie-embeddings 0 (the head reads and trains lm_head; wte gets only the
+ * embedding gradient). qkv is always what attention reads (after QK-norm and
+ * RoPE), so the diagnostics, the probe and the captures see those keys. A
+ * GPT-2 configuration takes exactly the GPT-2 calls: the options' branches
+ * are host-side, and every size they change equals GPT-2's at its values
+ * (F = H = 4C, the new activation entries empty and last in the tables).
  *
  * Why: train_gpt.cu (and dev/parity_gpu.cu, which checks this model against
  * the CPU reference) need one object that owns every device buffer and runs
@@ -18,13 +32,16 @@
  *   GpuStatId; backward scratch (three BF16 buffers, an FP32 reduction
  *   scratch) and the attention workspace (the largest over all modes).
  * GELU lives in cuBLASLt epilogues (model/matmul.cuh): the fc matmul writes
- * fch (pre-activation) and gelu(fch) in one pass (GELU_AUX_BIAS), and the
+ * fch (pre-activation) and gelu(fch) in one pass (GELU_AUX_BIAS, GELU_AUX
+ * without a bias), and the
  * fcproj input-gradient matmul applies gelu'(fch) (DGELU). Bias gradients are
  * column sums (bias_backward; matmul.cuh says why not an epilogue).
  * --recompute: 0 stores everything; 1 keeps gelu(fch) for one layer only and
- * rebuilds it in backward with gelu.cuh's kernel (one [N,4C] buffer instead
- * of L); 2 also recomputes LN1/LN2 outputs from the stored residual stream
- * (same kernel, same inputs: bit-identical). Levels 1 and 2 give
+ * rebuilds it in backward with gelu.cuh's kernel (one [N,H] buffer instead
+ * of L; SwiGLU's output is rebuilt by the forward's own kernel, so with
+ * SwiGLU level 1 is bit-identical to 0); 2 also recomputes the ln1/ln2
+ * outputs from the stored residual stream (same kernel, same inputs:
+ * bit-identical). Levels 1 and 2 give
  * bit-identical gradients. They differ from level 0 only in the rebuilt
  * gelu(fch), which feeds the fcproj weight gradient alone: the epilogue took
  * GELU of the FP32 pre-activation, the rebuild takes it of the stored BF16
@@ -77,6 +94,10 @@
 #include "model/layernorm.cuh"
 #include "model/matmul.cuh"
 #include "model/gelu.cuh"
+#include "model/rmsnorm.cuh"
+#include "model/rope.cuh"
+#include "model/qknorm.cuh"
+#include "model/swiglu.cuh"
 #include "model/fused_classifier.cuh"
 #include "model/adamw.cuh"
 #include "model/global_norm.cuh"
@@ -86,31 +107,34 @@
 typedef enum {
     GA_ENCODED = 0, /* (N, C) */
     GA_LN1,         /* (L, N, C), or (N, C) with recompute >= 2 */
-    GA_QKV,         /* (L, N, 3C)  attention.h qkv layout */
+    GA_QKV,         /* (L, N, 3C)  attention.h qkv layout: attention's input (after QK-norm and RoPE) */
     GA_ATTY,        /* (L, N, C)   attention output */
     GA_RESIDUAL2,   /* (L, N, C) */
     GA_LN2,         /* (L, N, C), or (N, C) with recompute >= 2 */
-    GA_FCH,         /* (L, N, 4C)  pre-GELU (the matmul epilogue's aux) */
-    GA_FCH_GELU,    /* (L, N, 4C), or (N, 4C) with recompute >= 1 */
+    GA_FCH,         /* (L, N, F)   fc output, F = fcw rows: pre-GELU (the epilogue's aux), or SwiGLU's [a | b] */
+    GA_FCH_GELU,    /* (L, N, H), or (N, H) with recompute >= 1: gelu(fch), or swiglu(fch) */
     GA_RESIDUAL3,   /* (L, N, C)   block outputs */
     GA_LNF,         /* (N, C) */
     GA_LOGITS,      /* (N, Vp)     logits; dlogits after a training forward */
     GA_PROJ_OUT,    /* (N, C)      attproj / fcproj output before the residual add */
     GA_DRESIDUAL,   /* (N, C)      backward: gradient of the residual stream */
     GA_DBUF_C,      /* (N, C)      backward scratch */
-    GA_DBUF_4C,     /* (N, 4C)     backward scratch (dfch, dqkv) */
+    GA_DBUF_4C,     /* (N, max(3C, F)) backward scratch (dfch, dqkv) */
+    GA_QKV_RAW,     /* (L, N, 3C)  the qkv matmul's output, QK-norm's input (count 0 without --qk-norm) */
+    GA_DBUF_H,      /* (N, H)      backward: SwiGLU's dh (count 0 with GELU) */
     NUM_GPU_ACTS
 } GpuActId;
 
 /* FP32 activations. */
 typedef enum {
-    GS_LN1_MEAN = 0, GS_LN1_RSTD, /* (L, N) */
+    GS_LN1_MEAN = 0, GS_LN1_RSTD, /* (L, N); the means have count 0 with RMSNorm */
     GS_LN2_MEAN, GS_LN2_RSTD,     /* (L, N) */
     GS_LNF_MEAN, GS_LNF_RSTD,     /* (N) */
     GS_ATT_STATS,                 /* (L, B, NH, T, 2) */
     GS_LOSSES,                    /* (N) */
-    GS_REDUCE_SCRATCH,            /* column-sum partials: colreduce_scratch_floats(N, 4C) */
+    GS_REDUCE_SCRATCH,            /* column-sum partials: gpu_reduce_scratch_floats */
     GS_NORM_SCRATCH,              /* GLOBAL_NORM_BLOCKS */
+    GS_QKNORM_RSTD,               /* (L, N * 2 * NH)  QK-norm's rstd per (row, q|k, head); count 0 without it */
     NUM_GPU_STATS
 } GpuStatId;
 
@@ -122,19 +146,34 @@ typedef struct {
 
 static const char* const gpu_act_names[NUM_GPU_ACTS] = {
     "encoded", "ln1", "qkv", "atty", "residual2", "ln2", "fch", "fch_gelu", "residual3", "lnf", "logits",
-    "proj_out", "dresidual", "dbuf_c", "dbuf_4c"};
+    "proj_out", "dresidual", "dbuf_c", "dbuf_4c", "qkv_raw", "dbuf_h"};
+
+static inline size_t size_max(size_t a, size_t b) { return a > b ? a : b; }
+
+/* FP32 floats of the backward's column-sum scratch: the widest column sum (norm gains and biases: 2C for a
+   norm's weight and bias, 3C qkvb, C attprojb/fcprojb, F fcb) and QK-norm's gain partials. GPT-2: 4C. */
+static size_t gpu_reduce_scratch_floats(const GPTConfig* cfg, size_t N) {
+    const size_t C = cfg->channels, F = gpt_config_fc_rows(cfg);
+    size_t widest = size_max(2 * C, 3 * C);
+    if (cfg->bias) widest = size_max(widest, F);
+    size_t floats = colreduce_scratch_floats((long long)N, (long long)widest);
+    if (cfg->qk_norm)
+        floats = size_max(floats, qknorm_scratch_floats((long long)N, cfg->num_heads, cfg->channels / cfg->num_heads));
+    return floats;
+}
 
 /* Element counts and offsets for batch (B, T). Offsets are multiples of 8
    elements (16 bytes) so every tensor can be read with 16-byte vectors. */
 static void gpu_act_table(const GPTConfig* cfg, int B, int T, int recompute, GpuActTable* t) {
     const size_t N = (size_t)B * T, C = cfg->channels, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
-    const size_t NH = cfg->num_heads;
+    const size_t NH = cfg->num_heads, H = cfg->mlp_hidden, F = gpt_config_fc_rows(cfg);
     const size_t ln_layers = recompute >= 2 ? 1 : L, gelu_layers = recompute >= 1 ? 1 : L;
+    const size_t qk = cfg->qk_norm ? 1 : 0, swiglu = cfg->mlp == GPT_MLP_SWIGLU ? 1 : 0;
     const size_t sizes[NUM_GPU_ACTS][2] = {
-        /* {layers, per layer} */
+        /* {layers, per layer}; GPT-2: F = H = 4C, and the last two are empty */
         {1, N * C}, {ln_layers, N * C}, {L, N * 3 * C}, {L, N * C}, {L, N * C}, {ln_layers, N * C},
-        {L, N * 4 * C}, {gelu_layers, N * 4 * C}, {L, N * C}, {1, N * C}, {1, N * Vp}, {1, N * C},
-        {1, N * C}, {1, N * C}, {1, N * 4 * C}};
+        {L, N * F}, {gelu_layers, N * H}, {L, N * C}, {1, N * C}, {1, N * Vp}, {1, N * C},
+        {1, N * C}, {1, N * C}, {1, N * size_max(3 * C, F)}, {L, qk * N * 3 * C}, {1, swiglu * N * H}};
     size_t off = 0;
     for (int i = 0; i < NUM_GPU_ACTS; i++) {
         t->per_layer[i] = sizes[i][0] > 1 ? sizes[i][1] : 0;
@@ -143,9 +182,10 @@ static void gpu_act_table(const GPTConfig* cfg, int B, int T, int recompute, Gpu
         off += (t->count[i] + 7) / 8 * 8;
     }
     t->total_acts = off;
+    const size_t mean = cfg->norm == GPT_NORM_LAYERNORM ? N : 0; /* RMSNorm keeps no mean */
     const size_t stat_sizes[NUM_GPU_STATS][2] = {
-        {L, N}, {L, N}, {L, N}, {L, N}, {1, N}, {1, N}, {L, (size_t)B * NH * T * 2}, {1, N},
-        {1, colreduce_scratch_floats((long long)N, 4 * (long long)C)}, {1, GLOBAL_NORM_BLOCKS}};
+        {L, mean}, {L, N}, {L, mean}, {L, N}, {1, mean}, {1, N}, {L, (size_t)B * NH * T * 2}, {1, N},
+        {1, gpu_reduce_scratch_floats(cfg, N)}, {1, GLOBAL_NORM_BLOCKS}, {L, qk * N * 2 * NH}};
     off = 0;
     for (int i = 0; i < NUM_GPU_STATS; i++) {
         t->stat_per_layer[i] = stat_sizes[i][0] > 1 ? stat_sizes[i][1] : 0;
@@ -154,6 +194,12 @@ static void gpu_act_table(const GPTConfig* cfg, int B, int T, int recompute, Gpu
         off += (t->stat_count[i] + 7) / 8 * 8;
     }
     t->total_stats = off;
+}
+
+/* The RoPE cos/sin table (model/rope_table.h) for the model's context; 0 without RoPE. */
+static size_t gpu_rope_table_bytes(const GPTConfig* cfg) {
+    if (cfg->pos != GPT_POS_ROPE) return 0;
+    return rope_table_entries(cfg->max_seq_len, cfg->channels / cfg->num_heads) * sizeof(RopeCosSin);
 }
 
 typedef struct {
@@ -191,7 +237,8 @@ static GpuMemoryPlan gpt_cuda_memory_plan_dist(const GPTConfig* cfg, int B, int 
     p.optimizer_bytes = 3 * opt_count * sizeof(float);
     p.acts_bytes = t.total_acts * sizeof(floatX);
     p.stats_bytes = t.total_stats * sizeof(float);
-    p.workspace_bytes = attention_workspace_all_modes(cfg, B, T, attn_opt) + MATMUL_WORKSPACE_BYTES + extra_workspace_bytes;
+    p.workspace_bytes = attention_workspace_all_modes(cfg, B, T, attn_opt) + MATMUL_WORKSPACE_BYTES +
+                        gpu_rope_table_bytes(cfg) + extra_workspace_bytes;
     p.total_bytes = p.params_bytes + p.optimizer_bytes + p.acts_bytes + p.stats_bytes + p.workspace_bytes;
     return p;
 }
@@ -210,8 +257,8 @@ typedef enum {
     PH_OTHER, NUM_PHASES
 } GpuPhase;
 static const char* const gpu_phase_names[NUM_PHASES] = {
-    "encoder", "layernorm", "matmul (cuBLASLt)", "attention", "gelu", "classifier", "bias grads", "optimizer+norm",
-    "other (memsets, loss sum)"};
+    "encoder", "layernorm / rmsnorm", "matmul (cuBLASLt)", "attention (+ qk-norm, rope)", "gelu / swiglu",
+    "classifier", "bias grads", "optimizer+norm", "other (memsets, loss sum)"};
 #define PROFILER_MAX_MARKS 4096
 typedef struct {
     cudaEvent_t events[PROFILER_MAX_MARKS];
@@ -267,6 +314,7 @@ typedef struct {
     floatX* acts;    /* all BF16 activations */
     float* stats;    /* all FP32 activations and scratch */
     void* attn_workspace;
+    RopeCosSin* rope_table; /* [max_seq_len, HS/2] cos/sin for --pos rope (NULL otherwise); never moves */
     double* scalars_dev; /* [0] loss sum, [1] gradient norm squared */
     int* tokens_dev;     /* [2][B*T] inputs, targets */
     int B, T;            /* allocated batch size (a forward may use smaller) */
@@ -297,10 +345,11 @@ static inline float* gpu_stat(const GPTCuda* m, GpuStatId id, int layer) {
 }
 
 /* One layer's activations as forward writes them and backward reads them. With --recompute, the
-   LayerNorm (level 2) and GELU (level 1) outputs live in one buffer shared by all layers. */
+   norm (level 2) and GELU/SwiGLU (level 1) outputs live in one buffer shared by all layers. */
 typedef struct {
     const floatX* residual; /* the layer's input: the embeddings, or the previous layer's residual3 */
     floatX *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    floatX* qkv_raw; /* the qkv matmul's output before QK-norm (with --qk-norm 1; else qkv itself) */
 } GpuLayerActs;
 static inline int gpu_ln_layer_stride(const GPTCuda* m) { return m->recompute >= 2 ? 0 : 1; }
 static inline GpuLayerActs gpu_layer_acts(const GPTCuda* m, int l, const floatX* encoded) {
@@ -315,8 +364,33 @@ static inline GpuLayerActs gpu_layer_acts(const GPTCuda* m, int l, const floatX*
     a.fch = gpu_act(m, GA_FCH, l);
     a.fch_gelu = gpu_act(m, GA_FCH_GELU, l * gelu_stride);
     a.residual3 = gpu_act(m, GA_RESIDUAL3, l);
+    a.qkv_raw = m->config.qk_norm ? gpu_act(m, GA_QKV_RAW, l) : a.qkv;
     return a;
 }
+
+/* The block's normalisation (--norm): LayerNorm (weight w, bias b, mean and rstd saved) or RMSNorm (gain w,
+   rstd saved; b and mean are unused). GPT-2 configurations call layernorm.cuh exactly as written here. */
+static inline void gpu_norm_forward(const GPTCuda* m, floatX* out, float* mean, float* rstd, const floatX* inp,
+                                    const floatX* w, const floatX* b, int N, int C, cudaStream_t st) {
+    if (m->config.norm == GPT_NORM_RMSNORM) rmsnorm_forward(out, rstd, inp, w, N, C, st);
+    else layernorm_forward(out, mean, rstd, inp, w, b, N, C, st);
+}
+/* residual = bf16(x + y), out = norm(residual). */
+static inline void gpu_fused_residual_norm_forward(const GPTCuda* m, floatX* residual, floatX* out, float* mean,
+                                                   float* rstd, const floatX* x, const floatX* y, const floatX* w,
+                                                   const floatX* b, int N, int C, cudaStream_t st) {
+    if (m->config.norm == GPT_NORM_RMSNORM) fused_residual_rmsnorm_forward(residual, out, rstd, x, y, w, N, C, st);
+    else fused_residual_layernorm_forward(residual, out, mean, rstd, x, y, w, b, N, C, st);
+}
+/* dinp += d norm / d inp; dw += (and db += for LayerNorm). */
+static inline void gpu_norm_backward(const GPTCuda* m, floatX* dinp, floatX* dw, floatX* db, float* scratch,
+                                     const floatX* dout, const floatX* inp, const floatX* w, const float* mean,
+                                     const float* rstd, int N, int C, cudaStream_t st) {
+    if (m->config.norm == GPT_NORM_RMSNORM) rmsnorm_backward(dinp, dw, scratch, dout, inp, w, rstd, N, C, st);
+    else layernorm_backward(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C, st);
+}
+/* The output head's weight: wte when tied, lm_head otherwise. */
+static inline ParamId gpu_head_param(const GPTCuda* m) { return m->config.tie_embeddings ? P_WTE : P_LMHEADW; }
 
 static inline void prof_mark(GPTCuda* m, GpuPhase phase) {
     GpuProfiler* pr = m->profiler;
@@ -339,6 +413,33 @@ static void prof_flush(GPTCuda* m) {
     pr->count = 0;
 }
 
+/* The shapes the GPU kernels need beyond gpt_config_validate (16-byte vectors: every row stride and
+   parameter offset a multiple of 8 elements): 0 if the config has them, else 1 with one message in msg
+   naming the flag to change. gpt_cuda_check_options dies with it. */
+static int gpt_cuda_options_error(const GPTConfig* cfg, char* msg, size_t n) {
+    const int HS = cfg->channels / cfg->num_heads;
+    if (cfg->channels % 8 != 0 || cfg->padded_vocab_size % 8 != 0)
+        snprintf(msg, n, "GPU model: channels (%d) and padded vocab (%d) must be multiples of 8 (16-byte vector "
+                 "loads)", cfg->channels, cfg->padded_vocab_size);
+    else if (cfg->mlp_hidden % 8 != 0)
+        snprintf(msg, n, "GPU model: --mlp-hidden %d must be a multiple of 8 (16-byte vector loads); e.g. "
+                 "--mlp-hidden %d", cfg->mlp_hidden, (cfg->mlp_hidden + 7) / 8 * 8);
+    else if (cfg->pos == GPT_POS_ROPE && HS % 16 != 0)
+        snprintf(msg, n, "GPU model: --pos rope needs a head size that is a multiple of 16 (the kernel rotates 8 "
+                 "pairs per thread); C %d / NH %d = %d: change the channels or heads", cfg->channels,
+                 cfg->num_heads, HS);
+    else if (cfg->qk_norm && (HS % 8 != 0 || HS > 1024))
+        snprintf(msg, n, "GPU model: --qk-norm 1 needs a head size that is a multiple of 8 and at most 1024; "
+                 "C %d / NH %d = %d: change the channels or heads", cfg->channels, cfg->num_heads, HS);
+    else
+        return 0;
+    return 1;
+}
+static void gpt_cuda_check_options(const GPTConfig* cfg) {
+    char msg[320];
+    if (gpt_cuda_options_error(cfg, msg, sizeof(msg))) die("%s", msg);
+}
+
 /* Allocates everything for batches up to (B, T): params/grads of
    padded_params elements, the optimizer state for [opt_offset, opt_offset +
    opt_count) of the flat buffer. Weights are not set (see
@@ -352,14 +453,7 @@ static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, i
     char err[256];
     memset(m, 0, sizeof(*m));
     if (gpt_config_validate(cfg, err, sizeof(err)) != 0) die("model config: %s", err);
-    if (!gpt_config_is_gpt2(cfg)) { /* these kernels compute GPT-2 only: never run another model as GPT-2 */
-        char opts[256];
-        die("GPU model: %s needs the modern-stack GPU kernels, which this model does not call; the CPU model runs it",
-            gpt_config_describe_options(cfg, opts, sizeof(opts)));
-    }
-    if (cfg->channels % 8 != 0 || cfg->padded_vocab_size % 8 != 0)
-        die("GPU model: channels (%d) and padded vocab (%d) must be multiples of 8 (16-byte vector loads)",
-            cfg->channels, cfg->padded_vocab_size);
+    gpt_cuda_check_options(cfg);
     if (T > cfg->max_seq_len) die("sequence length %d exceeds the model's context %d", T, cfg->max_seq_len);
     const AttnShape shape = {B, cfg->num_heads, T, cfg->channels / cfg->num_heads};
     for (int md = 0; md < ATTN_NUM_EMULATED_MODES; md++) attention_cuda_check_shape(shape, (AttnMode)md);
@@ -396,6 +490,7 @@ static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, i
     cudaCheck(cudaMalloc(&m->attn_workspace, ws > 0 ? ws : 16));
     cudaCheck(cudaMalloc((void**)&m->scalars_dev, 2 * sizeof(double)));
     cudaCheck(cudaMalloc((void**)&m->tokens_dev, 2 * (size_t)B * T * sizeof(int)));
+    if (cfg->pos == GPT_POS_ROPE) m->rope_table = rope_table_upload(cfg->max_seq_len, shape.HS, cfg->rope_base);
     matmul_context_init(&m->matmul);
     encoder_buckets_init(&m->buckets, B * T, cfg->padded_vocab_size);
 }
@@ -423,6 +518,7 @@ static void gpt_cuda_free(GPTCuda* m) {
     cudaCheck(cudaFree(m->adam_m)); cudaCheck(cudaFree(m->adam_v)); cudaCheck(cudaFree(m->acts));
     cudaCheck(cudaFree(m->stats)); cudaCheck(cudaFree(m->attn_workspace)); cudaCheck(cudaFree(m->scalars_dev));
     cudaCheck(cudaFree(m->tokens_dev));
+    cudaCheck(cudaFree(m->rope_table));
     matmul_context_free(&m->matmul);
     encoder_buckets_free(&m->buckets);
 }
@@ -537,11 +633,11 @@ static void gpt_cuda_forward_upload(GPTCuda* m, const int* inputs, const int* ta
 static void gpt_cuda_forward_kernels(GPTCuda* m, int B, int T, int with_targets, float dloss) {
     const GPTConfig* cfg = &m->config;
     const int N = B * T, C = cfg->channels, L = cfg->num_layers, Vp = cfg->padded_vocab_size;
-    const int NH = cfg->num_heads;
+    const int NH = cfg->num_heads, HS = C / NH, H = cfg->mlp_hidden, F = gpt_config_fc_rows(cfg);
     cudaStream_t st = m->stream;
     int* inputs_dev = m->tokens_dev;
     int* targets_dev = m->tokens_dev + (size_t)m->B * m->T;
-    const AttnShape shape = {B, NH, T, C / NH};
+    const AttnShape shape = {B, NH, T, HS};
     floatX* p = m->params;
     floatX* encoded = gpu_act(m, GA_ENCODED, 0);
     floatX* proj_out = gpu_act(m, GA_PROJ_OUT, 0);
@@ -549,13 +645,24 @@ static void gpt_cuda_forward_kernels(GPTCuda* m, int B, int T, int with_targets,
     encoder_forward(encoded, inputs_dev, gpu_param(m, p, P_WTE, 0), gpu_param(m, p, P_WPE, 0), B, T, C, st);
     const int ln_layer_stride = gpu_ln_layer_stride(m);
     prof_mark(m, PH_LAYERNORM);
-    layernorm_forward(gpu_act(m, GA_LN1, 0), gpu_stat(m, GS_LN1_MEAN, 0), gpu_stat(m, GS_LN1_RSTD, 0), encoded,
-                      gpu_param(m, p, P_LN1W, 0), gpu_param(m, p, P_LN1B, 0), N, C, st);
+    gpu_norm_forward(m, gpu_act(m, GA_LN1, 0), gpu_stat(m, GS_LN1_MEAN, 0), gpu_stat(m, GS_LN1_RSTD, 0), encoded,
+                     gpu_param(m, p, P_LN1W, 0), gpu_param(m, p, P_LN1B, 0), N, C, st);
     for (int l = 0; l < L; l++) {
         const GpuLayerActs la = gpu_layer_acts(m, l, encoded);
         prof_mark(m, PH_MATMUL);
-        matmul_forward(&m->matmul, la.qkv, la.ln1, gpu_param(m, p, P_QKVW, l), gpu_param(m, p, P_QKVB, l), nullptr,
-                       N, C, 3 * C, st);
+        matmul_forward(&m->matmul, la.qkv_raw, la.ln1, gpu_param(m, p, P_QKVW, l), gpu_param(m, p, P_QKVB, l),
+                       nullptr, N, C, 3 * C, st);
+        /* the q and k attention reads (and the diagnostics and captures with it): QK-norm into qkv, then
+           RoPE in place on qkv */
+        if (cfg->qk_norm) {
+            prof_mark(m, PH_ATTENTION);
+            qknorm_forward(la.qkv, gpu_stat(m, GS_QKNORM_RSTD, l), la.qkv_raw, gpu_param(m, p, P_QNORMW, l),
+                           gpu_param(m, p, P_KNORMW, l), N, NH, HS, st);
+        }
+        if (cfg->pos == GPT_POS_ROPE) {
+            prof_mark(m, PH_ATTENTION);
+            rope_forward(la.qkv, m->rope_table, cfg->max_seq_len, B, T, NH, HS, st);
+        }
         prof_mark(m, PH_ATTENTION);
         attention_forward_cuda(m->attn_mode, m->attn_opt, shape, la.qkv, la.atty, gpu_stat(m, GS_ATT_STATS, l),
                                m->attn_workspace, st);
@@ -563,34 +670,42 @@ static void gpt_cuda_forward_kernels(GPTCuda* m, int B, int T, int with_targets,
         matmul_forward(&m->matmul, proj_out, la.atty, gpu_param(m, p, P_ATTPROJW, l), gpu_param(m, p, P_ATTPROJB, l),
                        nullptr, N, C, C, st);
         prof_mark(m, PH_LAYERNORM);
-        fused_residual_layernorm_forward(la.residual2, la.ln2, gpu_stat(m, GS_LN2_MEAN, l), gpu_stat(m, GS_LN2_RSTD, l),
-                                         la.residual, proj_out, gpu_param(m, p, P_LN2W, l), gpu_param(m, p, P_LN2B, l),
-                                         N, C, st);
-        /* fch = ln2 Wfc^T + bfc and fch_gelu = gelu(fch) from one GEMM (GELU_AUX_BIAS epilogue); with
-           --recompute, fch_gelu is one layer's buffer that backward rebuilds from fch */
+        gpu_fused_residual_norm_forward(m, la.residual2, la.ln2, gpu_stat(m, GS_LN2_MEAN, l),
+                                        gpu_stat(m, GS_LN2_RSTD, l), la.residual, proj_out,
+                                        gpu_param(m, p, P_LN2W, l), gpu_param(m, p, P_LN2B, l), N, C, st);
         prof_mark(m, PH_MATMUL);
-        matmul_forward(&m->matmul, la.fch_gelu, la.ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l), la.fch,
-                       N, C, 4 * C, st);
+        if (cfg->mlp == GPT_MLP_SWIGLU) {
+            /* fch = [a | b] = ln2 Wfc^T (+ bfc), then fch_gelu = silu(a) * b (rebuilt the same way by --recompute) */
+            matmul_forward(&m->matmul, la.fch, la.ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l), nullptr,
+                           N, C, F, st);
+            prof_mark(m, PH_GELU);
+            swiglu_forward(la.fch_gelu, la.fch, N, H, st);
+        } else {
+            /* fch = ln2 Wfc^T (+ bfc) and fch_gelu = gelu(fch) from one GEMM (GELU_AUX_BIAS, or GELU_AUX without
+               a bias); with --recompute, fch_gelu is one layer's buffer that backward rebuilds from fch */
+            matmul_forward(&m->matmul, la.fch_gelu, la.ln2, gpu_param(m, p, P_FCW, l), gpu_param(m, p, P_FCB, l),
+                           la.fch, N, C, H, st);
+        }
         prof_mark(m, PH_MATMUL);
         matmul_forward(&m->matmul, proj_out, la.fch_gelu, gpu_param(m, p, P_FCPROJW, l), gpu_param(m, p, P_FCPROJB, l),
-                       nullptr, N, 4 * C, C, st);
+                       nullptr, N, H, C, st);
         if (l + 1 < L) {
             prof_mark(m, PH_LAYERNORM);
-            fused_residual_layernorm_forward(la.residual3, gpu_act(m, GA_LN1, (l + 1) * ln_layer_stride),
-                                             gpu_stat(m, GS_LN1_MEAN, l + 1), gpu_stat(m, GS_LN1_RSTD, l + 1),
-                                             la.residual2, proj_out, gpu_param(m, p, P_LN1W, l + 1),
-                                             gpu_param(m, p, P_LN1B, l + 1), N, C, st);
+            gpu_fused_residual_norm_forward(m, la.residual3, gpu_act(m, GA_LN1, (l + 1) * ln_layer_stride),
+                                            gpu_stat(m, GS_LN1_MEAN, l + 1), gpu_stat(m, GS_LN1_RSTD, l + 1),
+                                            la.residual2, proj_out, gpu_param(m, p, P_LN1W, l + 1),
+                                            gpu_param(m, p, P_LN1B, l + 1), N, C, st);
         } else {
             prof_mark(m, PH_LAYERNORM);
-            fused_residual_layernorm_forward(la.residual3, gpu_act(m, GA_LNF, 0), gpu_stat(m, GS_LNF_MEAN, 0),
-                                             gpu_stat(m, GS_LNF_RSTD, 0), la.residual2, proj_out,
-                                             gpu_param(m, p, P_LNFW, 0), gpu_param(m, p, P_LNFB, 0), N, C, st);
+            gpu_fused_residual_norm_forward(m, la.residual3, gpu_act(m, GA_LNF, 0), gpu_stat(m, GS_LNF_MEAN, 0),
+                                            gpu_stat(m, GS_LNF_RSTD, 0), la.residual2, proj_out,
+                                            gpu_param(m, p, P_LNFW, 0), gpu_param(m, p, P_LNFB, 0), N, C, st);
         }
     }
     floatX* logits = gpu_act(m, GA_LOGITS, 0);
     prof_mark(m, PH_MATMUL);
-    matmul_forward(&m->matmul, logits, gpu_act(m, GA_LNF, 0), gpu_param(m, p, P_WTE, 0), nullptr, nullptr, N, C, Vp,
-                   st);
+    matmul_forward(&m->matmul, logits, gpu_act(m, GA_LNF, 0), gpu_param(m, p, gpu_head_param(m), 0), nullptr,
+                   nullptr, N, C, Vp, st);
     if (with_targets) {
         float* losses = gpu_stat(m, GS_LOSSES, 0);
         prof_mark(m, PH_CLASSIFIER);
@@ -616,8 +731,9 @@ static void gpt_cuda_zero_grad(GPTCuda* m) {
 static void gpt_cuda_backward_layers(GPTCuda* m) {
     const GPTConfig* cfg = &m->config;
     const int B = m->cur_B, T = m->cur_T, N = B * T, C = cfg->channels, L = cfg->num_layers;
-    const int Vp = cfg->padded_vocab_size, NH = cfg->num_heads;
-    const AttnShape shape = {B, NH, T, C / NH};
+    const int Vp = cfg->padded_vocab_size, NH = cfg->num_heads, HS = C / NH, H = cfg->mlp_hidden;
+    const int F = gpt_config_fc_rows(cfg);
+    const AttnShape shape = {B, NH, T, HS};
     cudaStream_t st = m->stream;
     floatX* p = m->params;
     floatX* g = m->grads;
@@ -625,20 +741,22 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
     floatX* dres = gpu_act(m, GA_DRESIDUAL, 0);
     floatX* dbuf_c = gpu_act(m, GA_DBUF_C, 0);
     floatX* dbuf_4c = gpu_act(m, GA_DBUF_4C, 0);
+    floatX* dbuf_h = gpu_act(m, GA_DBUF_H, 0);
     floatX* encoded = gpu_act(m, GA_ENCODED, 0);
     const floatX* dlogits = gpu_act(m, GA_LOGITS, 0);
 
-    /* output head (tied wte) and the final LayerNorm */
+    /* output head (wte when tied, else lm_head, whose gradient is then final here) and the final norm */
+    const ParamId head = gpu_head_param(m);
     prof_mark(m, PH_MATMUL);
-    matmul_backward_input(&m->matmul, dbuf_c, dlogits, gpu_param(m, p, P_WTE, 0), N, C, Vp, 0, st);
+    matmul_backward_input(&m->matmul, dbuf_c, dlogits, gpu_param(m, p, head, 0), N, C, Vp, 0, st);
     prof_mark(m, PH_MATMUL);
-    matmul_backward_weight(&m->matmul, gpu_param(m, g, P_WTE, 0), dlogits, gpu_act(m, GA_LNF, 0), N, C, Vp, st);
+    matmul_backward_weight(&m->matmul, gpu_param(m, g, head, 0), dlogits, gpu_act(m, GA_LNF, 0), N, C, Vp, st);
     prof_mark(m, PH_OTHER);
     cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(floatX), st));
     prof_mark(m, PH_LAYERNORM);
-    layernorm_backward(dres, gpu_param(m, g, P_LNFW, 0), gpu_param(m, g, P_LNFB, 0), scratch, dbuf_c,
-                       gpu_act(m, GA_RESIDUAL3, L - 1), gpu_param(m, p, P_LNFW, 0), gpu_stat(m, GS_LNF_MEAN, 0),
-                       gpu_stat(m, GS_LNF_RSTD, 0), N, C, st);
+    gpu_norm_backward(m, dres, gpu_param(m, g, P_LNFW, 0), gpu_param(m, g, P_LNFB, 0), scratch, dbuf_c,
+                      gpu_act(m, GA_RESIDUAL3, L - 1), gpu_param(m, p, P_LNFW, 0), gpu_stat(m, GS_LNF_MEAN, 0),
+                      gpu_stat(m, GS_LNF_RSTD, 0), N, C, st);
     for (int l = L - 1; l >= 0; l--) {
         const GpuLayerActs la = gpu_layer_acts(m, l, encoded);
         float* ln1_mean = gpu_stat(m, GS_LN1_MEAN, l);
@@ -647,35 +765,45 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
         float* ln2_rstd = gpu_stat(m, GS_LN2_RSTD, l);
         /* --recompute: rebuild what the forward did not keep for this layer
            (gelu(fch): the forward's values up to the last BF16 bit, see the top
-           comment; LN outputs: same kernel, same inputs, bit-identical) */
+           comment; swiglu(fch) and the norm outputs: same kernel, same inputs,
+           bit-identical) */
         if (m->recompute >= 1) {
             prof_mark(m, PH_GELU);
-            gelu_forward(la.fch_gelu, la.fch, (long long)N * 4 * C, st);
+            if (cfg->mlp == GPT_MLP_SWIGLU) swiglu_forward(la.fch_gelu, la.fch, N, H, st);
+            else gelu_forward(la.fch_gelu, la.fch, (long long)N * H, st);
         }
         if (m->recompute >= 2) {
             prof_mark(m, PH_LAYERNORM);
-            layernorm_forward(la.ln1, ln1_mean, ln1_rstd, la.residual, gpu_param(m, p, P_LN1W, l),
-                              gpu_param(m, p, P_LN1B, l), N, C, st);
+            gpu_norm_forward(m, la.ln1, ln1_mean, ln1_rstd, la.residual, gpu_param(m, p, P_LN1W, l),
+                             gpu_param(m, p, P_LN1B, l), N, C, st);
             prof_mark(m, PH_LAYERNORM);
-            layernorm_forward(la.ln2, ln2_mean, ln2_rstd, la.residual2, gpu_param(m, p, P_LN2W, l),
-                              gpu_param(m, p, P_LN2B, l), N, C, st);
+            gpu_norm_forward(m, la.ln2, ln2_mean, ln2_rstd, la.residual2, gpu_param(m, p, P_LN2W, l),
+                             gpu_param(m, p, P_LN2B, l), N, C, st);
         }
-        /* MLP: fcproj (its input gradient taken through the GELU: dbuf_4c = d fch), fc, LN2 */
+        /* MLP: fcproj (its input gradient into dbuf_4c = d fch: through the GELU in the matmul's epilogue, or
+           into dbuf_h = d swiglu(fch) and then through SwiGLU's backward), fc, norm2 */
         prof_mark(m, PH_MATMUL);
-        matmul_backward_input_dgelu(&m->matmul, dbuf_4c, dres, gpu_param(m, p, P_FCPROJW, l), la.fch, N, 4 * C, C, st);
+        if (cfg->mlp == GPT_MLP_SWIGLU) {
+            matmul_backward_input(&m->matmul, dbuf_h, dres, gpu_param(m, p, P_FCPROJW, l), N, H, C, 0, st);
+            prof_mark(m, PH_GELU);
+            swiglu_backward(dbuf_4c, dbuf_h, la.fch, N, H, st);
+        } else {
+            matmul_backward_input_dgelu(&m->matmul, dbuf_4c, dres, gpu_param(m, p, P_FCPROJW, l), la.fch, N, H, C,
+                                        st);
+        }
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), dres, la.fch_gelu, N, 4 * C, C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), dres, la.fch_gelu, N, H, C, st);
         prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_FCPROJB, l), dres, scratch, N, C, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_FCW, l), N, C, 4 * C, 0, st);
+        matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_FCW, l), N, C, F, 0, st);
         prof_mark(m, PH_MATMUL);
-        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), dbuf_4c, la.ln2, N, C, 4 * C, st);
+        matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), dbuf_4c, la.ln2, N, C, F, st);
         prof_mark(m, PH_BIAS_GRAD);
-        bias_backward(gpu_param(m, g, P_FCB, l), dbuf_4c, scratch, N, 4 * C, st);
+        bias_backward(gpu_param(m, g, P_FCB, l), dbuf_4c, scratch, N, F, st);
         prof_mark(m, PH_LAYERNORM);
-        layernorm_backward(dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l), scratch, dbuf_c, la.residual2,
-                           gpu_param(m, p, P_LN2W, l), ln2_mean, ln2_rstd, N, C, st);
+        gpu_norm_backward(m, dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l), scratch, dbuf_c,
+                          la.residual2, gpu_param(m, p, P_LN2W, l), ln2_mean, ln2_rstd, N, C, st);
         /* attention: attproj, attention, qkv, LN1 */
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dres, gpu_param(m, p, P_ATTPROJW, l), N, C, C, 0, st);
@@ -690,6 +818,18 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
             prof_mark(m, PH_OTHER);
             m->attn_hook(m->attn_hook_ctx, l, shape, la.qkv, la.atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c, st);
         }
+        /* dbuf_4c holds d(attention's qkv); back through RoPE, then QK-norm (the forward's reverse order), to
+           d(the qkv matmul's output) */
+        if (cfg->pos == GPT_POS_ROPE) {
+            prof_mark(m, PH_ATTENTION);
+            rope_backward(dbuf_4c, m->rope_table, cfg->max_seq_len, B, T, NH, HS, st);
+        }
+        if (cfg->qk_norm) {
+            prof_mark(m, PH_ATTENTION);
+            qknorm_backward(dbuf_4c, gpu_param(m, g, P_QNORMW, l), gpu_param(m, g, P_KNORMW, l), scratch, la.qkv_raw,
+                            gpu_stat(m, GS_QKNORM_RSTD, l), gpu_param(m, p, P_QNORMW, l),
+                            gpu_param(m, p, P_KNORMW, l), N, NH, HS, st);
+        }
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_QKVW, l), N, C, 3 * C, 0, st);
         prof_mark(m, PH_MATMUL);
@@ -697,8 +837,8 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
         prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_QKVB, l), dbuf_4c, scratch, N, 3 * C, st);
         prof_mark(m, PH_LAYERNORM);
-        layernorm_backward(dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l), scratch, dbuf_c, la.residual,
-                           gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);
+        gpu_norm_backward(m, dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l), scratch, dbuf_c,
+                          la.residual, gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);
         if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, l, st); /* layer l's gradients are final */
     }
 }

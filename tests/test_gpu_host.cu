@@ -9,8 +9,12 @@
  * wrong bucket = a silently wrong wte gradient), the memory plan that the
  * trainer compares with free GPU memory (a wrong plan = an out-of-memory
  * crash mid-run or a refused run that would fit), the message the user gets
- * when it does not fit, the attention calls' refusals of bad pointers, and
- * the deterministic attention backward's workspace size and its refusal.
+ * when it does not fit, the attention calls' refusals of bad pointers, the
+ * deterministic attention backward's workspace size and its refusal, and the
+ * activation table of the architecture options (a GPT-2 configuration must
+ * keep GPT-2's sizes; a modern one must size fch, the scratch and the new
+ * entries for its options) with the GPU model's refusals of shapes its
+ * kernels cannot take.
  * References here are brute force or written from the buffer list by hand.
  */
 #include <stdio.h>
@@ -119,6 +123,112 @@ static int run_captured(Fn fn, char* msg, size_t cap) {
     return test_run_captured([](void* f) { (*(Fn*)f)(); }, &fn, msg, cap);
 }
 
+/* The activation and statistics tables of the architecture options against hand counts (N = B*T a
+   multiple of 8, so no rounding). */
+static void test_option_tables(const char* model, int qk_norm, int bias, int tie, int B, int T) {
+    char name[160], err[256];
+    snprintf(name, sizeof(name), "activation table %s qk-norm %d bias %d tie %d, B%d T%d", model, qk_norm, bias, tie,
+             B, T);
+    test_section(name);
+    GPTConfig cfg;
+    CHECK(gpt_config_from_descriptor(model, &cfg, err, sizeof(err)) == 0, "preset %s exists", model);
+    cfg.qk_norm = qk_norm;
+    cfg.bias = bias;
+    cfg.tie_embeddings = tie;
+    const size_t N = (size_t)B * T, C = cfg.channels, L = cfg.num_layers, Vp = cfg.padded_vocab_size;
+    const size_t NH = cfg.num_heads, H = cfg.mlp_hidden, F = gpt_config_fc_rows(&cfg);
+    const int swiglu = cfg.mlp == GPT_MLP_SWIGLU, rms = cfg.norm == GPT_NORM_RMSNORM;
+    for (int r = 0; r < 3; r++) {
+        GpuActTable t;
+        gpu_act_table(&cfg, B, T, r, &t);
+        const size_t ln_layers = r >= 2 ? 1 : L, act_layers = r >= 1 ? 1 : L;
+        /* encoded, ln1, qkv, atty, residual2, ln2, residual3, lnf, proj_out, dresidual, dbuf_c; then fch,
+           fch_gelu, logits, dbuf_4c, qkv_raw, dbuf_h */
+        const size_t want = N * C * (1 + ln_layers + 3 * L + L + L + ln_layers + L + 1 + 1 + 1 + 1) + N * L * F +
+                            N * act_layers * H + N * Vp + N * (F > 3 * C ? F : 3 * C) +
+                            (qk_norm ? L * N * 3 * C : 0) + (swiglu ? N * H : 0);
+        CHECK(t.total_acts == want, "recompute %d: BF16 activations %zu == hand count %zu", r, t.total_acts, want);
+        CHECK(t.count[GA_FCH] == L * N * F && t.count[GA_FCH_GELU] == act_layers * N * H,
+              "recompute %d: fch holds F = %zu columns, its activation H = %zu", r, F, H);
+    }
+    GpuActTable t;
+    gpu_act_table(&cfg, B, T, 0, &t);
+    CHECK(t.count[GA_QKV_RAW] == (qk_norm ? L * N * 3 * C : 0) &&
+              t.stat_count[GS_QKNORM_RSTD] == (qk_norm ? L * N * 2 * NH : 0),
+          "qkv_raw and the QK-norm rstd exist exactly with --qk-norm 1");
+    CHECK(t.count[GA_DBUF_H] == (swiglu ? N * H : 0), "dbuf_h exists exactly with SwiGLU");
+    CHECK(t.stat_count[GS_LN1_MEAN] == (rms ? 0 : L * N) && t.stat_count[GS_LNF_MEAN] == (rms ? 0 : N) &&
+              t.stat_count[GS_LN1_RSTD] == L * N,
+          "the norm means exist exactly with LayerNorm, the rstds always");
+    /* the widest column sum: 3C (qkvb, or the norms' 2C), F (fcb) with biases; then QK-norm's partials */
+    size_t widest = 3 * C;
+    if (bias && F > widest) widest = F;
+    size_t scratch = colreduce_scratch_floats((long long)N, (long long)widest);
+    const size_t qk_scratch = qknorm_scratch_floats((long long)N, (int)NH, (int)(C / NH));
+    if (qk_norm && qk_scratch > scratch) scratch = qk_scratch;
+    CHECK(t.stat_count[GS_REDUCE_SCRATCH] == scratch, "column-sum scratch %zu == %zu (widest %zu columns)",
+          t.stat_count[GS_REDUCE_SCRATCH], scratch, widest);
+    int aligned = 1, disjoint = 1;
+    for (int i = 0; i < NUM_GPU_ACTS; i++) {
+        if (t.offset[i] % 8) aligned = 0;
+        if (i + 1 < NUM_GPU_ACTS && t.offset[i] + t.count[i] > t.offset[i + 1]) disjoint = 0;
+    }
+    CHECK(aligned && disjoint, "activation offsets are 16-byte aligned and tensors do not overlap");
+    const size_t rope = cfg.pos == GPT_POS_ROPE ? (size_t)cfg.max_seq_len * (C / NH / 2) * 8 : 0;
+    const GpuMemoryPlan plan = gpt_cuda_memory_plan(&cfg, B, T, 0);
+    CHECK(plan.workspace_bytes == attention_workspace_all_modes(&cfg, B, T, AttnOptions{}) + MATMUL_WORKSPACE_BYTES +
+              rope, "the workspace holds the RoPE table (%zu bytes) and nothing else new", rope);
+    CHECK(plan.params_bytes == 4 * gpt_num_parameters(&cfg), "params + grads cover the options' tensors");
+}
+
+/* GPT-2 presets keep the GPT-2 model's sizes: fch and fch_gelu 4C wide, dbuf_4c 4C, the column-sum scratch
+   colreduce_scratch_floats(N, 4C), no RoPE table, the options' entries empty at the ends of the tables (so
+   every other offset is where it was). */
+static void test_gpt2_tables_unchanged(void) {
+    test_section("GPT-2 presets: the activation table and workspace of the GPT-2 model");
+    static const char* presets[] = {"tiny", "small", "d12", "d24", "450m"};
+    char err[256];
+    for (const char* name : presets) {
+        GPTConfig cfg;
+        gpt_config_from_descriptor(name, &cfg, err, sizeof(err));
+        const int B = 2, T = 64;
+        const size_t N = (size_t)B * T, C = cfg.channels, L = cfg.num_layers;
+        GpuActTable t;
+        gpu_act_table(&cfg, B, T, 0, &t);
+        CHECK(t.count[GA_FCH] == L * N * 4 * C && t.count[GA_FCH_GELU] == L * N * 4 * C &&
+                  t.count[GA_DBUF_4C] == N * 4 * C && t.count[GA_QKV_RAW] == 0 && t.count[GA_DBUF_H] == 0 &&
+                  t.stat_count[GS_QKNORM_RSTD] == 0 && t.stat_count[GS_LN1_MEAN] == L * N &&
+                  t.stat_count[GS_REDUCE_SCRATCH] == colreduce_scratch_floats((long long)N, 4 * (long long)C) &&
+                  t.offset[GA_QKV_RAW] == t.total_acts && t.stat_offset[GS_QKNORM_RSTD] == t.total_stats,
+              "%s: GPT-2's sizes, and the options' entries empty at the ends of the tables", name);
+        CHECK(gpu_rope_table_bytes(&cfg) == 0, "%s: no RoPE table", name);
+    }
+}
+
+/* The GPU model's refusals of shapes its kernels cannot take, each naming the flag. */
+static void test_option_refusals(void) {
+    test_section("GPU model: refused option shapes name the flag");
+    struct { const char* what; int C, NH, pos, qk, H; const char* want; } cases[] = {
+        {"--mlp-hidden 100", 256, 4, GPT_POS_LEARNED, 0, 100, "--mlp-hidden 100 must be a multiple of 8"},
+        {"rope with head size 8", 64, 8, GPT_POS_ROPE, 0, 256, "--pos rope needs a head size that is a multiple of 16"},
+        {"qk-norm with head size 4", 64, 16, GPT_POS_LEARNED, 1, 256, "--qk-norm 1 needs a head size"},
+    };
+    char err[256], msg[1024];
+    for (const auto& c : cases) {
+        GPTConfig cfg;
+        gpt_config_from_descriptor("tiny", &cfg, err, sizeof(err));
+        cfg.channels = c.C; cfg.num_heads = c.NH; cfg.pos = c.pos; cfg.qk_norm = c.qk; cfg.mlp_hidden = c.H;
+        const int status = run_captured([&] { gpt_cuda_check_options(&cfg); }, msg, sizeof msg);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(msg, c.want) != NULL,
+              "%s: exits 1 naming the flag (got: %.200s)", c.what, msg);
+    }
+    GPTConfig ok;
+    gpt_config_from_descriptor("llama-d12", &ok, err, sizeof(err));
+    ok.qk_norm = 1;
+    const int status = run_captured([&] { gpt_cuda_check_options(&ok); }, msg, sizeof msg);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "llama-d12 with --qk-norm 1 is accepted (status %d)", status);
+}
+
 /* The attention calls refuse a BF16 pointer off 16-byte alignment before touching the device (the kernels
    move 16-byte vectors; such a pointer would fault mid-kernel with "misaligned address"). Each call runs in a
    child process: it must exit 1 (die) with a message naming the call, the tensor and the fix. */
@@ -211,6 +321,14 @@ int main(void) {
     test_memory_plan("d12", 4, 64);
     test_memory_plan("450m", 2, 128);
     test_memory_check();
+    test_gpt2_tables_unchanged();
+    test_option_tables("llama-small", 0, 0, 1, 4, 64);
+    test_option_tables("llama-small", 1, 0, 1, 4, 64);
+    test_option_tables("llama-d12", 0, 1, 1, 2, 64); /* SwiGLU with biases: fcb's F = 4096 > 4C is the widest */
+    test_option_tables("small", 0, 0, 1, 4, 64);
+    test_option_tables("small", 0, 1, 0, 4, 64);
+    test_option_tables("d12", 1, 1, 1, 2, 64);
+    test_option_refusals();
     test_attention_alignment();
     test_deterministic_workspace();
     return test_summary();

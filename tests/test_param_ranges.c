@@ -33,21 +33,33 @@ static int tiles(ParamRange* ranges, int n, size_t lo, size_t hi) {
     return at == hi;
 }
 
-static void test_buckets(const char* name) {
+/* name: a preset; qk_norm, tie: the options set on it (-1 keeps the preset's). The buckets hold the tensors
+   the config has: a layer's are the per-layer ones (with QK-norm the gains too), the rest the others. */
+static void test_buckets(const char* name, int qk_norm, int tie) {
     GPTConfig cfg;
     char err[256];
     if (gpt_config_from_descriptor(name, &cfg, err, sizeof err) != 0) {
         CHECK(0, "preset %s: %s", name, err);
         return;
     }
+    if (qk_norm >= 0) cfg.qk_norm = qk_norm;
+    if (tie >= 0) cfg.tie_embeddings = tie;
     ParamTensorInfo table[NUM_PARAM_TENSORS];
     const size_t P = gpt_param_table(&cfg, table);
     const int L = cfg.num_layers;
+    /* what the buckets must hold, from the table (GPT-2: 12 per layer; wte, wpe, lnfw, lnfb) */
+    int want_layer = 0, expect_rest[NUM_PARAM_TENSORS], want_rest = 0;
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+        if (table[id].count == 0) continue;
+        const int per_layer = (id >= P_LN1W && id <= P_FCPROJB) || id == P_QNORMW || id == P_KNORMW;
+        if (per_layer) want_layer++;
+        else expect_rest[want_rest++] = id;
+    }
     ParamRange* all = (ParamRange*)malloc(sizeof(ParamRange) * (size_t)(L + 1) * PARAM_BUCKET_MAX_RANGES);
     int n = 0, layer_counts_ok = 1, in_layer_ok = 1;
     for (int l = L - 1; l >= 0; l--) { /* backward order */
         const int k = param_bucket_ranges(table, l, all + n);
-        layer_counts_ok &= k == P_FCPROJB - P_LN1W + 1;
+        layer_counts_ok &= k == want_layer;
         for (int i = 0; i < k; i++) {
             const ParamTensorInfo* t = &table[all[n + i].tag];
             const size_t per = t->count / (size_t)t->layers;
@@ -57,13 +69,16 @@ static void test_buckets(const char* name) {
         n += k;
     }
     const int k_rest = param_bucket_ranges(table, PARAM_BUCKET_REST, all + n);
-    int rest_ids_ok = k_rest == 4;
-    const int expect_rest[4] = {P_WTE, P_WPE, P_LNFW, P_LNFB};
-    for (int i = 0; i < k_rest && i < 4; i++) rest_ids_ok &= all[n + i].tag == expect_rest[i];
+    int rest_ids_ok = k_rest == want_rest;
+    for (int i = 0; i < k_rest && i < want_rest; i++) rest_ids_ok &= all[n + i].tag == expect_rest[i];
     n += k_rest;
-    CHECK(layer_counts_ok, "%s: each layer bucket has the 12 per-layer tensors", name);
+    CHECK(layer_counts_ok, "%s: each layer bucket has the %d per-layer tensors", name, want_layer);
     CHECK(in_layer_ok, "%s: each slice of layer l is that layer's part of its tensor", name);
-    CHECK(rest_ids_ok, "%s: the rest bucket is wte, wpe, lnfw, lnfb", name);
+    CHECK(rest_ids_ok, "%s: the rest bucket is the %d other tensors, in table order", name, want_rest);
+    if (gpt_config_is_gpt2(&cfg))
+        CHECK(want_layer == 12 && want_rest == 4 && expect_rest[0] == P_WTE && expect_rest[1] == P_WPE &&
+                  expect_rest[2] == P_LNFW && expect_rest[3] == P_LNFB,
+              "%s: GPT-2's buckets: the 12 per-layer tensors; wte, wpe, lnfw, lnfb", name);
     CHECK(tiles(all, n, 0, P), "%s: %d layer buckets + rest tile all %zu parameters exactly once", name, L, P);
     free(all);
 
@@ -131,11 +146,17 @@ static void test_split_edges(void) {
 }
 
 int main(void) {
-    const char* presets[] = {"tiny", "small", "d12", "d24", "450m"};
+    const char* presets[] = {"tiny", "small", "d12", "d24", "450m", "llama-small", "llama-d12"};
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         test_section(presets[i]);
-        test_buckets(presets[i]);
+        test_buckets(presets[i], -1, -1);
     }
+    /* the options' tensors: QK-norm gains per layer (ln1w .. fcprojw and qnormw, knormw: 9 with llama's
+       options), an untied lm_head in the rest bucket */
+    test_section("llama-small --qk-norm 1 --tie-embeddings 0");
+    test_buckets("llama-small", 1, 0);
+    test_section("small --qk-norm 1 --tie-embeddings 0");
+    test_buckets("small", 1, 0);
     test_split_edges();
     return test_summary();
 }

@@ -115,6 +115,15 @@ refuses_flag "--capture-attn layer past the model" "layer 9 does not exist" --mo
 refuses_flag "--resume with --overwrite" "--resume continues a run and --overwrite starts one over" \
     --model small --out-dir "$TMP/run" --resume --overwrite
 
+echo "== model options: the GPU model runs them, and refuses (as a flag error) the shapes its kernels cannot take"
+refuses_flag "--mlp-hidden not a multiple of 8" "--mlp-hidden 700 must be a multiple of 8" \
+    --model llama-small --mlp-hidden 700
+for opts in "--model llama-small" "--model llama-small --qk-norm 1" "--model small --bias 0" \
+            "--model small --tie-embeddings 0"; do
+    # past every option check: the first thing to stop these runs here is the missing GPU
+    refuses "$opts reaches the GPU check" "no CUDA GPU found" -- $opts
+done
+
 echo "== --help lists the multi-GPU, diagnostics and CUDA graph flags"
 if "$TRAIN" --help > "$TMP/help" 2>&1 && grep -q -- "--nccl-id-file" "$TMP/help" && grep -q -- "--zero-stage" "$TMP/help" \
     && grep -q -- "--probe-every" "$TMP/help" && grep -q -- "--capture-attn" "$TMP/help" \
