@@ -75,13 +75,6 @@ refuses "--attn-tile-max-shift outside repair" "--attn-tile-max-shift 1 is an ar
     --model small --attn gproj --attn-tile-max-shift 1
 refuses "an accumulation count that does not fit an int" "more than the 2147483647 one optimizer step can run" -- \
     --model small --batch-size 4 --seq-len 64 --total-batch-tokens 1099511627776
-refuses "llama-small (modern-stack options) until its GPU kernels are wired" \
-    "--pos rope --rope-base 10000 --norm rmsnorm --mlp swiglu --mlp-hidden 704 --bias 0 needs the GPU kernels of the modern-stack options" -- \
-    --model llama-small
-refuses "one option on a GPT-2 preset" "--qk-norm 1 needs the GPU kernels of the modern-stack options" -- \
-    --model small --qk-norm 1
-refuses "... naming the CPU trainer that runs it" "the CPU trainer (train_gpt_cpu) runs it" -- \
-    --model small --tie-embeddings 0
 mkdir -p "$TMP/occupied" && touch "$TMP/occupied/log.jsonl" "$TMP/occupied/model_00000030.bin"
 refuses "a folder holding a run, without --overwrite" "already holds a run (2 log/checkpoint files)" -- \
     --model small --out-dir "$TMP/occupied"
