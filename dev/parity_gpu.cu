@@ -46,7 +46,6 @@
 
 #include "tests/testing.h"
 #include "model/gpt_cuda.cuh"
-#include "model/rope_table.h"
 extern "C" {
 #include "model/gpt_cpu.h"
 #include "train/adamw_cpu.h"
@@ -118,25 +117,6 @@ static void run_config(const char* set, const GPTConfig* cfg_in, int B, int T, i
     gpt_config_describe_options(&cfg, opts, sizeof(opts));
     printf("parity_gpu: option set %s (%s), L%d C%d NH%d H%d, batch %d x %d, %zu parameters\n", set,
            opts[0] ? opts : "GPT-2", cfg.num_layers, cfg.channels, cfg.num_heads, cfg.mlp_hidden, B, T, P);
-    if (cfg.pos == GPT_POS_ROPE) {
-        char name[128];
-        snprintf(name, sizeof(name), "%s: the CPU's and the GPU's RoPE tables", set);
-        test_section(name);
-        const int HS = cfg.channels / cfg.num_heads;
-        const size_t n = rope_table_entries(cfg.max_seq_len, HS);
-        RopeCosSin* gpu_table = (RopeCosSin*)mallocCheck(n * sizeof(RopeCosSin));
-        float* c = (float*)mallocCheck(n * sizeof(float));
-        float* sn = (float*)mallocCheck(n * sizeof(float));
-        rope_table_fill(gpu_table, cfg.max_seq_len, HS, cfg.rope_base);
-        gpt_rope_table(cfg.rope_base, cfg.max_seq_len, HS, c, sn);
-        size_t differ = 0;
-        for (size_t i = 0; i < n; i++)
-            if (memcmp(&gpu_table[i].cos, &c[i], 4) != 0 || memcmp(&gpu_table[i].sin, &sn[i], 4) != 0) differ++;
-        CHECK(differ == 0, "rope_table_fill and gpt_rope_table agree bit for bit (%zu of %zu entries differ)", differ,
-              n);
-        free(gpu_table); free(c); free(sn);
-    }
-
     /* the same weights for both, BF16-representable */
     float* weights = (float*)mallocCheck(P * sizeof(float));
     gpt_init_params(&cfg, weights, 1337);
