@@ -15,6 +15,7 @@
 #include "attention/cuda/hopper/attention_hopper.cuh"
 #include "attention/cuda/tile_order.cuh"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/mode_numerics.cuh"
 
 using namespace hopper_wgmma;
 
@@ -215,7 +216,7 @@ __device__ __forceinline__ void softmax_tile(float (&sacc)[kSRegs], float (&m_ru
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const float sc = sacc[4 * j + 2 * r + e];
-                const float x = (MODE == ATTN_BF16) ? __fmaf_rn(sc, c, -m_c) : (sc - m_new) * c;
+                const float x = forward_exponent<MODE>(sc, c, m_c, m_new);
                 const float p = exp2f(x);
                 sacc[4 * j + 2 * r + e] = p;
                 sum += p;
@@ -387,13 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 pack_bf16x2(__fdiv_rn(o[4 * n + 2 * r], l), __fdiv_rn(o[4 * n + 2 * r + 1], l));
         if (t == 0) {
             float* st = stats + ((long long)bh * T + query) * 2;
-            if (MODE == ATTN_BF16) {
-                st[0] = m_run[r] * scale + logf(l); /* LSE, natural log, scaled units */
-                st[1] = 0.f;
-            } else {
-                st[0] = m_run[r];
-                st[1] = l;
-            }
+            forward_row_stats<MODE>(st, m_run[r], l, scale);
         }
     }
 }
@@ -598,13 +593,7 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
                     pack_bf16x2(__fdiv_rn(o[4 * n + 2 * r], l), __fdiv_rn(o[4 * n + 2 * r + 1], l));
             if (t == 0) {
                 float* st = stats + ((long long)bh * T + query) * 2;
-                if (MODE == ATTN_BF16) {
-                    st[0] = m_run[r] * scale + logf(l);
-                    st[1] = 0.f;
-                } else {
-                    st[0] = m_run[r];
-                    st[1] = l;
-                }
+                forward_row_stats<MODE>(st, m_run[r], l, scale);
             }
         }
     }

@@ -241,35 +241,6 @@ __device__ __forceinline__ void send_dq_partial(const float (&dq)[32], unsigned 
     }
 }
 
-/* P and dS of k-step kk (16 queries) in registers (st <- P, dpt <- dS), masked entries exactly 0 */
-template <int MODE>
-__device__ __forceinline__ void keys128_probs_step(float (&st)[32], float (&dpt)[32], const float4* rs, int kk, int q0,
-                                                   int t, int key0, int T, bool masked, float c) {
-#pragma unroll
-    for (int jj = 0; jj < 2; jj++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int j = 2 * kk + jj;
-            const int query = q0 + 8 * j + 2 * t + e;
-            const float4 row = rs[8 * j + 2 * t + e];
-            keymajor_probs_column<MODE>(st, dpt, row, j, e, query, key0, T, masked, c);
-        }
-}
-
-/* ---- gproj's extra operand ---- */
-
-/* k-step kk's lambdas from a stage's [kBlockQ] lambda row, as pack_gproj_step_operands takes them:
-   lam[jj][e] = lambda of query 16kk + 8jj + 2t + e, each pair (e = 0, 1) one 8-byte shared load (a thread's two
-   query columns 2t, 2t + 1 of an 8-column block). */
-__device__ __forceinline__ void load_step_lambdas(float (&lam)[2][2], const float* lam_row, int kk, int t) {
-#pragma unroll
-    for (int jj = 0; jj < 2; jj++) {
-        const float2 lam2 = *reinterpret_cast<const float2*>(lam_row + 16 * kk + 8 * jj + 2 * t);
-        lam[jj][0] = lam2.x;
-        lam[jj][1] = lam2.y;
-    }
-}
-
 /* ---- the modes ---- */
 
 /* A mode's traits: Plan (its shared memory), kSendsDq (dQ partials leave the CTA by TMA reduce-adds; the entry
@@ -421,7 +392,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             for (int kk = 0; kk < kQSteps; kk++) {
                 float lam[2][2];
                 load_step_lambdas(lam, lam_row, kk, t);
-                keys128_probs_step<ATTN_REPAIR>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
+                keymajor_probs_step<ATTN_REPAIR>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
                 pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
             }
 
@@ -437,7 +408,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             uint32_t pa[kQSteps][4], pa_lo[kQSteps][4], pds[kQSteps][4], pds_lo[kQSteps][4];
 #pragma unroll
             for (int kk = 0; kk < kQSteps; kk++) {
-                keys128_probs_step<ATTN_FP32>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
+                keymajor_probs_step<ATTN_FP32>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
                 uint32_t unused[4], x2[4];
                 pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
                 pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
