@@ -41,7 +41,6 @@ constexpr int kWgmmaK = 16;             /* k of every bf16 wgmma */
 constexpr int kPvSteps = kBlockK / kWgmmaK;
 constexpr int kSRegs = kBlockK / 2;     /* S accumulator: 64 x kBlockK FP32 over 128 threads */
 constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO ("assumed 1", i.e. 16 bytes) */
-constexpr size_t kTmaAlignBytes = 16;   /* global address alignment TMA requires */
 constexpr int kMaxDynamicSmem = 227 * 1024; /* sm_90's per-block opt-in limit */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kBlockQ == kBlockK, "one tensor map (one box shape) serves Q, K and V tiles");

@@ -59,7 +59,6 @@ constexpr int kKeyHalves = kBlockK / kTileK;     /* 64-key halves of the dQ GEMM
 constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands (and N = 64 B operands) ignore LBO */
 constexpr int kDsPitch = kBlockK + 8;   /* BF16 per row of a staged dS tile [query][128 keys]: +8 against bank conflicts */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
-constexpr size_t kTmaAlignBytes = 16;   /* global address alignment TMA requires */
 static_assert(kWarpgroupKeys == kBlockQ && kQSteps == kTileKSteps,
               "S^T per warpgroup is 64 x 64: its 32 registers are the 4 k-steps of the RS GEMMs' A "
               "(hopper_wgmma.cuh's pack_acc_a_operand packs them)");

@@ -48,7 +48,6 @@ constexpr int kWgmmaK = 16;
 constexpr int kDsPitch = kWarpgroupKeys + 8; /* BF16 per row of a staged tile [query][key]: +8 vs bank conflicts */
 constexpr uint32_t kUnusedLbo = 16;                /* K-major swizzled operands ignore LBO */
 constexpr uint32_t kUnusedLboN64 = 64 * kRowBytes; /* N-major B with N = 64: LBO unused (production's value) */
-constexpr size_t kTmaAlignBytes = 16;              /* global address alignment TMA requires */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 };       /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kStages == 2, "the stage parities below");
 
