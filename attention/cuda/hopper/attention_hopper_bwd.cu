@@ -95,10 +95,9 @@ void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloa
         return;
     }
     const char* who = "attention (Hopper backward, HS 64)";
-    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBoxRows, who);
     launch_mode_and_slices<ATTN_BF16, ATTN_REPAIR>(mode, dq_slices, [&](auto mode_c, auto slices_c) {
-        keys64_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, maps.qkv, maps.dout, stats, D, dq_acc,
-                                                                          dqkv, stream, who);
+        keys64_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,
+                                                                          stream, who);
     });
 }
 

@@ -71,10 +71,9 @@ void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bf
         die_unsupported("attention_backward_hopper_keys128", mode, s, qkv, dout, "HS 128, bf16 or repair mode",
                         "attention_backward_hopper_keys");
     const char* who = "attention (Hopper backward, HS 128)";
-    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBoxRows, who);
     launch_mode_and_slices<ATTN_BF16, ATTN_REPAIR>(mode, dq_slices, [&](auto mode_c, auto slices_c) {
-        keys128_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, maps.qkv, maps.dout, stats, D, dq_acc,
-                                                                           dqkv, stream, who);
+        keys128_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,
+                                                                          stream, who);
     });
 }
 

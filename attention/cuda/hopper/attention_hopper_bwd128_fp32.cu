@@ -92,10 +92,9 @@ void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qk
         die_unsupported("attention_backward_hopper_fp32_keys128", ATTN_FP32, s, qkv, dout, "HS 128, fp32 mode",
                         "attention_backward_hopper_fp32_keys");
     const char* who = "attention (Hopper fp32 key-major pass, HS 128)";
-    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBoxRows, who);
     launch_mode_and_slices<ATTN_FP32>(ATTN_FP32, dq_slices, [&](auto mode_c, auto slices_c) {
-        keys128_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, maps.qkv, maps.dout, stats, D, dq_acc,
-                                                                           dqkv, stream, who);
+        keys128_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,
+                                                                          stream, who);
     });
 }
 

@@ -237,6 +237,30 @@ __device__ __forceinline__ void rescale_o(float (&o)[HS / 2], const float (&alph
 
 /* Producer: one K or V tile (index j) into its stage, after the consumers released the tile j - STAGES
    that last used it (its release completed phase j / STAGES - 1 of empty[s]). */
+/* The epilogue of a consumer thread's two query rows (row0, row0 + 8): O = bf(acc / l) into out [B, T, NH, HS] and
+   (lane t == 0 of the quad) the row's stats (forward_row_stats<MODE>); rows past T write nothing. */
+template <int HS, int MODE>
+__device__ __forceinline__ void store_o_and_stats(const float (&o)[HS / 2], const float (&l_part)[2],
+                                                  const float (&m_run)[2], bf16* __restrict__ out,
+                                                  float* __restrict__ stats, int b, int h, int bh, int NH, int T,
+                                                  int row0, int t, float scale) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float l = quad_sum(l_part[r]);
+        const int query = row0 + 8 * r;
+        if (query >= T) continue;
+        bf16* orow = out + ((long long)b * T + query) * NH * HS + (long long)h * HS;
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+            *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) =
+                pack_bf16x2(__fdiv_rn(o[4 * n + 2 * r], l), __fdiv_rn(o[4 * n + 2 * r + 1], l));
+        if (t == 0) {
+            float* st = stats + ((long long)bh * T + query) * 2;
+            forward_row_stats<MODE>(st, m_run[r], l, scale);
+        }
+    }
+}
+
 template <int HS, int STAGES>
 __device__ __forceinline__ void produce_tile(unsigned char* tiles, uint64_t* full, uint64_t* empty,
                                              const CUtensorMap* map, int j, int slot, int NH, int h, int b) {
@@ -375,21 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float l = quad_sum(l_part[r]);
-        const int query = row0 + 8 * r;
-        if (query >= T) continue;
-        bf16* orow = out + ((long long)b * T + query) * NH * HS + (long long)h * HS;
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++)
-            *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) =
-                pack_bf16x2(__fdiv_rn(o[4 * n + 2 * r], l), __fdiv_rn(o[4 * n + 2 * r + 1], l));
-        if (t == 0) {
-            float* st = stats + ((long long)bh * T + query) * 2;
-            forward_row_stats<MODE>(st, m_run[r], l, scale);
-        }
-    }
+    store_o_and_stats<HS, MODE>(o, l_part, m_run, out, stats, b, h, bh, NH, T, row0, t, scale);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -580,21 +590,7 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
         }
 
         /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float l = quad_sum(l_part[r]);
-            const int query = row0 + 8 * r;
-            if (query >= T) continue;
-            bf16* orow = out + ((long long)b * T + query) * NH * HS + (long long)h * HS;
-#pragma unroll
-            for (int n = 0; n < HS / 8; n++)
-                *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) =
-                    pack_bf16x2(__fdiv_rn(o[4 * n + 2 * r], l), __fdiv_rn(o[4 * n + 2 * r + 1], l));
-            if (t == 0) {
-                float* st = stats + ((long long)bh * T + query) * 2;
-                forward_row_stats<MODE>(st, m_run[r], l, scale);
-            }
-        }
+        store_o_and_stats<HS, MODE>(o, l_part, m_run, out, stats, b, h, bh, NH, T, row0, t, scale);
     }
     /* release the CTA's key tiles this warpgroup does not read */
     for (int kt = n_tiles; kt < n_key_tiles; kt++) release_tile<STAGES>(full_k, empty_k, full_v, empty_v, kt);

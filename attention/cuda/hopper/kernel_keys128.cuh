@@ -24,6 +24,7 @@
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/hopper/hopper_host.cuh"
 #include "attention/cuda/launch_overlap.cuh"
 #include "attention/cuda/tile_order.cuh"
 #include "common/cuda_utils.cuh"
@@ -555,15 +556,16 @@ __global__ void __launch_bounds__(kThreads, 1)
    with DQ_SLICES), the grid (key tiles, B*NH) and the PDL launch after the previous kernel of the chain. */
 static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 template <int MODE, bool DQ_SLICES>
-void keys128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
+void keys128_launch(AttnShape s, const bf16* qkv, const bf16* dout, const float* stats,
                     const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream, const char* who) {
     constexpr int kAlloc = Keys128Mode<MODE>::Plan::kAlloc;
+    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBoxRows, who);
     cudaCheck(cudaFuncSetAttribute(keys128_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
     const int n_key_blocks = ceil_div(s.T, kBlockK);
     const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, who, DQ_SLICES ? n_key_blocks : 1);
     const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, keys128_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), kAlloc, stream, qkv_map,
-                               dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+    launch_after_previous_grid(1, keys128_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), kAlloc, stream, maps.qkv,
+                               maps.dout, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                attn_exp2_scale(kHS));
 }
 

@@ -26,6 +26,7 @@
 #include "attention/cuda/tile_order.cuh"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/hopper/hopper_host.cuh"
 #include "attention/cuda/launch_overlap.cuh"
 #include "common/cuda_utils.cuh"
 
@@ -613,16 +614,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
 #pragma unroll
             for (int kk = 0; kk < kTileKSteps; kk++) {
                 float lam[2][2];
-#pragma unroll
-                for (int jj = 0; jj < 2; jj++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int j = 2 * kk + jj;
-                        const int query = q0 + 8 * j + 2 * t + e;
-                        const float4 row = rs[8 * j + 2 * t + e];
-                        lam[jj][e] = row.w;
-                        keymajor_probs_column<ATTN_REPAIR>(st, dpt, row, j, e, query, key0, T, masked, c);
-                    }
+                keymajor_probs_step<ATTN_REPAIR, true>(st, dpt, rs, kk, q0, t, key0, T, masked, c, lam);
                 pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
             }
 
@@ -643,15 +635,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
 #pragma unroll
             for (int kk = 0; kk < kTileKSteps; kk++) {
-#pragma unroll
-                for (int jj = 0; jj < 2; jj++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int j = 2 * kk + jj;
-                        const int query = q0 + 8 * j + 2 * t + e;
-                        const float4 row = rs[8 * j + 2 * t + e];
-                        keymajor_probs_column<ATTN_FP32>(st, dpt, row, j, e, query, key0, T, masked, c);
-                    }
+                keymajor_probs_step<ATTN_FP32>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
                 uint32_t unused[4], x2[4];
                 pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
                 pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
@@ -748,16 +732,17 @@ __global__ void __launch_bounds__(Keys64Mode<MODE>::kThreads, 1)
    the previous kernel of the chain. */
 static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 template <int MODE, bool DQ_SLICES>
-void keys64_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
+void keys64_launch(AttnShape s, const bf16* qkv, const bf16* dout, const float* stats,
                    const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream, const char* who) {
     using Mode = Keys64Mode<MODE>;
     constexpr int kAlloc = Mode::Plan::kAlloc;
+    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBoxRows, who);
     cudaCheck(cudaFuncSetAttribute(keys64_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
     const int n_key_blocks = ceil_div(s.T, kBlockK);
     const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, Mode::Plan::kBlockQ, who, DQ_SLICES ? n_key_blocks : 1);
     const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, keys64_kernel<MODE, DQ_SLICES>, grid, dim3(Mode::kThreads), kAlloc, stream, qkv_map,
-                               dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+    launch_after_previous_grid(1, keys64_kernel<MODE, DQ_SLICES>, grid, dim3(Mode::kThreads), kAlloc, stream, maps.qkv,
+                               maps.dout, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                attn_exp2_scale(kHS));
 }
 

@@ -137,10 +137,13 @@ __device__ __forceinline__ void keymajor_probs_column(float (&st)[kRegs], float 
 }
 
 /* P and dS of k-step kk (16 queries) of a 64-query tile in registers (st <- P, dpt <- dS), masked entries exactly
-   0: keymajor_probs_column over the k-step's four query columns, each with its row state rs[8j + 2t + e]. */
-template <int MODE>
+   0: keymajor_probs_column over the k-step's four query columns, each with its row state rs[8j + 2t + e]. With
+   LAMBDA_W (gproj at HS 64, kKeymajorLambdaInW) also lam_w[jj][e] = that row state's .w, the lambdas as
+   pack_gproj_step_operands takes them, read with the row state. */
+template <int MODE, bool LAMBDA_W = false>
 __device__ __forceinline__ void keymajor_probs_step(float (&st)[32], float (&dpt)[32], const float4* rs, int kk, int q0,
-                                                   int t, int key0, int T, bool masked, float c) {
+                                                   int t, int key0, int T, bool masked, float c,
+                                                   float (*lam_w)[2] = nullptr) {
 #pragma unroll
     for (int jj = 0; jj < 2; jj++)
 #pragma unroll
@@ -148,6 +151,7 @@ __device__ __forceinline__ void keymajor_probs_step(float (&st)[32], float (&dpt
             const int j = 2 * kk + jj;
             const int query = q0 + 8 * j + 2 * t + e;
             const float4 row = rs[8 * j + 2 * t + e];
+            if constexpr (LAMBDA_W) lam_w[jj][e] = row.w;
             keymajor_probs_column<MODE>(st, dpt, row, j, e, query, key0, T, masked, c);
         }
 }
