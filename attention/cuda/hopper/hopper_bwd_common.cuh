@@ -27,6 +27,19 @@
 
 namespace {
 
+/* Fills a host-mapped hang record: the barrier's index and parity, this thread's block and thread, then (after a
+   system fence, so a host that sees the site sees the rest) the site. */
+__device__ __forceinline__ void write_hang_record(volatile AttnHopperHang* rec, int site, int index, uint32_t parity) {
+    rec->index = index;
+    rec->parity = (int)parity;
+    rec->block_x = (int)blockIdx.x;
+    rec->block_y = (int)blockIdx.y;
+    rec->thread = (int)threadIdx.x;
+    __threadfence_system();
+    rec->site = site;
+    __threadfence_system();
+}
+
 /* Polls `bar` for phase `parity`. After HANG_CYCLES clock cycles (or at once, once the CTA gave up) it sets
    *cta_abort (shared memory: every later wait of the CTA returns at once), records the first give-up of the
    grid in *record (host-mapped AttnHopperHang; the kernel file's __device__ pointer, NULL: no record) and
@@ -44,16 +57,7 @@ __device__ __forceinline__ void mbar_wait_give_up(uint64_t* bar, uint32_t parity
             if (*cta_abort == 0) {
                 *cta_abort = 1;
                 volatile AttnHopperHang* rec = record;
-                if (rec != NULL && rec->site == ATTN_HANG_NONE) {
-                    rec->index = index;
-                    rec->parity = (int)parity;
-                    rec->block_x = (int)blockIdx.x;
-                    rec->block_y = (int)blockIdx.y;
-                    rec->thread = (int)threadIdx.x;
-                    __threadfence_system();
-                    rec->site = site;
-                    __threadfence_system();
-                }
+                if (rec != NULL && rec->site == ATTN_HANG_NONE) write_hang_record(rec, site, index, parity);
             }
             break;
         }

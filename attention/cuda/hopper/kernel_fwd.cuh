@@ -237,6 +237,49 @@ __device__ __forceinline__ void rescale_o(float (&o)[HS / 2], const float (&alph
 
 /* Producer: one K or V tile (index j) into its stage, after the consumers released the tile j - STAGES
    that last used it (its release completed phase j / STAGES - 1 of empty[s]). */
+/* A consumer warpgroup's key tiles 1 .. n_tiles - 1 after tile 0's softmax, overlapped: S(kt) = Q K(kt)^T is issued
+   with O += P(kt-1) V(kt-1) behind it, S(kt)'s softmax runs while that P V does, then O is rescaled and P(kt)
+   packed; then the last tile's P V. QCHUNK: Q's column-chunk stride (issue_qk); TILE_BYTES: a K/V stage's
+   bytes. */
+template <int HS, int MODE, int STAGES, int QCHUNK, int TILE_BYTES>
+__device__ __forceinline__ void overlapped_key_tiles(float (&sacc)[kSRegs], float (&o)[HS / 2], POperand<MODE>& p,
+                                                     float (&m_run)[2], float (&l_part)[2], float (&alpha)[2],
+                                                     uint64_t* full_k, uint64_t* empty_k, uint64_t* full_v,
+                                                     uint64_t* empty_v, uint32_t q_addr, uint32_t k_base,
+                                                     uint32_t v_base, int n_tiles, int row0, int t, float c) {
+    for (int kt = 1; kt < n_tiles; kt++) {
+        const int s = kt % STAGES, sv = (kt - 1) % STAGES; /* K(kt)'s stage, V(kt - 1)'s stage */
+        mbar_wait(&full_k[s], (uint32_t)((kt / STAGES) & 1));
+        mbar_wait(&full_v[sv], (uint32_t)(((kt - 1) / STAGES) & 1));
+        __syncwarp();
+        zero_scores(sacc);
+        wgmma_fence(); /* orders the rescale of O, the packing of P and the zeroing of S before the wgmmas */
+        issue_qk<HS, QCHUNK>(sacc, q_addr, k_base + s * TILE_BYTES);
+        wgmma_commit();
+        issue_pv_terms<HS, MODE>(o, p, v_base + sv * TILE_BYTES); /* O += P(kt-1) V(kt-1) */
+        wgmma_commit();
+        wgmma_wait<1>(); /* S(kt) is in (groups retire in order); P V(kt - 1) may still run */
+        reg_fence(sacc);
+        mbar_arrive(&empty_k[s]);
+        softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_tiles - 1, kt * kBlockK, row0, t, c);
+        wgmma_wait<0>();
+        pv_retired<HS, MODE>(o, p);
+        mbar_arrive(&empty_v[sv]);
+        rescale_o<HS>(o, alpha);
+        pack_p<MODE>(p, sacc);
+    }
+    /* the last tile's P V */
+    const int kt = n_tiles - 1, sv = kt % STAGES;
+    mbar_wait(&full_v[sv], (uint32_t)((kt / STAGES) & 1));
+    __syncwarp();
+    wgmma_fence();
+    issue_pv_terms<HS, MODE>(o, p, v_base + sv * TILE_BYTES);
+    wgmma_commit();
+    wgmma_wait<0>();
+    pv_retired<HS, MODE>(o, p);
+    mbar_arrive(&empty_v[sv]); /* nobody waits for it; kept so every stage use is released */
+}
+
 /* The epilogue of a consumer thread's two query rows (row0, row0 + 8): O = bf(acc / l) into out [B, T, NH, HS] and
    (lane t == 0 of the quad) the row's stats (forward_row_stats<MODE>); rows past T write nothing. */
 template <int HS, int MODE>
@@ -363,40 +406,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     rescale_o<HS>(o, alpha); /* O is 0 and alpha 0: kept so that O sees every operation the sequential loop does */
     pack_p<MODE>(p, sacc);
 
-    for (int kt = 1; kt < n_key_tiles; kt++) {
-        const int s = kt % STAGES, sv = (kt - 1) % STAGES; /* K(kt)'s stage, V(kt - 1)'s stage */
-        mbar_wait(&full_k[s], (uint32_t)((kt / STAGES) & 1));
-        mbar_wait(&full_v[sv], (uint32_t)(((kt - 1) / STAGES) & 1));
-        __syncwarp();
-        zero_scores(sacc);
-        wgmma_fence(); /* orders the rescale of O, the packing of P and the zeroing of S before the wgmmas */
-        issue_qk<HS>(sacc, q_addr, k_base + s * kTileBytes);
-        wgmma_commit();
-        issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes); /* O += P(kt-1) V(kt-1) */
-        wgmma_commit();
-        wgmma_wait<1>(); /* S(kt) is in (groups retire in order); P V(kt - 1) may still run */
-        reg_fence(sacc);
-        mbar_arrive(&empty_k[s]);
-        softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_key_tiles - 1, kt * kBlockK, row0, t, c);
-        wgmma_wait<0>();
-        pv_retired<HS, MODE>(o, p);
-        mbar_arrive(&empty_v[sv]);
-        rescale_o<HS>(o, alpha);
-        pack_p<MODE>(p, sacc);
-    }
+    overlapped_key_tiles<HS, MODE, STAGES, kBlockK * kSwizzleRowBytes, kTileBytes>(
+        sacc, o, p, m_run, l_part, alpha, full_k, empty_k, full_v, empty_v, q_addr, k_base, v_base, n_key_tiles, row0,
+        t, c);
 
-    /* the last tile's P V */
-    {
-        const int kt = n_key_tiles - 1, sv = kt % STAGES;
-        mbar_wait(&full_v[sv], (uint32_t)((kt / STAGES) & 1));
-        __syncwarp();
-        wgmma_fence();
-        issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes);
-        wgmma_commit();
-        wgmma_wait<0>();
-        pv_retired<HS, MODE>(o, p);
-        mbar_arrive(&empty_v[sv]); /* nobody waits for it; kept so every stage use is released */
-    }
 
     /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
     store_o_and_stats<HS, MODE>(o, l_part, m_run, out, stats, b, h, bh, NH, T, row0, t, scale);
@@ -523,38 +536,9 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
             softmax_tile<MODE>(sacc, m_run, l_part, alpha, n_tiles == 1, 0, row0, t, c);
             rescale_o<HS>(o, alpha);
             pack_p<MODE>(p, sacc);
-            for (int kt = 1; kt < n_tiles; kt++) {
-                const int s = kt % STAGES, sv = (kt - 1) % STAGES;
-                mbar_wait(&full_k[s], (uint32_t)((kt / STAGES) & 1));
-                mbar_wait(&full_v[sv], (uint32_t)(((kt - 1) / STAGES) & 1));
-                __syncwarp();
-                zero_scores(sacc);
-                wgmma_fence();
-                issue_qk<HS, Plan::kQChunkBytes>(sacc, q_addr, k_base + s * kTileBytes);
-                wgmma_commit();
-                issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes);
-                wgmma_commit();
-                wgmma_wait<1>();
-                reg_fence(sacc);
-                mbar_arrive(&empty_k[s]);
-                softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_tiles - 1, kt * kBlockK, row0, t, c);
-                wgmma_wait<0>();
-                pv_retired<HS, MODE>(o, p);
-                mbar_arrive(&empty_v[sv]);
-                rescale_o<HS>(o, alpha);
-                pack_p<MODE>(p, sacc);
-            }
-            {
-                const int kt = n_tiles - 1, sv = kt % STAGES;
-                mbar_wait(&full_v[sv], (uint32_t)((kt / STAGES) & 1));
-                __syncwarp();
-                wgmma_fence();
-                issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes);
-                wgmma_commit();
-                wgmma_wait<0>();
-                pv_retired<HS, MODE>(o, p);
-                mbar_arrive(&empty_v[sv]);
-            }
+            overlapped_key_tiles<HS, MODE, STAGES, Plan::kQChunkBytes, kTileBytes>(
+                sacc, o, p, m_run, l_part, alpha, full_k, empty_k, full_v, empty_v, q_addr, k_base, v_base, n_tiles,
+                row0, t, c);
         } else {
             /* fp32 at 160 registers: tile by tile, only one 32-register A operand live beside S and O */
             for (int kt = 0; kt < n_tiles; kt++) {

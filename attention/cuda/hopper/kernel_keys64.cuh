@@ -199,16 +199,7 @@ __device__ __forceinline__ void mbar_wait_trap(uint64_t* bar, uint32_t parity, i
         done = mbar_try_wait(addr, parity);
         if (!done && clock64() - start > Keys64Mode<ATTN_FP32>::kHangCycles) {
             volatile AttnHopperHang* rec = g_hang_record;
-            if (rec != NULL) {
-                rec->index = index;
-                rec->parity = (int)parity;
-                rec->block_x = (int)blockIdx.x;
-                rec->block_y = (int)blockIdx.y;
-                rec->thread = (int)threadIdx.x;
-                __threadfence_system();
-                rec->site = site;
-                __threadfence_system();
-            }
+            if (rec != NULL) write_hang_record(rec, site, index, parity);
             __trap();
         }
     }
