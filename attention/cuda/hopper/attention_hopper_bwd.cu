@@ -90,10 +90,8 @@ void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloa
     if (!attention_hopper_bwd_supports(mode, no_options, s, qkv, dout))
         die_unsupported("attention_backward_hopper_keys", mode, s, qkv, dout, "bf16 or repair mode",
                         "attention_backward_cuda");
-    if (s.HS == 128) {
-        attention_backward_hopper_keys128(mode, s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
-        return;
-    }
+    if (s.HS == 128)
+        return attention_backward_hopper_keys128(mode, s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
     const char* who = "attention (Hopper backward, HS 64)";
     launch_mode_and_slices<ATTN_BF16, ATTN_REPAIR>(mode, dq_slices, [&](auto mode_c, auto slices_c) {
         keys64_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,

@@ -79,10 +79,8 @@ void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, 
     if (!attention_hopper_fp32_keys_supports(ATTN_FP32, s, qkv, dout))
         die_unsupported("attention_backward_hopper_fp32_keys", ATTN_FP32, s, qkv, dout, "fp32 mode",
                         "attention_backward_cuda");
-    if (s.HS == 128) {
-        attention_backward_hopper_fp32_keys128(s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
-        return;
-    }
+    if (s.HS == 128)
+        return attention_backward_hopper_fp32_keys128(s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
     const char* who = "attention (Hopper fp32 key-major pass, HS 64)";
     launch_mode_and_slices<ATTN_FP32>(ATTN_FP32, dq_slices, [&](auto mode_c, auto slices_c) {
         keys64_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,

@@ -74,10 +74,8 @@ void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv,
     if (!attention_hopper_gproj_keys_supports(ATTN_GPROJ, s, qkv, dout))
         die_unsupported("attention_backward_hopper_gproj_keys", ATTN_GPROJ, s, qkv, dout, "gproj mode",
                         "attention_backward_cuda");
-    if (s.HS == 128) { /* attention_hopper_bwd128_gproj.cu */
-        attention_backward_hopper_gproj_keys128(s, qkv, dout, stats, D, lambda, dqkv, stream);
-        return;
-    }
+    if (s.HS == 128) /* attention_hopper_bwd128_gproj.cu */
+        return attention_backward_hopper_gproj_keys128(s, qkv, dout, stats, D, lambda, dqkv, stream);
     const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBoxRows, "attention (Hopper gproj key-major pass)");
     using Mode = Keys64Mode<ATTN_GPROJ>;
     cudaCheck(cudaFuncSetAttribute(keys64_gproj_kernel<ATTN_GPROJ>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -49,10 +49,8 @@ void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloa
     if (!attention_hopper_rows_supports(mode, s, qkv, dout))
         die_unsupported("attention_backward_hopper_rows", mode, s, qkv, dout, "gproj or fp32 mode",
                         "attention_backward_cuda");
-    if (s.HS == 128) {
-        attention_backward_hopper_rows128(mode, s, qkv, dout, stats, D, lambda, dqkv, stream);
-        return;
-    }
+    if (s.HS == 128)
+        return attention_backward_hopper_rows128(mode, s, qkv, dout, stats, D, lambda, dqkv, stream);
     const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBlockK, "attention (Hopper row pass)");
     if (mode == ATTN_GPROJ) rows_launch<64, ATTN_GPROJ>(s, maps.qkv, maps.dout, stats, D, lambda, dqkv, stream);
     else rows_launch<64, ATTN_FP32>(s, maps.qkv, maps.dout, stats, D, lambda, dqkv, stream);

@@ -1,8 +1,7 @@
 /*
  * attention/cuda/hopper/hopper_rows_common.cuh - device pieces shared by the Hopper (sm_90a) row passes of the backward
  * (kernel_rows.cuh at HS 64 and 128) that are not a mode's numerics (the row state, P and dS with the row sums and
- * the rows' outputs are mode_numerics.cuh's, included here): the DSK/PK GEMMs of one 64-key half and the store of
- * an accumulator pair as row-major rows (the layout probes).
+ * the rows' outputs are mode_numerics.cuh's, included here): the DSK/PK GEMMs of one 64-key half.
  *
  * The fragment layout (hopper_wgmma.cuh): a thread holds rows row0 and row0 + 8 of its warpgroup's 64 rows;
  * register 4j + 2r + e of an accumulator is row row0 + 8r, column 8j + 2t + e (t = lane % 4). Everything is in
@@ -48,23 +47,6 @@ __device__ __forceinline__ void warpgroup_rs_k(float (&dsk)[REGS], float (&pk)[R
     reg_fence(pk);
     reg_fence(dsa); /* keeps the A registers live (unchanged) until the wgmmas that read them are done */
     reg_fence(pa);
-}
-
-/* The layout probes' output of two accumulators of this thread's rows: out[(row0 + 8r) * pitch + col0 + 8j +
-   2t + e] = acc[4j + 2r + e], FP32. */
-template <int REGS>
-__device__ __forceinline__ void store_fragment_rows(float* out0, float* out1, const float (&acc0)[REGS],
-                                                    const float (&acc1)[REGS], int row0, int col0, int pitch, int t) {
-#pragma unroll
-    for (int j = 0; j < REGS / 4; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int at = (row0 + 8 * r) * pitch + col0 + 8 * j + 2 * t + e;
-                out0[at] = acc0[4 * j + 2 * r + e];
-                out1[at] = acc1[4 * j + 2 * r + e];
-            }
 }
 
 }  // namespace

@@ -33,8 +33,7 @@ using namespace hopper_wgmma;
 
 namespace {
 /* ---- the CTA shape every mode shares ---- */
-constexpr int kHS = ATTN_HOPPER_BWD128_HS; /* the head size of this kernel */
-static_assert(ATTN_HOPPER_FP32_KEYS128_HS == kHS, "fp32's HS-128 key-major pass is this kernel");
+constexpr int kHS = 128; /* the head size of this kernel */
 constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
 static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
 constexpr int kChunks = kHS / kChunkCols;

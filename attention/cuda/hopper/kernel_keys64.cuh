@@ -35,8 +35,7 @@ using namespace hopper_wgmma;
 namespace {
 
 /* ---- what every mode shares ---- */
-constexpr int kHS = ATTN_HOPPER_BWD_HS; /* the head size of this kernel */
-static_assert(ATTN_HOPPER_FP32_KEYS64_HS == kHS, "fp32's HS-64 key-major pass is this kernel");
+constexpr int kHS = 64; /* the head size of this kernel */
 constexpr int kBlockK = 128;            /* keys per CTA */
 constexpr int kWarpgroupKeys = 64;      /* keys per consumer warpgroup (the M of S^T, dV, dK) */
 constexpr int kConsumerWarpgroups = kBlockK / kWarpgroupKeys;
