@@ -44,7 +44,7 @@
  * longest-first order of tile_order.cuh. Per step and consumer warpgroup:
  *   S^T, dP^T                   m64n64k16 SS, 8 k-steps                                         32 + 32 regs
  *   (consumers_sync: both warpgroups have read the previous step's dS tiles - they are single-buffered)
- *   P, dS one k-step (16 queries) at a time (hopper_bwd_common.cuh's keymajor_probs_column<ATTN_FP32>) -> A
+ *   P, dS one k-step (16 queries) at a time (mode_numerics.cuh's keymajor_probs_step<ATTN_FP32>) -> A
  *     words bf(P), bf(P - bf(P)), bf(dS), bf(r1) (16 registers per k-step; the FP32 values die step by step),
  *     and bf(dS), bf(r1), bf(r1 - bf(r1)) stored to the three shared tiles [query][key]
  *   dV += [bf(P), bf(P - bf(P))]^T dO, dK += [bf(dS), bf(r1)]^T Q: ONE batch of 16 m64n128k16 RS wgmmas

@@ -29,8 +29,8 @@
  *
  * Layout: 288 threads (two consumer warpgroups of 64 keys and a producer
  * warp; no setmaxnreg; 2 Q/dO stages; longest key tiles first, tile_order.cuh), with hopper_wgmma.cuh's 64 x 64
- * steps and hopper_bwd_common.cuh's producer steps, row state, split terms (pack_split_step) and epilogue. Per
- * step and consumer warpgroup:
+ * steps and hopper_bwd_common.cuh's producer steps and epilogue, mode_numerics.cuh's row state and split terms
+ * (pack_split_step). Per step and consumer warpgroup:
  *   S^T, dP^T                   warpgroup_two_ss_64x64                                   32 + 32 regs
  *   P, dS one k-step (16 queries) at a time -> A words bf(P), bf(P - bf(P)), bf(dS), bf(r1) (16 registers per
  *     k-step) and bf(dS), bf(r1), bf(r1 - bf(r1)) stored to the warpgroup's three private tiles [query][key]

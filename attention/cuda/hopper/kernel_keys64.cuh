@@ -268,7 +268,7 @@ __device__ __forceinline__ void scores_n128(float (&st)[kWideScoreRegs], float (
     reg_fence(dpt);
 }
 
-/* P and dS in place of S^T and dP^T: hopper_bwd_common.cuh's keymajor_probs_column over the 16 column blocks of
+/* P and dS in place of S^T and dP^T: mode_numerics.cuh's keymajor_probs_column over the 16 column blocks of
    a 128-query step (register 4j + 2r + e: key key0 + 8r, query q0 + 8j + 2t + e; its row state rs[8j + 2t + e]).
    masked: the step reaches the warpgroup's keys or T; keys past the query and queries past T give exactly 0. */
 template <int MODE>
@@ -381,7 +381,7 @@ __device__ __forceinline__ void send_dq_tile(const CUtensorMap* dq_map, const un
     bulk_commit_group();
 }
 
-/* ---- fp32's steps (64 queries): the split terms (pack_split_step: hopper_bwd_common.cuh) ---- */
+/* ---- fp32's steps (64 queries): the split terms (pack_split_step: mode_numerics.cuh) ---- */
 
 /* One k-step's packed words to a warpgroup's staged tile [query][key] (pitch kDsPitch): word w[i] holds key
    key_row + 8 (i & 1) and queries q, q + 1, q = 16kk + 8 (i >> 1) + 2t (low half: q) - the placement of
