@@ -112,8 +112,7 @@ __device__ __forceinline__ void keymajor128_scores(float (&st)[32], float (&dpt)
     keymajor128_ss_issue(dpt, vw_addr, do_addr);
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(st);
-    reg_fence(dpt);
+    reg_fences(st, dpt);
 }
 
 /* acc[64 x 128] += A[64 x 64] B[64 x 128] (dV += bf(P)^T dO, dK += bf(dS)^T Q): A from registers (4 k-steps
@@ -145,11 +144,7 @@ __device__ __forceinline__ void keymajor_gproj_dkv_batch(float (&dv)[HS / 2], fl
     using namespace hopper_wgmma;
     static_assert(HS == 64 || HS == kKeymajor128HS, "the key-major passes' head sizes");
     static_assert(kKeymajor128QSteps == kTileKSteps, "4 k-steps over a 64-query tile at both head sizes");
-    reg_fence(pa);
-    reg_fence(pds);
-    reg_fence(plam);
-    reg_fence(dv);
-    reg_fence(dk);
+    reg_fences(pa, pds, plam, dv, dk);
     wgmma_fence();
     if constexpr (HS == 64) {
         warpgroup_rs_issue_n64(dv, pa, do_addr);
@@ -162,11 +157,7 @@ __device__ __forceinline__ void keymajor_gproj_dkv_batch(float (&dv)[HS / 2], fl
     }
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(dv);
-    reg_fence(dk);
-    reg_fence(pa);
-    reg_fence(pds);
-    reg_fence(plam);
+    reg_fences(dv, dk, pa, pds, plam);
 }
 
 /* ---- the producer warp of the key-major CTA (all four key-major kernels, HS 64 and 128): a CTA of 128 keys

@@ -31,8 +31,7 @@ __device__ __forceinline__ void warpgroup_rs_k(float (&dsk)[REGS], float (&pk)[R
                                                uint32_t chunk_bytes) {
     using namespace hopper_wgmma;
     if (FENCE_A) {
-        reg_fence(dsa);
-        reg_fence(pa);
+        reg_fences(dsa, pa);
     }
     wgmma_fence();
 #pragma unroll
@@ -43,8 +42,7 @@ __device__ __forceinline__ void warpgroup_rs_k(float (&dsk)[REGS], float (&pk)[R
     }
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(dsk);
-    reg_fence(pk);
+    reg_fences(dsk, pk);
     reg_fence(dsa); /* keeps the A registers live (unchanged) until the wgmmas that read them are done */
     reg_fence(pa);
 }

@@ -566,8 +566,7 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
                     issue_pv<HS>(o, pa, v_base + s * kTileBytes);
                     wgmma_commit();
                     wgmma_wait<0>();
-                    reg_fence(o);
-                    reg_fence(pa);
+                    reg_fences(o, pa);
                 }
                 mbar_arrive(&empty_v[s]);
             }

@@ -210,9 +210,7 @@ __device__ __forceinline__ void warpgroup_dq_terms(float (&dq)[32], const bf16* 
         wgmma_commit();
     }
     wgmma_wait<0>();
-    reg_fence(dq);
-    reg_fence(a0);
-    reg_fence(a1);
+    reg_fences(dq, a0, a1);
 }
 
 /* This warpgroup's dQ partial (rows = queries q0 + 16 warp_in_wg + g (+8), cols 64 wg + 8n + 2t) into its
@@ -417,12 +415,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             }
             /* dV += bf(P)^T dO + bf(P - bf(P))^T dO, dK += bf(dS)^T Q + bf(r1)^T Q: one batch of 16 wgmmas, two
                chains of 8 on one accumulator each (128 accumulator + 64 A registers in flight) */
-            reg_fence(pa);
-            reg_fence(pa_lo);
-            reg_fence(pds);
-            reg_fence(pds_lo);
-            reg_fence(dv);
-            reg_fence(dk);
+            reg_fences(pa, pa_lo, pds, pds_lo, dv, dk);
             wgmma_fence();
             keymajor128_rs_issue(dv, pa, do_addr);
             keymajor128_rs_issue(dv, pa_lo, do_addr);
@@ -434,12 +427,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             if ((threadIdx.x & 127) == 0) bulk_wait_group_read<0>();
             consumers_sync(); /* both warpgroups' halves of the three dS tiles are written */
             wgmma_wait<0>();
-            reg_fence(dv);
-            reg_fence(dk);
-            reg_fence(pa);
-            reg_fence(pa_lo);
-            reg_fence(pds);
-            reg_fence(pds_lo);
+            reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
             mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
 
             /* dQ for all 64 queries, this warpgroup's 64 columns, over the CTA's 128 keys and the three terms */
@@ -473,10 +461,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             pack_acc_a_operand(pds, dpt);
             stage_ds(ds_s, pds, key_col, t);
             /* dV += bf(P)^T dO, dK += bf(dS)^T Q as one batch */
-            reg_fence(pa);
-            reg_fence(pds);
-            reg_fence(dv);
-            reg_fence(dk);
+            reg_fences(pa, pds, dv, dk);
             wgmma_fence();
             keymajor128_rs_issue(dv, pa, do_addr);
             keymajor128_rs_issue(dk, pds, q_addr);
@@ -486,10 +471,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             if ((threadIdx.x & 127) == 0) bulk_wait_group_read<0>();
             consumers_sync(); /* both warpgroups' halves of the dS tile are written */
             wgmma_wait<0>();
-            reg_fence(dv);
-            reg_fence(dk);
-            reg_fence(pa);
-            reg_fence(pds);
+            reg_fences(dv, dk, pa, pds);
             mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
 
             /* dQ for all 64 queries, this warpgroup's 64 columns, over the CTA's 128 keys */
@@ -498,14 +480,12 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             float dq[32];
 #pragma unroll
             for (int k = 0; k < 32; k++) dq[k] = 0.f;
-            reg_fence(adq);
-            reg_fence(dq);
+            reg_fences(adq, dq);
             wgmma_fence();
             warpgroup_dq_issue(dq, adq, k_dq_addr);
             wgmma_commit();
             wgmma_wait<0>();
-            reg_fence(dq);
-            reg_fence(adq);
+            reg_fences(dq, adq);
 
             unsigned char* dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
             send_dq_partial(dq, dq_tile, warp_in_wg, g, t, wg, q0, dq_head, dq_map);

@@ -264,8 +264,7 @@ __device__ __forceinline__ void scores_n128(float (&st)[kWideScoreRegs], float (
     }
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(st);
-    reg_fence(dpt);
+    reg_fences(st, dpt);
 }
 
 /* P and dS in place of S^T and dP^T: mode_numerics.cuh's keymajor_probs_column over the 16 column blocks of
@@ -317,10 +316,7 @@ __device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kWide
    k-steps 4..7 are in the second TMA box, 8 KB on). */
 __device__ __forceinline__ void issue_dkv(float (&dv)[32], float (&dk)[32], uint32_t (&pa)[kWideQSteps][4],
                                           uint32_t (&pds)[kWideQSteps][4], uint32_t q_addr, uint32_t do_addr) {
-    reg_fence(pa);
-    reg_fence(pds);
-    reg_fence(dv);
-    reg_fence(dk);
+    reg_fences(pa, pds, dv, dk);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kWideQSteps; kk++)
@@ -341,19 +337,13 @@ __device__ __forceinline__ void dq_two_blocks(float (&dq0)[32], float (&dq1)[32]
     load_staged_a_operand<kDsPitch>(a1, ds_s + 64 * kDsPitch, warp_in_wg, g, t);
 #pragma unroll
     for (int k = 0; k < 32; k++) dq0[k] = dq1[k] = 0.f;
-    reg_fence(a0);
-    reg_fence(a1);
-    reg_fence(dq0);
-    reg_fence(dq1);
+    reg_fences(a0, a1, dq0, dq1);
     wgmma_fence();
     warpgroup_rs_issue_n64(dq0, a0, kw_addr);
     warpgroup_rs_issue_n64(dq1, a1, kw_addr);
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(dq0);
-    reg_fence(dq1);
-    reg_fence(a0);
-    reg_fence(a1);
+    reg_fences(dq0, dq1, a0, a1);
 }
 
 /* One 64-query block of the dQ partial into the warpgroup's FP32 tile [128 rows][64]: two 128B-swizzled boxes of
@@ -403,12 +393,7 @@ __device__ __forceinline__ void issue_dkv_split_batch(float (&dv)[32], float (&d
                                                       uint32_t (&pds)[kTileKSteps][4],
                                                       uint32_t (&pds_lo)[kTileKSteps][4], uint32_t q_addr,
                                                       uint32_t do_addr) {
-    reg_fence(pa);
-    reg_fence(pa_lo);
-    reg_fence(pds);
-    reg_fence(pds_lo);
-    reg_fence(dv);
-    reg_fence(dk);
+    reg_fences(pa, pa_lo, pds, pds_lo, dv, dk);
     wgmma_fence();
     warpgroup_rs_issue_n64(dv, pa, do_addr);
     warpgroup_rs_issue_n64(dv, pa_lo, do_addr);
@@ -441,9 +426,7 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
         wgmma_commit();
     }
     wgmma_wait<0>();
-    reg_fence(dq);
-    reg_fence(a0);
-    reg_fence(a1);
+    reg_fences(dq, a0, a1);
 }
 
 /* ---- the kernel ---- */
@@ -582,10 +565,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             if (tid_in_wg == 0) bulk_wait_group_read<0>();
             warpgroup_sync(wg); /* the staging tile is written */
             wgmma_wait<0>();
-            reg_fence(dv);
-            reg_fence(dk);
-            reg_fence(pa);
-            reg_fence(pds);
+            reg_fences(dv, dk, pa, pds);
             mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
             dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
             store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
@@ -639,12 +619,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             if (tid_in_wg == 0) bulk_wait_group_read<1>();
             warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
             wgmma_wait<0>();
-            reg_fence(dv);
-            reg_fence(dk);
-            reg_fence(pa);
-            reg_fence(pa_lo);
-            reg_fence(pds);
-            reg_fence(pds_lo);
+            reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
 
             float dq[32];
 #pragma unroll

@@ -139,8 +139,7 @@ __device__ __forceinline__ void warpgroup_scores(float (&s)[kSRegs], float (&dp)
     warpgroup_ss_issue(dp, do_addr, v_addr);
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(s);
-    reg_fence(dp);
+    reg_fences(s, dp);
 }
 
 /* ---- the waits ---- */
