@@ -15,8 +15,8 @@ compared with .sm80 files. Two things are compared per kernel:
          every other symbol it names demangled and normalised like the kernel names;
   cubin  the machine code (the .text.KERNEL section's bytes: the SASS), its relocations (offset, type and the
          normalised symbol), the registers it uses, and the sizes of its shared-memory and parameter banks.
-Kernel names are normalised: the anonymous namespace's per-file hash (and the hash in an internal global's
-_INTERNAL_ name, e.g. a file's g_hang_record) is dropped, a trailing bool
+Kernel names are normalised: the anonymous namespace's per-file hash (and the hashes in an internal global's
+_INTERNAL_ name, e.g. a file's g_hang_record) are dropped, a trailing bool
 DQ_SLICES = false is stripped (a non-template kernel made template<bool>), and then --renames applies: a
 file of lines `OLD => NEW` (Python regular expressions over the normalised, demangled name of BEFORE, NEW
 may use \\1 ...; `#` starts a comment), for kernels renamed on purpose (e.g. into a template family); NEW
@@ -39,7 +39,10 @@ def demangle(names):
 def key(dm):
     dm = re.sub(r'\(anonymous namespace\)::', 'ANON::', dm)
     dm = re.sub(r'_GLOBAL__N__\w+', 'ANON', dm)        # the anonymous namespace's per-file hash
-    dm = re.sub(r'_INTERNAL_[0-9a-f]+_', '_INTERNAL_', dm)  # the per-compilation hash of an internal global's name
+    # the two per-compilation hashes of an internal global's name (_INTERNAL_<hash>_<len>_<file>_cu_<hash>), the
+    # file name kept
+    dm = re.sub(r'_INTERNAL_[0-9a-f]+_(\d+_\w+?_cu)_[0-9a-f]+\b', r'_INTERNAL_\1', dm)
+    dm = re.sub(r'_INTERNAL_[0-9a-f]+_', '_INTERNAL_', dm)
     dm = re.sub(r'<false>', '', dm)                     # a non-template kernel made template<bool DQ_SLICES>
     dm = re.sub(r', false>', '>', dm)                   # a bool DQ_SLICES appended to a template kernel
     dm = re.sub(r'^void ', '', dm)                      # template functions mangle their return type

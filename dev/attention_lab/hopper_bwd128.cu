@@ -52,7 +52,7 @@
 #include "dev/attention_lab/lab_harness.cuh" /* spin_for_ns */
 
 typedef __nv_bfloat16 bf16;
-static const int kHS = ATTN_HOPPER_BWD128_HS; /* the head size of this lab */
+static const int kHS = 128; /* the head size of this lab */
 
 /* cudaDeviceSynchronize (or an event wait) that names the barrier that hung, if one did (the HS-128 kernel
    gives up and runs on, so a hang is not a CUDA error), and stops on either. The record: hopper_lab.cuh's

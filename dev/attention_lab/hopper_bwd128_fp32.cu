@@ -19,8 +19,8 @@
  *      and dP^T, split as the kernel splits them;
  *   2. per case: dispatch (default "hopper", force_portable "portable"); forward, then
  *      attention_backward_cuda(fp32, force_portable) = reference, and
- *      (a) this pass alone (attention_backward_hopper_fp32_keys, which hands HS 128 to
- *          attention_backward_hopper_fp32_keys128) on the reference's D into a zeroed accumulator and an
+ *      (a) this pass alone (attention_backward_hopper_fp32_keys, which hands HS 128 to attention_hopper_bwd128_fp32.cu)
+ *          on the reference's D into a zeroed accumulator and an
  *          all-NaN dqkv, then the lab's post-pass (attn_bwd_dq_kernel's expression
  *          bf(s acc); production's is file-local): dQ, dK, dV within 4 BF16 ulps of the reference - the
  *          kernel's own check, whatever row pass the default path has;
@@ -63,7 +63,7 @@
 #include "dev/attention_lab/hopper_lab.cuh"
 
 typedef __nv_bfloat16 bf16;
-static const int kHS = ATTN_HOPPER_FP32_KEYS128_HS;                  /* the pass's head size */
+static const int kHS = 128; /* the pass's head size */
 static const int kBlockK = ATTN_HOPPER_FP32_KEYS128_PROBE_KEYS;      /* the probe's keys (one CTA's) */
 static const int kBlockQ = ATTN_HOPPER_FP32_KEYS128_PROBE_QUERIES;   /* the probe's queries (one tile) */
 static const char* const kHangTail = "; the CTA gave up and ran on: its results are NaN)"; /* the end of a HANG line */

@@ -62,7 +62,7 @@
 #include "dev/attention_lab/lab_harness.cuh"
 
 typedef __nv_bfloat16 bf16;
-static const int kHS = ATTN_HOPPER_BWD128_HS;                  /* the pass's head size here */
+static const int kHS = 128; /* the pass's head size here */
 static const int kBlockK = ATTN_HOPPER_GPROJ128_PROBE_KEYS;    /* the probe's keys (one CTA's) */
 static const int kBlockQ = ATTN_HOPPER_GPROJ128_PROBE_QUERIES; /* the probe's queries (one tile) */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */

@@ -61,7 +61,7 @@
 #include "dev/attention_lab/hopper_lab.cuh"
 
 typedef __nv_bfloat16 bf16;
-static const int kHS = ATTN_HOPPER_FP32_KEYS64_HS;            /* the pass's head size */
+static const int kHS = 64; /* the pass's head size */
 static const int kProbeTile = ATTN_HOPPER_FP32_KEYS64_PROBE_TILE; /* the probe's keys and queries (one warpgroup step) */
 static const int kProbeT = 50; /* the probe's tokens (< kProbeTile: the TMA zero fill shows) */
 static const char* const kHangTail = "; the kernel trapped)"; /* the end of a HANG line */

@@ -62,7 +62,7 @@
 #include "dev/attention_lab/lab_harness.cuh"
 
 typedef __nv_bfloat16 bf16;
-static const int kHS = ATTN_HOPPER_BWD_HS;                    /* the kernel's head size */
+static const int kHS = 64; /* the kernel's head size */
 static const int kProbeKeys = ATTN_HOPPER_BWD_PROBE_KEYS;     /* the probe's keys (one consumer warpgroup) */
 static const int kProbeQueries = ATTN_HOPPER_BWD_PROBE_QUERIES; /* and queries (one step) */
 static const int kProbeT = 100; /* the probe's tokens: keys 100..127 and queries 100..127 zero-filled */

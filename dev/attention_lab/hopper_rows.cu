@@ -34,7 +34,7 @@
 #include "dev/attention_lab/hopper_lab.cuh"
 
 typedef __nv_bfloat16 bf16;
-static const int kHS = ATTN_HOPPER_BWD_HS;                /* the head size the Hopper row pass serves */
+static const int kHS = 64; /* the head size the Hopper row pass serves */
 static const int kBlockQ = ATTN_HOPPER_ROWS_PROBE_ROWS;  /* query rows of the probe tile */
 static const int kBlockK = ATTN_HOPPER_ROWS_PROBE_ROWS;  /* keys of the probe tile */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */

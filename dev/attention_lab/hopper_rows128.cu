@@ -56,7 +56,7 @@
 #include "dev/attention_lab/lab_harness.cuh" /* spin_for_ns */
 
 typedef __nv_bfloat16 bf16;
-static const int kHS = ATTN_HOPPER_ROWS128_HS;           /* the head size of this lab */
+static const int kHS = 128; /* the head size of this lab */
 static const int kBlockQ = ATTN_HOPPER_ROWS_PROBE_ROWS;  /* query rows of the probe tile */
 static const int kBlockK = ATTN_HOPPER_ROWS_PROBE_ROWS;  /* keys of the probe tile */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */

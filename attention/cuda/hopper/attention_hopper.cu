@@ -78,6 +78,7 @@
  * No __trap() on the consumer path: it would make ptxas ignore setmaxnreg.inc (attention_hopper_bwd128.cu).
  */
 #include "attention/cuda/hopper/kernel_fwd.cuh"
+#include "attention/cuda/hopper/hopper_host.cuh"
 
 namespace {
 
@@ -132,29 +133,20 @@ void hopper_fwd_dispatch(AttnMode mode, const CUtensorMap& map, AttnShape s, bf1
     else hopper_fwd_dispatch_mode<128, STAGES>(mode, map, s, out, stats, stream);
 }
 
-void check_supported(const char* who, AttnMode mode, AttnShape s, const void* qkv) {
-    const AttnOptions no_options = {};
-    if (!attention_hopper_fwd_supports(mode, no_options, s, qkv)) {
-        die("%s: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p)\n"
-            "  hint: head size 64 or 128, B*NH <= 65535, qkv 16-byte aligned; use attention_forward_cuda, which "
-            "falls back to the portable kernel", who, (int)mode >= 0 && mode < ATTN_NUM_MODES ? attn_mode_name(mode) : "?",
-            s.B, s.NH, s.T, s.HS, qkv);
-    }
-}
-
 }  // namespace
 
 int attention_hopper_fwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv) {
     if ((int)mode < 0 || mode >= ATTN_NUM_MODES) return 0;
     if (mode == ATTN_REPAIR && opt.tile_max_shift) return 0; /* the shift arm's tile is the portable kernel's */
-    if (s.HS != 64 && s.HS != 128) return 0;
-    if (s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535) return 0;
-    return ((uintptr_t)qkv % kTmaAlignBytes) == 0;
+    return hopper_call_fits(s, qkv, nullptr);
 }
 
 void attention_forward_hopper(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, __nv_bfloat16* out, float* stats,
                               cudaStream_t stream) {
-    check_supported("attention_forward_hopper", mode, s, qkv);
+    const AttnOptions no_options = {};
+    if (!attention_hopper_fwd_supports(mode, no_options, s, qkv))
+        die_unsupported("attention_forward_hopper", mode, s, qkv, nullptr, "any mode but repair's shift arm",
+                        "attention_forward_cuda");
     hopper_fwd_dispatch<kFwdStages>(mode, make_qkv_map(qkv, s), s, out, stats, stream);
 }
 

@@ -75,53 +75,28 @@
  * file instantiates it for bf16 and repair and keeps the entry point, the support check and the hang-record installer.
  */
 #include "attention/cuda/hopper/kernel_keys64.cuh"
-
-namespace {
-
-/* ------------------------------------------------------------------------------------------------ */
-/* host: tensor maps, launch                                                                         */
-/* ------------------------------------------------------------------------------------------------ */
-
-constexpr const char* kWho = "attention (Hopper backward, HS 64)";
-
-}  // namespace
+#include "attention/cuda/hopper/hopper_host.cuh"
 
 int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv, const void* dout) {
     if (mode != ATTN_BF16 && mode != ATTN_REPAIR) return 0;
     if (mode == ATTN_REPAIR && opt.tile_max_shift) return 0; /* the shift arm stays portable end to end */
-    if (s.HS != kHS && s.HS != ATTN_HOPPER_BWD128_HS) return 0; /* HS 128: attention_hopper_bwd128.cu */
-    if (s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535) return 0;
-    return ((uintptr_t)qkv % kTmaAlignBytes) == 0 && ((uintptr_t)dout % kTmaAlignBytes) == 0;
+    return hopper_call_fits(s, qkv, dout);                   /* HS 128: attention_hopper_bwd128.cu */
 }
 
 void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                     const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
                                     cudaStream_t stream, int dq_slices) {
     const AttnOptions no_options = {};
-    if (!attention_hopper_bwd_supports(mode, no_options, s, qkv, dout)) {
-        die("attention_backward_hopper_keys: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
-            "  hint: bf16 or repair mode, head size %d or %d, B*NH <= 65535, qkv and dout 16-byte aligned; use "
-            "attention_backward_cuda, which falls back to the portable kernels",
-            (int)mode >= 0 && mode < ATTN_NUM_MODES ? attn_mode_name(mode) : "?", s.B, s.NH, s.T, s.HS,
-            (const void*)qkv, (const void*)dout, kHS, ATTN_HOPPER_BWD128_HS);
-    }
-    if (s.HS == ATTN_HOPPER_BWD128_HS) {
-        attention_backward_hopper_keys128(mode, s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
-        return;
-    }
-    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
-    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
-    if (mode == ATTN_BF16 && !dq_slices)
-        keys64_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
-    else if (mode == ATTN_BF16)
-        keys64_launch<ATTN_BF16, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
-    else if (!dq_slices)
-        keys64_launch<ATTN_REPAIR, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
-    else
-        keys64_launch<ATTN_REPAIR, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
+    if (!attention_hopper_bwd_supports(mode, no_options, s, qkv, dout))
+        die_unsupported("attention_backward_hopper_keys", mode, s, qkv, dout, "bf16 or repair mode",
+                        "attention_backward_cuda");
+    if (s.HS == 128)
+        return attention_backward_hopper_keys128(mode, s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
+    const char* who = "attention (Hopper backward, HS 64)";
+    launch_mode_and_slices<ATTN_BF16, ATTN_REPAIR>(mode, dq_slices, [&](auto mode_c, auto slices_c) {
+        keys64_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,
+                                                                          stream, who);
+    });
 }
 
-void attention_hopper_bwd_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
-    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
-}
-
+void attention_hopper_bwd_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

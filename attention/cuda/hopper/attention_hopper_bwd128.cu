@@ -62,38 +62,19 @@
  */
 /* the kernel template (kernel_keys128.cuh), instantiated here for bf16 and repair */
 #include "attention/cuda/hopper/kernel_keys128.cuh"
-
-namespace {
-
-/* ------------------------------------------------------------------------------------------------ */
-/* host: tensor maps, launch                                                                         */
-/* ------------------------------------------------------------------------------------------------ */
-
-constexpr const char* kWho = "attention (Hopper backward, HS 128)";
-
-}  // namespace
+#include "attention/cuda/hopper/hopper_host.cuh"
 
 void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv,
                                        const __nv_bfloat16* dout, const float* stats, const float* D, float* dq_acc,
                                        __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices) {
-    if (s.HS != kHS || (mode != ATTN_BF16 && mode != ATTN_REPAIR)) {
-        die("attention_backward_hopper_keys128: HS %d, mode %d (needs HS %d, bf16 or repair)\n"
-            "  hint: call attention_backward_hopper_keys (or attention_backward_cuda), which checks support",
-            s.HS, (int)mode, kHS);
-    }
-    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
-    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
-    if (mode == ATTN_BF16 && !dq_slices)
-        keys128_launch<ATTN_BF16, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
-    else if (mode == ATTN_BF16)
-        keys128_launch<ATTN_BF16, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
-    else if (!dq_slices)
-        keys128_launch<ATTN_REPAIR, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
-    else
-        keys128_launch<ATTN_REPAIR, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
+    if (s.HS != kHS || (mode != ATTN_BF16 && mode != ATTN_REPAIR))
+        die_unsupported("attention_backward_hopper_keys128", mode, s, qkv, dout, "HS 128, bf16 or repair mode",
+                        "attention_backward_hopper_keys");
+    const char* who = "attention (Hopper backward, HS 128)";
+    launch_mode_and_slices<ATTN_BF16, ATTN_REPAIR>(mode, dq_slices, [&](auto mode_c, auto slices_c) {
+        keys128_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,
+                                                                          stream, who);
+    });
 }
 
-void attention_hopper_bwd128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
-    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
-}
-
+void attention_hopper_bwd128_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

@@ -44,7 +44,7 @@
  * longest-first order of tile_order.cuh. Per step and consumer warpgroup:
  *   S^T, dP^T                   m64n64k16 SS, 8 k-steps                                         32 + 32 regs
  *   (consumers_sync: both warpgroups have read the previous step's dS tiles - they are single-buffered)
- *   P, dS one k-step (16 queries) at a time (hopper_bwd_common.cuh's keymajor_probs_column<ATTN_FP32>) -> A
+ *   P, dS one k-step (16 queries) at a time (mode_numerics.cuh's keymajor_probs_step<ATTN_FP32>) -> A
  *     words bf(P), bf(P - bf(P)), bf(dS), bf(r1) (16 registers per k-step; the FP32 values die step by step),
  *     and bf(dS), bf(r1), bf(r1 - bf(r1)) stored to the three shared tiles [query][key]
  *   dV += [bf(P), bf(P - bf(P))]^T dO, dK += [bf(dS), bf(r1)]^T Q: ONE batch of 16 m64n128k16 RS wgmmas
@@ -83,40 +83,19 @@
  */
 /* the kernel template (kernel_keys128.cuh), instantiated here for fp32 */
 #include "attention/cuda/hopper/kernel_keys128.cuh"
-
-namespace {
-
-/* ------------------------------------------------------------------------------------------------ */
-/* host: tensor maps, launch                                                                         */
-/* ------------------------------------------------------------------------------------------------ */
-
-constexpr const char* kWho = "attention (Hopper fp32 key-major pass, HS 128)";
-
-}  // namespace
-
-int attention_hopper_fp32_keys128_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
-    if (mode != ATTN_FP32 || s.HS != kHS) return 0;
-    if (s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535) return 0;
-    return ((uintptr_t)qkv % kTmaAlignBytes) == 0 && ((uintptr_t)dout % kTmaAlignBytes) == 0;
-}
+#include "attention/cuda/hopper/hopper_host.cuh"
 
 void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                             const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
                                             cudaStream_t stream, int dq_slices) {
-    if (!attention_hopper_fp32_keys128_supports(ATTN_FP32, s, qkv, dout)) {
-        die("attention_backward_hopper_fp32_keys128: unsupported call (B=%d NH=%d T=%d HS=%d)\n"
-            "  hint: HS %d, B*NH <= 65535, 16-byte aligned qkv and dout; call attention_backward_cuda, which checks"
-            " support (attention_hopper_fp32_keys128_supports)", s.B, s.NH, s.T, s.HS, kHS);
-    }
-    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
-    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
-    if (dq_slices)
-        keys128_launch<ATTN_FP32, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
-    else
-        keys128_launch<ATTN_FP32, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
+    if (s.HS != kHS || !hopper_call_fits(s, qkv, dout))
+        die_unsupported("attention_backward_hopper_fp32_keys128", ATTN_FP32, s, qkv, dout, "HS 128, fp32 mode",
+                        "attention_backward_hopper_fp32_keys");
+    const char* who = "attention (Hopper fp32 key-major pass, HS 128)";
+    launch_mode_and_slices<ATTN_FP32>(ATTN_FP32, dq_slices, [&](auto mode_c, auto slices_c) {
+        keys128_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,
+                                                                          stream, who);
+    });
 }
 
-void attention_hopper_fp32_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
-    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
-}
-
+void attention_hopper_fp32_keys128_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

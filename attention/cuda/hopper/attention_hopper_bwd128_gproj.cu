@@ -66,36 +66,22 @@
  */
 /* the kernel template (kernel_keys128.cuh), instantiated here for gproj */
 #include "attention/cuda/hopper/kernel_keys128.cuh"
-
-namespace {
-
-/* ------------------------------------------------------------------------------------------------ */
-/* host: tensor maps, launch                                                                         */
-/* ------------------------------------------------------------------------------------------------ */
-
-constexpr const char* kWho = "attention (Hopper gproj key-major pass, HS 128)";
-
-}  // namespace
+#include "attention/cuda/hopper/hopper_host.cuh"
 
 void attention_backward_hopper_gproj_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                              const float* stats, const float* D, const float* lambda,
                                              __nv_bfloat16* dqkv, cudaStream_t stream) {
-    if (s.HS != kHS) {
-        die("attention_backward_hopper_gproj_keys128: HS %d (needs %d)\n"
-            "  hint: call attention_backward_hopper_gproj_keys (or attention_backward_cuda), which checks support",
-            s.HS, kHS);
-    }
-    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
-    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
+    if (s.HS != kHS)
+        die_unsupported("attention_backward_hopper_gproj_keys128", ATTN_GPROJ, s, qkv, dout, "HS 128, gproj mode",
+                        "attention_backward_hopper_gproj_keys");
+    const HeadMaps maps =
+        encode_qkv_dout_maps(s, qkv, dout, kBoxRows, "attention (Hopper gproj key-major pass, HS 128)");
     constexpr int kAlloc = Keys128Mode<ATTN_GPROJ>::Plan::kAlloc;
     cudaCheck(cudaFuncSetAttribute(keys128_gproj_kernel<ATTN_GPROJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, keys128_gproj_kernel<ATTN_GPROJ>, grid, dim3(kThreads), kAlloc, stream, qkv_map,
-                               dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+    launch_after_previous_grid(1, keys128_gproj_kernel<ATTN_GPROJ>, grid, dim3(kThreads), kAlloc, stream, maps.qkv,
+                               maps.dout, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                attn_exp2_scale(kHS));
 }
 
-void attention_hopper_gproj_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
-    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
-}
-
+void attention_hopper_gproj_keys128_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

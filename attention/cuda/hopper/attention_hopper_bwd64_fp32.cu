@@ -29,8 +29,8 @@
  *
  * Layout: 288 threads (two consumer warpgroups of 64 keys and a producer
  * warp; no setmaxnreg; 2 Q/dO stages; longest key tiles first, tile_order.cuh), with hopper_wgmma.cuh's 64 x 64
- * steps and hopper_bwd_common.cuh's producer steps, row state, split terms (pack_split_step) and epilogue. Per
- * step and consumer warpgroup:
+ * steps and hopper_bwd_common.cuh's producer steps and epilogue, mode_numerics.cuh's row state and split terms
+ * (pack_split_step). Per step and consumer warpgroup:
  *   S^T, dP^T                   warpgroup_two_ss_64x64                                   32 + 32 regs
  *   P, dS one k-step (16 queries) at a time -> A words bf(P), bf(P - bf(P)), bf(dS), bf(r1) (16 registers per
  *     k-step) and bf(dS), bf(r1), bf(r1 - bf(r1)) stored to the warpgroup's three private tiles [query][key]
@@ -67,51 +67,25 @@
  * file instantiates it for fp32 and keeps the entry point, the support check and the hang-record installer.
  */
 #include "attention/cuda/hopper/kernel_keys64.cuh"
-
-namespace {
-
-/* ------------------------------------------------------------------------------------------------ */
-/* host: tensor maps, launch                                                                         */
-/* ------------------------------------------------------------------------------------------------ */
-
-constexpr const char* kWho = "attention (Hopper fp32 key-major pass, HS 64)";
-
-/* 1 iff this file's kernel computes the call: fp32, HS 64, B*NH <= 65535 (grid y), TMA-aligned qkv and dout. */
-int fp32_keys64_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
-    if (mode != ATTN_FP32 || s.HS != kHS) return 0;
-    if (s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535) return 0;
-    return ((uintptr_t)qkv % kTmaAlignBytes) == 0 && ((uintptr_t)dout % kTmaAlignBytes) == 0;
-}
-
-}  // namespace
+#include "attention/cuda/hopper/hopper_host.cuh"
 
 int attention_hopper_fp32_keys_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
-    if (s.HS == ATTN_HOPPER_FP32_KEYS128_HS) return attention_hopper_fp32_keys128_supports(mode, s, qkv, dout);
-    return fp32_keys64_supports(mode, s, qkv, dout);
+    return mode == ATTN_FP32 && hopper_call_fits(s, qkv, dout); /* HS 128: attention_hopper_bwd128_fp32.cu */
 }
 
 void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                          const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
                                          cudaStream_t stream, int dq_slices) {
-    if (s.HS == ATTN_HOPPER_FP32_KEYS128_HS) {
-        attention_backward_hopper_fp32_keys128(s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
-        return;
-    }
-    if (!fp32_keys64_supports(ATTN_FP32, s, qkv, dout)) {
-        die("attention_backward_hopper_fp32_keys: unsupported call (B=%d NH=%d T=%d HS=%d)\n"
-            "  hint: HS %d or %d, B*NH <= 65535, 16-byte aligned qkv and dout; call attention_backward_cuda, which"
-            " checks support (attention_hopper_fp32_keys_supports)", s.B, s.NH, s.T, s.HS, kHS,
-            ATTN_HOPPER_FP32_KEYS128_HS);
-    }
-    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
-    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
-    if (dq_slices)
-        keys64_launch<ATTN_FP32, true>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
-    else
-        keys64_launch<ATTN_FP32, false>(s, qkv_map, dout_map, stats, D, dq_acc, dqkv, stream, kWho);
+    if (!attention_hopper_fp32_keys_supports(ATTN_FP32, s, qkv, dout))
+        die_unsupported("attention_backward_hopper_fp32_keys", ATTN_FP32, s, qkv, dout, "fp32 mode",
+                        "attention_backward_cuda");
+    if (s.HS == 128)
+        return attention_backward_hopper_fp32_keys128(s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
+    const char* who = "attention (Hopper fp32 key-major pass, HS 64)";
+    launch_mode_and_slices<ATTN_FP32>(ATTN_FP32, dq_slices, [&](auto mode_c, auto slices_c) {
+        keys64_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,
+                                                                          stream, who);
+    });
 }
 
-void attention_hopper_fp32_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
-    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
-}
-
+void attention_hopper_fp32_keys_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

@@ -62,48 +62,28 @@
  * file instantiates it for gproj and keeps the entry point, the support check and the hang-record installer.
  */
 #include "attention/cuda/hopper/kernel_keys64.cuh"
-
-namespace {
-
-/* ------------------------------------------------------------------------------------------------ */
-/* host: tensor maps, launch                                                                         */
-/* ------------------------------------------------------------------------------------------------ */
-
-constexpr const char* kWho = "attention (Hopper gproj key-major pass)";
-
-}  // namespace
+#include "attention/cuda/hopper/hopper_host.cuh"
 
 int attention_hopper_gproj_keys_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
-    if (mode != ATTN_GPROJ || (s.HS != kHS && s.HS != ATTN_HOPPER_BWD128_HS)) return 0;
-    if (s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535) return 0;
-    return ((uintptr_t)qkv % kTmaAlignBytes) == 0 && ((uintptr_t)dout % kTmaAlignBytes) == 0;
+    return mode == ATTN_GPROJ && hopper_call_fits(s, qkv, dout); /* HS 128: attention_hopper_bwd128_gproj.cu */
 }
 
 void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                           const float* stats, const float* D, const float* lambda,
                                           __nv_bfloat16* dqkv, cudaStream_t stream) {
-    if (!attention_hopper_gproj_keys_supports(ATTN_GPROJ, s, qkv, dout)) {
-        die("attention_backward_hopper_gproj_keys: unsupported call (B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
-            "  hint: head size %d or %d, B*NH <= 65535, qkv and dout 16-byte aligned; use attention_backward_cuda,"
-            " which falls back to the portable kernels", s.B, s.NH, s.T, s.HS, (const void*)qkv, (const void*)dout,
-            kHS, ATTN_HOPPER_BWD128_HS);
-    }
-    if (s.HS == ATTN_HOPPER_BWD128_HS) { /* attention_hopper_bwd128_gproj.cu */
-        attention_backward_hopper_gproj_keys128(s, qkv, dout, stats, D, lambda, dqkv, stream);
-        return;
-    }
-    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
-    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
+    if (!attention_hopper_gproj_keys_supports(ATTN_GPROJ, s, qkv, dout))
+        die_unsupported("attention_backward_hopper_gproj_keys", ATTN_GPROJ, s, qkv, dout, "gproj mode",
+                        "attention_backward_cuda");
+    if (s.HS == 128) /* attention_hopper_bwd128_gproj.cu */
+        return attention_backward_hopper_gproj_keys128(s, qkv, dout, stats, D, lambda, dqkv, stream);
+    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBoxRows, "attention (Hopper gproj key-major pass)");
     using Mode = Keys64Mode<ATTN_GPROJ>;
     cudaCheck(cudaFuncSetAttribute(keys64_gproj_kernel<ATTN_GPROJ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    Mode::Plan::kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
     launch_after_previous_grid(1, keys64_gproj_kernel<ATTN_GPROJ>, grid, dim3(Mode::kThreads), Mode::Plan::kAlloc,
-                               stream, qkv_map, dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                               attn_exp2_scale(kHS));
+                               stream, maps.qkv, maps.dout, stats, D, lambda, dqkv, s.NH, s.T,
+                               attn_softmax_scale(kHS), attn_exp2_scale(kHS));
 }
 
-void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
-    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
-}
-
+void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

@@ -37,43 +37,21 @@
  * instantiates it at HS 64 and keeps the entry point, the support check and what the head size adds.
  */
 #include "attention/cuda/hopper/kernel_rows.cuh"
-
-namespace {
-
-/* ------------------------------------------------------------------------------------------------ */
-/* host: tensor maps, launch                                                                         */
-/* ------------------------------------------------------------------------------------------------ */
-
-constexpr const char* kWho = "attention (Hopper row pass)";
-
-constexpr int kHS = ATTN_HOPPER_BWD_HS; /* this file's head size (HS 128: attention_hopper_rows128.cu) */
-
-}  // namespace
+#include "attention/cuda/hopper/hopper_host.cuh"
 
 int attention_hopper_rows_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
-    if (mode != ATTN_GPROJ && mode != ATTN_FP32) return 0;
-    if (s.HS != kHS && s.HS != ATTN_HOPPER_ROWS128_HS) return 0; /* HS 128: attention_hopper_rows128.cu */
-    if (s.B < 1 || s.NH < 1 || s.T < 1 || (long long)s.B * s.NH > 65535) return 0;
-    return ((uintptr_t)qkv % kTmaAlignBytes) == 0 && ((uintptr_t)dout % kTmaAlignBytes) == 0;
+    return (mode == ATTN_GPROJ || mode == ATTN_FP32) && hopper_call_fits(s, qkv, dout); /* HS 128: rows128.cu */
 }
 
 void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                     const float* stats, float* D, float* lambda, __nv_bfloat16* dqkv,
                                     cudaStream_t stream) {
-    if (!attention_hopper_rows_supports(mode, s, qkv, dout)) {
-        die("attention_backward_hopper_rows: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
-            "  hint: gproj or fp32 mode, head size %d or %d, B*NH <= 65535, qkv and dout 16-byte aligned; use "
-            "attention_backward_cuda, which falls back to the portable row pass",
-            (int)mode >= 0 && mode < ATTN_NUM_MODES ? attn_mode_name(mode) : "?", s.B, s.NH, s.T, s.HS,
-            (const void*)qkv, (const void*)dout, kHS, ATTN_HOPPER_ROWS128_HS);
-    }
-    if (s.HS == ATTN_HOPPER_ROWS128_HS) {
-        attention_backward_hopper_rows128(mode, s, qkv, dout, stats, D, lambda, dqkv, stream);
-        return;
-    }
-    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, kWho, "qkv");
-    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBlockK, kWho, "dout");
-    if (mode == ATTN_GPROJ) rows_launch<kHS, ATTN_GPROJ>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
-    else rows_launch<kHS, ATTN_FP32>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
+    if (!attention_hopper_rows_supports(mode, s, qkv, dout))
+        die_unsupported("attention_backward_hopper_rows", mode, s, qkv, dout, "gproj or fp32 mode",
+                        "attention_backward_cuda");
+    if (s.HS == 128)
+        return attention_backward_hopper_rows128(mode, s, qkv, dout, stats, D, lambda, dqkv, stream);
+    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBlockK, "attention (Hopper row pass)");
+    if (mode == ATTN_GPROJ) rows_launch<64, ATTN_GPROJ>(s, maps.qkv, maps.dout, stats, D, lambda, dqkv, stream);
+    else rows_launch<64, ATTN_FP32>(s, maps.qkv, maps.dout, stats, D, lambda, dqkv, stream);
 }
-

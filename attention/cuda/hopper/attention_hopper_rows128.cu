@@ -60,34 +60,17 @@
  * instantiates it at HS 128 and keeps the entry point and what the head size adds.
  */
 #include "attention/cuda/hopper/kernel_rows.cuh"
-
-namespace {
-
-/* ------------------------------------------------------------------------------------------------ */
-/* host: tensor maps, launch                                                                         */
-/* ------------------------------------------------------------------------------------------------ */
-
-constexpr const char* kWho = "attention (Hopper row pass, HS 128)";
-
-constexpr int kHS = ATTN_HOPPER_ROWS128_HS; /* this file's head size */
-
-}  // namespace
+#include "attention/cuda/hopper/hopper_host.cuh"
 
 void attention_backward_hopper_rows128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                        const float* stats, float* D, float* lambda, __nv_bfloat16* dqkv,
                                        cudaStream_t stream) {
-    if (s.HS != kHS || (mode != ATTN_GPROJ && mode != ATTN_FP32)) {
-        die("attention_backward_hopper_rows128: HS %d, mode %d (needs HS %d, gproj or fp32)\n"
-            "  hint: call attention_backward_hopper_rows (or attention_backward_cuda), which checks support",
-            s.HS, (int)mode, kHS);
-    }
-    const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, kWho, "qkv");
-    const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBlockK, kWho, "dout");
-    if (mode == ATTN_GPROJ) rows_launch<kHS, ATTN_GPROJ>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
-    else rows_launch<kHS, ATTN_FP32>(s, qkv_map, dout_map, stats, D, lambda, dqkv, stream);
+    if (s.HS != 128 || (mode != ATTN_GPROJ && mode != ATTN_FP32))
+        die_unsupported("attention_backward_hopper_rows128", mode, s, qkv, dout, "HS 128, gproj or fp32 mode",
+                        "attention_backward_hopper_rows");
+    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBlockK, "attention (Hopper row pass, HS 128)");
+    if (mode == ATTN_GPROJ) rows_launch<128, ATTN_GPROJ>(s, maps.qkv, maps.dout, stats, D, lambda, dqkv, stream);
+    else rows_launch<128, ATTN_FP32>(s, maps.qkv, maps.dout, stats, D, lambda, dqkv, stream);
 }
 
-void attention_hopper_rows128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {
-    cudaCheck(cudaMemcpyToSymbol(g_hang_record, &device_ptr_of_mapped_record, sizeof device_ptr_of_mapped_record));
-}
-
+void attention_hopper_rows128_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

@@ -1,19 +1,17 @@
 /*
- * attention/cuda/hopper/hopper_bwd_common.cuh - device pieces shared by the Hopper (sm_90a) key-major backward kernels
- * (attention_hopper_bwd.cu at HS 64, attention_hopper_bwd128.cu at HS 128; gproj's attention_hopper_bwd_gproj.cu
- * and attention_hopper_bwd128_gproj.cu): the recomputed probability of one score, the bounded mbarrier wait that
- * GIVES UP instead of trapping, the score and dK/dV GEMM steps of the HS-128 key-major CTA, gproj's three
- * register A operands of one k-step, fp32's BF16 split terms of one k-step (pack_split_step); and for every key-major kernel its producer warp's steps (K/V once, a
- * stage's row state, its Q/dO loads), P and dS of one query column, gproj's dV/dK batch, the dK/dV
- * epilogue (NaN rows after a give-up), and where a CTA's dQ partials go (keymajor_dq_head: its head, or its
- * key block's slice in the deterministic backward).
+ * attention/cuda/hopper/hopper_bwd_common.cuh - device pieces shared by the Hopper (sm_90a) key-major backward passes
+ * (kernel_keys64.cuh at HS 64, kernel_keys128.cuh at HS 128, every mode) that are not a mode's numerics (those are
+ * mode_numerics.cuh's, included here): the bounded mbarrier wait that GIVES UP instead of trapping, the score and
+ * dK/dV GEMM steps of the HS-128 key-major CTA, gproj's dV/dK batch, the producer warp's steps (K/V once, a stage's
+ * Q/dO loads), the dK/dV epilogue (NaN rows after a give-up), and where a CTA's dQ partials go (keymajor_dq_head:
+ * its head, or its key block's slice in the deterministic backward).
  *
- * Why: both kernels recompute P with attn_bwd_kernel's expression, one copy here; and a kernel with
- * setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and serialised
- * wgmmas; docs/attention_kernels.md, "Hangs"), so its waits give up, record the barrier and let the
- * kernel end with poisoned outputs instead (attention_hopper_bwd128.cu's file comment). Needs
- * attention/cuda/hopper/hopper_wgmma.cuh; everything is in the including file's anonymous namespace (one kernel file
- * = one translation unit, each with its own __device__ record pointer).
+ * Why: a kernel with setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and
+ * serialised wgmmas; docs/attention_kernels.md, "Hangs"), so its waits give up, record the barrier and let the
+ * kernel end with poisoned outputs instead (attention_hopper_bwd128.cu's file comment); the producer and
+ * epilogue steps are the same at both head sizes. Needs attention/cuda/hopper/hopper_wgmma.cuh; everything is in
+ * the including file's anonymous namespace (one kernel file = one translation unit, each with its own
+ * __device__ record pointer).
  */
 #ifndef ATTENTION_HOPPER_BWD_COMMON_CUH
 #define ATTENTION_HOPPER_BWD_COMMON_CUH
@@ -23,60 +21,23 @@
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "attention/cuda/hopper/hopper_lab_hooks.cuh"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/mode_numerics.cuh"
 #include "attention/cuda/mma_bf16.cuh"
 #include "attention/cuda/tile_order.cuh"
 
 namespace {
 
-/* k-step kk's register A words from a 64 x 64 FP32 accumulator x (P or dS), registers 8kk..8kk+7 (key
-   g + 8 (i & 1), query 16kk + 8 (i >> 1) + 2t + e for register 8kk + 2i + e: pack_acc_a_operand's words):
-   hi = bf(x), lo = bf(x - bf(x)); with kThirdTerm (dS only) also x2 = bf(r1 - bf(r1)) for r1 = x - bf(x).
-   fp32 mode's split terms: attn_bwd_kernel<HS, ATTN_FP32>'s ap / ap_lo and ads / ads_lo / x2 words, the
-   residual being attention/cuda/mma_bf16.cuh's bf16_residual (the portable kernel's). */
-template <bool kThirdTerm>
-__device__ __forceinline__ void pack_split_step(uint32_t (&hi)[4], uint32_t (&lo)[4], uint32_t (&x2)[4],
-                                                const float (&x)[32], int kk) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float v0 = x[8 * kk + 2 * i], v1 = x[8 * kk + 2 * i + 1];
-        const float r0 = attn_mma::bf16_residual(v0), r1 = attn_mma::bf16_residual(v1);
-        hi[i] = hopper_wgmma::pack_bf16x2(v0, v1);
-        lo[i] = hopper_wgmma::pack_bf16x2(r0, r1);
-        if (kThirdTerm)
-            x2[i] = hopper_wgmma::pack_bf16x2(attn_mma::bf16_residual(r0), attn_mma::bf16_residual(r1));
-    }
-}
-
-/* The recomputed probability of one score (attention_cuda.cu's backward_prob, the same expression): bf16:
-   row_a = fl(LSE log2 e), P = exp2(fma(S, c, -row_a)); repair: row_a = m, row_b = fl(1/l). */
-template <int MODE>
-__device__ __forceinline__ float recompute_prob(float score, float row_a, float row_b, float c) {
-    if (MODE == ATTN_BF16) return exp2f(__fmaf_rn(score, c, -row_a));
-    return exp2f((score - row_a) * c) * row_b;
-}
-
-/* P and dS in place of S^T (st) and dP^T (dpt) in one query column of a consumer thread's 64 x 64 (keys x
-   queries) tile, every key-major kernel's per-element step: registers 4j + 2r + e, keys key0 + 8r, the query
-   `query` = q0 + 8j + 2t + e with row state `row` {a, b, D} (hopper_wgmma.cuh's fragment layout).
-   P = recompute_prob<MODE>, dS = P (dP - D): attn_bwd_kernel's expressions (gproj passes ATTN_REPAIR: its
-   stats are repair's). masked (the tile reaches the warpgroup's keys or T): keys past the query and queries
-   past T give exactly 0 in both. row by reference: passed by value, it changes the register numbering of
-   attention_hopper_bwd.cu's producer in the PTX. */
-template <int MODE, int kRegs = 32> /* kRegs: 32 for 64-query tiles, 64 for the 128-query steps at HS 64 */
-__device__ __forceinline__ void keymajor_probs_column(float (&st)[kRegs], float (&dpt)[kRegs], const float4& row,
-                                                      int j, int e, int query, int key0, int T, bool masked,
-                                                      float c) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int idx = 4 * j + 2 * r + e;
-        float p = 0.f, ds = 0.f;
-        if (!masked || (key0 + 8 * r <= query && query < T)) {
-            p = recompute_prob<MODE>(st[idx], row.x, row.y, c);
-            ds = p * (dpt[idx] - row.z);
-        }
-        st[idx] = p;
-        dpt[idx] = ds;
-    }
+/* Fills a host-mapped hang record: the barrier's index and parity, this thread's block and thread, then (after a
+   system fence, so a host that sees the site sees the rest) the site. */
+__device__ __forceinline__ void write_hang_record(volatile AttnHopperHang* rec, int site, int index, uint32_t parity) {
+    rec->index = index;
+    rec->parity = (int)parity;
+    rec->block_x = (int)blockIdx.x;
+    rec->block_y = (int)blockIdx.y;
+    rec->thread = (int)threadIdx.x;
+    __threadfence_system();
+    rec->site = site;
+    __threadfence_system();
 }
 
 /* Polls `bar` for phase `parity`. After HANG_CYCLES clock cycles (or at once, once the CTA gave up) it sets
@@ -96,16 +57,7 @@ __device__ __forceinline__ void mbar_wait_give_up(uint64_t* bar, uint32_t parity
             if (*cta_abort == 0) {
                 *cta_abort = 1;
                 volatile AttnHopperHang* rec = record;
-                if (rec != NULL && rec->site == ATTN_HANG_NONE) {
-                    rec->index = index;
-                    rec->parity = (int)parity;
-                    rec->block_x = (int)blockIdx.x;
-                    rec->block_y = (int)blockIdx.y;
-                    rec->thread = (int)threadIdx.x;
-                    __threadfence_system();
-                    rec->site = site;
-                    __threadfence_system();
-                }
+                if (rec != NULL && rec->site == ATTN_HANG_NONE) write_hang_record(rec, site, index, parity);
             }
             break;
         }
@@ -160,8 +112,7 @@ __device__ __forceinline__ void keymajor128_scores(float (&st)[32], float (&dpt)
     keymajor128_ss_issue(dpt, vw_addr, do_addr);
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(st);
-    reg_fence(dpt);
+    reg_fences(st, dpt);
 }
 
 /* acc[64 x 128] += A[64 x 64] B[64 x 128] (dV += bf(P)^T dO, dK += bf(dS)^T Q): A from registers (4 k-steps
@@ -179,34 +130,6 @@ __device__ __forceinline__ void keymajor128_rs_issue(float (&acc)[kKeymajor128HS
                                                        kKeymajor128QChunkBytes, 8 * kSwizzleRowBytes));
 }
 
-/* gproj's key-major pass (both head sizes): k-step kk's three register A operands from the FP32 P and dS
-   accumulators of a 64 x 64 (keys x queries) tile (registers 8kk..8kk+7: key g + 8 (i & 1), query
-   16kk + 8 (i >> 1) + 2t + e for register 8kk + 2i + e, hopper_wgmma.cuh's fragment layout):
-     pa   = bf(P),  pds = bf(dS)                         (pack_acc_a_operand's words, one k-step)
-     plam = bf(-lambda_q P), lambda per query COLUMN: lam[jj][e] = lambda of query 16kk + 8 jj + 2t + e;
-            the product -lambda * P in FP32, rounded once (the portable kernel's `alp` expression).
-   One k-step at a time, so the kernels pack each step right after computing its P and dS and those FP32
-   values die step by step (packing all of bf(P) first and the correction after kept P and dS live
-   together with dK/dV: 84 bytes of spills at HS 64). */
-__device__ __forceinline__ void pack_gproj_step_operands(uint32_t (&pa)[4], uint32_t (&pds)[4], uint32_t (&plam)[4],
-                                                         const float (&p)[32], const float (&ds)[32], int kk,
-                                                         const float (&lam)[2][2]) {
-    using hopper_wgmma::pack_bf16x2;
-    const int b = 8 * kk;
-    pa[0] = pack_bf16x2(p[b + 0], p[b + 1]);   /* key g,   queries 2t, 2t+1 */
-    pa[1] = pack_bf16x2(p[b + 2], p[b + 3]);   /* key g+8, queries 2t, 2t+1 */
-    pa[2] = pack_bf16x2(p[b + 4], p[b + 5]);   /* key g,   queries 2t+8, 2t+9 */
-    pa[3] = pack_bf16x2(p[b + 6], p[b + 7]);   /* key g+8, queries 2t+8, 2t+9 */
-    pds[0] = pack_bf16x2(ds[b + 0], ds[b + 1]);
-    pds[1] = pack_bf16x2(ds[b + 2], ds[b + 3]);
-    pds[2] = pack_bf16x2(ds[b + 4], ds[b + 5]);
-    pds[3] = pack_bf16x2(ds[b + 6], ds[b + 7]);
-    plam[0] = pack_bf16x2(-lam[0][0] * p[b + 0], -lam[0][1] * p[b + 1]);
-    plam[1] = pack_bf16x2(-lam[0][0] * p[b + 2], -lam[0][1] * p[b + 3]);
-    plam[2] = pack_bf16x2(-lam[1][0] * p[b + 4], -lam[1][1] * p[b + 5]);
-    plam[3] = pack_bf16x2(-lam[1][0] * p[b + 6], -lam[1][1] * p[b + 7]);
-}
-
 /* gproj's dV/dK batch of one query tile (both head sizes): dV += bf(P)^T dO; dK += bf(dS)^T Q, then
    dK += bf(-lambda P)^T Q, one commit group of 12 wgmmas (the two dK ones chained on the same accumulator:
    wgmma orders same-accumulator operations), fenced and waited for; the A registers stay live until it is
@@ -221,11 +144,7 @@ __device__ __forceinline__ void keymajor_gproj_dkv_batch(float (&dv)[HS / 2], fl
     using namespace hopper_wgmma;
     static_assert(HS == 64 || HS == kKeymajor128HS, "the key-major passes' head sizes");
     static_assert(kKeymajor128QSteps == kTileKSteps, "4 k-steps over a 64-query tile at both head sizes");
-    reg_fence(pa);
-    reg_fence(pds);
-    reg_fence(plam);
-    reg_fence(dv);
-    reg_fence(dk);
+    reg_fences(pa, pds, plam, dv, dk);
     wgmma_fence();
     if constexpr (HS == 64) {
         warpgroup_rs_issue_n64(dv, pa, do_addr);
@@ -238,11 +157,7 @@ __device__ __forceinline__ void keymajor_gproj_dkv_batch(float (&dv)[HS / 2], fl
     }
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(dv);
-    reg_fence(dk);
-    reg_fence(pa);
-    reg_fence(pds);
-    reg_fence(plam);
+    reg_fences(dv, dk, pa, pds, plam);
 }
 
 /* ---- the producer warp of the key-major CTA (all four key-major kernels, HS 64 and 128): a CTA of 128 keys
@@ -280,46 +195,6 @@ __device__ __forceinline__ void keymajor_load_kv(unsigned char* k_s, unsigned ch
             hopper_wgmma::tma_load_4d(v_s + dst, qkv_map, kv_full, ch * Tiles::kChunkCols, kKeymajorSlotV * NH + h,
                                       row, b);
         }
-    }
-}
-
-/* Where gproj's per-query lambda goes in a stage: nowhere (bf16, repair), the row state's .w (HS 64), or a
-   float row of its own (HS 128, whose consumers read it as float2 pairs). */
-enum KeymajorLambda { kKeymajorNoLambda, kKeymajorLambdaInW, kKeymajorLambdaRow };
-
-/* Every producer lane's part of a stage's row state: queries q0 + lane and q0 + lane + 32 get float4
-   {a, b, D, lambda or 0} for recompute_prob<MODE> (bf16: a = fl(LSE log2 e), b = 1; repair and gproj:
-   a = m, b = fl(1 / l)), D and (LAMBDA) gproj's lambda. Rows past T get {0, 1, 0, 0}: P stays finite and
-   lambda 0 (they are masked anyway). The lane's arrival on the stage's full barrier releases these writes.
-   ROLLED: the two queries one after the other (not unrolled). */
-template <int MODE, int LAMBDA, bool ROLLED = false>
-__device__ __forceinline__ void keymajor_stage_row_state(float4* rs, float* lam_row, const float* __restrict__ stats,
-                                                         const float* __restrict__ D,
-                                                         const float* __restrict__ lambda, int bh, int T, int q0,
-                                                         int lane) {
-    constexpr float kLog2e = 1.4426950408889634f;
-    auto one = [&](int half) {
-        const int ql = lane + 32 * half, query = q0 + ql;
-        float4 st = make_float4(0.f, 1.f, 0.f, 0.f);
-        float lam = 0.f;
-        if (query < T) {
-            const long long idx = (long long)bh * T + query;
-            const float a = stats[idx * 2];
-            st.x = (MODE == ATTN_BF16) ? a * kLog2e : a;                      /* fl(LSE log2 e) or m */
-            st.y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(stats[idx * 2 + 1]); /* 1 or fl(1 / l) */
-            st.z = D[idx];
-            if (LAMBDA == kKeymajorLambdaInW) st.w = lambda[idx];
-            if (LAMBDA == kKeymajorLambdaRow) lam = lambda[idx];
-        }
-        rs[ql] = st;
-        if (LAMBDA == kKeymajorLambdaRow) lam_row[ql] = lam;
-    };
-    if constexpr (ROLLED) { /* one query at a time: a producer with 24 registers may spill with two in flight */
-#pragma unroll 1
-        for (int half = 0; half < 2; half++) one(half);
-    } else {
-#pragma unroll
-        for (int half = 0; half < 2; half++) one(half);
     }
 }
 

@@ -14,7 +14,7 @@
  * Offers (namespace hopper_wgmma):
  *   smem_u32, aligned_smem_base, mbar_init / mbar_init_fence / mbar_arrive / mbar_arrive_expect_tx / mbar_expect_tx /
  *   mbar_try_wait / mbar_wait, fence_proxy_async, init_pipeline_barriers<STAGES>, tma_load_4d, make_smem_desc,
- *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
+ *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence / reg_fences, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
  *   wgmma_m64n128k16_rs, wgmma_pv, quad_max, quad_sum, setmaxnreg_inc / setmaxnreg_dec,
  *   red_add_f32x2_if, named_bar_sync / named_bar_arrive, warpgroup_sync;
  *   the 64 x 64 tile steps of the HS-64 backward kernels (key-major pass, row pass, their labs):
@@ -194,6 +194,11 @@ __device__ __forceinline__ void reg_fence(uint32_t (&r)[N][4]) {
 #pragma unroll
         for (int j = 0; j < 4; j++) asm volatile("" : "+r"(r[i][j])::"memory");
 }
+/* reg_fence on each argument, in order (one statement for a run of them). */
+template <class... R>
+__device__ __forceinline__ void reg_fences(R&... r) {
+    (reg_fence(r), ...);
+}
 
 /* ---- Register fragments of wgmma .m64nNk16 (PTX ISA figures "WGMMA .m64nNk16 register fragment
    layout"), warp w (0-3) of the warpgroup, lane = 4 g + t:
@@ -340,8 +345,7 @@ __device__ __forceinline__ void warpgroup_two_ss_64x64(float (&d0)[32], float (&
     for (int i = 0; i < 32; i++) d0[i] = d1[i] = 0.f;
     /* pins the zeroing before the fence (else the compiler sinks the moves past it and ptxas has to
        serialise the wgmmas with an injected warpgroup.arrive) */
-    reg_fence(d0);
-    reg_fence(d1);
+    reg_fences(d0, d1);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kTileKSteps; kk++) {
@@ -357,8 +361,7 @@ __device__ __forceinline__ void warpgroup_two_ss_64x64(float (&d0)[32], float (&
     }
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(d0);
-    reg_fence(d1);
+    reg_fences(d0, d1);
 }
 
 /* A 64 x 64 FP32 accumulator rounded to BF16 and packed as the register A operand of a GEMM over its 64

@@ -15,6 +15,7 @@
 #include "attention/cuda/hopper/attention_hopper.cuh"
 #include "attention/cuda/tile_order.cuh"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/mode_numerics.cuh"
 
 using namespace hopper_wgmma;
 
@@ -40,7 +41,6 @@ constexpr int kWgmmaK = 16;             /* k of every bf16 wgmma */
 constexpr int kPvSteps = kBlockK / kWgmmaK;
 constexpr int kSRegs = kBlockK / 2;     /* S accumulator: 64 x kBlockK FP32 over 128 threads */
 constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands ignore LBO ("assumed 1", i.e. 16 bytes) */
-constexpr size_t kTmaAlignBytes = 16;   /* global address alignment TMA requires */
 constexpr int kMaxDynamicSmem = 227 * 1024; /* sm_90's per-block opt-in limit */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kBlockQ == kBlockK, "one tensor map (one box shape) serves Q, K and V tiles");
@@ -215,7 +215,7 @@ __device__ __forceinline__ void softmax_tile(float (&sacc)[kSRegs], float (&m_ru
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const float sc = sacc[4 * j + 2 * r + e];
-                const float x = (MODE == ATTN_BF16) ? __fmaf_rn(sc, c, -m_c) : (sc - m_new) * c;
+                const float x = forward_exponent<MODE>(sc, c, m_c, m_new);
                 const float p = exp2f(x);
                 sacc[4 * j + 2 * r + e] = p;
                 sum += p;
@@ -237,6 +237,73 @@ __device__ __forceinline__ void rescale_o(float (&o)[HS / 2], const float (&alph
 
 /* Producer: one K or V tile (index j) into its stage, after the consumers released the tile j - STAGES
    that last used it (its release completed phase j / STAGES - 1 of empty[s]). */
+/* A consumer warpgroup's key tiles 1 .. n_tiles - 1 after tile 0's softmax, overlapped: S(kt) = Q K(kt)^T is issued
+   with O += P(kt-1) V(kt-1) behind it, S(kt)'s softmax runs while that P V does, then O is rescaled and P(kt)
+   packed; then the last tile's P V. QCHUNK: Q's column-chunk stride (issue_qk); TILE_BYTES: a K/V stage's
+   bytes. */
+template <int HS, int MODE, int STAGES, int QCHUNK, int TILE_BYTES>
+__device__ __forceinline__ void overlapped_key_tiles(float (&sacc)[kSRegs], float (&o)[HS / 2], POperand<MODE>& p,
+                                                     float (&m_run)[2], float (&l_part)[2], float (&alpha)[2],
+                                                     uint64_t* full_k, uint64_t* empty_k, uint64_t* full_v,
+                                                     uint64_t* empty_v, uint32_t q_addr, uint32_t k_base,
+                                                     uint32_t v_base, int n_tiles, int row0, int t, float c) {
+    for (int kt = 1; kt < n_tiles; kt++) {
+        const int s = kt % STAGES, sv = (kt - 1) % STAGES; /* K(kt)'s stage, V(kt - 1)'s stage */
+        mbar_wait(&full_k[s], (uint32_t)((kt / STAGES) & 1));
+        mbar_wait(&full_v[sv], (uint32_t)(((kt - 1) / STAGES) & 1));
+        __syncwarp();
+        zero_scores(sacc);
+        wgmma_fence(); /* orders the rescale of O, the packing of P and the zeroing of S before the wgmmas */
+        issue_qk<HS, QCHUNK>(sacc, q_addr, k_base + s * TILE_BYTES);
+        wgmma_commit();
+        issue_pv_terms<HS, MODE>(o, p, v_base + sv * TILE_BYTES); /* O += P(kt-1) V(kt-1) */
+        wgmma_commit();
+        wgmma_wait<1>(); /* S(kt) is in (groups retire in order); P V(kt - 1) may still run */
+        reg_fence(sacc);
+        mbar_arrive(&empty_k[s]);
+        softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_tiles - 1, kt * kBlockK, row0, t, c);
+        wgmma_wait<0>();
+        pv_retired<HS, MODE>(o, p);
+        mbar_arrive(&empty_v[sv]);
+        rescale_o<HS>(o, alpha);
+        pack_p<MODE>(p, sacc);
+    }
+    /* the last tile's P V */
+    const int kt = n_tiles - 1, sv = kt % STAGES;
+    mbar_wait(&full_v[sv], (uint32_t)((kt / STAGES) & 1));
+    __syncwarp();
+    wgmma_fence();
+    issue_pv_terms<HS, MODE>(o, p, v_base + sv * TILE_BYTES);
+    wgmma_commit();
+    wgmma_wait<0>();
+    pv_retired<HS, MODE>(o, p);
+    mbar_arrive(&empty_v[sv]); /* nobody waits for it; kept so every stage use is released */
+}
+
+/* The epilogue of a consumer thread's two query rows (row0, row0 + 8): O = bf(acc / l) into out [B, T, NH, HS] and
+   (lane t == 0 of the quad) the row's stats (forward_row_stats<MODE>); rows past T write nothing. */
+template <int HS, int MODE>
+__device__ __forceinline__ void store_o_and_stats(const float (&o)[HS / 2], const float (&l_part)[2],
+                                                  const float (&m_run)[2], bf16* __restrict__ out,
+                                                  float* __restrict__ stats, int b, int h, int bh, int NH, int T,
+                                                  int row0, int t, float scale) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float l = quad_sum(l_part[r]);
+        const int query = row0 + 8 * r;
+        if (query >= T) continue;
+        bf16* orow = out + ((long long)b * T + query) * NH * HS + (long long)h * HS;
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+            *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) =
+                pack_bf16x2(__fdiv_rn(o[4 * n + 2 * r], l), __fdiv_rn(o[4 * n + 2 * r + 1], l));
+        if (t == 0) {
+            float* st = stats + ((long long)bh * T + query) * 2;
+            forward_row_stats<MODE>(st, m_run[r], l, scale);
+        }
+    }
+}
+
 template <int HS, int STAGES>
 __device__ __forceinline__ void produce_tile(unsigned char* tiles, uint64_t* full, uint64_t* empty,
                                              const CUtensorMap* map, int j, int slot, int NH, int h, int b) {
@@ -339,63 +406,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     rescale_o<HS>(o, alpha); /* O is 0 and alpha 0: kept so that O sees every operation the sequential loop does */
     pack_p<MODE>(p, sacc);
 
-    for (int kt = 1; kt < n_key_tiles; kt++) {
-        const int s = kt % STAGES, sv = (kt - 1) % STAGES; /* K(kt)'s stage, V(kt - 1)'s stage */
-        mbar_wait(&full_k[s], (uint32_t)((kt / STAGES) & 1));
-        mbar_wait(&full_v[sv], (uint32_t)(((kt - 1) / STAGES) & 1));
-        __syncwarp();
-        zero_scores(sacc);
-        wgmma_fence(); /* orders the rescale of O, the packing of P and the zeroing of S before the wgmmas */
-        issue_qk<HS>(sacc, q_addr, k_base + s * kTileBytes);
-        wgmma_commit();
-        issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes); /* O += P(kt-1) V(kt-1) */
-        wgmma_commit();
-        wgmma_wait<1>(); /* S(kt) is in (groups retire in order); P V(kt - 1) may still run */
-        reg_fence(sacc);
-        mbar_arrive(&empty_k[s]);
-        softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_key_tiles - 1, kt * kBlockK, row0, t, c);
-        wgmma_wait<0>();
-        pv_retired<HS, MODE>(o, p);
-        mbar_arrive(&empty_v[sv]);
-        rescale_o<HS>(o, alpha);
-        pack_p<MODE>(p, sacc);
-    }
+    overlapped_key_tiles<HS, MODE, STAGES, kBlockK * kSwizzleRowBytes, kTileBytes>(
+        sacc, o, p, m_run, l_part, alpha, full_k, empty_k, full_v, empty_v, q_addr, k_base, v_base, n_key_tiles, row0,
+        t, c);
 
-    /* the last tile's P V */
-    {
-        const int kt = n_key_tiles - 1, sv = kt % STAGES;
-        mbar_wait(&full_v[sv], (uint32_t)((kt / STAGES) & 1));
-        __syncwarp();
-        wgmma_fence();
-        issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes);
-        wgmma_commit();
-        wgmma_wait<0>();
-        pv_retired<HS, MODE>(o, p);
-        mbar_arrive(&empty_v[sv]); /* nobody waits for it; kept so every stage use is released */
-    }
 
     /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float l = quad_sum(l_part[r]);
-        const int query = row0 + 8 * r;
-        if (query >= T) continue;
-        bf16* orow = out + ((long long)b * T + query) * NH * HS + (long long)h * HS;
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++)
-            *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) =
-                pack_bf16x2(__fdiv_rn(o[4 * n + 2 * r], l), __fdiv_rn(o[4 * n + 2 * r + 1], l));
-        if (t == 0) {
-            float* st = stats + ((long long)bh * T + query) * 2;
-            if (MODE == ATTN_BF16) {
-                st[0] = m_run[r] * scale + logf(l); /* LSE, natural log, scaled units */
-                st[1] = 0.f;
-            } else {
-                st[0] = m_run[r];
-                st[1] = l;
-            }
-        }
-    }
+    store_o_and_stats<HS, MODE>(o, l_part, m_run, out, stats, b, h, bh, NH, T, row0, t, scale);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -519,38 +536,9 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
             softmax_tile<MODE>(sacc, m_run, l_part, alpha, n_tiles == 1, 0, row0, t, c);
             rescale_o<HS>(o, alpha);
             pack_p<MODE>(p, sacc);
-            for (int kt = 1; kt < n_tiles; kt++) {
-                const int s = kt % STAGES, sv = (kt - 1) % STAGES;
-                mbar_wait(&full_k[s], (uint32_t)((kt / STAGES) & 1));
-                mbar_wait(&full_v[sv], (uint32_t)(((kt - 1) / STAGES) & 1));
-                __syncwarp();
-                zero_scores(sacc);
-                wgmma_fence();
-                issue_qk<HS, Plan::kQChunkBytes>(sacc, q_addr, k_base + s * kTileBytes);
-                wgmma_commit();
-                issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes);
-                wgmma_commit();
-                wgmma_wait<1>();
-                reg_fence(sacc);
-                mbar_arrive(&empty_k[s]);
-                softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_tiles - 1, kt * kBlockK, row0, t, c);
-                wgmma_wait<0>();
-                pv_retired<HS, MODE>(o, p);
-                mbar_arrive(&empty_v[sv]);
-                rescale_o<HS>(o, alpha);
-                pack_p<MODE>(p, sacc);
-            }
-            {
-                const int kt = n_tiles - 1, sv = kt % STAGES;
-                mbar_wait(&full_v[sv], (uint32_t)((kt / STAGES) & 1));
-                __syncwarp();
-                wgmma_fence();
-                issue_pv_terms<HS, MODE>(o, p, v_base + sv * kTileBytes);
-                wgmma_commit();
-                wgmma_wait<0>();
-                pv_retired<HS, MODE>(o, p);
-                mbar_arrive(&empty_v[sv]);
-            }
+            overlapped_key_tiles<HS, MODE, STAGES, Plan::kQChunkBytes, kTileBytes>(
+                sacc, o, p, m_run, l_part, alpha, full_k, empty_k, full_v, empty_v, q_addr, k_base, v_base, n_tiles,
+                row0, t, c);
         } else {
             /* fp32 at 160 registers: tile by tile, only one 32-register A operand live beside S and O */
             for (int kt = 0; kt < n_tiles; kt++) {
@@ -578,35 +566,14 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
                     issue_pv<HS>(o, pa, v_base + s * kTileBytes);
                     wgmma_commit();
                     wgmma_wait<0>();
-                    reg_fence(o);
-                    reg_fence(pa);
+                    reg_fences(o, pa);
                 }
                 mbar_arrive(&empty_v[s]);
             }
         }
 
         /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float l = quad_sum(l_part[r]);
-            const int query = row0 + 8 * r;
-            if (query >= T) continue;
-            bf16* orow = out + ((long long)b * T + query) * NH * HS + (long long)h * HS;
-#pragma unroll
-            for (int n = 0; n < HS / 8; n++)
-                *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) =
-                    pack_bf16x2(__fdiv_rn(o[4 * n + 2 * r], l), __fdiv_rn(o[4 * n + 2 * r + 1], l));
-            if (t == 0) {
-                float* st = stats + ((long long)bh * T + query) * 2;
-                if (MODE == ATTN_BF16) {
-                    st[0] = m_run[r] * scale + logf(l);
-                    st[1] = 0.f;
-                } else {
-                    st[0] = m_run[r];
-                    st[1] = l;
-                }
-            }
-        }
+        store_o_and_stats<HS, MODE>(o, l_part, m_run, out, stats, b, h, bh, NH, T, row0, t, scale);
     }
     /* release the CTA's key tiles this warpgroup does not read */
     for (int kt = n_tiles; kt < n_key_tiles; kt++) release_tile<STAGES>(full_k, empty_k, full_v, empty_v, kt);

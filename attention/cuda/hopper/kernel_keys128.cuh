@@ -24,6 +24,7 @@
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/hopper/hopper_host.cuh"
 #include "attention/cuda/launch_overlap.cuh"
 #include "attention/cuda/tile_order.cuh"
 #include "common/cuda_utils.cuh"
@@ -32,8 +33,7 @@ using namespace hopper_wgmma;
 
 namespace {
 /* ---- the CTA shape every mode shares ---- */
-constexpr int kHS = ATTN_HOPPER_BWD128_HS; /* the head size of this kernel */
-static_assert(ATTN_HOPPER_FP32_KEYS128_HS == kHS, "fp32's HS-128 key-major pass is this kernel");
+constexpr int kHS = 128; /* the head size of this kernel */
 constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
 static_assert(kChunkCols == 64, "encode_head_map's boxes are 64 columns (one 128-byte swizzle row) wide");
 constexpr int kChunks = kHS / kChunkCols;
@@ -59,7 +59,6 @@ constexpr int kKeyHalves = kBlockK / kTileK;     /* 64-key halves of the dQ GEMM
 constexpr uint32_t kUnusedLbo = 16;     /* K-major swizzled operands (and N = 64 B operands) ignore LBO */
 constexpr int kDsPitch = kBlockK + 8;   /* BF16 per row of a staged dS tile [query][128 keys]: +8 against bank conflicts */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
-constexpr size_t kTmaAlignBytes = 16;   /* global address alignment TMA requires */
 static_assert(kWarpgroupKeys == kBlockQ && kQSteps == kTileKSteps,
               "S^T per warpgroup is 64 x 64: its 32 registers are the 4 k-steps of the RS GEMMs' A "
               "(hopper_wgmma.cuh's pack_acc_a_operand packs them)");
@@ -211,9 +210,7 @@ __device__ __forceinline__ void warpgroup_dq_terms(float (&dq)[32], const bf16* 
         wgmma_commit();
     }
     wgmma_wait<0>();
-    reg_fence(dq);
-    reg_fence(a0);
-    reg_fence(a1);
+    reg_fences(dq, a0, a1);
 }
 
 /* This warpgroup's dQ partial (rows = queries q0 + 16 warp_in_wg + g (+8), cols 64 wg + 8n + 2t) into its
@@ -238,35 +235,6 @@ __device__ __forceinline__ void send_dq_partial(const float (&dq)[32], unsigned 
         tma_reduce_add_3d(dq_map, dq_tile, wg * kDqCols, q0, dq_head);
         tma_reduce_add_3d(dq_map, dq_tile + kBlockQ * kSwizzleRowBytes, wg * kDqCols + 32, q0, dq_head);
         bulk_commit_group();
-    }
-}
-
-/* P and dS of k-step kk (16 queries) in registers (st <- P, dpt <- dS), masked entries exactly 0 */
-template <int MODE>
-__device__ __forceinline__ void keys128_probs_step(float (&st)[32], float (&dpt)[32], const float4* rs, int kk, int q0,
-                                                   int t, int key0, int T, bool masked, float c) {
-#pragma unroll
-    for (int jj = 0; jj < 2; jj++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int j = 2 * kk + jj;
-            const int query = q0 + 8 * j + 2 * t + e;
-            const float4 row = rs[8 * j + 2 * t + e];
-            keymajor_probs_column<MODE>(st, dpt, row, j, e, query, key0, T, masked, c);
-        }
-}
-
-/* ---- gproj's extra operand ---- */
-
-/* k-step kk's lambdas from a stage's [kBlockQ] lambda row, as pack_gproj_step_operands takes them:
-   lam[jj][e] = lambda of query 16kk + 8jj + 2t + e, each pair (e = 0, 1) one 8-byte shared load (a thread's two
-   query columns 2t, 2t + 1 of an 8-column block). */
-__device__ __forceinline__ void load_step_lambdas(float (&lam)[2][2], const float* lam_row, int kk, int t) {
-#pragma unroll
-    for (int jj = 0; jj < 2; jj++) {
-        const float2 lam2 = *reinterpret_cast<const float2*>(lam_row + 16 * kk + 8 * jj + 2 * t);
-        lam[jj][0] = lam2.x;
-        lam[jj][1] = lam2.y;
     }
 }
 
@@ -421,7 +389,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             for (int kk = 0; kk < kQSteps; kk++) {
                 float lam[2][2];
                 load_step_lambdas(lam, lam_row, kk, t);
-                keys128_probs_step<ATTN_REPAIR>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
+                keymajor_probs_step<ATTN_REPAIR>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
                 pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
             }
 
@@ -437,7 +405,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             uint32_t pa[kQSteps][4], pa_lo[kQSteps][4], pds[kQSteps][4], pds_lo[kQSteps][4];
 #pragma unroll
             for (int kk = 0; kk < kQSteps; kk++) {
-                keys128_probs_step<ATTN_FP32>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
+                keymajor_probs_step<ATTN_FP32>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
                 uint32_t unused[4], x2[4];
                 pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
                 pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
@@ -447,12 +415,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             }
             /* dV += bf(P)^T dO + bf(P - bf(P))^T dO, dK += bf(dS)^T Q + bf(r1)^T Q: one batch of 16 wgmmas, two
                chains of 8 on one accumulator each (128 accumulator + 64 A registers in flight) */
-            reg_fence(pa);
-            reg_fence(pa_lo);
-            reg_fence(pds);
-            reg_fence(pds_lo);
-            reg_fence(dv);
-            reg_fence(dk);
+            reg_fences(pa, pa_lo, pds, pds_lo, dv, dk);
             wgmma_fence();
             keymajor128_rs_issue(dv, pa, do_addr);
             keymajor128_rs_issue(dv, pa_lo, do_addr);
@@ -464,12 +427,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             if ((threadIdx.x & 127) == 0) bulk_wait_group_read<0>();
             consumers_sync(); /* both warpgroups' halves of the three dS tiles are written */
             wgmma_wait<0>();
-            reg_fence(dv);
-            reg_fence(dk);
-            reg_fence(pa);
-            reg_fence(pa_lo);
-            reg_fence(pds);
-            reg_fence(pds_lo);
+            reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
             mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
 
             /* dQ for all 64 queries, this warpgroup's 64 columns, over the CTA's 128 keys and the three terms */
@@ -503,10 +461,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             pack_acc_a_operand(pds, dpt);
             stage_ds(ds_s, pds, key_col, t);
             /* dV += bf(P)^T dO, dK += bf(dS)^T Q as one batch */
-            reg_fence(pa);
-            reg_fence(pds);
-            reg_fence(dv);
-            reg_fence(dk);
+            reg_fences(pa, pds, dv, dk);
             wgmma_fence();
             keymajor128_rs_issue(dv, pa, do_addr);
             keymajor128_rs_issue(dk, pds, q_addr);
@@ -516,10 +471,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             if ((threadIdx.x & 127) == 0) bulk_wait_group_read<0>();
             consumers_sync(); /* both warpgroups' halves of the dS tile are written */
             wgmma_wait<0>();
-            reg_fence(dv);
-            reg_fence(dk);
-            reg_fence(pa);
-            reg_fence(pds);
+            reg_fences(dv, dk, pa, pds);
             mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
 
             /* dQ for all 64 queries, this warpgroup's 64 columns, over the CTA's 128 keys */
@@ -528,14 +480,12 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             float dq[32];
 #pragma unroll
             for (int k = 0; k < 32; k++) dq[k] = 0.f;
-            reg_fence(adq);
-            reg_fence(dq);
+            reg_fences(adq, dq);
             wgmma_fence();
             warpgroup_dq_issue(dq, adq, k_dq_addr);
             wgmma_commit();
             wgmma_wait<0>();
-            reg_fence(dq);
-            reg_fence(adq);
+            reg_fences(dq, adq);
 
             unsigned char* dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
             send_dq_partial(dq, dq_tile, warp_in_wg, g, t, wg, q0, dq_head, dq_map);
@@ -585,15 +535,16 @@ __global__ void __launch_bounds__(kThreads, 1)
    with DQ_SLICES), the grid (key tiles, B*NH) and the PDL launch after the previous kernel of the chain. */
 static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 template <int MODE, bool DQ_SLICES>
-void keys128_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
+void keys128_launch(AttnShape s, const bf16* qkv, const bf16* dout, const float* stats,
                     const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream, const char* who) {
     constexpr int kAlloc = Keys128Mode<MODE>::Plan::kAlloc;
+    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBoxRows, who);
     cudaCheck(cudaFuncSetAttribute(keys128_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
     const int n_key_blocks = ceil_div(s.T, kBlockK);
     const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, who, DQ_SLICES ? n_key_blocks : 1);
     const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, keys128_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), kAlloc, stream, qkv_map,
-                               dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+    launch_after_previous_grid(1, keys128_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), kAlloc, stream, maps.qkv,
+                               maps.dout, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                attn_exp2_scale(kHS));
 }
 

@@ -26,6 +26,7 @@
 #include "attention/cuda/tile_order.cuh"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "attention/cuda/hopper/hopper_bwd_common.cuh"
+#include "attention/cuda/hopper/hopper_host.cuh"
 #include "attention/cuda/launch_overlap.cuh"
 #include "common/cuda_utils.cuh"
 
@@ -34,8 +35,7 @@ using namespace hopper_wgmma;
 namespace {
 
 /* ---- what every mode shares ---- */
-constexpr int kHS = ATTN_HOPPER_BWD_HS; /* the head size of this kernel */
-static_assert(ATTN_HOPPER_FP32_KEYS64_HS == kHS, "fp32's HS-64 key-major pass is this kernel");
+constexpr int kHS = 64; /* the head size of this kernel */
 constexpr int kBlockK = 128;            /* keys per CTA */
 constexpr int kWarpgroupKeys = 64;      /* keys per consumer warpgroup (the M of S^T, dV, dK) */
 constexpr int kConsumerWarpgroups = kBlockK / kWarpgroupKeys;
@@ -48,7 +48,6 @@ constexpr int kWgmmaK = 16;
 constexpr int kDsPitch = kWarpgroupKeys + 8; /* BF16 per row of a staged tile [query][key]: +8 vs bank conflicts */
 constexpr uint32_t kUnusedLbo = 16;                /* K-major swizzled operands ignore LBO */
 constexpr uint32_t kUnusedLboN64 = 64 * kRowBytes; /* N-major B with N = 64: LBO unused (production's value) */
-constexpr size_t kTmaAlignBytes = 16;              /* global address alignment TMA requires */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 };       /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kStages == 2, "the stage parities below");
 
@@ -199,16 +198,7 @@ __device__ __forceinline__ void mbar_wait_trap(uint64_t* bar, uint32_t parity, i
         done = mbar_try_wait(addr, parity);
         if (!done && clock64() - start > Keys64Mode<ATTN_FP32>::kHangCycles) {
             volatile AttnHopperHang* rec = g_hang_record;
-            if (rec != NULL) {
-                rec->index = index;
-                rec->parity = (int)parity;
-                rec->block_x = (int)blockIdx.x;
-                rec->block_y = (int)blockIdx.y;
-                rec->thread = (int)threadIdx.x;
-                __threadfence_system();
-                rec->site = site;
-                __threadfence_system();
-            }
+            if (rec != NULL) write_hang_record(rec, site, index, parity);
             __trap();
         }
     }
@@ -274,11 +264,10 @@ __device__ __forceinline__ void scores_n128(float (&st)[kWideScoreRegs], float (
     }
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(st);
-    reg_fence(dpt);
+    reg_fences(st, dpt);
 }
 
-/* P and dS in place of S^T and dP^T: hopper_bwd_common.cuh's keymajor_probs_column over the 16 column blocks of
+/* P and dS in place of S^T and dP^T: mode_numerics.cuh's keymajor_probs_column over the 16 column blocks of
    a 128-query step (register 4j + 2r + e: key key0 + 8r, query q0 + 8j + 2t + e; its row state rs[8j + 2t + e]).
    masked: the step reaches the warpgroup's keys or T; keys past the query and queries past T give exactly 0. */
 template <int MODE>
@@ -327,10 +316,7 @@ __device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kWide
    k-steps 4..7 are in the second TMA box, 8 KB on). */
 __device__ __forceinline__ void issue_dkv(float (&dv)[32], float (&dk)[32], uint32_t (&pa)[kWideQSteps][4],
                                           uint32_t (&pds)[kWideQSteps][4], uint32_t q_addr, uint32_t do_addr) {
-    reg_fence(pa);
-    reg_fence(pds);
-    reg_fence(dv);
-    reg_fence(dk);
+    reg_fences(pa, pds, dv, dk);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kWideQSteps; kk++)
@@ -351,19 +337,13 @@ __device__ __forceinline__ void dq_two_blocks(float (&dq0)[32], float (&dq1)[32]
     load_staged_a_operand<kDsPitch>(a1, ds_s + 64 * kDsPitch, warp_in_wg, g, t);
 #pragma unroll
     for (int k = 0; k < 32; k++) dq0[k] = dq1[k] = 0.f;
-    reg_fence(a0);
-    reg_fence(a1);
-    reg_fence(dq0);
-    reg_fence(dq1);
+    reg_fences(a0, a1, dq0, dq1);
     wgmma_fence();
     warpgroup_rs_issue_n64(dq0, a0, kw_addr);
     warpgroup_rs_issue_n64(dq1, a1, kw_addr);
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(dq0);
-    reg_fence(dq1);
-    reg_fence(a0);
-    reg_fence(a1);
+    reg_fences(dq0, dq1, a0, a1);
 }
 
 /* One 64-query block of the dQ partial into the warpgroup's FP32 tile [128 rows][64]: two 128B-swizzled boxes of
@@ -391,7 +371,7 @@ __device__ __forceinline__ void send_dq_tile(const CUtensorMap* dq_map, const un
     bulk_commit_group();
 }
 
-/* ---- fp32's steps (64 queries): the split terms (pack_split_step: hopper_bwd_common.cuh) ---- */
+/* ---- fp32's steps (64 queries): the split terms (pack_split_step: mode_numerics.cuh) ---- */
 
 /* One k-step's packed words to a warpgroup's staged tile [query][key] (pitch kDsPitch): word w[i] holds key
    key_row + 8 (i & 1) and queries q, q + 1, q = 16kk + 8 (i >> 1) + 2t (low half: q) - the placement of
@@ -413,12 +393,7 @@ __device__ __forceinline__ void issue_dkv_split_batch(float (&dv)[32], float (&d
                                                       uint32_t (&pds)[kTileKSteps][4],
                                                       uint32_t (&pds_lo)[kTileKSteps][4], uint32_t q_addr,
                                                       uint32_t do_addr) {
-    reg_fence(pa);
-    reg_fence(pa_lo);
-    reg_fence(pds);
-    reg_fence(pds_lo);
-    reg_fence(dv);
-    reg_fence(dk);
+    reg_fences(pa, pa_lo, pds, pds_lo, dv, dk);
     wgmma_fence();
     warpgroup_rs_issue_n64(dv, pa, do_addr);
     warpgroup_rs_issue_n64(dv, pa_lo, do_addr);
@@ -451,9 +426,7 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
         wgmma_commit();
     }
     wgmma_wait<0>();
-    reg_fence(dq);
-    reg_fence(a0);
-    reg_fence(a1);
+    reg_fences(dq, a0, a1);
 }
 
 /* ---- the kernel ---- */
@@ -592,10 +565,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             if (tid_in_wg == 0) bulk_wait_group_read<0>();
             warpgroup_sync(wg); /* the staging tile is written */
             wgmma_wait<0>();
-            reg_fence(dv);
-            reg_fence(dk);
-            reg_fence(pa);
-            reg_fence(pds);
+            reg_fences(dv, dk, pa, pds);
             mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
             dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
             store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
@@ -614,16 +584,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
 #pragma unroll
             for (int kk = 0; kk < kTileKSteps; kk++) {
                 float lam[2][2];
-#pragma unroll
-                for (int jj = 0; jj < 2; jj++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int j = 2 * kk + jj;
-                        const int query = q0 + 8 * j + 2 * t + e;
-                        const float4 row = rs[8 * j + 2 * t + e];
-                        lam[jj][e] = row.w;
-                        keymajor_probs_column<ATTN_REPAIR>(st, dpt, row, j, e, query, key0, T, masked, c);
-                    }
+                keymajor_probs_step<ATTN_REPAIR, true>(st, dpt, rs, kk, q0, t, key0, T, masked, c, lam);
                 pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
             }
 
@@ -644,15 +605,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
 #pragma unroll
             for (int kk = 0; kk < kTileKSteps; kk++) {
-#pragma unroll
-                for (int jj = 0; jj < 2; jj++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int j = 2 * kk + jj;
-                        const int query = q0 + 8 * j + 2 * t + e;
-                        const float4 row = rs[8 * j + 2 * t + e];
-                        keymajor_probs_column<ATTN_FP32>(st, dpt, row, j, e, query, key0, T, masked, c);
-                    }
+                keymajor_probs_step<ATTN_FP32>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
                 uint32_t unused[4], x2[4];
                 pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
                 pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
@@ -666,12 +619,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             if (tid_in_wg == 0) bulk_wait_group_read<1>();
             warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
             wgmma_wait<0>();
-            reg_fence(dv);
-            reg_fence(dk);
-            reg_fence(pa);
-            reg_fence(pa_lo);
-            reg_fence(pds);
-            reg_fence(pds_lo);
+            reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
 
             float dq[32];
 #pragma unroll
@@ -749,16 +697,17 @@ __global__ void __launch_bounds__(Keys64Mode<MODE>::kThreads, 1)
    the previous kernel of the chain. */
 static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 template <int MODE, bool DQ_SLICES>
-void keys64_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats,
+void keys64_launch(AttnShape s, const bf16* qkv, const bf16* dout, const float* stats,
                    const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream, const char* who) {
     using Mode = Keys64Mode<MODE>;
     constexpr int kAlloc = Mode::Plan::kAlloc;
+    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBoxRows, who);
     cudaCheck(cudaFuncSetAttribute(keys64_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
     const int n_key_blocks = ceil_div(s.T, kBlockK);
     const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, Mode::Plan::kBlockQ, who, DQ_SLICES ? n_key_blocks : 1);
     const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, keys64_kernel<MODE, DQ_SLICES>, grid, dim3(Mode::kThreads), kAlloc, stream, qkv_map,
-                               dout_map, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+    launch_after_previous_grid(1, keys64_kernel<MODE, DQ_SLICES>, grid, dim3(Mode::kThreads), kAlloc, stream, maps.qkv,
+                               maps.dout, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                attn_exp2_scale(kHS));
 }
 

@@ -54,7 +54,6 @@ constexpr int kSubTiles = kBlockK / kSubKeys;
 constexpr int kSRegs = kSubKeys / 2;    /* S or dP accumulator: 64 x kSubKeys FP32 over 128 threads */
 constexpr int kKeySteps = kSubKeys / kWgmmaK; /* k-steps of the DSK/PK GEMMs per half (16 keys each) */
 constexpr int kSubTileBytes = kSubKeys * kSwizzleRowBytes; /* 8 KB: halves stay 1024-byte aligned */
-constexpr size_t kTmaAlignBytes = 16;   /* global address alignment TMA requires */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] */
 static_assert(kBlockQ == kBlockK, "one box shape serves Q, dO, K and V tiles; only the last key tile is diagonal");
 static_assert(kKeySteps == kTileKSteps, "hopper_wgmma.cuh's pack_acc_a_operand packs a 64 x 64 accumulator");
@@ -140,8 +139,7 @@ __device__ __forceinline__ void warpgroup_scores(float (&s)[kSRegs], float (&dp)
     warpgroup_ss_issue(dp, do_addr, v_addr);
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fence(s);
-    reg_fence(dp);
+    reg_fences(s, dp);
 }
 
 /* ---- the waits ---- */

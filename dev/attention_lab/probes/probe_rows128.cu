@@ -8,6 +8,7 @@
  * hopper_lab.cuh's lab_watch_hangs through the installer at the end).
  */
 #include "attention/cuda/hopper/kernel_rows.cuh"
+#include "dev/attention_lab/probes/probe_fragments.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"

@@ -7,6 +7,7 @@
  * Compiled for sm_90a only. Its waits are unbounded, as the kernel's (a finite number of copies completes each phase).
  */
 #include "attention/cuda/hopper/kernel_rows.cuh"
+#include "dev/attention_lab/probes/probe_fragments.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
@@ -78,7 +79,7 @@ constexpr const char* kWho = "attention (Hopper row pass)";
 
 void attention_hopper_rows_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                         float* s_tile, float* dp_tile, float* x_tile, float* y_tile) {
-    if (s.HS == ATTN_HOPPER_ROWS128_HS) {
+    if (s.HS == 128) {
         attention_hopper_rows128_layout_probe(s, head, qkv, dout, s_tile, dp_tile, x_tile, y_tile);
         return;
     }
