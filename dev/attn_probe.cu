@@ -408,6 +408,13 @@ static void json_input(FILE* f, const ProbeInput* in, const InputDiag* d, const 
             if (t != ATTN_T_O && !e->has_backward) continue;
             fprintf(f, ", ");
             json_stat(f, attn_tensor_name((AttnTensor)t), &e->err[t]);
+            fprintf(f, ", \"%s_whole\": {\"rel\": ", attn_tensor_name((AttnTensor)t));
+            json_number(f, e->whole[t].rel);
+            fprintf(f, ", \"err_norm\": ");
+            json_number(f, e->whole[t].err_norm);
+            fprintf(f, ", \"ref_norm\": ");
+            json_number(f, e->whole[t].ref_norm);
+            fprintf(f, "}");
         }
         if (e->has_backward) {
             fprintf(f, ", ");

@@ -10,9 +10,11 @@ hand.
 Per capture it prints the run (the capture file's folder name), step, layer, the key offset rho
 (median / max over heads), and each GPU mode's dQ and dK error (median over heads, relative Frobenius, in
 percent). Then, per capture step, the median over captures of those medians and the largest of them, per
-mode and tensor.
+mode and tensor. --whole takes each tensor's error over all heads of the capture together instead
+(||X - X_ref||_F / ||X_ref||_F summed over heads, attn_probe's "dQ_whole"): a head whose exact gradient is near
+zero, where the per-head error can be huge, then weighs as little as its gradient does.
 
-Usage: scripts/probe_table.py [--modes "bf16 repair gproj fp32"] [--tensors "dQ dK"] JSON...
+Usage: scripts/probe_table.py [--modes "bf16 repair gproj fp32"] [--tensors "dQ dK"] [--whole] JSON...
 """
 import argparse
 import json
@@ -21,8 +23,9 @@ import statistics
 import sys
 
 
-def load(paths):
-    """Every capture input of the given files: dicts with run, step, layer, rho, err[(mode, tensor)]."""
+def load(paths, whole=False, tensors=("O", "dQ", "dK", "dV")):
+    """Every capture input of the given files: dicts with run, step, layer, rho, err[(mode, tensor)]
+    (the per-head median, or with whole the all-heads error)."""
     rows = []
     for p in paths:
         try:
@@ -39,9 +42,18 @@ def load(paths):
             for r in inp["results"]:
                 if r.get("impl") != "gpu":
                     continue
-                for t in ("O", "dQ", "dK", "dV"):
-                    if t in r and r[t]["median"] is not None:
-                        err[(r["mode"], t)] = r[t]["median"]
+                for t in tensors:
+                    if t not in r:
+                        continue
+                    if whole:
+                        if t + "_whole" not in r:
+                            sys.exit("probe_table: error: %s has no all-heads errors (%s_whole) for %s: rerun "
+                                     "build/attn_probe --json on the capture, or drop --whole" % (p, t, inp["path"]))
+                        value = r[t + "_whole"]["rel"]
+                    else:
+                        value = r[t]["median"]
+                    if value is not None:
+                        err[(r["mode"], t)] = value
             rows.append({"run": os.path.basename(os.path.dirname(inp["path"])) or "?",
                          "step": inp["step"], "layer": inp["layer"],
                          "rho": (inp["rho"]["median"], inp["rho"]["max"]), "err": err})
@@ -78,8 +90,9 @@ def main():
     ap.add_argument("json", nargs="+")
     ap.add_argument("--modes", default="bf16 repair gproj fp32")
     ap.add_argument("--tensors", default="dQ dK")
+    ap.add_argument("--whole", action="store_true", help="each tensor's error over all heads together")
     a = ap.parse_args()
-    rows = load(a.json)
+    rows = load(a.json, a.whole, a.tensors.split())
     if not rows:
         sys.exit("probe_table: error: no capture inputs in %s" % " ".join(a.json))
     print(table(rows, a.modes.split(), a.tensors.split()))

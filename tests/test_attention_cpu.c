@@ -195,6 +195,30 @@ static void test_cpu_refuses_cudnn(void) {
     }
 }
 
+/* The all-heads error of a tensor weighs each head by its gradient's size: a head whose exact dQ is
+   tiny and 100x wrong counts for little next to a large head that is 1% off. Hand-built dQ of 2 heads. */
+static void test_whole_error(void) {
+    test_section("metrics: the all-heads error weighs heads by their reference's size");
+    const AttnShape s = {1, 2, 1, 2};
+    double ref[3 * 2 * 2] = {0};
+    float x[3 * 2 * 2] = {0};
+    /* dQ is part 0 of the qkv layout [B, T, 3, NH, HS]: head 0 at [0, 2), head 1 at [2, 4) */
+    ref[0] = 1e-3; ref[1] = 0.0;   x[0] = 0.101f; x[1] = 0.0f;    /* head 0: error 0.1, 100x its size */
+    ref[2] = 10.0; ref[3] = 0.0;   x[2] = 10.1f;  x[3] = 0.0f;    /* head 1: error 0.1, 1% of its size */
+    double per[2];
+    attn_rel_errors_per_head(s, ATTN_T_DQ, x, ref, per);
+    const AttnWholeErr w = attn_whole_error(s, ATTN_T_DQ, x, ref);
+    const double want_err = sqrt((0.101 - 1e-3) * (0.101 - 1e-3) + 0.1 * 0.1), want_ref = sqrt(1e-6 + 100.0);
+    CHECK(fabs(per[0] - 100.0) < 1e-3 && fabs(per[1] - 0.01) < 1e-6, "per head: 100x and 1%% (%g, %g)", per[0], per[1]);
+    CHECK(fabs(w.err_norm - want_err) < 1e-6 && fabs(w.ref_norm - want_ref) < 1e-9,
+          "all heads: ||err|| %.6g (want %.6g), ||ref|| %.9g (want %.9g)", w.err_norm, want_err, w.ref_norm, want_ref);
+    CHECK(fabs(w.rel - want_err / want_ref) < 1e-6 && w.rel < 0.015, "all heads: rel %.4g%%, near the large head's 1%%",
+          100 * w.rel);
+    const double zero[12] = {0};
+    const AttnWholeErr z = attn_whole_error(s, ATTN_T_DQ, x, zero);
+    CHECK(z.ref_norm == 0 && fabs(z.rel - z.err_norm) < 1e-12, "zero reference: rel is the absolute error (%g)", z.rel);
+}
+
 /* ------------------------------------------------------- fp64 reference */
 
 static double ref_loss(AttnShape s, const double* qkv, const double* dout, double* out) {
@@ -805,6 +829,7 @@ int main(int argc, char** argv) {
     test_bf16_rounding();
     test_mode_names();
     test_cpu_refuses_cudnn();
+    test_whole_error();
     test_reference();
     test_fp32_mode_fp32_io();
     test_hard_cases();

@@ -94,6 +94,21 @@ def main():
         empty = write(d, "empty.json", [synthetic])
         rc, out, err = run(empty)
         check(rc != 0 and "no capture inputs" in err, "no captures: an error, not an empty table")
+
+        # --whole: the all-heads error ("dQ_whole") replaces the per-head median; a file without it is refused
+        w_in = capture("bf16_s7", 30000, 0, (29.6, 88.3), {"bf16": (5.0, 0.4), "gproj": (0.0018, 0.0021)})
+        for r in w_in["results"]:
+            if r["impl"] == "gpu":
+                r["dQ_whole"] = {"rel": 0.031 if r["mode"] == "bf16" else 0.00195, "err_norm": 1.0, "ref_norm": 2.0}
+                r["dK_whole"] = {"rel": 0.0044 if r["mode"] == "bf16" else 0.0021, "err_norm": 1.0, "ref_norm": 2.0}
+        wf = write(d, "probe_whole.json", [w_in])
+        rc, out, err = run("--modes", "bf16 gproj", "--whole", wf)
+        row = [l for l in out.splitlines() if l.startswith("| bf16_s7 |")]
+        check(rc == 0 and row == ["| bf16_s7 | 30000 | 0 | 29.6 / 88.3 | 3.1% / 0.44% | 0.195% / 0.21% |"],
+              "--whole: the all-heads errors, not the per-head medians (%s)" % (row or err.strip()))
+        rc, out, err = run("--whole", a)
+        check(rc != 0 and "dQ_whole" in err and "probe_bf16_s7_30000.json" in err,
+              "--whole on a file without all-heads errors: refused by name (%s)" % err.strip())
     return summary()
 
 

@@ -73,6 +73,25 @@ int attn_rel_errors_per_head(AttnShape s, AttnTensor t, const float* x, const do
     return zero_ref;
 }
 
+AttnWholeErr attn_whole_error(AttnShape s, AttnTensor t, const float* x, const double* ref) {
+    double diff2 = 0, ref2 = 0;
+    for (int b = 0; b < s.B; b++)
+        for (int tok = 0; tok < s.T; tok++)
+            for (int h = 0; h < s.NH; h++) {
+                const size_t off = tensor_offset(s, t, b, tok, h);
+                for (int d = 0; d < s.HS; d++) {
+                    const double xv = (double)x[off + d], rv = ref[off + d];
+                    diff2 += (xv - rv) * (xv - rv);
+                    ref2 += rv * rv;
+                }
+            }
+    AttnWholeErr w;
+    w.err_norm = sqrt(diff2);
+    w.ref_norm = sqrt(ref2);
+    w.rel = ref2 > 0 ? w.err_norm / w.ref_norm : w.err_norm;
+    return w;
+}
+
 /* Shared body of the float and double dK-sum residuals. */
 #define DK_SUM_BODY(TYPE)                                                          \
     double* colsum = (double*)callocCheck((size_t)s.HS, sizeof(double));          \
@@ -121,6 +140,7 @@ void attn_errors_compute(AttnShape s, const float* out, const double* out_ref, c
         int zero_ref = attn_rel_errors_per_head(s, (AttnTensor)t, x, ref, per_head);
         e->err[t] = attn_err_stat_of(per_head, nheads);
         e->err[t].zero_ref_heads = zero_ref;
+        e->whole[t] = attn_whole_error(s, (AttnTensor)t, x, ref);
         e->nonfinite[t] = count_nonfinite(s, (AttnTensor)t, x);
     }
     if (dqkv != NULL && dqkv_ref != NULL) {

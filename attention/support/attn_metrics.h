@@ -42,8 +42,19 @@ typedef struct {
     int zero_ref_heads; /* heads whose reference was exactly zero (absolute entries) */
 } AttnErrStat;
 
+/* One tensor over all heads together: ||X - X_ref||_F and ||X_ref||_F summed over every (b, h), so a head
+   with a large gradient weighs more than one whose exact gradient is near zero (a near-one-hot softmax),
+   where a per-head relative error can be huge and matter little. rel = err_norm / ref_norm (the absolute
+   err_norm when ref_norm is 0). */
+typedef struct {
+    double err_norm;
+    double ref_norm;
+    double rel;
+} AttnWholeErr;
+
 typedef struct {
     AttnErrStat err[ATTN_NUM_TENSORS]; /* relative Frobenius error per (b, h) */
+    AttnWholeErr whole[ATTN_NUM_TENSORS]; /* the same over all heads together */
     AttnErrStat dk_sum;                /* ||sum_j dK_j|| / ||dK|| per (b, h), test output */
     AttnErrStat dk_sum_ref;            /* the same for the fp64 reference (~1e-16) */
     AttnErrStat row_residual;          /* per row |sum_j dS'_ij| / sum_j |dS'_ij| (if given) */
@@ -59,6 +70,8 @@ AttnErrStat attn_err_stat_of(const double* values, int n);
    (index b*NH + h). x is out-layout for ATTN_T_O, qkv-layout otherwise; ref
    likewise in double. Returns the number of zero-reference heads. */
 int attn_rel_errors_per_head(AttnShape s, AttnTensor t, const float* x, const double* ref, double* per_head);
+/* The all-heads norms of one tensor (see AttnWholeErr). */
+AttnWholeErr attn_whole_error(AttnShape s, AttnTensor t, const float* x, const double* ref);
 
 /* Per (b, h) ||sum_j dK_j||_2 / ||dK||_F into per_head [B*NH] (0 if dK = 0).
    dqkv is float (test) or, with the _ref variant, double. */
