@@ -35,9 +35,46 @@
  * kernel); and a micro-step replayed from a CUDA graph (--cuda-graph 1) gives
  * the eager step's bits.
  *
+ *
+ * cudnn mode (cuDNN's fused kernel, attention/cudnn/) is checked too where the
+ * build has cuDNN (attention_cudnn_available). It has no CPU emulation, so its
+ * reference is the CPU model in fp32 mode: exact attention, independent of
+ * cuDNN, and free of any claim about cuDNN's internal rounding. bf16 mode's
+ * emulation would be the closer model of that rounding on hard inputs (cuDNN
+ * rounds dS to BF16 before dQ as FA3 does: its dQ error equals bf16's within
+ * 0.96-1.04x, dev/results/cudnn_attention_2026-12-02.md), but it also emulates
+ * FA3's FMA softmax, which cuDNN does not share (cudnn stays finite where bf16
+ * overflows), so it is no independent reference. On these random inputs the
+ * choice hardly matters: the CPU's fp32 and bf16 modes give losses 6e-6 apart
+ * (dev/results/gpu_trainer_parity_2026-11-29.md), and cuDNN's own dQ error on
+ * its mildest case (rho 0) is 0.25% (the results file above), below the BF16
+ * storage floor. So cudnn gets the same tolerances as the other modes (2%
+ * logits, 5% per gradient tensor, 0.01 nats loss, 0.02 + 0.5% per AdamW step):
+ * its attention error adds at most ~0.3% to a 0.5-1% floor, still 5x inside,
+ * and a wiring bug is still ~100%.
+ * What cannot hold for cudnn is bit-exactness of a backward against another
+ * backward: cuDNN's backward sums dQ partials in arrival order and has no
+ * deterministic variant here. Each such check (a second backward, the CUDA
+ * graph's capture and replay against the eager step, --recompute 2 vs 1,
+ * SwiGLU's --recompute 1 vs 0) is printed as "skip (cudnn): ..." and counted
+ * in the closing "skipped" line; the first three are replaced by a tolerance
+ * check, all gradients within 1e-2 relative of the other run (the last is
+ * covered by the --recompute 1 vs 0 check, 1e-2 in every mode). An
+ * arrival-order difference flips the last bit of some BF16 dQ elements
+ * (<= 2^-8 relative each) and propagates linearly to the earlier layers, of
+ * the size of --recompute 1's GELU rebuild (checked at the same 1e-2); a graph
+ * that replays a stale pointer or misses a kernel is off by O(1). The CUDA
+ * graph check needs cuDNN's plans built before capture: the eager steps above
+ * it build them for this shape. The training and eval forwards' losses stay a
+ * bit check: both run the same plan on the same input.
+ *
  * Usage: build/dev/parity_gpu [--model small] [--batch 4] [--seq 128] [--steps 10]
  *                             [--options gpt2,llama,llama-qknorm,bias0,tie0]
- * Prints a table per option set and mode and ends with "N passed, N failed". Needs a GPU.
+ *                             [--modes fp32,bf16,repair,gproj,cudnn]
+ * --modes defaults to every mode, cudnn only where the build has cuDNN (named
+ * in a build without it, the run stops with the fix).
+ * Prints a table per option set and mode, a line with the checks skipped, and
+ * ends with "N passed, N failed". Needs a GPU.
  */
 #include <math.h>
 #include <stdio.h>
@@ -46,6 +83,7 @@
 
 #include "tests/testing.h"
 #include "model/gpt_cuda.cuh"
+#include "attention/cudnn/attention_cudnn.cuh"
 extern "C" {
 #include "model/gpt_cpu.h"
 #include "train/adamw_cpu.h"
@@ -62,6 +100,27 @@ static double rel_err(const float* got, const float* want, size_t n) {
         den += (double)want[i] * want[i];
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Checks skipped: the bit-exactness checks that cannot hold for cudnn (printed as "skip", counted here). */
+static int g_skipped = 0;
+
+/* One "same gradients" check. bits (an emulated mode): grads and want must be the same bits, the check
+   named `what`. Otherwise (cudnn, whose backward is not bit-reproducible): the bit check is printed as
+   skipped, and with tol > 0 it is replaced by rel err < tol (see the top comment for 1e-2). */
+static void check_same_gradients(int bits, const float* grads, const float* want, size_t P, double tol,
+                                 const char* what) {
+    if (bits) {
+        CHECK(memcmp(grads, want, P * sizeof(float)) == 0, "%s", what);
+        return;
+    }
+    printf("  skip (cudnn): %s: cuDNN's backward sums dQ in arrival order, no bit promise\n", what);
+    g_skipped++;
+    if (tol > 0) {
+        const double e = rel_err(grads, want, P);
+        printf("  cudnn, instead: all gradients rel err %.3e (must be < %.0e)\n", e, tol);
+        CHECK(e < tol, "cudnn, instead of '%s': all gradients rel err %.3e < %.0e", what, e, tol);
+    }
 }
 
 static void download_bf16(float* out, const floatX* dev, size_t n) {
@@ -104,9 +163,10 @@ static void apply_option_set(GPTConfig* cfg, const char* set) {
     }
 }
 
-/* Every attention mode for one configuration: forward/backward parity, determinism, the CUDA graph,
-   recompute, and the AdamW steps. */
-static void run_config(const char* set, const GPTConfig* cfg_in, int B, int T, int steps, cudaStream_t stream) {
+/* Every selected attention mode (modes[m] = 1) for one configuration: forward/backward parity,
+   determinism, the CUDA graph, recompute, and the AdamW steps. */
+static void run_config(const char* set, const GPTConfig* cfg_in, int B, int T, int steps, const int* modes,
+                       cudaStream_t stream) {
     const GPTConfig cfg = *cfg_in;
     char err[256], opts[256];
     if (gpt_config_validate(&cfg, err, sizeof(err)) != 0) die("option set %s: %s", set, err);
@@ -134,13 +194,19 @@ static void run_config(const char* set, const GPTConfig* cfg_in, int B, int T, i
     float* gpu_grads = (float*)mallocCheck(P * sizeof(float));
     float* gpu_grads2 = (float*)mallocCheck(P * sizeof(float));
 
-    for (int mode_i = 0; mode_i < ATTN_NUM_EMULATED_MODES; mode_i++) {
+    for (int mode_i = 0; mode_i < ATTN_NUM_MODES; mode_i++) {
+        if (!modes[mode_i]) continue;
         const AttnMode mode = (AttnMode)mode_i;
-        char name[160];
-        snprintf(name, sizeof(name), "%s, attention mode %s: one forward/backward", set, attn_mode_name(mode));
+        /* an emulated mode against its own CPU emulation, bit checks as they are; cudnn against the CPU's
+           fp32 mode, bit checks of one backward against another replaced (top comment) */
+        const int bits = attn_mode_is_emulated(mode);
+        const AttnMode ref_mode = bits ? mode : ATTN_FP32;
+        char name[200], ref[64] = "";
+        if (!bits) snprintf(ref, sizeof(ref), " (reference: the CPU's %s mode)", attn_mode_name(ref_mode));
+        snprintf(name, sizeof(name), "%s, attention mode %s%s: one forward/backward", set, attn_mode_name(mode), ref);
         test_section(name);
         GPTCpu cpu;
-        gpt_cpu_init(&cpu, &cfg, B, T, mode);
+        gpt_cpu_init(&cpu, &cfg, B, T, ref_mode);
         memcpy(cpu.params, weights, P * sizeof(float));
         gpt_cpu_forward(&cpu, inputs, targets, B, T);
         gpt_cpu_zero_grad(&cpu);
@@ -190,7 +256,7 @@ static void run_config(const char* set, const GPTConfig* cfg_in, int B, int T, i
         gpt_cuda_forward(&gm, inputs, targets, B, T, 1.0f / N);
         gpt_cuda_backward(&gm);
         download_bf16(gpu_grads2, gm.grads, P);
-        CHECK(memcmp(gpu_grads, gpu_grads2, P * sizeof(float)) == 0, "a second backward gives bit-identical gradients");
+        check_same_gradients(bits, gpu_grads2, gpu_grads, P, 1e-2, "a second backward gives bit-identical gradients");
         /* --cuda-graph: the captured micro-step (capture + launch), then a replay, against the eager bits */
         GpuStepGraph graph;
         memset(&graph, 0, sizeof graph);
@@ -198,8 +264,10 @@ static void run_config(const char* set, const GPTConfig* cfg_in, int B, int T, i
             gpt_cuda_zero_grad(&gm);
             gpt_cuda_graph_micro_step(&gm, &graph, inputs, targets, B, T, 1.0f / N);
             download_bf16(gpu_grads2, gm.grads, P);
-            CHECK(memcmp(gpu_grads, gpu_grads2, P * sizeof(float)) == 0,
-                  "a micro-step %s the CUDA graph gives the eager gradients' bits", k ? "replayed from" : "captured into");
+            char what[96];
+            snprintf(what, sizeof(what), "a micro-step %s the CUDA graph gives the eager gradients' bits",
+                     k ? "replayed from" : "captured into");
+            check_same_gradients(bits, gpu_grads2, gpu_grads, P, 1e-2, what);
         }
         gpt_cuda_graph_free(&graph);
         gpt_cuda_free(&gm);
@@ -208,17 +276,18 @@ static void run_config(const char* set, const GPTConfig* cfg_in, int B, int T, i
         gradients_with_recompute(&gr, gpu_grads2, &cfg, B, T, 1, mode, stream, weights, inputs, targets, P);
         const double e01 = rel_err(gpu_grads2, gpu_grads, P);
         CHECK(e01 < 1e-2, "--recompute 1 vs 0: all gradients rel err %.3e < 1e-2", e01);
-        if (cfg.mlp == GPT_MLP_SWIGLU)
-            CHECK(memcmp(gpu_grads, gpu_grads2, P * sizeof(float)) == 0,
-                  "SwiGLU: --recompute 1 gives bit-identical gradients to 0 (the rebuild is the forward's kernel)");
+        if (cfg.mlp == GPT_MLP_SWIGLU) /* for cudnn the 1e-2 check just above is the one that holds */
+            check_same_gradients(bits, gpu_grads2, gpu_grads, P, 0,
+                                 "SwiGLU: --recompute 1 gives bit-identical gradients to 0 (the rebuild is the "
+                                 "forward's kernel)");
         gpt_cuda_free(&gr);
         memcpy(gpu_grads, gpu_grads2, P * sizeof(float));
         gradients_with_recompute(&gr, gpu_grads2, &cfg, B, T, 2, mode, stream, weights, inputs, targets, P);
-        CHECK(memcmp(gpu_grads, gpu_grads2, P * sizeof(float)) == 0,
-              "--recompute 2 gives bit-identical gradients to --recompute 1");
+        check_same_gradients(bits, gpu_grads2, gpu_grads, P, 1e-2,
+                             "--recompute 2 gives bit-identical gradients to --recompute 1");
 
         /* AdamW steps on the same batch: losses must match and fall */
-        snprintf(name, sizeof(name), "%s, attention mode %s: %d AdamW steps", set, attn_mode_name(mode), steps);
+        snprintf(name, sizeof(name), "%s, attention mode %s%s: %d AdamW steps", set, attn_mode_name(mode), ref, steps);
         test_section(name);
         float* m_cpu = (float*)callocCheck(P, sizeof(float));
         float* v_cpu = (float*)callocCheck(P, sizeof(float));
@@ -260,6 +329,7 @@ static void run_config(const char* set, const GPTConfig* cfg_in, int B, int T, i
 int main(int argc, char** argv) {
     const char* model_name = "small";
     const char* sets = "gpt2,llama,llama-qknorm,bias0,tie0";
+    const char* mode_list = NULL; /* NULL: every mode, cudnn where the build has cuDNN */
     int B = 4, T = 128, steps = 10;
     if (argc % 2 == 0) die("argument '%s' needs a value", argv[argc - 1]);
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -268,11 +338,26 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--seq")) T = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--options")) sets = argv[i + 1];
+        else if (!strcmp(argv[i], "--modes")) mode_list = argv[i + 1];
         else die("unknown argument '%s'; usage: parity_gpu [--model NAME] [--batch B] [--seq T] [--steps N] "
-                 "[--options SET,...]", argv[i]);
+                 "[--options SET,...] [--modes MODE,...]", argv[i]);
+    }
+    int modes[ATTN_NUM_MODES] = {0};
+    char err[256];
+    if (mode_list) {
+        const int named = attn_mode_parse_list(mode_list, modes, err, sizeof(err));
+        if (named < 0) die("--modes '%s': %s", mode_list, err);
+        if (named == 0) die("--modes '%s' names no mode; choose from %s", mode_list, attn_mode_choices());
+        if (modes[ATTN_CUDNN]) attention_cudnn_require("parity_gpu --modes cudnn");
+    } else {
+        for (int m = 0; m < ATTN_NUM_EMULATED_MODES; m++) modes[m] = 1;
+        modes[ATTN_CUDNN] = attention_cudnn_available();
+        if (!modes[ATTN_CUDNN])
+            printf("parity_gpu: attention mode cudnn is not checked: this build has no cuDNN (make prints "
+                   "[build] cuDNN: not found)\n");
     }
     /* every set is checked before the first GPU work, so a typo fails at once */
-    char list[256], err[256];
+    char list[256];
     snprintf(list, sizeof(list), "%s", sets);
     GPTConfig probe;
     if (gpt_config_from_descriptor(model_name, &probe, err, sizeof(err)) != 0) die("%s", err);
@@ -289,7 +374,10 @@ int main(int argc, char** argv) {
         GPTConfig cfg;
         if (gpt_config_from_descriptor(model_name, &cfg, err, sizeof(err)) != 0) die("%s", err);
         apply_option_set(&cfg, tok);
-        run_config(tok, &cfg, B, T, steps, stream);
+        run_config(tok, &cfg, B, T, steps, modes, stream);
     }
+    if (g_skipped)
+        printf("parity_gpu: %d bit-exactness checks skipped for cudnn (its backward is not bit-reproducible; each "
+               "is printed above as \"skip (cudnn)\", most with a 1e-2 tolerance check in its place)\n", g_skipped);
     return test_summary();
 }
