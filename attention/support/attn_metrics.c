@@ -46,8 +46,12 @@ static size_t tensor_offset(AttnShape s, AttnTensor t, int b, int tok, int h) {
     return ((((size_t)b * s.T + tok) * 3 + part) * s.NH + h) * s.HS;
 }
 
-int attn_rel_errors_per_head(AttnShape s, AttnTensor t, const float* x, const double* ref, double* per_head) {
+/* One pass over a tensor: per (b, h) the relative Frobenius error into per_head (may be NULL) and the
+   all-heads norms into whole (may be NULL). Returns the number of zero-reference heads. */
+static int head_errors(AttnShape s, AttnTensor t, const float* x, const double* ref, double* per_head,
+                       AttnWholeErr* whole) {
     int zero_ref = 0;
+    double diff2_all = 0, ref2_all = 0;
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.NH; h++) {
             double diff2 = 0, ref2 = 0, x2 = 0;
@@ -60,6 +64,8 @@ int attn_rel_errors_per_head(AttnShape s, AttnTensor t, const float* x, const do
                     x2 += xv * xv;
                 }
             }
+            diff2_all += diff2;
+            ref2_all += ref2;
             double e;
             if (ref2 > 0) {
                 e = sqrt(diff2) / sqrt(ref2);
@@ -67,28 +73,24 @@ int attn_rel_errors_per_head(AttnShape s, AttnTensor t, const float* x, const do
                 e = sqrt(x2); /* absolute: there is nothing to be relative to */
                 zero_ref++;
             }
-            per_head[b * s.NH + h] = e;
+            if (per_head) per_head[b * s.NH + h] = e;
         }
+    }
+    if (whole) {
+        whole->err_norm = sqrt(diff2_all);
+        whole->ref_norm = sqrt(ref2_all);
+        whole->rel = ref2_all > 0 ? whole->err_norm / whole->ref_norm : whole->err_norm;
     }
     return zero_ref;
 }
 
+int attn_rel_errors_per_head(AttnShape s, AttnTensor t, const float* x, const double* ref, double* per_head) {
+    return head_errors(s, t, x, ref, per_head, NULL);
+}
+
 AttnWholeErr attn_whole_error(AttnShape s, AttnTensor t, const float* x, const double* ref) {
-    double diff2 = 0, ref2 = 0;
-    for (int b = 0; b < s.B; b++)
-        for (int tok = 0; tok < s.T; tok++)
-            for (int h = 0; h < s.NH; h++) {
-                const size_t off = tensor_offset(s, t, b, tok, h);
-                for (int d = 0; d < s.HS; d++) {
-                    const double xv = (double)x[off + d], rv = ref[off + d];
-                    diff2 += (xv - rv) * (xv - rv);
-                    ref2 += rv * rv;
-                }
-            }
     AttnWholeErr w;
-    w.err_norm = sqrt(diff2);
-    w.ref_norm = sqrt(ref2);
-    w.rel = ref2 > 0 ? w.err_norm / w.ref_norm : w.err_norm;
+    head_errors(s, t, x, ref, NULL, &w);
     return w;
 }
 
@@ -137,10 +139,9 @@ void attn_errors_compute(AttnShape s, const float* out, const double* out_ref, c
         const float* x = (t == ATTN_T_O) ? out : dqkv;
         const double* ref = (t == ATTN_T_O) ? out_ref : dqkv_ref;
         if (x == NULL || ref == NULL) continue;
-        int zero_ref = attn_rel_errors_per_head(s, (AttnTensor)t, x, ref, per_head);
+        int zero_ref = head_errors(s, (AttnTensor)t, x, ref, per_head, &e->whole[t]);
         e->err[t] = attn_err_stat_of(per_head, nheads);
         e->err[t].zero_ref_heads = zero_ref;
-        e->whole[t] = attn_whole_error(s, (AttnTensor)t, x, ref);
         e->nonfinite[t] = count_nonfinite(s, (AttnTensor)t, x);
     }
     if (dqkv != NULL && dqkv_ref != NULL) {
