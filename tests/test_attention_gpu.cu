@@ -804,7 +804,7 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
     CHECK(attention_backward_cuda_path(ATTN_REPAIR, shift, s64, aligned, aligned) == ATTN_BWD_PORTABLE,
           "repair with the tile-max shift arm gives the portable backward");
     /* The path name only says "hopper"; which passes the Hopper chain runs is its table's answer
-       (attention_hopper_bwd_dispatch.cu's HopperBwdChain, through attention_hopper_bwd_supports): the key-major
+       (attention_hopper_bwd_dispatch.cu's kHopperBwdChains, through attention_hopper_bwd_supports): the key-major
        pass in bf16 and repair, the row pass then the mode's key-major pass in fp32 and gproj, at both head sizes. */
     const int keys = ATTN_HOPPER_KEY_PASS, rows_keys = ATTN_HOPPER_ROW_PASS | ATTN_HOPPER_KEY_PASS;
     const AttnShape s96 = {2, 4, 100, 96};

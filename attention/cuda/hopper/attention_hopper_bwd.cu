@@ -78,18 +78,7 @@
 #include "attention/cuda/hopper/kernel_keys64.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-namespace {
-const char* const kWho = "attention (Hopper backward, HS 64)";
-}  // namespace
-
-/* this file's passes of the backward chain (hopper_host.cuh; called by attention_hopper_bwd_dispatch.cu) */
-template <>
-void hopper_keys_pass<64, ATTN_BF16, false>(const HopperBwdCall& c) { keys64_launch<ATTN_BF16, false>(c, kWho); }
-template <>
-void hopper_keys_pass<64, ATTN_BF16, true>(const HopperBwdCall& c) { keys64_launch<ATTN_BF16, true>(c, kWho); }
-template <>
-void hopper_keys_pass<64, ATTN_REPAIR, false>(const HopperBwdCall& c) { keys64_launch<ATTN_REPAIR, false>(c, kWho); }
-template <>
-void hopper_keys_pass<64, ATTN_REPAIR, true>(const HopperBwdCall& c) { keys64_launch<ATTN_REPAIR, true>(c, kWho); }
+template <> void hopper_keys_pass<64, ATTN_BF16>(const HopperBwdCall& c) { keys64_launch<ATTN_BF16>(c); }
+template <> void hopper_keys_pass<64, ATTN_REPAIR>(const HopperBwdCall& c) { keys64_launch<ATTN_REPAIR>(c); }
 
 void attention_hopper_bwd_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

@@ -70,14 +70,6 @@
 #include "attention/cuda/hopper/kernel_keys64.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-namespace {
-const char* const kWho = "attention (Hopper fp32 key-major pass, HS 64)";
-}  // namespace
-
-/* this file's passes of the backward chain (hopper_host.cuh; called by attention_hopper_bwd_dispatch.cu) */
-template <>
-void hopper_keys_pass<64, ATTN_FP32, false>(const HopperBwdCall& c) { keys64_launch<ATTN_FP32, false>(c, kWho); }
-template <>
-void hopper_keys_pass<64, ATTN_FP32, true>(const HopperBwdCall& c) { keys64_launch<ATTN_FP32, true>(c, kWho); }
+template <> void hopper_keys_pass<64, ATTN_FP32>(const HopperBwdCall& c) { keys64_launch<ATTN_FP32>(c); }
 
 void attention_hopper_fp32_keys_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

@@ -65,12 +65,6 @@
 #include "attention/cuda/hopper/kernel_keys64.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-namespace {
-const char* const kWho = "attention (Hopper gproj key-major pass)";
-}  // namespace
-
-/* this file's passes of the backward chain (hopper_host.cuh; called by attention_hopper_bwd_dispatch.cu) */
-template <>
-void hopper_keys_pass<64, ATTN_GPROJ, false>(const HopperBwdCall& c) { keys64_launch<ATTN_GPROJ, false>(c, kWho); }
+template <> void hopper_keys_pass<64, ATTN_GPROJ>(const HopperBwdCall& c) { keys64_launch<ATTN_GPROJ>(c); }
 
 void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

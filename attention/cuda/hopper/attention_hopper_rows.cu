@@ -40,12 +40,5 @@
 #include "attention/cuda/hopper/kernel_rows.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-namespace {
-const char* const kWho = "attention (Hopper row pass)";
-}  // namespace
-
-/* this file's passes of the backward chain (hopper_host.cuh; called by attention_hopper_bwd_dispatch.cu) */
-template <>
-void hopper_rows_pass<64, ATTN_GPROJ>(const HopperBwdCall& c) { rows_launch<64, ATTN_GPROJ>(c, kWho); }
-template <>
-void hopper_rows_pass<64, ATTN_FP32>(const HopperBwdCall& c) { rows_launch<64, ATTN_FP32>(c, kWho); }
+template <> void hopper_rows_pass<64, ATTN_GPROJ>(const HopperBwdCall& c) { rows_launch<64, ATTN_GPROJ>(c); }
+template <> void hopper_rows_pass<64, ATTN_FP32>(const HopperBwdCall& c) { rows_launch<64, ATTN_FP32>(c); }

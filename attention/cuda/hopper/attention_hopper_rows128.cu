@@ -63,14 +63,7 @@
 #include "attention/cuda/hopper/kernel_rows.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-namespace {
-const char* const kWho = "attention (Hopper row pass, HS 128)";
-}  // namespace
-
-/* this file's passes of the backward chain (hopper_host.cuh; called by attention_hopper_bwd_dispatch.cu) */
-template <>
-void hopper_rows_pass<128, ATTN_GPROJ>(const HopperBwdCall& c) { rows_launch<128, ATTN_GPROJ>(c, kWho); }
-template <>
-void hopper_rows_pass<128, ATTN_FP32>(const HopperBwdCall& c) { rows_launch<128, ATTN_FP32>(c, kWho); }
+template <> void hopper_rows_pass<128, ATTN_GPROJ>(const HopperBwdCall& c) { rows_launch<128, ATTN_GPROJ>(c); }
+template <> void hopper_rows_pass<128, ATTN_FP32>(const HopperBwdCall& c) { rows_launch<128, ATTN_FP32>(c); }
 
 void attention_hopper_rows128_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

@@ -7,7 +7,7 @@
  *
  * Why: the public surface (attention_hopper.cuh, attention_hopper_bwd.cuh) is one support check and one entry
  * point per direction; the backward's entry point (attention_hopper_bwd_dispatch.cu) turns the run-time mode,
- * head size and dq_slices into the template arguments of the passes declared here, which the instantiation
+ * head size into the template arguments of the passes declared here, which the instantiation
  * files define next to their kernels. What those files have in common is written once here. Host code only:
  * the kernels' code does not depend on it. Included after the file's kernel header, in its anonymous
  * namespace where it uses the kernel's names.
@@ -35,17 +35,16 @@ struct HopperBwdCall {
     float* dq_acc;
     __nv_bfloat16* dqkv;
     cudaStream_t stream;
+    int dq_slices; /* attention_hopper_bwd.cuh's dq_slices: 0 in the chains whose key-major pass sends no dQ */
 };
 
 /* One pass of the backward at one (head size, mode): the launch of its kernel on `c`, asynchronous on c.stream.
-   Only declared here: each (HS, MODE[, DQ_SLICES]) is specialised in the instantiation file that holds its
-   kernel (a pair without one is a link error), and only attention_hopper_bwd_dispatch.cu calls them, after
-   its support check and for the passes its chain table (HopperBwdChain) lists. DQ_SLICES: the key-major
-   pass adds its dQ partials into its key block's slice of dq_acc (the deterministic backward); the passes
-   that send no dQ (gproj's) exist with false only. */
+   Only declared here: each (HS, MODE) is specialised in the instantiation file that holds its kernel (a pair
+   without one is a link error), and only attention_hopper_bwd_dispatch.cu calls them, after its support check
+   and for the passes its chain table (kHopperBwdChains) lists. */
 template <int HS, int MODE>
 void hopper_rows_pass(const HopperBwdCall& c);
-template <int HS, int MODE, bool DQ_SLICES>
+template <int HS, int MODE>
 void hopper_keys_pass(const HopperBwdCall& c);
 
 namespace {

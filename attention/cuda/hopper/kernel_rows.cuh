@@ -344,11 +344,12 @@ __global__ void __launch_bounds__(RowsShape<HS>::kThreads, 1)
 /* ---- host ---- */
 
 /* One launch on the call's tensors: the qkv / dout maps (boxes of kBlockK rows), the grid (query tiles, B*NH) and
-   the PDL launch after the previous kernel of the chain. `who` names the pass in a map's error. */
+   the PDL launch after the previous kernel of the chain. */
 template <int HS, int MODE>
-void rows_launch(const HopperBwdCall& c, const char* who) {
+void rows_launch(const HopperBwdCall& c) {
     constexpr int kAlloc = RowsShape<HS>::Plan::kAlloc;
     const AttnShape s = c.s;
+    const char* const who = HS == 64 ? "attention (Hopper row pass, HS 64)" : "attention (Hopper row pass, HS 128)";
     const HeadMaps maps = encode_qkv_dout_maps(s, c.qkv, c.dout, kBlockK, who);
     cudaCheck(cudaFuncSetAttribute(rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
