@@ -153,7 +153,7 @@ static void check_case(LabCase in, int time_it, cudaStream_t st) {
         /* alone: keeps adding into ws_pass's accumulator (its values do not matter any more) */
         auto run_pass = [&]() {
             attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_FP32, AttnOptions{}, s, c.qkv, c.dout, c.stats,
-                                             D_pass, nullptr, dq_acc_pass, dqkv_pass, st, 0);
+                                             (float*)D_pass, nullptr, dq_acc_pass, dqkv_pass, st, 0);
         };
         const float ms_pass = lab_timer_median(timer, run_pass, "timing the fp32 key-major pass alone");
         const float ms_portable = lab_timer_median(timer, run_portable, "timing the portable fp32 backward");
