@@ -24,7 +24,8 @@
 #include "common/cuda_utils.cuh"
 
 /* The tensors of one Hopper backward call (attention_hopper_bwd.cuh's attention_backward_hopper): its inputs,
-   the workspace slots it reads and writes (attention_cuda.cu's carve_workspace: D, lambda, dq_acc) and dqkv. */
+   the workspace slots it reads and writes (attention_cuda.cu's carve_workspace: D, lambda, dq_acc), dqkv, its stream
+   and its dq_slices. */
 struct HopperBwdCall {
     AttnShape s;
     const __nv_bfloat16* qkv;
