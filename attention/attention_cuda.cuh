@@ -50,13 +50,11 @@
  *       repair and fp32 add the partials in arrival order (dK, dV and gproj's
  *       dQ are deterministic either way). docs/determinism.md. Which kernels run: always the portable prep
  *       (D, zeroed dQ accumulator) and dQ post-pass; on a compute-capability
- *       9.0 device the passes between are
- *       Hopper wgmma kernels (attention/cuda/hopper/attention_hopper_bwd.cuh), at HS 64
- *       and 128: in bf16 and repair mode (not the tile-max-shift arm) the
- *       key-major pass; in fp32 mode the row pass, then fp32's Hopper
- *       key-major pass (HS 64 and 128);
- *       in gproj mode the row pass and gproj's key-major
- *       pass. Everywhere else and with AttnOptions.force_portable = 1 the
+ *       9.0 device the passes between are the Hopper wgmma chain of the
+ *       mode (attention/cuda/hopper/attention_hopper_bwd.cuh), at HS 64 and
+ *       128: in bf16 and repair mode (not the tile-max-shift arm) the
+ *       key-major pass; in fp32 and gproj mode the row pass, then the
+ *       mode's key-major pass. Everywhere else and with AttnOptions.force_portable = 1 the
  *       portable mma.sync kernels. Both agree to a few BF16 ulps (FP32 sum
  *       order only).
  *   attention_backward_cuda_path - which of the two the backward would take

@@ -30,11 +30,12 @@ $(BUILD)/attention/cpu/attention_cpu.o: override CFLAGS += -ffp-contract=off -fm
 # devices. wgmma exists only on sm_90a, so its object is compiled for that target alone, whatever
 # NVCC_ARCH says (private: the setting does not leak into the objects it links with); a build for other
 # targets links it all the same and the dispatch never launches it off sm_90.
-# attention_hopper_bwd.cu is the Hopper key-major backward kernel (bf16, repair; HS 64) that
-# attention_backward_cuda runs in attn_bwd_kernel's place on sm_90 devices (attention_hopper_bwd128.cu: the
-# same at HS 128), attention_hopper_rows.cu the
-# Hopper row pass (gproj, fp32; HS 64) in attn_bwd_rows_kernel's place; same sm_90a-only rule.
+# attention_hopper_bwd_dispatch.cu is the Hopper backward's entry point and chain table (host code, which
+# attention_backward_cuda calls on sm_90 devices in the portable passes' place); attention_hopper_bwd.cu is the
+# Hopper key-major backward kernel (bf16, repair; HS 64) of that chain (attention_hopper_bwd128.cu: the same at
+# HS 128), attention_hopper_rows.cu the Hopper row pass (gproj, fp32; HS 64); same sm_90a-only rule.
 ATTN_CUDA_OBJS := $(BUILD)/attention/cuda/attention_cuda.cu.o $(BUILD)/attention/cuda/hopper/attention_hopper.cu.o \
+                  $(BUILD)/attention/cuda/hopper/attention_hopper_bwd_dispatch.cu.o \
                   $(BUILD)/attention/cuda/hopper/attention_hopper_bwd.cu.o $(BUILD)/attention/cuda/hopper/attention_hopper_rows.cu.o \
                   $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128.cu.o
 CUDA_OBJECTS += $(ATTN_CUDA_OBJS)
@@ -44,6 +45,10 @@ $(BUILD)/attention/cuda/attention_cuda.cu.o: attention/cuda/attention_cuda.cu at
 $(BUILD)/attention/cuda/hopper/attention_hopper.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/cuda/hopper/attention_hopper.cu.o: attention/cuda/hopper/attention_hopper.cu attention/cuda/hopper/attention_hopper.cuh \
         attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd_dispatch.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
+$(BUILD)/attention/cuda/hopper/attention_hopper_bwd_dispatch.cu.o: attention/cuda/hopper/attention_hopper_bwd_dispatch.cu \
+        attention/cuda/hopper/attention_hopper_bwd.cuh attention/cuda/hopper/hopper_host.cuh attention/cuda/hopper/hopper_lab_hooks.cuh \
+        attention/cuda/hopper/hopper_wgmma.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 $(BUILD)/attention/cuda/hopper/attention_hopper_bwd.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 $(BUILD)/attention/cuda/hopper/attention_hopper_bwd.cu.o: attention/cuda/hopper/attention_hopper_bwd.cu attention/cuda/hopper/attention_hopper_bwd.cuh \
         attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/launch_overlap.cuh attention/cuda/tile_order.cuh attention/attention.h \
@@ -57,7 +62,7 @@ $(BUILD)/attention/cuda/hopper/attention_hopper_rows.cu.o: attention/cuda/hopper
         attention/cuda/hopper/hopper_rows_common.cuh attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/tile_order.cuh attention/attention.h \
         common/cuda_utils.cuh common/utils.h
 # attention_hopper_rows128.cu: the Hopper row pass at HS 128 (gproj, fp32; setmaxnreg), which
-# attention_backward_hopper_rows dispatches to on s.HS; same sm_90a-only rule.
+# the dispatch (attention_hopper_bwd_dispatch.cu) runs on HS 128; same sm_90a-only rule.
 ATTN_CUDA_OBJS += $(BUILD)/attention/cuda/hopper/attention_hopper_rows128.cu.o
 CUDA_OBJECTS += $(BUILD)/attention/cuda/hopper/attention_hopper_rows128.cu.o
 $(BUILD)/attention/cuda/hopper/attention_hopper_rows128.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
@@ -73,7 +78,7 @@ $(BUILD)/attention/cuda/hopper/attention_hopper_bwd_gproj.cu.o: attention/cuda/h
         attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh attention/cuda/tile_order.cuh attention/attention.h \
         common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd128_gproj.cu: the same pass at HS 128 (setmaxnreg 24/240), which
-# attention_backward_hopper_gproj_keys dispatches to on s.HS; same sm_90a-only rule.
+# the dispatch runs on HS 128; same sm_90a-only rule.
 ATTN_CUDA_OBJS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o
 CUDA_OBJECTS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o
 $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_gproj.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
@@ -89,8 +94,7 @@ $(BUILD)/attention/cuda/hopper/attention_hopper_bwd128_fp32.cu.o: attention/cuda
         attention/cuda/hopper/attention_hopper_bwd.cuh attention/cuda/hopper/hopper_bwd_common.cuh attention/cuda/hopper/hopper_wgmma.cuh \
         attention/cuda/tile_order.cuh attention/attention.h common/cuda_utils.cuh common/utils.h
 # attention_hopper_bwd64_fp32.cu: fp32 mode's key-major pass at HS 64 (dK, dV, dQ partials; 288 threads, no
-# setmaxnreg) and the entry points of fp32's Hopper key-major pass at both head sizes, run in
-# attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 after the Hopper row pass; same sm_90a-only rule.
+# setmaxnreg), run in attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 after the Hopper row pass; same sm_90a-only rule.
 ATTN_CUDA_OBJS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd64_fp32.cu.o
 CUDA_OBJECTS += $(BUILD)/attention/cuda/hopper/attention_hopper_bwd64_fp32.cu.o
 $(BUILD)/attention/cuda/hopper/attention_hopper_bwd64_fp32.cu.o: private override NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a

@@ -694,11 +694,8 @@ static void test_forward_paths(int is_sm90, uint64_t seed) {
 /* ---- the two backward paths: dispatch, and Hopper vs portable directly ---- */
 
 /* Which modes and head sizes the Hopper backward serves on an sm_90 device (attention_cuda.cuh): at HS 64
-   and 128 every mode has a Hopper pass (the key-major kernel for bf16 and repair: attention_hopper_bwd.cu,
-   attention_hopper_bwd128.cu; the row pass for gproj and fp32: attention_hopper_rows.cu,
-   attention_hopper_rows128.cu, then the mode's key-major pass at both head sizes:
-   attention_hopper_bwd_gproj.cu, attention_hopper_bwd128_gproj.cu, attention_hopper_bwd64_fp32.cu,
-   attention_hopper_bwd128_fp32.cu). */
+   and 128 every mode has a Hopper chain (attention_hopper_bwd.cuh: the key-major pass for bf16 and repair; the
+   row pass, then the mode's key-major pass for gproj and fp32). */
 static int hopper_bwd_expected(AttnMode mode, int HS) {
     (void)mode;
     return HS == 64 || HS == 128;
@@ -806,16 +803,26 @@ static void test_backward_paths(int is_sm90, uint64_t seed) {
     }
     CHECK(attention_backward_cuda_path(ATTN_REPAIR, shift, s64, aligned, aligned) == ATTN_BWD_PORTABLE,
           "repair with the tile-max shift arm gives the portable backward");
-    /* The path name only says "hopper" once any Hopper pass runs; which key-major pass follows fp32's row pass is
-       backward_launch's pick by attention_hopper_fp32_keys_supports: fp32's Hopper one at both head sizes
-       (attention_hopper_bwd64_fp32.cu at HS 64, attention_hopper_bwd128_fp32.cu at HS 128). */
-    CHECK(attention_hopper_fp32_keys_supports(ATTN_FP32, s64, aligned, aligned) &&
-              attention_hopper_fp32_keys_supports(ATTN_FP32, s128, aligned, aligned),
-          "fp32: its Hopper key-major pass serves HS 64 and HS 128 (run after the row pass on sm_90)");
-    CHECK(!attention_hopper_fp32_keys_supports(ATTN_BF16, s64, aligned, aligned) &&
-              !attention_hopper_fp32_keys_supports(ATTN_FP32, s64, misaligned, aligned) &&
-              !attention_hopper_fp32_keys_supports(ATTN_FP32, s64, aligned, misaligned),
-          "fp32's Hopper key-major pass refuses other modes and qkv or dout pointers TMA cannot take");
+    /* The path name only says "hopper"; which passes the Hopper chain runs is its table's answer
+       (attention_hopper_bwd_dispatch.cu's kHopperBwdChains, through attention_hopper_bwd_supports): the key-major
+       pass in bf16 and repair, the row pass then the mode's key-major pass in fp32 and gproj, at both head sizes. */
+    const int keys = ATTN_HOPPER_KEY_PASS, rows_keys = ATTN_HOPPER_ROW_PASS | ATTN_HOPPER_KEY_PASS;
+    const AttnShape s96 = {2, 4, 100, 96};
+    for (int hi = 0; hi < 2; hi++) {
+        const AttnShape sh = hi ? s128 : s64;
+        CHECK(attention_hopper_bwd_supports(ATTN_BF16, automatic, sh, aligned, aligned) == keys &&
+                  attention_hopper_bwd_supports(ATTN_REPAIR, automatic, sh, aligned, aligned) == keys &&
+                  attention_hopper_bwd_supports(ATTN_FP32, automatic, sh, aligned, aligned) == rows_keys &&
+                  attention_hopper_bwd_supports(ATTN_GPROJ, automatic, sh, aligned, aligned) == rows_keys,
+              "HS %d: the Hopper chain is the key-major pass (bf16, repair), the row pass + the key-major pass "
+              "(fp32, gproj)", sh.HS);
+    }
+    CHECK(!attention_hopper_bwd_supports(ATTN_CUDNN, automatic, s64, aligned, aligned) &&
+              !attention_hopper_bwd_supports(ATTN_REPAIR, shift, s64, aligned, aligned) &&
+              !attention_hopper_bwd_supports(ATTN_FP32, automatic, s96, aligned, aligned) &&
+              !attention_hopper_bwd_supports(ATTN_FP32, automatic, s64, misaligned, aligned) &&
+              !attention_hopper_bwd_supports(ATTN_GPROJ, automatic, s64, aligned, misaligned),
+          "the Hopper backward refuses cudnn, repair's shift arm, HS 96 and qkv or dout pointers TMA cannot take");
     if (!is_sm90) {
         printf("  (the direct Hopper-vs-portable comparison needs an sm_90 device; this one is not)\n");
         return;

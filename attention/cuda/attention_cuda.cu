@@ -63,17 +63,17 @@
  * backward does not care which ran. Nothing is printed per call;
  * attention_forward_cuda_path tells which one a call takes.
  * Which backward runs where (attention_backward_cuda): prep and bwd_dq always
- * here; on sm_90 at HS 64 and 128 (not force_portable) Hopper wgmma kernels take these passes' places
- * (attention/cuda/hopper/attention_hopper_bwd.cuh, same rounding points, FP32 sum order
- * only): in bf16 and repair mode (not the shift arm) the key-major pass
- * (attention_hopper_bwd.cu at HS 64, attention_hopper_bwd128.cu at HS 128, for
- * attn_bwd_kernel), in fp32 mode the row pass (attention_hopper_rows.cu /
- * attention_hopper_rows128.cu for attn_bwd_rows_kernel, then
- * attention_hopper_bwd64_fp32.cu / attention_hopper_bwd128_fp32.cu for
- * attn_bwd_kernel<HS, ATTN_FP32>), in gproj mode both passes (the row pass, then
- * attention_hopper_bwd_gproj.cu / attention_hopper_bwd128_gproj.cu for
- * attn_bwd_kernel<HS, ATTN_GPROJ>, reading the D and lambda slots the prep
- * kernel and the row pass wrote); everywhere else the kernels here.
+ * here; on sm_90 at HS 64 and 128 (not force_portable) the Hopper wgmma chain
+ * of the mode takes the place of the passes between
+ * (attention/cuda/hopper/attention_hopper_bwd.cuh: attention_hopper_bwd_supports
+ * asked once per call, attention_backward_hopper run with the mode still a
+ * run-time value; same rounding points, FP32 sum order only): in bf16 and
+ * repair mode (not the shift arm) the key-major pass for attn_bwd_kernel, in
+ * fp32 and gproj mode the row pass for attn_bwd_rows_kernel, then the mode's
+ * key-major pass for attn_bwd_kernel<HS, MODE> (reading the D and lambda slots
+ * the prep kernel and the row pass wrote); the table of these chains is
+ * attention_hopper_bwd_dispatch.cu's. Everywhere else the kernels here, whose
+ * mode becomes a template argument in backward_launch's portable branch.
  * attention_backward_cuda_path tells which.
  */
 #include <math.h>
@@ -984,38 +984,54 @@ void forward_launch(AttnShape s, const bf16* qkv, bf16* out, float* stats, int t
     cudaCheckLastError();
 }
 
-/* hopper: the Hopper kernels of the mode (attention_hopper_bwd.cuh) in their portable twins' place - bf16
-   and repair: the key-major kernel for attn_bwd_kernel; fp32: the row pass for attn_bwd_rows_kernel (HS 64
-   and 128), then fp32's key-major pass (attention_hopper_bwd64_fp32.cu / attention_hopper_bwd128_fp32.cu)
-   for attn_bwd_kernel; gproj: the row pass (HS 64 and 128), then gproj's key-major pass for
-   attn_bwd_kernel where it serves the head size, else attn_bwd_kernel here (both read and write the
-   workspace slots of carve_workspace: the prep kernel's D, the row pass's lambda). The caller has checked
-   the device and that some Hopper pass serves the call (attention_backward_cuda_path); each pass's own
-   support check picks it here. The prep and the dQ post-pass are the same either way. */
-/* dq_slices (not in gproj mode): the deterministic backward - the slices of carve_workspace zeroed where they are
-   added to, every key-major kernel adding into its key block's slice, the sliced post-pass (see
-   attn_bwd_zero_dq_slices_kernel); else the one accumulator, zeroed by the prep kernel. */
+/* The portable row pass (fp32 and gproj: attn_bwd_rows_kernel) and key-major pass (attn_bwd_kernel; with
+   dq_slices its sliced form, not in gproj mode) of MODE, on the workspace slots of carve_workspace. */
 template <int HS, int MODE>
-void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float* stats, const bf16* dout,
-                     bf16* dqkv, void* workspace, int hopper, int dq_slices, cudaStream_t stream) {
-    constexpr bool kHasRowPass = (MODE == ATTN_FP32 || MODE == ATTN_GPROJ);
-    const int hopper_keys = hopper && !kHasRowPass;
-    const int hopper_rows =
-        hopper && kHasRowPass && attention_hopper_rows_supports((AttnMode)MODE, s, qkv, dout);
-    const int hopper_gproj_keys =
-        hopper && MODE == ATTN_GPROJ && attention_hopper_gproj_keys_supports((AttnMode)MODE, s, qkv, dout);
-    /* fp32 at HS 64 and 128 after the Hopper row pass (its D) */
-    const int hopper_fp32_keys =
-        hopper_rows && MODE == ATTN_FP32 && attention_hopper_fp32_keys_supports((AttnMode)MODE, s, qkv, dout);
-    dq_slices = (MODE != ATTN_GPROJ) && dq_slices;
+void portable_passes(AttnShape s, const bf16* qkv, const bf16* dout, const float* stats, bf16* dqkv,
+                     const Workspace& w, int dq_slices, cudaStream_t stream) {
+    const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
+    if constexpr (MODE == ATTN_FP32 || MODE == ATTN_GPROJ) { /* (no row-pass kernels for the other modes) */
+        const size_t smem = rows_smem_bytes<HS>();
+        cudaCheck(cudaFuncSetAttribute(attn_bwd_rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+        dim3 grid((unsigned)ceil_div(s.T, kRowsQueryTile), (unsigned)(s.B * s.NH));
+        attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, dqkv, s.NH,
+                                                                         s.T, scale, c);
+        cudaCheckLastError();
+    }
+    const size_t smem = bwd_smem_bytes<HS, MODE>();
+    auto kernel = attn_bwd_kernel<HS, MODE, false>;
+    if constexpr (MODE != ATTN_GPROJ) { /* (gproj adds no dQ here) */
+        if (dq_slices) kernel = attn_bwd_kernel<HS, MODE, true>;
+    }
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)ceil_div(s.T, kBwdKeyTile), (unsigned)(s.B * s.NH));
+    kernel<<<grid, kBwdThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv, s.NH, s.T, scale, c);
+    cudaCheckLastError();
+}
+
+/* The backward chain: the prep kernel (D from the BF16 O, not in fp32 mode; the zeroed accumulator, not in gproj
+   mode nor with dq_slices) -> [the zeroed dQ slices] -> the row pass (fp32, gproj) and the key-major pass ->
+   [the dQ post-pass] (not in gproj mode: its row pass wrote dQ). hopper: the Hopper chain of the mode
+   (attention_hopper_bwd.cuh's attention_backward_hopper, which turns the mode into its passes' template
+   arguments) in place of the portable passes; the caller has asked attention_hopper_bwd_supports and checked
+   the device (attention_backward_cuda_path). Both read and write the workspace slots of carve_workspace, so the
+   prep and the post-pass are the same either way. dq_slices (not in gproj mode): the deterministic backward -
+   the slices of carve_workspace zeroed where they are added to, every key-major kernel adding into its key
+   block's slice, the sliced post-pass (see attn_bwd_zero_dq_slices_kernel); else the one accumulator, zeroed
+   by the prep kernel. */
+template <int HS>
+void backward_launch(AttnMode mode, AttnOptions opt, AttnShape s, const bf16* qkv, const bf16* out,
+                     const float* stats, const bf16* dout, bf16* dqkv, void* workspace, int hopper, int dq_slices,
+                     cudaStream_t stream) {
+    dq_slices = (mode != ATTN_GPROJ) && dq_slices;
     const int n_key_blocks = ceil_div(s.T, kBwdKeyTile);
     const Workspace w = carve_workspace(s, workspace, dq_slices ? (size_t)n_key_blocks : 1);
-    const float scale = attn_softmax_scale(HS), c = attn_exp2_scale(HS);
     /* gproj's row pass (launched next) computes dQ whole, without the accumulator */
     constexpr int kPrepRowsPerBlock = kPrepThreads / (HS / 8);
     attn_bwd_prep_kernel<HS><<<dim3((unsigned)ceil_div(s.T, kPrepRowsPerBlock), (unsigned)(s.B * s.NH)), kPrepThreads,
-                               0, stream>>>(out, dout, w.D, w.dq_acc, s.NH, s.T, MODE != ATTN_GPROJ && !dq_slices,
-                                            MODE != ATTN_FP32);
+                               0, stream>>>(out, dout, w.D, w.dq_acc, s.NH, s.T, mode != ATTN_GPROJ && !dq_slices,
+                                            mode != ATTN_FP32);
     cudaCheckLastError();
     if (dq_slices) { /* a plain launch: it starts after the prep kernel has finished, and every later one after it */
         const dim3 grid((unsigned)ceil_div((long long)s.T * (HS / 8), 256), (unsigned)(s.B * s.NH),
@@ -1023,41 +1039,21 @@ void backward_launch(AttnShape s, const bf16* qkv, const bf16* out, const float*
         attn_bwd_zero_dq_slices_kernel<HS><<<grid, 256, 0, stream>>>(w.dq_acc, s.T);
         cudaCheckLastError();
     }
-    if constexpr (kHasRowPass) { /* (no row-pass kernels for the other modes) */
-        if (hopper_rows) {
-            attention_backward_hopper_rows((AttnMode)MODE, s, qkv, dout, stats, w.D, w.lambda, dqkv, stream);
-        } else {
-            const size_t smem = rows_smem_bytes<HS>();
-            cudaCheck(cudaFuncSetAttribute(attn_bwd_rows_kernel<HS, MODE>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            dim3 grid((unsigned)ceil_div(s.T, kRowsQueryTile), (unsigned)(s.B * s.NH));
-            attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, dqkv,
-                                                                             s.NH, s.T, scale, c);
-            cudaCheckLastError();
-        }
-    }
-    if (hopper_keys) {
-        attention_backward_hopper_keys((AttnMode)MODE, s, qkv, dout, stats, w.D, w.dq_acc, dqkv, stream, dq_slices);
-    } else if (hopper_gproj_keys) { /* dK, dV from the D and lambda written above */
-        attention_backward_hopper_gproj_keys(s, qkv, dout, stats, w.D, w.lambda, dqkv, stream);
-    } else if (hopper_fp32_keys) { /* dK, dV and the dQ partials from the row pass's D */
-        attention_backward_hopper_fp32_keys(s, qkv, dout, stats, w.D, w.dq_acc, dqkv, stream, dq_slices);
+    if (hopper) {
+        attention_backward_hopper(mode, opt, s, qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv, stream, dq_slices);
     } else {
-        const size_t smem = bwd_smem_bytes<HS, MODE>();
-        auto kernel = attn_bwd_kernel<HS, MODE, false>;
-        if constexpr (MODE != ATTN_GPROJ) { /* (gproj adds no dQ here) */
-            if (dq_slices) kernel = attn_bwd_kernel<HS, MODE, true>;
+        switch (mode) {
+            case ATTN_FP32: portable_passes<HS, ATTN_FP32>(s, qkv, dout, stats, dqkv, w, dq_slices, stream); break;
+            case ATTN_BF16: portable_passes<HS, ATTN_BF16>(s, qkv, dout, stats, dqkv, w, dq_slices, stream); break;
+            case ATTN_REPAIR: portable_passes<HS, ATTN_REPAIR>(s, qkv, dout, stats, dqkv, w, dq_slices, stream); break;
+            case ATTN_GPROJ: portable_passes<HS, ATTN_GPROJ>(s, qkv, dout, stats, dqkv, w, dq_slices, stream); break;
+            default: die("attention_backward_cuda: invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
         }
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
-        kernel<<<grid, kBwdThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv, s.NH, s.T, scale,
-                                                    c);
-        cudaCheckLastError();
     }
-    if constexpr (MODE != ATTN_GPROJ) { /* gproj's row pass wrote dQ */
+    if (mode != ATTN_GPROJ) { /* gproj's row pass wrote dQ */
         const dim3 grid((unsigned)ceil_div((long long)s.T * (HS / 8), 256), (unsigned)(s.B * s.NH));
         launch_after_previous_grid(hopper, dq_slices ? attn_bwd_dq_slices_kernel<HS> : attn_bwd_dq_kernel<HS>, grid,
-                                   dim3(256), 0, stream, w.dq_acc, dqkv, s.NH, s.T, scale);
+                                   dim3(256), 0, stream, w.dq_acc, dqkv, s.NH, s.T, attn_softmax_scale(HS));
         cudaCheckLastError();
     }
 }
@@ -1071,18 +1067,6 @@ void forward_dispatch_mode(AttnMode mode, AttnShape s, const bf16* qkv, bf16* ou
         case ATTN_REPAIR: forward_launch<HS, ATTN_REPAIR>(s, qkv, out, stats, shift, st); break;
         case ATTN_GPROJ: forward_launch<HS, ATTN_GPROJ>(s, qkv, out, stats, 0, st); break;
         default: die("attention_forward_cuda: invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
-    }
-}
-
-template <int HS>
-void backward_dispatch_mode(AttnMode mode, AttnShape s, const bf16* qkv, const bf16* out, const float* stats,
-                            const bf16* dout, bf16* dqkv, void* ws, int hop, int sl, cudaStream_t st) {
-    switch (mode) {
-        case ATTN_FP32: backward_launch<HS, ATTN_FP32>(s, qkv, out, stats, dout, dqkv, ws, hop, sl, st); break;
-        case ATTN_BF16: backward_launch<HS, ATTN_BF16>(s, qkv, out, stats, dout, dqkv, ws, hop, sl, st); break;
-        case ATTN_REPAIR: backward_launch<HS, ATTN_REPAIR>(s, qkv, out, stats, dout, dqkv, ws, hop, sl, st); break;
-        case ATTN_GPROJ: backward_launch<HS, ATTN_GPROJ>(s, qkv, out, stats, dout, dqkv, ws, hop, sl, st); break;
-        default: die("attention_backward_cuda: invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
     }
 }
 
@@ -1196,9 +1180,7 @@ AttnBwdPath attention_backward_cuda_path(AttnMode mode, AttnOptions opt, AttnSha
                                          const __nv_bfloat16* dout) {
     if (mode == ATTN_CUDNN) return ATTN_BWD_CUDNN;
     if (opt.force_portable) return ATTN_BWD_PORTABLE;
-    if (!attention_hopper_bwd_supports(mode, opt, s, qkv, dout) && !attention_hopper_rows_supports(mode, s, qkv, dout) &&
-        !attention_hopper_gproj_keys_supports(mode, s, qkv, dout))
-        return ATTN_BWD_PORTABLE;
+    if (!attention_hopper_bwd_supports(mode, opt, s, qkv, dout)) return ATTN_BWD_PORTABLE;
     return current_device_is_sm90() ? ATTN_BWD_HOPPER : ATTN_BWD_PORTABLE;
 }
 
@@ -1252,6 +1234,6 @@ void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const 
         require_workspace_holds(workspace, need);
     }
     const int hopper = attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER;
-    if (s.HS == 64) backward_dispatch_mode<64>(mode, s, qkv, out, stats, dout, dqkv, workspace, hopper, slices, stream);
-    else backward_dispatch_mode<128>(mode, s, qkv, out, stats, dout, dqkv, workspace, hopper, slices, stream);
+    if (s.HS == 64) backward_launch<64>(mode, opt, s, qkv, out, stats, dout, dqkv, workspace, hopper, slices, stream);
+    else backward_launch<128>(mode, opt, s, qkv, out, stats, dout, dqkv, workspace, hopper, slices, stream);
 }

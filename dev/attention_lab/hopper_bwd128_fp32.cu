@@ -19,7 +19,7 @@
  *      and dP^T, split as the kernel splits them;
  *   2. per case: dispatch (default "hopper", force_portable "portable"); forward, then
  *      attention_backward_cuda(fp32, force_portable) = reference, and
- *      (a) this pass alone (attention_backward_hopper_fp32_keys, which hands HS 128 to attention_hopper_bwd128_fp32.cu)
+ *      (a) this pass alone (attention_backward_hopper_passes, which runs attention_hopper_bwd128_fp32.cu's pass)
  *          on the reference's D into a zeroed accumulator and an
  *          all-NaN dqkv, then the lab's post-pass (attn_bwd_dq_kernel's expression
  *          bf(s acc); production's is file-local): dQ, dK, dV within 4 BF16 ulps of the reference - the

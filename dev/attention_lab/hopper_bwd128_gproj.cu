@@ -17,7 +17,7 @@
  *      dV = bf(S^T) dO, against double loops on the kernel's own S^T and dP^T rounded as the kernel rounds them;
  *   2. per case: dispatch (default "hopper", force_portable "portable"); forward, then
  *      attention_backward_cuda(gproj, force_portable) = reference, and
- *      (a) this pass alone (attention_backward_hopper_gproj_keys) on the reference's D and lambda over a copy
+ *      (a) this pass alone (attention_backward_hopper_passes) on the reference's D and lambda over a copy
  *          of its dqkv with the k and v slots poisoned: dK, dV within 4 BF16 ulps (of max(|a|, |b|, row RMS))
  *          of the portable key-major kernel on the same lambda, dQ bit-equal (untouched) - the kernel's own
  *          check, whatever row pass the default path has;
@@ -104,7 +104,8 @@ static void pass_alone(AttnShape s, const bf16* qkv, const bf16* dout, const flo
     const float* lambda = D + rows;
     cudaCheck(cudaMemcpyAsync(into, from, attn_qkv_count(s) * 2, cudaMemcpyDeviceToDevice, st));
     poison_kv(into, s, st);
-    attention_backward_hopper_gproj_keys(s, qkv, dout, stats, D, lambda, into, st);
+    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, qkv, dout, stats, (float*)D,
+                                     (float*)lambda, nullptr, into, st, 0); /* read only by this pass */
 }
 
 /* One case: the file comment's check 2; with time_it also 3. */
@@ -170,7 +171,8 @@ static void check_case(LabCase in, int time_it, cudaStream_t st) {
         auto run_default = [&]() { lab_bwd_default(c, st); };
         auto run_bf16 = [&]() { lab_bf16_backward_run(bf, s, c.opt, c.qkv, c.dout, st); };
         auto run_pass = [&]() {
-            attention_backward_hopper_gproj_keys(s, c.qkv, c.dout, c.stats, D_def, lambda_def, dqkv_pass, st);
+            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, c.qkv, c.dout, c.stats,
+                                             (float*)D_def, (float*)lambda_def, nullptr, dqkv_pass, st, 0);
         };
         const float ms_portable = lab_timer_median(timer, run_portable, "timing the portable gproj backward");
         const float ms_default = lab_timer_median(timer, run_default, "timing the default gproj backward");

@@ -17,9 +17,9 @@
  *      and dK = (bf(dP^T) + bf(r1)) Q (two RS n64 batches chained per accumulator); dQ over the three staged
  *      terms (three RS groups, two A register sets) and its second and third terms alone - against double loops
  *      on the kernel's own S^T and dP^T, split as the kernel splits them;
- *   2. per case: dispatch (default "hopper", force_portable "portable"; attention_hopper_fp32_keys_supports says
- *      yes); forward, then attention_backward_cuda(fp32, force_portable) = reference, and
- *      (a) this pass alone (attention_backward_hopper_fp32_keys) on the reference's D into a zeroed accumulator
+ *   2. per case: dispatch (default "hopper", force_portable "portable"; attention_hopper_bwd_supports says
+ *      row pass + key-major pass); forward, then attention_backward_cuda(fp32, force_portable) = reference, and
+ *      (a) this pass alone (attention_backward_hopper_passes) on the reference's D into a zeroed accumulator
  *          and an all-NaN dqkv, then the lab's post-pass (attn_bwd_dq_kernel's expression bf(s acc);
  *          production's is file-local): dQ, dK, dV within 4 BF16 ulps of the reference;
  *      (b) attention_backward_cuda(fp32, default) on poisoned dqkv and workspace: all three slots within 4 ulps

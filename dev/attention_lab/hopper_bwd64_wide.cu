@@ -22,7 +22,7 @@
  *      accumulator: bit-equal to the register values for rows < T, nothing written elsewhere;
  *   1. bf16, 2. repair: per case, dispatch (default "hopper", force_portable "portable"); forward, then
  *      attention_backward_cuda(force_portable) = the reference, and
- *      (a) the kernel alone (attention_backward_hopper_keys) on the reference's D into a zeroed accumulator and an
+ *      (a) the kernel alone (attention_backward_hopper_passes) on the reference's D into a zeroed accumulator and an
  *          all-NaN dqkv, then the lab's post-pass: dQ, dK, dV within 4 BF16 ulps of the reference;
  *      (b) attention_backward_cuda(default) on poisoned dqkv and workspace: all three slots within 4 ulps of the
  *          reference, every element written and finite (a give-up would leave NaN rows);
@@ -99,7 +99,8 @@ static void kernel_alone(AttnMode mode, AttnShape s, const bf16* qkv, const bf16
     cudaCheck(cudaMemsetAsync(ws_dq_acc(into), 0, rows * kHS * sizeof(float), st));
     cudaCheck(cudaMemcpyAsync(ws_D(into, s), ws_D((void*)D_from, s), rows * sizeof(float), cudaMemcpyDeviceToDevice,
                               st));
-    attention_backward_hopper_keys(mode, s, qkv, dout, stats, ws_D(into, s), ws_dq_acc(into), dqkv, st);
+    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, mode, AttnOptions{}, s, qkv, dout, stats, ws_D(into, s),
+                                     nullptr, ws_dq_acc(into), dqkv, st, 0);
     const dim3 grid((unsigned)ceil_div((long long)s.T * (kHS / 8), 256), (unsigned)(s.B * s.NH));
     lab_postpass<<<grid, 256, 0, st>>>(ws_dq_acc(into), dqkv, s.NH, s.T, attn_softmax_scale(kHS));
     cudaCheckLastError();
@@ -191,8 +192,8 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         };
         /* alone: it keeps adding into the accumulator (its values no longer matter) */
         auto run_kernel = [&]() {
-            attention_backward_hopper_keys(mode, s, c.qkv, c.dout, c.stats, ws_D(c.ws_def, s), ws_dq_acc(c.ws_def),
-                                           c.dqkv_def, st);
+            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, mode, AttnOptions{}, s, c.qkv, c.dout, c.stats,
+                                             ws_D(c.ws_def, s), nullptr, ws_dq_acc(c.ws_def), c.dqkv_def, st, 0);
         };
         const float ms_def = lab_timer_median(timer, run_default, "timing the default backward");
         const float ms_port = lab_timer_median(timer, run_portable, "timing the force_portable backward");

@@ -21,7 +21,7 @@
  *      attention_backward_cuda(gproj, default) (dqkv and workspaces poisoned with NaN): dQ, dK, dV within 4
  *      BF16 ulps (of max(|a|, |b|, row RMS)) of the reference, written everywhere and finite;
  *      ||sum_j dK_j|| / ||dK|| per head printed for both (gproj restores the zero key sum);
- *   3. this pass alone (attention_backward_hopper_gproj_keys) on the default path's D and lambda, over a copy
+ *   3. this pass alone (attention_backward_hopper_passes) on the default path's D and lambda, over a copy
  *      of its dqkv with the k and v slots poisoned: all three slots bit-equal to the default backward's (no
  *      atomics, so the pass is deterministic: the default path ran exactly this kernel, it writes every k and
  *      v element, and it leaves dQ alone);
@@ -112,7 +112,8 @@ static void check_case(LabCase in, int time_it) {
     const float* lambda_def = D_def + rows;
     cudaCheck(cudaMemcpy(dqkv_pass, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToDevice));
     poison_kv(dqkv_pass, s);
-    attention_backward_hopper_gproj_keys(s, c.qkv, c.dout, c.stats, D_def, lambda_def, dqkv_pass, 0);
+    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, c.qkv, c.dout, c.stats,
+                                     (float*)D_def, (float*)lambda_def, nullptr, dqkv_pass, 0, 0); /* read only */
     sync_or_report(cudaDeviceSynchronize(), "the gproj key-major pass alone");
 
     uint16_t* h_ref = (uint16_t*)lab_download(c.dqkv_ref, nqkv * 2);
@@ -143,7 +144,8 @@ static void check_case(LabCase in, int time_it) {
             attention_backward_cuda(ATTN_BF16, c.opt, s, c.qkv, out_b, stats_b, c.dout, dqkv_pass, c.ws_ref, 0);
         };
         auto run_pass = [&]() {
-            attention_backward_hopper_gproj_keys(s, c.qkv, c.dout, c.stats, D_def, lambda_def, c.dqkv_def, 0);
+            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, c.qkv, c.dout, c.stats,
+                                             (float*)D_def, (float*)lambda_def, nullptr, c.dqkv_def, 0, 0);
         };
         auto time_of = [&](auto fn, const char* what) {
             float t[kReps];

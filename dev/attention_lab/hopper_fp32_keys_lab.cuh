@@ -1,7 +1,7 @@
 /*
  * dev/attention_lab/hopper_fp32_keys_lab.cuh - the per-case checks and timings of the two labs of fp32 mode's
  * Hopper key-major pass (hopper_bwd64_fp32, hopper_bwd128_fp32): the pass through its entry point
- * attention_backward_hopper_fp32_keys (which serves both head sizes) against attention_backward_cuda's fp32
+ * fp32's Hopper key-major pass (attention_backward_hopper_passes; both head sizes) against attention_backward_cuda's fp32
  * backward, on the default path and with force_portable, the timings, and the child processes that run them.
  * Each lab keeps what differs: its layout probe, its benchmark shapes, and the names it prints.
  *
@@ -77,7 +77,8 @@ static void pass_alone(AttnShape s, const bf16* qkv, const bf16* dout, const flo
     cudaCheck(cudaMemcpyAsync(D, (const float*)from_ws + rows * s.HS, rows * sizeof(float), cudaMemcpyDeviceToDevice,
                               st));
     cudaCheck(cudaMemsetAsync(into, 0xFF, attn_qkv_count(s) * 2, st));
-    attention_backward_hopper_fp32_keys(s, qkv, dout, stats, D, dq_acc, into, st);
+    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_FP32, AttnOptions{}, s, qkv, dout, stats, D, nullptr,
+                                     dq_acc, into, st, 0);
     const long long pairs = (long long)rows * s.HS / 2;
     lab_dq_postpass<<<(unsigned)ceil_div(pairs, 256), 256, 0, st>>>(dq_acc, into, s.NH, s.T, s.HS,
                                                                     attn_softmax_scale(s.HS), pairs);
@@ -111,8 +112,9 @@ static void check_case(LabCase in, int time_it, cudaStream_t st) {
               attention_backward_cuda_path(mode, c.portable, s, c.qkv, c.dout) == ATTN_BWD_PORTABLE,
           "dispatch: the default fp32 backward at HS %d is the Hopper one (row pass + this pass), force_portable"
           " the portable one", s.HS);
-    CHECK(attention_hopper_fp32_keys_supports(mode, s, c.qkv, c.dout), "attention_hopper_fp32_keys_supports says yes"
-          " (fp32, HS %d, aligned): backward_launch runs this pass", s.HS);
+    CHECK(attention_hopper_bwd_supports(mode, c.opt, s, c.qkv, c.dout) == (ATTN_HOPPER_ROW_PASS | ATTN_HOPPER_KEY_PASS),
+          "attention_hopper_bwd_supports says yes (fp32, HS %d, aligned): the Hopper chain runs the row pass and this"
+          " pass", s.HS);
 
     lab_bwd_forward(c, c.opt, st);
     lab_bwd_portable(c, st);
@@ -150,7 +152,8 @@ static void check_case(LabCase in, int time_it, cudaStream_t st) {
         auto run_bf16 = [&]() { lab_bf16_backward_run(bf, s, c.opt, c.qkv, c.dout, st); };
         /* alone: keeps adding into ws_pass's accumulator (its values do not matter any more) */
         auto run_pass = [&]() {
-            attention_backward_hopper_fp32_keys(s, c.qkv, c.dout, c.stats, D_pass, dq_acc_pass, dqkv_pass, st);
+            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_FP32, AttnOptions{}, s, c.qkv, c.dout, c.stats,
+                                             (float*)D_pass, nullptr, dq_acc_pass, dqkv_pass, st, 0);
         };
         const float ms_pass = lab_timer_median(timer, run_pass, "timing the fp32 key-major pass alone");
         const float ms_portable = lab_timer_median(timer, run_portable, "timing the portable fp32 backward");

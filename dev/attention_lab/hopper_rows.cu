@@ -208,7 +208,8 @@ static void check_shape(LabCase in, AttnMode mode, int time_it) {
         /* the Hopper row pass alone, on the D the last backward left in ws_new (gproj reads it; fp32 writes it) */
         const RowsWorkspace w_time = carve_rows_workspace(s, c.ws_def);
         auto run_rows = [&] {
-            attention_backward_hopper_rows(mode, s, c.qkv, c.dout, c.stats, w_time.D, w_time.lambda, c.dqkv_def, 0);
+            attention_backward_hopper_passes(ATTN_HOPPER_ROW_PASS, mode, AttnOptions{}, s, c.qkv, c.dout, c.stats, w_time.D,
+                                             w_time.lambda, nullptr, c.dqkv_def, 0, 0);
         };
         for (int i = 0; i < kWarmup; i++) {
             run_bwd(); run_new(); run_repair(); run_rows();

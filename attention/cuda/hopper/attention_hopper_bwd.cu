@@ -67,36 +67,18 @@
  * bug ends within seconds as NaN gradients and a named barrier (as HS 128), never a stuck job. Named barriers,
  * wgmma waits and setmaxnreg cannot be bounded (their counts are uniform by construction).
  * HS 128 is attention_hopper_bwd128.cu (its own layout: 64-query steps, dQ split by head-dimension halves);
- * attention_backward_hopper_keys below dispatches on s.HS.
+ * attention_hopper_bwd_dispatch.cu picks the head size.
  * Not done: dS staged K-major swizzled with dQ as SS wgmmas in the dV/dK batch (measured: the same speed
  * within noise; docs/attention_kernels.md's design table); overlap of the dQ GEMM with the next step's scores; a persistent schedule; fp32 and
  * gproj modes (their own key-major passes: attention_hopper_bwd64_fp32.cu, attention_hopper_bwd_gproj.cu).
  * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
- * file instantiates it for bf16 and repair and keeps the entry point, the support check and the hang-record installer.
+ * file instantiates it for bf16 and repair: their passes (hopper_keys_pass<64, MODE, DQ_SLICES>, called by the
+ * dispatch, attention_hopper_bwd_dispatch.cu) and the hang-record installer.
  */
 #include "attention/cuda/hopper/kernel_keys64.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv, const void* dout) {
-    if (mode != ATTN_BF16 && mode != ATTN_REPAIR) return 0;
-    if (mode == ATTN_REPAIR && opt.tile_max_shift) return 0; /* the shift arm stays portable end to end */
-    return hopper_call_fits(s, qkv, dout);                   /* HS 128: attention_hopper_bwd128.cu */
-}
-
-void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                    const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                    cudaStream_t stream, int dq_slices) {
-    const AttnOptions no_options = {};
-    if (!attention_hopper_bwd_supports(mode, no_options, s, qkv, dout))
-        die_unsupported("attention_backward_hopper_keys", mode, s, qkv, dout, "bf16 or repair mode",
-                        "attention_backward_cuda");
-    if (s.HS == 128)
-        return attention_backward_hopper_keys128(mode, s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
-    const char* who = "attention (Hopper backward, HS 64)";
-    launch_mode_and_slices<ATTN_BF16, ATTN_REPAIR>(mode, dq_slices, [&](auto mode_c, auto slices_c) {
-        keys64_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,
-                                                                          stream, who);
-    });
-}
+template <> void hopper_keys_pass<64, ATTN_BF16>(const HopperBwdCall& c) { keys64_launch<ATTN_BF16>(c); }
+template <> void hopper_keys_pass<64, ATTN_REPAIR>(const HopperBwdCall& c) { keys64_launch<ATTN_REPAIR>(c); }
 
 void attention_hopper_bwd_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

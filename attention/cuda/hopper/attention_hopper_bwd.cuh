@@ -1,31 +1,32 @@
 /*
  * attention/cuda/hopper/attention_hopper_bwd.cuh - the public surface of the Hopper (sm_90a) attention backward: one
- * support check and one entry point per pass, each serving head sizes 64 and 128 (the entry point hands HS 128 to
- * its half; the halves are declared in hopper_host.cuh, for the instantiation files only).
+ * support check (which also names the chain of passes a call runs) and one entry point that runs that chain, for
+ * every mode it serves at head sizes 64 and 128.
  *
- * Why: attention/cuda/attention_cuda.cu's dispatch (backward_launch) runs these passes in place of their portable
+ * Why: attention/cuda/attention_cuda.cu's dispatch (backward_launch) runs this chain in place of its portable
  * twins on a compute-capability 9.0 device when the check says yes and AttnOptions.force_portable is 0; the
- * passes read and write the portable backward's workspace slots (attention_cuda_workspace_bytes), so the chain
- * is prep kernel -> [row pass] -> key-major pass -> [dQ post-pass] whichever path each link takes. What each
- * pass computes and its CTA: docs/attention_kernels.md ("The Hopper kernels") and the instantiation files'
- * comments. The objects are compiled for sm_90a only; other builds link them and never launch them.
+ * passes read and write the portable backward's workspace slots (attention_cuda_workspace_bytes), so the whole
+ * backward is prep kernel -> Hopper chain -> [dQ post-pass] (attention_cuda.cu's kernels before and after).
+ * The chain per (mode, head size) is one table, kHopperBwdChains in attention_hopper_bwd_dispatch.cu, whose
+ * with_row is also the one place where the run-time mode and head size become the passes' template arguments:
+ *   bf16, repair (not repair's tile-max-shift arm): the key-major pass - reads qkv, dout, stats and D [B*NH*T];
+ *       adds s-less dQ partials into the zeroed FP32 dq_acc [B*NH*T][HS] by TMA reduce-add; writes the k and v
+ *       slots of dqkv.
+ *   fp32: the row pass - reads qkv, dout, stats; writes D = sum P dP - then fp32's key-major pass - reads D; adds
+ *       dQ partials into dq_acc as bf16's; writes the k and v slots of dqkv.
+ *   gproj: the row pass - reads qkv, dout, stats and D; writes lambda [B*NH*T] and the q slot of dqkv (all of
+ *       dQ) - then gproj's key-major pass - reads D and lambda; writes the k and v slots of dqkv
+ *       (deterministic: no dQ, no atomics).
+ * What each pass computes and its CTA: docs/attention_kernels.md ("The Hopper kernels") and the instantiation
+ * files' comments. The objects are compiled for sm_90a only; other builds link them and never launch them.
  *
- * Every check says 1 iff the pass computes (mode, shape) exactly and TMA can take the pointers: the mode (below),
- * head size 64 or 128, B*NH <= 65535, qkv and dout 16-byte aligned. It says nothing about the device. Every entry
- * point is asynchronous on `stream` and dies with a hint on a call its check refuses.
- *
- *   key-major, bf16 and repair (not repair's tile-max-shift arm): attention_hopper_bwd_supports,
- *       attention_backward_hopper_keys - reads qkv, dout, stats and D [B*NH*T]; adds s-less dQ partials into the
- *       zeroed FP32 dq_acc [B*NH*T][HS] by TMA reduce-add; writes the k and v slots of dqkv.
- *   row pass, gproj and fp32: attention_hopper_rows_supports, attention_backward_hopper_rows - reads qkv, dout,
- *       stats and (gproj) D; writes gproj: lambda [B*NH*T] and the q slot of dqkv (all of dQ); fp32: D.
- *   key-major, gproj: attention_hopper_gproj_keys_supports, attention_backward_hopper_gproj_keys - after the
- *       row pass: reads D and lambda; writes the k and v slots of dqkv (deterministic: no dQ, no atomics).
- *   key-major, fp32: attention_hopper_fp32_keys_supports, attention_backward_hopper_fp32_keys - after the row
- *       pass: reads D; adds dQ partials into dq_acc as bf16's; writes the k and v slots of dqkv.
- * dq_slices (the key-major passes that send dQ): 0 = add into dq_acc [B*NH*T][HS]; 1 = dq_acc is
- * [ceil(T / ATTN_BWD_KEY_BLOCK)][B*NH*T][HS], its slice kb zeroed from row kb * ATTN_BWD_KEY_BLOCK on, and the CTA
- * of key block kb adds into slice kb only (the deterministic backward, docs/determinism.md).
+ * The check says yes (nonzero: the chain's passes) iff the chain computes (mode, shape) exactly and TMA can take
+ * the pointers: a mode above, head size 64 or 128, B*NH <= 65535, qkv and dout 16-byte aligned. It says nothing
+ * about the device. The entry point is asynchronous on `stream` and dies with a hint on a call the check refuses.
+ * dq_slices (the chains whose key-major pass sends dQ; 0 for gproj): 0 = add into dq_acc [B*NH*T][HS]; 1 =
+ * dq_acc is [ceil(T / ATTN_BWD_KEY_BLOCK)][B*NH*T][HS], its slice kb zeroed from row kb * ATTN_BWD_KEY_BLOCK on,
+ * and the CTA of key block kb adds into slice kb only (the deterministic backward, docs/determinism.md).
+ * Labs that check or time one pass of a chain alone: hopper_lab_hooks.cuh's attention_backward_hopper_passes.
  *
  * Hangs: the waits of the key-major passes and of the HS-128 row pass are bounded (~2 s of clock64; the HS-64 row
  * pass waits unbounded, as the forward). A pass with setmaxnreg gives up instead of trapping (a trap on the
@@ -44,24 +45,18 @@
    block whose dQ partials the deterministic backward keeps in a slice of their own (docs/determinism.md). */
 #define ATTN_BWD_KEY_BLOCK 128
 
+/* The passes of a chain (bits of attention_hopper_bwd_supports's answer); a chain with both runs the row pass first. */
+enum { ATTN_HOPPER_KEY_PASS = 1, ATTN_HOPPER_ROW_PASS = 2 };
+
+/* 0 where the Hopper backward cannot take the call, else the passes its chain runs: ATTN_HOPPER_KEY_PASS (bf16,
+   repair), ATTN_HOPPER_ROW_PASS | ATTN_HOPPER_KEY_PASS (fp32, gproj). */
 int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv, const void* dout);
-void attention_backward_hopper_keys(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                    const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                    cudaStream_t stream, int dq_slices = 0);
 
-int attention_hopper_rows_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout);
-void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                    const float* stats, float* D, float* lambda, __nv_bfloat16* dqkv,
-                                    cudaStream_t stream);
-
-int attention_hopper_gproj_keys_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout);
-void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                          const float* stats, const float* D, const float* lambda,
-                                          __nv_bfloat16* dqkv, cudaStream_t stream);
-
-int attention_hopper_fp32_keys_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout);
-void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                         const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                         cudaStream_t stream, int dq_slices = 0);
+/* Runs the chain of (mode, s.HS). D, lambda, dq_acc: the workspace slots of attention_cuda.cu's carve_workspace
+   (what each pass reads and writes: above); the caller has written D (not in fp32 mode) and zeroed dq_acc or its
+   slices (not in gproj mode). */
+void attention_backward_hopper(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
+                               const __nv_bfloat16* dout, const float* stats, float* D, float* lambda, float* dq_acc,
+                               __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices);
 
 #endif /* ATTENTION_ATTENTION_HOPPER_BWD_CUH */

@@ -1,8 +1,8 @@
 /*
  * attention/cuda/hopper/attention_hopper_bwd128.cu - the Hopper (sm_90a) key-major causal attention backward of bf16 and
  * repair modes at head size 128 (dK, dV and the dQ reduce-adds) on wgmma + TMA, with setmaxnreg. The API and
- * which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (attention_backward_hopper_keys dispatches here
- * on HS 128; the HS-64 kernel is attention_hopper_bwd.cu).
+ * which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (the chain of bf16
+ * and repair at HS 128; the HS-64 kernel is attention_hopper_bwd.cu).
  *
  * Why: at HS 128 the portable mma.sync key-major kernel (attention/cuda/attention_cuda.cu: attn_bwd_kernel) takes
  * most of the attention time on the H200 (at B2 H16 T4096 d128 the bulk of the portable fwd+bwd), and HS 64's
@@ -64,17 +64,7 @@
 #include "attention/cuda/hopper/kernel_keys128.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv,
-                                       const __nv_bfloat16* dout, const float* stats, const float* D, float* dq_acc,
-                                       __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices) {
-    if (s.HS != kHS || (mode != ATTN_BF16 && mode != ATTN_REPAIR))
-        die_unsupported("attention_backward_hopper_keys128", mode, s, qkv, dout, "HS 128, bf16 or repair mode",
-                        "attention_backward_hopper_keys");
-    const char* who = "attention (Hopper backward, HS 128)";
-    launch_mode_and_slices<ATTN_BF16, ATTN_REPAIR>(mode, dq_slices, [&](auto mode_c, auto slices_c) {
-        keys128_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,
-                                                                          stream, who);
-    });
-}
+template <> void hopper_keys_pass<128, ATTN_BF16>(const HopperBwdCall& c) { keys128_launch<ATTN_BF16>(c); }
+template <> void hopper_keys_pass<128, ATTN_REPAIR>(const HopperBwdCall& c) { keys128_launch<ATTN_REPAIR>(c); }
 
 void attention_hopper_bwd128_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

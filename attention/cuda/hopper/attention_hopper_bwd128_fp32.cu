@@ -1,10 +1,9 @@
 /*
  * attention/cuda/hopper/attention_hopper_bwd128_fp32.cu - the Hopper (sm_90a) key-major pass of fp32 mode's backward at
  * head size 128 (dK, dV and the dQ partials) on wgmma + TMA, a producer warpgroup and setmaxnreg. The API and
- * which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (the fp32 section at its end:
- * attention_backward_hopper_fp32_keys128; attention_backward_cuda runs it in attn_bwd_kernel<128, ATTN_FP32>'s
- * place on sm_90 after the Hopper row pass). fp32 at HS 64: attention_hopper_bwd64_fp32.cu, which also
- * holds the entry points of both head sizes (attention_backward_hopper_fp32_keys hands HS 128 to this file).
+ * which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (fp32's chain: attention_backward_cuda
+ * runs it in attn_bwd_kernel<128, ATTN_FP32>'s place on sm_90 after the Hopper row pass). fp32 at HS 64:
+ * attention_hopper_bwd64_fp32.cu.
  *
  * Why: with the PORTABLE mma.sync key-major kernel attn_bwd_kernel<128, ATTN_FP32> (attention/cuda/attention_cuda.cu)
  * after the Hopper row pass, fp32 mode's fwd+bwd at B2 H16 T4096 d128 costs more than the 2.5x bf16's that is
@@ -85,17 +84,6 @@
 #include "attention/cuda/hopper/kernel_keys128.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                            const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                            cudaStream_t stream, int dq_slices) {
-    if (s.HS != kHS || !hopper_call_fits(s, qkv, dout))
-        die_unsupported("attention_backward_hopper_fp32_keys128", ATTN_FP32, s, qkv, dout, "HS 128, fp32 mode",
-                        "attention_backward_hopper_fp32_keys");
-    const char* who = "attention (Hopper fp32 key-major pass, HS 128)";
-    launch_mode_and_slices<ATTN_FP32>(ATTN_FP32, dq_slices, [&](auto mode_c, auto slices_c) {
-        keys128_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,
-                                                                          stream, who);
-    });
-}
+template <> void hopper_keys_pass<128, ATTN_FP32>(const HopperBwdCall& c) { keys128_launch<ATTN_FP32>(c); }
 
 void attention_hopper_fp32_keys128_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

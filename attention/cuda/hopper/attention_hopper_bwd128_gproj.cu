@@ -1,8 +1,8 @@
 /*
  * attention/cuda/hopper/attention_hopper_bwd128_gproj.cu - the Hopper (sm_90a) key-major pass of gproj mode's backward at
  * head size 128 (dK and dV only) on wgmma + TMA, a producer warpgroup and setmaxnreg. The API and which calls
- * it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (the gproj section at its end: attention_backward_hopper_gproj_keys
- * dispatches here on HS 128; the HS-64 pass is attention_hopper_bwd_gproj.cu).
+ * it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (gproj's chain at HS 128;
+ * the HS-64 pass is attention_hopper_bwd_gproj.cu).
  *
  * Why: at HS 128 the portable gproj backward (gproj is the users' default mode: prep + attn_bwd_rows_kernel
  * + attn_bwd_kernel<128, ATTN_GPROJ>, attention/cuda/attention_cuda.cu) is about 2.2x bf16's Hopper backward at
@@ -68,20 +68,6 @@
 #include "attention/cuda/hopper/kernel_keys128.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-void attention_backward_hopper_gproj_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                             const float* stats, const float* D, const float* lambda,
-                                             __nv_bfloat16* dqkv, cudaStream_t stream) {
-    if (s.HS != kHS)
-        die_unsupported("attention_backward_hopper_gproj_keys128", ATTN_GPROJ, s, qkv, dout, "HS 128, gproj mode",
-                        "attention_backward_hopper_gproj_keys");
-    const HeadMaps maps =
-        encode_qkv_dout_maps(s, qkv, dout, kBoxRows, "attention (Hopper gproj key-major pass, HS 128)");
-    constexpr int kAlloc = Keys128Mode<ATTN_GPROJ>::Plan::kAlloc;
-    cudaCheck(cudaFuncSetAttribute(keys128_gproj_kernel<ATTN_GPROJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, keys128_gproj_kernel<ATTN_GPROJ>, grid, dim3(kThreads), kAlloc, stream, maps.qkv,
-                               maps.dout, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                               attn_exp2_scale(kHS));
-}
+template <> void hopper_keys_pass<128, ATTN_GPROJ>(const HopperBwdCall& c) { keys128_launch<ATTN_GPROJ>(c); }
 
 void attention_hopper_gproj_keys128_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

@@ -1,10 +1,10 @@
 /*
  * attention/cuda/hopper/attention_hopper_bwd64_fp32.cu - the Hopper (sm_90a) key-major pass of fp32 mode's backward at
  * head size 64 (dK, dV and the dQ partials) on wgmma + TMA: a 288-thread CTA (two consumer warpgroups, one
- * producer warp, no setmaxnreg, 64-query steps) with fp32's split terms. Also the entry points of
- * fp32's Hopper key-major pass for both head sizes (HS 128: attention_hopper_bwd128_fp32.cu). The API and which
- * calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (the fp32 section at its end); attention_backward_cuda
- * runs it in attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 after the Hopper row pass.
+ * producer warp, no setmaxnreg, 64-query steps) with fp32's split terms (HS 128:
+ * attention_hopper_bwd128_fp32.cu). The API and which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh
+ * (fp32's chain); attention_backward_cuda runs it in attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 after the
+ * Hopper row pass.
  *
  * Why: with the PORTABLE mma.sync key-major kernel attn_bwd_kernel<64, ATTN_FP32> (attention_cuda.cu) after the
  * Hopper row pass, fp32 at HS 64 costs nearly 2x bf16's fwd+bwd at the HS-64 shapes. With this pass the fp32
@@ -64,28 +64,12 @@
  * Not done: overlapping the dQ GEMM with the next step's scores (registers: 168 of 168 at 288 threads); a
  * producer warpgroup with setmaxnreg; 3 stages.
  * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
- * file instantiates it for fp32 and keeps the entry point, the support check and the hang-record installer.
+ * file instantiates it for fp32: its passes (hopper_keys_pass<64, ATTN_FP32, DQ_SLICES>, called by
+ * attention_hopper_bwd_dispatch.cu) and the hang-record installer.
  */
 #include "attention/cuda/hopper/kernel_keys64.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-int attention_hopper_fp32_keys_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
-    return mode == ATTN_FP32 && hopper_call_fits(s, qkv, dout); /* HS 128: attention_hopper_bwd128_fp32.cu */
-}
-
-void attention_backward_hopper_fp32_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                         const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                         cudaStream_t stream, int dq_slices) {
-    if (!attention_hopper_fp32_keys_supports(ATTN_FP32, s, qkv, dout))
-        die_unsupported("attention_backward_hopper_fp32_keys", ATTN_FP32, s, qkv, dout, "fp32 mode",
-                        "attention_backward_cuda");
-    if (s.HS == 128)
-        return attention_backward_hopper_fp32_keys128(s, qkv, dout, stats, D, dq_acc, dqkv, stream, dq_slices);
-    const char* who = "attention (Hopper fp32 key-major pass, HS 64)";
-    launch_mode_and_slices<ATTN_FP32>(ATTN_FP32, dq_slices, [&](auto mode_c, auto slices_c) {
-        keys64_launch<decltype(mode_c)::value, decltype(slices_c)::value>(s, qkv, dout, stats, D, dq_acc, dqkv,
-                                                                          stream, who);
-    });
-}
+template <> void hopper_keys_pass<64, ATTN_FP32>(const HopperBwdCall& c) { keys64_launch<ATTN_FP32>(c); }
 
 void attention_hopper_fp32_keys_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

@@ -1,8 +1,8 @@
 /*
  * attention/cuda/hopper/attention_hopper_bwd_gproj.cu - the Hopper (sm_90a) key-major pass of gproj mode's backward at
- * head size 64 (dK and dV only) on wgmma + TMA + a producer warpgroup and setmaxnreg, and the pass's entry
- * points for both head sizes (HS 128: attention_hopper_bwd128_gproj.cu). The API and which calls it serves:
- * attention/cuda/hopper/attention_hopper_bwd.cuh (the gproj section at its end).
+ * head size 64 (dK and dV only) on wgmma + TMA + a producer warpgroup and setmaxnreg (HS 128:
+ * attention_hopper_bwd128_gproj.cu). The API and which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh
+ * (gproj's chain).
  *
  * Why: on sm_90 gproj's backward is prep (D) + the Hopper row pass (attention_hopper_rows.cu: lambda and all
  * of dQ) + a key-major pass for dK and dV, and the portable mma.sync attn_bwd_kernel<64, ATTN_GPROJ>
@@ -59,31 +59,12 @@
  * Not done: D fused into the row pass. fp32 mode's key-major pass (it also computes dQ: three BF16 terms of
  * dS through shared memory and atomics) is attention_hopper_bwd64_fp32.cu.
  * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
- * file instantiates it for gproj and keeps the entry point, the support check and the hang-record installer.
+ * file instantiates it for gproj: its pass (hopper_keys_pass<64, ATTN_GPROJ, false>, called by
+ * attention_hopper_bwd_dispatch.cu) and the hang-record installer.
  */
 #include "attention/cuda/hopper/kernel_keys64.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-int attention_hopper_gproj_keys_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
-    return mode == ATTN_GPROJ && hopper_call_fits(s, qkv, dout); /* HS 128: attention_hopper_bwd128_gproj.cu */
-}
-
-void attention_backward_hopper_gproj_keys(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                          const float* stats, const float* D, const float* lambda,
-                                          __nv_bfloat16* dqkv, cudaStream_t stream) {
-    if (!attention_hopper_gproj_keys_supports(ATTN_GPROJ, s, qkv, dout))
-        die_unsupported("attention_backward_hopper_gproj_keys", ATTN_GPROJ, s, qkv, dout, "gproj mode",
-                        "attention_backward_cuda");
-    if (s.HS == 128) /* attention_hopper_bwd128_gproj.cu */
-        return attention_backward_hopper_gproj_keys128(s, qkv, dout, stats, D, lambda, dqkv, stream);
-    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBoxRows, "attention (Hopper gproj key-major pass)");
-    using Mode = Keys64Mode<ATTN_GPROJ>;
-    cudaCheck(cudaFuncSetAttribute(keys64_gproj_kernel<ATTN_GPROJ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   Mode::Plan::kAlloc));
-    const dim3 grid((unsigned)ceil_div(s.T, kBlockK), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, keys64_gproj_kernel<ATTN_GPROJ>, grid, dim3(Mode::kThreads), Mode::Plan::kAlloc,
-                               stream, maps.qkv, maps.dout, stats, D, lambda, dqkv, s.NH, s.T,
-                               attn_softmax_scale(kHS), attn_exp2_scale(kHS));
-}
+template <> void hopper_keys_pass<64, ATTN_GPROJ>(const HopperBwdCall& c) { keys64_launch<ATTN_GPROJ>(c); }
 
 void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

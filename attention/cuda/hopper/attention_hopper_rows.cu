@@ -31,27 +31,14 @@
  * copies/arrivals completes (as the forward). Registers (CUDA 13.0): gproj 168 (the cap for 288 threads),
  * fp32 106, no spills.
  * HS 128 is attention_hopper_rows128.cu (DSK and PK alone are 128 floats per thread there: a producer
- * warpgroup and setmaxnreg); the entry points below dispatch to it on s.HS.
+ * warpgroup and setmaxnreg); attention_hopper_bwd_dispatch.cu picks the head size.
  * Not done: overlap of the DSK/PK GEMMs of one tile with S/dP of the next, setmaxnreg, D fused into the pass.
  * Device code: kernel_rows.cuh, the row pass's template over head-size traits (RowsShape<HS>); this file
- * instantiates it at HS 64 and keeps the entry point, the support check and what the head size adds.
+ * instantiates it at HS 64: the passes of gproj and fp32 (hopper_rows_pass<64, MODE>, called by
+ * attention_hopper_bwd_dispatch.cu).
  */
 #include "attention/cuda/hopper/kernel_rows.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-int attention_hopper_rows_supports(AttnMode mode, AttnShape s, const void* qkv, const void* dout) {
-    return (mode == ATTN_GPROJ || mode == ATTN_FP32) && hopper_call_fits(s, qkv, dout); /* HS 128: rows128.cu */
-}
-
-void attention_backward_hopper_rows(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                    const float* stats, float* D, float* lambda, __nv_bfloat16* dqkv,
-                                    cudaStream_t stream) {
-    if (!attention_hopper_rows_supports(mode, s, qkv, dout))
-        die_unsupported("attention_backward_hopper_rows", mode, s, qkv, dout, "gproj or fp32 mode",
-                        "attention_backward_cuda");
-    if (s.HS == 128)
-        return attention_backward_hopper_rows128(mode, s, qkv, dout, stats, D, lambda, dqkv, stream);
-    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBlockK, "attention (Hopper row pass)");
-    if (mode == ATTN_GPROJ) rows_launch<64, ATTN_GPROJ>(s, maps.qkv, maps.dout, stats, D, lambda, dqkv, stream);
-    else rows_launch<64, ATTN_FP32>(s, maps.qkv, maps.dout, stats, D, lambda, dqkv, stream);
-}
+template <> void hopper_rows_pass<64, ATTN_GPROJ>(const HopperBwdCall& c) { rows_launch<64, ATTN_GPROJ>(c); }
+template <> void hopper_rows_pass<64, ATTN_FP32>(const HopperBwdCall& c) { rows_launch<64, ATTN_FP32>(c); }

@@ -1,8 +1,8 @@
 /*
  * attention/cuda/hopper/attention_hopper_rows128.cu - the Hopper (sm_90a) query-major row pass of the backward at head size
  * 128 for gproj (lambda and all of dQ) and fp32 (D = sum_j P_ij dP_ij), on wgmma + TMA, a producer warpgroup and
- * setmaxnreg. The API and which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (attention_backward_hopper_rows
- * dispatches here on HS 128; the HS-64 kernel is attention_hopper_rows.cu).
+ * setmaxnreg. The API and which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh (the chains of
+ * gproj and fp32 at HS 128; the HS-64 kernel is attention_hopper_rows.cu).
  *
  * Why: the portable row pass at HS 128 (the mma.sync attn_bwd_rows_kernel<128, MODE>, attention/cuda/attention_cuda.cu)
  * is what keeps gproj (and fp32) at HS 128 far from bf16, and HS 64's kernel does not stretch (its DSK and PK
@@ -57,20 +57,13 @@
  * or fp32's (attention_hopper_bwd128_fp32.cu), elsewhere the portable attn_bwd_kernel<128, MODE>.
  * Not done: overlap of one half's DSK/PK GEMMs with the next half's S/dP; 3 stages; D fused in.
  * Device code: kernel_rows.cuh, the row pass's template over head-size traits (RowsShape<HS>); this file
- * instantiates it at HS 128 and keeps the entry point and what the head size adds.
+ * instantiates it at HS 128: the passes of gproj and fp32 (hopper_rows_pass<128, MODE>, called by
+ * attention_hopper_bwd_dispatch.cu) and the hang-record installer.
  */
 #include "attention/cuda/hopper/kernel_rows.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
 
-void attention_backward_hopper_rows128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                       const float* stats, float* D, float* lambda, __nv_bfloat16* dqkv,
-                                       cudaStream_t stream) {
-    if (s.HS != 128 || (mode != ATTN_GPROJ && mode != ATTN_FP32))
-        die_unsupported("attention_backward_hopper_rows128", mode, s, qkv, dout, "HS 128, gproj or fp32 mode",
-                        "attention_backward_hopper_rows");
-    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBlockK, "attention (Hopper row pass, HS 128)");
-    if (mode == ATTN_GPROJ) rows_launch<128, ATTN_GPROJ>(s, maps.qkv, maps.dout, stats, D, lambda, dqkv, stream);
-    else rows_launch<128, ATTN_FP32>(s, maps.qkv, maps.dout, stats, D, lambda, dqkv, stream);
-}
+template <> void hopper_rows_pass<128, ATTN_GPROJ>(const HopperBwdCall& c) { rows_launch<128, ATTN_GPROJ>(c); }
+template <> void hopper_rows_pass<128, ATTN_FP32>(const HopperBwdCall& c) { rows_launch<128, ATTN_FP32>(c); }
 
 void attention_hopper_rows128_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

@@ -1,20 +1,21 @@
 /*
  * attention/cuda/hopper/hopper_host.cuh - the host side that every Hopper (sm_90a) instantiation file
- * (attention_hopper*.cu) shares: the shape and alignment check of a call, the qkv / dout tensor maps, the
- * message of an unsupported call, the launch of a pass's (mode, dq_slices) instantiation, the installer of a
- * translation unit's hang record, and the head-size halves that one instantiation file calls in another.
+ * (attention_hopper*.cu) and the backward's dispatch share: the shape and alignment check of a call, the
+ * qkv / dout tensor maps, the message of an unsupported call, the tensors of a backward call
+ * (HopperBwdCall), the declarations of the backward's per-(head size, mode) passes, and the installer of a
+ * translation unit's hang record.
  *
- * Why: each instantiation file keeps one entry point and one support check of the public surface
- * (attention_hopper.cuh, attention_hopper_bwd.cuh); what they have in common is written once here, and the
- * HS-128 halves stay out of the public surface (only the entry point that dispatches on s.HS is public).
- * Host code only: the kernels' code does not depend on it. Included after the file's kernel header, in its
- * anonymous namespace where it uses the kernel's names.
+ * Why: the public surface (attention_hopper.cuh, attention_hopper_bwd.cuh) is one support check and one entry
+ * point per direction; the backward's entry point (attention_hopper_bwd_dispatch.cu) turns the run-time mode,
+ * head size into the template arguments of the passes declared here, which the instantiation
+ * files define next to their kernels. What those files have in common is written once here. Host code only:
+ * the kernels' code does not depend on it. Included after the file's kernel header, in its anonymous
+ * namespace where it uses the kernel's names.
  */
 #ifndef ATTENTION_CUDA_HOPPER_HOPPER_HOST_CUH
 #define ATTENTION_CUDA_HOPPER_HOPPER_HOST_CUH
 
 #include <stdint.h>
-#include <type_traits>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
@@ -22,21 +23,30 @@
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "common/cuda_utils.cuh"
 
-/* The HS-128 halves of the backward entry points (attention_hopper_bwd128*.cu, attention_hopper_rows128.cu). The
-   public entry point of the pass (attention_hopper_bwd.cuh) checks support and calls its half on HS 128; each
-   half dies unless s.HS is 128 and the mode is its own. */
-void attention_backward_hopper_keys128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv,
-                                       const __nv_bfloat16* dout, const float* stats, const float* D, float* dq_acc,
-                                       __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices);
-void attention_backward_hopper_rows128(AttnMode mode, AttnShape s, const __nv_bfloat16* qkv,
-                                       const __nv_bfloat16* dout, const float* stats, float* D, float* lambda,
-                                       __nv_bfloat16* dqkv, cudaStream_t stream);
-void attention_backward_hopper_gproj_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                             const float* stats, const float* D, const float* lambda,
-                                             __nv_bfloat16* dqkv, cudaStream_t stream);
-void attention_backward_hopper_fp32_keys128(AttnShape s, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
-                                            const float* stats, const float* D, float* dq_acc, __nv_bfloat16* dqkv,
-                                            cudaStream_t stream, int dq_slices);
+/* The tensors of one Hopper backward call (attention_hopper_bwd.cuh's attention_backward_hopper): its inputs,
+   the workspace slots it reads and writes (attention_cuda.cu's carve_workspace: D, lambda, dq_acc), dqkv, its stream
+   and its dq_slices. */
+struct HopperBwdCall {
+    AttnShape s;
+    const __nv_bfloat16* qkv;
+    const __nv_bfloat16* dout;
+    const float* stats;
+    float* D;
+    float* lambda;
+    float* dq_acc;
+    __nv_bfloat16* dqkv;
+    cudaStream_t stream;
+    int dq_slices; /* attention_hopper_bwd.cuh's dq_slices: 0 in the chains whose key-major pass sends no dQ */
+};
+
+/* One pass of the backward at one (head size, mode): the launch of its kernel on `c`, asynchronous on c.stream.
+   Only declared here: each (HS, MODE) is specialised in the instantiation file that holds its kernel (a pair
+   without one is a link error), and only attention_hopper_bwd_dispatch.cu calls them, after its support check
+   and for the passes its chain table (kHopperBwdChains) lists. */
+template <int HS, int MODE>
+void hopper_rows_pass(const HopperBwdCall& c);
+template <int HS, int MODE>
+void hopper_keys_pass(const HopperBwdCall& c);
 
 namespace {
 
@@ -70,21 +80,6 @@ struct HeadMaps {
 inline HeadMaps encode_qkv_dout_maps(AttnShape s, const void* qkv, const void* dout, int box_rows, const char* who) {
     return {hopper_wgmma::encode_head_map(qkv, s, 3 * s.NH, box_rows, who, "qkv"),
             hopper_wgmma::encode_head_map(dout, s, s.NH, box_rows, who, "dout")};
-}
-
-/* launch(mode, slices) with mode one of MODES as std::integral_constant<int, MODE> and slices as std::true_type
-   or std::false_type: the key-major pass's instantiation for (mode, dq_slices). A mode outside MODES dies. */
-template <int... MODES, typename Launch>
-void launch_mode_and_slices(AttnMode mode, int dq_slices, Launch&& launch) {
-    bool found = false;
-    auto one = [&](auto mode_c) {
-        if (found || (int)mode != decltype(mode_c)::value) return;
-        found = true;
-        if (dq_slices) launch(mode_c, std::true_type{});
-        else launch(mode_c, std::false_type{});
-    };
-    (one(std::integral_constant<int, MODES>{}), ...);
-    if (!found) die("attention (Hopper backward): mode %d has no instantiation in this pass", (int)mode);
 }
 
 /* Points a translation unit's hang record (its __device__ g_hang_record) at a host-mapped AttnHopperHang (a lab's;

@@ -531,21 +531,31 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 /* ---- host ---- */
 
-/* One launch of a mode that sends dQ (bf16, repair, fp32): the dQ accumulator's map (one slice per key block
-   with DQ_SLICES), the grid (key tiles, B*NH) and the PDL launch after the previous kernel of the chain. */
+/* One launch of the pass of MODE on the call's tensors: the qkv / dout maps, the grid (key tiles, B*NH) and the
+   PDL launch after the previous kernel of the chain; the modes that send dQ (bf16, repair, fp32) also the dQ
+   accumulator's map (with c.dq_slices one slice per key block and the DQ_SLICES kernel), gproj lambda in its
+   place. */
 static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
-template <int MODE, bool DQ_SLICES>
-void keys128_launch(AttnShape s, const bf16* qkv, const bf16* dout, const float* stats,
-                    const float* D, float* dq_acc, bf16* dqkv, cudaStream_t stream, const char* who) {
+template <int MODE>
+void keys128_launch(const HopperBwdCall& c) {
     constexpr int kAlloc = Keys128Mode<MODE>::Plan::kAlloc;
-    const HeadMaps maps = encode_qkv_dout_maps(s, qkv, dout, kBoxRows, who);
-    cudaCheck(cudaFuncSetAttribute(keys128_kernel<MODE, DQ_SLICES>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
+    const AttnShape s = c.s;
+    const char* const who = "attention (Hopper key-major pass, HS 128)"; /* in a tensor map's error */
+    const HeadMaps maps = encode_qkv_dout_maps(s, c.qkv, c.dout, kBoxRows, who);
     const int n_key_blocks = ceil_div(s.T, kBlockK);
-    const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, who, DQ_SLICES ? n_key_blocks : 1);
     const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, keys128_kernel<MODE, DQ_SLICES>, grid, dim3(kThreads), kAlloc, stream, maps.qkv,
-                               maps.dout, dq_map, stats, D, dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                               attn_exp2_scale(kHS));
+    if constexpr (MODE == ATTN_GPROJ) {
+        cudaCheck(cudaFuncSetAttribute(keys128_gproj_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
+        launch_after_previous_grid(1, keys128_gproj_kernel<MODE>, grid, dim3(kThreads), kAlloc, c.stream, maps.qkv,
+                                   maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS),
+                                   attn_exp2_scale(kHS));
+    } else {
+        const auto kernel = c.dq_slices ? keys128_kernel<MODE, true> : keys128_kernel<MODE, false>;
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
+        const CUtensorMap dq_map = encode_dq_acc_map(c.dq_acc, s, kBlockQ, who, c.dq_slices ? n_key_blocks : 1);
+        launch_after_previous_grid(1, kernel, grid, dim3(kThreads), kAlloc, c.stream, maps.qkv, maps.dout, dq_map,
+                                   c.stats, c.D, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+    }
 }
 
 }  // namespace

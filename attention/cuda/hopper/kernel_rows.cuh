@@ -26,6 +26,7 @@
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "attention/cuda/hopper/hopper_bwd_common.cuh"
 #include "attention/cuda/hopper/hopper_rows_common.cuh"
+#include "attention/cuda/hopper/hopper_host.cuh"
 #include "attention/cuda/launch_overlap.cuh"
 
 using namespace hopper_wgmma;
@@ -342,16 +343,19 @@ __global__ void __launch_bounds__(RowsShape<HS>::kThreads, 1)
 
 /* ---- host ---- */
 
-/* One launch: the grid (query tiles, B*NH) and the PDL launch after the previous kernel of the chain. */
+/* One launch on the call's tensors: the qkv / dout maps (boxes of kBlockK rows), the grid (query tiles, B*NH) and
+   the PDL launch after the previous kernel of the chain. */
 template <int HS, int MODE>
-void rows_launch(AttnShape s, const CUtensorMap& qkv_map, const CUtensorMap& dout_map, const float* stats, float* D,
-                 float* lambda, bf16* dqkv, cudaStream_t stream) {
+void rows_launch(const HopperBwdCall& c) {
     constexpr int kAlloc = RowsShape<HS>::Plan::kAlloc;
+    const AttnShape s = c.s;
+    const char* const who = HS == 64 ? "attention (Hopper row pass, HS 64)" : "attention (Hopper row pass, HS 128)";
+    const HeadMaps maps = encode_qkv_dout_maps(s, c.qkv, c.dout, kBlockK, who);
     cudaCheck(cudaFuncSetAttribute(rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
-    launch_after_previous_grid(1, rows_kernel<HS, MODE>, grid, dim3(RowsShape<HS>::kThreads), kAlloc, stream, qkv_map,
-                               dout_map, stats, D, lambda, dqkv, s.NH, s.T, attn_softmax_scale(HS),
-                               attn_exp2_scale(HS));
+    launch_after_previous_grid(1, rows_kernel<HS, MODE>, grid, dim3(RowsShape<HS>::kThreads), kAlloc, c.stream,
+                               maps.qkv, maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
+                               attn_softmax_scale(HS), attn_exp2_scale(HS));
 }
 
 }  // namespace

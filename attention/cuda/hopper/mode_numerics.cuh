@@ -21,7 +21,7 @@
  * takes what it needs as arguments, so the kernels' machine code is the same as with the expressions written
  * in place (dev/compare_ptx.py checks it per kernel). What is not here: which GEMMs a mode issues and where
  * its dQ goes (its block of the kernel body: kernel_keys64.cuh, kernel_keys128.cuh, kernel_rows.cuh) and
- * which passes it runs (attention_cuda.cu's backward_launch).
+ * which passes it runs (the chain table HopperBwdChain, attention_hopper_bwd_dispatch.cu).
  *
  * The fragment layout (hopper_wgmma.cuh): register 4j + 2r + e of a thread's 64 x 64 accumulator is row
  * g + 8r (key-major: a key; row pass: a query), column 8j + 2t + e (g = lane / 4, t = lane % 4). Everything is

@@ -1,0 +1,115 @@
+/*
+ * attention/cuda/hopper/attention_hopper_bwd_dispatch.cu - the Hopper (sm_90a) backward's dispatch: the table of
+ * the passes each (mode, head size) runs (kHopperBwdChains), the support check and the entry point of
+ * attention_hopper_bwd.cuh, the lab's pass-by-pass entry (hopper_lab_hooks.cuh), and with_row, the one place
+ * where a call's run-time mode and head size become template arguments.
+ *
+ * Why: the kernels are template families (kernel_keys64.cuh, kernel_keys128.cuh, kernel_rows.cuh) instantiated
+ * per (head size, mode) in the attention_hopper_*.cu files, each of which defines the passes
+ * (hopper_rows_pass, hopper_keys_pass; hopper_host.cuh) of its kernels and nothing else. What runs for a call,
+ * and whether the call can run here at all, is decided here once: attention_cuda.cu asks the check once per
+ * call and hands the whole chain to the entry point, with the mode still a run-time value. A new mode adds its
+ * rows to the table and its passes to the instantiation files (docs/attention_kernels.md,
+ * "Which files a mode touches"). Host code only: no kernel is instantiated here.
+ */
+#include <stddef.h>
+#include <type_traits>
+#include <utility>
+#include "attention/cuda/hopper/attention_hopper_bwd.cuh"
+#include "attention/cuda/hopper/hopper_host.cuh"
+
+namespace {
+
+/* The chain of one (mode, head size): the passes it runs between attention_cuda.cu's prep kernel and its dQ
+   post-pass (attention_hopper_bwd.cuh says what each reads and writes). row_pass: the row pass runs first (fp32:
+   D = sum P dP; gproj: lambda and all of dQ). keys_send_dq: the key-major pass adds dQ partials into dq_acc (so
+   it takes dq_slices); gproj's writes dK and dV only. */
+struct HopperBwdChain {
+    AttnMode mode;
+    int hs;
+    bool row_pass, keys_send_dq;
+};
+/* The table of chains: a (mode, head size) without a row has no Hopper backward (cudnn: cuDNN's own kernels). */
+constexpr HopperBwdChain kHopperBwdChains[] = {
+    {ATTN_FP32, 64, true, true},    {ATTN_FP32, 128, true, true},    /* row pass, then fp32's key-major pass */
+    {ATTN_BF16, 64, false, true},   {ATTN_BF16, 128, false, true},   /* the key-major pass */
+    {ATTN_REPAIR, 64, false, true}, {ATTN_REPAIR, 128, false, true}, /* the key-major pass (as bf16) */
+    {ATTN_GPROJ, 64, true, false},  {ATTN_GPROJ, 128, true, false},  /* row pass, then gproj's key-major pass */
+};
+constexpr size_t kNumChains = sizeof kHopperBwdChains / sizeof kHopperBwdChains[0];
+
+/* The row of (mode, HS), or NULL. */
+const HopperBwdChain* find_chain(AttnMode mode, int HS) {
+    for (const HopperBwdChain& chain : kHopperBwdChains)
+        if (chain.mode == mode && chain.hs == HS) return &chain;
+    return nullptr;
+}
+
+/* The passes of a chain (attention_hopper_bwd.cuh's bits). */
+int chain_passes(const HopperBwdChain& chain) {
+    return ATTN_HOPPER_KEY_PASS | (chain.row_pass ? ATTN_HOPPER_ROW_PASS : 0);
+}
+
+template <typename F, size_t... ROWS>
+void with_row_of(size_t row, F& f, std::index_sequence<ROWS...>) {
+    ((row == ROWS ? f(std::integral_constant<size_t, ROWS>{}) : void()), ...);
+}
+/* The one run-time -> template step of the Hopper backward: f(row_c) with row_c the std::integral_constant<size_t,
+   row> of a row of kHopperBwdChains, whose kHopperBwdChains[decltype(row_c)::value] is a constant expression:
+   the mode and head size its passes take as template arguments. */
+template <typename F>
+void with_row(size_t row, F&& f) {
+    with_row_of(row, f, std::make_index_sequence<kNumChains>{});
+}
+
+constexpr int kWholeChain = -1; /* run_chain's `passes`: every pass of the call's chain */
+
+/* The passes of `passes` (kWholeChain: all) of the call's chain, in its order; `entry` names the caller in a
+   refusal. */
+void run_chain(const char* entry, int passes, AttnMode mode, AttnOptions opt, const HopperBwdCall& c) {
+    if (!attention_hopper_bwd_supports(mode, opt, c.s, c.qkv, c.dout))
+        die_unsupported(entry, mode, c.s, c.qkv, c.dout,
+                        "mode bf16, repair (not its tile-max-shift arm), fp32 or gproj", "attention_backward_cuda");
+    const HopperBwdChain* chain = find_chain(mode, c.s.HS);
+    const int has = chain_passes(*chain);
+    if (passes == kWholeChain) passes = has;
+    if (passes == 0 || (passes & ~has) != 0)
+        die("%s: passes %d are not a part of mode %s's Hopper chain at HS %d (its passes: %d)\n"
+            "  hint: pass ATTN_HOPPER_ROW_PASS (%d) only to the chains of fp32 and gproj, ATTN_HOPPER_KEY_PASS (%d) "
+            "to every chain",
+            entry, passes, attn_mode_name(mode), c.s.HS, has, ATTN_HOPPER_ROW_PASS, ATTN_HOPPER_KEY_PASS);
+    if (c.dq_slices && !chain->keys_send_dq)
+        die("%s: mode %s's Hopper key-major pass sends no dQ, so it has no dQ slices (dq_slices = %d)\n"
+            "  hint: pass dq_slices = 0 (its dQ comes whole from the row pass: deterministic as it is)",
+            entry, attn_mode_name(mode), c.dq_slices);
+    with_row((size_t)(chain - kHopperBwdChains), [&](auto row_c) {
+        constexpr HopperBwdChain row = kHopperBwdChains[decltype(row_c)::value];
+        if constexpr (row.row_pass) {
+            if (passes & ATTN_HOPPER_ROW_PASS) hopper_rows_pass<row.hs, row.mode>(c);
+        }
+        if (passes & ATTN_HOPPER_KEY_PASS) hopper_keys_pass<row.hs, row.mode>(c);
+    });
+}
+
+}  // namespace
+
+int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv, const void* dout) {
+    if (mode == ATTN_REPAIR && opt.tile_max_shift) return 0; /* the shift arm stays portable end to end */
+    const HopperBwdChain* chain = find_chain(mode, s.HS);
+    return chain && hopper_call_fits(s, qkv, dout) ? chain_passes(*chain) : 0;
+}
+
+void attention_backward_hopper(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
+                               const __nv_bfloat16* dout, const float* stats, float* D, float* lambda, float* dq_acc,
+                               __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices) {
+    const HopperBwdCall c = {s, qkv, dout, stats, D, lambda, dq_acc, dqkv, stream, dq_slices};
+    run_chain("attention_backward_hopper", kWholeChain, mode, opt, c);
+}
+
+void attention_backward_hopper_passes(int passes, AttnMode mode, AttnOptions opt, AttnShape s,
+                                      const __nv_bfloat16* qkv, const __nv_bfloat16* dout, const float* stats,
+                                      float* D, float* lambda, float* dq_acc, __nv_bfloat16* dqkv,
+                                      cudaStream_t stream, int dq_slices) {
+    const HopperBwdCall c = {s, qkv, dout, stats, D, lambda, dq_acc, dqkv, stream, dq_slices};
+    run_chain("attention_backward_hopper_passes", passes, mode, opt, c);
+}
