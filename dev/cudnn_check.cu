@@ -44,6 +44,7 @@
 #include "attention/support/attn_metrics.h"
 #include "common/cuda_utils.cuh"
 #include "common/utils.h"
+#include "tests/gpu_tensor.cuh"
 
 static int g_pass = 0, g_fail = 0;
 static void check(int ok, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -59,7 +60,7 @@ static void check(int ok, const char* fmt, ...) {
     else g_fail++;
 }
 
-/* ---- host/device buffers ---- */
+/* ---- host/device buffers (downloads: tests/gpu_tensor.cuh's download, download_f32) ---- */
 static __nv_bfloat16* to_device(const float* x, size_t n) {
     std::vector<__nv_bfloat16> h(n);
     for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(x[i]);
@@ -67,18 +68,6 @@ static __nv_bfloat16* to_device(const float* x, size_t n) {
     cudaCheck(cudaMalloc(&d, n * sizeof(__nv_bfloat16)));
     cudaCheck(cudaMemcpy(d, h.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
     return d;
-}
-static std::vector<float> from_device(const __nv_bfloat16* d, size_t n) {
-    std::vector<__nv_bfloat16> h(n);
-    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
-    std::vector<float> x(n);
-    for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
-    return x;
-}
-static std::vector<float> from_device_f32(const float* d, size_t n) {
-    std::vector<float> x(n);
-    cudaCheck(cudaMemcpy(x.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return x;
 }
 /* Runs pending work; a CUDA error is reported (not fatal) so the other cases still run. */
 static int sync_ok(const char* what) {
@@ -186,25 +175,45 @@ struct Run {
     std::vector<float> out, stats, dqkv;
 };
 
+/* One case's device tensors: the inputs qkv and dout (BF16 copies of the host ones; NULL where none was given)
+   and the outputs O, dqkv and the stats. */
+struct CaseBuffers {
+    __nv_bfloat16 *qkv, *dout, *out, *dqkv;
+    float* stats;
+};
+static CaseBuffers case_buffers(AttnShape s, const std::vector<float>* qkv, const std::vector<float>* dout) {
+    CaseBuffers b;
+    b.qkv = qkv ? to_device(qkv->data(), qkv->size()) : NULL;
+    b.dout = dout ? to_device(dout->data(), dout->size()) : NULL;
+    cudaCheck(cudaMalloc(&b.out, attn_out_count(s) * sizeof(__nv_bfloat16)));
+    cudaCheck(cudaMalloc(&b.dqkv, attn_qkv_count(s) * sizeof(__nv_bfloat16)));
+    cudaCheck(cudaMalloc(&b.stats, attn_stats_count(s) * sizeof(float)));
+    return b;
+}
+static void case_buffers_free(CaseBuffers* b) {
+    cudaFree(b->qkv); cudaFree(b->dout); cudaFree(b->out); cudaFree(b->dqkv); cudaFree(b->stats);
+}
+/* The outputs of a finished run: O and dqkv, and the stats where `with_stats`. */
+static Run download_run(AttnShape s, const CaseBuffers& b, bool with_stats) {
+    Run r;
+    r.out = download(b.out, attn_out_count(s));
+    r.dqkv = download(b.dqkv, attn_qkv_count(s));
+    if (with_stats) r.stats = download_f32(b.stats, attn_stats_count(s));
+    return r;
+}
+
 /* Our bf16 mode (our kernels) on the same inputs: forward, then backward on its own O and stats. */
 static Run run_bf16(AttnShape s, const __nv_bfloat16* d_qkv, const __nv_bfloat16* d_dout) {
     Run r;
-    __nv_bfloat16 *d_out, *d_dqkv;
-    float* d_stats;
-    cudaCheck(cudaMalloc(&d_out, attn_out_count(s) * 2));
-    cudaCheck(cudaMalloc(&d_dqkv, attn_qkv_count(s) * 2));
-    cudaCheck(cudaMalloc(&d_stats, attn_stats_count(s) * 4));
+    CaseBuffers buf = case_buffers(s, NULL, NULL);
     const size_t wsb = attention_cuda_workspace_bytes(s, ATTN_BF16);
     void* ws;
     cudaCheck(cudaMalloc(&ws, wsb));
-    attention_forward_cuda(ATTN_BF16, AttnOptions{}, s, d_qkv, d_out, d_stats, NULL, 0);
-    attention_backward_cuda(ATTN_BF16, AttnOptions{}, s, d_qkv, d_out, d_stats, d_dout, d_dqkv, ws, 0);
-    if (sync_ok("bf16 mode")) {
-        r.out = from_device(d_out, attn_out_count(s));
-        r.dqkv = from_device(d_dqkv, attn_qkv_count(s));
-        r.stats = from_device_f32(d_stats, attn_stats_count(s));
-    }
-    cudaFree(d_out); cudaFree(d_dqkv); cudaFree(d_stats); cudaFree(ws);
+    attention_forward_cuda(ATTN_BF16, AttnOptions{}, s, d_qkv, buf.out, buf.stats, NULL, 0);
+    attention_backward_cuda(ATTN_BF16, AttnOptions{}, s, d_qkv, buf.out, buf.stats, d_dout, buf.dqkv, ws, 0);
+    if (sync_ok("bf16 mode")) r = download_run(s, buf, true);
+    case_buffers_free(&buf);
+    cudaFree(ws);
     return r;
 }
 
@@ -214,13 +223,7 @@ static void shape_section(AttnShape s, uint64_t seed, const char* outdir) {
     AttnCase c = attn_case_random(1.0, seed);
     attn_case_fill(&c, s, qkv.data(), dout.data());
     const Reference ref = reference(s, qkv.data(), dout.data());
-    __nv_bfloat16* d_qkv = to_device(qkv.data(), qkv.size());
-    __nv_bfloat16* d_dout = to_device(dout.data(), dout.size());
-    __nv_bfloat16 *d_out, *d_dqkv;
-    float* d_stats;
-    cudaCheck(cudaMalloc(&d_out, attn_out_count(s) * 2));
-    cudaCheck(cudaMalloc(&d_dqkv, attn_qkv_count(s) * 2));
-    cudaCheck(cudaMalloc(&d_stats, attn_stats_count(s) * 4));
+    CaseBuffers buf = case_buffers(s, &qkv, &dout);
     char label[256], err[4096];
     std::vector<char> log(1 << 20);
 
@@ -236,13 +239,13 @@ static void shape_section(AttnShape s, uint64_t seed, const char* outdir) {
         check(p != NULL, "%s: plan built%s%s", label, p ? ": " : "", p ? attention_cudnn_plan_describe(p) : "");
         if (!p) continue;
         printf("  plan JSON: %s\n", attention_cudnn_plan_json(p));
-        cudaCheck(cudaMemset(d_stats, 0xFF, attn_stats_count(s) * 4)); /* NaN: a row left unwritten shows */
-        const int rc = attention_cudnn_plan_forward(p, d_qkv, d_out, d_stats, 0, err, sizeof err);
+        cudaCheck(cudaMemset(buf.stats, 0xFF, attn_stats_count(s) * 4)); /* NaN: a row left unwritten shows */
+        const int rc = attention_cudnn_plan_forward(p, buf.qkv, buf.out, buf.stats, 0, err, sizeof err);
         check(rc == 0, "%s: executed%s%s", label, rc ? ": " : "", rc ? err : "");
         if (rc == 0 && sync_ok(label)) {
             Run r;
-            r.out = from_device(d_out, attn_out_count(s));
-            r.stats = from_device_f32(d_stats, attn_stats_count(s));
+            r.out = download(buf.out, attn_out_count(s));
+            r.stats = download_f32(buf.stats, attn_stats_count(s));
             AttnErrors e;
             attn_errors_compute(s, r.out.data(), ref.out.data(), NULL, NULL, NULL, &e);
             check_errors(label, e, 0);
@@ -270,13 +273,13 @@ static void shape_section(AttnShape s, uint64_t seed, const char* outdir) {
                     if (!p) continue;
                     printf("  plan JSON: %s\n", attention_cudnn_plan_json(p));
                     __nv_bfloat16* d_o = to_device(fwd_runs[0].out.data(), fwd_runs[0].out.size());
-                    cudaCheck(cudaMemcpy(d_stats, fwd_runs[0].stats.data(), attn_stats_count(s) * 4, cudaMemcpyHostToDevice));
-                    cudaCheck(cudaMemset(d_dqkv, 0xFF, attn_qkv_count(s) * 2)); /* NaN: unwritten parts show */
-                    const int rc = attention_cudnn_plan_backward(p, d_qkv, d_o, d_stats, d_dout, d_dqkv, 0, err, sizeof err);
+                    cudaCheck(cudaMemcpy(buf.stats, fwd_runs[0].stats.data(), attn_stats_count(s) * 4, cudaMemcpyHostToDevice));
+                    cudaCheck(cudaMemset(buf.dqkv, 0xFF, attn_qkv_count(s) * 2)); /* NaN: unwritten parts show */
+                    const int rc = attention_cudnn_plan_backward(p, buf.qkv, d_o, buf.stats, buf.dout, buf.dqkv, 0, err, sizeof err);
                     check(rc == 0, "%s: executed%s%s", label, rc ? ": " : "", rc ? err : "");
                     if (rc == 0 && sync_ok(label)) {
                         Run r;
-                        r.dqkv = from_device(d_dqkv, attn_qkv_count(s));
+                        r.dqkv = download(buf.dqkv, attn_qkv_count(s));
                         AttnErrors e;
                         attn_errors_compute(s, fwd_runs[0].out.data(), ref.out.data(), r.dqkv.data(), ref.dqkv.data(),
                                             NULL, &e);
@@ -296,15 +299,12 @@ static void shape_section(AttnShape s, uint64_t seed, const char* outdir) {
     }
 
     /* the production path, as the trainer calls it */
-    attention_forward_cudnn(s, d_qkv, d_out, d_stats, 0);
-    attention_backward_cudnn(s, d_qkv, d_out, d_stats, d_dout, d_dqkv, 0);
+    attention_forward_cudnn(s, buf.qkv, buf.out, buf.stats, 0);
+    attention_backward_cudnn(s, buf.qkv, buf.out, buf.stats, buf.dout, buf.dqkv, 0);
     snprintf(label, sizeof label, "B%d NH%d T%d HS%d production path", s.B, s.NH, s.T, s.HS);
     if (sync_ok(label)) {
         printf("  describe: %s\n", attention_cudnn_describe(s));
-        Run cu;
-        cu.out = from_device(d_out, attn_out_count(s));
-        cu.dqkv = from_device(d_dqkv, attn_qkv_count(s));
-        cu.stats = from_device_f32(d_stats, attn_stats_count(s));
+        Run cu = download_run(s, buf, true);
         AttnErrors e;
         attn_errors_compute(s, cu.out.data(), ref.out.data(), cu.dqkv.data(), ref.dqkv.data(), NULL, &e);
         attn_errors_print_header(stdout);
@@ -312,12 +312,12 @@ static void shape_section(AttnShape s, uint64_t seed, const char* outdir) {
         check_errors(label, e, 1);
         check_stats(label, s, cu.stats, ref);
         /* repeat: same bits? (cuDNN's dQ may be summed in arrival order) */
-        attention_forward_cudnn(s, d_qkv, d_out, d_stats, 0);
-        attention_backward_cudnn(s, d_qkv, d_out, d_stats, d_dout, d_dqkv, 0);
-        if (sync_ok(label)) compare_bits("production path, second call vs first: dqkv", from_device(d_dqkv, attn_qkv_count(s)), cu.dqkv);
+        attention_forward_cudnn(s, buf.qkv, buf.out, buf.stats, 0);
+        attention_backward_cudnn(s, buf.qkv, buf.out, buf.stats, buf.dout, buf.dqkv, 0);
+        if (sync_ok(label)) compare_bits("production path, second call vs first: dqkv", download(buf.dqkv, attn_qkv_count(s)), cu.dqkv);
 
         /* our bf16 mode on the same inputs, and the shared contract: each backward on the other's stats */
-        Run b = run_bf16(s, d_qkv, d_dout);
+        Run b = run_bf16(s, buf.qkv, buf.dout);
         if (!b.out.empty()) {
             AttnErrors eb;
             attn_errors_compute(s, b.out.data(), ref.out.data(), b.dqkv.data(), ref.dqkv.data(), NULL, &eb);
@@ -332,21 +332,21 @@ static void shape_section(AttnShape s, uint64_t seed, const char* outdir) {
                    lse_d);
             /* cudnn backward on bf16 mode's O and stats, bf16 backward on cudnn's */
             __nv_bfloat16* d_o = to_device(b.out.data(), b.out.size());
-            cudaCheck(cudaMemcpy(d_stats, b.stats.data(), attn_stats_count(s) * 4, cudaMemcpyHostToDevice));
-            attention_backward_cudnn(s, d_qkv, d_o, d_stats, d_dout, d_dqkv, 0);
+            cudaCheck(cudaMemcpy(buf.stats, b.stats.data(), attn_stats_count(s) * 4, cudaMemcpyHostToDevice));
+            attention_backward_cudnn(s, buf.qkv, d_o, buf.stats, buf.dout, buf.dqkv, 0);
             if (sync_ok("cudnn backward on bf16 stats")) {
-                std::vector<float> g = from_device(d_dqkv, attn_qkv_count(s));
+                std::vector<float> g = download(buf.dqkv, attn_qkv_count(s));
                 const double dq = rel_diff_median(s, ATTN_T_DQ, g, cu.dqkv);
                 check(dq <= 0.01, "B%d NH%d T%d HS%d: cudnn backward on bf16 mode's O and stats vs on its own: dQ %.3g%% "
                       "(<= 1%%)", s.B, s.NH, s.T, s.HS, 100 * dq);
             }
             __nv_bfloat16* d_co = to_device(cu.out.data(), cu.out.size());
-            cudaCheck(cudaMemcpy(d_stats, cu.stats.data(), attn_stats_count(s) * 4, cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy(buf.stats, cu.stats.data(), attn_stats_count(s) * 4, cudaMemcpyHostToDevice));
             void* ws;
             cudaCheck(cudaMalloc(&ws, attention_cuda_workspace_bytes(s, ATTN_BF16)));
-            attention_backward_cuda(ATTN_BF16, AttnOptions{}, s, d_qkv, d_co, d_stats, d_dout, d_dqkv, ws, 0);
+            attention_backward_cuda(ATTN_BF16, AttnOptions{}, s, buf.qkv, d_co, buf.stats, buf.dout, buf.dqkv, ws, 0);
             if (sync_ok("bf16 backward on cudnn stats")) {
-                std::vector<float> g = from_device(d_dqkv, attn_qkv_count(s));
+                std::vector<float> g = download(buf.dqkv, attn_qkv_count(s));
                 const double dq = rel_diff_median(s, ATTN_T_DQ, g, b.dqkv);
                 check(dq <= 0.01, "B%d NH%d T%d HS%d: bf16 backward on cudnn's O and stats vs on its own: dQ %.3g%% "
                       "(<= 1%%)", s.B, s.NH, s.T, s.HS, 100 * dq);
@@ -359,7 +359,7 @@ static void shape_section(AttnShape s, uint64_t seed, const char* outdir) {
             write_torch_inputs(outdir, tag, s, qkv.data(), dout.data(), cu.out, cu.dqkv);
         }
     }
-    cudaFree(d_qkv); cudaFree(d_dout); cudaFree(d_out); cudaFree(d_dqkv); cudaFree(d_stats);
+    case_buffers_free(&buf);
 }
 
 /* The hard cases: cudnn (production path) and our bf16 mode vs fp64, dQ median per case. */
@@ -379,21 +379,13 @@ static void hard_cases(int HS, uint64_t seed, const char* outdir) {
         attn_case_name(&cases[ci], name, sizeof name);
         attn_case_fill(&cases[ci], s, qkv.data(), dout.data());
         const Reference ref = reference(s, qkv.data(), dout.data());
-        __nv_bfloat16* d_qkv = to_device(qkv.data(), qkv.size());
-        __nv_bfloat16* d_dout = to_device(dout.data(), dout.size());
-        __nv_bfloat16 *d_out, *d_dqkv;
-        float* d_stats;
-        cudaCheck(cudaMalloc(&d_out, attn_out_count(s) * 2));
-        cudaCheck(cudaMalloc(&d_dqkv, attn_qkv_count(s) * 2));
-        cudaCheck(cudaMalloc(&d_stats, attn_stats_count(s) * 4));
-        attention_forward_cudnn(s, d_qkv, d_out, d_stats, 0);
-        attention_backward_cudnn(s, d_qkv, d_out, d_stats, d_dout, d_dqkv, 0);
+        CaseBuffers buf = case_buffers(s, &qkv, &dout);
+        attention_forward_cudnn(s, buf.qkv, buf.out, buf.stats, 0);
+        attention_backward_cudnn(s, buf.qkv, buf.out, buf.stats, buf.dout, buf.dqkv, 0);
         snprintf(label, sizeof label, "%s cudnn", name);
         double dq_cu = NAN, dq_bf = NAN;
         if (sync_ok(label)) {
-            Run cu;
-            cu.out = from_device(d_out, attn_out_count(s));
-            cu.dqkv = from_device(d_dqkv, attn_qkv_count(s));
+            const Run cu = download_run(s, buf, false);
             AttnErrors e;
             attn_errors_compute(s, cu.out.data(), ref.out.data(), cu.dqkv.data(), ref.dqkv.data(), NULL, &e);
             attn_errors_print_row(stdout, label, &e);
@@ -409,7 +401,7 @@ static void hard_cases(int HS, uint64_t seed, const char* outdir) {
                 write_torch_inputs(outdir, tag, s, qkv.data(), dout.data(), cu.out, cu.dqkv);
             }
         }
-        Run b = run_bf16(s, d_qkv, d_dout);
+        Run b = run_bf16(s, buf.qkv, buf.dout);
         if (!b.out.empty()) {
             AttnErrors e;
             attn_errors_compute(s, b.out.data(), ref.out.data(), b.dqkv.data(), ref.dqkv.data(), NULL, &e);
@@ -421,7 +413,7 @@ static void hard_cases(int HS, uint64_t seed, const char* outdir) {
         snprintf(line, sizeof line, "  HS%d %-22s dQ median: cudnn %9.4g%%  bf16 %9.4g%%  cudnn/bf16 %.3g", HS, name,
                  100 * dq_cu, 100 * dq_bf, dq_cu / dq_bf);
         summary.push_back(line);
-        cudaFree(d_qkv); cudaFree(d_dout); cudaFree(d_out); cudaFree(d_dqkv); cudaFree(d_stats);
+        case_buffers_free(&buf);
     }
     printf("key-offset sweep and hard cases, dQ median relative error per case (HS%d):\n", HS);
     for (const std::string& l : summary) printf("%s\n", l.c_str());

@@ -27,7 +27,8 @@ $(BUILD)/attn_probe: $(BUILD)/dev/attn_probe.cu.o $(BUILD)/attention/support/att
 CUDA_PROGRAMS += $(BUILD)/dev/cudnn_check
 CUDA_OBJECTS += $(BUILD)/dev/cudnn_check.cu.o
 $(BUILD)/dev/cudnn_check.cu.o: dev/cudnn_check.cu attention/cudnn/attention_cudnn.cuh attention/attention_cuda.cuh \
-        attention/attention.h attention/support/attn_cases.h attention/support/attn_metrics.h common/cuda_utils.cuh common/utils.h
+        attention/attention.h attention/support/attn_cases.h attention/support/attn_metrics.h common/cuda_utils.cuh common/utils.h \
+        tests/gpu_tensor.cuh tests/testing.h model/kernel_common.cuh
 $(BUILD)/dev/cudnn_check: $(BUILD)/dev/cudnn_check.cu.o $(ATTN_CUDA_OBJS) $(ATTN_CPU_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm $(ATTN_CUDA_LDLIBS)
 # End-to-end CPU test of the probe on a numpy-written capture (builds build/attn_probe with nvcc; skips without it).

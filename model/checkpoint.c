@@ -31,15 +31,9 @@
 /* Version 6's option slots (checkpoint.h). */
 enum {
     HDR_WEIGHT_BITS = 8,
-    HDR_POS,
-    HDR_ROPE_BASE,
-    HDR_NORM,
-    HDR_MLP,
-    HDR_MLP_HIDDEN,
-    HDR_QK_NORM,
-    HDR_BIAS,
-    HDR_TIE_EMBEDDINGS,
-    HDR_FIRST_UNUSED
+    HDR_OPTIONS, /* GPT_CONFIG_OPTION_FIELDS slots: pos, rope_base's bits, norm, mlp, mlp_hidden, qk_norm, bias,
+                    tie_embeddings (gpt_config_options_pack) */
+    HDR_FIRST_UNUSED = HDR_OPTIONS + GPT_CONFIG_OPTION_FIELDS
 };
 
 /* Elements written per fwrite/fread call when converting bf16 <-> fp32. */
@@ -70,14 +64,9 @@ int checkpoint_write_model(const char* path, const GPTConfig* cfg, const float* 
     if (!gpt_config_is_gpt2(cfg)) { /* llm.c's layout cannot say what the model computes: version 6 */
         header[1] = CHECKPOINT_VERSION_OPTIONS;
         header[HDR_WEIGHT_BITS] = bf16 ? 16 : 32;
-        header[HDR_POS] = cfg->pos;
-        memcpy(&header[HDR_ROPE_BASE], &cfg->rope_base, sizeof(float));
-        header[HDR_NORM] = cfg->norm;
-        header[HDR_MLP] = cfg->mlp;
-        header[HDR_MLP_HIDDEN] = cfg->mlp_hidden;
-        header[HDR_QK_NORM] = cfg->qk_norm;
-        header[HDR_BIAS] = cfg->bias;
-        header[HDR_TIE_EMBEDDINGS] = cfg->tie_embeddings;
+        int64_t options[GPT_CONFIG_OPTION_FIELDS];
+        gpt_config_options_pack(cfg, options);
+        for (int i = 0; i < GPT_CONFIG_OPTION_FIELDS; i++) header[HDR_OPTIONS + i] = (int32_t)options[i];
     }
 
     AtomicFile af;
@@ -167,14 +156,9 @@ int checkpoint_read_model(const char* path, GPTConfig* cfg_out, float** params_o
     cfg.padded_vocab_size = header[7];
     gpt_config_set_gpt2_options(&cfg);
     if (version == CHECKPOINT_VERSION_OPTIONS) {
-        cfg.pos = header[HDR_POS];
-        memcpy(&cfg.rope_base, &header[HDR_ROPE_BASE], sizeof(float));
-        cfg.norm = header[HDR_NORM];
-        cfg.mlp = header[HDR_MLP];
-        cfg.mlp_hidden = header[HDR_MLP_HIDDEN];
-        cfg.qk_norm = header[HDR_QK_NORM];
-        cfg.bias = header[HDR_BIAS];
-        cfg.tie_embeddings = header[HDR_TIE_EMBEDDINGS];
+        int64_t options[GPT_CONFIG_OPTION_FIELDS];
+        for (int i = 0; i < GPT_CONFIG_OPTION_FIELDS; i++) options[i] = header[HDR_OPTIONS + i];
+        gpt_config_options_unpack(&cfg, options);
     }
     char msg[256];
     if (cfg.num_layers > CKPT_MAX_LAYERS || cfg.channels > CKPT_MAX_CHANNELS || cfg.num_heads > CKPT_MAX_HEADS ||

@@ -32,6 +32,26 @@ int gpt_config_is_gpt2(const GPTConfig* c) {
            c->mlp_hidden == 4 * c->channels && c->qk_norm == 0 && c->bias == 1 && c->tie_embeddings == 1;
 }
 
+void gpt_config_options_pack(const GPTConfig* c, int64_t out[GPT_CONFIG_OPTION_FIELDS]) {
+    uint32_t base_bits;
+    memcpy(&base_bits, &c->rope_base, sizeof base_bits);
+    const int64_t v[GPT_CONFIG_OPTION_FIELDS] = {c->pos,        base_bits, c->norm, c->mlp,
+                                                 c->mlp_hidden, c->qk_norm, c->bias, c->tie_embeddings};
+    memcpy(out, v, sizeof v);
+}
+
+void gpt_config_options_unpack(GPTConfig* c, const int64_t in[GPT_CONFIG_OPTION_FIELDS]) {
+    const uint32_t base_bits = (uint32_t)in[1];
+    c->pos = (int)in[0];
+    memcpy(&c->rope_base, &base_bits, sizeof base_bits);
+    c->norm = (int)in[2];
+    c->mlp = (int)in[3];
+    c->mlp_hidden = (int)in[4];
+    c->qk_norm = (int)in[5];
+    c->bias = (int)in[6];
+    c->tie_embeddings = (int)in[7];
+}
+
 const char* gpt_config_describe_options(const GPTConfig* c, char* buf, size_t n) {
     size_t used = 0;
     buf[0] = '\0';

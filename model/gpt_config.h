@@ -17,7 +17,7 @@
  *
  * Offers: GPTConfig, gpt_config_from_descriptor ("tiny", "d12", "llama-small",
  * ...), gpt_config_set_gpt2_options, gpt_config_default_mlp_hidden,
- * gpt_config_is_gpt2, the option names (gpt_pos_name, ... and their parsers),
+ * gpt_config_is_gpt2, gpt_config_options_pack / _unpack, the option names (gpt_pos_name, ... and their parsers),
  * the ParamId enum, gpt_param_table (name, shape, offset, weight decay),
  * gpt_num_parameters.
  */
@@ -25,6 +25,7 @@
 #define MODEL_GPT_CONFIG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,6 +86,13 @@ void gpt_config_set_gpt2_options(GPTConfig* cfg);
 int gpt_config_default_mlp_hidden(int mlp, int channels);
 /* 1 if every option has its GPT-2 value (what llm.c's checkpoint layout can hold). */
 int gpt_config_is_gpt2(const GPTConfig* cfg);
+/* The architecture options as the model and resume files store them, consecutively in this order: pos,
+   rope_base's float bits, norm, mlp, mlp_hidden, qk_norm, bias, tie_embeddings (model/checkpoint.c's
+   version-6 header, train/resume_state.c's header). Unpack reads the bits from the low 32 of their field, so a
+   32-bit header's value round-trips. */
+#define GPT_CONFIG_OPTION_FIELDS 8
+void gpt_config_options_pack(const GPTConfig* cfg, int64_t out[GPT_CONFIG_OPTION_FIELDS]);
+void gpt_config_options_unpack(GPTConfig* cfg, const int64_t in[GPT_CONFIG_OPTION_FIELDS]);
 /* The options that differ from GPT-2's as flags ("--pos rope --norm rmsnorm ..."; "" for GPT-2),
    for messages and banners. Returns buf. */
 const char* gpt_config_describe_options(const GPTConfig* cfg, char* buf, size_t n);

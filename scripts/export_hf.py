@@ -16,7 +16,6 @@ Usage: scripts/export_hf.py CHECKPOINT OUTDIR [--dtype fp32|bf16] [--vocab DIR] 
               scripts/setup_data.sh fetched and verified); "" = write no tokenizer files
   --overwrite replace an existing export in OUTDIR (otherwise it is refused)
 """
-import argparse
 import json
 import os
 import sys
@@ -68,19 +67,10 @@ def export(checkpoint, outdir, dtype="fp32", vocab=".cache/gpt2", overwrite=Fals
 
 
 def main():
-    ap = argparse.ArgumentParser(description="Write our model file as a transformers GPT2LMHeadModel folder.")
-    ap.add_argument("checkpoint")
-    ap.add_argument("outdir")
-    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    ap = hf.cli_parser("Write our model file as a transformers GPT2LMHeadModel folder.", "checkpoint", "outdir")
     ap.add_argument("--vocab", default=".cache/gpt2")
-    ap.add_argument("--overwrite", action="store_true")
     a = ap.parse_args()
-    try:
-        export(a.checkpoint, a.outdir, a.dtype, a.vocab, a.overwrite)
-    except hf.HFError as e:
-        print(f"export_hf: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return hf.run_cli("export_hf", export, a.checkpoint, a.outdir, a.dtype, a.vocab, a.overwrite)
 
 
 if __name__ == "__main__":

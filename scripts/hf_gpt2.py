@@ -35,13 +35,15 @@ the raw little-endian tensors; offsets count from the end of the header.
 
 Offers: read_checkpoint, write_checkpoint, to_hf_tensors, from_hf_tensors,
 write_safetensors, read_safetensors, fp32_to_bf16_bits, bf16_bits_to_fp32,
-hf_config, config_from_hf, padded_vocab, gpt2_vocab_files, HFError.
+hf_config, config_from_hf, padded_vocab, gpt2_vocab_files, HFError, cli_parser, run_cli.
 """
+import argparse
 import hashlib
 import json
 import os
 import re
 import struct
+import sys
 
 import numpy as np
 
@@ -392,3 +394,23 @@ def gpt2_vocab_files(vocab_dir):
             raise HFError(f"{p}: sha256 {got} is not GPT-2's {name} (scripts/setup_data.sh lists the expected one)")
         out.append(data)
     return tuple(out)
+
+
+def cli_parser(description, source, dest):
+    """The two commands' arguments: SOURCE DEST, --dtype fp32|bf16 and --overwrite (each adds its own)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument(source)
+    ap.add_argument(dest)
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    ap.add_argument("--overwrite", action="store_true")
+    return ap
+
+
+def run_cli(prog, fn, *args):
+    """fn(*args) as a command's exit status: 0, or 1 with "PROG: error: MESSAGE" on stderr for an HFError."""
+    try:
+        fn(*args)
+    except HFError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -16,7 +16,6 @@ Usage: scripts/import_hf.py HF_DIR CHECKPOINT [--dtype fp32|bf16] [--overwrite]
   CHECKPOINT  the model file to write (llm.c layout; version 3 fp32 by default, 5 with bf16)
   --overwrite replace an existing CHECKPOINT (otherwise it is refused)
 """
-import argparse
 import os
 import sys
 
@@ -42,18 +41,8 @@ def import_folder(hf_dir, checkpoint, dtype="fp32", overwrite=False, log=print):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="Write a transformers GPT-2 folder as our model file.")
-    ap.add_argument("hf_dir")
-    ap.add_argument("checkpoint")
-    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
-    ap.add_argument("--overwrite", action="store_true")
-    a = ap.parse_args()
-    try:
-        import_folder(a.hf_dir, a.checkpoint, a.dtype, a.overwrite)
-    except hf.HFError as e:
-        print(f"import_hf: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    a = hf.cli_parser("Write a transformers GPT-2 folder as our model file.", "hf_dir", "checkpoint").parse_args()
+    return hf.run_cli("import_hf", import_folder, a.hf_dir, a.checkpoint, a.dtype, a.overwrite)
 
 
 if __name__ == "__main__":

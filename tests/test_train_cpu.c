@@ -382,7 +382,7 @@ static void test_resume_state(void) {
         fclose(vf);
         int64_t* h = (int64_t*)bytes;
         h[1] = 2;
-        for (int k = 27; k < 35; k++) h[k] = 0; /* RH_POS .. RH_TIE_EMBEDDINGS */
+        for (int k = 27; k < 35; k++) h[k] = 0; /* RH_OPTIONS: the 8 architecture options */
         const uint64_t sum = resume_hash(bytes, (size_t)size - 8, RESUME_HASH_INIT);
         memcpy(bytes + size - 8, &sum, 8);
         snprintf(opath, sizeof(opath), "%s/v2_state.bin", g_tmpdir);

@@ -44,16 +44,12 @@ enum {
     RH_DATA_POS_BYTES,
     RH_FILE_BYTES,
     RH_ZERO_KEY_BIAS_GRAD, /* version 2 */
-    RH_POS,                /* version 3: the architecture options (model/gpt_config.h) */
-    RH_ROPE_BASE,          /* the float's bits */
-    RH_NORM,
-    RH_MLP,
-    RH_MLP_HIDDEN,
-    RH_QK_NORM,
-    RH_BIAS,
-    RH_TIE_EMBEDDINGS,
+    RH_OPTIONS,            /* version 3: the architecture options, GPT_CONFIG_OPTION_FIELDS slots in
+                              gpt_config_options_pack's order (model/gpt_config.h) */
+    RH_FIRST_UNUSED = RH_OPTIONS + GPT_CONFIG_OPTION_FIELDS,
     RESUME_HEADER_INTS = 64
 };
+_Static_assert(RH_FIRST_UNUSED <= RESUME_HEADER_INTS, "the resume header holds every field");
 
 #define HEADER_BYTES (RESUME_HEADER_INTS * 8)
 /* DataPosition is padded to a multiple of 8 bytes in the file. */
@@ -131,16 +127,7 @@ int resume_state_write(const char* path, const ResumeState* s, char* err, size_t
     hdr[RH_DATA_POS_BYTES] = (int64_t)sizeof(DataPosition);
     hdr[RH_FILE_BYTES] = (int64_t)file_bytes(s->num_params);
     hdr[RH_ZERO_KEY_BIAS_GRAD] = s->zero_key_bias_grad;
-    uint32_t base_bits;
-    memcpy(&base_bits, &s->config.rope_base, 4);
-    hdr[RH_POS] = s->config.pos;
-    hdr[RH_ROPE_BASE] = base_bits;
-    hdr[RH_NORM] = s->config.norm;
-    hdr[RH_MLP] = s->config.mlp;
-    hdr[RH_MLP_HIDDEN] = s->config.mlp_hidden;
-    hdr[RH_QK_NORM] = s->config.qk_norm;
-    hdr[RH_BIAS] = s->config.bias;
-    hdr[RH_TIE_EMBEDDINGS] = s->config.tie_embeddings;
+    gpt_config_options_pack(&s->config, &hdr[RH_OPTIONS]);
     unsigned char pos[DATA_POS_FILE_BYTES];
     memset(pos, 0, sizeof(pos));
     memcpy(pos, &s->data_pos, sizeof(DataPosition));
@@ -239,17 +226,7 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
     s->config.num_heads = (int)hdr[RH_NUM_HEADS];
     s->config.channels = (int)hdr[RH_CHANNELS];
     gpt_config_set_gpt2_options(&s->config); /* version 2: a GPT-2 model */
-    if (version >= 3) {
-        const uint32_t base_bits = (uint32_t)hdr[RH_ROPE_BASE];
-        s->config.pos = (int)hdr[RH_POS];
-        memcpy(&s->config.rope_base, &base_bits, 4);
-        s->config.norm = (int)hdr[RH_NORM];
-        s->config.mlp = (int)hdr[RH_MLP];
-        s->config.mlp_hidden = (int)hdr[RH_MLP_HIDDEN];
-        s->config.qk_norm = (int)hdr[RH_QK_NORM];
-        s->config.bias = (int)hdr[RH_BIAS];
-        s->config.tie_embeddings = (int)hdr[RH_TIE_EMBEDDINGS];
-    }
+    if (version >= 3) gpt_config_options_unpack(&s->config, &hdr[RH_OPTIONS]);
     s->config_hash = (uint64_t)hdr[RH_CONFIG_HASH];
     s->batch_size = (int32_t)hdr[RH_BATCH_SIZE];
     s->seq_len = (int32_t)hdr[RH_SEQ_LEN];

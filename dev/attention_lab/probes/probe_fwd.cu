@@ -8,8 +8,7 @@
  */
 #include "attention/cuda/hopper/kernel_fwd.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
-#include "common/cuda_utils.cuh"
-#include "common/utils.h"
+#include "dev/attention_lab/probes/probe_common.cuh"
 
 namespace {
 
@@ -27,20 +26,9 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = aligned_smem_base(smem_raw);
     uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
-    const int tile_offset[3] = {Plan::kQ, Plan::kK, Plan::kV}; /* by slot */
-    if (threadIdx.x == 0) {
-        mbar_init(bar, 1);
-        mbar_init_fence();
-        fence_proxy_async();
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        mbar_arrive_expect_tx(bar, 3 * Plan::kTileBytes);
-        for (int slot = kSlotQ; slot <= kSlotV; slot++)
-            for (int ch = 0; ch < Plan::kChunks; ch++)
-                tma_load_4d(smem + tile_offset[slot] + ch * Plan::kChunkBytes, &qkv_map, bar, ch * kChunkCols,
-                            slot * NH + head, 0, 0);
-    }
+    probe_load_tiles(ProbeTiles{smem + Plan::kQ, smem + Plan::kK, smem + Plan::kV, nullptr, Plan::kChunks,
+                                Plan::kChunkBytes, Plan::kChunkBytes, 1, 0, 0},
+                     &qkv_map, nullptr, bar, NH, head, 3 * Plan::kTileBytes, nullptr);
     mbar_wait(bar, 0);
     __syncwarp();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp / 4, g = lane >> 2, t = lane & 3;
@@ -48,12 +36,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     float sacc[kSRegs];
     warpgroup_qk<HS>(sacc, smem_u32(smem + Plan::kQ) + wg * kWarpgroupRows * kSwizzleRowBytes,
                      smem_u32(smem + Plan::kK));
-#pragma unroll
-    for (int j = 0; j < kBlockK / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) s_out[(row0 + 8 * r) * kBlockK + 8 * j + 2 * t + e] = sacc[4 * j + 2 * r + e];
+    store_acc_rows(s_out, sacc, row0, t);
     uint32_t pa[kPvSteps][4];
     pack_p_operand<false>(pa, sacc);
     float o[HS / 2];
@@ -65,12 +48,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     wgmma_wait<0>();
     reg_fence(o);
     reg_fence(pa);
-#pragma unroll
-    for (int n = 0; n < HS / 8; n++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) o_out[(row0 + 8 * r) * HS + 8 * n + 2 * t + e] = o[4 * n + 2 * r + e];
+    store_acc_rows(o_out, o, row0, t);
 }
 
 constexpr const char* kWho = "attention (Hopper forward probe)";
@@ -78,19 +56,12 @@ constexpr const char* kWho = "attention (Hopper forward probe)";
 }  // namespace
 
 void attention_hopper_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, float* s_tile, float* o_tile) {
-    if (s.B != 1 || s.T > kBlockK || head < 0 || head >= s.NH || (s.HS != 64 && s.HS != 128)) {
-        die("attention_hopper_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS 64 or 128 (got B=%d NH=%d T=%d "
-            "HS=%d head %d)", kBlockK, s.B, s.NH, s.T, s.HS, head);
-    }
+    probe_require_shape("attention_hopper_layout_probe", s, head, kBlockK, s.HS == 64 || s.HS == 128, "64 or 128");
     const CUtensorMap map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, kWho, "qkv"); /* the forward's map */
-    if (s.HS == 64) {
-        constexpr int smem = SmemPlan<64, kFwdStages>::kAlloc;
-        cudaCheck(cudaFuncSetAttribute(layout_probe_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        layout_probe_kernel<64><<<1, kConsumerThreads, smem>>>(map, s.NH, head, s_tile, o_tile);
-    } else {
-        constexpr int smem = SmemPlan<128, kFwdStages>::kAlloc;
-        cudaCheck(cudaFuncSetAttribute(layout_probe_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        layout_probe_kernel<128><<<1, kConsumerThreads, smem>>>(map, s.NH, head, s_tile, o_tile);
-    }
-    cudaCheckLastError();
+    if (s.HS == 64)
+        probe_launch(layout_probe_kernel<64>, kConsumerThreads, SmemPlan<64, kFwdStages>::kAlloc, map, s.NH, head,
+                     s_tile, o_tile);
+    else
+        probe_launch(layout_probe_kernel<128>, kConsumerThreads, SmemPlan<128, kFwdStages>::kAlloc, map, s.NH, head,
+                     s_tile, o_tile);
 }

@@ -9,29 +9,12 @@
  */
 #include "attention/cuda/hopper/kernel_keys128.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
-#include "common/cuda_utils.cuh"
-#include "common/utils.h"
+#include "dev/attention_lab/probes/probe_common.cuh"
+#include "dev/attention_lab/probes/probe_keys128_common.cuh"
 
 namespace {
 
 using SmemPlan = Keys128Mode<ATTN_BF16>::Plan; /* the shared-memory plan of the kernel this probes */
-
-/* The probe's outputs of two accumulators over this thread's key rows: [keys][N] FP32, row-major; element
-   4j + 2r + e is row key_col + 8r, column 8j + 2t + e (hopper_wgmma.cuh's fragment layout). */
-template <int REGS>
-__device__ __forceinline__ void store_key_rows(float* out0, float* out1, const float (&acc0)[REGS],
-                                               const float (&acc1)[REGS], int key_col, int t) {
-    constexpr int kCols = 2 * REGS;
-#pragma unroll
-    for (int j = 0; j < kCols / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                out0[(key_col + 8 * r) * kCols + 8 * j + 2 * t + e] = acc0[4 * j + 2 * r + e];
-                out1[(key_col + 8 * r) * kCols + 8 * j + 2 * t + e] = acc1[4 * j + 2 * r + e];
-            }
-}
 
 /* Layout probe: the two consumer warpgroups (256 threads), one step of everything, no softmax, at batch 0,
    head `head`: K, V tokens 0..127 (T < 128: the TMA zero fill shows), Q and dO tokens 0..63 loaded into
@@ -49,43 +32,13 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
                         float* __restrict__ out_dv, float* __restrict__ out_dk, float* __restrict__ out_dq) {
     using Plan = SmemPlan;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
-                                      (kSwizzleAtomBytes - 1));
-    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    unsigned char* smem = aligned_smem_base(smem_raw);
     __shared__ int cta_abort;
-    unsigned char* k_s = smem + Plan::kK;
-    unsigned char* v_s = smem + Plan::kV;
-    unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;  /* stage 1 */
-    unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes; /* stage 1 */
     bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + Plan::kDsBytes); /* buffer 1 */
-    if (threadIdx.x == 0) {
-        cta_abort = 0;
-        mbar_init(bar, 1);
-        mbar_init_fence();
-        fence_proxy_async();
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        mbar_arrive_expect_tx(bar, 2 * Plan::kKeyTileBytes + 2 * Plan::kQTileBytes);
-        for (int ch = 0; ch < kChunks; ch++) {
-            for (int half = 0; half < kBlockK / kBoxRows; half++) {
-                const int dst = ch * Plan::kKeyChunkBytes + half * Plan::kBoxBytes;
-                tma_load_4d(k_s + dst, &qkv_map, bar, ch * kChunkCols, kSlotK * NH + head, half * kBoxRows, 0);
-                tma_load_4d(v_s + dst, &qkv_map, bar, ch * kChunkCols, kSlotV * NH + head, half * kBoxRows, 0);
-            }
-            tma_load_4d(q_t + ch * Plan::kQChunkBytes, &qkv_map, bar, ch * kChunkCols, kSlotQ * NH + head, 0, 0);
-            tma_load_4d(do_t + ch * Plan::kQChunkBytes, &dout_map, bar, ch * kChunkCols, head, 0, 0);
-        }
-    }
-    mbar_wait_bounded(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
-    __syncwarp();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wg = warp / 4, warp_in_wg = warp % 4;
-    const int key_col = wg * kWarpgroupKeys + warp_in_wg * 16 + g;
     float st[32], dpt[32];
-    keymajor128_scores(st, dpt, smem_u32(k_s) + wg * Plan::kBoxBytes, smem_u32(v_s) + wg * Plan::kBoxBytes,
-                       smem_u32(q_t), smem_u32(do_t));
-    store_key_rows(out_st, out_dpt, st, dpt, key_col, t);
+    const Keys128ProbeThread th = keys128_probe_scores<Plan>(st, dpt, smem, &qkv_map, &dout_map, NH, head, &cta_abort);
+    const int g = th.g, t = th.t, wg = th.wg, warp_in_wg = th.warp_in_wg, key_col = th.key_col;
+    store_fragment_rows(out_st, out_dpt, st, dpt, key_col, 0, kBlockQ, t);
     uint32_t pa[4][4], pds[4][4];
     pack_acc_a_operand(pa, st);
     pack_acc_a_operand(pds, dpt);
@@ -100,8 +53,8 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     reg_fence(dv);
     reg_fence(dk);
     wgmma_fence();
-    keymajor128_rs_issue(dv, pa, smem_u32(do_t));
-    keymajor128_rs_issue(dk, pds, smem_u32(q_t));
+    keymajor128_rs_issue(dv, pa, th.do_addr);
+    keymajor128_rs_issue(dk, pds, th.q_addr);
     wgmma_commit();
     consumers_sync();
     wgmma_wait<0>();
@@ -114,19 +67,13 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     reg_fence(adq);
     reg_fence(dq);
     wgmma_fence();
-    warpgroup_dq_issue(dq, adq, smem_u32(k_s) + wg * Plan::kKeyChunkBytes);
+    warpgroup_dq_issue(dq, adq, th.k_dq_addr);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(dq);
     reg_fence(adq);
-    store_key_rows(out_dv, out_dk, dv, dk, key_col, t);
-#pragma unroll
-    for (int n = 0; n < kDqCols / 8; n++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                out_dq[(warp_in_wg * 16 + g + 8 * r) * kHS + wg * kDqCols + 8 * n + 2 * t + e] = dq[4 * n + 2 * r + e];
+    store_fragment_rows(out_dv, out_dk, dv, dk, key_col, 0, kHS, t);
+    store_acc_rows(out_dq, dq, warp_in_wg * 16 + g, t, wg * kDqCols, kHS);
 }
 
 constexpr const char* kWho = "attention (Hopper backward, HS 128)";
@@ -135,24 +82,18 @@ constexpr const char* kWho = "attention (Hopper backward, HS 128)";
 
 void attention_hopper_bwd128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                           float* tiles) {
-    if (s.B != 1 || s.T > ATTN_HOPPER_BWD128_PROBE_KEYS || head < 0 || head >= s.NH || s.HS != kHS) {
-        die("attention_hopper_bwd128_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d T=%d "
-            "HS=%d head %d)", ATTN_HOPPER_BWD128_PROBE_KEYS, kHS, s.B, s.NH, s.T, s.HS, head);
-    }
+    probe_require_shape("attention_hopper_bwd128_layout_probe", s, head, ATTN_HOPPER_BWD128_PROBE_KEYS, s.HS == kHS,
+                        "128");
     static_assert(ATTN_HOPPER_BWD128_PROBE_KEYS == kBlockK && ATTN_HOPPER_BWD128_PROBE_QUERIES == kBlockQ,
                   "the probe covers one CTA's keys and one query tile");
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     const size_t n_st = (size_t)kBlockK * kBlockQ, n_dkv = (size_t)kBlockK * kHS;
-    float* o_st = tiles;
-    float* o_dpt = o_st + n_st;
-    float* o_dv = o_dpt + n_st;
-    float* o_dk = o_dv + n_dkv;
-    float* o_dq = o_dk + n_dkv;
-    cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    layout_probe_kernel<<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, o_st, o_dpt, o_dv,
-                                                                   o_dk, o_dq);
-    cudaCheckLastError();
+    ProbeTileCursor out{tiles};
+    float *o_st = out.take(n_st), *o_dpt = out.take(n_st), *o_dv = out.take(n_dkv), *o_dk = out.take(n_dkv),
+          *o_dq = out.take((size_t)kBlockQ * kHS);
+    probe_launch(layout_probe_kernel, kConsumerThreads, SmemPlan::kAlloc, qkv_map, dout_map, s.NH, head, o_st, o_dpt,
+                 o_dv, o_dk, o_dq);
 }
 
 void attention_hopper_probe_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

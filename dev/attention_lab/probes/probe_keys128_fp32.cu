@@ -9,8 +9,8 @@
  */
 #include "attention/cuda/hopper/kernel_keys128.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
-#include "common/cuda_utils.cuh"
-#include "common/utils.h"
+#include "dev/attention_lab/probes/probe_common.cuh"
+#include "dev/attention_lab/probes/probe_keys128_common.cuh"
 
 namespace {
 
@@ -18,19 +18,6 @@ using SmemPlan = Keys128Mode<ATTN_FP32>::Plan; /* the shared-memory plan of the 
 
 static_assert(ATTN_HOPPER_FP32_KEYS128_PROBE_KEYS == kBlockK && ATTN_HOPPER_FP32_KEYS128_PROBE_QUERIES == kBlockQ,
               "the probe covers one CTA's keys and one query tile");
-
-/* The probe's outputs of one accumulator over this thread's key rows: [keys][N] FP32, row-major; element
-   4j + 2r + e is row key_col + 8r, column 8j + 2t + e (hopper_wgmma.cuh's fragment layout). */
-template <int REGS>
-__device__ __forceinline__ void store_key_rows(float* out, const float (&acc)[REGS], int key_col, int t) {
-    constexpr int kCols = 2 * REGS;
-#pragma unroll
-    for (int j = 0; j < kCols / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) out[(key_col + 8 * r) * kCols + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
-}
 
 /* Layout probe: the two consumer warpgroups (256 threads), one step, no softmax, at batch 0, head `head`:
    K, V tokens 0..127 (T < 128: the TMA zero fill shows), Q and dO tokens 0..63 in STAGE 1, P := S^T and
@@ -72,30 +59,10 @@ __device__ __forceinline__ void fp32keys128_probe_products(const float (&st)[32]
     }
     if constexpr (kPart == kProbeDkDv) {
         float acc[kHS / 2];
-#pragma unroll
-        for (int i = 0; i < kHS / 2; i++) acc[i] = 0.f;
-        reg_fence(pa);
-        reg_fence(pa_lo);
-        reg_fence(acc);
-        wgmma_fence();
-        keymajor128_rs_issue(acc, pa, do_addr);
-        keymajor128_rs_issue(acc, pa_lo, do_addr);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(acc);
-        store_key_rows(out.dv, acc, key_col, t);
-#pragma unroll
-        for (int i = 0; i < kHS / 2; i++) acc[i] = 0.f;
-        reg_fence(pds);
-        reg_fence(pds_lo);
-        reg_fence(acc);
-        wgmma_fence();
-        keymajor128_rs_issue(acc, pds, q_addr);
-        keymajor128_rs_issue(acc, pds_lo, q_addr);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(acc);
-        store_key_rows(out.dk, acc, key_col, t);
+        probe_rs_batches(acc, pa, pa_lo, do_addr);
+        store_acc_rows(out.dv, acc, key_col, t);
+        probe_rs_batches(acc, pds, pds_lo, q_addr);
+        store_acc_rows(out.dk, acc, key_col, t);
     } else {
         consumers_sync(); /* both warpgroups' halves of the tiles written */
         float dq[32];
@@ -104,14 +71,7 @@ __device__ __forceinline__ void fp32keys128_probe_products(const float (&st)[32]
         reg_fence(dq);
         warpgroup_dq_terms(dq, ds_tiles, k_dq_addr, warp_in_wg, g, t);
         float* o = (kPart == kProbeDq) ? out.dq : (kPart == kProbeDqLo) ? out.dq_lo : out.dq_lo2;
-#pragma unroll
-        for (int n = 0; n < kDqCols / 8; n++)
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-                    o[(warp_in_wg * 16 + g + 8 * r) * kHS + (key_col / kWarpgroupKeys) * kDqCols + 8 * n + 2 * t + e] =
-                        dq[4 * n + 2 * r + e];
+        store_acc_rows(o, dq, warp_in_wg * 16 + g, t, (key_col / kWarpgroupKeys) * kDqCols, kHS);
     }
 }
 
@@ -121,49 +81,16 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
                              int NH, int head, ProbeOut out) {
     using Plan = SmemPlan;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
-                                      (kSwizzleAtomBytes - 1));
-    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    unsigned char* smem = aligned_smem_base(smem_raw);
     __shared__ int cta_abort;
-    unsigned char* k_s = smem + Plan::kK;
-    unsigned char* v_s = smem + Plan::kV;
-    unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;  /* stage 1 */
-    unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes; /* stage 1 */
     bf16* const ds_tiles = reinterpret_cast<bf16*>(smem + Plan::kDs);
-    if (threadIdx.x == 0) {
-        cta_abort = 0;
-        mbar_init(bar, 1);
-        mbar_init_fence();
-        fence_proxy_async();
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        mbar_arrive_expect_tx(bar, 2 * Plan::kKeyTileBytes + 2 * Plan::kQTileBytes);
-        for (int ch = 0; ch < kChunks; ch++) {
-            for (int half = 0; half < kBlockK / kBoxRows; half++) {
-                const int dst = ch * Plan::kKeyChunkBytes + half * Plan::kBoxBytes;
-                tma_load_4d(k_s + dst, &qkv_map, bar, ch * kChunkCols, kSlotK * NH + head, half * kBoxRows, 0);
-                tma_load_4d(v_s + dst, &qkv_map, bar, ch * kChunkCols, kSlotV * NH + head, half * kBoxRows, 0);
-            }
-            tma_load_4d(q_t + ch * Plan::kQChunkBytes, &qkv_map, bar, ch * kChunkCols, kSlotQ * NH + head, 0, 0);
-            tma_load_4d(do_t + ch * Plan::kQChunkBytes, &dout_map, bar, ch * kChunkCols, head, 0, 0);
-        }
-    }
-    mbar_wait_bounded(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
-    __syncwarp();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wg = warp / 4, warp_in_wg = warp % 4;
-    const int key_col = wg * kWarpgroupKeys + warp_in_wg * 16 + g;
-    const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
     float st[32], dpt[32];
-    keymajor128_scores(st, dpt, smem_u32(k_s) + wg * Plan::kBoxBytes, smem_u32(v_s) + wg * Plan::kBoxBytes, q_addr,
-                       do_addr);
+    const Keys128ProbeThread th = keys128_probe_scores<Plan>(st, dpt, smem, &qkv_map, &dout_map, NH, head, &cta_abort);
     if constexpr (kPart == kProbeScores) {
-        store_key_rows(out.st, st, key_col, t);
-        store_key_rows(out.dpt, dpt, key_col, t);
+        store_fragment_rows(out.st, out.dpt, st, dpt, th.key_col, 0, kBlockQ, th.t);
     } else {
-        fp32keys128_probe_products<kPart>(st, dpt, ds_tiles, smem_u32(k_s) + wg * Plan::kKeyChunkBytes, q_addr, do_addr,
-                                         out, key_col, warp_in_wg, g, t);
+        fp32keys128_probe_products<kPart>(st, dpt, ds_tiles, th.k_dq_addr, th.q_addr, th.do_addr, out, th.key_col,
+                                          th.warp_in_wg, th.g, th.t);
     }
 }
 
@@ -173,31 +100,18 @@ constexpr const char* kWho = "attention (Hopper fp32 key-major pass, HS 128)";
 
 void attention_hopper_fp32_keys128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
                                                 const __nv_bfloat16* dout, float* tiles) {
-    if (s.B != 1 || s.T > ATTN_HOPPER_FP32_KEYS128_PROBE_KEYS || head < 0 || head >= s.NH || s.HS != kHS) {
-        die("attention_hopper_fp32_keys128_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d "
-            "NH=%d T=%d HS=%d head %d)", ATTN_HOPPER_FP32_KEYS128_PROBE_KEYS, kHS, s.B, s.NH, s.T, s.HS, head);
-    }
+    probe_require_shape("attention_hopper_fp32_keys128_layout_probe", s, head, ATTN_HOPPER_FP32_KEYS128_PROBE_KEYS,
+                        s.HS == kHS, "128");
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     const size_t n_st = (size_t)kBlockK * kBlockQ, n_kv = (size_t)kBlockK * kHS, n_q = (size_t)kBlockQ * kHS;
-    ProbeOut o;
-    o.st = tiles;
-    o.dpt = o.st + n_st;
-    o.dv = o.dpt + n_st;
-    o.dk = o.dv + n_kv;
-    o.dq = o.dk + n_kv;
-    o.dq_lo = o.dq + n_q;
-    o.dq_lo2 = o.dq_lo + n_q;
-    auto launch = [&](auto kernel) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-        kernel<<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, o);
-        cudaCheckLastError();
-    };
-    launch(fp32keys128_probe_kernel<kProbeScores>);
-    launch(fp32keys128_probe_kernel<kProbeDkDv>);
-    launch(fp32keys128_probe_kernel<kProbeDq>);
-    launch(fp32keys128_probe_kernel<kProbeDqLo>);
-    launch(fp32keys128_probe_kernel<kProbeDqLo2>);
+    ProbeTileCursor out{tiles};
+    const ProbeOut o{out.take(n_st), out.take(n_st), out.take(n_kv), out.take(n_kv),
+                     out.take(n_q),  out.take(n_q),  out.take(n_q)};
+    for (auto kernel : {fp32keys128_probe_kernel<kProbeScores>, fp32keys128_probe_kernel<kProbeDkDv>,
+                        fp32keys128_probe_kernel<kProbeDq>, fp32keys128_probe_kernel<kProbeDqLo>,
+                        fp32keys128_probe_kernel<kProbeDqLo2>})
+        probe_launch(kernel, kConsumerThreads, SmemPlan::kAlloc, qkv_map, dout_map, s.NH, head, o);
 }
 
 void attention_hopper_probe_keys128_fp32_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

@@ -9,8 +9,8 @@
  */
 #include "attention/cuda/hopper/kernel_keys128.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
-#include "common/cuda_utils.cuh"
-#include "common/utils.h"
+#include "dev/attention_lab/probes/probe_common.cuh"
+#include "dev/attention_lab/probes/probe_keys128_common.cuh"
 
 namespace {
 
@@ -18,39 +18,6 @@ using SmemPlan = Keys128Mode<ATTN_GPROJ>::Plan; /* the shared-memory plan of the
 
 static_assert(ATTN_HOPPER_GPROJ128_PROBE_KEYS == kBlockK && ATTN_HOPPER_GPROJ128_PROBE_QUERIES == kBlockQ,
               "the probe covers one CTA's keys and one query tile");
-
-/* The probe's outputs of one accumulator over this thread's key rows: [keys][N] FP32, row-major; element
-   4j + 2r + e is row key_col + 8r, column 8j + 2t + e (hopper_wgmma.cuh's fragment layout). */
-template <int REGS>
-__device__ __forceinline__ void store_key_rows(float* out, const float (&acc)[REGS], int key_col, int t) {
-    constexpr int kCols = 2 * REGS;
-#pragma unroll
-    for (int j = 0; j < kCols / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) out[(key_col + 8 * r) * kCols + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
-}
-
-/* The probe's RS products: acc = first B (+ second B if `second`), both register-A batches of
-   keymajor128_rs_issue into the one accumulator, as the kernel chains dK's two batches. */
-__device__ __forceinline__ void probe_rs_batches(float (&acc)[kHS / 2], uint32_t (&first)[kQSteps][4],
-                                                 uint32_t (&second_a)[kQSteps][4], uint32_t b_addr,
-                                                 bool second = true) {
-#pragma unroll
-    for (int i = 0; i < kHS / 2; i++) acc[i] = 0.f;
-    reg_fence(first);
-    reg_fence(second_a);
-    reg_fence(acc);
-    wgmma_fence();
-    keymajor128_rs_issue(acc, first, b_addr);
-    if (second) keymajor128_rs_issue(acc, second_a, b_addr);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(acc);
-    reg_fence(first);
-    reg_fence(second_a);
-}
 
 /* Layout probe: the two consumer warpgroups (256 threads), one step, no softmax, at batch 0, head `head`:
    K, V tokens 0..127 (T < 128: the TMA zero fill shows), Q and dO tokens 0..63 loaded into STAGE 1, a
@@ -73,44 +40,14 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
                           float* __restrict__ out_dv) {
     using Plan = SmemPlan;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
-                                      (kSwizzleAtomBytes - 1));
-    uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    unsigned char* smem = aligned_smem_base(smem_raw);
     float* lam_row = reinterpret_cast<float*>(smem + Plan::kLambda) + kBlockQ; /* stage 1's lambda */
     __shared__ int cta_abort;
-    unsigned char* k_s = smem + Plan::kK;
-    unsigned char* v_s = smem + Plan::kV;
-    unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;  /* stage 1 */
-    unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes; /* stage 1 */
-    if (threadIdx.x == 0) {
-        cta_abort = 0;
-        mbar_init(bar, 1);
-        mbar_init_fence();
-        fence_proxy_async();
-    }
     if (threadIdx.x < kBlockQ) lam_row[threadIdx.x] = lambda_in[threadIdx.x];
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        mbar_arrive_expect_tx(bar, 2 * Plan::kKeyTileBytes + 2 * Plan::kQTileBytes);
-        for (int ch = 0; ch < kChunks; ch++) {
-            for (int half = 0; half < kBlockK / kBoxRows; half++) {
-                const int dst = ch * Plan::kKeyChunkBytes + half * Plan::kBoxBytes;
-                tma_load_4d(k_s + dst, &qkv_map, bar, ch * kChunkCols, kSlotK * NH + head, half * kBoxRows, 0);
-                tma_load_4d(v_s + dst, &qkv_map, bar, ch * kChunkCols, kSlotV * NH + head, half * kBoxRows, 0);
-            }
-            tma_load_4d(q_t + ch * Plan::kQChunkBytes, &qkv_map, bar, ch * kChunkCols, kSlotQ * NH + head, 0, 0);
-            tma_load_4d(do_t + ch * Plan::kQChunkBytes, &dout_map, bar, ch * kChunkCols, head, 0, 0);
-        }
-    }
-    mbar_wait_bounded(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
-    __syncwarp();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wg = warp / 4, warp_in_wg = warp % 4;
-    const int key_col = wg * kWarpgroupKeys + warp_in_wg * 16 + g;
-    const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
     float st[32], dpt[32];
-    keymajor128_scores(st, dpt, smem_u32(k_s) + wg * Plan::kBoxBytes, smem_u32(v_s) + wg * Plan::kBoxBytes, q_addr,
-                     do_addr);
+    const Keys128ProbeThread th = keys128_probe_scores<Plan>(st, dpt, smem, &qkv_map, &dout_map, NH, head, &cta_abort);
+    const int t = th.t, key_col = th.key_col;
+    const uint32_t q_addr = th.q_addr, do_addr = th.do_addr;
     uint32_t pa[kQSteps][4], pds[kQSteps][4], plam[kQSteps][4];
 #pragma unroll
     for (int kk = 0; kk < kQSteps; kk++) {
@@ -119,19 +56,18 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
         pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
     }
     if (kPart == kProbeScores) {
-        store_key_rows(out_st, st, key_col, t);
-        store_key_rows(out_dpt, dpt, key_col, t);
+        store_fragment_rows(out_st, out_dpt, st, dpt, key_col, 0, kBlockQ, t);
     } else if (kPart == kProbeDkDv) { /* one commit group per accumulator */
         float dk[kHS / 2];
         probe_rs_batches(dk, pds, plam, q_addr);
-        store_key_rows(out_dk, dk, key_col, t);
+        store_acc_rows(out_dk, dk, key_col, t);
         float dv[kHS / 2];
         probe_rs_batches(dv, pa, pa, do_addr, /*second=*/false);
-        store_key_rows(out_dv, dv, key_col, t);
+        store_acc_rows(out_dv, dv, key_col, t);
     } else {
         float corr[kHS / 2];
         probe_rs_batches(corr, plam, plam, q_addr, /*second=*/false);
-        store_key_rows(out_corr, corr, key_col, t);
+        store_acc_rows(out_corr, corr, key_col, t);
     }
 }
 
@@ -141,33 +77,18 @@ constexpr const char* kWho = "attention (Hopper gproj key-major pass, HS 128)";
 
 void attention_hopper_gproj_keys128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
                                                  const __nv_bfloat16* dout, const float* lambda, float* tiles) {
-    if (s.B != 1 || s.T > ATTN_HOPPER_GPROJ128_PROBE_KEYS || head < 0 || head >= s.NH || s.HS != kHS) {
-        die("attention_hopper_gproj_keys128_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d "
-            "NH=%d T=%d HS=%d head %d)", ATTN_HOPPER_GPROJ128_PROBE_KEYS, kHS, s.B, s.NH, s.T, s.HS, head);
-    }
+    probe_require_shape("attention_hopper_gproj_keys128_layout_probe", s, head, ATTN_HOPPER_GPROJ128_PROBE_KEYS,
+                        s.HS == kHS, "128");
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     const size_t n_st = (size_t)kBlockK * kBlockQ, n_kv = (size_t)kBlockK * kHS;
-    float* o_st = tiles;
-    float* o_dpt = o_st + n_st;
-    float* o_dk = o_dpt + n_st;
-    float* o_corr = o_dk + n_kv;
-    float* o_dv = o_corr + n_kv;
-    cudaCheck(cudaFuncSetAttribute(gproj128_probe_kernel<kProbeScores>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   SmemPlan::kAlloc));
-    cudaCheck(cudaFuncSetAttribute(gproj128_probe_kernel<kProbeDkDv>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   SmemPlan::kAlloc));
-    cudaCheck(cudaFuncSetAttribute(gproj128_probe_kernel<kProbeCorr>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   SmemPlan::kAlloc));
-    gproj128_probe_kernel<kProbeScores><<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, lambda,
-                                                                                  o_st, o_dpt, o_dk, o_corr, o_dv);
-    cudaCheckLastError();
-    gproj128_probe_kernel<kProbeDkDv><<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, lambda,
-                                                                                o_st, o_dpt, o_dk, o_corr, o_dv);
-    cudaCheckLastError();
-    gproj128_probe_kernel<kProbeCorr><<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, lambda,
-                                                                                o_st, o_dpt, o_dk, o_corr, o_dv);
-    cudaCheckLastError();
+    ProbeTileCursor out{tiles};
+    float *o_st = out.take(n_st), *o_dpt = out.take(n_st), *o_dk = out.take(n_kv), *o_corr = out.take(n_kv),
+          *o_dv = out.take(n_kv);
+    for (auto kernel : {gproj128_probe_kernel<kProbeScores>, gproj128_probe_kernel<kProbeDkDv>,
+                        gproj128_probe_kernel<kProbeCorr>})
+        probe_launch(kernel, kConsumerThreads, SmemPlan::kAlloc, qkv_map, dout_map, s.NH, head, lambda, o_st, o_dpt,
+                     o_dk, o_corr, o_dv);
 }
 
 void attention_hopper_probe_keys128_gproj_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

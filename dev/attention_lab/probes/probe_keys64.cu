@@ -9,8 +9,7 @@
  */
 #include "attention/cuda/hopper/kernel_keys64.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
-#include "common/cuda_utils.cuh"
-#include "common/utils.h"
+#include "dev/attention_lab/probes/probe_common.cuh"
 
 namespace {
 
@@ -30,16 +29,6 @@ enum ProbePart { kProbeScores = 0, kProbeGemms = 1 };
 struct ProbeOut {
     float *st, *dpt, *dv, *dk, *dq;
 };
-template <int REGS>
-__device__ __forceinline__ void probe_write(float* dst, const float (&acc)[REGS], int row0, int g, int t) {
-    constexpr int kCols = 2 * REGS;
-#pragma unroll
-    for (int j = 0; j < kCols / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) dst[(row0 + g + 8 * r) * kCols + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
-}
 template <int kPart>
 __global__ void __launch_bounds__(128, 1)
     layout_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
@@ -58,13 +47,8 @@ __global__ void __launch_bounds__(128, 1)
     bf16* ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + kWg * Plan::kDsBytes);
     unsigned char* dq_tile = smem + Plan::kDqTile + kWg * Plan::kDqTileBytes;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    if (threadIdx.x == 0) {
-        cta_abort = 0;
-        mbar_init(kv_bar, 1);
-        mbar_init(q_bar, 32);
-        mbar_init_fence();
-        fence_proxy_async();
-    }
+    probe_init_barrier(kv_bar, 1, &cta_abort);
+    probe_init_barrier(q_bar, 32, nullptr);
     __syncthreads();
     if (threadIdx.x == 0) {
         mbar_arrive_expect_tx(kv_bar, 2 * Plan::kBoxBytes);
@@ -81,8 +65,8 @@ __global__ void __launch_bounds__(128, 1)
     float st[kWideScoreRegs], dpt[kWideScoreRegs];
     scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
     if constexpr (kPart == kProbeScores) {
-        probe_write(out.st, st, warp * 16, g, t);
-        probe_write(out.dpt, dpt, warp * 16, g, t);
+        store_acc_rows(out.st, st, warp * 16 + g, t);
+        store_acc_rows(out.dpt, dpt, warp * 16 + g, t);
         return;
     }
     uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
@@ -99,12 +83,12 @@ __global__ void __launch_bounds__(128, 1)
     reg_fence(dk);
     reg_fence(pa);
     reg_fence(pds);
-    probe_write(out.dv, dv, warp * 16, g, t);
-    probe_write(out.dk, dk, warp * 16, g, t);
+    store_acc_rows(out.dv, dv, warp * 16 + g, t);
+    store_acc_rows(out.dk, dk, warp * 16 + g, t);
     float dq0[32], dq1[32];
     dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp, g, t);
-    probe_write(out.dq, dq0, warp * 16, g, t);
-    probe_write(out.dq, dq1, 64 + warp * 16, g, t);
+    store_acc_rows(out.dq, dq0, warp * 16 + g, t);
+    store_acc_rows(out.dq, dq1, 64 + warp * 16 + g, t);
     store_dq_block(dq_tile, dq0, 0, warp, g, t);
     store_dq_block(dq_tile, dq1, 1, warp, g, t);
     fence_proxy_async();
@@ -121,29 +105,18 @@ constexpr const char* kWho = "attention (Hopper backward, HS 64)";
 
 void attention_hopper_bwd_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                        float* tiles, float* dq_acc) {
-    if (s.B != 1 || s.T > ATTN_HOPPER_BWD_PROBE_QUERIES || head < 0 || head >= s.NH || s.HS != kHS) {
-        die("attention_hopper_bwd_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d T=%d "
-            "HS=%d head %d)", ATTN_HOPPER_BWD_PROBE_QUERIES, kHS, s.B, s.NH, s.T, s.HS, head);
-    }
+    probe_require_shape("attention_hopper_bwd_layout_probe", s, head, ATTN_HOPPER_BWD_PROBE_QUERIES, s.HS == kHS, "64");
     static_assert(ATTN_HOPPER_BWD_PROBE_KEYS == kWarpgroupKeys && ATTN_HOPPER_BWD_PROBE_QUERIES == kBlockQ,
                   "the probe covers one consumer warpgroup's keys and one query step");
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     const CUtensorMap dq_map = encode_dq_acc_map(dq_acc, s, kBlockQ, kWho);
     const size_t n_st = (size_t)kWarpgroupKeys * kBlockQ, n_kv = (size_t)kWarpgroupKeys * kHS;
-    ProbeOut o;
-    o.st = tiles;
-    o.dpt = o.st + n_st;
-    o.dv = o.dpt + n_st;
-    o.dk = o.dv + n_kv;
-    o.dq = o.dk + n_kv;
-    auto launch = [&](auto kernel) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-        kernel<<<1, 128, SmemPlan::kAlloc>>>(qkv_map, dout_map, dq_map, s.NH, s.T, head, o);
-        cudaCheckLastError();
-    };
-    launch(layout_probe_kernel<kProbeScores>); /* S^T, dP^T */
-    launch(layout_probe_kernel<kProbeGemms>);  /* dV, dK, dQ (registers and through the reduce-adds) */
+    ProbeTileCursor out{tiles};
+    const ProbeOut o{out.take(n_st), out.take(n_st), out.take(n_kv), out.take(n_kv), out.take((size_t)kBlockQ * kHS)};
+    for (auto kernel : {layout_probe_kernel<kProbeScores> /* S^T, dP^T */,
+                        layout_probe_kernel<kProbeGemms> /* dV, dK, dQ (registers and through the reduce-adds) */})
+        probe_launch(kernel, 128, SmemPlan::kAlloc, qkv_map, dout_map, dq_map, s.NH, s.T, head, o);
 }
 
 void attention_hopper_probe_keys64_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

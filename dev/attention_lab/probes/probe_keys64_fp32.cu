@@ -9,8 +9,7 @@
  */
 #include "attention/cuda/hopper/kernel_keys64.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
-#include "common/cuda_utils.cuh"
-#include "common/utils.h"
+#include "dev/attention_lab/probes/probe_common.cuh"
 
 namespace {
 
@@ -32,41 +31,21 @@ enum ProbePart { kProbeScores = 0, kProbeDkDv = 1, kProbeDq = 2, kProbeDqLo = 3,
 struct ProbeOut {
     float *st, *dpt, *dv, *dk, *dq, *dq_lo, *dq_lo2;
 };
-__device__ __forceinline__ void probe_write(float* dst, const float (&acc)[32], int warp, int g, int t) {
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) dst[(warp * 16 + g + 8 * r) * 64 + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
-}
 template <int kPart>
 __global__ void __launch_bounds__(128, 1)
     fp32keys64_probe_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                             int NH, int head, ProbeOut out) {
     using Plan = SmemPlan;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((kAtomBytes - (smem_u32(smem_raw) & (kAtomBytes - 1))) &
-                                      (kAtomBytes - 1));
+    unsigned char* smem = aligned_smem_base(smem_raw);
     uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
-    if (threadIdx.x == 0) {
-        mbar_init(bar, 1);
-        mbar_init_fence();
-        fence_proxy_async();
-    }
-    __syncthreads();
     unsigned char* k_half = smem + Plan::kK + Plan::kBoxBytes;
     unsigned char* v_half = smem + Plan::kV + Plan::kBoxBytes;
     unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;
     unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes;
     bf16* const ds_tiles = reinterpret_cast<bf16*>(smem + Plan::kDs + Plan::kDsWarpgroupBytes); /* warpgroup 1's */
-    if (threadIdx.x == 0) {
-        mbar_arrive_expect_tx(bar, 4 * Plan::kBoxBytes);
-        tma_load_4d(k_half, &qkv_map, bar, 0, kKeymajorSlotK * NH + head, 0, 0);
-        tma_load_4d(v_half, &qkv_map, bar, 0, kKeymajorSlotV * NH + head, 0, 0);
-        tma_load_4d(q_t, &qkv_map, bar, 0, kKeymajorSlotQ * NH + head, 0, 0);
-        tma_load_4d(do_t, &dout_map, bar, 0, head, 0, 0);
-    }
+    probe_load_tiles(probe_one_box_tiles(q_t, k_half, v_half, do_t), &qkv_map, &dout_map, bar, NH, head,
+                     4 * Plan::kBoxBytes, nullptr);
     keys64_wait<ATTN_FP32>(bar, 0, ATTN_HANG_PROBE, 0, nullptr);
     __syncwarp();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -76,8 +55,8 @@ __global__ void __launch_bounds__(128, 1)
     float st[32], dpt[32];
     warpgroup_two_ss_64x64(st, dpt, k_addr, q_addr, v_addr, do_addr);
     if constexpr (kPart == kProbeScores) {
-        probe_write(out.st, st, warp, g, t);
-        probe_write(out.dpt, dpt, warp, g, t);
+        store_acc_rows(out.st, st, key_row, t);
+        store_acc_rows(out.dpt, dpt, key_row, t);
     } else {
         uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
 #pragma unroll
@@ -108,15 +87,15 @@ __global__ void __launch_bounds__(128, 1)
             reg_fence(pa_lo);
             reg_fence(pds);
             reg_fence(pds_lo);
-            probe_write(out.dv, dv, warp, g, t);
-            probe_write(out.dk, dk, warp, g, t);
+            store_acc_rows(out.dv, dv, key_row, t);
+            store_acc_rows(out.dk, dk, key_row, t);
         } else {
             warpgroup_sync(0); /* the three tiles written */
             float dq[32];
 #pragma unroll
             for (int k = 0; k < 32; k++) dq[k] = 0.f;
             warpgroup_dq_three_terms(dq, ds_tiles, k_addr, warp, g, t);
-            probe_write(kPart == kProbeDq ? out.dq : kPart == kProbeDqLo ? out.dq_lo : out.dq_lo2, dq, warp, g, t);
+            store_acc_rows(kPart == kProbeDq ? out.dq : kPart == kProbeDqLo ? out.dq_lo : out.dq_lo2, dq, key_row, t);
         }
     }
 }
@@ -127,31 +106,17 @@ constexpr const char* kWho = "attention (Hopper fp32 key-major pass, HS 64)";
 
 void attention_hopper_fp32_keys64_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
                                                const __nv_bfloat16* dout, float* tiles) {
-    if (s.B != 1 || s.T > ATTN_HOPPER_FP32_KEYS64_PROBE_TILE || head < 0 || head >= s.NH || s.HS != kHS) {
-        die("attention_hopper_fp32_keys64_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d"
-            " T=%d HS=%d head %d)", ATTN_HOPPER_FP32_KEYS64_PROBE_TILE, kHS, s.B, s.NH, s.T, s.HS, head);
-    }
+    probe_require_shape("attention_hopper_fp32_keys64_layout_probe", s, head, ATTN_HOPPER_FP32_KEYS64_PROBE_TILE,
+                        s.HS == kHS, "64");
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     const size_t n = (size_t)ATTN_HOPPER_FP32_KEYS64_PROBE_TILE * ATTN_HOPPER_FP32_KEYS64_PROBE_TILE;
-    ProbeOut o;
-    o.st = tiles;
-    o.dpt = o.st + n;
-    o.dv = o.dpt + n;
-    o.dk = o.dv + n;
-    o.dq = o.dk + n;
-    o.dq_lo = o.dq + n;
-    o.dq_lo2 = o.dq_lo + n;
-    auto launch = [&](auto kernel) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-        kernel<<<1, 128, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, o);
-        cudaCheckLastError();
-    };
-    launch(fp32keys64_probe_kernel<kProbeScores>);
-    launch(fp32keys64_probe_kernel<kProbeDkDv>);
-    launch(fp32keys64_probe_kernel<kProbeDq>);
-    launch(fp32keys64_probe_kernel<kProbeDqLo>);
-    launch(fp32keys64_probe_kernel<kProbeDqLo2>);
+    ProbeTileCursor out{tiles};
+    const ProbeOut o{out.take(n), out.take(n), out.take(n), out.take(n), out.take(n), out.take(n), out.take(n)};
+    for (auto kernel : {fp32keys64_probe_kernel<kProbeScores>, fp32keys64_probe_kernel<kProbeDkDv>,
+                        fp32keys64_probe_kernel<kProbeDq>, fp32keys64_probe_kernel<kProbeDqLo>,
+                        fp32keys64_probe_kernel<kProbeDqLo2>})
+        probe_launch(kernel, 128, SmemPlan::kAlloc, qkv_map, dout_map, s.NH, head, o);
 }
 
 void attention_hopper_probe_keys64_fp32_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

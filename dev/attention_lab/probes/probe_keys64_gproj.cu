@@ -9,8 +9,7 @@
  */
 #include "attention/cuda/hopper/kernel_keys64.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
-#include "common/cuda_utils.cuh"
-#include "common/utils.h"
+#include "dev/attention_lab/probes/probe_common.cuh"
 
 namespace {
 
@@ -35,45 +34,24 @@ __global__ void __launch_bounds__(128, 1)
     using Plan = SmemPlan;
     extern __shared__ unsigned char smem_raw[];
     __shared__ int cta_abort;
-    unsigned char* smem = smem_raw + ((kAtomBytes - (smem_u32(smem_raw) & (kAtomBytes - 1))) &
-                                      (kAtomBytes - 1));
+    unsigned char* smem = aligned_smem_base(smem_raw);
     uint64_t* bar = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
     float4* rs = reinterpret_cast<float4*>(smem + Plan::kRowState) + kBlockQ; /* stage 1's row state */
-    if (threadIdx.x == 0) {
-        cta_abort = 0;
-        mbar_init(bar, 1);
-        mbar_init_fence();
-        fence_proxy_async();
-    }
-    if (threadIdx.x < kBlockQ) rs[threadIdx.x] = make_float4(0.f, 1.f, 0.f, lambda_in[threadIdx.x]);
-    __syncthreads();
     unsigned char* k_half = smem + Plan::kK + Plan::kBoxBytes;
     unsigned char* v_half = smem + Plan::kV + Plan::kBoxBytes;
     unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;
     unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes;
-    if (threadIdx.x == 0) {
-        mbar_arrive_expect_tx(bar, 4 * Plan::kBoxBytes);
-        tma_load_4d(k_half, &qkv_map, bar, 0, kSlotK * NH + head, 0, 0);
-        tma_load_4d(v_half, &qkv_map, bar, 0, kSlotV * NH + head, 0, 0);
-        tma_load_4d(q_t, &qkv_map, bar, 0, kSlotQ * NH + head, 0, 0);
-        tma_load_4d(do_t, &dout_map, bar, 0, head, 0, 0);
-    }
+    if (threadIdx.x < kBlockQ) rs[threadIdx.x] = make_float4(0.f, 1.f, 0.f, lambda_in[threadIdx.x]);
+    probe_load_tiles(probe_one_box_tiles(q_t, k_half, v_half, do_t), &qkv_map, &dout_map, bar, NH, head,
+                     4 * Plan::kBoxBytes, &cta_abort);
     keys64_wait<ATTN_GPROJ>(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
     __syncwarp();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const uint32_t q_addr = smem_u32(q_t), do_addr = smem_u32(do_t);
     float st[32], dpt[32];
     warpgroup_two_ss_64x64(st, dpt, smem_u32(k_half), q_addr, smem_u32(v_half), do_addr);
-    auto write_acc = [&](float* dst, const float (&acc)[32]) {
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) dst[(warp * 16 + g + 8 * r) * 64 + 8 * j + 2 * t + e] = acc[4 * j + 2 * r + e];
-    };
-    write_acc(out_st, st);
-    write_acc(out_dpt, dpt);
+    store_acc_rows(out_st, st, warp * 16 + g, t);
+    store_acc_rows(out_dpt, dpt, warp * 16 + g, t);
     uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4]; /* pa: unused here (attention_hopper_bwd.cu's probe checks it) */
 #pragma unroll
     for (int kk = 0; kk < kTileKSteps; kk++) {
@@ -101,8 +79,8 @@ __global__ void __launch_bounds__(128, 1)
     reg_fence(corr);
     reg_fence(pds);
     reg_fence(plam);
-    write_acc(out_dk, dk);
-    write_acc(out_corr, corr);
+    store_acc_rows(out_dk, dk, warp * 16 + g, t);
+    store_acc_rows(out_corr, corr, warp * 16 + g, t);
 }
 
 constexpr const char* kWho = "attention (Hopper gproj key-major pass)";
@@ -111,17 +89,13 @@ constexpr const char* kWho = "attention (Hopper gproj key-major pass)";
 
 void attention_hopper_gproj_keys_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv,
                                               const __nv_bfloat16* dout, const float* lambda, float* tiles) {
-    if (s.B != 1 || s.T > ATTN_HOPPER_BWD_PROBE_TILE || head < 0 || head >= s.NH || s.HS != kHS) {
-        die("attention_hopper_gproj_keys_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d "
-            "T=%d HS=%d head %d)", ATTN_HOPPER_BWD_PROBE_TILE, kHS, s.B, s.NH, s.T, s.HS, head);
-    }
+    probe_require_shape("attention_hopper_gproj_keys_layout_probe", s, head, ATTN_HOPPER_BWD_PROBE_TILE, s.HS == kHS,
+                        "64");
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBoxRows, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBoxRows, kWho, "dout");
     const size_t tile = (size_t)ATTN_HOPPER_BWD_PROBE_TILE * ATTN_HOPPER_BWD_PROBE_TILE;
-    cudaCheck(cudaFuncSetAttribute(gproj_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    gproj_probe_kernel<<<1, 128, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, lambda, tiles, tiles + tile,
-                                                     tiles + 2 * tile, tiles + 3 * tile);
-    cudaCheckLastError();
+    probe_launch(gproj_probe_kernel, 128, SmemPlan::kAlloc, qkv_map, dout_map, s.NH, head, lambda, tiles,
+                 tiles + tile, tiles + 2 * tile, tiles + 3 * tile);
 }
 
 void attention_hopper_probe_keys64_gproj_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

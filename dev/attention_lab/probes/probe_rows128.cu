@@ -8,10 +8,8 @@
  * hopper_lab.cuh's lab_watch_hangs through the installer at the end).
  */
 #include "attention/cuda/hopper/kernel_rows.cuh"
-#include "dev/attention_lab/probes/probe_fragments.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
-#include "common/cuda_utils.cuh"
-#include "common/utils.h"
+#include "dev/attention_lab/probes/probe_common.cuh"
 
 namespace {
 
@@ -37,23 +35,8 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     unsigned char* do_s = smem + Plan::kDO;
     unsigned char* k_t = smem + Plan::kK + Plan::kTileBytes; /* stage 1 */
     unsigned char* v_t = smem + Plan::kV + Plan::kTileBytes; /* stage 1 */
-    if (threadIdx.x == 0) {
-        cta_abort = 0;
-        mbar_init(bar, 1);
-        mbar_init_fence();
-        fence_proxy_async();
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        mbar_arrive_expect_tx(bar, 4 * Plan::kTileBytes);
-        for (int ch = 0; ch < kChunks; ch++) {
-            const int dst = ch * Plan::kChunkBytes;
-            tma_load_4d(q_s + dst, &qkv_map, bar, ch * kChunkCols, kSlotQ * NH + head, 0, 0);
-            tma_load_4d(do_s + dst, &dout_map, bar, ch * kChunkCols, head, 0, 0);
-            tma_load_4d(k_t + dst, &qkv_map, bar, ch * kChunkCols, kSlotK * NH + head, 0, 0);
-            tma_load_4d(v_t + dst, &qkv_map, bar, ch * kChunkCols, kSlotV * NH + head, 0, 0);
-        }
-    }
+    probe_load_tiles(ProbeTiles{q_s, k_t, v_t, do_s, kChunks, Plan::kChunkBytes, Plan::kChunkBytes, 1, 0, 0}, &qkv_map,
+                     &dout_map, bar, NH, head, 4 * Plan::kTileBytes, &cta_abort);
     rows_wait<kHS>(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
     __syncwarp();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp / 4, g = lane >> 2, t = lane & 3;
@@ -86,18 +69,14 @@ constexpr const char* kWho = "attention (Hopper row pass, HS 128)";
 
 void attention_hopper_rows128_layout_probe(AttnShape s, int head, const __nv_bfloat16* qkv, const __nv_bfloat16* dout,
                                            float* s_tile, float* dp_tile, float* x_tile, float* y_tile) {
-    if (s.B != 1 || s.T > ATTN_HOPPER_ROWS_PROBE_ROWS || head < 0 || head >= s.NH || s.HS != kHS) {
-        die("attention_hopper_rows128_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d (got B=%d NH=%d "
-            "T=%d HS=%d head %d)", ATTN_HOPPER_ROWS_PROBE_ROWS, kHS, s.B, s.NH, s.T, s.HS, head);
-    }
+    probe_require_shape("attention_hopper_rows128_layout_probe", s, head, ATTN_HOPPER_ROWS_PROBE_ROWS, s.HS == kHS,
+                        "128");
     static_assert(ATTN_HOPPER_ROWS_PROBE_ROWS == kBlockQ && ATTN_HOPPER_ROWS_PROBE_ROWS == kBlockK,
                   "the probe covers one CTA's query rows and one key tile");
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBlockK, kWho, "dout");
-    cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    layout_probe_kernel<<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, s_tile, dp_tile,
-                                                                    x_tile, y_tile);
-    cudaCheckLastError();
+    probe_launch(layout_probe_kernel, kConsumerThreads, SmemPlan::kAlloc, qkv_map, dout_map, s.NH, head, s_tile,
+                 dp_tile, x_tile, y_tile);
 }
 
 void attention_hopper_probe_rows128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record) {

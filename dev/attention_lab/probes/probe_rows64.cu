@@ -7,10 +7,8 @@
  * Compiled for sm_90a only. Its waits are unbounded, as the kernel's (a finite number of copies completes each phase).
  */
 #include "attention/cuda/hopper/kernel_rows.cuh"
-#include "dev/attention_lab/probes/probe_fragments.cuh"
 #include "dev/attention_lab/hopper_probes.cuh"
-#include "common/cuda_utils.cuh"
-#include "common/utils.h"
+#include "dev/attention_lab/probes/probe_common.cuh"
 
 namespace {
 
@@ -30,22 +28,11 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
                         int NH, int head, float* __restrict__ s_out, float* __restrict__ dp_out,
                         float* __restrict__ x_out, float* __restrict__ y_out) {
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
-                                      (kSwizzleAtomBytes - 1));
+    unsigned char* smem = aligned_smem_base(smem_raw);
     uint64_t* bar = reinterpret_cast<uint64_t*>(smem + SmemPlan::kBarriers);
-    if (threadIdx.x == 0) {
-        mbar_init(bar, 1);
-        mbar_init_fence();
-        fence_proxy_async();
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        mbar_arrive_expect_tx(bar, 4 * SmemPlan::kTileBytes);
-        tma_load_4d(smem + SmemPlan::kQ, &qkv_map, bar, 0, kSlotQ * NH + head, 0, 0);
-        tma_load_4d(smem + SmemPlan::kK, &qkv_map, bar, 0, kSlotK * NH + head, 0, 0);
-        tma_load_4d(smem + SmemPlan::kV, &qkv_map, bar, 0, kSlotV * NH + head, 0, 0);
-        tma_load_4d(smem + SmemPlan::kDO, &dout_map, bar, 0, head, 0, 0);
-    }
+    probe_load_tiles(probe_one_box_tiles(smem + SmemPlan::kQ, smem + SmemPlan::kK, smem + SmemPlan::kV,
+                                         smem + SmemPlan::kDO),
+                     &qkv_map, &dout_map, bar, NH, head, 4 * SmemPlan::kTileBytes, nullptr);
     mbar_wait(bar, 0);
     __syncwarp();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp / 4, g = lane >> 2, t = lane & 3;
@@ -83,14 +70,10 @@ void attention_hopper_rows_layout_probe(AttnShape s, int head, const __nv_bfloat
         attention_hopper_rows128_layout_probe(s, head, qkv, dout, s_tile, dp_tile, x_tile, y_tile);
         return;
     }
-    if (s.B != 1 || s.T > ATTN_HOPPER_ROWS_PROBE_ROWS || head < 0 || head >= s.NH || s.HS != kHS) {
-        die("attention_hopper_rows_layout_probe: needs B = 1, T <= %d, 0 <= head < NH, HS %d or 128 (got B=%d NH=%d "
-            "T=%d HS=%d head %d)", ATTN_HOPPER_ROWS_PROBE_ROWS, kHS, s.B, s.NH, s.T, s.HS, head);
-    }
+    probe_require_shape("attention_hopper_rows_layout_probe", s, head, ATTN_HOPPER_ROWS_PROBE_ROWS, s.HS == kHS,
+                        "64 or 128");
     const CUtensorMap qkv_map = encode_head_map(qkv, s, 3 * s.NH, kBlockK, kWho, "qkv");
     const CUtensorMap dout_map = encode_head_map(dout, s, s.NH, kBlockK, kWho, "dout");
-    cudaCheck(cudaFuncSetAttribute(layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemPlan::kAlloc));
-    layout_probe_kernel<<<1, kConsumerThreads, SmemPlan::kAlloc>>>(qkv_map, dout_map, s.NH, head, s_tile, dp_tile,
-                                                                    x_tile, y_tile);
-    cudaCheckLastError();
+    probe_launch(layout_probe_kernel, kConsumerThreads, SmemPlan::kAlloc, qkv_map, dout_map, s.NH, head, s_tile,
+                 dp_tile, x_tile, y_tile);
 }
