@@ -6,10 +6,13 @@
 # each MODEL:B (T 1024, 50 steps), our build/train_gpt in every --attn mode with --cuda-graph 0 and 1, and
 # llm.c's train_gpt2cu (cuDNN attention) with its fastest flags (-r 0 -ge 1: no recompute, GELU fused in the
 # matmul) and its defaults (-r 1 -ge 0); with TWIN=1 also dev/gpt_twin.py (torch.compile, bf16 autocast,
-# SDPA; random tokens). Then our small preset (B16 T256) in every mode, graph 0 and 1, as steps/s.
+# SDPA; random tokens). Then our small preset (B16 T256) in every mode, graph 0 and 1, as steps/s. With
+# PROFILE=1, then per MODEL:B a table of where our step's time goes, per kernel kind and mode
+# (build/dev/profile_gpu_step, 10 steps, random tokens): the breakdown to read before and after a speed change.
 #   ours:  the median "ms" of the step records from step 10 on in the run's log.jsonl (scripts/step_ms.py)
 #   llm.c: the "total average iteration time" it prints (the mean over its steps, the first excluded)
 #   twin:  the ms/step it prints (the mean over --steps after 5 warm-up steps)
+#   profile: its "kernel kind / ms/step / share" table, and the ms/step of its "ours:" line (unprofiled steps)
 # The project fetches nothing at run time: LLMC_DIR is llm.c's build folder, or the folder holding its
 # sources as tarballs (../shared/bench: llmc-*.tgz, cudnn-frontend-include.tgz, llmc_step.sh), which is
 # built first (1-2 minutes; ahead of time with --build-only).
@@ -26,7 +29,8 @@
 #      always opens validation shards; default TRAIN_GLOB: its evaluations are outside the timed steps),
 #      OURS_TIMEOUT / LLMC_TIMEOUT / TWIN_TIMEOUT seconds per run (default 120 / 180 / 300), TWIN=1,
 #      TWIN_STEPS (default 15), PYTHON (default python3), RUN_ROOT (the runs' folders: default /dev/shm when it
-#      has 16 GB free, else /tmp).
+#      has 16 GB free, else /tmp), PROFILE=1 (the per-kernel tables), PROFILE_BIN (default
+#      build/dev/profile_gpu_step), PROFILE_TIMEOUT seconds per mode (default 120).
 # Every run is under `timeout` (SIGTERM, then SIGKILL 30 s later: ours saves a checkpoint on SIGTERM); a run
 # that fails or prints no time shows n/a, and its last lines are printed. On INT/TERM the run in flight is
 # stopped and the rows measured so far are written (exit 130).
@@ -37,6 +41,7 @@ set -u
 caller=$PWD
 abs() { case $1 in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
 [ -n "${OURS_BIN:-}" ] && OURS_BIN=$(abs "$OURS_BIN")
+[ -n "${PROFILE_BIN:-}" ] && PROFILE_BIN=$(abs "$PROFILE_BIN")
 [ -n "${LLMC_BUILD:-}" ] && LLMC_BUILD=$(abs "$LLMC_BUILD")
 [ -n "${RUN_ROOT:-}" ] && RUN_ROOT=$(abs "$RUN_ROOT")
 [ -n "${VAL_GLOB:-}" ] && VAL_GLOB=$(abs "$VAL_GLOB")
@@ -90,7 +95,10 @@ STEPS=${STEPS:-50} SMALL_STEPS=${SMALL_STEPS:-200}
 VAL_GLOB=${VAL_GLOB:-$TRAIN_GLOB}
 OURS_TIMEOUT=${OURS_TIMEOUT:-120} LLMC_TIMEOUT=${LLMC_TIMEOUT:-180} TWIN_TIMEOUT=${TWIN_TIMEOUT:-300}
 TWIN_STEPS=${TWIN_STEPS:-15}
+PROFILE=${PROFILE:-0} PROFILE_BIN=${PROFILE_BIN:-build/dev/profile_gpu_step} PROFILE_TIMEOUT=${PROFILE_TIMEOUT:-120}
 [ -x "$OURS_BIN" ] || die "no trainer at $OURS_BIN: build it first (make build/train_gpt) or set OURS_BIN"
+[ "$PROFILE" = 1 ] && [ ! -x "$PROFILE_BIN" ] &&
+    die "PROFILE=1 but no profiler at $PROFILE_BIN: build it first (make build/dev/profile_gpu_step) or set PROFILE_BIN"
 compgen -G "$TRAIN_GLOB" > /dev/null || die "TRAIN_GLOB '$TRAIN_GLOB' matches no file"
 LLMC=$(llmc_bin "$LLMC_DIR") || exit 2
 mkdir -p "$(dirname "$OUT_MD")"
@@ -118,6 +126,7 @@ finish() {
         echo "Commands: \`$OURS_BIN --model M --batch-size B --seq-len 1024 --steps $STEPS --train-data GLOB --val-data \"\""
         echo "--vocab \"\" --sample-every 0 --log-every 10 --checkpoint-minutes 0 --attn MODE --cuda-graph G --out-dir DIR\`;"
         echo "\`$LLMC -i GLOB -j VAL_GLOB -o DIR -b B -t 1024 -d B*1024 -x $STEPS -e M -v 1000 -s 0 -n 0 FLAGS\`."
+        [ "$PROFILE" = 1 ] && echo "Profile: \`$PROFILE_BIN --model M --batch B --seq 1024 --attn MODE --steps 10\`."
         [ "${TWIN:-0}" = 1 ] && echo "Twin: \`$PY dev/gpt_twin.py --model M --batch B --seq 1024 --steps $TWIN_STEPS --warmup 5 --compile --autocast bf16 --attn sdpa --fused-adamw\`."
         echo "Raw logs: $(basename "$LOGS_TGZ")."
     } > "$OUT_MD"
@@ -150,12 +159,12 @@ stop_run() {
 trap finish EXIT
 trap 'stop_run; exit 130' INT TERM
 
-# fail WHAT LOG RC: says that a run gave no time, with its last lines (the run functions print their time
-# from a subshell: the caller sees n/a and counts the failure)
+# fail WHAT LOG RC [MISSING]: says that a run gave no time (or no MISSING), with its last lines (the run functions
+# print their time from a subshell: the caller sees n/a and counts the failure)
 fail() {
     local why="rc $3"
     [ "$3" = 124 ] && why="timed out"
-    [ "$3" = 0 ] && why="no time found in its output"
+    [ "$3" = 0 ] && why="no ${4:-time} found in its output"
     echo "bench_vs_llmc: FAILED $1 ($why; log $(basename "$2")):"
     tail -n 8 "$2" | sed 's/^/    /'
 }
@@ -200,6 +209,73 @@ twin() {
     ms=$([ $rc -eq 0 ] && sed -nE 's/^twin: .* ([0-9.]+) ms\/step.*/\1/p' "$logs/$name.log" | tail -n 1)
     if [[ ! $ms =~ ^[0-9.]+$ ]]; then fail "twin $1 B$2" "$logs/$name.log" $rc >&2; ms=n/a; fi
     echo "$ms"
+}
+
+# profile MODEL B MODE: dev/profile_gpu_step's breakdown of one mode, as $work/profile_MODEL_bB_MODE.tsv (lines
+# "KIND<tab>MS", then "total<tab>MS" and "wall<tab>MS"); status 1 and no file when the run fails or its output
+# lacks the "ours:" ms/step, the table or its total line. Only the first table counts (one mode per run).
+profile() {
+    local name="profile_$1_b$2_$3" rc=0
+    echo "---- profile: $1 B$2 T1024 --attn $3" >&2
+    timed "$PROFILE_TIMEOUT" "$logs/$name.log" "$PROFILE_BIN" --model "$1" --batch "$2" --seq 1024 --attn "$3" \
+        --steps 10 || rc=$?
+    # a table row is "  KIND  MS  SHARE%" (KIND may hold spaces); the table ends at "  total  MS (GPU time ...)"
+    if [ $rc -eq 0 ] && awk '
+        BEGIN { OFS = "\t" }
+        /^ours: / && wall == "" {
+            s = $0; sub(/ ms\/step.*/, "", s); sub(/.* /, "", s)
+            if (s ~ /^[0-9]+(\.[0-9]+)?$/) wall = s
+        }
+        intable && $1 == "total" { if ($2 ~ /^[0-9.]+$/) total = $2; intable = 0; next }
+        intable {
+            kind = $0; sub(/^ +/, "", kind); sub(/ +[^ ]+ +[^ ]+$/, "", kind)
+            if (NF < 3 || $(NF - 1) !~ /^[0-9.]+$/ || $NF !~ /^[0-9.]+%$/) bad = 1
+            else rows[++n] = kind OFS $(NF - 1)
+            next
+        }
+        /^  kernel kind / && total == "" && !bad { intable = 1 }
+        END {
+            if (wall == "" || total == "" || n == 0 || bad) exit 1
+            for (i = 1; i <= n; i++) print rows[i]
+            print "total", total
+            print "wall", wall
+        }' "$logs/$name.log" > "$work/$name.tsv"; then
+        return 0
+    fi
+    rm -f "$work/$name.tsv"
+    fail "profile $1 B$2 $3" "$logs/$name.log" $rc "breakdown" >&2
+    return 1
+}
+
+# profile_table MODEL B: the markdown table of the MODES' breakdowns of MODEL:B (rows: kernel kinds in the order
+# printed, then the profiled total and the wall ms/step; n/a where a mode's run failed)
+profile_table() {
+    local mode f kind ms row
+    local -A cell=()
+    local kinds=()
+    for mode in $MODES; do
+        f="$work/profile_$1_b$2_$mode.tsv"
+        [ -f "$f" ] || continue
+        while IFS=$'\t' read -r kind ms; do
+            case $kind in total | wall) ;; *) [ -n "${cell["$kind"]+x}" ] || { cell["$kind"]=1; kinds+=("$kind"); } ;; esac
+            cell["$mode|$kind"]=$ms
+        done < "$f"
+    done
+    echo
+    echo "Where our step's time goes, $1 B$2 T1024 (\`$(basename "$PROFILE_BIN")\`, 10 steps, random tokens; ms per step)."
+    echo "CUDA events between the kernel groups serialize them: the profiled total exceeds the wall time."
+    echo
+    row="| kernel kind (ms/step) |"; for mode in $MODES; do row+=" $mode |"; done; echo "$row"
+    row="|---|"; for mode in $MODES; do row+="---:|"; done; echo "$row"
+    for kind in "${kinds[@]}" total wall; do
+        case $kind in
+            total) row="| GPU time between the first and last event |" ;;
+            wall) row="| wall ms/step (unprofiled steps) |" ;;
+            *) row="| $kind |" ;;
+        esac
+        for mode in $MODES; do row+=" ${cell["$mode|$kind"]:-n/a} |"; done
+        echo "$row"
+    done
 }
 
 # ratio A B: A / B to 2 decimals, n/a when either is n/a
@@ -248,6 +324,13 @@ if [ "$SMALL_STEPS" -gt 0 ]; then
             [[ $o =~ ^[0-9.]+$ ]] && sps=$(awk -v ms="$o" 'BEGIN{printf "%.1f", 1000 / ms}')
             echo "| small | 16 | 256 | $mode | $g | $o | $sps |" >> "$work/table"
         done
+    done
+fi
+if [ "$PROFILE" = 1 ]; then
+    for cfg in "${CONFIGS[@]}"; do
+        model=${cfg%%:*} B=${cfg##*:}
+        for mode in $MODES; do profile "$model" "$B" "$mode" || failed=1; done
+        profile_table "$model" "$B" >> "$work/table"
     done
 fi
 complete=1

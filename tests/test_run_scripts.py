@@ -14,7 +14,8 @@ with --dry-run, so every expected command and number is known exactly.
 The per-mode statistics across seeds are tested in tests/test_compare_runs.py.
 scripts/bench_vs_llmc.sh runs here with stand-ins for build/train_gpt (writes a
 log.jsonl with known step times), llm.c's train_gpt2cu (prints its "total average
-iteration time" line) and nvidia-smi, and with fake llm.c tarballs for its build.
+iteration time" line), dev/profile_gpu_step (prints its per-kernel table, PROFILE=1) and nvidia-smi, and with
+fake llm.c tarballs for its build.
 
 Usage: python3 tests/test_run_scripts.py   (from anywhere; ends with "N passed, N failed")
 """
@@ -276,6 +277,63 @@ if "%%s:%%s" %% (f["e"], f["r"]) == os.environ.get("STUB_LLMC_FAIL"):
 print("step   50/50 | loss 7.0 | 12.3 ms")
 print("total average iteration time: %%f ms" %% (%r[f["e"]] + 1.5 * int(f["r"])))
 """
+# The profiler prints dev/profile_gpu_step.cu's lines (its printf formats): kind p (model/gpt_cuda.cuh's
+# gpu_phase_names) takes (p + 1) / 4 ms, attention MODE_ADD more; the wall ms/step is the ours stand-in's BASE
+# (graph 0) less 0.25. STUB_PROF_FAIL / STUB_PROF_GARBLE / STUB_PROF_HANG name the MODEL:MODE runs that exit 1,
+# print no table (exit 0), or hang.
+PHASES = ["encoder", "layernorm / rmsnorm", "matmul (cuBLASLt)", "attention (+ qk-norm, rope)", "gelu / swiglu",
+          "classifier", "bias grads", "optimizer+norm", "other (memsets, loss sum)"]
+
+
+def prof_ms(mode):
+    return [(p + 1) / 4 + (MODE_ADD[mode] if p == 3 else 0) for p in range(len(PHASES))]
+
+
+STUB_PROFILE = r"""#!%s
+import os, sys, time
+a = sys.argv[1:]
+f = {a[i][2:]: a[i + 1] for i in range(0, len(a) - 1, 2)}
+key = "%%s:%%s" %% (f["model"], f["attn"])
+with open(os.environ["STUB_ARGV"], "a") as log:
+    log.write("profile " + " ".join(a) + "\n")
+B, T, steps = int(f["batch"]), int(f["seq"]), int(f["steps"])
+print("profile_gpu_step: NVIDIA H200 stand-in, model %%s (124475904 params) B%%d T%%d recompute 0, %%d timed steps "
+      "per mode" %% (f["model"], B, T, steps))
+sys.stdout.flush()
+if key == os.environ.get("STUB_PROF_HANG"):
+    time.sleep(30)
+if key == os.environ.get("STUB_PROF_FAIL"):
+    print("profile_gpu_step: error: needs 200.00 GiB, 139.00 GiB free: lower --batch or raise --recompute")
+    sys.exit(1)
+wall = %r[f["model"]] + %r[f["attn"]] - 0.25
+print("ours: model %%s B%%d T%%d attn=%%s recompute=0: %%.2f ms/step, %%.0f tokens/s, MFU %%.1f%%%% (989 TFLOP/s peak)"
+      %% (f["model"], B, T, f["attn"], wall, B * T / wall * 1e3, 40.0))
+if key == os.environ.get("STUB_PROF_GARBLE"):
+    sys.exit(0)
+names = %r
+ms = [(p + 1) / 4 + (%r[f["attn"]] if p == 3 else 0) for p in range(len(names))]
+print("  %%-28s %%10s %%7s" %% ("kernel kind", "ms/step", "share"))
+for n, m in zip(names, ms):
+    print("  %%-28s %%10.3f %%6.1f%%%%" %% (n, m, 100.0 * m / sum(ms)))
+print("  %%-28s %%10.3f (GPU time between the first and last event; wall %%.3f)" %% ("total", sum(ms), wall))
+"""
+
+
+def prof_tables(path):
+    """{(model, B): {"modes": [...], "rows": {kind: [cells]}}} of bench_vs_llmc's PROFILE=1 tables."""
+    tables, cur = {}, None
+    for line in open(path).read().splitlines() if os.path.exists(path) else []:
+        if line.startswith("Where our step's time goes, "):
+            model, b = line.split(", ")[1].split()[:2]
+            cur = tables[(model, b[1:])] = {"modes": [], "rows": {}}
+        elif cur is not None and line.startswith("| kernel kind"):
+            cur["modes"] = [c.strip() for c in line.strip().strip("|").split("|")][1:]
+        elif cur is not None and line.startswith("| ") and cur["modes"]:
+            cols = [c.strip() for c in line.strip().strip("|").split("|")]
+            cur["rows"][cols[0]] = cols[1:]
+        elif cur is not None and cur["rows"] and not line.startswith("|"):
+            cur = None
+    return tables
 
 
 def write_exe(path, text):
@@ -285,8 +343,8 @@ def write_exe(path, text):
 
 
 def bench(tmp, *args, cwd=None, **env):
-    e = dict(os.environ, OURS_BIN=f"{tmp}/bin/train_gpt", STUB_ARGV=f"{tmp}/argv.txt",
-             PATH=f"{tmp}/bin:" + os.environ["PATH"], PYTHON=sys.executable)
+    e = dict(os.environ, OURS_BIN=f"{tmp}/bin/train_gpt", PROFILE_BIN=f"{tmp}/bin/profile_gpu_step",
+             STUB_ARGV=f"{tmp}/argv.txt", PATH=f"{tmp}/bin:" + os.environ["PATH"], PYTHON=sys.executable)
     e.update(env)
     return subprocess.run(["bash", os.path.join(ROOT, "scripts", "bench_vs_llmc.sh"), *args],
                           capture_output=True, text=True, env=e, cwd=cwd)
@@ -311,6 +369,7 @@ with tempfile.TemporaryDirectory() as tmp:
         open(f"{tmp}/shards/toy_train_{i:06d}.bin", "w").close()
     write_exe(f"{tmp}/bin/train_gpt", STUB_OURS % (sys.executable, OURS_BASE, MODE_ADD))
     write_exe(f"{tmp}/llmc/train_gpt2cu", STUB_LLMC % (sys.executable, LLMC_MS))
+    write_exe(f"{tmp}/bin/profile_gpu_step", STUB_PROFILE % (sys.executable, OURS_BASE, MODE_ADD, PHASES, MODE_ADD))
     write_exe(f"{tmp}/bin/nvidia-smi", "#!/bin/sh\necho 'NVIDIA H200 stand-in'\n")
     glob_ = f"{tmp}/shards/toy_train_*.bin"
     md = f"{tmp}/out/bench.md"
@@ -356,6 +415,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check(text.startswith("## bench_vs_llmc ") and "on NVIDIA H200 stand-in" in text,
           "the table names the date and the GPU", text[:200])
     argv = open(f"{tmp}/argv.txt").read().splitlines()
+    check(not any(l.startswith("profile ") for l in argv) and "Where our step's time goes" not in text and
+          "Profile:" not in text, "PROFILE unset: no profiler run, no per-kernel table", text[-600:])
     ours_argv = [json.loads(l) for l in argv if not l.startswith("llmc ")]
     llmc_argv = [l.split()[1:] for l in argv if l.startswith("llmc ")]
     d12 = [a for a in ours_argv if a[a.index("--model") + 1] == "d12"]
@@ -405,6 +466,56 @@ with tempfile.TemporaryDirectory() as tmp:
                        ([md, f"{tmp}/llmc", glob_, "d12"], "'d12' is not MODEL:B")):
         r = bench(tmp, *args)
         check(r.returncode == 2 and what in r.stderr, f"refused: {what}", r.stderr)
+
+    # PROFILE=1: per MODEL:B a table of kernel kinds x MODES from the profiler's output; a run that fails, prints
+    # no table or hangs shows n/a in its column, its last lines are printed and the exit status is 1
+    open(f"{tmp}/argv_prof.txt", "w").close()
+    r = bench(tmp, f"{tmp}/out/prof.md", f"{tmp}/llmc", glob_, "d12:32", "d24:16", MODES="bf16 gproj repair fp32",
+              GRAPHS="1", SMALL_STEPS="0", PROFILE="1", PROFILE_TIMEOUT="3", STUB_ARGV=f"{tmp}/argv_prof.txt",
+              STUB_PROF_FAIL="d24:gproj", STUB_PROF_GARBLE="d24:repair", STUB_PROF_HANG="d24:fp32")
+    tabs = prof_tables(f"{tmp}/out/prof.md")
+    modes = ["bf16", "gproj", "repair", "fp32"]
+
+    def want_col(model, mode):
+        ms = prof_ms(mode)
+        return ["%.3f" % m for m in ms] + ["%.3f" % sum(ms), "%.2f" % (OURS_BASE[model] + MODE_ADD[mode] - 0.25)]
+    labels = PHASES + ["GPU time between the first and last event", "wall ms/step (unprofiled steps)"]
+    d12t, d24t = tabs.get(("d12", "32"), {}), tabs.get(("d24", "16"), {})
+    got12 = {k: d12t.get("rows", {}).get(k) for k in labels}
+    check(d12t.get("modes") == modes and list(d12t.get("rows", {})) == labels and
+          all(got12[k] == [want_col("d12", m)[i] for m in modes] for i, k in enumerate(labels)),
+          "PROFILE=1: a row per kernel kind, the profiled total and the wall ms/step; a column per mode, each "
+          "number in its cell", d12t)
+    got24 = [d24t.get("rows", {}).get(k) for k in labels]
+    check(d24t.get("modes") == modes and
+          all(row == [want_col("d24", "bf16")[i], "n/a", "n/a", "n/a"] for i, row in enumerate(got24)),
+          "a failed, unparsable or timed-out profile shows n/a in its column; the other modes stay", d24t)
+    check("FAILED profile d24 B16 gproj (rc 1" in r.stderr and "139.00 GiB free" in r.stderr and
+          "FAILED profile d24 B16 repair (no breakdown found" in r.stderr and "attn=repair" in r.stderr and
+          "FAILED profile d24 B16 fp32 (timed out" in r.stderr,
+          "a failed profile is named with its exit status and its last lines", r.stderr)
+    check(r.returncode == 1, "exit status 1 when a profile gave no breakdown", r.returncode)
+    pargv = [l.split()[1:] for l in open(f"{tmp}/argv_prof.txt").read().splitlines() if l.startswith("profile ")]
+    check(len(pargv) == 8 and all(a[a.index("--seq") + 1] == "1024" and a[a.index("--steps") + 1] == "10"
+                                  for a in pargv) and
+          ["--model", "d24", "--batch", "16", "--seq", "1024", "--attn", "gproj", "--steps", "10"] in pargv,
+          "the profiler: every MODEL:B and mode, --seq 1024 --steps 10", pargv)
+    tgz = f"{tmp}/out/prof_logs.tgz"
+    names = subprocess.run(["tar", "-tzf", tgz], capture_output=True, text=True).stdout.split() \
+        if os.path.exists(tgz) else []
+    check("logs/profile_d12_b32_bf16.log" in names and "logs/profile_d24_b16_gproj.log" in names and
+          "Profile: `" in open(f"{tmp}/out/prof.md").read(),
+          "the profiler's console logs go with the raw logs; its command is under the table", names)
+    r = bench(tmp, "out/prof1.md", "llmc", "shards/toy_train_*.bin", "d12:32", MODES="gproj", GRAPHS="1",
+              SMALL_STEPS="0", PROFILE="1", OURS_BIN="bin/train_gpt", PROFILE_BIN="bin/profile_gpu_step",
+              STUB_ARGV=f"{tmp}/argv_prof.txt", cwd=tmp)
+    one = prof_tables(f"{tmp}/out/prof1.md").get(("d12", "32"), {})
+    check(r.returncode == 0 and one.get("rows", {}).get("wall ms/step (unprofiled steps)") == ["60.75"],
+          "PROFILE_BIN relative to the caller's folder; exit status 0 when every profile gave its table",
+          r.stdout + r.stderr)
+    r = bench(tmp, f"{tmp}/out/prof2.md", f"{tmp}/llmc", glob_, "d12:32", PROFILE="1",
+              PROFILE_BIN=f"{tmp}/bin/none")
+    check(r.returncode == 2 and "no profiler at" in r.stderr, "PROFILE=1 without the profiler: refused", r.stderr)
 
     # stopped by a signal in the middle: the table holds the rows measured so far, and says so
     import signal
