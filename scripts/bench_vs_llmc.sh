@@ -34,8 +34,8 @@
 # Every run is under `timeout` (SIGTERM, then SIGKILL 30 s later: ours saves a checkpoint on SIGTERM); a run
 # that fails or prints no time shows n/a, and its last lines are printed. On INT/TERM the run in flight is
 # stopped and the rows measured so far are written (exit 130).
-# Exit status: 0 when every run gave a time, 1 when some did not (the table is written either way), 2 on bad
-# arguments or a failed build.
+# Exit status: 0 when every run gave a time (and every profile its table), 1 when some did not (the tables are
+# written either way), 2 on bad arguments, a failed build or PROFILE=1 without the profiler.
 set -u
 # paths given by the caller are taken from the caller's folder; the defaults are inside the repo
 caller=$PWD
