@@ -11,6 +11,11 @@ CPU_TESTS += $(BUILD)/tests/test_attention_cpu
 $(BUILD)/tests/test_attention_cpu: $(BUILD)/tests/test_attention_cpu.o $(ATTN_CPU_OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# The CUDA kernels' tile order (attention/cuda/tile_order.cuh, plain C on the host): bijection, sections, LPT.
+CPU_TESTS += $(BUILD)/tests/test_tile_order
+$(BUILD)/tests/test_tile_order: $(BUILD)/tests/test_tile_order.o
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 # The emulation must be one fixed function whatever the top CFLAGS say:
 # - its rounding points are the contract, so the compiler may not fuse a
 #   multiply and an add on its own (only the explicit fmaf of bf16 mode);

@@ -12,7 +12,7 @@
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
-#           diagcost run450m resume450m finalruns modecost makerun graph modern
+#           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -393,6 +393,40 @@ for phase in "$@"; do
             --shape 8,8,1024,128 --shape 2,16,4096,128 > "$OUT/bench_deterministic.txt" 2>&1
         say "   bench_attention --deterministic both: rc $?"
         grep -E "^B[0-9]|^ *(mode|bf16|repair|fp32|gproj)" "$OUT/bench_deterministic.txt" | head -n 60 >> "$SUMMARY"
+        end $rc ;;
+    tilesweep)
+        # the L2 sections of the causal tile order (attention/cuda/tile_order.cuh): bench_attention per
+        # ATTN_TILE_SECTION_HEADS (0: one section over all heads, the plain longest-first order; "default": the
+        # per-pass sizes of attn_tile_section_heads), our modes next to cuDNN's kernel in each run
+        begin "tile sections: bench_attention per ATTN_TILE_SECTION_HEADS"
+        for sec in ${TILE_SECTIONS:-0 default 24 48 96}; do
+            if [ "$sec" = default ]; then unset ATTN_TILE_SECTION_HEADS; else export ATTN_TILE_SECTION_HEADS=$sec; fi
+            timeout 150 build/bench_attention ${TILE_SHAPES:---shape 32,12,1024,64 --shape 16,16,1024,64 \
+                --shape 8,16,1024,64 --shape 4,16,2048,64 --shape 8,8,1024,128 --shape 2,16,4096,128 \
+                --shape 2,16,4096,64 --shape 1,16,8192,128} --modes "${TILE_MODES:-bf16,gproj,cudnn}" --repeats 20 \
+                > "$OUT/tiles_$sec.txt" 2>&1
+            say "   ATTN_TILE_SECTION_HEADS=$sec: rc $?"
+            grep -E '^B[0-9]' "$OUT/tiles_$sec.txt" | tee -a "$SUMMARY"
+        done
+        unset ATTN_TILE_SECTION_HEADS
+        end 0 ;;
+    vsllmc)
+        # the whole step against llm.c (scripts/bench_vs_llmc.sh, PROFILE=1: the per-kernel table), once per
+        # VS_SECTIONS value of ATTN_TILE_SECTION_HEADS ("default": unset), in one call; llm.c from llmcbuild
+        begin "step vs llm.c per tile order"
+        prepare_data
+        for _ in $(seq 120); do [ -x /tmp/llmc/llmc/train_gpt2cu ] && break; sleep 2; done
+        [ -x /tmp/llmc/llmc/train_gpt2cu ] || { tail -5 /tmp/llmc/llmc/build.log | tee -a "$SUMMARY"; }
+        rc=0
+        for sec in ${VS_SECTIONS:-0 default}; do
+            if [ "$sec" = default ]; then unset ATTN_TILE_SECTION_HEADS; else export ATTN_TILE_SECTION_HEADS=$sec; fi
+            MODES="${VS_MODES:-bf16 gproj}" GRAPHS=0 SMALL_STEPS=0 PROFILE=1 VOCAB_DIR="${VOCAB_DIR:-.cache/gpt2}" \
+                timeout 400 bash scripts/bench_vs_llmc.sh "$OUT/vsllmc_$sec.md" /tmp/llmc/llmc \
+                "$DATA/gutenberg_train_*.bin" ${VS_MODELS:-d12:32 d24:16} > "$OUT/vsllmc_$sec.log" 2>&1 || rc=1
+            say "   ATTN_TILE_SECTION_HEADS=$sec: rc $rc"
+            grep -E '^\|' "$OUT/vsllmc_$sec.md" | tee -a "$SUMMARY"
+        done
+        unset ATTN_TILE_SECTION_HEADS
         end $rc ;;
     attnbench)
         # issue 4: our kernels vs PyTorch SDPA (cuDNN, flash), side by side (scripts/bench_attention.sh)

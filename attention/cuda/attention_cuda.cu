@@ -172,7 +172,7 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float v0, float v1) 
 template <int HS, int MODE>
 __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __restrict__ qkv, bf16* __restrict__ out,
                                                             float* __restrict__ stats, int NH, int T, float scale,
-                                                            float c, int tile_max_shift) {
+                                                            float c, int tile_max_shift, int section) {
     constexpr int BQ = kFwdQueryTile, BK = kKeyTile, LD = HS + kPad;
     constexpr int KSTEPS = HS / 16, NT_S = BK / 8, NT_O = HS / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
     bf16* k_s = q_s + BQ * LD;     /* 2 buffers */
     bf16* v_s = k_s + 2 * BK * LD; /* 2 buffers */
 
-    const AttnTileOrder order = attn_tile_longest_first(); /* longest rows first, over all heads */
+    const AttnTileOrder order = attn_tile_longest_first(section); /* longest rows first, per section */
     const int q_tile = gridDim.x - 1 - order.rank;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -390,7 +390,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
                                                                  const float* __restrict__ stats,
                                                                  float* __restrict__ D, float* __restrict__ lambda,
                                                                  bf16* __restrict__ dqkv, int NH, int T, float scale,
-                                                                 float c) {
+                                                                 float c, int section) {
     constexpr int BQ = kRowsQueryTile, BK = kKeyTile, LD = HS + kPad;
     constexpr int KSTEPS = HS / 16, NT_S = BK / 8, NT_O = HS / 8;
     /* Q and dO fragments stay in registers across key tiles, except where gproj's two HS-wide dQ
@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
     bf16* k_s = do_s + BQ * LD;    /* 2 buffers */
     bf16* v_s = k_s + 2 * BK * LD; /* 2 buffers */
 
-    const AttnTileOrder order = attn_tile_longest_first();
+    const AttnTileOrder order = attn_tile_longest_first(section);
     const int q_tile = gridDim.x - 1 - order.rank;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -585,7 +585,7 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                                                             const float* __restrict__ D,
                                                             const float* __restrict__ lambda,
                                                             float* __restrict__ dq_acc, bf16* __restrict__ dqkv,
-                                                            int NH, int T, float scale, float c) {
+                                                            int NH, int T, float scale, float c, int section) {
     constexpr int BK = kBwdKeyTile, BQ = BwdTile<HS>::kQueries, LD = HS + kPad, LDQ = BQ + kPad;
     constexpr int KSTEPS = HS / 16, NT_Q = BQ / 8, NT_D = HS / 8;
     constexpr int kDsTiles = BwdDsTiles<MODE>::kTiles;
@@ -605,7 +605,7 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
     /* per query row, 2 buffers: {fl(LSE log2 e) (bf16) or m, 1 (bf16) or fl(1/l), D, lambda (gproj)} */
     float4* row_state = reinterpret_cast<float4*>(ds_s + kDsTiles * BK * LDQ);
 
-    const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
+    const AttnTileOrder order = attn_tile_longest_first(section); /* key tile 0 sees every query: first */
     const int k_tile = order.rank;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -980,7 +980,8 @@ void forward_launch(AttnShape s, const bf16* qkv, bf16* out, float* stats, int t
     cudaCheck(cudaFuncSetAttribute(attn_fwd_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)ceil_div(s.T, kFwdQueryTile), (unsigned)(s.B * s.NH));
     attn_fwd_kernel<HS, MODE><<<grid, kFwdThreads, smem, stream>>>(qkv, out, stats, s.NH, s.T, attn_softmax_scale(HS),
-                                                                attn_exp2_scale(HS), tile_max_shift);
+                                                                attn_exp2_scale(HS), tile_max_shift,
+                                                                attn_tile_section_heads(s.T, HS, kTileSectionKV, s.B * s.NH));
     cudaCheckLastError();
 }
 
@@ -995,8 +996,9 @@ void portable_passes(AttnShape s, const bf16* qkv, const bf16* dout, const float
         cudaCheck(cudaFuncSetAttribute(attn_bwd_rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
         dim3 grid((unsigned)ceil_div(s.T, kRowsQueryTile), (unsigned)(s.B * s.NH));
-        attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, dqkv, s.NH,
-                                                                         s.T, scale, c);
+        attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(
+            qkv, dout, stats, w.D, w.lambda, dqkv, s.NH, s.T, scale, c,
+            attn_tile_section_heads(s.T, HS, kTileSectionKV, s.B * s.NH));
         cudaCheckLastError();
     }
     const size_t smem = bwd_smem_bytes<HS, MODE>();
@@ -1006,7 +1008,9 @@ void portable_passes(AttnShape s, const bf16* qkv, const bf16* dout, const float
     }
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)ceil_div(s.T, kBwdKeyTile), (unsigned)(s.B * s.NH));
-    kernel<<<grid, kBwdThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv, s.NH, s.T, scale, c);
+    const int per_elem = MODE == ATTN_GPROJ ? kTileSectionQdO : kTileSectionQdOdQ;
+    kernel<<<grid, kBwdThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv, s.NH, s.T, scale, c,
+                                                attn_tile_section_heads(s.T, HS, per_elem, s.B * s.NH));
     cudaCheckLastError();
 }
 

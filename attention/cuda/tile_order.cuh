@@ -3,29 +3,88 @@
  *
  * Why: causal tiles differ in length (a forward query tile q reads q + 1 key tiles; a key-major backward
  * tile k meets T/BQ - k query tiles), and the grids are launched as (tiles, B * NH). The hardware hands
- * CTAs out in linear order, x fastest, so "longest tile first within each head" still leaves long tiles
- * of the last heads for the end of the launch, where they run while the other SMs sit idle. Ranking the
- * linear block id tile-major instead hands out every head's longest tile before any head's second: the
- * longest-processing-time-first schedule, whose tail is one of the shortest tiles.
+ * CTAs out in linear order, x fastest, so "longest tile first within each head" leaves long tiles of the
+ * last heads for the end of the launch, where they run while the other SMs sit idle. Ranking the linear
+ * block id tile-major hands out every head's longest tile before any head's second: the
+ * longest-processing-time-first (LPT) schedule, whose tail is one of the shortest tiles.
  *
- * Offers: attn_tile_longest_first() -> {rank, bh}: rank 0 is the longest tile class, bh = b * NH + h.
- * Every CTA still gets exactly one (rank, bh) pair: the map is a bijection of the grid.
+ * Over all heads at once, though, the CTAs that share a head's data (a forward's K and V, a key-major
+ * pass's Q, dO and dQ accumulator) run B * NH CTAs apart: at d12's 384 heads the data in flight between
+ * two uses is several times the 50 MB L2, and every tile reads its head from HBM again. So the heads are
+ * taken in sections: LPT over the heads of one section, section after section. A section holds as many
+ * heads as fit a share of the L2 (attn_tile_section_heads); the tail of one section overlaps the longest
+ * tiles of the next, so only the last section's tail is the launch's.
+ *
+ * Offers:
+ *   attn_tile_rank_head(linear, tiles, heads, section) -> {rank, bh}: the map itself, on host and device
+ *       (tests check that it is a bijection of the grid and LPT within each section);
+ *   attn_tile_longest_first(section) -> {rank, bh} of this CTA: rank 0 is the longest tile class,
+ *       bh = b * NH + h; gridDim = (tiles, B * NH);
+ *   attn_tile_section_heads(T, HS, bytes_per_elem, heads) (host): a launch's section, heads whose
+ *       T x HS x bytes_per_elem shared bytes fit kAttnTileSectionBytes; ATTN_TILE_SECTION_HEADS=N in the
+ *       environment sets N instead (0: one section over all heads, for A/B timing).
  */
 #ifndef ATTENTION_TILE_ORDER_CUH
 #define ATTENTION_TILE_ORDER_CUH
 
-struct AttnTileOrder {
+#include <stdlib.h>
+
+#if defined(__CUDACC__)
+#define ATTN_TILE_HD __host__ __device__ __forceinline__
+#else
+#define ATTN_TILE_HD static inline
+#endif
+
+typedef struct AttnTileOrder {
     int rank; /* 0 = the longest tiles (the kernel turns it into its tile index) */
     int bh;   /* b * NH + h */
-};
+} AttnTileOrder;
 
-/* For a grid (tiles, B * NH): gridDim.y = B * NH; the linear id x + y * gridDim.x, ranked tile-major. */
-__device__ __forceinline__ AttnTileOrder attn_tile_longest_first() {
-    const unsigned long long linear = blockIdx.x + (unsigned long long)blockIdx.y * gridDim.x;
+/* The part of the L2 (50 MB on H100 and H200) a section's shared data may take: the rest holds the
+   streamed tiles and the other operands of the step. */
+enum { kAttnTileSectionBytes = 24 << 20 };
+
+/* Bytes per (token, head column) that a launch's CTAs of one head share: K and V (the forward, the row pass);
+   Q and dO (gproj's key-major pass); Q, dO and the FP32 dQ accumulator (the key-major passes that send dQ). */
+enum { kTileSectionKV = 4, kTileSectionQdO = 4, kTileSectionQdOdQ = 8 };
+
+/* linear in [0, tiles * heads) -> its (rank, bh). Sections of `section` heads (0 or >= heads: one section);
+   inside a section of n heads the ids go tile-major: n CTAs of rank 0, then n of rank 1, ...; the last
+   section holds the heads left over. */
+ATTN_TILE_HD AttnTileOrder attn_tile_rank_head(unsigned long long linear, int tiles, int heads, int section) {
+    const int per = (section <= 0 || section > heads) ? heads : section;
+    const unsigned long long span = (unsigned long long)tiles * (unsigned long long)per;
+    const unsigned long long s = linear / span;
+    const int first = (int)s * per;
+    const int n = heads - first < per ? heads - first : per;
+    const unsigned long long local = linear - s * span;
     AttnTileOrder o;
-    o.rank = (int)(linear / gridDim.y);
-    o.bh = (int)(linear % gridDim.y);
+    o.rank = (int)(local / (unsigned long long)n);
+    o.bh = first + (int)(local % (unsigned long long)n);
     return o;
+}
+
+#if defined(__CUDACC__)
+/* For a grid (tiles, B * NH): the linear id x + y * gridDim.x through attn_tile_rank_head. */
+__device__ __forceinline__ AttnTileOrder attn_tile_longest_first(int section) {
+    const unsigned long long linear = blockIdx.x + (unsigned long long)blockIdx.y * gridDim.x;
+    return attn_tile_rank_head(linear, (int)gridDim.x, (int)gridDim.y, section);
+}
+#endif
+
+/* The section of a launch over `heads` heads whose CTAs share T x HS x bytes_per_elem bytes of each head
+   (forward and row pass: K, V = 4; key-major passes: Q, dO = 4, + 4 for an FP32 dQ accumulator). */
+static inline int attn_tile_section_heads(int T, int HS, int bytes_per_elem, int heads) {
+    static int env = -2; /* -1: unset; a race between host threads writes the same answer twice */
+    if (env == -2) {
+        const char* v = getenv("ATTN_TILE_SECTION_HEADS");
+        env = (v != NULL && v[0] >= '0' && v[0] <= '9') ? atoi(v) : -1;
+    }
+    if (env >= 0) return env;
+    const long long per_head = (long long)T * HS * bytes_per_elem;
+    long long n = per_head > 0 ? (long long)kAttnTileSectionBytes / per_head : heads;
+    if (n < 1) n = 1;
+    return n >= heads ? 0 : (int)n;
 }
 
 #endif /* ATTENTION_TILE_ORDER_CUH */

@@ -95,6 +95,7 @@ CUtensorMap make_qkv_map(const bf16* qkv, AttnShape s) {
 /* HS 64: the tall kernel (kTallWarpgroups consumer warpgroups, 192 rows per CTA); HS 128: hopper_fwd_kernel. */
 template <int HS, int MODE, int STAGES>
 void hopper_fwd_launch(const CUtensorMap& map, AttnShape s, bf16* out, float* stats, cudaStream_t stream) {
+    const int section = attn_tile_section_heads(s.T, HS, kTileSectionKV, s.B * s.NH);
     if constexpr (HS == 64) {
         using Cta = CtaShape<kTallWarpgroups>;
         constexpr int smem = SmemPlan<HS, STAGES, kTallWarpgroups>::kAlloc;
@@ -102,14 +103,15 @@ void hopper_fwd_launch(const CUtensorMap& map, AttnShape s, bf16* out, float* st
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         const dim3 grid((unsigned)ceil_div(s.T, Cta::kRows), (unsigned)(s.B * s.NH));
         kernel<<<grid, Cta::kThreads, smem, stream>>>(map, out, stats, s.NH, s.T, attn_softmax_scale(HS),
-                                                      attn_exp2_scale(HS));
+                                                      attn_exp2_scale(HS), section);
     } else {
         constexpr int smem = SmemPlan<HS, STAGES>::kAlloc;
         cudaCheck(cudaFuncSetAttribute(hopper_fwd_kernel<HS, MODE, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        smem));
         const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
         hopper_fwd_kernel<HS, MODE, STAGES><<<grid, kThreads, smem, stream>>>(map, out, stats, s.NH, s.T,
-                                                                              attn_softmax_scale(HS), attn_exp2_scale(HS));
+                                                                              attn_softmax_scale(HS), attn_exp2_scale(HS),
+                                                                              section);
     }
     cudaCheckLastError();
 }

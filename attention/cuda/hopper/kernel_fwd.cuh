@@ -322,7 +322,7 @@ __device__ __forceinline__ void produce_tile(unsigned char* tiles, uint64_t* ful
 template <int HS, int MODE, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_fwd_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16* __restrict__ out, float* __restrict__ stats,
-                      int NH, int T, float scale, float c) {
+                      int NH, int T, float scale, float c, int section) {
     using Plan = SmemPlan<HS, STAGES>;
     constexpr int kTileBytes = Plan::kTileBytes;
     constexpr int kORegs = HS / 2; /* O accumulator: 64 x HS */
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t* full_v = empty_k + STAGES;
     uint64_t* empty_v = full_v + STAGES;
 
-    const AttnTileOrder order = attn_tile_longest_first(); /* longest rows first, over all heads */
+    const AttnTileOrder order = attn_tile_longest_first(section); /* longest rows first, per section */
     const int q_tile = gridDim.x - 1 - order.rank;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int q0 = q_tile * kBlockQ;
@@ -446,7 +446,7 @@ __device__ __forceinline__ void release_tile(uint64_t* full_k, uint64_t* empty_k
 template <int HS, int MODE, int STAGES, int NWG>
 __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
     hopper_fwd_tall_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16* __restrict__ out,
-                           float* __restrict__ stats, int NH, int T, float scale, float c) {
+                           float* __restrict__ stats, int NH, int T, float scale, float c, int section) {
     using Cta = CtaShape<NWG>;
     using Plan = SmemPlan<HS, STAGES, NWG>;
     constexpr int kTileBytes = Plan::kTileBytes;
@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
     uint64_t* full_v = empty_k + STAGES;
     uint64_t* empty_v = full_v + STAGES;
 
-    const AttnTileOrder order = attn_tile_longest_first(); /* longest rows first, over all heads */
+    const AttnTileOrder order = attn_tile_longest_first(section); /* longest rows first, per section */
     const int q_tile = gridDim.x - 1 - order.rank;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int q0 = q_tile * Cta::kRows;

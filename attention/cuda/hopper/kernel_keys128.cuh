@@ -284,7 +284,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
                                              const CUtensorMap* dq_map, const float* __restrict__ stats,
                                              const float* __restrict__ D, const float* __restrict__ lambda,
                                              bf16* __restrict__ dqkv, int NH, int T, float scale, float c,
-                                             int& cta_abort) {
+                                             int section, int& cta_abort) {
     using Mode = Keys128Mode<MODE>;
     using Plan = typename Mode::Plan;
     extern __shared__ unsigned char smem_raw[];
@@ -302,7 +302,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
 
     /* the key tile and head: longest first over all heads (key tile 0 sees every query), or blockIdx.x, y
        (the order is read only by the modes that take it) */
-    const AttnTileOrder order = attn_tile_longest_first();
+    const AttnTileOrder order = attn_tile_longest_first(section);
     const int k0 = Mode::kLongestFirst ? order.rank * kBlockK : (int)(blockIdx.x * kBlockK);
     const int bh = Mode::kLongestFirst ? order.bh : (int)blockIdx.y, b = bh / NH, h = bh % NH;
     const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
@@ -510,10 +510,11 @@ template <int MODE, bool DQ_SLICES>
 __global__ void __launch_bounds__(kThreads, 1)
     keys128_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                    const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
-                   const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
+                   const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c,
+                   int section) {
     static_assert(Keys128Mode<MODE>::kSendsDq, "gproj's entry point is keys128_gproj_kernel");
     __shared__ int cta_abort; /* set by a bounded wait that gave up (mbar_wait_bounded) */
-    keys128_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, cta_abort);
+    keys128_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section, cta_abort);
 }
 
 /* gproj's entry point: lambda [B*NH*T] from the row pass, no dQ. A template (MODE = ATTN_GPROJ) so that only
@@ -523,10 +524,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     keys128_gproj_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                          const float* __restrict__ stats, const float* __restrict__ D,
                          const float* __restrict__ lambda, bf16* __restrict__ dqkv, int NH, int T, float scale,
-                         float c) {
+                         float c, int section) {
     static_assert(MODE == ATTN_GPROJ, "the other modes' entry point is keys128_kernel");
     __shared__ int cta_abort; /* set by a bounded wait that gave up (mbar_wait_bounded) */
-    keys128_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, cta_abort);
+    keys128_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, section, cta_abort);
 }
 
 /* ---- host ---- */
@@ -548,13 +549,14 @@ void keys128_launch(const HopperBwdCall& c) {
         cudaCheck(cudaFuncSetAttribute(keys128_gproj_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         launch_after_previous_grid(1, keys128_gproj_kernel<MODE>, grid, dim3(kThreads), kAlloc, c.stream, maps.qkv,
                                    maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                                   attn_exp2_scale(kHS));
+                                   attn_exp2_scale(kHS), attn_tile_section_heads(s.T, kHS, kTileSectionQdO, s.B * s.NH));
     } else {
         const auto kernel = c.dq_slices ? keys128_kernel<MODE, true> : keys128_kernel<MODE, false>;
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         const CUtensorMap dq_map = encode_dq_acc_map(c.dq_acc, s, kBlockQ, who, c.dq_slices ? n_key_blocks : 1);
         launch_after_previous_grid(1, kernel, grid, dim3(kThreads), kAlloc, c.stream, maps.qkv, maps.dout, dq_map,
-                                   c.stats, c.D, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+                                   c.stats, c.D, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS),
+                                   attn_tile_section_heads(s.T, kHS, kTileSectionQdOdQ, s.B * s.NH));
     }
 }
 

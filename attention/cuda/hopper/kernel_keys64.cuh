@@ -442,7 +442,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                                             const CUtensorMap* dq_map, const float* __restrict__ stats,
                                             const float* __restrict__ D, const float* __restrict__ lambda,
                                             bf16* __restrict__ dqkv, int NH, int T, float scale, float c,
-                                            int* cta_abort) {
+                                            int section, int* cta_abort) {
     using Mode = Keys64Mode<MODE>;
     using Plan = typename Mode::Plan;
     constexpr int kBlockQ = Plan::kBlockQ;
@@ -463,7 +463,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
     uint64_t* full = kv_full + 1;
     uint64_t* empty = full + kStages;
 
-    const AttnTileOrder order = attn_tile_longest_first(); /* key tile 0 sees every query: first */
+    const AttnTileOrder order = attn_tile_longest_first(section); /* key tile 0 sees every query: first */
     const int k0 = order.rank * kBlockK;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
@@ -667,13 +667,14 @@ template <int MODE, bool DQ_SLICES>
 __global__ void __launch_bounds__(Keys64Mode<MODE>::kThreads, 1)
     keys64_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                   const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
-                  const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
+                  const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c,
+                  int section) {
     static_assert(Keys64Mode<MODE>::kSendsDq, "gproj's entry point is keys64_gproj_kernel");
     if constexpr (Keys64Mode<MODE>::kGivesUp) {
         __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, &cta_abort);
+        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section, &cta_abort);
     } else {
-        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, nullptr);
+        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section, nullptr);
     }
 }
 
@@ -684,10 +685,10 @@ __global__ void __launch_bounds__(Keys64Mode<MODE>::kThreads, 1)
     keys64_gproj_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                         const float* __restrict__ stats, const float* __restrict__ D,
                         const float* __restrict__ lambda, bf16* __restrict__ dqkv, int NH, int T, float scale,
-                        float c) {
+                        float c, int section) {
     static_assert(MODE == ATTN_GPROJ, "the other modes' entry point is keys64_kernel");
     __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-    keys64_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, &cta_abort);
+    keys64_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, section, &cta_abort);
 }
 
 /* ---- host ---- */
@@ -710,7 +711,8 @@ void keys64_launch(const HopperBwdCall& c) {
         cudaCheck(cudaFuncSetAttribute(keys64_gproj_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         launch_after_previous_grid(1, keys64_gproj_kernel<MODE>, grid, dim3(Mode::kThreads), kAlloc, c.stream,
                                    maps.qkv, maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
-                                   attn_softmax_scale(kHS), attn_exp2_scale(kHS));
+                                   attn_softmax_scale(kHS), attn_exp2_scale(kHS),
+                                   attn_tile_section_heads(s.T, kHS, kTileSectionQdO, s.B * s.NH));
     } else {
         const auto kernel = c.dq_slices ? keys64_kernel<MODE, true> : keys64_kernel<MODE, false>;
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
@@ -718,7 +720,8 @@ void keys64_launch(const HopperBwdCall& c) {
             encode_dq_acc_map(c.dq_acc, s, Mode::Plan::kBlockQ, who, c.dq_slices ? n_key_blocks : 1);
         launch_after_previous_grid(1, kernel, grid, dim3(Mode::kThreads), kAlloc, c.stream, maps.qkv, maps.dout,
                                    dq_map, c.stats, c.D, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                                   attn_exp2_scale(kHS));
+                                   attn_exp2_scale(kHS),
+                                   attn_tile_section_heads(s.T, kHS, kTileSectionQdOdQ, s.B * s.NH));
     }
 }
 

@@ -172,7 +172,7 @@ template <int HS, int MODE>
 __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                           const float* __restrict__ stats, float* __restrict__ D,
                                           float* __restrict__ lambda, bf16* __restrict__ dqkv, int NH, int T,
-                                          float scale, float c, int* cta_abort) {
+                                          float scale, float c, int section, int* cta_abort) {
     static_assert(MODE == ATTN_GPROJ || MODE == ATTN_FP32, "row pass exists for gproj and fp32 only");
     using Shape = RowsShape<HS>;
     using Plan = typename Shape::Plan;
@@ -195,7 +195,7 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
     uint64_t* full = q_full + 1;
     uint64_t* empty = full + kStages;
 
-    const AttnTileOrder order = attn_tile_longest_first(); /* longest rows first, over all heads */
+    const AttnTileOrder order = attn_tile_longest_first(section); /* longest rows first, per section */
     const int q_tile = gridDim.x - 1 - order.rank;
     const int bh = order.bh, b = bh / NH, h = bh % NH;
     const int q0 = q_tile * kBlockQ;
@@ -332,12 +332,12 @@ template <int HS, int MODE>
 __global__ void __launch_bounds__(RowsShape<HS>::kThreads, 1)
     rows_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                 const float* __restrict__ stats, float* __restrict__ D, float* __restrict__ lambda,
-                bf16* __restrict__ dqkv, int NH, int T, float scale, float c) {
+                bf16* __restrict__ dqkv, int NH, int T, float scale, float c, int section) {
     if constexpr (RowsShape<HS>::kGivesUp) {
         __shared__ int cta_abort; /* set by a bounded wait that gave up (rows_wait) */
-        rows_pass<HS, MODE>(qkv_map, dout_map, stats, D, lambda, dqkv, NH, T, scale, c, &cta_abort);
+        rows_pass<HS, MODE>(qkv_map, dout_map, stats, D, lambda, dqkv, NH, T, scale, c, section, &cta_abort);
     } else {
-        rows_pass<HS, MODE>(qkv_map, dout_map, stats, D, lambda, dqkv, NH, T, scale, c, nullptr);
+        rows_pass<HS, MODE>(qkv_map, dout_map, stats, D, lambda, dqkv, NH, T, scale, c, section, nullptr);
     }
 }
 
@@ -355,7 +355,8 @@ void rows_launch(const HopperBwdCall& c) {
     const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
     launch_after_previous_grid(1, rows_kernel<HS, MODE>, grid, dim3(RowsShape<HS>::kThreads), kAlloc, c.stream,
                                maps.qkv, maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
-                               attn_softmax_scale(HS), attn_exp2_scale(HS));
+                               attn_softmax_scale(HS), attn_exp2_scale(HS),
+                               attn_tile_section_heads(s.T, HS, kTileSectionKV, s.B * s.NH));
 }
 
 }  // namespace

@@ -1,0 +1,82 @@
+/*
+ * tests/test_tile_order.c - attention/cuda/tile_order.cuh: the map from a CTA's linear id to its (tile rank,
+ * head), on the host (the kernels run the same inline function).
+ *
+ * Checks, over grids from 1 x 1 to d12's 8 x 384 and section sizes 0, 1, uneven and >= the head count:
+ * the map is a bijection of the grid; the heads of a section are consecutive and the sections come in order;
+ * inside a section the ranks never decrease (longest first) and each rank lists the section's heads in order;
+ * section 0 is the one-section order rank = id / heads, bh = id % heads; the section sizes
+ * attn_tile_section_heads picks (d12's 384 heads of T 1024 x HS 64: 96 for K, V; 48 with the dQ accumulator)
+ * and the ATTN_TILE_SECTION_HEADS override.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention/cuda/tile_order.cuh"
+#include "tests/testing.h"
+
+static void check_grid(int tiles, int heads, int section) {
+    const long long n = (long long)tiles * heads;
+    char* seen = (char*)calloc((size_t)n, 1);
+    const int per = (section <= 0 || section > heads) ? heads : section;
+    int bijective = 1, ordered = 1, one_section = 1;
+    for (long long id = 0; id < n; id++) {
+        const AttnTileOrder o = attn_tile_rank_head((unsigned long long)id, tiles, heads, section);
+        if (o.rank < 0 || o.rank >= tiles || o.bh < 0 || o.bh >= heads || seen[(long long)o.rank * heads + o.bh]) {
+            bijective = 0;
+            break;
+        }
+        seen[(long long)o.rank * heads + o.bh] = 1;
+        /* where the id must land: section s = bh / per covers ids [s * per * tiles, ...) tile-major */
+        const int s = o.bh / per, first = s * per, width = heads - first < per ? heads - first : per;
+        const long long want = (long long)first * tiles + (long long)o.rank * width + (o.bh - first);
+        if (want != id) ordered = 0;
+        if (section == 0 && (o.rank != id / heads || o.bh != id % heads)) one_section = 0;
+    }
+    CHECK(bijective, "tiles %d heads %d section %d: every (rank, head) exactly once", tiles, heads, section);
+    CHECK(ordered, "tiles %d heads %d section %d: sections in order, longest first inside each", tiles, heads,
+          section);
+    if (section == 0) CHECK(one_section, "tiles %d heads %d: section 0 is rank = id / heads", tiles, heads);
+    free(seen);
+}
+
+int main(void) {
+    test_section("the map");
+    const int tiles[] = {1, 2, 5, 8, 64};
+    const int heads[] = {1, 3, 12, 97, 384};
+    const int sections[] = {0, 1, 2, 7, 48, 96, 384, 1000};
+    for (size_t a = 0; a < sizeof(tiles) / sizeof(tiles[0]); a++)
+        for (size_t b = 0; b < sizeof(heads) / sizeof(heads[0]); b++)
+            for (size_t c = 0; c < sizeof(sections) / sizeof(sections[0]); c++)
+                check_grid(tiles[a], heads[b], sections[c]);
+    /* a section of 2 over 5 heads and 3 tiles, written out: heads {0,1} x ranks 0..2, {2,3}, then {4} */
+    {
+        const int want[15][2] = {{0, 0}, {0, 1}, {1, 0}, {1, 1}, {2, 0}, {2, 1}, {0, 2}, {0, 3},
+                                 {1, 2}, {1, 3}, {2, 2}, {2, 3}, {0, 4}, {1, 4}, {2, 4}};
+        int ok = 1;
+        for (int id = 0; id < 15; id++) {
+            const AttnTileOrder o = attn_tile_rank_head((unsigned long long)id, 3, 5, 2);
+            if (o.rank != want[id][0] || o.bh != want[id][1]) ok = 0;
+        }
+        CHECK(ok, "3 tiles x 5 heads in sections of 2: the order written out");
+    }
+    /* the largest grid a launch may have: 2^31 - 1 x 65535 blocks does not overflow the 64-bit id */
+    {
+        const AttnTileOrder o = attn_tile_rank_head(65535ULL * 4096ULL - 1ULL, 4096, 65535, 100);
+        CHECK(o.rank == 4095 && o.bh == 65534, "the last id of a 4096 x 65535 grid: rank %d bh %d", o.rank, o.bh);
+    }
+
+    test_section("the section sizes");
+    unsetenv("ATTN_TILE_SECTION_HEADS");
+    const long long budget = kAttnTileSectionBytes;
+    int n = attn_tile_section_heads(1024, 64, kTileSectionKV, 384);
+    CHECK(n == (int)(budget / (1024LL * 64 * 4)), "d12 K, V: %d heads per section", n);
+    n = attn_tile_section_heads(1024, 64, kTileSectionQdOdQ, 384);
+    CHECK(n == (int)(budget / (1024LL * 64 * 8)), "d12 Q, dO, dQ: %d heads per section", n);
+    n = attn_tile_section_heads(1024, 64, kTileSectionKV, 16);
+    CHECK(n == 0, "16 heads that fit: one section (0), got %d", n);
+    n = attn_tile_section_heads(1 << 20, 128, kTileSectionQdOdQ, 8);
+    CHECK(n == 1, "a head larger than the budget: sections of 1, got %d", n);
+    return test_summary();
+}
