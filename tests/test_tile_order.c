@@ -6,8 +6,8 @@
  * the map is a bijection of the grid; the heads of a section are consecutive and the sections come in order;
  * inside a section the ranks never decrease (longest first) and each rank lists the section's heads in order;
  * section 0 is the one-section order rank = id / heads, bh = id % heads; the section sizes
- * attn_tile_section_heads picks (d12's 384 heads of T 1024 x HS 64: 96 for K, V; 48 with the dQ accumulator)
- * and the ATTN_TILE_SECTION_HEADS override.
+ * attn_tile_section_heads picks (d12's 384 heads of T 1024 x HS 64: 96 for K, V; 48 with the dQ accumulator),
+ * with their floor of kAttnTileSectionMinHeads.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +76,11 @@ int main(void) {
     CHECK(n == (int)(budget / (1024LL * 64 * 8)), "d12 Q, dO, dQ: %d heads per section", n);
     n = attn_tile_section_heads(1024, 64, kTileSectionKV, 16);
     CHECK(n == 0, "16 heads that fit: one section (0), got %d", n);
+    n = attn_tile_section_heads(4096, 128, kTileSectionQdOdQ, 32);
+    CHECK(n == kAttnTileSectionMinHeads, "B2 H16 T4096 D128 key-major (6 heads fit): the floor, got %d", n);
     n = attn_tile_section_heads(1 << 20, 128, kTileSectionQdOdQ, 8);
-    CHECK(n == 1, "a head larger than the budget: sections of 1, got %d", n);
+    CHECK(n == 0, "8 heads, each larger than the budget: fewer than the floor, one section, got %d", n);
+    n = attn_tile_section_heads(1 << 20, 128, kTileSectionQdOdQ, 100);
+    CHECK(n == kAttnTileSectionMinHeads, "100 heads larger than the budget: the floor, got %d", n);
     return test_summary();
 }

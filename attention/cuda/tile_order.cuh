@@ -20,9 +20,10 @@
  *       (tests check that it is a bijection of the grid and LPT within each section);
  *   attn_tile_longest_first(section) -> {rank, bh} of this CTA: rank 0 is the longest tile class,
  *       bh = b * NH + h; gridDim = (tiles, B * NH);
- *   attn_tile_section_heads(T, HS, bytes_per_elem, heads) (host): a launch's section, heads whose
- *       T x HS x bytes_per_elem shared bytes fit kAttnTileSectionBytes; ATTN_TILE_SECTION_HEADS=N in the
- *       environment sets N instead (0: one section over all heads, for A/B timing).
+ *   attn_tile_section_heads(T, HS, bytes_per_elem, heads) (host): a launch's section, the heads whose
+ *       T x HS x bytes_per_elem shared bytes fit kAttnTileSectionBytes, at least kAttnTileSectionMinHeads;
+ *       ATTN_TILE_SECTION_HEADS=N in the environment sets N instead (0: one section over all heads, for
+ *       A/B timing).
  */
 #ifndef ATTENTION_TILE_ORDER_CUH
 #define ATTENTION_TILE_ORDER_CUH
@@ -41,8 +42,11 @@ typedef struct AttnTileOrder {
 } AttnTileOrder;
 
 /* The part of the L2 (50 MB on H100 and H200) a section's shared data may take: the rest holds the
-   streamed tiles and the other operands of the step. */
-enum { kAttnTileSectionBytes = 24 << 20 };
+   streamed tiles and the other operands of the step. And the fewest heads a section holds: on the H200,
+   sections of 3-6 heads slowed the HS-128 key-major pass by 12-16% at T 4096-8192 against one section,
+   while 24 heads cost nothing there (dev/results/attention_tile_order_2026-12-02.md); a launch of fewer
+   heads runs as one section. */
+enum { kAttnTileSectionBytes = 24 << 20, kAttnTileSectionMinHeads = 24 };
 
 /* Bytes per (token, head column) that a launch's CTAs of one head share: K and V (the forward, the row pass);
    Q and dO (gproj's key-major pass); Q, dO and the FP32 dQ accumulator (the key-major passes that send dQ). */
@@ -83,7 +87,7 @@ static inline int attn_tile_section_heads(int T, int HS, int bytes_per_elem, int
     if (env >= 0) return env;
     const long long per_head = (long long)T * HS * bytes_per_elem;
     long long n = per_head > 0 ? (long long)kAttnTileSectionBytes / per_head : heads;
-    if (n < 1) n = 1;
+    if (n < kAttnTileSectionMinHeads) n = kAttnTileSectionMinHeads;
     return n >= heads ? 0 : (int)n;
 }
 
