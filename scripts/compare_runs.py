@@ -586,6 +586,10 @@ def main():
           " else the difference of the means with its standard error ('unpaired'); seeds that broke are left"
           " out of the gap)")
     for g, s in stats.items():
+        if s["train"]["n"] < s["seeds"]:
+            ended = [f"{r['label']} ended at step {r['steps']}" for r in groups[g] if math.isnan(r["train"])]
+            print(f"  {g}: train and val over {s['train']['n']} of {s['seeds']} seeds ({', '.join(ended)},"
+                  f" before step {at})")
         for b in s["broke"]:
             print(f"  {g} seed {b['seed']}: broke at step {b['step']} ({b['why']})")
     definition = (f"broke = the train-loss EMA (span {args.break_ema} steps) rises more than {args.break_margin:g}"

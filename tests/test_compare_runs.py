@@ -160,6 +160,9 @@ with tempfile.TemporaryDirectory() as tmp:
           bg)
     check(near(runs.get("bf16_s8", {}).get("train"), None) or runs.get("bf16_s8", {}).get("train") is None,
           "bf16_s8 (ended at 2300) has no final loss at step 2499", runs.get("bf16_s8"))
+    check(modes.get("bf16", {}).get("train", {}).get("n") == 2 and
+          "  bf16: train and val over 2 of 3 seeds (bf16_s8 ended at step 2299, before step 2499)" in out,
+          "the per-mode table says bf16's means cover 2 of 3 seeds and which run ended early", out[-2500:])
 
     # breaks: at the jump (the EMA needs a few steps), the earlier of a break and a later crash; none elsewhere
     b7, b8 = runs.get("bf16_s7", {}).get("break_step"), runs.get("bf16_s8", {}).get("break_step")
