@@ -162,7 +162,8 @@ static const FlagRow g_rows[NUM_FLAGS] = {
      "the optimizer"},
     {FLAG_WARN_RHO, "warn-rho", FLAG_TYPE_FLOAT, OFF(warn_rho), "20", NULL, 0, 1e30, "X", NULL, "diagnostics", 0,
      "warn (console + attn_warning log event) when a layer's key offset rho crosses X at a --diag-every step, "
-     "once per layer and crossing; fp32/gproj runs stay near 3-4, bf16 reached 50-118 before breaking; 0 = off"},
+     "once per layer and crossing; fp32/gproj runs stayed under 9, bf16 runs reached 80-190 before breaking; "
+     "0 = off"},
     {FLAG_WARN_DQ_ERR, "warn-dq-err", FLAG_TYPE_FLOAT, OFF(warn_dq_err), "0.05", NULL, 0, 1e30, "X", NULL,
      "diagnostics", 0, "warn likewise when the in-run probe's median dQ error (--probe-every) crosses X "
      "(0.05 = 5%; gproj reads 0.2-0.3%); 0 = off"},
