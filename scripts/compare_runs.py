@@ -27,10 +27,11 @@ scripts/matched_runs.sh gives) is grouped by that name; any other run by its log
 "Broke" (printed with the table; --break-margin M, --break-steps N, --break-ema E): a run broke at step s
 when the exponential moving average of its train loss (span E steps) rises more than M nats above its
 own running minimum at s and stays above it through step s + N; or when a train loss is non-finite, or
-the log has a non-finite "stop" event (the trainer stops there).
+the log ends in a divergence stop: the trainer's "stop" event with a reason "diverged: ..." (a non-finite
+loss or gradient norm, or a loss past --diverge-margin; train/run_driver.c) or "non-finite ...".
 
 The comparison step: --at-step, else the last step every run reached, not counting runs that ended at a
-non-finite stop (a run stopped early by a time limit would otherwise be compared at another point of
+divergence stop (a run stopped early by a time limit would otherwise be compared at another point of
 its schedule). Breaks and warnings are read from the whole log.
 
 A bad line in a log (invalid UTF-8, JSON cut short by a killed run) is skipped and named once per file.
@@ -201,11 +202,18 @@ def final_train(pts, at, last_k):
     return mean([v for s, v in pts if s > end - last_k])
 
 
+def diverged_stop(r):
+    """1 for the stop record of a run its trainer stopped as diverged (train/run_driver.c's stop_diverged:
+    "diverged: the gradient norm is not finite", "diverged: the loss is NaN or infinite", "diverged: the loss
+    ... --diverge-margin ..."), or of a log that says "non-finite ..."."""
+    reason = str(r.get("reason", ""))
+    return r.get("event") == "stop" and (reason.startswith("diverged") or reason.startswith("non-finite"))
+
+
 def find_break(rows, margin, span, ema_steps):
     """(step, why) of the first break of a run, or (None, None); see the module comment."""
     bad = next((r for r in step_records(rows) if fnum(r.get("loss")) is None), None)
-    stop = next((r for r in rows if r.get("event") == "stop" and str(r.get("reason", "")).startswith("non-finite")
-                 and isinstance(r.get("step"), int)), None)
+    stop = next((r for r in rows if diverged_stop(r) and isinstance(r.get("step"), int)), None)
     found = [(bad["step"], "non-finite loss")] if bad else []
     if stop:
         found.append((stop["step"], f"stop event: {stop.get('reason')}"))
@@ -242,9 +250,8 @@ def run_break(rows, args):
 
 
 def crashed(rows):
-    """1 when the run ended at a non-finite loss (a null step loss or a non-finite stop event)."""
-    return any(r.get("event") == "stop" and str(r.get("reason", "")).startswith("non-finite") for r in rows) or \
-        any(fnum(r.get("loss")) is None for r in step_records(rows))
+    """1 when the run ended diverged (a null step loss or a divergence stop, diverged_stop)."""
+    return any(diverged_stop(r) for r in rows) or any(fnum(r.get("loss")) is None for r in step_records(rows))
 
 
 def warnings_of(rows):
@@ -528,6 +535,8 @@ def main():
         short = [k for k, v in ends.items() if v == at]
         print(f"note: the runs end at different steps ({min(ends.values())}..{max(ends.values())}); all are "
               f"compared at step {at}, where {', '.join(short)} ended (--at-step to choose another)")
+    elif at is None and ends and len(ends) < len(runs):
+        at = min(ends.values())  # where the runs that did not diverge ended: the diverged ones have no final loss
 
     if args.thin_to:
         thin(runs, args.thin_to, args.thin_every, at, args)
@@ -594,7 +603,7 @@ def main():
             print(f"  {g} seed {b['seed']}: broke at step {b['step']} ({b['why']})")
     definition = (f"broke = the train-loss EMA (span {args.break_ema} steps) rises more than {args.break_margin:g}"
                   f" nats above its running minimum and stays there for {args.break_steps} steps (the step where"
-                  " it first rose is reported), or a non-finite loss / non-finite stop event")
+                  " it first rose is reported), or a non-finite loss, or the trainer's divergence stop")
     print(definition)
 
     print()

@@ -41,8 +41,17 @@ def base(s):
     return 4.0 + 6.0 * math.exp(-s / 300.0)
 
 
+# The stop reasons of the trainer's divergence check (train/run_driver.c: "diverged: " + the check's words),
+# read from its source so that a change of wording there fails here.
+_DRIVER = open(os.path.join(ROOT, "train", "run_driver.c")).read()
+assert 'snprintf(reason, sizeof(reason), "diverged: %s", what);' in _DRIVER and \
+    '"the %s is %s", isfinite(loss) ? "gradient norm" : "loss",' in _DRIVER and \
+    'isfinite(loss) ? "not finite" : "NaN or infinite"' in _DRIVER, "train/run_driver.c's stop reasons changed"
+DIVERGED_REASONS = ("diverged: the gradient norm is not finite", "diverged: the loss is NaN or infinite")
+
+
 def write_run(path, mode, seed, steps, offset, rng, jump_at=None, nonfinite_at=None, spikes=False,
-              cut_last=False, bad_utf8_line=None, warnings=()):
+              cut_last=False, bad_utf8_line=None, warnings=(), null_loss=False):
     """A log like the trainers write. Train loss = base + offset + noise, the noise uniform in [-0.4, 0.4]
     for the first 10 steps of each aligned 20-step window and its negation for the last 10 (each window
     sums to zero); jump_at: +2 nats from that step on; nonfinite_at: a null loss there and a non-finite
@@ -64,8 +73,11 @@ def write_run(path, mode, seed, steps, offset, rng, jump_at=None, nonfinite_at=N
         if spikes and 1000 <= s < 1050:
             loss += 0.6
         if nonfinite_at is not None and s == nonfinite_at:
-            lines.append(json.dumps({"step": s, "loss": None, "grad_norm": None, "ms": 2.0, "attn": mode}))
-            lines.append(json.dumps({"event": "stop", "step": s, "reason": "non-finite loss"}))
+            if null_loss:  # another writer's form: a step record with a null loss, then a stop
+                lines.append(json.dumps({"step": s, "loss": None, "grad_norm": None, "ms": 2.0, "attn": mode}))
+                lines.append(json.dumps({"event": "stop", "step": s, "reason": "non-finite loss"}))
+            else:  # train/run_driver.c's stop_diverged: no record of the step it refused, then the stop
+                lines.append(json.dumps({"event": "stop", "step": s, "reason": DIVERGED_REASONS[s % 2]}))
             break
         lines.append(json.dumps({"step": s, "loss": loss, "grad_norm": 1.0, "ms": 2.0, "attn": mode}))
         if s % 100 == 0:
@@ -176,10 +188,21 @@ with tempfile.TemporaryDirectory() as tmp:
     b = js2.get("runs", {}).get("fp32_s8", {}).get("break_step")
     check(b is not None and 1000 <= b <= 1030,
           "the same bump (steps 1000-1049) is a break with --break-margin 0.3 --break-steps 30 (the flags are used)", b)
-    write_run(f"{tmp}/crash/bf16_s1/log.jsonl", "bf16", 1, 500, 0.0, rng, nonfinite_at=400)
+    write_run(f"{tmp}/crash/bf16_s1/log.jsonl", "bf16", 1, 500, 0.0, rng, nonfinite_at=400, null_loss=True)
     _, _, _, js3 = compare(f"{tmp}/crash/bf16_s1", "--no-plots")
     check(js3.get("runs", {}).get("bf16_s1", {}).get("break_step") == 400,
           "a non-finite loss with no rise before it is a break at that step", js3.get("runs"))
+    # a group whose other runs all end at one step: compared there, the diverged run without a final loss
+    write_run(f"{tmp}/crash2/fp32_s1/log.jsonl", "fp32", 1, 500, 0.0, rng)
+    write_run(f"{tmp}/crash2/repair_s1/log.jsonl", "repair", 1, 500, 0.0, rng)
+    write_run(f"{tmp}/crash2/bf16_s1/log.jsonl", "bf16", 1, 500, 0.0, rng, nonfinite_at=300)
+    _, out4, _, js4 = compare(f"{tmp}/crash2/fp32_s1", f"{tmp}/crash2/repair_s1", f"{tmp}/crash2/bf16_s1", "--no-plots")
+    r4 = js4.get("runs", {})
+    check(js4.get("at_step") == 499 and r4.get("bf16_s1", {}).get("train") is None and
+          r4.get("repair_s1", {}).get("train") is not None and
+          "bf16: train and val over 0 of 1 seeds (bf16_s1 ended at step 299, before step 499)" in out4,
+          "a diverged run beside runs that all end at 499: compared at 499, no final loss for it, and said so",
+          {"at": js4.get("at_step"), "runs": {k: v.get("train") for k, v in r4.items()}})
     check("broke = the train-loss EMA (span 50 steps) rises more than 0.5 nats above its running minimum" in out,
           "the definition of broke is printed with the table", out)
 
@@ -229,9 +252,9 @@ with tempfile.TemporaryDirectory() as tmp:
         check(small < full / 2 and not any(r.get("event") == "sample" for r in recs),
               "thinned: under half the size, no text samples (%d of %d bytes)" % (small, full))
         check(sum(1 for r in recs if r.get("event") == "diag") == 23 and
-              any(r.get("event") == "stop" for r in recs) and any(r.get("loss", 0) is None for r in recs) and
+              any(r.get("event") == "stop" and r.get("reason") == DIVERGED_REASONS[0] for r in recs) and
               sum(1 for r in recs if r.get("event") == "attn_warning") == 2,
-              "thinned: every diag, stop and warning record and the non-finite step kept", len(recs))
+              "thinned: every diag, stop and warning record kept (bf16_s8's divergence stop)", len(recs))
         rc, out2, err2, jt = compare("--from-thinned", f"{tmp}/thin", "--out", f"{tmp}/replot")
         check(rc == 0 and jt.get("at_step") == 2499 and
               all(near(jt["runs"][k]["train"], runs[k]["train"], 1e-9) or runs[k]["train"] is None
