@@ -13,6 +13,9 @@ reports only what the seeds support:
     fp32 has the same seed, else the difference of the means), and per seed whether and where it broke;
   - one verdict line per mode, and the early-warning record: first warning per run, lead time (break
     step - first warning step) for runs that broke, false alarms (warnings in runs that never broke);
+  - per run that broke, its trace (--trace-every N steps, default 2000): train loss and gradient norm
+    beside the key offset, max |q| and max logit of the layer whose offset rose highest in the run, and
+    the same layer of the fp32 run of the same seed: the order in which things went wrong;
   - --json FILE: the same numbers for machine checks;
   - --thin-to DIR: per-run thinned logs (every --thin-every-th step record, the last 200 step records,
     every non-finite step and every other record except text samples) that --from-thinned DIR reads
@@ -399,6 +402,53 @@ def thin(runs, out_dir, every, at, args):
         print(f"wrote {os.path.join(d, 'log.jsonl')} ({len(kept)} of {len(rows)} records)")
 
 
+def break_trace(run, ref, every):
+    """How a broken run got there, from its diag records: every `every` steps up to its last diag, the train loss
+    and gradient norm of the nearest step record at or before, and the key offset rho, max |q| and max logit of
+    the layer whose rho rose highest in the run (its in-run probe's dQ error where the probe was on that layer),
+    with the same layer of `ref` (fp32, same seed) beside it. None without per-layer diagnostics."""
+    diags = [d for d in run["rows"] if d.get("event") == "diag" and isinstance(d.get("step"), int)
+             and isinstance(d.get("layer_rho_max"), list)]
+    if not diags:
+        return None
+    peak = max(((fnum(v) or 0.0, l) for d in diags for l, v in enumerate(d["layer_rho_max"])), default=(0.0, 0))
+    layer = peak[1]
+    steps = step_records(run["rows"])
+    ref_diag = {d["step"]: d for d in (ref["rows"] if ref else []) if d.get("event") == "diag"}
+
+    def at(d, key):
+        v = d.get(key)
+        return fnum(v[layer]) if isinstance(v, list) and layer < len(v) else None
+
+    rows = []
+    for d in diags:
+        if d["step"] % every and d is not diags[-1]:
+            continue
+        before = [x for x in steps if x["step"] <= d["step"]]
+        rec = before[-1] if before else None
+        rd = ref_diag.get(d["step"])
+        rows.append({"step": d["step"], "loss": fnum(rec.get("loss")) if rec else None,
+                     "grad_norm": fnum(rec.get("grad_norm")) if rec else None,
+                     "rho": at(d, "layer_rho_max"), "q": at(d, "layer_q_absmax"), "logit": at(d, "layer_logit_max"),
+                     "probe_dq_err": fnum(d.get("probe_dq_err")) if d.get("probe_layer") == layer else None,
+                     "ref_rho": at(rd, "layer_rho_max") if rd else None, "ref_q": at(rd, "layer_q_absmax") if rd
+                     else None, "ref_logit": at(rd, "layer_logit_max") if rd else None})
+    return {"layer": layer, "ref": ref["label"] if ref else None, "every": every, "rows": rows}
+
+
+def print_trace(run, ref, t):
+    g = lambda v: fmt(v, ".3g")  # noqa: E731
+    pct = lambda v: "" if v is None else f"{100 * v:.3g}%"  # noqa: E731
+    print(f"how {run['label']} broke (at step {run['break_step']}): layer {t['layer']}, the one whose key offset rose"
+          f" highest, every {t['every']} steps{'; beside it ' + t['ref'] + ', same layer' if ref else ''}")
+    print(f"{'step':>7} {'loss':>7} {'grad norm':>10} {'rho':>7} {'max|q|':>8} {'max logit':>10} {'probe dQ':>9}"
+          + (f" | {'rho':>6} {'max|q|':>7} {'max logit':>9}" if ref else ""))
+    for x in t["rows"]:
+        print(f"{x['step']:>7} {g(x['loss']):>7} {g(x['grad_norm']):>10} {g(x['rho']):>7} {g(x['q']):>8}"
+              f" {g(x['logit']):>10} {pct(x['probe_dq_err']):>9}"
+              + (f" | {g(x['ref_rho']):>6} {g(x['ref_q']):>7} {g(x['ref_logit']):>9}" if ref else ""))
+
+
 def band(curves):
     """Per mode band over seeds: (grid, lo, hi, have) on the union of the seeds' steps, each seed
     interpolated linearly inside its own range only; `have` marks the steps where at least two seeds
@@ -499,6 +549,9 @@ def main():
     ap.add_argument("--break-ema", type=int, default=50, help="span in steps of the loss EMA (default 50)")
     ap.add_argument("--thin-to", metavar="DIR", help="write thinned per-run logs DIR/RUN/log.jsonl")
     ap.add_argument("--thin-every", type=int, default=10, help="keep every Nth step record (default 10)")
+    ap.add_argument("--trace-every", type=int, default=2000,
+                    help="the trace of each run that broke (its fastest-drifting layer beside the same seed's "
+                         "fp32 run): a row every N steps of its diag records (default 2000)")
     args = ap.parse_args()
     if args.last_k < 1 or args.break_steps < 0 or args.break_ema < 1 or args.thin_every < 1 or args.break_margin <= 0:
         sys.exit("compare_runs: error: --last-k, --break-ema and --thin-every must be >= 1, --break-steps >= 0 and "
@@ -639,8 +692,17 @@ def main():
               f" ({warn_summary['false_alarm_warnings']} warnings"
               f"{': ' + ', '.join(warn_summary['false_alarm_runs']) if false_alarm_runs else ''})")
 
+    traces = {}
+    for r in broke_runs:
+        ref = next((x for x in groups.get("fp32", []) if x["seed"] == r["seed"]), None)
+        t = break_trace(r, ref, args.trace_every)
+        if t:
+            traces[r["label"]] = t
+            print()
+            print_trace(r, ref, t)
+
     if args.json:
-        doc = {"at_step": at, "last_k": args.last_k, "definition": definition,
+        doc = {"at_step": at, "last_k": args.last_k, "definition": definition, "traces": traces,
                "break": {"margin": args.break_margin, "steps": args.break_steps, "ema": args.break_ema},
                "runs": {r["label"]: {k: r[k] for k in ("group", "seed", "steps", "train", "val", "gap_train",
                                                        "gap_val", "rho", "dq", "break_step", "break_why",

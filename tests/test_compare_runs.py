@@ -82,8 +82,13 @@ def write_run(path, mode, seed, steps, offset, rng, jump_at=None, nonfinite_at=N
         lines.append(json.dumps({"step": s, "loss": loss, "grad_norm": 1.0, "ms": 2.0, "attn": mode}))
         if s % 100 == 0:
             lines.append(json.dumps({"step": s, "val_loss": base(s) + offset + 0.5, "val_batches": 2}))
+            # per layer as the trainers write them: layer 0 drifts (3x faster under bf16), layer 1 stays; the probe
+            # alternates between the layers
+            rho0 = (1 + s / 1000) * (3 if mode == "bf16" else 1)
             lines.append(json.dumps({"event": "diag", "step": s, "rho_max": 1 + s / 1000, "probe_dq_err": 0.003,
-                                     "key_bias_norm": 1.0}))
+                                     "key_bias_norm": 1.0, "layer_rho_max": [rho0, 0.5],
+                                     "layer_q_absmax": [2.0 + s / 100, 1.0], "layer_logit_max": [5.0, 4.0],
+                                     "probe_layer": (s // 100) % 2}))
         for w in warnings:
             if w[0] == s:
                 lines.append(json.dumps({"event": "attn_warning", "step": s, "kind": w[1], "layer": 0,
@@ -134,7 +139,8 @@ with tempfile.TemporaryDirectory() as tmp:
     write_run(f"{g}/bf16_s9/log.jsonl", "bf16", 9, 3000, fp32_off[9] + gap["bf16"][9], rng)
 
     dirs = sorted(os.path.join(g, d) for d in os.listdir(g))
-    rc, out, err, js = compare(*dirs, "--out", f"{tmp}/plots", "--thin-to", f"{tmp}/thin", "--thin-every", "10")
+    rc, out, err, js = compare(*dirs, "--out", f"{tmp}/plots", "--thin-to", f"{tmp}/thin", "--thin-every", "10",
+                               "--trace-every", "1000")
     check(rc == 0 and js, "compare_runs.py ran on 15 runs of 5 modes x 3 seeds", out[-2000:] + err)
     runs, modes, verdicts = js.get("runs", {}), js.get("modes", {}), js.get("verdicts", {})
 
@@ -175,6 +181,20 @@ with tempfile.TemporaryDirectory() as tmp:
     check(modes.get("bf16", {}).get("train", {}).get("n") == 2 and
           "  bf16: train and val over 2 of 3 seeds (bf16_s8 ended at step 2299, before step 2499)" in out,
           "the per-mode table says bf16's means cover 2 of 3 seeds and which run ended early", out[-2500:])
+
+    # the trace of a broken run: its most drifted layer beside the same seed's fp32 run
+    tr = js.get("traces", {}).get("bf16_s7") or {}
+    rows7 = {x["step"]: x for x in tr.get("rows", [])}
+    loss1000 = next(json.loads(l)["loss"] for l in open(f"{g}/bf16_s7/log.jsonl")
+                    if l.startswith('{"step": 1000, "loss"'))
+    check(tr.get("layer") == 0 and tr.get("ref") == "fp32_s7" and sorted(rows7) == [0, 1000, 2000, 2900] and
+          near(rows7[1000]["rho"], 6.0) and near(rows7[1000]["q"], 12.0) and near(rows7[1000]["ref_rho"], 2.0) and
+          near(rows7[1000]["loss"], loss1000) and near(rows7[1000]["probe_dq_err"], 0.003) and
+          rows7[2900]["probe_dq_err"] is None and "how bf16_s7 broke (at step" in out,
+          "bf16_s7's trace: layer 0 (the most drifted), every 1000 steps and the last diag, the step's loss, "
+          "the probe only where it was on that layer, fp32_s7's layer 0 beside it", tr)
+    check(sorted(js.get("traces", {})) == ["bf16_s7", "bf16_s8"], "a trace for each run that broke, and only those",
+          sorted(js.get("traces", {})))
 
     # breaks: at the jump (the EMA needs a few steps), the earlier of a break and a later crash; none elsewhere
     b7, b8 = runs.get("bf16_s7", {}).get("break_step"), runs.get("bf16_s8", {}).get("break_step")
