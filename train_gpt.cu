@@ -119,6 +119,9 @@ static void rank_exit_hook(int status, void* unused) {
 
 /* (hi, lo) float pairs of doubles: comm_sum_scalars moves floats, so each
    double travels as hi = float(x), lo = float(x - hi) (about 48 bits). */
+/* The most doubles dp_sum_doubles sums at once: the step's loss sum and squared norm, then run_driver_poll's flags. */
+enum { kDpSumDoubles = 2 + RUN_POLL_FLAGS };
+
 __global__ void split_doubles_kernel(float* out, const double* in, int n) {
     const int i = threadIdx.x;
     if (i >= n) return;
@@ -137,8 +140,8 @@ typedef struct {
     cudaEvent_t ready;        /* compute stream: "gradients of the bucket are final" (reused per bucket) */
     cudaEvent_t comm_done;    /* comm stream: last reduction issued for the step is done */
     int reduce_now;           /* set on the last micro-step of a step */
-    float* d_split;           /* [8] split_doubles_kernel output */
-    double* d_sums;           /* [4] loss sum, squared norm, run_driver_poll's two flags: summed over ranks */
+    float* d_split;           /* [2 * kDpSumDoubles] split_doubles_kernel output */
+    double* d_sums;           /* [kDpSumDoubles] loss sum, squared norm, run_driver_poll's flags: summed over ranks */
     /* per-step timing of the last micro-step (world_size > 1) */
     cudaEvent_t ev_bwd_start, ev_bwd_end, ev_comm_start, ev_waited, ev_gather_start, ev_gather_end;
     int comm_started;
@@ -199,8 +202,8 @@ static void dp_init(DataParallel* dp, const DistInfo* dist, Comm* comm, int zero
     cudaEvent_t* evs[] = {&dp->ready, &dp->comm_done, &dp->ev_bwd_start, &dp->ev_bwd_end, &dp->ev_comm_start,
                           &dp->ev_waited, &dp->ev_gather_start, &dp->ev_gather_end};
     for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) cudaCheck(cudaEventCreate(evs[i]));
-    cudaCheck(cudaMalloc((void**)&dp->d_split, 8 * sizeof(float)));
-    cudaCheck(cudaMalloc((void**)&dp->d_sums, 4 * sizeof(double)));
+    cudaCheck(cudaMalloc((void**)&dp->d_split, 2 * kDpSumDoubles * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&dp->d_sums, kDpSumDoubles * sizeof(double)));
     if (dist->world_size > 1) {
         model->grad_hook = dp_grad_hook;
         model->grad_hook_ctx = dp;
@@ -218,7 +221,8 @@ static void dp_wait_gradients(DataParallel* dp, cudaStream_t compute) {
 /* Sum over ranks, in rank order, of n <= 4 device doubles (bit-identical on
    every rank). Synchronizes the compute stream. */
 static void dp_sum_doubles(DataParallel* dp, const double* d_values, int n, double* out, cudaStream_t compute) {
-    double h[8];
+    double h[2 * kDpSumDoubles];
+    if (n < 1 || n > kDpSumDoubles) die("internal: dp_sum_doubles of %d values (1..%d)", n, (int)kDpSumDoubles);
     split_doubles_kernel<<<1, 32, 0, compute>>>(dp->d_split, d_values, n);
     cudaCheckLastError();
     comm_sum_scalars(dp->comm, dp->d_split, h, 2 * n, compute);
@@ -770,13 +774,15 @@ int main(int argc, char** argv) {
         }
         const double lr = schedule_lr(&sched, step);
         gpt_cuda_grad_norm_sq_enqueue(&model, shard.offset, shard.shard_size);
-        /* one sum over ranks: [0] loss sum, [1] squared norm, [2] ranks signalled, [3] ranks whose
-           --checkpoint-minutes are up (so every rank takes the same decision at the next boundary) */
-        double local_flags[2], sums[4];
+        /* one sum over ranks: [0] loss sum, [1] squared norm, [2..] run_driver_poll's flags (ranks signalled,
+           ranks whose --checkpoint-minutes are up, ranks that saw the first attention warning), so every rank
+           takes the same decision at the next boundary */
+        double local_flags[RUN_POLL_FLAGS], sums[kDpSumDoubles];
         run_driver_poll(&run, local_flags);
         cudaCheck(cudaMemcpyAsync(dp.d_sums, model.scalars_dev, 2 * sizeof(double), cudaMemcpyDeviceToDevice, stream));
-        cudaCheck(cudaMemcpyAsync(dp.d_sums + 2, local_flags, 2 * sizeof(double), cudaMemcpyHostToDevice, stream));
-        dp_sum_doubles(&dp, dp.d_sums, 4, sums, stream);
+        cudaCheck(cudaMemcpyAsync(dp.d_sums + 2, local_flags, RUN_POLL_FLAGS * sizeof(double), cudaMemcpyHostToDevice,
+                                  stream));
+        dp_sum_doubles(&dp, dp.d_sums, kDpSumDoubles, sums, stream);
         run_driver_agree(&run, sums + 2);
         const double loss = sums[0] / ((double)tokens_per_micro * grad_accum);
         const double norm = isfinite(loss) ? sqrt(sums[1]) : NAN;
@@ -818,6 +824,7 @@ int main(int argc, char** argv) {
             diag_write_json(td.json, diag_json_bytes(cfg.num_layers), td.host_layers, cfg.num_layers, &probe);
             diag_warn_check(&td.warn, td.host_layers, cfg.num_layers, &probe);
             runlog_diag(log, step, td.json, td.step_ms, &td.warn); /* the diag record, then its warnings */
+            if (td.warn.num_pending > 0) run_driver_note_warning(&run, step); /* --checkpoint-on-warning */
         }
         if (run_driver_log_due(&run, step)) {
             const double mean_dt = timed_steps ? time_sum / timed_steps : dt;

@@ -193,10 +193,12 @@ static void run_diagnostics(CpuDiag* d, GPTCpu* model, AttnMode mode, int step, 
                                        gpt_act_ptr(model, model->grads_acts, A_ATTY, l));
 }
 
-/* The step's "diag" record and warnings (runlog_diag) when this step measured anything. */
-static void log_diagnostics(CpuDiag* d, int step, RunLog* log) {
+/* The step's "diag" record and warnings (runlog_diag) when this step measured anything; a warning also goes
+   to the run driver (--checkpoint-on-warning). */
+static void log_diagnostics(CpuDiag* d, int step, RunDriver* run) {
     if (!d->pending) return;
-    runlog_diag(log, step, d->json, d->pending_ms, &d->warn);
+    runlog_diag(&run->log, step, d->json, d->pending_ms, &d->warn);
+    if (d->warn.num_pending > 0) run_driver_note_warning(run, step);
     d->pending = 0;
 }
 
@@ -363,7 +365,7 @@ int main(int argc, char** argv) {
     double last_val = NAN;
     for (int step = start_step;; step++) {
         /* one process: its own signal and clock are the agreed ones */
-        double flags_now[2];
+        double flags_now[RUN_POLL_FLAGS];
         run_driver_poll(&run, flags_now);
         run_driver_agree(&run, flags_now);
         const int what = run_driver_boundary(&run, step);
@@ -423,7 +425,7 @@ int main(int argc, char** argv) {
         ema_step_s = ema_step_s < 0 ? dt : 0.9 * ema_step_s + 0.1 * dt;
         StepRecord rec = {step, f.steps, loss, lr, norm, (double)total_tokens / dt, 1000.0 * dt, f.attn};
         runlog_step(log, &rec);
-        log_diagnostics(&diag, step, log);
+        log_diagnostics(&diag, step, &run);
         if (run_driver_log_due(&run, step))
             runlog_console_step(stdout, &rec, ema_step_s * (f.steps - step - 1));
     }

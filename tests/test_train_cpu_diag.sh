@@ -24,7 +24,9 @@
 #             (attention/support/attn_capture.h), none at other steps or layers;
 #   warning   a low --warn-rho / --warn-dq-err fires: console line with the
 #             gproj hint, attn_warning events once per (kind, layer) after
-#             their diag record; thresholds 0 fire nothing;
+#             their diag record; thresholds 0 fire nothing; the first warning
+#             gets a kept checkpoint (--checkpoint-on-warning) that outlives the
+#             rolling ones and that a run continues from under gproj;
 #   modern    with --pos rope --qk-norm 1: diagnostics and the capture read q
 #             and k after qk-norm and RoPE (what attention sees); no key bias
 #             means null key-bias norms; --zero-key-bias-grad is refused where
@@ -252,6 +254,36 @@ check "console: the warning names step, layer, value and the way to continue und
 run_ok "the same with --warn-rho 0 --warn-dq-err 0" "${COMMON[@]}" --diag-every 2 --probe-every 1 --warn-rho 0 \
     --warn-dq-err 0 --steps 4 --out-dir "$TMP/nowarn"
 check "thresholds 0: no attn_warning event" bash -c "! grep -q attn_warning '$TMP/nowarn/log.jsonl'"
+
+# --checkpoint-on-warning (default 1): the first warning (step 0) gets a kept checkpoint at the next boundary
+check "the warning's checkpoint: step 1 written, logged, the console naming its state file and the gproj command" \
+    bash -c "[ -f '$TMP/warn/model_00000001.bin' ] && [ -f '$TMP/warn/state_00000001.bin' ] &&
+             grep -q '\"event\": \"checkpoint\", \"step\": 1,' '$TMP/warn/log.jsonl' &&
+             grep -q 'checkpoint: the attention warning of step 0 gets a checkpoint that is kept' '$TMP/warn.console' &&
+             grep -qF 'checkpoint: kept for the attention warning; to continue from it under gproj: the same command with --resume $TMP/warn/state_00000001.bin --attn gproj' '$TMP/warn.console' &&
+             [ \$(grep -c 'kept for the attention warning' '$TMP/warn.console') = 1 ]"
+check "no warning, no warning checkpoint (thresholds 0: no step-1 checkpoint)" \
+    bash -c "[ ! -e '$TMP/nowarn/model_00000001.bin' ] && ! grep -q 'attention warning' '$TMP/last.log'"
+run_ok "warnings with --checkpoint-on-warning 0" "${COMMON[@]}" --diag-every 2 --probe-every 1 --warn-rho 1e-6 \
+    --warn-dq-err 1e-9 --checkpoint-on-warning 0 --steps 4 --out-dir "$TMP/warn_off"
+check "--checkpoint-on-warning 0: warnings, but no step-1 checkpoint" \
+    bash -c "grep -q attn_warning '$TMP/warn_off/log.jsonl' && [ ! -e '$TMP/warn_off/model_00000001.bin' ]"
+run_ok "warnings with a --checkpoint-minutes checkpoint at every boundary (--checkpoint-every 0)" "${COMMON[@]}" \
+    --diag-every 2 --probe-every 1 --warn-rho 1e-6 --warn-dq-err 1e-9 --checkpoint-every 0 --checkpoint-minutes 1e-9 \
+    --steps 5 --out-dir "$TMP/warn_rolling"
+check "the warning's checkpoint outlives the rolling ones (step 1 kept, steps 2 and 3 deleted)" \
+    bash -c "[ -f '$TMP/warn_rolling/state_00000001.bin' ] && [ ! -e '$TMP/warn_rolling/state_00000002.bin' ] &&
+             [ ! -e '$TMP/warn_rolling/state_00000003.bin' ]"
+run_ok "continue from the warning's checkpoint under gproj (a new folder, --resume STATE --attn gproj)" \
+    "${COMMON[@]}" --diag-every 2 --probe-every 1 --steps 6 --resume "$TMP/warn/state_00000001.bin" --attn gproj \
+    --out-dir "$TMP/warn_gproj"
+check "the continued run resumes at step 1 and trains steps 1-5 under gproj" python3 -c '
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in recs if "loss" in r and "event" not in r]
+sys.exit(not (recs[0].get("event") == "resume" and recs[0].get("start_step") == 1 and
+              [r["step"] for r in steps] == [1, 2, 3, 4, 5] and all(r["attn"] == "gproj" for r in steps)))' \
+    "$TMP/warn_gproj/log.jsonl"
 
 # ---------------------------------------------------------------- refusals
 section "refusals"

@@ -167,6 +167,9 @@ static const FlagRow g_rows[NUM_FLAGS] = {
     {FLAG_WARN_DQ_ERR, "warn-dq-err", FLAG_TYPE_FLOAT, OFF(warn_dq_err), "0.05", NULL, 0, 1e30, "X", NULL,
      "diagnostics", 0, "warn likewise when the in-run probe's median dQ error (--probe-every) crosses X "
      "(0.05 = 5%; gproj reads 0.2-0.3%); 0 = off"},
+    {FLAG_CHECKPOINT_ON_WARNING, "checkpoint-on-warning", FLAG_TYPE_BOOL, OFF(checkpoint_on_warning), "1", NULL, 0,
+     1, "0|1", "1", "diagnostics", 0, "after the run's first attention warning, write a checkpoint that is kept, "
+     "to continue from under gproj (--resume STATE --attn gproj); 0 = off"},
     {FLAG_RECOMPUTE, "recompute", FLAG_TYPE_INT, OFF(recompute), "0", NULL, 0, 2, "0|1|2", NULL, "GPU trainer only",
      1, "activation recomputation in backward: 0 none, 1 GELU, 2 GELU + layernorm"},
     {FLAG_ATTN_KERNELS, "attn-kernels", FLAG_TYPE_CHOICE, OFF(attn_kernels), "auto", "auto|portable", 0, 0, NULL,

@@ -95,6 +95,7 @@ typedef enum {
     FLAG_ZERO_KEY_BIAS_GRAD,
     FLAG_WARN_RHO,
     FLAG_WARN_DQ_ERR,
+    FLAG_CHECKPOINT_ON_WARNING,
     /* GPU trainer only */
     FLAG_RECOMPUTE,
     FLAG_ATTN_KERNELS,
@@ -168,6 +169,7 @@ typedef struct {
     int zero_key_bias_grad;    /* the gauge arm: zero the key-bias gradient before the optimizer */
     float warn_rho;            /* early warning thresholds (model/diagnostics.h); 0: off */
     float warn_dq_err;
+    int checkpoint_on_warning; /* 1: a kept checkpoint right after the run's first attention warning */
     const char* nccl_id_file;  /* env-var multi-GPU launch: where rank 0 publishes the NCCL id */
     int cuda_graph;            /* 1: replay each micro-step's forward+backward as a captured CUDA graph */
     /* which flags the command line gave (the rest are defaults) */

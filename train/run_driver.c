@@ -638,15 +638,25 @@ void run_driver_start(RunDriver* d, int has_val) {
 
 /* ---------------------------------------------------------------- the loop */
 
-void run_driver_poll(const RunDriver* d, double local[2]) {
+void run_driver_poll(const RunDriver* d, double local[RUN_POLL_FLAGS]) {
     const double minutes = d->f->checkpoint_minutes;
     local[0] = g_signal != 0 ? 1.0 : 0.0;
     local[1] = minutes > 0 && runlog_now_s() - d->last_save_s >= 60.0 * minutes ? 1.0 : 0.0;
+    local[2] = d->warn_wanted && !d->warn_saved ? 1.0 : 0.0;
 }
 
-void run_driver_agree(RunDriver* d, const double agreed[2]) {
+void run_driver_agree(RunDriver* d, const double agreed[RUN_POLL_FLAGS]) {
     if (agreed[0] > 0 && d->stop_signal == 0) d->stop_signal = g_signal != 0 ? (int)g_signal : SIGTERM;
     d->time_due = agreed[1] > 0;
+    d->warn_due = agreed[2] > 0 && !d->warn_saved;
+}
+
+void run_driver_note_warning(RunDriver* d, int step) {
+    if (!d->f->checkpoint_on_warning || d->warn_wanted || d->warn_saved) return;
+    d->warn_wanted = 1;
+    if (d->is_master)
+        printf("checkpoint: the attention warning of step %d gets a checkpoint that is kept, at the next step's "
+               "boundary (--checkpoint-on-warning 0 turns this off)\n", step);
 }
 
 /* Is step a checkpoint the retention rule keeps (a step of --checkpoint-every, --stop-at or the end)? */
@@ -665,7 +675,8 @@ int run_driver_boundary(RunDriver* d, int step) {
     /* never at the step just resumed from (an interrupt there included): its checkpoint is on disk already */
     const int at_resume_point = d->resuming && step == d->start_step;
     const int first = step == d->start_step;
-    if (!at_resume_point && (d->stop_signal || (!first && (kept_step(d, step) || d->time_due)))) what |= RUN_SAVE;
+    if (!at_resume_point && (d->stop_signal || (!first && (kept_step(d, step) || d->time_due || d->warn_due))))
+        what |= RUN_SAVE;
     if (d->stop_signal && !last) return what | RUN_INTERRUPT; /* at --steps the run ends normally instead */
     if (stop_here) return what | RUN_STOP_AT;
     if (d->has_val && (last || (f->val_every > 0 && step % f->val_every == 0))) what |= RUN_EVAL;
@@ -704,6 +715,11 @@ void run_driver_save(RunDriver* d, int step, RunSaveFn fn, void* ctx) {
     d->time_due = 0;
     d->written_at = step;
     d->newest_saved = step;
+    const int for_warning = d->warn_due;
+    if (for_warning) {
+        d->warn_due = 0;
+        d->warn_saved = 1;
+    }
     if (!d->is_master) return;
     FILE* rec = runlog_begin(&d->log, "checkpoint");
     if (rec) {
@@ -714,10 +730,14 @@ void run_driver_save(RunDriver* d, int step, RunSaveFn fn, void* ctx) {
     }
     runlog_end(&d->log);
     printf("checkpoint: %s + %s\n", model_path, state_path);
+    if (for_warning)
+        printf("checkpoint: kept for the attention warning; to continue from it under gproj: the same command with "
+               "--resume %s --attn gproj\n", state_path);
     fflush(stdout);
-    /* retention: an older --checkpoint-minutes-only checkpoint goes once this one has been followed by a sane step */
+    /* retention: an older --checkpoint-minutes-only checkpoint goes once this one has been followed by a sane step;
+       the warning's checkpoint is kept like those of --checkpoint-every */
     if (d->rolling >= 0 && d->rolling != step) d->pending_delete = d->rolling;
-    d->rolling = kept_step(d, step) || d->stop_signal ? -1 : step;
+    d->rolling = kept_step(d, step) || d->stop_signal || for_warning ? -1 : step;
 }
 
 static void log_stop(RunDriver* d, int step, const char* reason) {
