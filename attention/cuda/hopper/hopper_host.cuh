@@ -62,15 +62,17 @@ inline int hopper_call_fits(AttnShape s, const void* qkv, const void* dout) {
 }
 
 /* Dies naming the call `entry` could not take and what it needs; `fallback` is the entry point that checks
-   support and falls back to the portable kernels. */
-inline void die_unsupported(const char* entry, AttnMode mode, AttnShape s, const void* qkv, const void* dout,
-                            const char* needs, const char* fallback) {
-    die("%s: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
+   support and falls back to the portable kernels. The message carries the caller's file and line
+   (die_unsupported). */
+inline void die_unsupported_at(const char* file, int line, const char* entry, AttnMode mode, AttnShape s,
+                               const void* qkv, const void* dout, const char* needs, const char* fallback) {
+    die_at(file, line, "%s: unsupported call (mode %s, B=%d NH=%d T=%d HS=%d, qkv %p, dout %p)\n"
         "  hint: %s, head size 64 or 128, B*NH <= 65535, qkv and dout 16-byte aligned; use %s, which falls back "
         "to the portable kernels",
         entry, (int)mode >= 0 && mode < ATTN_NUM_MODES ? attn_mode_name(mode) : "?", s.B, s.NH, s.T, s.HS, qkv, dout,
         needs, fallback);
 }
+#define die_unsupported(...) die_unsupported_at(__FILE__, __LINE__, __VA_ARGS__)
 
 /* The backward's two inputs as hopper_wgmma.cuh's 4-D TMA tensors: qkv [B, T, 3, NH, HS] and dout
    [B, T, NH, HS], boxes of 64 columns x box_rows tokens. */
