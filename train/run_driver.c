@@ -655,8 +655,8 @@ void run_driver_note_warning(RunDriver* d, int step) {
     if (!d->f->checkpoint_on_warning || d->warn_wanted || d->warn_saved) return;
     d->warn_wanted = 1;
     if (d->is_master)
-        printf("checkpoint: the attention warning of step %d gets a checkpoint that is kept, at the next step's "
-               "boundary (--checkpoint-on-warning 0 turns this off)\n", step);
+        printf("checkpoint: the attention warning of step %d gets a checkpoint that is kept, within the next two "
+               "steps (--checkpoint-on-warning 0 turns this off)\n", step);
 }
 
 /* Is step a checkpoint the retention rule keeps (a step of --checkpoint-every, --stop-at or the end)? */

@@ -195,7 +195,9 @@ void run_driver_poll(const RunDriver* d, double local[RUN_POLL_FLAGS]);
 /* The sums over ranks of run_driver_poll (one process: its own values). */
 void run_driver_agree(RunDriver* d, const double agreed[RUN_POLL_FLAGS]);
 /* The trainer's diagnostics raised an attention warning at `step` (diag_warn_check > 0): with
-   --checkpoint-on-warning, the first one asks for a kept checkpoint at the next agreed boundary. */
+   --checkpoint-on-warning, the first one asks for a kept checkpoint at the first boundary after the ranks
+   have agreed on it (the next poll): step + 1 in the CPU trainer, which polls at the boundary, step + 2 in
+   the GPU trainer, which polls inside the step. */
 void run_driver_note_warning(RunDriver* d, int step);
 
 /* What the boundary before optimizer step `step` does (RUN_* bits). */
