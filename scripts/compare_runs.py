@@ -13,6 +13,8 @@ reports only what the seeds support:
     fp32 has the same seed, else the difference of the means), and per seed whether and where it broke;
   - one verdict line per mode, and the early-warning record: first warning per run, lead time (break
     step - first warning step) for runs that broke, false alarms (warnings in runs that never broke);
+  - --threshold-sweep: for warning thresholds around the defaults, the lead each would have given before
+    each break and the runs that never broke but crossed it, per mode, from the diag records;
   - per run that broke, its trace (--trace-every N steps, default 2000): train loss and gradient norm
     beside the key offset, max |q| and max logit of the layer whose offset rose highest in the run, and
     the same layer of the fp32 run of the same seed: the order in which things went wrong;
@@ -402,6 +404,44 @@ def thin(runs, out_dir, every, at, args):
         print(f"wrote {os.path.join(d, 'log.jsonl')} ({len(kept)} of {len(rows)} records)")
 
 
+# --threshold-sweep: the warning thresholds tried against the logged diagnostics (the defaults, 20 and 5%, among
+# them): (kind, diag field, thresholds)
+SWEEP_KINDS = (("rho", "rho_max", (10.0, 20.0, 50.0, 100.0)),
+               ("dq_err", "probe_dq_err", (0.02, 0.05, 0.10, 0.50)))
+
+
+def threshold_sweep(runs):
+    """Per kind and threshold, what a warning at that threshold would have said over these runs, from their diag
+    records (the largest rho over layers, the in-run probe's dQ error): for each run that broke, the lead (break
+    step - the first diag step above the threshold; None when none came before the break); per mode, the runs
+    that never broke and still crossed it (false alarms)."""
+    out = []
+    for kind, field, thresholds in SWEEP_KINDS:
+        for th in thresholds:
+            row = {"kind": kind, "threshold": th, "lead": {}, "false_alarms": {}, "unbroken": {}}
+            for r in runs:
+                first = next((s for s, v in series(r["rows"], field) if v > th), None)
+                if r["break_step"] is not None:
+                    row["lead"][r["label"]] = r["break_step"] - first if first is not None and \
+                        first < r["break_step"] else None
+                else:
+                    row["unbroken"][r["group"]] = row["unbroken"].get(r["group"], 0) + 1
+                    row["false_alarms"][r["group"]] = row["false_alarms"].get(r["group"], 0) + (first is not None)
+            out.append(row)
+    return out
+
+
+def print_threshold_sweep(sweep, groups):
+    print("threshold sweep (from the diag records: max rho over layers, the in-run probe's dQ error):")
+    print(f"  {'kind':<7} {'threshold':>9}  {'lead before each break (steps)':<34} false alarms (unbroken runs that crossed)")
+    for row in sweep:
+        th = f"{row['threshold']:g}" if row["kind"] == "rho" else f"{100 * row['threshold']:g}%"
+        lead = ", ".join(f"{k} {'-' if v is None else v}" for k, v in sorted(row["lead"].items())) or "no run broke"
+        fa = ", ".join(f"{g} {row['false_alarms'][g]}/{row['unbroken'][g]}" for g in order_groups(groups)
+                       if g in row["unbroken"])
+        print(f"  {row['kind']:<7} {th:>9}  {lead:<34} {fa}")
+
+
 def break_trace(run, ref, every):
     """How a broken run got there, from its diag records: every `every` steps up to its last diag, the train loss
     and gradient norm of the nearest step record at or before, and the key offset rho, max |q| and max logit of
@@ -549,6 +589,9 @@ def main():
     ap.add_argument("--break-ema", type=int, default=50, help="span in steps of the loss EMA (default 50)")
     ap.add_argument("--thin-to", metavar="DIR", help="write thinned per-run logs DIR/RUN/log.jsonl")
     ap.add_argument("--thin-every", type=int, default=10, help="keep every Nth step record (default 10)")
+    ap.add_argument("--threshold-sweep", action="store_true",
+                    help="what warnings at other thresholds (rho 10/20/50/100, dQ error 2/5/10/50%%) would have "
+                         "said: the lead before each break and the false alarms per mode, from the diag records")
     ap.add_argument("--trace-every", type=int, default=2000,
                     help="the trace of each run that broke (its fastest-drifting layer beside the same seed's "
                          "fp32 run): a row every N steps of its diag records (default 2000)")
@@ -692,6 +735,11 @@ def main():
               f" ({warn_summary['false_alarm_warnings']} warnings"
               f"{': ' + ', '.join(warn_summary['false_alarm_runs']) if false_alarm_runs else ''})")
 
+    sweep = threshold_sweep(runs) if args.threshold_sweep else None
+    if sweep:
+        print()
+        print_threshold_sweep(sweep, groups)
+
     traces = {}
     for r in broke_runs:
         ref = next((x for x in groups.get("fp32", []) if x["seed"] == r["seed"]), None)
@@ -703,6 +751,7 @@ def main():
 
     if args.json:
         doc = {"at_step": at, "last_k": args.last_k, "definition": definition, "traces": traces,
+               "threshold_sweep": sweep,
                "break": {"margin": args.break_margin, "steps": args.break_steps, "ema": args.break_ema},
                "runs": {r["label"]: {k: r[k] for k in ("group", "seed", "steps", "train", "val", "gap_train",
                                                        "gap_val", "rho", "dq", "break_step", "break_why",

@@ -51,7 +51,7 @@ DIVERGED_REASONS = ("diverged: the gradient norm is not finite", "diverged: the 
 
 
 def write_run(path, mode, seed, steps, offset, rng, jump_at=None, nonfinite_at=None, spikes=False,
-              cut_last=False, bad_utf8_line=None, warnings=(), null_loss=False):
+              cut_last=False, bad_utf8_line=None, warnings=(), null_loss=False, rho_per_step=0.001):
     """A log like the trainers write. Train loss = base + offset + noise, the noise uniform in [-0.4, 0.4]
     for the first 10 steps of each aligned 20-step window and its negation for the last 10 (each window
     sums to zero); jump_at: +2 nats from that step on; nonfinite_at: a null loss there and a non-finite
@@ -85,7 +85,7 @@ def write_run(path, mode, seed, steps, offset, rng, jump_at=None, nonfinite_at=N
             # per layer as the trainers write them: layer 0 drifts (3x faster under bf16), layer 1 stays; the probe
             # alternates between the layers
             rho0 = (1 + s / 1000) * (3 if mode == "bf16" else 1)
-            lines.append(json.dumps({"event": "diag", "step": s, "rho_max": 1 + s / 1000, "probe_dq_err": 0.003,
+            lines.append(json.dumps({"event": "diag", "step": s, "rho_max": 1 + rho_per_step * s, "probe_dq_err": 0.003,
                                      "key_bias_norm": 1.0, "layer_rho_max": [rho0, 0.5],
                                      "layer_q_absmax": [2.0 + s / 100, 1.0], "layer_logit_max": [5.0, 4.0],
                                      "probe_layer": (s // 100) % 2}))
@@ -212,6 +212,25 @@ with tempfile.TemporaryDirectory() as tmp:
     _, _, _, js3 = compare(f"{tmp}/crash/bf16_s1", "--no-plots")
     check(js3.get("runs", {}).get("bf16_s1", {}).get("break_step") == 400,
           "a non-finite loss with no rise before it is a break at that step", js3.get("runs"))
+    # --threshold-sweep: rho 1 + 0.02 s in the bf16 runs (above 10 from the diag at 500, 20 at 1000, 50 only after
+    # the break at 2000), flat under fp32
+    write_run(f"{tmp}/sweep/bf16_s1/log.jsonl", "bf16", 1, 3000, 0.0, rng, jump_at=2000, rho_per_step=0.02)
+    write_run(f"{tmp}/sweep/bf16_s2/log.jsonl", "bf16", 2, 3000, 0.0, rng, rho_per_step=0.02)
+    write_run(f"{tmp}/sweep/fp32_s1/log.jsonl", "fp32", 1, 3000, 0.0, rng, rho_per_step=0.0)
+    write_run(f"{tmp}/sweep/fp32_s2/log.jsonl", "fp32", 2, 3000, 0.0, rng, rho_per_step=0.0)
+    _, out5, _, js5 = compare(*sorted(f"{tmp}/sweep/{d}" for d in os.listdir(f"{tmp}/sweep")), "--no-plots",
+                              "--threshold-sweep")
+    sw = {(r["kind"], r["threshold"]): r for r in js5.get("threshold_sweep") or []}
+    b1 = js5.get("runs", {}).get("bf16_s1", {}).get("break_step")
+    r10, r20, r50, d5 = sw.get(("rho", 10.0), {}), sw.get(("rho", 20.0), {}), sw.get(("rho", 50.0), {}), \
+        sw.get(("dq_err", 0.05), {})
+    check(b1 is not None and r10.get("lead") == {"bf16_s1": b1 - 500} and r20.get("lead") == {"bf16_s1": b1 - 1000}
+          and r50.get("lead") == {"bf16_s1": None} and r10.get("false_alarms") == {"bf16": 1, "fp32": 0} and
+          r10.get("unbroken") == {"bf16": 1, "fp32": 2} and d5.get("false_alarms") == {"bf16": 0, "fp32": 0} and
+          "threshold sweep (from the diag records" in out5,
+          "--threshold-sweep: lead = break - the first diag above the threshold (none after the break), false alarms"
+          " per mode among the unbroken runs", {"break": b1, "rho10": r10, "rho50": r50})
+
     # a group whose other runs all end at one step: compared there, the diverged run without a final loss
     write_run(f"{tmp}/crash2/fp32_s1/log.jsonl", "fp32", 1, 500, 0.0, rng)
     write_run(f"{tmp}/crash2/repair_s1/log.jsonl", "repair", 1, 500, 0.0, rng)
