@@ -981,7 +981,7 @@ void forward_launch(AttnShape s, const bf16* qkv, bf16* out, float* stats, int t
     dim3 grid((unsigned)ceil_div(s.T, kFwdQueryTile), (unsigned)(s.B * s.NH));
     attn_fwd_kernel<HS, MODE><<<grid, kFwdThreads, smem, stream>>>(qkv, out, stats, s.NH, s.T, attn_softmax_scale(HS),
                                                                 attn_exp2_scale(HS), tile_max_shift,
-                                                                attn_tile_section_heads(s.T, HS, kTileSectionKV, s.B * s.NH));
+                                                                attn_tile_section(s, kTileSectionKV));
     cudaCheckLastError();
 }
 
@@ -998,7 +998,7 @@ void portable_passes(AttnShape s, const bf16* qkv, const bf16* dout, const float
         dim3 grid((unsigned)ceil_div(s.T, kRowsQueryTile), (unsigned)(s.B * s.NH));
         attn_bwd_rows_kernel<HS, MODE><<<grid, kThreads, smem, stream>>>(
             qkv, dout, stats, w.D, w.lambda, dqkv, s.NH, s.T, scale, c,
-            attn_tile_section_heads(s.T, HS, kTileSectionKV, s.B * s.NH));
+            attn_tile_section(s, kTileSectionKV));
         cudaCheckLastError();
     }
     const size_t smem = bwd_smem_bytes<HS, MODE>();
@@ -1010,7 +1010,7 @@ void portable_passes(AttnShape s, const bf16* qkv, const bf16* dout, const float
     dim3 grid((unsigned)ceil_div(s.T, kBwdKeyTile), (unsigned)(s.B * s.NH));
     const int per_elem = MODE == ATTN_GPROJ ? kTileSectionQdO : kTileSectionQdOdQ;
     kernel<<<grid, kBwdThreads, smem, stream>>>(qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv, s.NH, s.T, scale, c,
-                                                attn_tile_section_heads(s.T, HS, per_elem, s.B * s.NH));
+                                                attn_tile_section(s, per_elem));
     cudaCheckLastError();
 }
 

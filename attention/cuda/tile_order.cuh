@@ -20,7 +20,9 @@
  *       (tests check that it is a bijection of the grid and LPT within each section);
  *   attn_tile_longest_first(section) -> {rank, bh} of this CTA: rank 0 is the longest tile class,
  *       bh = b * NH + h; gridDim = (tiles, B * NH);
- *   attn_tile_section_heads(T, HS, bytes_per_elem, heads) (host): a launch's section, the heads whose
+ *   attn_tile_section(shape, bytes_per_elem) (host): a launch's section, attn_tile_section_heads(T, HS,
+ *       bytes_per_elem, B * NH);
+ *   attn_tile_section_heads(T, HS, bytes_per_elem, heads) (host): the heads whose
  *       T x HS x bytes_per_elem shared bytes fit kAttnTileSectionBytes, at least kAttnTileSectionMinHeads;
  *       ATTN_TILE_SECTION_HEADS=N in the environment sets N instead (0: one section over all heads, for
  *       A/B timing).
@@ -29,6 +31,8 @@
 #define ATTENTION_TILE_ORDER_CUH
 
 #include <stdlib.h>
+
+#include "attention/attention.h"
 
 #if defined(__CUDACC__)
 #define ATTN_TILE_HD __host__ __device__ __forceinline__
@@ -89,6 +93,11 @@ static inline int attn_tile_section_heads(int T, int HS, int bytes_per_elem, int
     long long n = per_head > 0 ? (long long)kAttnTileSectionBytes / per_head : heads;
     if (n < kAttnTileSectionMinHeads) n = kAttnTileSectionMinHeads;
     return n >= heads ? 0 : (int)n;
+}
+
+/* The section of a launch on shape s (B * NH heads of T x HS), what every kernel launch passes. */
+static inline int attn_tile_section(AttnShape s, int bytes_per_elem) {
+    return attn_tile_section_heads(s.T, s.HS, bytes_per_elem, s.B * s.NH);
 }
 
 #endif /* ATTENTION_TILE_ORDER_CUH */

@@ -95,7 +95,7 @@ CUtensorMap make_qkv_map(const bf16* qkv, AttnShape s) {
 /* HS 64: the tall kernel (kTallWarpgroups consumer warpgroups, 192 rows per CTA); HS 128: hopper_fwd_kernel. */
 template <int HS, int MODE, int STAGES>
 void hopper_fwd_launch(const CUtensorMap& map, AttnShape s, bf16* out, float* stats, cudaStream_t stream) {
-    const int section = attn_tile_section_heads(s.T, HS, kTileSectionKV, s.B * s.NH);
+    const int section = attn_tile_section(s, kTileSectionKV);
     if constexpr (HS == 64) {
         using Cta = CtaShape<kTallWarpgroups>;
         constexpr int smem = SmemPlan<HS, STAGES, kTallWarpgroups>::kAlloc;

@@ -549,14 +549,14 @@ void keys128_launch(const HopperBwdCall& c) {
         cudaCheck(cudaFuncSetAttribute(keys128_gproj_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         launch_after_previous_grid(1, keys128_gproj_kernel<MODE>, grid, dim3(kThreads), kAlloc, c.stream, maps.qkv,
                                    maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                                   attn_exp2_scale(kHS), attn_tile_section_heads(s.T, kHS, kTileSectionQdO, s.B * s.NH));
+                                   attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdO));
     } else {
         const auto kernel = c.dq_slices ? keys128_kernel<MODE, true> : keys128_kernel<MODE, false>;
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         const CUtensorMap dq_map = encode_dq_acc_map(c.dq_acc, s, kBlockQ, who, c.dq_slices ? n_key_blocks : 1);
         launch_after_previous_grid(1, kernel, grid, dim3(kThreads), kAlloc, c.stream, maps.qkv, maps.dout, dq_map,
                                    c.stats, c.D, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS), attn_exp2_scale(kHS),
-                                   attn_tile_section_heads(s.T, kHS, kTileSectionQdOdQ, s.B * s.NH));
+                                   attn_tile_section(s, kTileSectionQdOdQ));
     }
 }
 

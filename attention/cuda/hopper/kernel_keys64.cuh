@@ -712,7 +712,7 @@ void keys64_launch(const HopperBwdCall& c) {
         launch_after_previous_grid(1, keys64_gproj_kernel<MODE>, grid, dim3(Mode::kThreads), kAlloc, c.stream,
                                    maps.qkv, maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
                                    attn_softmax_scale(kHS), attn_exp2_scale(kHS),
-                                   attn_tile_section_heads(s.T, kHS, kTileSectionQdO, s.B * s.NH));
+                                   attn_tile_section(s, kTileSectionQdO));
     } else {
         const auto kernel = c.dq_slices ? keys64_kernel<MODE, true> : keys64_kernel<MODE, false>;
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
@@ -721,7 +721,7 @@ void keys64_launch(const HopperBwdCall& c) {
         launch_after_previous_grid(1, kernel, grid, dim3(Mode::kThreads), kAlloc, c.stream, maps.qkv, maps.dout,
                                    dq_map, c.stats, c.D, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                    attn_exp2_scale(kHS),
-                                   attn_tile_section_heads(s.T, kHS, kTileSectionQdOdQ, s.B * s.NH));
+                                   attn_tile_section(s, kTileSectionQdOdQ));
     }
 }
 

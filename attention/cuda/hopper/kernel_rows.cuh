@@ -356,7 +356,7 @@ void rows_launch(const HopperBwdCall& c) {
     launch_after_previous_grid(1, rows_kernel<HS, MODE>, grid, dim3(RowsShape<HS>::kThreads), kAlloc, c.stream,
                                maps.qkv, maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
                                attn_softmax_scale(HS), attn_exp2_scale(HS),
-                               attn_tile_section_heads(s.T, HS, kTileSectionKV, s.B * s.NH));
+                               attn_tile_section(s, kTileSectionKV));
 }
 
 }  // namespace
