@@ -117,11 +117,11 @@ static void rank_exit_hook(int status, void* unused) {
 
 /* ------------------------------------------------------------------ data parallelism */
 
-/* (hi, lo) float pairs of doubles: comm_sum_scalars moves floats, so each
-   double travels as hi = float(x), lo = float(x - hi) (about 48 bits). */
 /* The most doubles dp_sum_doubles sums at once: the step's loss sum and squared norm, then run_driver_poll's flags. */
 enum { kDpSumDoubles = 2 + RUN_POLL_FLAGS };
 
+/* (hi, lo) float pairs of doubles: comm_sum_scalars moves floats, so each
+   double travels as hi = float(x), lo = float(x - hi) (about 48 bits). */
 __global__ void split_doubles_kernel(float* out, const double* in, int n) {
     const int i = threadIdx.x;
     if (i >= n) return;
@@ -218,7 +218,7 @@ static void dp_wait_gradients(DataParallel* dp, cudaStream_t compute) {
     cudaCheck(cudaEventRecord(dp->ev_waited, compute));
 }
 
-/* Sum over ranks, in rank order, of n <= 4 device doubles (bit-identical on
+/* Sum over ranks, in rank order, of n <= kDpSumDoubles device doubles (bit-identical on
    every rank). Synchronizes the compute stream. */
 static void dp_sum_doubles(DataParallel* dp, const double* d_values, int n, double* out, cudaStream_t compute) {
     double h[2 * kDpSumDoubles];

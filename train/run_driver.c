@@ -642,13 +642,13 @@ void run_driver_poll(const RunDriver* d, double local[RUN_POLL_FLAGS]) {
     const double minutes = d->f->checkpoint_minutes;
     local[0] = g_signal != 0 ? 1.0 : 0.0;
     local[1] = minutes > 0 && runlog_now_s() - d->last_save_s >= 60.0 * minutes ? 1.0 : 0.0;
-    local[2] = d->warn_wanted && !d->warn_saved ? 1.0 : 0.0;
+    local[2] = d->warn_wanted ? 1.0 : 0.0;
 }
 
 void run_driver_agree(RunDriver* d, const double agreed[RUN_POLL_FLAGS]) {
     if (agreed[0] > 0 && d->stop_signal == 0) d->stop_signal = g_signal != 0 ? (int)g_signal : SIGTERM;
     d->time_due = agreed[1] > 0;
-    d->warn_due = agreed[2] > 0 && !d->warn_saved;
+    d->warn_due = agreed[2] > 0;
 }
 
 void run_driver_note_warning(RunDriver* d, int step) {
@@ -716,8 +716,8 @@ void run_driver_save(RunDriver* d, int step, RunSaveFn fn, void* ctx) {
     d->written_at = step;
     d->newest_saved = step;
     const int for_warning = d->warn_due;
-    if (for_warning) {
-        d->warn_due = 0;
+    if (for_warning) { /* asked for once: a later warning asks for nothing */
+        d->warn_due = d->warn_wanted = 0;
         d->warn_saved = 1;
     }
     if (!d->is_master) return;

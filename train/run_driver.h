@@ -125,7 +125,7 @@ typedef struct {
     double last_save_s;
     int stop_signal;    /* agreed: a rank got this signal (0: none) */
     int time_due;       /* agreed: --checkpoint-minutes elapsed on some rank */
-    int warn_wanted;    /* this rank saw the run's first attention warning (run_driver_note_warning) */
+    int warn_wanted;    /* this rank saw the run's first attention warning, its checkpoint not written yet */
     int warn_due;       /* agreed: some rank saw it; the next boundary writes a kept checkpoint */
     int warn_saved;     /* that checkpoint is written (once per invocation) */
     /* divergence guard and --skip-update-z */
@@ -189,8 +189,8 @@ void run_driver_start(RunDriver* d, int has_val);
 /* The number of flags run_driver_poll and run_driver_agree exchange. */
 #define RUN_POLL_FLAGS 3
 /* This rank's view, to be summed over ranks: [0] 1 if a signal arrived,
-   [1] 1 if --checkpoint-minutes have passed since the last checkpoint, [2] 1 if this rank saw the run's
-   first attention warning and its checkpoint (--checkpoint-on-warning) is not written yet. */
+   [1] 1 if --checkpoint-minutes have passed since the last checkpoint, [2] 1 if this rank asks for the
+   checkpoint of the run's first attention warning (--checkpoint-on-warning, not written yet). */
 void run_driver_poll(const RunDriver* d, double local[RUN_POLL_FLAGS]);
 /* The sums over ranks of run_driver_poll (one process: its own values). */
 void run_driver_agree(RunDriver* d, const double agreed[RUN_POLL_FLAGS]);
