@@ -46,6 +46,7 @@ Usage: scripts/compare_runs.py RUN_DIR [RUN_DIR ...] [--out DIR] [--json FILE] [
        scripts/compare_runs.py --from-thinned DIR [--out DIR] ...   (every DIR/*/log.jsonl)
 """
 import argparse
+import bisect
 import glob
 import io
 import json
@@ -417,10 +418,11 @@ def threshold_sweep(runs):
     that never broke and still crossed it (false alarms)."""
     out = []
     for kind, field, thresholds in SWEEP_KINDS:
+        values = [(r, series(r["rows"], field)) for r in runs]
         for th in thresholds:
             row = {"kind": kind, "threshold": th, "lead": {}, "false_alarms": {}, "unbroken": {}}
-            for r in runs:
-                first = next((s for s, v in series(r["rows"], field) if v > th), None)
+            for r, pts in values:
+                first = next((s for s, v in pts if v > th), None)
                 if r["break_step"] is not None:
                     row["lead"][r["label"]] = r["break_step"] - first if first is not None and \
                         first < r["break_step"] else None
@@ -453,7 +455,8 @@ def break_trace(run, ref, every):
         return None
     peak = max(((fnum(v) or 0.0, l) for d in diags for l, v in enumerate(d["layer_rho_max"])), default=(0.0, 0))
     layer = peak[1]
-    steps = step_records(run["rows"])
+    steps = sorted(step_records(run["rows"]), key=lambda x: x["step"])
+    step_numbers = [x["step"] for x in steps]
     ref_diag = {d["step"]: d for d in (ref["rows"] if ref else []) if d.get("event") == "diag"}
 
     def at(d, key):
@@ -464,8 +467,8 @@ def break_trace(run, ref, every):
     for d in diags:
         if d["step"] % every and d is not diags[-1]:
             continue
-        before = [x for x in steps if x["step"] <= d["step"]]
-        rec = before[-1] if before else None
+        i = bisect.bisect_right(step_numbers, d["step"])
+        rec = steps[i - 1] if i else None
         rd = ref_diag.get(d["step"])
         rows.append({"step": d["step"], "loss": fnum(rec.get("loss")) if rec else None,
                      "grad_norm": fnum(rec.get("grad_norm")) if rec else None,
@@ -626,13 +629,13 @@ def main():
     at = args.at_step
     ends = {r["label"]: series(r["rows"], "loss")[-1][0] for r in runs if series(r["rows"], "loss")
             and not crashed(r["rows"])}
-    if at is None and ends and min(ends.values()) != max(ends.values()):
+    # (also when the runs that did not diverge all end together: the diverged ones then have no final loss)
+    if at is None and ends and (min(ends.values()) != max(ends.values()) or len(ends) < len(runs)):
         at = min(ends.values())
-        short = [k for k, v in ends.items() if v == at]
-        print(f"note: the runs end at different steps ({min(ends.values())}..{max(ends.values())}); all are "
-              f"compared at step {at}, where {', '.join(short)} ended (--at-step to choose another)")
-    elif at is None and ends and len(ends) < len(runs):
-        at = min(ends.values())  # where the runs that did not diverge ended: the diverged ones have no final loss
+        if at != max(ends.values()):
+            short = [k for k, v in ends.items() if v == at]
+            print(f"note: the runs end at different steps ({at}..{max(ends.values())}); all are compared at step"
+                  f" {at}, where {', '.join(short)} ended (--at-step to choose another)")
 
     if args.thin_to:
         thin(runs, args.thin_to, args.thin_every, at, args)
