@@ -420,7 +420,7 @@ for phase in "$@"; do
         rc=0
         for sec in ${VS_SECTIONS:-0 default}; do
             if [ "$sec" = default ]; then unset ATTN_TILE_SECTION_HEADS; else export ATTN_TILE_SECTION_HEADS=$sec; fi
-            MODES="${VS_MODES:-bf16 gproj}" GRAPHS=0 SMALL_STEPS=0 PROFILE=1 VOCAB_DIR="${VOCAB_DIR:-.cache/gpt2}" \
+            MODES="${VS_MODES:-bf16 gproj}" GRAPHS=0 SMALL_STEPS=0 PROFILE=1 \
                 timeout 400 bash scripts/bench_vs_llmc.sh "$OUT/vsllmc_$sec.md" /tmp/llmc/llmc \
                 "$DATA/gutenberg_train_*.bin" ${VS_MODELS:-d12:32 d24:16} > "$OUT/vsllmc_$sec.log" 2>&1 || rc=1
             say "   ATTN_TILE_SECTION_HEADS=$sec: rc $rc"
