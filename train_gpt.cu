@@ -640,6 +640,7 @@ int main(int argc, char** argv) {
     td.probe_layer = -1;
     td.capture_step = -1;
     diag_warn_init(&td.warn, f.warn_rho, f.warn_dq_err, attn_mode);
+    diag_warn_set_trained_under(&td.warn, run.attn_switched_from, run.attn_switch_step);
     const int want_diag = diag_plan.diag_every > 0 || probe_every > 0 || diag_plan.capture.num_steps > 0;
     if (master_rank && want_diag) {
         diag_cuda_init(&td.diag, &cfg, B, T, DIAG_DEFAULT_ROWS_PER_HEAD);

@@ -239,6 +239,7 @@ int main(int argc, char** argv) {
     memset(&diag, 0, sizeof(diag));
     run_diag_plan(&run, &diag.plan);
     diag_warn_init(&diag.warn, f.warn_rho, f.warn_dq_err, attn_mode);
+    diag_warn_set_trained_under(&diag.warn, run.attn_switched_from, run.attn_switch_step);
 
     GPTCpu model;
     gpt_cpu_init(&model, &cfg, B, T, attn_mode);

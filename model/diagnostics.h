@@ -181,6 +181,8 @@ typedef struct {
 typedef struct {
     double threshold[DIAG_WARN_KINDS];  /* <= 0: that kind is off */
     AttnMode mode;                      /* the run's mode, for the hint */
+    int trained_under;                  /* resumed under another mode: the checkpoint's mode, else -1 */
+    int64_t trained_until;              /* ... the step of that checkpoint */
     unsigned char fired[DIAG_WARN_KINDS][DIAG_WARN_MAX_LAYERS];  /* 1: warned, not yet re-armed */
     DiagWarning pending[DIAG_WARN_KINDS * DIAG_WARN_MAX_LAYERS]; /* the last diag_warn_check's new warnings */
     int num_pending;
@@ -188,6 +190,9 @@ typedef struct {
 
 /* Every warning armed; warn_rho / warn_dq_err <= 0 turn that kind off. */
 void diag_warn_init(DiagWarn* w, double warn_rho, double warn_dq_err, AttnMode mode);
+/* The run was resumed under w->mode from a checkpoint of step `step` trained under `mode` (-1: not
+   switched). A key offset seen then may have been built before the switch, and the note says so. */
+void diag_warn_set_trained_under(DiagWarn* w, int mode, int64_t step);
 /* Checks one diagnostics step: per layer rho_max of per_layer[0..L) (NaN = not measured: skipped) and,
    when probe != NULL and probe->layer >= 0, the probed layer's dq_err_median. Fills w->pending with the
    warnings that fire now and returns their number. */

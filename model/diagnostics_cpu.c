@@ -367,6 +367,12 @@ void diag_warn_init(DiagWarn* w, double warn_rho, double warn_dq_err, AttnMode m
     w->threshold[DIAG_WARN_RHO] = warn_rho;
     w->threshold[DIAG_WARN_DQ_ERR] = warn_dq_err;
     w->mode = mode;
+    w->trained_under = -1;
+}
+
+void diag_warn_set_trained_under(DiagWarn* w, int mode, int64_t step) {
+    w->trained_under = mode;
+    w->trained_until = step;
 }
 
 /* One value of one (kind, layer): fires on the way up, re-arms below DIAG_WARN_REARM x threshold. */
@@ -394,6 +400,9 @@ void diag_warning_text(const DiagWarn* w, int i, int64_t step, char* console, si
     const DiagWarning* x = &w->pending[i];
     const char* mode = attn_mode_name(w->mode);
     const int leaky = w->mode == ATTN_BF16 || w->mode == ATTN_REPAIR;
+    /* resumed under a mode that does not leak from a checkpoint trained under one that does */
+    const int inherited = !leaky && x->kind == DIAG_WARN_RHO &&
+                          (w->trained_under == ATTN_BF16 || w->trained_under == ATTN_REPAIR);
     /* the reference numbers are the measured ones of docs/reproduction.md and docs/diagnostics.md */
     if (x->kind == DIAG_WARN_RHO)
         snprintf(console, console_cap,
@@ -410,6 +419,12 @@ void diag_warning_text(const DiagWarn* w, int i, int64_t step, char* console, si
         snprintf(console + used, console_cap - used,
                  "\n  hint: %s attention's backward leaks here; to continue this run under gproj, run the same "
                  "command with --resume --attn gproj (same --out-dir)", mode);
+    else if (inherited)
+        snprintf(console + used, console_cap - used,
+                 "\n  note: this run uses %s attention now, but it was trained under %s until step %lld (the "
+                 "checkpoint it resumed from), whose leak drifts the keys: the offset can date from then; under %s "
+                 "it should not keep growing (docs/diagnostics.md)", mode,
+                 attn_mode_name((AttnMode)w->trained_under), (long long)w->trained_until, mode);
     else
         snprintf(console + used, console_cap - used,
                  "\n  note: this run already uses %s attention, whose dQ stays exact to BF16 rounding; the "

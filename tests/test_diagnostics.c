@@ -587,6 +587,20 @@ static void test_warn(void) {
     diag_warning_text(w, 0, 7, con, sizeof(con), js, sizeof(js));
     CHECK(strstr(con, "already uses gproj") && !strstr(con, "--resume --attn gproj"),
           "under gproj the hint says the mode is already gproj: %s", con);
+    /* resumed under gproj from a bf16 checkpoint: the offset may be inherited */
+    diag_warn_init(w, 20.0, 0, ATTN_GPROJ);
+    diag_warn_set_trained_under(w, ATTN_BF16, 15002);
+    CHECK(diag_warn_check(w, d, L, &p) == 1, "gproj run resumed from bf16, rho 1e6: warns");
+    diag_warning_text(w, 0, 15100, con, sizeof(con), js, sizeof(js));
+    CHECK(strstr(con, "trained under bf16 until step 15002") && !strstr(con, "comes from training itself") &&
+              !strstr(con, "--resume --attn gproj"),
+          "resumed from bf16: the note names the inherited offset: %s", con);
+    diag_warn_init(w, 20.0, 0, ATTN_GPROJ);
+    diag_warn_set_trained_under(w, ATTN_FP32, 15002);
+    CHECK(diag_warn_check(w, d, L, &p) == 1, "gproj run resumed from fp32: warns");
+    diag_warning_text(w, 0, 15100, con, sizeof(con), js, sizeof(js));
+    CHECK(strstr(con, "already uses gproj") && strstr(con, "comes from training itself"),
+          "resumed from fp32 (no leak): the plain note: %s", con);
     free(w);
 }
 

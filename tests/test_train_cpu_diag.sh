@@ -284,6 +284,12 @@ steps = [r for r in recs if "loss" in r and "event" not in r]
 sys.exit(not (recs[0].get("event") == "resume" and recs[0].get("start_step") == 1 and
               [r["step"] for r in steps] == [1, 2, 3, 4, 5] and all(r["attn"] == "gproj" for r in steps)))' \
     "$TMP/warn_gproj/log.jsonl"
+run_ok "the same continuation with --warn-rho 1e-6: the offset it warns about can date from the bf16 steps" \
+    "${COMMON[@]}" --diag-every 2 --probe-every 1 --warn-rho 1e-6 --steps 4 --resume "$TMP/warn/state_00000001.bin" \
+    --attn gproj --out-dir "$TMP/warn_gproj2"
+check "  ... and the note says the run was trained under bf16 until step 1, not that training itself grew it" \
+    bash -c "grep -qF 'note: this run uses gproj attention now, but it was trained under bf16 until step 1' '$TMP/last.log' &&
+             ! grep -q 'comes from training itself' '$TMP/last.log'"
 
 # ---------------------------------------------------------------- refusals
 section "refusals"

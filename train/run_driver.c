@@ -470,6 +470,7 @@ void run_driver_load_model(RunDriver* d) {
 
     /* The attention mode: the saved one unless --attn is given (a switch is allowed and noted). */
     if (attn_mode_parse(f->attn, &d->attn_mode) != 0) fatal_flag(d, "--attn: unknown mode");
+    d->attn_switched_from = -1;
     if (d->resuming) {
         const int saved_mode = d->saved.attn_mode;
         if (saved_mode < 0 || saved_mode >= ATTN_NUM_MODES)
@@ -478,10 +479,13 @@ void run_driver_load_model(RunDriver* d) {
             d->attn_mode = (AttnMode)saved_mode;
             f->attn = attn_mode_name(d->attn_mode);
             if (!flags_was_set(f, FLAG_ATTN_TILE_MAX_SHIFT)) f->attn_tile_max_shift = d->saved.attn_tile_max_shift;
-        } else if (saved_mode != (int)d->attn_mode && d->is_master) {
-            printf("note: attention mode switched from %s (saved) to %s at step %lld: from here on the run differs "
-                   "from one that kept %s\n", attn_mode_name((AttnMode)saved_mode), attn_mode_name(d->attn_mode),
-                   (long long)d->saved.step, attn_mode_name((AttnMode)saved_mode));
+        } else if (saved_mode != (int)d->attn_mode) {
+            d->attn_switched_from = saved_mode;
+            d->attn_switch_step = d->saved.step;
+            if (d->is_master)
+                printf("note: attention mode switched from %s (saved) to %s at step %lld: from here on the run "
+                       "differs from one that kept %s\n", attn_mode_name((AttnMode)saved_mode),
+                       attn_mode_name(d->attn_mode), (long long)d->saved.step, attn_mode_name((AttnMode)saved_mode));
         }
         /* The gauge arm: the saved one; a --zero-key-bias-grad that differs is refused. */
         const int arm = resume_zero_key_bias_grad(&d->saved, f->zero_key_bias_grad,

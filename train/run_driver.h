@@ -110,6 +110,8 @@ typedef struct {
     ResumeState saved;             /* when resuming: the state read (run_driver_release_saved frees it) */
     char model_source[RUN_PATH_CAP + 64];
     AttnMode attn_mode;
+    int attn_switched_from;        /* resumed with another --attn: the checkpoint's mode, else -1 */
+    int64_t attn_switch_step;      /* ... and the step it was saved at */
     /* run_driver_batch */
     int B, T, world;               /* micro-batch per process (T: --seq-len, or the model's context) */
     int grad_accum;
