@@ -76,14 +76,14 @@ int main(int argc, char** argv) {
     floatX *x = random_bf16(NC, 1), *y = random_bf16(NC, 2), *out = random_bf16(NC, 3), *res = random_bf16(NC, 4);
     floatX *w = random_bf16(C, 5), *dw = random_bf16(C, 6), *dx = random_bf16(NC, 7);
     float *rstd, *scratch;
-    const size_t scratch_floats = std::max(colreduce_scratch_floats(N, 2 * C), qknorm_scratch_floats(N, NH, HS));
+    const size_t scratch_floats = std::max(rownorm_backward_scratch_floats(N, C), qknorm_scratch_floats(N, NH, HS));
     cudaCheck(cudaMalloc(&rstd, (size_t)N * 2 * NH * sizeof(float)));
     cudaCheck(cudaMalloc(&scratch, scratch_floats * sizeof(float)));
     bench("rmsnorm forward", 4.0 * NC, reps, [&] { rmsnorm_forward(out, rstd, x, w, N, C, 0); });
     bench("rmsnorm forward, fused residual", 8.0 * NC, reps,
           [&] { fused_residual_rmsnorm_forward(res, out, rstd, x, y, w, N, C, 0); });
     bench("rmsnorm backward (dinp, dweight)", 12.0 * NC, reps,
-          [&] { rmsnorm_backward(dx, dw, scratch, y, res, w, rstd, N, C, 0); });
+          [&] { rmsnorm_backward(dx, dw, nullptr, scratch, y, res, w, rstd, N, C, 0); });
 
     floatX *qkv = random_bf16(QKV, 8), *qkv_out = random_bf16(QKV, 9), *gq = random_bf16(HS, 10);
     floatX *gk = random_bf16(HS, 11), *dgq = random_bf16(HS, 12), *dgk = random_bf16(HS, 13);

@@ -35,7 +35,9 @@
  * fch (pre-activation) and gelu(fch) in one pass (GELU_AUX_BIAS, GELU_AUX
  * without a bias), and the
  * fcproj input-gradient matmul applies gelu'(fch) (DGELU). Bias gradients are
- * column sums (bias_backward; matmul.cuh says why not an epilogue).
+ * column sums (bias_backward; matmul.cuh says why not an epilogue); those of
+ * attproj and fcproj, whose outputs join the residual stream, are summed by
+ * the following norm's backward, which reads that gradient anyway.
  * --recompute: 0 stores everything; 1 keeps gelu(fch) for one layer only and
  * rebuilds it in backward with gelu.cuh's kernel (one [N,H] buffer instead
  * of L; SwiGLU's output is rebuilt by the forward's own kernel, so with
@@ -150,13 +152,14 @@ static const char* const gpu_act_names[NUM_GPU_ACTS] = {
 
 static inline size_t size_max(size_t a, size_t b) { return a > b ? a : b; }
 
-/* FP32 floats of the backward's column-sum scratch: the widest column sum (norm gains and biases: 2C for a
-   norm's weight and bias, 3C qkvb, C attprojb/fcprojb, F fcb) and QK-norm's gain partials. GPT-2: 4C. */
+/* FP32 floats of the backward's column-sum scratch: the norm backward's partials, the widest matmul bias
+   summed on its own (3C qkvb, F fcb) and QK-norm's gain partials. */
 static size_t gpu_reduce_scratch_floats(const GPTConfig* cfg, size_t N) {
     const size_t C = cfg->channels, F = gpt_config_fc_rows(cfg);
-    size_t widest = size_max(2 * C, 3 * C);
+    size_t widest = 3 * C;
     if (cfg->bias) widest = size_max(widest, F);
-    size_t floats = colreduce_scratch_floats((long long)N, (long long)widest);
+    size_t floats = size_max(colreduce_scratch_floats((long long)N, (long long)widest),
+                             rownorm_backward_scratch_floats((long long)N, (long long)C));
     if (cfg->qk_norm)
         floats = size_max(floats, qknorm_scratch_floats((long long)N, cfg->num_heads, cfg->channels / cfg->num_heads));
     return floats;
@@ -382,12 +385,14 @@ static inline void gpu_fused_residual_norm_forward(const GPTCuda* m, floatX* res
     if (m->config.norm == GPT_NORM_RMSNORM) fused_residual_rmsnorm_forward(residual, out, rstd, x, y, w, N, C, st);
     else fused_residual_layernorm_forward(residual, out, mean, rstd, x, y, w, b, N, C, st);
 }
-/* dinp += d norm / d inp; dw += (and db += for LayerNorm). */
-static inline void gpu_norm_backward(const GPTCuda* m, floatX* dinp, floatX* dw, floatX* db, float* scratch,
-                                     const floatX* dout, const floatX* inp, const floatX* w, const float* mean,
-                                     const float* rstd, int N, int C, cudaStream_t st) {
-    if (m->config.norm == GPT_NORM_RMSNORM) rmsnorm_backward(dinp, dw, scratch, dout, inp, w, rstd, N, C, st);
-    else layernorm_backward(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C, st);
+/* dinp += d norm / d inp; dw += (and db += for LayerNorm); dresid_bias += the column sums of dinp as passed in
+   (the bias gradient of the matmul whose output joined the residual stream before this norm; NULL for none). */
+static inline void gpu_norm_backward(const GPTCuda* m, floatX* dinp, floatX* dw, floatX* db, floatX* dresid_bias,
+                                     float* scratch, const floatX* dout, const floatX* inp, const floatX* w,
+                                     const float* mean, const float* rstd, int N, int C, cudaStream_t st) {
+    if (m->config.norm == GPT_NORM_RMSNORM)
+        rmsnorm_backward(dinp, dw, dresid_bias, scratch, dout, inp, w, rstd, N, C, st);
+    else layernorm_backward(dinp, dw, db, dresid_bias, scratch, dout, inp, w, mean, rstd, N, C, st);
 }
 /* The output head's weight: wte when tied, lm_head otherwise. */
 static inline ParamId gpu_head_param(const GPTCuda* m) { return m->config.tie_embeddings ? P_WTE : P_LMHEADW; }
@@ -754,7 +759,7 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
     prof_mark(m, PH_OTHER);
     cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(floatX), st));
     prof_mark(m, PH_LAYERNORM);
-    gpu_norm_backward(m, dres, gpu_param(m, g, P_LNFW, 0), gpu_param(m, g, P_LNFB, 0), scratch, dbuf_c,
+    gpu_norm_backward(m, dres, gpu_param(m, g, P_LNFW, 0), gpu_param(m, g, P_LNFB, 0), nullptr, scratch, dbuf_c,
                       gpu_act(m, GA_RESIDUAL3, L - 1), gpu_param(m, p, P_LNFW, 0), gpu_stat(m, GS_LNF_MEAN, 0),
                       gpu_stat(m, GS_LNF_RSTD, 0), N, C, st);
     for (int l = L - 1; l >= 0; l--) {
@@ -793,8 +798,6 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
         }
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), dres, la.fch_gelu, N, H, C, st);
-        prof_mark(m, PH_BIAS_GRAD);
-        bias_backward(gpu_param(m, g, P_FCPROJB, l), dres, scratch, N, C, st);
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_FCW, l), N, C, F, 0, st);
         prof_mark(m, PH_MATMUL);
@@ -802,15 +805,15 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
         prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_FCB, l), dbuf_4c, scratch, N, F, st);
         prof_mark(m, PH_LAYERNORM);
-        gpu_norm_backward(m, dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l), scratch, dbuf_c,
+        /* fcproj's bias gradient is the column sum of dres as it is now (before norm2 adds into it) */
+        gpu_norm_backward(m, dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l),
+                          gpu_param(m, g, P_FCPROJB, l), scratch, dbuf_c,
                           la.residual2, gpu_param(m, p, P_LN2W, l), ln2_mean, ln2_rstd, N, C, st);
         /* attention: attproj, attention, qkv, LN1 */
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dres, gpu_param(m, p, P_ATTPROJW, l), N, C, C, 0, st);
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_ATTPROJW, l), dres, la.atty, N, C, C, st);
-        prof_mark(m, PH_BIAS_GRAD);
-        bias_backward(gpu_param(m, g, P_ATTPROJB, l), dres, scratch, N, C, st);
         prof_mark(m, PH_ATTENTION);
         attention_backward_cuda(m->attn_mode, m->attn_opt, shape, la.qkv, la.atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c,
                                 dbuf_4c, m->attn_workspace, st);
@@ -837,7 +840,9 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
         prof_mark(m, PH_BIAS_GRAD);
         bias_backward(gpu_param(m, g, P_QKVB, l), dbuf_4c, scratch, N, 3 * C, st);
         prof_mark(m, PH_LAYERNORM);
-        gpu_norm_backward(m, dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l), scratch, dbuf_c,
+        /* and attproj's the column sum of dres before norm1 adds into it */
+        gpu_norm_backward(m, dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l),
+                          gpu_param(m, g, P_ATTPROJB, l), scratch, dbuf_c,
                           la.residual, gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);
         if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, l, st); /* layer l's gradients are final */
     }

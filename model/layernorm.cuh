@@ -11,22 +11,26 @@
  * them instead of storing it).
  *
  * LayerNorm and RMSNorm differ only in the centring (RMSNorm: mean taken as
- * 0, no bias), so the three kernels are templates over RowNorm and each
- * `if constexpr` block is the one place the two differ; the LayerNorm
- * instances compile to the PTX the plain kernels had.
+ * 0, no bias), so the row kernels are templates over RowNorm and each
+ * `if constexpr` block is the one place the two differ.
  *
- * Parameter gradients (dweight, dbias, and matmul biases) are sums over all
- * B*T rows. Atomics would make them depend on scheduling; instead a 2-D grid
- * sums fixed chunks of ROWS_PER_CHUNK rows into an FP32 scratch (one row of
- * partial sums per chunk), and a second kernel adds the chunks in order.
- * Same inputs, same bits, on every run.
+ * Parameter gradients (the norm's weight and bias, and matmul biases) are
+ * sums over all B*T rows. Atomics would make them depend on scheduling;
+ * instead each block sums a fixed set of rows into one row of FP32 partial
+ * sums in a scratch buffer, and a second kernel adds the blocks' rows in
+ * order. Same inputs, same bits, on every run. The norm backward computes
+ * its partials in the same pass as the input gradient (dout and x are read
+ * once), and also sums the residual-stream gradient it is handed: that is
+ * the bias gradient of the matmul (attproj, fcproj) whose output was added
+ * into the stream, so those two biases need no column pass of their own.
  *
  * Offers: layernorm_forward, fused_residual_layernorm_forward,
- * layernorm_backward (dinp += ..., dweight += ..., dbias += ...),
- * bias_backward (dbias += column sums), colreduce_scratch_floats, and for
- * rmsnorm.cuh the kernel family rownorm_forward_kernel<RowNorm>,
- * rownorm_backward_input_kernel<RowNorm>, column_reduce<RowNorm>.
- * Shapes: rows N = B*T, channels C (C % 8 == 0), row-major [N, C].
+ * layernorm_backward (dinp += ..., dweight += ..., dbias += ...,
+ * dresid_bias += ...), rownorm_backward_scratch_floats, bias_backward
+ * (dbias += column sums), colreduce_scratch_floats, and for rmsnorm.cuh the
+ * kernel family rownorm_forward_kernel<RowNorm>, rownorm_backward<RowNorm>.
+ * Shapes: rows N = B*T, channels C (C % 8 == 0; the backward C <= 2048),
+ * row-major [N, C].
  */
 #ifndef MODEL_LAYERNORM_CUH
 #define MODEL_LAYERNORM_CUH
@@ -130,157 +134,256 @@ static void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
     cudaCheckLastError();
 }
 
-/* Row part of the backward, one warp per row:
+/*
+ * Backward, one kernel for the row part and the column partials. A fixed
+ * grid of ROWNORM_BWD_BLOCKS blocks (fewer for small N) of
+ * ROWNORM_BWD_WARPS warps; warp w of block b takes rows b*WARPS + w, then
+ * every WARPS*grid rows after it. Per row, one warp:
  *   xhat = (x - mean) * rstd, g = dout * w,
- *   dinp += rstd * (g - mean(g) - xhat * mean(g * xhat));
- * RMSNorm: mean = 0 and no mean(g) term (mean is not read). */
-template <int NORM>
-__global__ void rownorm_backward_input_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
-                                                const float* mean, const float* rstd, const floatX* weight, int N,
-                                                int C) {
-    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const long long base = (long long)row * C;
-    float m = 0.0f;
-    if constexpr (NORM == ROWNORM_LAYER) m = mean[row];
-    const float r = rstd[row];
-    float sum_g = 0.0f, sum_gx = 0.0f;
-    for (int c = lane * 8; c < C; c += 256) {
-        const Pack8 d = load_pack8(dout + base + c), x = load_pack8(inp + base + c), w = load_pack8(weight + c);
+ *   dinp += rstd * (g - mean(g) - xhat * mean(g * xhat))
+ * (RMSNorm: mean = 0 and no mean(g) term). While the row is in registers the
+ * lane also adds, for its channels, dout * xhat (the weight gradient), dout
+ * (LayerNorm's bias gradient) and, when RESID, dinp as it was on entry: the
+ * gradient arriving at the residual stream, which is the bias gradient of
+ * the matmul whose output was added into the stream before this norm.
+ * Those sums live in shared memory, one slice per warp (a warp owns its
+ * slice, so no atomics: the order is fixed), which keeps the kernel's
+ * registers few at any C. At the end the block adds its warps' slices in
+ * warp order and writes one row of partials per accumulator:
+ * partial[block][a][c], a = 0 weight, 1 bias, 2 residual.
+ * Reading dout and x once for both parts is the point: a separate column
+ * pass would read them from memory a second time.
+ * ITERS = ceil(C / 256): the lane's 8-channel packs c = lane*8 + it*256.
+ */
+#define ROWNORM_BWD_WARPS 4
+#define ROWNORM_BWD_BLOCKS 1024 /* a fixed grid: the partials' order does not depend on the GPU */
+#define ROWNORM_BWD_MAX_ITERS 8 /* C <= 2048 */
+#define ROWNORM_MAX_CHANNELS (ROWNORM_BWD_MAX_ITERS * 256)
+
+static inline int rownorm_backward_blocks(long long N) {
+    const long long by_rows = ceil_div(N, (long long)ROWNORM_BWD_WARPS);
+    return (int)(by_rows < ROWNORM_BWD_BLOCKS ? by_rows : ROWNORM_BWD_BLOCKS);
+}
+/* FP32 floats of scratch the norm backward needs for N rows of C channels. */
+static inline size_t rownorm_backward_scratch_floats(long long N, long long C) {
+    return (size_t)rownorm_backward_blocks(N) * 3 * (size_t)C;
+}
+
+template <int NORM, int ITERS, bool RESID>
+__global__ void __launch_bounds__(ROWNORM_BWD_WARPS * 32)
+rownorm_backward_kernel(floatX* dinp, float* partial, const floatX* dout, const floatX* inp, const float* mean,
+                        const float* rstd, const floatX* weight, int N, int C) {
+    constexpr int NACC = 1 + (NORM == ROWNORM_LAYER) + RESID; /* weight, [bias], [residual] */
+    constexpr int A_BIAS = 1, A_RESID = NORM == ROWNORM_LAYER ? 2 : 1;
+    /* [WARPS][NACC][8][C/8]: channel c of accumulator a at (a*8 + c%8)*(C/8) + c/8, so the lanes' eight
+       channels k of one pack are 32 consecutive floats (no bank conflicts) */
+    extern __shared__ float acc_smem[];
+    const int P = C / 8;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float* acc = acc_smem + (size_t)warp * NACC * C;
+    for (int i = lane; i < NACC * C; i += 32) acc[i] = 0.0f;
+    __syncwarp();
+    Pack8 w[ITERS];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const float g = to_float(d.v[k]) * to_float(w.v[k]);
-            if constexpr (NORM == ROWNORM_LAYER) sum_g += g;
-            sum_gx += g * (to_float(x.v[k]) - m) * r;
+    for (int it = 0; it < ITERS; it++)
+        if (lane * 8 + it * 256 < C) w[it] = load_pack8(weight + lane * 8 + it * 256);
+    const int row_step = gridDim.x * ROWNORM_BWD_WARPS;
+    for (int row = blockIdx.x * ROWNORM_BWD_WARPS + warp; row < N; row += row_step) {
+        const long long base = (long long)row * C;
+        float m = 0.0f;
+        if constexpr (NORM == ROWNORM_LAYER) m = mean[row];
+        const float r = rstd[row];
+        Pack8 d[ITERS], x[ITERS];
+        float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma unroll
+        for (int it = 0; it < ITERS; it++) {
+            const int c = lane * 8 + it * 256;
+            if (c >= C) break;
+            d[it] = load_pack8(dout + base + c);
+            x[it] = load_pack8(inp + base + c);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float g = to_float(d[it].v[k]) * to_float(w[it].v[k]);
+                if constexpr (NORM == ROWNORM_LAYER) sum_g += g;
+                sum_gx += g * (to_float(x[it].v[k]) - m) * r;
+            }
+        }
+        float mean_g = 0.0f;
+        if constexpr (NORM == ROWNORM_LAYER) mean_g = warp_sum(sum_g) / C;
+        const float mean_gx = warp_sum(sum_gx) / C;
+#pragma unroll
+        for (int it = 0; it < ITERS; it++) {
+            const int c = lane * 8 + it * 256;
+            if (c >= C) break;
+            Pack8 di = load_pack8(dinp + base + c);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float dk = to_float(d[it].v[k]);
+                const float g = dk * to_float(w[it].v[k]);
+                const float xhat = (to_float(x[it].v[k]) - m) * r;
+                const int pk = k * P + c / 8;
+                acc[pk] += dk * xhat;
+                if constexpr (NORM == ROWNORM_LAYER) acc[A_BIAS * C + pk] += dk;
+                if constexpr (RESID) acc[A_RESID * C + pk] += to_float(di.v[k]);
+                if constexpr (NORM == ROWNORM_LAYER)
+                    di.v[k] = from_float(to_float(di.v[k]) + r * (g - mean_g - xhat * mean_gx));
+                else
+                    di.v[k] = from_float(to_float(di.v[k]) + r * (g - xhat * mean_gx));
+            }
+            store_pack8(dinp + base + c, di);
         }
     }
-    float mean_g = 0.0f;
-    if constexpr (NORM == ROWNORM_LAYER) mean_g = warp_sum(sum_g) / C;
-    const float mean_gx = warp_sum(sum_gx) / C;
-    for (int c = lane * 8; c < C; c += 256) {
-        const Pack8 d = load_pack8(dout + base + c), x = load_pack8(inp + base + c), w = load_pack8(weight + c);
-        Pack8 di = load_pack8(dinp + base + c);
+    __syncthreads();
+    /* The block's partials: each channel's warps summed in warp order. */
+    float* out = partial + (long long)blockIdx.x * 3 * C;
+    for (int i = threadIdx.x; i < NACC * C; i += blockDim.x) {
+        float s = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const float g = to_float(d.v[k]) * to_float(w.v[k]);
-            const float xhat = (to_float(x.v[k]) - m) * r;
-            if constexpr (NORM == ROWNORM_LAYER)
-                di.v[k] = from_float(to_float(di.v[k]) + r * (g - mean_g - xhat * mean_gx));
-            else
-                di.v[k] = from_float(to_float(di.v[k]) + r * (g - xhat * mean_gx));
-        }
-        store_pack8(dinp + base + c, di);
+        for (int wi = 0; wi < ROWNORM_BWD_WARPS; wi++) s += acc_smem[(size_t)wi * NACC * C + i];
+        const int a = i / C, k = (i % C) / P, c = (i % P) * 8 + k;
+        const int slot = a == 0 ? 0 : (a == A_BIAS && NORM == ROWNORM_LAYER) ? 1 : 2;
+        out[(long long)slot * C + c] = s;
     }
 }
 
-/*
- * Column partial sums over one chunk of rows. grid (ceil(C/256), chunks),
- * block (32, COLREDUCE_ROW_THREADS). Writes partial[chunk][c] = sum over the
- * chunk's rows of dout[r][c] and, when inp is non-NULL (LayerNorm),
- * partial[chunk][C + c] = sum of dout[r][c] * xhat[r][c] (RMSNorm: xhat =
- * x * rstd, mean not read).
- */
+/* dweight[c] += sum over blocks (in order) of partial[block][0][c], and
+   likewise dbias (slot 1, LayerNorm) and dresid_bias (slot 2) where non-NULL.
+   Block (32 channels, 32 threads over the blocks' rows); the 32 part sums are
+   added in a fixed order. */
+__global__ void rownorm_backward_final_kernel(floatX* dweight, floatX* dbias, floatX* dresid_bias,
+                                              const float* partial, int blocks, int C) {
+    __shared__ float part[32][33];
+    const int i = blockIdx.x * 32 + threadIdx.x; /* slot * C + channel */
+    float s = 0.0f;
+    if (i < 3 * C)
+        for (int b = threadIdx.y; b < blocks; b += 32) s += partial[(long long)b * 3 * C + i];
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || i >= 3 * C) return;
+    const int slot = i / C, c = i % C;
+    floatX* dst = slot == 0 ? dweight : slot == 1 ? dbias : dresid_bias;
+    if (dst == nullptr) return;
+    float total = 0.0f;
+    for (int y = 0; y < 32; y++) total += part[y][threadIdx.x];
+    dst[c] = from_float(to_float(dst[c]) + total);
+}
+
+template <int NORM, int ITERS, bool RESID>
+static void rownorm_backward_launch(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
+                                    const float* mean, const float* rstd, const floatX* weight, int N, int C,
+                                    cudaStream_t stream) {
+    constexpr int NACC = 1 + (NORM == ROWNORM_LAYER) + RESID;
+    const size_t smem = (size_t)ROWNORM_BWD_WARPS * NACC * C * sizeof(float);
+    if (smem > 48 * 1024) {
+        static size_t allowed = 0; /* per instantiation: raise the kernel's dynamic shared memory limit once */
+        if (allowed < smem) {
+            cudaCheck(cudaFuncSetAttribute(rownorm_backward_kernel<NORM, ITERS, RESID>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            allowed = smem;
+        }
+    }
+    rownorm_backward_kernel<NORM, ITERS, RESID><<<rownorm_backward_blocks(N), ROWNORM_BWD_WARPS * 32, smem, stream>>>(
+        dinp, scratch, dout, inp, mean, rstd, weight, N, C);
+    cudaCheckLastError();
+}
+
+template <int NORM, int ITERS>
+static void rownorm_backward_iters(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
+                                   const float* mean, const float* rstd, const floatX* weight, int N, int C,
+                                   bool resid, cudaStream_t stream) {
+    if (resid) rownorm_backward_launch<NORM, ITERS, true>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream);
+    else rownorm_backward_launch<NORM, ITERS, false>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream);
+}
+
+/* The norm backward for either family member: dinp += d norm / d inp,
+   dweight += sum dout * xhat, dbias += sum dout (LayerNorm; NULL for RMSNorm),
+   dresid_bias += sum of dinp as it was on entry (NULL: not wanted).
+   scratch: rownorm_backward_scratch_floats(N, C) floats. */
 template <int NORM>
-__global__ void colreduce_partial_kernel(float* partial, const floatX* dout, const floatX* inp, const float* mean,
-                                         const float* rstd, int N, int C) {
-    __shared__ float smem[2][COLREDUCE_ROW_THREADS][COLREDUCE_COLS_PER_BLOCK];
+static void rownorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, floatX* dresid_bias, float* scratch,
+                             const floatX* dout, const floatX* inp, const float* mean, const float* rstd,
+                             const floatX* weight, int N, int C, cudaStream_t stream) {
+    const bool resid = dresid_bias != nullptr;
+#define ROWNORM_BWD_CASE(it) \
+    case it: rownorm_backward_iters<NORM, it>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, resid, stream); break;
+    switch (ceil_div(C, 256)) {
+        ROWNORM_BWD_CASE(1) ROWNORM_BWD_CASE(2) ROWNORM_BWD_CASE(3) ROWNORM_BWD_CASE(4)
+        ROWNORM_BWD_CASE(5) ROWNORM_BWD_CASE(6) ROWNORM_BWD_CASE(7) ROWNORM_BWD_CASE(8)
+    default:
+        die("norm backward: C = %d channels, more than the %d its kernel is built for "
+            "(raise ROWNORM_BWD_MAX_ITERS in model/layernorm.cuh)", C, ROWNORM_MAX_CHANNELS);
+    }
+#undef ROWNORM_BWD_CASE
+    rownorm_backward_final_kernel<<<ceil_div(3 * C, 32), dim3(32, 32), 0, stream>>>(
+        dweight, NORM == ROWNORM_LAYER ? dbias : nullptr, dresid_bias, scratch, rownorm_backward_blocks(N), C);
+    cudaCheckLastError();
+}
+
+/*
+ * Column sums of a matmul's output gradient (its bias gradient), the rows in
+ * fixed chunks of COLREDUCE_ROWS_PER_CHUNK. grid (ceil(C/256), chunks),
+ * block (32, COLREDUCE_ROW_THREADS): partial[chunk][c] = sum over the chunk's
+ * rows of dout[r][c].
+ */
+__global__ void colreduce_partial_kernel(float* partial, const floatX* dout, int N, int C) {
+    __shared__ float smem[COLREDUCE_ROW_THREADS][COLREDUCE_COLS_PER_BLOCK];
     const int c = blockIdx.x * COLREDUCE_COLS_PER_BLOCK + threadIdx.x * 8;
     const int chunk = blockIdx.y;
     const int row_end = min(N, (chunk + 1) * COLREDUCE_ROWS_PER_CHUNK);
-    const int with_xhat = inp != nullptr;
-    float acc_d[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc_dx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (c < C) {
         for (int r = chunk * COLREDUCE_ROWS_PER_CHUNK + threadIdx.y; r < row_end; r += COLREDUCE_ROW_THREADS) {
             const Pack8 d = load_pack8(dout + (long long)r * C + c);
-            if (with_xhat) {
-                const Pack8 x = load_pack8(inp + (long long)r * C + c);
-                float m = 0.0f;
-                if constexpr (NORM == ROWNORM_LAYER) m = mean[r];
-                const float rs = rstd[r];
 #pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    acc_d[k] += to_float(d.v[k]);
-                    acc_dx[k] += to_float(d.v[k]) * (to_float(x.v[k]) - m) * rs;
-                }
-            } else {
-#pragma unroll
-                for (int k = 0; k < 8; k++) acc_d[k] += to_float(d.v[k]);
-            }
+            for (int k = 0; k < 8; k++) acc[k] += to_float(d.v[k]);
         }
     }
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-        smem[0][threadIdx.y][threadIdx.x * 8 + k] = acc_d[k];
-        smem[1][threadIdx.y][threadIdx.x * 8 + k] = acc_dx[k];
-    }
+    for (int k = 0; k < 8; k++) smem[threadIdx.y][threadIdx.x * 8 + k] = acc[k];
     __syncthreads();
     /* Fixed-order sum over the row threads; each thread finishes whole columns. */
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int col = tid; col < COLREDUCE_COLS_PER_BLOCK; col += 32 * COLREDUCE_ROW_THREADS) {
         const int cc = blockIdx.x * COLREDUCE_COLS_PER_BLOCK + col;
         if (cc >= C) continue;
-        float s = 0.0f, sx = 0.0f;
-        for (int y = 0; y < COLREDUCE_ROW_THREADS; y++) {
-            s += smem[0][y][col];
-            sx += smem[1][y][col];
-        }
-        partial[(long long)chunk * (with_xhat ? 2 * C : C) + cc] = s;
-        if (with_xhat) partial[(long long)chunk * 2 * C + C + cc] = sx;
+        float s = 0.0f;
+        for (int y = 0; y < COLREDUCE_ROW_THREADS; y++) s += smem[y][col];
+        partial[(long long)chunk * C + cc] = s;
     }
 }
 
-/* grad_sum[c] += sum over chunks (in order) of partial[chunk][c] (and the
-   second half into grad_xhat when it is non-NULL). RMSNorm has no bias:
-   grad_sum is not read or written. */
-template <int NORM>
-__global__ void colreduce_final_kernel(floatX* grad_sum, floatX* grad_xhat, const float* partial, int chunks, int C) {
+/* grad_sum[c] += sum over chunks (in order) of partial[chunk][c]. */
+__global__ void colreduce_final_kernel(floatX* grad_sum, const float* partial, int chunks, int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    const int stride = grad_xhat ? 2 * C : C;
-    float s = 0.0f, sx = 0.0f;
-    for (int k = 0; k < chunks; k++) {
-        s += partial[(long long)k * stride + c];
-        if (grad_xhat) sx += partial[(long long)k * stride + C + c];
-    }
-    if constexpr (NORM == ROWNORM_LAYER) grad_sum[c] = from_float(to_float(grad_sum[c]) + s);
-    if (grad_xhat) grad_xhat[c] = from_float(to_float(grad_xhat[c]) + sx);
+    float s = 0.0f;
+    for (int k = 0; k < chunks; k++) s += partial[(long long)k * C + c];
+    grad_sum[c] = from_float(to_float(grad_sum[c]) + s);
 }
 
-/* grad_sum[c] += sum_r dout[r][c], and when inp is non-NULL grad_xhat[c] +=
-   sum_r dout[r][c] * xhat[r][c] (xhat from inp, mean, rstd): the two column
-   kernels above, chunks of rows in a fixed order (deterministic).
-   scratch: colreduce_scratch_floats(N, C) floats, (N, 2*C) with inp.
-   RMSNorm (NORM = ROWNORM_RMS, inp non-NULL): xhat = x * rstd, grad_sum and
-   mean unused (may be NULL). */
-template <int NORM>
-static void column_reduce(floatX* grad_sum, floatX* grad_xhat, float* scratch, const floatX* dout, const floatX* inp,
-                          const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
-    const int chunks = ceil_div(N, COLREDUCE_ROWS_PER_CHUNK);
-    dim3 grid(ceil_div(C, COLREDUCE_COLS_PER_BLOCK), chunks), block(32, COLREDUCE_ROW_THREADS);
-    colreduce_partial_kernel<NORM><<<grid, block, 0, stream>>>(scratch, dout, inp, mean, rstd, N, C);
-    cudaCheckLastError();
-    colreduce_final_kernel<NORM><<<ceil_div(C, 256), 256, 0, stream>>>(grad_sum, grad_xhat, scratch, chunks, C);
-    cudaCheckLastError();
-}
-
-/* dbias[c] += sum_r dout[r][c]  (matmul bias gradient; deterministic).
-   scratch: colreduce_scratch_floats(N, C) floats. */
+/* dbias[c] += sum_r dout[r][c]  (matmul bias gradient; deterministic: chunks
+   of rows in a fixed order). scratch: colreduce_scratch_floats(N, C) floats.
+   The biases of matmuls whose output joins the residual stream (attproj,
+   fcproj) get theirs from the next norm's backward instead (dresid_bias). */
 static void bias_backward(floatX* dbias, const floatX* dout, float* scratch, int N, int C, cudaStream_t stream) {
     if (dbias == nullptr) return; /* a model without this bias (--bias 0) */
-    column_reduce<ROWNORM_LAYER>(dbias, nullptr, scratch, dout, nullptr, nullptr, nullptr, N, C, stream);
+    const int chunks = ceil_div(N, COLREDUCE_ROWS_PER_CHUNK);
+    dim3 grid(ceil_div(C, COLREDUCE_COLS_PER_BLOCK), chunks), block(32, COLREDUCE_ROW_THREADS);
+    colreduce_partial_kernel<<<grid, block, 0, stream>>>(scratch, dout, N, C);
+    cudaCheckLastError();
+    colreduce_final_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dbias, scratch, chunks, C);
+    cudaCheckLastError();
 }
 
-/* dinp += d LN / d inp; dweight += sum dout*xhat; dbias += sum dout.
+/* dinp += d LN / d inp; dweight += sum dout*xhat; dbias += sum dout;
+   dresid_bias += column sums of dinp as passed in (NULL: not wanted).
    inp is the LayerNorm's input (the residual stream), mean/rstd its saved
-   statistics. scratch: colreduce_scratch_floats(N, 2*C) floats. */
-static void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
-                               const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
-                               int C, cudaStream_t stream) {
-    rownorm_backward_input_kernel<ROWNORM_LAYER><<<ceil_div(N, ROWNORM_BLOCK / 32), ROWNORM_BLOCK, 0, stream>>>(
-        dinp, dout, inp, mean, rstd, weight, N, C);
-    cudaCheckLastError();
-    column_reduce<ROWNORM_LAYER>(dbias, dweight, scratch, dout, inp, mean, rstd, N, C, stream);
+   statistics. scratch: rownorm_backward_scratch_floats(N, C) floats. */
+static void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, floatX* dresid_bias, float* scratch,
+                               const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
+                               const float* rstd, int N, int C, cudaStream_t stream) {
+    rownorm_backward<ROWNORM_LAYER>(dinp, dweight, dbias, dresid_bias, scratch, dout, inp, mean, rstd, weight, N, C,
+                                    stream);
 }
 
 #endif /* MODEL_LAYERNORM_CUH */

@@ -6,7 +6,7 @@
  * (gain only, no bias, eps 1e-5: docs/modern_stacks.md's contract). It is
  * LayerNorm without the centring, so the kernels are layernorm.cuh's row
  * family instantiated for ROWNORM_RMS (one warp per row, FP32 statistics,
- * BF16 in and out, the deterministic chunked column sums for the gain
+ * BF16 in and out, the deterministic per-block column sums for the gain
  * gradient); this file owns the RMSNorm entry points and their contract.
  * Saved for backward: rstd per row (FP32); there is no mean.
  *
@@ -40,15 +40,15 @@ static void fused_residual_rmsnorm_forward(floatX* residual, floatX* out, float*
     cudaCheckLastError();
 }
 
-/* dinp += d RMSNorm / d inp; dweight += sum_rows dout * xhat. inp is the
-   norm's input (the residual stream), rstd its saved statistic.
-   scratch: colreduce_scratch_floats(N, 2*C) floats. */
-static void rmsnorm_backward(floatX* dinp, floatX* dweight, float* scratch, const floatX* dout, const floatX* inp,
-                             const floatX* weight, const float* rstd, int N, int C, cudaStream_t stream) {
-    rownorm_backward_input_kernel<ROWNORM_RMS><<<ceil_div(N, ROWNORM_BLOCK / 32), ROWNORM_BLOCK, 0, stream>>>(
-        dinp, dout, inp, nullptr, rstd, weight, N, C);
-    cudaCheckLastError();
-    column_reduce<ROWNORM_RMS>(nullptr, dweight, scratch, dout, inp, nullptr, rstd, N, C, stream);
+/* dinp += d RMSNorm / d inp; dweight += sum_rows dout * xhat; dresid_bias +=
+   column sums of dinp as passed in (NULL: not wanted). inp is the norm's input
+   (the residual stream), rstd its saved statistic.
+   scratch: rownorm_backward_scratch_floats(N, C) floats. */
+static void rmsnorm_backward(floatX* dinp, floatX* dweight, floatX* dresid_bias, float* scratch, const floatX* dout,
+                             const floatX* inp, const floatX* weight, const float* rstd, int N, int C,
+                             cudaStream_t stream) {
+    rownorm_backward<ROWNORM_RMS>(dinp, dweight, nullptr, dresid_bias, scratch, dout, inp, nullptr, rstd, weight, N,
+                                  C, stream);
 }
 
 #endif /* MODEL_RMSNORM_CUH */

@@ -57,6 +57,13 @@ static Tensor tensor_new(size_t n, float scale, float offset = 0.0f) {
     cudaCheck(cudaMemcpy(t.dev, tmp.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
     return t;
 }
+/* A new device buffer holding a copy of n BF16 values of src. */
+static floatX* dev_copy(const floatX* src, size_t n) {
+    floatX* d;
+    cudaCheck(cudaMalloc(&d, n * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(d, src, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    return d;
+}
 static std::vector<float> download(const floatX* dev, size_t n) {
     std::vector<floatX> tmp(n);
     cudaCheck(cudaMemcpy(tmp.data(), dev, n * sizeof(floatX), cudaMemcpyDeviceToHost));

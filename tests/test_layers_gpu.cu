@@ -129,7 +129,8 @@ static void test_layernorm(int N, int C) {
     cudaCheck(cudaMalloc(&residual, (size_t)N * C * sizeof(floatX)));
     cudaCheck(cudaMalloc(&mean, N * sizeof(float)));
     cudaCheck(cudaMalloc(&rstd, N * sizeof(float)));
-    cudaCheck(cudaMalloc(&scratch, colreduce_scratch_floats(N, 2 * C) * sizeof(float)));
+    const size_t scratch_floats = std::max(colreduce_scratch_floats(N, C), rownorm_backward_scratch_floats(N, C));
+    cudaCheck(cudaMalloc(&scratch, scratch_floats * sizeof(float)));
 
     std::vector<double> want, want_mean, want_rstd;
     layernorm_forward(out, mean, rstd, a.dev, w.dev, bias.dev, N, C, 0);
@@ -153,10 +154,17 @@ static void test_layernorm(int N, int C) {
 
     /* backward on the fused forward's state (input = residual) */
     Tensor dout = tensor_new((size_t)N * C, 1.0f), dinp = tensor_new((size_t)N * C, 0.1f);
-    Tensor dw = tensor_new(C, 0.1f), db = tensor_new(C, 0.1f);
-    layernorm_backward(dinp.dev, dw.dev, db.dev, scratch, dout.dev, residual, w.dev, mean, rstd, N, C, 0);
+    Tensor dw = tensor_new(C, 0.1f), db = tensor_new(C, 0.1f), dresid = tensor_new(C, 0.1f);
+    /* a second run on copies of every gradient: the same bits */
+    floatX *dinp2 = dev_copy(dinp.dev, (size_t)N * C), *dw2 = dev_copy(dw.dev, C), *db2 = dev_copy(db.dev, C),
+           *dresid2 = dev_copy(dresid.dev, C);
+    layernorm_backward(dinp.dev, dw.dev, db.dev, dresid.dev, scratch, dout.dev, residual, w.dev, mean, rstd, N, C,
+                       0);
+    layernorm_backward(dinp2, dw2, db2, dresid2, scratch, dout.dev, residual, w.dev, mean, rstd, N, C, 0);
     std::vector<double> want_dinp(dinp.host.begin(), dinp.host.end()), want_dw(dw.host.begin(), dw.host.end()),
-        want_db(db.host.begin(), db.host.end());
+        want_db(db.host.begin(), db.host.end()), want_dresid(dresid.host.begin(), dresid.host.end());
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < C; c++) want_dresid[c] += dinp.host[(size_t)r * C + c]; /* dinp as passed in */
     for (int r = 0; r < N; r++) {
         double mg = 0, mgx = 0;
         std::vector<double> xhat(C), g(C);
@@ -173,6 +181,20 @@ static void test_layernorm(int N, int C) {
     check_rel("backward dinp (accumulated)", download(dinp.dev, (size_t)N * C), want_dinp, REL_TOL_BF16);
     check_rel("backward dweight (accumulated)", download(dw.dev, C), want_dw, REL_TOL_BF16);
     check_rel("backward dbias (accumulated)", download(db.dev, C), want_db, REL_TOL_BF16);
+    check_rel("backward residual-stream bias gradient (column sums of dinp as passed in)", download(dresid.dev, C),
+              want_dresid, REL_TOL_BF16);
+    CHECK(same_bits(download(dinp.dev, (size_t)N * C), download(dinp2, (size_t)N * C)) &&
+              same_bits(download(dw.dev, C), download(dw2, C)) && same_bits(download(db.dev, C), download(db2, C)) &&
+              same_bits(download(dresid.dev, C), download(dresid2, C)),
+          "backward is deterministic (dinp, dweight, dbias, residual bias: same bits twice)");
+    /* without the residual-stream sum (NULL), the other gradients are the same bits */
+    floatX *dinp3 = dev_copy(dinp.dev, (size_t)N * C), *dw3 = dev_copy(dw.dev, C), *db3 = dev_copy(db.dev, C);
+    layernorm_backward(dinp2, dw2, db2, nullptr, scratch, dout.dev, residual, w.dev, mean, rstd, N, C, 0);
+    layernorm_backward(dinp3, dw3, db3, dresid2, scratch, dout.dev, residual, w.dev, mean, rstd, N, C, 0);
+    CHECK(same_bits(download(dinp2, (size_t)N * C), download(dinp3, (size_t)N * C)) &&
+              same_bits(download(dw2, C), download(dw3, C)) && same_bits(download(db2, C), download(db3, C)),
+          "the residual-stream sum changes no other gradient");
+    for (floatX* p : {dinp2, dw2, db2, dresid2, dinp3, dw3, db3}) cudaFree(p);
 
     /* bias_backward = column sums; run twice on copies for determinism */
     Tensor dbias1 = tensor_new(C, 0.1f);
@@ -188,7 +210,7 @@ static void test_layernorm(int N, int C) {
     check_rel("bias_backward column sums", got_bias, want_bias, REL_TOL_BF16);
     CHECK(same_bits(got_bias, download(dbias2, C)), "column sums are deterministic");
     cudaFree(out); cudaFree(residual); cudaFree(mean); cudaFree(rstd); cudaFree(scratch); cudaFree(dbias2);
-    for (Tensor* t : {&a, &b, &w, &bias, &dout, &dinp, &dw, &db, &dbias1}) cudaFree(t->dev);
+    for (Tensor* t : {&a, &b, &w, &bias, &dout, &dinp, &dw, &db, &dresid, &dbias1}) cudaFree(t->dev);
 }
 
 /* ---- GELU ---- */
@@ -615,7 +637,11 @@ int main(void) {
     test_layernorm(300, 64);
     test_layernorm(1000, 768);
     test_layernorm(257, 1280);
-    test_layernorm(COLREDUCE_ROWS_PER_CHUNK * 37 + 5, 64); /* 38 row chunks: the 16x unrolled chunk sum and its rest */
+    test_layernorm(129, 200);  /* C not a multiple of 256: the lanes past C idle in the last pack */
+    test_layernorm(300, 1600); /* 7 packs per lane */
+    test_layernorm(70, ROWNORM_MAX_CHANNELS);
+    test_layernorm(COLREDUCE_ROWS_PER_CHUNK * 37 + 5, 64); /* 38 row chunks of the bias sum, the last short */
+    test_layernorm(ROWNORM_BWD_WARPS * ROWNORM_BWD_BLOCKS * 3 + 5, 64); /* the fixed grid: 3 rows per warp, 5 warps a 4th */
     test_gelu(1 << 16);
     test_matmul(&ctx, 128, 64, 192);
     test_matmul(&ctx, 256, 768, 3072);
@@ -623,6 +649,8 @@ int main(void) {
     test_gelu_epilogues_exact(&ctx, 256, 768);
     test_classifier(16, 1000, 1024);
     test_classifier(4, 50257, 50304);
+    test_classifier(3, 65530, CLASSIFIER_REG_PACKS * 8 * CLASSIFIER_BLOCK); /* the widest row held in registers */
+    test_classifier(2, 70001, 70008); /* wider: the two-pass kernel */
     test_adamw(100000);
     test_adamw_ranges(100003);
     test_global_norm(3000001 - 1, 0);

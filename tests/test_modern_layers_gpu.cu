@@ -41,12 +41,6 @@
 
 #define EPS_REF 1e-5
 
-static floatX* dev_copy(const floatX* src, size_t n) {
-    floatX* d;
-    cudaCheck(cudaMalloc(&d, n * sizeof(floatX)));
-    cudaCheck(cudaMemcpy(d, src, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
-    return d;
-}
 static floatX* dev_alloc(size_t n) {
     floatX* d;
     cudaCheck(cudaMalloc(&d, n * sizeof(floatX)));
@@ -90,7 +84,7 @@ static void test_rmsnorm(int N, int C) {
     floatX *out = dev_alloc(NC), *residual = dev_alloc(NC);
     float *rstd, *scratch;
     cudaCheck(cudaMalloc(&rstd, N * sizeof(float)));
-    cudaCheck(cudaMalloc(&scratch, colreduce_scratch_floats(N, 2 * C) * sizeof(float)));
+    cudaCheck(cudaMalloc(&scratch, rownorm_backward_scratch_floats(N, C) * sizeof(float)));
 
     std::vector<double> want, want_rstd;
     rmsnorm_forward(out, rstd, a.dev, w.dev, N, C, 0);
@@ -113,8 +107,8 @@ static void test_rmsnorm(int N, int C) {
     /* backward on the fused forward's state, accumulating onto non-zero gradients */
     Tensor dout = tensor_new(NC, 1.0f), dinp = tensor_new(NC, 0.1f), dw = tensor_new(C, 0.1f);
     floatX *dinp2 = dev_copy(dinp.dev, NC), *dw2 = dev_copy(dw.dev, C);
-    rmsnorm_backward(dinp.dev, dw.dev, scratch, dout.dev, residual, w.dev, rstd, N, C, 0);
-    rmsnorm_backward(dinp2, dw2, scratch, dout.dev, residual, w.dev, rstd, N, C, 0);
+    rmsnorm_backward(dinp.dev, dw.dev, nullptr, scratch, dout.dev, residual, w.dev, rstd, N, C, 0);
+    rmsnorm_backward(dinp2, dw2, nullptr, scratch, dout.dev, residual, w.dev, rstd, N, C, 0);
     std::vector<double> want_dinp(dinp.host.begin(), dinp.host.end()), want_dw(dw.host.begin(), dw.host.end());
     std::vector<double> xhat(C), g(C);
     for (int r = 0; r < N; r++) {
@@ -467,7 +461,7 @@ int main(void) {
     test_rmsnorm(300, 64);
     test_rmsnorm(1001, 768);
     test_rmsnorm(257, 200);                             /* C not a multiple of 256: a partial last step */
-    test_rmsnorm(COLREDUCE_ROWS_PER_CHUNK * 37 + 5, 72); /* 38 row chunks of the gain sum, the last short */
+    test_rmsnorm(ROWNORM_BWD_WARPS * ROWNORM_BWD_BLOCKS * 2 + 7, 72); /* the fixed grid: 2 rows per warp, 7 warps a 3rd */
     test_rope_table(1024, 64, 10000.0);
     test_rope_table(300, 128, 500000.0);
     test_rope(2, 64, 64, 4, 64, 10000.0);
