@@ -4,14 +4,11 @@
  *
  * Why: the logits are the model's largest activation (B*T x 50304). Storing
  * normalized probabilities next to them would double that. One block per row
- * finds the row max and the sum of exponentials (FP32), writes the row's
- * loss, and, when training, overwrites the row with
+ * finds the row max and the sum of exponentials (online, in FP32), writes the
+ * row's loss, and, when training, overwrites the row with
  *   dlogits = (softmax - onehot(target)) * dloss
  * The padded vocabulary columns (V <= c < Vp) are masked: they never enter the
  * softmax and their gradient is exactly 0, so the padded wte rows stay put.
- *
- * Up to 65536 columns the row stays in registers between the passes (read
- * once, written once); wider rows use a two-pass kernel.
  *
  * Offers: fused_classifier (losses[N] in FP32; logits -> dlogits when
  * write_dlogits). dloss is the weight of each row's loss in the objective
@@ -23,63 +20,7 @@
 #include "model/kernel_common.cuh"
 
 #define CLASSIFIER_BLOCK 512
-#define CLASSIFIER_REG_PACKS 16 /* the register-resident kernel holds Vp <= 16 * 8 * 512 = 65536 columns */
 
-/* The row held in registers: each thread loads its packs once (Vp <= 65536, GPT-2's 50304 included), takes
-   the row max, then the sum of exp(x - max), and writes the gradient from the same registers. The row is
-   read from memory once and written once. */
-__global__ void __launch_bounds__(CLASSIFIER_BLOCK)
-fused_classifier_regs_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
-                             int write_dlogits) {
-    const long long row = blockIdx.x;
-    floatX* x = logits + row * Vp;
-    Pack8 v[CLASSIFIER_REG_PACKS];
-    float m = -INFINITY;
-#pragma unroll
-    for (int it = 0; it < CLASSIFIER_REG_PACKS; it++) {
-        const int c = (it * CLASSIFIER_BLOCK + threadIdx.x) * 8;
-        if (c >= Vp) break;
-        v[it] = load_pack8(x + c);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (c + k < V) m = fmaxf(m, to_float(v[it].v[k]));
-    }
-    const float row_max = block_max(m);
-    float s = 0.0f;
-#pragma unroll
-    for (int it = 0; it < CLASSIFIER_REG_PACKS; it++) {
-        const int c = (it * CLASSIFIER_BLOCK + threadIdx.x) * 8;
-        if (c >= Vp) break;
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (c + k < V) s += expf(to_float(v[it].v[k]) - row_max);
-    }
-    const float row_sum = block_sum(s);
-    const int target = targets[row];
-    if (threadIdx.x == 0) losses[row] = row_max + logf(row_sum) - to_float(x[target]);
-    if (!write_dlogits) return;
-    __syncthreads(); /* thread 0 has read x[target] before anyone overwrites it */
-    const float inv_sum = 1.0f / row_sum;
-#pragma unroll
-    for (int it = 0; it < CLASSIFIER_REG_PACKS; it++) {
-        const int c = (it * CLASSIFIER_BLOCK + threadIdx.x) * 8;
-        if (c >= Vp) break;
-        Pack8 g8;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int col = c + k;
-            float g = 0.0f;
-            if (col < V) {
-                const float p = expf(to_float(v[it].v[k]) - row_max) * inv_sum;
-                g = (p - (col == target ? 1.0f : 0.0f)) * dloss;
-            }
-            g8.v[k] = from_float(g);
-        }
-        store_pack8(x + c, g8);
-    }
-}
-
-/* Any Vp: two passes over the row (the second mostly from L2), an online max and sum in the first. */
 __global__ void __launch_bounds__(CLASSIFIER_BLOCK)
 fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
                         int write_dlogits) {
@@ -131,12 +72,7 @@ fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float
 static void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                              int write_dlogits, cudaStream_t stream) {
     if (Vp % 8 != 0) die("fused_classifier: padded vocab %d must be a multiple of 8", Vp);
-    if (Vp <= CLASSIFIER_REG_PACKS * 8 * CLASSIFIER_BLOCK)
-        fused_classifier_regs_kernel<<<N, CLASSIFIER_BLOCK, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                                          write_dlogits);
-    else
-        fused_classifier_kernel<<<N, CLASSIFIER_BLOCK, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                                     write_dlogits);
+    fused_classifier_kernel<<<N, CLASSIFIER_BLOCK, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
     cudaCheckLastError();
 }
 
