@@ -135,114 +135,143 @@ static void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 }
 
 /*
- * Backward, one kernel for the row part and the column partials. A fixed
- * grid of ROWNORM_BWD_BLOCKS blocks (fewer for small N) of
- * ROWNORM_BWD_WARPS warps; warp w of block b takes rows b*WARPS + w, then
- * every WARPS*grid rows after it. Per row, one warp:
+ * Backward, one kernel for the row part and the column partials. A row is
+ * split over G = ceil(C / 256) warps, one 8-channel pack per lane
+ * (c = (g*32 + lane) * 8), and a block works on RG = max(1, 8 / G) rows at
+ * a time (G * RG <= 8 warps). Per row:
  *   xhat = (x - mean) * rstd, g = dout * w,
  *   dinp += rstd * (g - mean(g) - xhat * mean(g * xhat))
- * (RMSNorm: mean = 0 and no mean(g) term). While the row is in registers the
- * lane also adds, for its channels, dout * xhat (the weight gradient), dout
- * (LayerNorm's bias gradient) and, when RESID, dinp as it was on entry: the
- * gradient arriving at the residual stream, which is the bias gradient of
- * the matmul whose output was added into the stream before this norm.
- * Those sums live in shared memory, one slice per warp (a warp owns its
- * slice, so no atomics: the order is fixed), which keeps the kernel's
- * registers few at any C. At the end the block adds its warps' slices in
- * warp order and writes one row of partials per accumulator:
- * partial[block][a][c], a = 0 weight, 1 bias, 2 residual.
- * Reading dout and x once for both parts is the point: a separate column
- * pass would read them from memory a second time.
- * ITERS = ceil(C / 256): the lane's 8-channel packs c = lane*8 + it*256.
+ * (RMSNorm: mean = 0 and no mean(g) term). The G warps' row sums meet in
+ * shared memory (one barrier per row, added in warp order). The lane keeps,
+ * in registers for its eight channels, the sums of dout * xhat (the weight
+ * gradient), dout (LayerNorm's bias gradient) and, when RESID, dinp as it
+ * was on entry: the gradient arriving at the residual stream, which is the
+ * bias gradient of the matmul whose output was added into the stream before
+ * this norm. The next row's loads are issued before this row's barrier, so
+ * a warp has two rows in flight. At the end the block adds its RG row
+ * groups in order and writes one row of partials per accumulator:
+ * partial[block][a][c], a = 0 weight, 1 bias, 2 residual. Reading dout and
+ * x once for both parts is the point: a separate column pass would read
+ * them from memory a second time.
  */
-#define ROWNORM_BWD_WARPS 4
-#define ROWNORM_BWD_BLOCKS 1024 /* a fixed grid: the partials' order does not depend on the GPU */
-#define ROWNORM_BWD_MAX_ITERS 8 /* C <= 2048 */
-#define ROWNORM_MAX_CHANNELS (ROWNORM_BWD_MAX_ITERS * 256)
+#define ROWNORM_BWD_MAX_WARPS 8 /* G * RG; C <= 8 * 256 */
+#define ROWNORM_MAX_CHANNELS (ROWNORM_BWD_MAX_WARPS * 256)
+/* The grid holds this many warps, 24 on each SM of an H100/H200 (132 SMs; at 80 registers a thread, three
+   to five blocks per SM): one wave. It depends on C only, so the partials' order does not depend on the GPU. */
+#define ROWNORM_BWD_GRID_WARPS 3168
 
-static inline int rownorm_backward_blocks(long long N) {
-    const long long by_rows = ceil_div(N, (long long)ROWNORM_BWD_WARPS);
-    return (int)(by_rows < ROWNORM_BWD_BLOCKS ? by_rows : ROWNORM_BWD_BLOCKS);
+__host__ __device__ static inline int rownorm_backward_warps_per_row(int C) { return (C + 255) / 256; }
+static inline int rownorm_backward_rows_per_block(int C) {
+    const int g = rownorm_backward_warps_per_row(C);
+    return g >= ROWNORM_BWD_MAX_WARPS ? 1 : ROWNORM_BWD_MAX_WARPS / g;
+}
+static inline int rownorm_backward_blocks(long long N, int C) {
+    const int rg = rownorm_backward_rows_per_block(C);
+    const long long by_rows = ceil_div(N, (long long)rg);
+    const long long grid = ROWNORM_BWD_GRID_WARPS / (rownorm_backward_warps_per_row(C) * rg);
+    return (int)(by_rows < grid ? by_rows : grid);
 }
 /* FP32 floats of scratch the norm backward needs for N rows of C channels. */
 static inline size_t rownorm_backward_scratch_floats(long long N, long long C) {
-    return (size_t)rownorm_backward_blocks(N) * 3 * (size_t)C;
+    return (size_t)rownorm_backward_blocks(N, (int)C) * 3 * (size_t)C;
 }
 
-template <int NORM, int ITERS, bool RESID>
-__global__ void __launch_bounds__(ROWNORM_BWD_WARPS * 32)
+template <int NORM, bool RESID>
+__global__ void __launch_bounds__(ROWNORM_BWD_MAX_WARPS * 32, 3) /* <= 85 registers: see the grid above */
 rownorm_backward_kernel(floatX* dinp, float* partial, const floatX* dout, const floatX* inp, const float* mean,
                         const float* rstd, const floatX* weight, int N, int C) {
-    constexpr int NACC = 1 + (NORM == ROWNORM_LAYER) + RESID; /* weight, [bias], [residual] */
-    constexpr int A_BIAS = 1, A_RESID = NORM == ROWNORM_LAYER ? 2 : 1;
-    /* [WARPS][NACC][8][C/8]: channel c of accumulator a at (a*8 + c%8)*(C/8) + c/8, so the lanes' eight
-       channels k of one pack are 32 consecutive floats (no bank conflicts) */
-    extern __shared__ float acc_smem[];
-    const int P = C / 8;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float* acc = acc_smem + (size_t)warp * NACC * C;
-    for (int i = lane; i < NACC * C; i += 32) acc[i] = 0.0f;
-    __syncwarp();
-    Pack8 w[ITERS];
+    constexpr int NACC = 3;
+    __shared__ float row_sums[2][ROWNORM_BWD_MAX_WARPS][2]; /* [parity][warp][sum_g, sum_gx] */
+    __shared__ float col_sums[ROWNORM_BWD_MAX_WARPS * 256 * NACC];
+    const int G = rownorm_backward_warps_per_row(C), RG = blockDim.x / 32 / G;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = warp % G, rg = warp / G;
+    const int c = (g * 32 + lane) * 8;
+    const bool active = c < C;
+    float acc_w[8], acc_b[8], acc_r[8];
 #pragma unroll
-    for (int it = 0; it < ITERS; it++)
-        if (lane * 8 + it * 256 < C) w[it] = load_pack8(weight + lane * 8 + it * 256);
-    const int row_step = gridDim.x * ROWNORM_BWD_WARPS;
-    for (int row = blockIdx.x * ROWNORM_BWD_WARPS + warp; row < N; row += row_step) {
-        const long long base = (long long)row * C;
-        float m = 0.0f;
-        if constexpr (NORM == ROWNORM_LAYER) m = mean[row];
-        const float r = rstd[row];
-        Pack8 d[ITERS], x[ITERS];
+    for (int k = 0; k < 8; k++) acc_w[k] = acc_b[k] = acc_r[k] = 0.0f;
+    Pack8 w, d, x, di;
+    if (active) w = load_pack8(weight + c);
+    const int row_step = gridDim.x * RG;
+    int row = blockIdx.x * RG + rg;
+    /* every warp of the block runs the same number of iterations (the barrier below) */
+    const int first = blockIdx.x * RG, iters = first < N ? (N - 1 - first) / row_step + 1 : 0;
+    if (active && row < N) {
+        d = load_pack8(dout + (long long)row * C + c);
+        x = load_pack8(inp + (long long)row * C + c);
+        di = load_pack8(dinp + (long long)row * C + c);
+    }
+    for (int i = 0; i < iters; i++, row += row_step) {
+        const bool live = active && row < N;
+        const int next = row + row_step;
+        Pack8 nd, nx, ndi;
+        if (active && next < N) {
+            nd = load_pack8(dout + (long long)next * C + c);
+            nx = load_pack8(inp + (long long)next * C + c);
+            ndi = load_pack8(dinp + (long long)next * C + c);
+        }
+        float m = 0.0f, r = 0.0f;
+        if (row < N) {
+            if constexpr (NORM == ROWNORM_LAYER) m = mean[row];
+            r = rstd[row];
+        }
         float sum_g = 0.0f, sum_gx = 0.0f;
-#pragma unroll
-        for (int it = 0; it < ITERS; it++) {
-            const int c = lane * 8 + it * 256;
-            if (c >= C) break;
-            d[it] = load_pack8(dout + base + c);
-            x[it] = load_pack8(inp + base + c);
+        if (live) {
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                const float g = to_float(d[it].v[k]) * to_float(w[it].v[k]);
-                if constexpr (NORM == ROWNORM_LAYER) sum_g += g;
-                sum_gx += g * (to_float(x[it].v[k]) - m) * r;
+                const float gk = to_float(d.v[k]) * to_float(w.v[k]);
+                if constexpr (NORM == ROWNORM_LAYER) sum_g += gk;
+                sum_gx += gk * (to_float(x.v[k]) - m) * r;
             }
         }
-        float mean_g = 0.0f;
-        if constexpr (NORM == ROWNORM_LAYER) mean_g = warp_sum(sum_g) / C;
-        const float mean_gx = warp_sum(sum_gx) / C;
-#pragma unroll
-        for (int it = 0; it < ITERS; it++) {
-            const int c = lane * 8 + it * 256;
-            if (c >= C) break;
-            Pack8 di = load_pack8(dinp + base + c);
+        if constexpr (NORM == ROWNORM_LAYER) sum_g = warp_sum(sum_g);
+        sum_gx = warp_sum(sum_gx);
+        if (lane == 0) {
+            row_sums[i & 1][warp][0] = sum_g;
+            row_sums[i & 1][warp][1] = sum_gx;
+        }
+        __syncthreads(); /* the parity buffer: the next barrier orders this row's reads before its reuse */
+        float tot_g = 0.0f, tot_gx = 0.0f;
+        for (int j = 0; j < G; j++) {
+            tot_g += row_sums[i & 1][rg * G + j][0];
+            tot_gx += row_sums[i & 1][rg * G + j][1];
+        }
+        const float mean_g = tot_g / C, mean_gx = tot_gx / C;
+        if (live) {
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                const float dk = to_float(d[it].v[k]);
-                const float g = dk * to_float(w[it].v[k]);
-                const float xhat = (to_float(x[it].v[k]) - m) * r;
-                const int pk = k * P + c / 8;
-                acc[pk] += dk * xhat;
-                if constexpr (NORM == ROWNORM_LAYER) acc[A_BIAS * C + pk] += dk;
-                if constexpr (RESID) acc[A_RESID * C + pk] += to_float(di.v[k]);
+                const float dk = to_float(d.v[k]);
+                const float gk = dk * to_float(w.v[k]);
+                const float xhat = (to_float(x.v[k]) - m) * r;
+                acc_w[k] += dk * xhat;
+                if constexpr (NORM == ROWNORM_LAYER) acc_b[k] += dk;
+                if constexpr (RESID) acc_r[k] += to_float(di.v[k]);
                 if constexpr (NORM == ROWNORM_LAYER)
-                    di.v[k] = from_float(to_float(di.v[k]) + r * (g - mean_g - xhat * mean_gx));
+                    di.v[k] = from_float(to_float(di.v[k]) + r * (gk - mean_g - xhat * mean_gx));
                 else
-                    di.v[k] = from_float(to_float(di.v[k]) + r * (g - xhat * mean_gx));
+                    di.v[k] = from_float(to_float(di.v[k]) + r * (gk - xhat * mean_gx));
             }
-            store_pack8(dinp + base + c, di);
+            store_pack8(dinp + (long long)row * C + c, di);
+        }
+        d = nd; x = nx; di = ndi;
+    }
+    /* The block's partials: each channel's RG row groups added in order. */
+    if (active) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            col_sums[(rg * NACC + 0) * C + c + k] = acc_w[k];
+            col_sums[(rg * NACC + 1) * C + c + k] = acc_b[k];
+            col_sums[(rg * NACC + 2) * C + c + k] = acc_r[k];
         }
     }
     __syncthreads();
-    /* The block's partials: each channel's warps summed in warp order. */
     float* out = partial + (long long)blockIdx.x * 3 * C;
-    for (int i = threadIdx.x; i < NACC * C; i += blockDim.x) {
+    for (int j = threadIdx.x; j < NACC * C; j += blockDim.x) {
+        const int a = j / C;
+        if ((a == 1 && NORM != ROWNORM_LAYER) || (a == 2 && !RESID)) continue;
         float s = 0.0f;
-#pragma unroll
-        for (int wi = 0; wi < ROWNORM_BWD_WARPS; wi++) s += acc_smem[(size_t)wi * NACC * C + i];
-        const int a = i / C, k = (i % C) / P, c = (i % P) * 8 + k;
-        const int slot = a == 0 ? 0 : (a == A_BIAS && NORM == ROWNORM_LAYER) ? 1 : 2;
-        out[(long long)slot * C + c] = s;
+        for (int q = 0; q < RG; q++) s += col_sums[q * NACC * C + j];
+        out[j] = s;
     }
 }
 
@@ -268,33 +297,6 @@ __global__ void rownorm_backward_final_kernel(floatX* dweight, floatX* dbias, fl
     dst[c] = from_float(to_float(dst[c]) + total);
 }
 
-template <int NORM, int ITERS, bool RESID>
-static void rownorm_backward_launch(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
-                                    const float* mean, const float* rstd, const floatX* weight, int N, int C,
-                                    cudaStream_t stream) {
-    constexpr int NACC = 1 + (NORM == ROWNORM_LAYER) + RESID;
-    const size_t smem = (size_t)ROWNORM_BWD_WARPS * NACC * C * sizeof(float);
-    if (smem > 48 * 1024) {
-        static size_t allowed = 0; /* per instantiation: raise the kernel's dynamic shared memory limit once */
-        if (allowed < smem) {
-            cudaCheck(cudaFuncSetAttribute(rownorm_backward_kernel<NORM, ITERS, RESID>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            allowed = smem;
-        }
-    }
-    rownorm_backward_kernel<NORM, ITERS, RESID><<<rownorm_backward_blocks(N), ROWNORM_BWD_WARPS * 32, smem, stream>>>(
-        dinp, scratch, dout, inp, mean, rstd, weight, N, C);
-    cudaCheckLastError();
-}
-
-template <int NORM, int ITERS>
-static void rownorm_backward_iters(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
-                                   const float* mean, const float* rstd, const floatX* weight, int N, int C,
-                                   bool resid, cudaStream_t stream) {
-    if (resid) rownorm_backward_launch<NORM, ITERS, true>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream);
-    else rownorm_backward_launch<NORM, ITERS, false>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream);
-}
-
 /* The norm backward for either family member: dinp += d norm / d inp,
    dweight += sum dout * xhat, dbias += sum dout (LayerNorm; NULL for RMSNorm),
    dresid_bias += sum of dinp as it was on entry (NULL: not wanted).
@@ -303,19 +305,20 @@ template <int NORM>
 static void rownorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, floatX* dresid_bias, float* scratch,
                              const floatX* dout, const floatX* inp, const float* mean, const float* rstd,
                              const floatX* weight, int N, int C, cudaStream_t stream) {
-    const bool resid = dresid_bias != nullptr;
-#define ROWNORM_BWD_CASE(it) \
-    case it: rownorm_backward_iters<NORM, it>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, resid, stream); break;
-    switch (ceil_div(C, 256)) {
-        ROWNORM_BWD_CASE(1) ROWNORM_BWD_CASE(2) ROWNORM_BWD_CASE(3) ROWNORM_BWD_CASE(4)
-        ROWNORM_BWD_CASE(5) ROWNORM_BWD_CASE(6) ROWNORM_BWD_CASE(7) ROWNORM_BWD_CASE(8)
-    default:
+    if (C > ROWNORM_MAX_CHANNELS)
         die("norm backward: C = %d channels, more than the %d its kernel is built for "
-            "(raise ROWNORM_BWD_MAX_ITERS in model/layernorm.cuh)", C, ROWNORM_MAX_CHANNELS);
-    }
-#undef ROWNORM_BWD_CASE
+            "(raise ROWNORM_BWD_MAX_WARPS in model/layernorm.cuh)", C, ROWNORM_MAX_CHANNELS);
+    const int blocks = rownorm_backward_blocks(N, C);
+    const int threads = rownorm_backward_warps_per_row(C) * rownorm_backward_rows_per_block(C) * 32;
+    if (dresid_bias != nullptr)
+        rownorm_backward_kernel<NORM, true><<<blocks, threads, 0, stream>>>(dinp, scratch, dout, inp, mean, rstd,
+                                                                           weight, N, C);
+    else
+        rownorm_backward_kernel<NORM, false><<<blocks, threads, 0, stream>>>(dinp, scratch, dout, inp, mean, rstd,
+                                                                            weight, N, C);
+    cudaCheckLastError();
     rownorm_backward_final_kernel<<<ceil_div(3 * C, 32), dim3(32, 32), 0, stream>>>(
-        dweight, NORM == ROWNORM_LAYER ? dbias : nullptr, dresid_bias, scratch, rownorm_backward_blocks(N), C);
+        dweight, NORM == ROWNORM_LAYER ? dbias : nullptr, dresid_bias, scratch, blocks, C);
     cudaCheckLastError();
 }
 

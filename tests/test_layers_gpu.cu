@@ -641,7 +641,7 @@ int main(void) {
     test_layernorm(300, 1600); /* 7 packs per lane */
     test_layernorm(70, ROWNORM_MAX_CHANNELS);
     test_layernorm(COLREDUCE_ROWS_PER_CHUNK * 37 + 5, 64); /* 38 row chunks of the bias sum, the last short */
-    test_layernorm(ROWNORM_BWD_WARPS * ROWNORM_BWD_BLOCKS * 3 + 5, 64); /* the fixed grid: 3 rows per warp, 5 warps a 4th */
+    test_layernorm(rownorm_backward_blocks(1 << 30, 64) * rownorm_backward_rows_per_block(64) * 3 + 5, 64); /* the fixed grid: 3 rows per row group, 5 groups a 4th */
     test_gelu(1 << 16);
     test_matmul(&ctx, 128, 64, 192);
     test_matmul(&ctx, 256, 768, 3072);

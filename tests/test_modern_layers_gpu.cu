@@ -461,7 +461,7 @@ int main(void) {
     test_rmsnorm(300, 64);
     test_rmsnorm(1001, 768);
     test_rmsnorm(257, 200);                             /* C not a multiple of 256: a partial last step */
-    test_rmsnorm(ROWNORM_BWD_WARPS * ROWNORM_BWD_BLOCKS * 2 + 7, 72); /* the fixed grid: 2 rows per warp, 7 warps a 3rd */
+    test_rmsnorm(rownorm_backward_blocks(1 << 30, 72) * rownorm_backward_rows_per_block(72) * 2 + 7, 72); /* the fixed grid: 2 rows per row group, 7 groups a 3rd */
     test_rope_table(1024, 64, 10000.0);
     test_rope_table(300, 128, 500000.0);
     test_rope(2, 64, 64, 4, 64, 10000.0);
