@@ -45,7 +45,7 @@
 /* The two row normalizations of the family: LayerNorm centres each row and
    has a bias; RMSNorm takes the mean as 0 and has a gain only. */
 enum RowNorm { ROWNORM_LAYER = 0, ROWNORM_RMS = 1 };
-#define ROWNORM_BLOCK 256 /* threads of the row kernels: one warp per row */
+#define ROWNORM_BLOCK 256 /* threads of a forward block: one warp per row */
 
 /* FP32 floats of scratch the column reductions need for N rows of `cols` sums. */
 static inline size_t colreduce_scratch_floats(long long N, long long cols) {
