@@ -5,7 +5,7 @@
  * Why: Llama-style stacks normalize with y = x * rsqrt(mean(x^2) + eps) * g
  * (gain only, no bias, eps 1e-5: docs/modern_stacks.md's contract). It is
  * LayerNorm without the centring, so the kernels are layernorm.cuh's row
- * family instantiated for ROWNORM_RMS (one warp per row, FP32 statistics,
+ * family instantiated for ROWNORM_RMS (FP32 statistics,
  * BF16 in and out, the deterministic per-block column sums for the gain
  * gradient); this file owns the RMSNorm entry points and their contract.
  * Saved for backward: rstd per row (FP32); there is no mean.
