@@ -48,6 +48,7 @@
 #ifndef MODEL_MATMUL_CUH
 #define MODEL_MATMUL_CUH
 
+#include <string.h>
 #include <cublasLt.h>
 #include "model/kernel_common.cuh"
 
@@ -60,23 +61,6 @@ static inline void cublas_check_at(cublasStatus_t status, const char* file, int 
 #define cublasCheck(status) cublas_check_at((status), __FILE__, __LINE__)
 
 #define MATMUL_WORKSPACE_BYTES (32ull << 20) /* cuBLASLt's recommendation for Hopper */
-
-typedef struct {
-    cublasLtHandle_t handle;
-    void* workspace;
-    size_t workspace_bytes;
-} MatmulContext;
-
-static void matmul_context_init(MatmulContext* ctx) {
-    cublasCheck(cublasLtCreate(&ctx->handle));
-    ctx->workspace_bytes = MATMUL_WORKSPACE_BYTES;
-    cudaCheck(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
-}
-
-static void matmul_context_free(MatmulContext* ctx) {
-    cublasCheck(cublasLtDestroy(ctx->handle));
-    cudaCheck(cudaFree(ctx->workspace));
-}
 
 typedef enum {
     MATMUL_EPILOGUE_NONE = 0,
@@ -103,10 +87,147 @@ typedef struct {
     floatX* aux;        /* GELU_AUX(_BIAS): written; DGELU: read. [m, n], ld m */
 } MatmulEpilogueArgs;
 
+/* What fixes a call's cuBLASLt descriptors and algorithm: column-major D[m, n] (ld m) = op(A) op(B) (+ D if
+   accumulate) with the epilogue; A stored [k, m] (ld k) if trans_a else [m, k] (ld m); B stored [n, k] (ld n) if
+   trans_b else [k, n] (ld k). */
+typedef struct {
+    int m, n, k, trans_a, trans_b, accumulate;
+    MatmulEpilogue epilogue;
+} MatmulKey;
+
+/* A key's descriptors, made once and kept (building them and asking the heuristic costs tens of microseconds of
+   host time per call, which bounds small models' steps), and the algorithm every call of the key runs: the
+   heuristic's first. The bias and aux pointers change per call and are set on desc just before it. */
+typedef struct {
+    MatmulKey key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t layout_a, layout_b, layout_d;
+    cublasLtMatmulAlgo_t algo;
+} MatmulPlan;
+
+/* Plans a context keeps: a model's training step has about 15 keys, its evaluation a few more; past this (a
+   sampler's forward at every context length) a call makes a plan for itself alone. */
+#define MATMUL_MAX_PLANS 128
+
+typedef struct {
+    cublasLtHandle_t handle;
+    void* workspace;
+    size_t workspace_bytes;
+    MatmulPlan plans[MATMUL_MAX_PLANS];
+    int num_plans;
+} MatmulContext;
+
+static void matmul_plan_destroy(MatmulPlan* p) {
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->layout_a));
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->layout_b));
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->layout_d));
+    cublasCheck(cublasLtMatmulDescDestroy(p->desc));
+}
+
+static void matmul_context_init(MatmulContext* ctx) {
+    memset(ctx, 0, sizeof(*ctx));
+    cublasCheck(cublasLtCreate(&ctx->handle));
+    ctx->workspace_bytes = MATMUL_WORKSPACE_BYTES;
+    cudaCheck(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
+}
+
+static void matmul_context_free(MatmulContext* ctx) {
+    for (int i = 0; i < ctx->num_plans; i++) matmul_plan_destroy(&ctx->plans[i]);
+    cublasCheck(cublasLtDestroy(ctx->handle));
+    cudaCheck(cudaFree(ctx->workspace));
+    memset(ctx, 0, sizeof(*ctx));
+}
+
+static int matmul_key_needs_bias(MatmulEpilogue e) {
+    return e == MATMUL_EPILOGUE_BIAS || e == MATMUL_EPILOGUE_GELU_AUX_BIAS;
+}
+static int matmul_key_needs_aux(MatmulEpilogue e) {
+    return e == MATMUL_EPILOGUE_GELU_AUX_BIAS || e == MATMUL_EPILOGUE_GELU_AUX || e == MATMUL_EPILOGUE_DGELU;
+}
+
+/* Up to max_results algorithms for the plan's key, the heuristic's order (best guess first); returns how many. */
+static int matmul_plan_candidates(MatmulContext* ctx, const MatmulPlan* plan, cublasLtMatmulHeuristicResult_t* results,
+                                  int max_results) {
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &ctx->workspace_bytes, sizeof(ctx->workspace_bytes)));
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->handle, plan->desc, plan->layout_a, plan->layout_b,
+                                               plan->layout_d, plan->layout_d, pref, max_results, results, &found));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    return found;
+}
+
+/* The context's plan of a key, or NULL. */
+static MatmulPlan* matmul_plan_find(MatmulContext* ctx, const MatmulKey* key) {
+    for (int i = 0; i < ctx->num_plans; i++)
+        if (memcmp(&ctx->plans[i].key, key, sizeof(*key)) == 0) return &ctx->plans[i];
+    return NULL;
+}
+
+/* A new plan of a key (descriptors, the heuristic's first algorithm) into *plan. */
+static void matmul_plan_make(MatmulContext* ctx, MatmulKey key, MatmulPlan* plan) {
+    const char* epi_name = matmul_epilogue_name(key.epilogue);
+    memset(plan, 0, sizeof(*plan));
+    plan->key = key;
+    const int m = key.m, n = key.n, k = key.k;
+    cublasCheck(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    switch (key.epilogue) {
+        case MATMUL_EPILOGUE_NONE: epi = CUBLASLT_EPILOGUE_DEFAULT; break;
+        case MATMUL_EPILOGUE_BIAS: epi = CUBLASLT_EPILOGUE_BIAS; break;
+        case MATMUL_EPILOGUE_GELU_AUX_BIAS: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
+        case MATMUL_EPILOGUE_GELU_AUX: epi = CUBLASLT_EPILOGUE_GELU_AUX; break;
+        case MATMUL_EPILOGUE_DGELU: epi = CUBLASLT_EPILOGUE_DGELU; break;
+    }
+    cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (matmul_key_needs_bias(key.epilogue)) {
+        const cudaDataType_t bias_type = CUDA_R_16BF;
+        cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                   sizeof(bias_type)));
+    }
+    if (matmul_key_needs_aux(key.epilogue)) {
+        const int64_t aux_ld = m; /* aux has D's shape and layout */
+        cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                   sizeof(aux_ld)));
+    }
+    cublasCheck(key.trans_a ? cublasLtMatrixLayoutCreate(&plan->layout_a, CUDA_R_16BF, k, m, k)
+                            : cublasLtMatrixLayoutCreate(&plan->layout_a, CUDA_R_16BF, m, k, m));
+    cublasCheck(key.trans_b ? cublasLtMatrixLayoutCreate(&plan->layout_b, CUDA_R_16BF, n, k, n)
+                            : cublasLtMatrixLayoutCreate(&plan->layout_b, CUDA_R_16BF, k, n, k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&plan->layout_d, CUDA_R_16BF, m, n, m));
+    cublasLtMatmulHeuristicResult_t first;
+    if (matmul_plan_candidates(ctx, plan, &first, 1) == 0) {
+        die("matmul: cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue %s\n"
+            "  hint: channel counts must be multiples of 8", m, n, k, key.trans_a, key.trans_b, epi_name);
+    }
+    plan->algo = first.algo;
+}
+
+/* One call of a plan with the given algorithm (NULL: the plan's): the epilogue's pointers set on its
+   descriptor, then the GEMM enqueued. */
+static void matmul_plan_run(MatmulContext* ctx, MatmulPlan* plan, const cublasLtMatmulAlgo_t* algo, floatX* d,
+                            const floatX* a, const floatX* b, MatmulEpilogueArgs args, cudaStream_t stream) {
+    if (matmul_key_needs_bias(plan->key.epilogue))
+        cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias,
+                                                   sizeof(args.bias)));
+    if (matmul_key_needs_aux(plan->key.epilogue))
+        cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &args.aux,
+                                                   sizeof(args.aux)));
+    const float alpha = 1.0f, beta = plan->key.accumulate ? 1.0f : 0.0f;
+    cublasCheck(cublasLtMatmul(ctx->handle, plan->desc, &alpha, a, plan->layout_a, b, plan->layout_b, &beta, d,
+                               plan->layout_d, d, plan->layout_d, algo ? algo : &plan->algo, ctx->workspace,
+                               ctx->workspace_bytes, stream));
+}
+
 /*
  * Column-major D[m, n] (ld m) = op(A) op(B) (+ D if accumulate) with the
- * epilogue. A is stored [k, m] (ld k) if trans_a else [m, k] (ld m); B is
- * stored [n, k] (ld n) if trans_b else [k, n] (ld k).
+ * epilogue (MatmulKey's layout), checked, through the key's plan.
  */
 static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, const floatX* b, int m, int n, int k,
                             int trans_a, int trans_b, int accumulate, MatmulEpilogue epilogue,
@@ -115,9 +236,7 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
     if (m <= 0 || n <= 0 || k <= 0) die("matmul: bad shape m=%d n=%d k=%d (epilogue %s)", m, n, k, epi_name);
     if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)args.bias | (uintptr_t)args.aux) % 16 != 0)
         die("matmul: a pointer is not 16-byte aligned (m=%d n=%d k=%d, epilogue %s)", m, n, k, epi_name);
-    const int needs_bias = epilogue == MATMUL_EPILOGUE_BIAS || epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS;
-    const int needs_aux = epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS || epilogue == MATMUL_EPILOGUE_GELU_AUX ||
-                          epilogue == MATMUL_EPILOGUE_DGELU;
+    const int needs_bias = matmul_key_needs_bias(epilogue), needs_aux = matmul_key_needs_aux(epilogue);
     if (needs_bias != (args.bias != nullptr) || needs_aux != (args.aux != nullptr))
         die("matmul: epilogue %s got the wrong set of bias / aux pointers (bias %s, aux %s)", epi_name,
             args.bias ? "set" : "NULL", args.aux ? "set" : "NULL");
@@ -125,63 +244,24 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
     if (needs_aux && m % 8 != 0) die("matmul: epilogue %s needs m %% 8 == 0 (m=%d)", epi_name, m);
     /* DGELU multiplies the whole result by gelu'(aux); with beta = 1 the old D would be multiplied too */
     if (epilogue == MATMUL_EPILOGUE_DGELU && accumulate) die("matmul: the DGELU epilogue cannot accumulate into D");
-
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-    switch (epilogue) {
-        case MATMUL_EPILOGUE_NONE: epi = CUBLASLT_EPILOGUE_DEFAULT; break;
-        case MATMUL_EPILOGUE_BIAS: epi = CUBLASLT_EPILOGUE_BIAS; break;
-        case MATMUL_EPILOGUE_GELU_AUX_BIAS: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
-        case MATMUL_EPILOGUE_GELU_AUX: epi = CUBLASLT_EPILOGUE_GELU_AUX; break;
-        case MATMUL_EPILOGUE_DGELU: epi = CUBLASLT_EPILOGUE_DGELU; break;
+    MatmulKey key;
+    memset(&key, 0, sizeof(key)); /* compared with memcmp */
+    key.m = m, key.n = n, key.k = k, key.trans_a = trans_a, key.trans_b = trans_b, key.accumulate = accumulate;
+    key.epilogue = epilogue;
+    MatmulPlan* plan = matmul_plan_find(ctx, &key);
+    if (plan == NULL && ctx->num_plans < MATMUL_MAX_PLANS) {
+        plan = &ctx->plans[ctx->num_plans];
+        matmul_plan_make(ctx, key, plan);
+        ctx->num_plans++;
     }
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    if (needs_bias) {
-        const cudaDataType_t bias_type = CUDA_R_16BF;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                   sizeof(bias_type)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias,
-                                                   sizeof(args.bias)));
+    if (plan) {
+        matmul_plan_run(ctx, plan, NULL, d, a, b, args, stream);
+    } else { /* the table is full (a sampler's growing contexts): a plan for this call alone */
+        MatmulPlan once;
+        matmul_plan_make(ctx, key, &once);
+        matmul_plan_run(ctx, &once, NULL, d, a, b, args, stream);
+        matmul_plan_destroy(&once);
     }
-    if (needs_aux) {
-        const int64_t aux_ld = m; /* aux has D's shape and layout */
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &args.aux,
-                                                   sizeof(args.aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                                   sizeof(aux_ld)));
-    }
-    cublasLtMatrixLayout_t layout_a, layout_b, layout_d;
-    cublasCheck(trans_a ? cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, k, m, k)
-                        : cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_16BF, m, k, m));
-    cublasCheck(trans_b ? cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, n, k, n)
-                        : cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_16BF, k, n, k));
-    cublasCheck(cublasLtMatrixLayoutCreate(&layout_d, CUDA_R_16BF, m, n, m));
-
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &ctx->workspace_bytes, sizeof(ctx->workspace_bytes)));
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, layout_a, layout_b, layout_d, layout_d, pref, 1,
-                                               &heuristic, &found));
-    if (found == 0) {
-        die("matmul: cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue %s\n"
-            "  hint: channel counts must be multiples of 8", m, n, k, trans_a, trans_b, epi_name);
-    }
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_d, d, layout_d,
-                               &heuristic.algo, ctx->workspace, ctx->workspace_bytes, stream));
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(layout_a));
-    cublasCheck(cublasLtMatrixLayoutDestroy(layout_b));
-    cublasCheck(cublasLtMatrixLayoutDestroy(layout_d));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
 }
 
 /*

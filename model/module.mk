@@ -115,6 +115,15 @@ $(BUILD)/dev/profile_gpu_step: $(BUILD)/dev/profile_gpu_step.cu.o $$(TRAIN_GPT_A
 ifeq ($(HAVE_CUBLAS),1)
 CUDA_PROGRAMS += $(BUILD)/dev/profile_gpu_step
 endif
+# dev/bench_matmul: the step's GEMMs under the heuristic's first cuBLASLt algorithm against the fastest of its
+# first candidates (a GPU tool).
+$(BUILD)/dev/bench_matmul.cu.o: dev/bench_matmul.cu $(GPU_PROGRAM_HEADERS)
+$(BUILD)/dev/bench_matmul: $(BUILD)/dev/bench_matmul.cu.o $(BUILD)/model/gpt_config.o $(COMMON_OBJS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt
+ifeq ($(HAVE_CUBLAS),1)
+CUDA_PROGRAMS += $(BUILD)/dev/bench_matmul
+endif
 # tests/test_gpu_host: host-side logic of the GPU model (bucketing, memory plan, OOM message); runs on the
 # CPU but includes CUDA headers, so it is built with nvcc and registered only where nvcc and cuBLAS exist.
 $(BUILD)/tests/test_gpu_host.cu.o: tests/test_gpu_host.cu $(GPU_PROGRAM_HEADERS)

@@ -413,9 +413,11 @@ static void test_gelu_epilogues_exact(MatmulContext* ctx, int N, int C) {
 }
 
 /* ---- fused classifier ---- */
-static void test_classifier(int N, int V, int Vp) {
-    char name[128];
-    snprintf(name, sizeof(name), "fused classifier N%d V%d Vp%d", N, V, Vp);
+/* two_pass: the any-Vp kernel (fused_classifier_two_pass) instead of the one fused_classifier picks for Vp */
+static void test_classifier(int N, int V, int Vp, int two_pass) {
+    char name[160];
+    snprintf(name, sizeof(name), "fused classifier N%d V%d Vp%d, kernel %s", N, V, Vp,
+             two_pass ? "two-pass" : fused_classifier_path(Vp));
     test_section(name);
     Tensor logits = tensor_new((size_t)N * Vp, 3.0f);
     std::vector<int> targets(N);
@@ -436,11 +438,17 @@ static void test_classifier(int N, int V, int Vp) {
         want_loss[r] = m + log(s) - x[targets[r]];
         for (int c = 0; c < V; c++) want_grad[(size_t)r * Vp + c] = (exp(x[c] - m) / s - (c == targets[r])) * dloss;
     }
-    fused_classifier(logits.dev, losses, targets_dev, dloss, N, V, Vp, 0, 0);
+    auto run = [&](int write_dlogits) {
+        if (two_pass) fused_classifier_two_pass(logits.dev, losses, targets_dev, dloss, N, V, Vp, write_dlogits, 0);
+        else fused_classifier(logits.dev, losses, targets_dev, dloss, N, V, Vp, write_dlogits, 0);
+    };
+    cudaCheck(cudaMemset(losses, 0xff, N * sizeof(float))); /* NaN: every loss must be written */
+    run(0);
     check_rel("loss only (eval): losses", download_f32(losses, N), want_loss, 1e-5);
     std::vector<float> untouched = download(logits.dev, (size_t)N * Vp);
     CHECK(same_bits(untouched, logits.host), "eval mode leaves the logits unchanged");
-    fused_classifier(logits.dev, losses, targets_dev, dloss, N, V, Vp, 1, 0);
+    cudaCheck(cudaMemset(losses, 0xff, N * sizeof(float)));
+    run(1);
     check_rel("train: losses", download_f32(losses, N), want_loss, 1e-5);
     std::vector<float> grad = download(logits.dev, (size_t)N * Vp);
     check_rel("train: dlogits written in place", grad, want_grad, REL_TOL_BF16);
@@ -647,9 +655,19 @@ int main(void) {
     test_matmul(&ctx, 256, 768, 3072);
     test_matmul(&ctx, 64, 3072, 768);
     test_gelu_epilogues_exact(&ctx, 256, 768);
-    test_classifier(16, 1000, 1024);
-    test_classifier(4, 50257, 50304);
-    test_classifier(2, 70001, 70008); /* a row wider than 65536 columns */
+    /* both kernels on each size: the shared-memory one where two rows fit per SM (the GPT-2 vocabulary on
+       Hopper), the two-pass one for any Vp (a row wider than 65536 columns takes it) */
+    for (int two_pass = 0; two_pass <= 1; two_pass++) {
+        test_classifier(16, 1000, 1024, two_pass);
+        test_classifier(300, 50257, 50304, two_pass); /* more rows than two per SM */
+        test_classifier(2, 70001, 70008, two_pass);
+    }
+    int dev = 0, major = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CHECK(strcmp(fused_classifier_path(50304), "smem") == 0 || major < 9,
+          "the GPT-2 vocabulary takes the shared-memory classifier on Hopper (got %s)", fused_classifier_path(50304));
+    CHECK(strcmp(fused_classifier_path(70008), "two-pass") == 0, "a 70008-column row takes the two-pass kernel");
     test_adamw(100000);
     test_adamw_ranges(100003);
     test_global_norm(3000001 - 1, 0);
