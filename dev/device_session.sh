@@ -12,7 +12,8 @@
 #
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
-#           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc
+#           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
+#           stepkernels oldtree profiles
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -175,7 +176,8 @@ for phase in "$@"; do
         make -j"$(nproc)" NVCC_ARCH="$ARCH" build/train_gpt build/tokenize build/attn_probe build/bench_attention \
             build/tests/test_attention_gpu build/tests/test_layers_gpu build/tests/test_modern_layers_gpu \
             build/tests/test_diagnostics_gpu build/bench_modern_layers \
-            build/dev/parity_gpu build/dev/profile_gpu_step build/dev/attention_lab/hopper_fwd > "$OUT/build.log" 2>&1
+            build/dev/parity_gpu build/dev/profile_gpu_step build/dev/bench_matmul build/dev/attention_lab/hopper_fwd \
+            > "$OUT/build.log" 2>&1
         rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build.log"; end $rc ;;
     gputest)
         begin "GPU tests"
@@ -428,6 +430,51 @@ for phase in "$@"; do
         done
         unset ATTN_TILE_SECTION_HEADS
         end $rc ;;
+    matmulbench)
+        # the step's GEMMs under the heuristic's first cuBLASLt algorithm against the fastest of its first 16
+        # (dev/bench_matmul.cu), per MM_MODELS entry MODEL:B (T 1024)
+        begin "cuBLASLt: the heuristic's first algorithm against the fastest of its first 16"
+        for cfg in ${MM_MODELS:-d12:32 d24:16 450m:16}; do
+            timeout 150 build/dev/bench_matmul --model "${cfg%%:*}" --batch "${cfg##*:}" --seq 1024 \
+                > "$OUT/matmul_${cfg%%:*}.txt" 2>&1
+            say "   $cfg: rc $?"
+            tail -n 17 "$OUT/matmul_${cfg%%:*}.txt" | tee -a "$SUMMARY"
+        done
+        end 0 ;;
+    stepkernels)
+        # every kernel of profile_gpu_step --steps 1 (three warm-up steps, a timed one, a profiled one) under
+        # ncu with its duration only, clocks as found, per SK_RUNS entry MODEL:B:MODE; PROFILE_BIN (default
+        # build/dev/profile_gpu_step) picks the build
+        begin "per-kernel times of whole training steps (ncu)"
+        for run in ${SK_RUNS:-d12:32:gproj d12:32:bf16}; do
+            IFS=: read -r m b a <<< "$run"
+            timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+                "${PROFILE_BIN:-build/dev/profile_gpu_step}" --model "$m" --batch "$b" --seq 1024 --attn "$a" \
+                --steps 1 > "$OUT/stepkernels_${m}_${a}${SK_TAG:-}.csv" 2> "$OUT/stepkernels_${m}_${a}${SK_TAG:-}.err"
+            say "   $run: rc $?, $(grep -c gpu__time_duration "$OUT/stepkernels_${m}_${a}${SK_TAG:-}.csv") kernels"
+        done
+        end 0 ;;
+    oldtree)
+        # the tree in .carry/old (git archive of the commit to compare against) built in /tmp/old: train_gpt and
+        # profile_gpu_step, whose paths the phases after it take from OURS_BIN / PROFILE_BIN
+        begin "build the comparison tree (.carry/old)"
+        rm -rf /tmp/old && cp -r .carry/old /tmp/old && (cd /tmp/old && make -j"$(nproc)" NVCC_ARCH="$ARCH" \
+            build/train_gpt build/dev/profile_gpu_step > "$OUT/build_old.log" 2>&1)
+        rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build_old.log"; end $rc ;;
+    profiles)
+        # profile_gpu_step (10 steps; per kernel kind) for the new build and /tmp/old side by side, per
+        # PF_RUNS entry MODEL:B:MODE
+        begin "per-kind step profiles: this tree and /tmp/old, alternating"
+        for run in ${PF_RUNS:-d12:32:gproj d12:32:bf16 d24:16:gproj d24:16:bf16}; do
+            IFS=: read -r m b a <<< "$run"
+            for t in new old; do
+                bin=build/dev/profile_gpu_step; [ $t = old ] && bin=/tmp/old/build/dev/profile_gpu_step
+                timeout 120 $bin --model "$m" --batch "$b" --seq 1024 --attn "$a" --steps 10 \
+                    > "$OUT/prof_${m}_${a}_$t.txt" 2>&1
+                say "   $run $t: rc $? $(grep -m1 '^ours:' "$OUT/prof_${m}_${a}_$t.txt" | sed 's/.*: \([0-9.]* ms\/step\).*/\1/')"
+            done
+        done
+        end 0 ;;
     attnbench)
         # issue 4: our kernels vs PyTorch SDPA (cuDNN, flash), side by side (scripts/bench_attention.sh)
         begin "attention benchmark vs PyTorch SDPA"
