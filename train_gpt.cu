@@ -434,6 +434,84 @@ static void report_timing(RunLog* log, int timed_steps, double time_sum, long lo
                100.0 * td->sum_ms / td->steps_summed / step_ms);
 }
 
+/* ------------------------------------------------------------------ GEMM algorithms */
+
+/* Rank 0's `bytes` bytes into every rank's buf (an all-gather of each rank's copy, keeping rank 0's). */
+static void dp_broadcast_bytes(DataParallel* dp, void* buf, size_t bytes, cudaStream_t compute) {
+    const size_t slot = (bytes + 1) / 2; /* BF16 elements per rank: the gather copies bits, it adds nothing */
+    __nv_bfloat16* full;
+    cudaCheck(cudaMalloc((void**)&full, slot * 2 * (size_t)dp->dist.world_size));
+    cudaCheck(cudaMemcpyAsync(full + slot * (size_t)dp->dist.rank, buf, bytes, cudaMemcpyHostToDevice, compute));
+    comm_all_gather_bf16(dp->comm, full, slot, compute);
+    cudaCheck(cudaMemcpyAsync(buf, full, bytes, cudaMemcpyDeviceToHost, compute));
+    cudaCheck(cudaStreamSynchronize(compute));
+    cudaCheck(cudaFree(full));
+}
+
+/* The cuBLASLt algorithm of every GEMM of the training step, before the first step (model/matmul.cuh): a resumed
+   run's saved ones, so it repeats its bits (shapes it did not record, and every shape of a state that records
+   none, or whose algorithms do not run on this GPU and library, are chosen anew, which the console says);
+   otherwise timed on one throw-away micro-step (--matmul-tune N), or the heuristic's first (N = 0). With several
+   processes rank 0 chooses and every rank runs its choice, the one the resume state then records. Prints one
+   line and logs a "matmul_algos" record. */
+static void choose_matmul_algos(GPTCuda* model, DataParallel* dp, const ResumeState* saved, int resuming, int tune,
+                                RunLog* log) {
+    char err[512];
+    const int64_t lib = (int64_t)cublasLtGetVersion();
+    const int rank0 = dp->dist.rank == 0;
+    int num_saved = 0;
+    const char* anew = NULL; /* why a resumed run chooses anew */
+    if (resuming && saved->num_matmul_algos == 0)
+        anew = "the resume state records no GEMM algorithms (written by an older build or the CPU trainer)";
+    else if (resuming && saved->matmul_lib != lib)
+        anew = "the resume state's GEMM algorithms were chosen by another cuBLASLt version";
+    else if (resuming)
+        num_saved = saved->num_matmul_algos;
+    MatmulTuneSummary t;
+    if (gpt_cuda_choose_matmul_algos(model, rank0 ? tune : 0, saved->matmul_algos, num_saved, &t, err,
+                                     sizeof(err)) != 0) {
+        anew = err;
+        num_saved = 0;
+        gpt_cuda_choose_matmul_algos(model, rank0 ? tune : 0, NULL, 0, &t, err, sizeof(err));
+    }
+    if (dp->dist.world_size > 1) {
+        struct { int64_t n; MatmulAlgoRecord recs[MATMUL_MAX_RECORDS]; } table;
+        table.n = matmul_records_export(&model->matmul, table.recs, MATMUL_MAX_RECORDS);
+        dp_broadcast_bytes(dp, &table, sizeof(table), model->stream);
+        if (table.n < 0 || table.n > MATMUL_MAX_RECORDS ||
+            matmul_records_restore(&model->matmul, table.recs, (int)table.n, err, sizeof(err)) != 0)
+            die("rank %d cannot run rank 0's GEMM algorithms: %s\n  hint: every rank needs the same GPU model and "
+                "cuBLAS version", dp->dist.rank, err);
+    }
+    if (anew) printf("note: %s; choosing them anew, so this run's bits can differ from an uninterrupted run's\n", anew);
+    const char* source = num_saved ? "restored" : tune > 0 ? "timed" : "heuristic";
+    if (num_saved)
+        printf("gemm algorithms: %d shapes restored from the resume state\n", num_saved);
+    else if (tune > 0)
+        printf("gemm algorithms: the fastest of the cuBLASLt heuristic's first %d, timed on one throw-away "
+               "micro-step (%.1f s): %d of %d shapes changed; by those timings a micro-step's GEMMs take %.2f ms "
+               "instead of %.2f (%+.1f%%)\n", tune, t.seconds, t.changed, t.timed, t.chosen_ms, t.first_ms,
+               t.first_ms > 0 ? 100.0 * (t.chosen_ms / t.first_ms - 1.0) : 0.0);
+    else
+        printf("gemm algorithms: the cuBLASLt heuristic's first (--matmul-tune 0)\n");
+    FILE* rec = runlog_begin(log, "matmul_algos");
+    if (rec) {
+        fprintf(rec, ", \"source\": ");
+        json_write_string(rec, source);
+        fprintf(rec, ", \"candidates\": %d, \"shapes\": %d, \"timed\": %d, \"changed\": %d, \"cublaslt\": %lld",
+                tune, model->matmul.num_plans, t.timed, t.changed, (long long)lib);
+        if (t.timed > 0) {
+            fprintf(rec, ", \"first_ms\": ");
+            runlog_write_number(rec, t.first_ms);
+            fprintf(rec, ", \"chosen_ms\": ");
+            runlog_write_number(rec, t.chosen_ms);
+            fprintf(rec, ", \"seconds\": ");
+            runlog_write_number(rec, t.seconds);
+        }
+    }
+    runlog_end(log);
+}
+
 /* ------------------------------------------------------------------ agreement before the first step */
 
 static uint64_t digest_flags(const TrainFlags* f) {
@@ -478,6 +556,15 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (parsed != 0) run_flag_error("train_gpt", err);
+    /* GEMM algorithms chosen by timing can differ from run to run; --deterministic 1 promises the same bits on
+       every run, so it takes the heuristic's first unless told otherwise, and refuses to be told otherwise */
+    if (f.attn_deterministic) {
+        if (flags_was_set(&f, FLAG_MATMUL_TUNE) && f.matmul_tune > 0)
+            run_flag_error("train_gpt", "--deterministic 1 repeats a run bit for bit, and --matmul-tune N > 0 picks "
+                           "GEMM algorithms by timing, which can choose differently from run to run: give "
+                           "--matmul-tune 0 with it (a --resume reuses the saved choice either way)");
+        f.matmul_tune = 0;
+    }
 
     /* ---- who am I: launcher, GPU, communicator ---- */
     DistInfo dist;
@@ -630,6 +717,10 @@ int main(int argc, char** argv) {
         runlog_end(log);
     }
 
+    /* ---- the GEMM algorithms: the resumed run's, or chosen now (before any step, graph or evaluation) ---- */
+    choose_matmul_algos(&model, &dp, &run.saved, run.resuming, f.matmul_tune, log);
+    const int64_t cublaslt_version = (int64_t)cublasLtGetVersion();
+
     /* ---- diagnostics (rank 0 measures its own micro-batch; all ranks join the collectives) ---- */
     TrainDiag td;
     memset(&td, 0, sizeof td);
@@ -708,6 +799,8 @@ int main(int argc, char** argv) {
             st.tokens_seen = tokens_seen;
             st.rng_state = rng.state;
             st.data_pos = dataloader_position(train_loader);
+            st.num_matmul_algos = matmul_records_export(&model.matmul, st.matmul_algos, MATMUL_MAX_RECORDS);
+            st.matmul_lib = cublaslt_version;
             run_driver_save(&run, step, save_checkpoint, &save);
         }
         if (what & RUN_INTERRUPT) run_driver_interrupt(&run, step); /* every rank exits here, at the same step */

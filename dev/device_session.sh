@@ -13,7 +13,7 @@
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
-#           stepkernels oldtree profiles
+#           stepkernels oldtree profiles resumecheck
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -422,7 +422,7 @@ for phase in "$@"; do
         rc=0
         for sec in ${VS_SECTIONS:-0 default}; do
             if [ "$sec" = default ]; then unset ATTN_TILE_SECTION_HEADS; else export ATTN_TILE_SECTION_HEADS=$sec; fi
-            MODES="${VS_MODES:-bf16 gproj}" GRAPHS=0 SMALL_STEPS=0 PROFILE=1 \
+            MODES="${VS_MODES:-bf16 gproj}" GRAPHS=0 SMALL_STEPS=0 PROFILE=${VS_PROFILE:-1} \
                 timeout 400 bash scripts/bench_vs_llmc.sh "$OUT/vsllmc_$sec.md" /tmp/llmc/llmc \
                 "$DATA/gutenberg_train_*.bin" ${VS_MODELS:-d12:32 d24:16} > "$OUT/vsllmc_$sec.log" 2>&1 || rc=1
             say "   ATTN_TILE_SECTION_HEADS=$sec: rc $rc"
@@ -454,6 +454,32 @@ for phase in "$@"; do
             say "   $run: rc $?, $(grep -c gpu__time_duration "$OUT/stepkernels_${m}_${a}${SK_TAG:-}.csv") kernels"
         done
         end 0 ;;
+    resumecheck)
+        # timed GEMM algorithms and bit-exact resume: d12 at B8 T1024 (gproj, the defaults: --matmul-tune 16),
+        # RC_STEPS straight against RC_STEPS/2 + --resume; the final model and state files compared with cmp,
+        # and the resumed run's console must say its algorithms came from the resume state
+        begin "timed GEMM algorithms: straight run vs stop + resume"
+        prepare_data
+        n=${RC_STEPS:-16}
+        rc_flags=(--model d12 --batch-size 8 --seq-len 1024 --train-data "$DATA/gutenberg_train_*.bin" --val-data ""
+                  --vocab "" --sample-every 0 --steps "$n" --checkpoint-minutes 0)
+        timeout 120 build/train_gpt "${rc_flags[@]}" --overwrite 1 --out-dir /tmp/rc_straight \
+            > "$OUT/rc_straight.log" 2>&1
+        r1=$?
+        timeout 120 build/train_gpt "${rc_flags[@]}" --overwrite 1 --out-dir /tmp/rc_split --stop-at $((n / 2)) \
+            > "$OUT/rc_first.log" 2>&1
+        r2=$?
+        timeout 120 build/train_gpt "${rc_flags[@]}" --out-dir /tmp/rc_split --resume \
+            > "$OUT/rc_resumed.log" 2>&1
+        r3=$?
+        m=$(printf 'model_%08d.bin' "$n"); st=$(printf 'state_%08d.bin' "$n")
+        cmp /tmp/rc_straight/$m /tmp/rc_split/$m && cmp /tmp/rc_straight/$st /tmp/rc_split/$st
+        r4=$?
+        grep -h "gemm algorithms" "$OUT"/rc_*.log | tee -a "$SUMMARY"
+        say "   runs rc $r1 $r2 $r3; straight vs stop + resume, model and state files: $([ $r4 = 0 ] && echo identical || echo DIFFER)"
+        grep -q "restored from the resume state" "$OUT/rc_resumed.log"; r5=$?
+        say "   the resumed run restored its GEMM algorithms: $([ $r5 = 0 ] && echo yes || echo NO)"
+        end $(( r1 || r2 || r3 || r4 || r5 )) ;;
     oldtree)
         # the tree in .carry/old (git archive of the commit to compare against) built in /tmp/old: train_gpt and
         # profile_gpu_step, whose paths the phases after it take from OURS_BIN / PROFILE_BIN

@@ -12,7 +12,9 @@
  * scripts/bench_train.sh compares like with like.
  *
  * Usage: build/dev/profile_gpu_step [--model d12] [--batch 32] [--seq 1024]
- *        [--recompute 0] [--attn all|fp32|bf16|repair|gproj] [--steps 10]
+ *        [--recompute 0] [--attn all|fp32|bf16|repair|gproj] [--steps 10] [--matmul-tune 16]
+ * --matmul-tune N: the GEMM algorithms as train_gpt chooses them (gpt_cuda_choose_matmul_algos: the fastest of
+ * the heuristic's first N, timed once before the first mode's steps; 0: the heuristic's first).
  * Prints, per mode: "ours: ... tokens/s" and the breakdown table.
  */
 #include <stdio.h>
@@ -44,7 +46,7 @@ static void one_step(GPTCuda* m, const int* inputs, const int* targets, int B, i
 int main(int argc, char** argv) {
     const char* model_name = "d12";
     const char* attn = "all";
-    int B = 32, T = 1024, recompute = 0, steps = 10; /* recompute: the trainer's default */
+    int B = 32, T = 1024, recompute = 0, steps = 10, tune = 16; /* recompute, tune: the trainer's defaults */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) model_name = argv[i + 1];
         else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
@@ -52,8 +54,9 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--recompute")) recompute = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--attn")) attn = argv[i + 1];
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--matmul-tune")) tune = atoi(argv[i + 1]);
         else die("unknown argument '%s'\n  usage: profile_gpu_step [--model NAME] [--batch B] [--seq T] "
-                 "[--recompute 0|1|2] [--attn all|%s] [--steps N]", argv[i], attn_mode_choices());
+                 "[--recompute 0|1|2] [--attn all|%s] [--steps N] [--matmul-tune N]", argv[i], attn_mode_choices());
     }
     char err[256];
     GPTConfig cfg;
@@ -92,6 +95,13 @@ int main(int argc, char** argv) {
         inputs[i] = (int)((r >> 33) % cfg.vocab_size);
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         targets[i] = (int)((r >> 33) % cfg.vocab_size);
+    }
+    {
+        MatmulTuneSummary t;
+        char terr[256];
+        gpt_cuda_choose_matmul_algos(&m, tune, NULL, 0, &t, terr, sizeof(terr));
+        printf("gemm algorithms: %s (%d shapes timed, %d changed: %.2f -> %.2f ms per micro-step by the timings)\n",
+               tune > 0 ? "timed" : "the heuristic's first", t.timed, t.changed, t.first_ms, t.chosen_ms);
     }
     GpuProfiler* prof = (GpuProfiler*)callocCheck(1, sizeof(GpuProfiler));
     for (int i = 0; i < PROFILER_MAX_MARKS; i++) cudaCheck(cudaEventCreate(&prof->events[i]));

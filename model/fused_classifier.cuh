@@ -37,11 +37,6 @@
 /* shared memory a CTA costs beyond its dynamic bytes: the runtime's reserve per block, block_max/block_sum */
 #define CLASSIFIER_SMEM_OVERHEAD 2048
 
-/* Element k of a pack: its softmax term exp(val - row_max) (0 for the padded columns). */
-__device__ __forceinline__ float classifier_exp(float val, float row_max, int col, int V) {
-    return col < V ? expf(val - row_max) : 0.0f;
-}
-
 /* dlogits of one pack from its logits (padded columns 0). */
 __device__ __forceinline__ Pack8 classifier_grad_pack(Pack8 v, int c, float row_max, float inv_sum, int target,
                                                       float dloss, int V) {
@@ -100,6 +95,9 @@ __device__ __forceinline__ void classifier_cp_async16(void* smem_dst, const void
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
 }
 
+/* The arithmetic per element is trimmed, since the kernel is as close to its SFU and issue limits as to the
+   memory's: only the packs past V's last full one check for padded columns, the max is taken on BF16 pairs
+   (exact), and each exponential is exp2(x log2(e) - max log2(e)) in one FMA. */
 __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
 fused_classifier_smem_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
                              int write_dlogits) {
@@ -107,27 +105,36 @@ fused_classifier_smem_kernel(floatX* logits, float* losses, const int* targets, 
     const Pack8* xs = reinterpret_cast<const Pack8*>(classifier_row_smem);
     const long long row = blockIdx.x;
     floatX* x = logits + row * Vp;
-    const int packs = Vp / 8;
+    const int packs = Vp / 8, full_packs = V / 8; /* packs below full_packs hold no padded column */
     /* pack i of the row is thread i % CLASSIFIER_BLOCK's in every pass: consecutive threads move consecutive 16
        bytes (coalesced in device memory, conflict-free in shared memory) */
     for (int i = threadIdx.x; i < packs; i += CLASSIFIER_BLOCK)
         classifier_cp_async16(classifier_row_smem + 16 * (size_t)i, x + 8 * (size_t)i);
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     __syncthreads();
-    float m = -INFINITY;
-    for (int i = threadIdx.x; i < packs; i += CLASSIFIER_BLOCK) {
-        const Pack8 v = xs[i];
+    const __nv_bfloat162 lowest = __floats2bfloat162_rn(-INFINITY, -INFINITY);
+    __nv_bfloat162 m2 = lowest;
+    for (int i = threadIdx.x; i < full_packs; i += CLASSIFIER_BLOCK) {
+        const __nv_bfloat162* v2 = reinterpret_cast<const __nv_bfloat162*>(&xs[i]);
+        m2 = __hmax2(m2, __hmax2(__hmax2(v2[0], v2[1]), __hmax2(v2[2], v2[3])));
+    }
+    float m = fmaxf(__low2float(m2), __high2float(m2));
+    for (int i = full_packs + threadIdx.x; i < packs; i += CLASSIFIER_BLOCK)
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            if (8 * i + k < V) m = fmaxf(m, to_float(v.v[k]));
-    }
+            if (8 * i + k < V) m = fmaxf(m, to_float(xs[i].v[k]));
     const float row_max = block_max(m);
+    const float kLog2e = 1.4426950408889634f, max_l2 = row_max * kLog2e;
     float s = 0.0f;
-    for (int i = threadIdx.x; i < packs; i += CLASSIFIER_BLOCK) {
+    for (int i = threadIdx.x; i < full_packs; i += CLASSIFIER_BLOCK) {
         const Pack8 v = xs[i];
 #pragma unroll
-        for (int k = 0; k < 8; k++) s += classifier_exp(to_float(v.v[k]), row_max, 8 * i + k, V);
+        for (int k = 0; k < 8; k++) s += exp2f(fmaf(to_float(v.v[k]), kLog2e, -max_l2));
     }
+    for (int i = full_packs + threadIdx.x; i < packs; i += CLASSIFIER_BLOCK)
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (8 * i + k < V) s += exp2f(fmaf(to_float(xs[i].v[k]), kLog2e, -max_l2));
     const float row_sum = block_sum(s);
     const int target = targets[row];
     if (threadIdx.x == 0) {
@@ -136,8 +143,17 @@ fused_classifier_smem_kernel(floatX* logits, float* losses, const int* targets, 
     }
     if (!write_dlogits) return;
     const float inv_sum = 1.0f / row_sum;
-    for (int i = threadIdx.x; i < packs; i += CLASSIFIER_BLOCK)
-        store_pack8(x + 8 * (size_t)i, classifier_grad_pack(xs[i], 8 * i, row_max, inv_sum, target, dloss, V));
+    for (int i = threadIdx.x; i < packs; i += CLASSIFIER_BLOCK) {
+        Pack8 v = xs[i];
+        const int c = 8 * i;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float p = exp2f(fmaf(to_float(v.v[k]), kLog2e, -max_l2)) * inv_sum;
+            const float g = (p - (c + k == target ? 1.0f : 0.0f)) * dloss;
+            v.v[k] = from_float(i < full_packs || c + k < V ? g : 0.0f);
+        }
+        store_pack8(x + c, v);
+    }
 }
 
 /* The dynamic shared memory of the smem kernel for rows of Vp columns. */

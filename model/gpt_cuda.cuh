@@ -867,6 +867,45 @@ static void gpt_cuda_backward(GPTCuda* m) {
 }
 
 /*
+ * The cuBLASLt algorithm of every GEMM of a training micro-step at the allocated (B, T), chosen before the first
+ * step (train_gpt --matmul-tune N). saved/num_saved: the records of a run being resumed (model/matmul_record.h),
+ * given back first, so its GEMMs run as they ran before; if one of them does not fit this GPU or library, none
+ * is kept (returned as -1 with the reason; the caller says what that costs and goes on). Then, with
+ * candidates > 0, one micro-step on synthetic tokens runs with the context tuning: every GEMM shape not
+ * restored gets the fastest of the heuristic's first `candidates` algorithms, timed on that step's own operands.
+ * The step's results are thrown away: the gradients are zeroed and the loss sum reset after it; the hooks are
+ * off during it (no gradient is reduced, no probe runs). Before any CUDA graph is captured. *tune gets what
+ * timing bought (matmul_tune_summary).
+ */
+static int gpt_cuda_choose_matmul_algos(GPTCuda* m, int candidates, const MatmulAlgoRecord* saved, int num_saved,
+                                        MatmulTuneSummary* tune, char* err, size_t errlen) {
+    int rc = 0;
+    if (num_saved > 0 && (rc = matmul_records_restore(&m->matmul, saved, num_saved, err, errlen)) != 0)
+        matmul_plans_clear(&m->matmul);
+    if (candidates > 0) {
+        const int B = m->B, T = m->T, N = B * T, V = m->config.vocab_size;
+        int* tokens = (int*)mallocCheck(sizeof(int) * (size_t)N);
+        for (int i = 0; i < N; i++) tokens[i] = (int)(((long long)i * 7919 + 13) % V); /* any valid ids */
+        GradReadyHook grad_hook = m->grad_hook;
+        AttnBackwardHook attn_hook = m->attn_hook;
+        m->grad_hook = NULL;
+        m->attn_hook = NULL;
+        m->matmul.tune_candidates = candidates;
+        gpt_cuda_forward(m, tokens, tokens, B, T, 1.0f / (float)N);
+        gpt_cuda_backward_layers(m); /* the embedding backward has no GEMM */
+        m->matmul.tune_candidates = 0;
+        m->grad_hook = grad_hook;
+        m->attn_hook = attn_hook;
+        gpt_cuda_zero_grad(m);
+        gpt_cuda_loss_reset(m);
+        cudaCheck(cudaStreamSynchronize(m->stream));
+        free(tokens);
+    }
+    *tune = matmul_tune_summary(&m->matmul);
+    return rc;
+}
+
+/*
  * CUDA graph of one training micro-step (train_gpt --cuda-graph 1). Why: at small shapes the step is bound
  * by kernel launches (about 25 per layer plus cuBLASLt's); a graph replays them without the per-launch host
  * cost.

@@ -49,8 +49,10 @@
 #define MODEL_MATMUL_CUH
 
 #include <string.h>
+#include <time.h>
 #include <cublasLt.h>
 #include "model/kernel_common.cuh"
+#include "model/matmul_record.h"
 
 static inline void cublas_check_at(cublasStatus_t status, const char* file, int line) {
     if (status != CUBLAS_STATUS_SUCCESS) {
@@ -95,19 +97,34 @@ typedef struct {
     MatmulEpilogue epilogue;
 } MatmulKey;
 
+/* Where a plan's algorithm came from. */
+typedef enum {
+    MATMUL_ALGO_HEURISTIC = 0, /* the heuristic's first (llm.c's choice) */
+    MATMUL_ALGO_TIMED,         /* the fastest of the heuristic's first candidates, timed on the call's operands */
+    MATMUL_ALGO_RESTORED,      /* given back from a record (a resumed run, or rank 0's choice on every rank) */
+} MatmulAlgoSource;
+
 /* A key's descriptors, made once and kept (building them and asking the heuristic costs tens of microseconds of
-   host time per call, which bounds small models' steps), and the algorithm every call of the key runs: the
-   heuristic's first. The bias and aux pointers change per call and are set on desc just before it. */
+   host time per call, which bounds small models' steps), and the algorithm every call of the key runs. The bias
+   and aux pointers change per call and are set on desc just before it. */
 typedef struct {
     MatmulKey key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t layout_a, layout_b, layout_d;
     cublasLtMatmulAlgo_t algo;
+    MatmulAlgoSource source;
+    int rank;                     /* TIMED: the chosen algorithm's place in the heuristic's list */
+    float first_ms, chosen_ms;    /* TIMED: ms per call of the heuristic's first and of the chosen one */
+    int calls_while_tuning;       /* calls of the key while the context was tuning (one training micro-step) */
 } MatmulPlan;
 
 /* Plans a context keeps: a model's training step has about 15 keys, its evaluation a few more; past this (a
    sampler's forward at every context length) a call makes a plan for itself alone. */
-#define MATMUL_MAX_PLANS 128
+#define MATMUL_MAX_PLANS MATMUL_MAX_RECORDS
+/* The most candidates a plan's timing tries (--matmul-tune). */
+#define MATMUL_MAX_CANDIDATES 64
+/* A timed candidate replaces the heuristic's first only if it is this much faster (timing noise is ~1%). */
+#define MATMUL_TUNE_MIN_GAIN 0.01f
 
 typedef struct {
     cublasLtHandle_t handle;
@@ -115,6 +132,11 @@ typedef struct {
     size_t workspace_bytes;
     MatmulPlan plans[MATMUL_MAX_PLANS];
     int num_plans;
+    /* > 0 while tuning: a key seen for the first time gets the fastest of the heuristic's first tune_candidates
+       algorithms, timed on the call's own operands (so its outputs, and D of an accumulating GEMM, are garbage
+       afterwards: tune on a micro-step whose results are thrown away). 0: new keys take the heuristic's first. */
+    int tune_candidates;
+    double tune_seconds;          /* host time spent timing */
 } MatmulContext;
 
 static void matmul_plan_destroy(MatmulPlan* p) {
@@ -131,8 +153,14 @@ static void matmul_context_init(MatmulContext* ctx) {
     cudaCheck(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
 }
 
-static void matmul_context_free(MatmulContext* ctx) {
+/* Forgets every plan: the next call of each key makes it again. */
+static void matmul_plans_clear(MatmulContext* ctx) {
     for (int i = 0; i < ctx->num_plans; i++) matmul_plan_destroy(&ctx->plans[i]);
+    ctx->num_plans = 0;
+}
+
+static void matmul_context_free(MatmulContext* ctx) {
+    matmul_plans_clear(ctx);
     cublasCheck(cublasLtDestroy(ctx->handle));
     cudaCheck(cudaFree(ctx->workspace));
     memset(ctx, 0, sizeof(*ctx));
@@ -225,9 +253,57 @@ static void matmul_plan_run(MatmulContext* ctx, MatmulPlan* plan, const cublasLt
                                ctx->workspace_bytes, stream));
 }
 
+static double matmul_wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Times the heuristic's first ctx->tune_candidates algorithms of a new plan on the call's operands (two warm-up
+   calls, then the mean of five, host-synchronized) and keeps the fastest, or the heuristic's first unless
+   another is MATMUL_TUNE_MIN_GAIN faster. Overwrites d (and aux of a GELU_AUX epilogue); accumulates into d
+   many times over when the key accumulates. */
+static void matmul_plan_time(MatmulContext* ctx, MatmulPlan* plan, floatX* d, const floatX* a, const floatX* b,
+                             MatmulEpilogueArgs args, cudaStream_t stream) {
+    const double t0 = matmul_wall_seconds();
+    cublasLtMatmulHeuristicResult_t cand[MATMUL_MAX_CANDIDATES];
+    const int want = ctx->tune_candidates < MATMUL_MAX_CANDIDATES ? ctx->tune_candidates : MATMUL_MAX_CANDIDATES;
+    const int found = matmul_plan_candidates(ctx, plan, cand, want);
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    enum { kWarmup = 2, kTimed = 5 };
+    float first = -1.0f, best = 0.0f;
+    int best_rank = 0;
+    for (int r = 0; r < found; r++) {
+        if (cand[r].state != CUBLAS_STATUS_SUCCESS) continue;
+        for (int i = 0; i < kWarmup; i++) matmul_plan_run(ctx, plan, &cand[r].algo, d, a, b, args, stream);
+        cudaCheck(cudaEventRecord(e0, stream));
+        for (int i = 0; i < kTimed; i++) matmul_plan_run(ctx, plan, &cand[r].algo, d, a, b, args, stream);
+        cudaCheck(cudaEventRecord(e1, stream));
+        cudaCheck(cudaEventSynchronize(e1));
+        float ms = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+        ms /= kTimed;
+        if (r == 0) first = best = ms;
+        else if (first >= 0.0f && ms < best && ms < (1.0f - MATMUL_TUNE_MIN_GAIN) * first) best = ms, best_rank = r;
+    }
+    cudaCheck(cudaEventDestroy(e0));
+    cudaCheck(cudaEventDestroy(e1));
+    if (first >= 0.0f) { /* else the plan keeps the heuristic's first, untimed */
+        plan->algo = cand[best_rank].algo;
+        plan->source = MATMUL_ALGO_TIMED;
+        plan->rank = best_rank;
+        plan->first_ms = first;
+        plan->chosen_ms = best;
+    }
+    ctx->tune_seconds += matmul_wall_seconds() - t0;
+}
+
 /*
  * Column-major D[m, n] (ld m) = op(A) op(B) (+ D if accumulate) with the
- * epilogue (MatmulKey's layout), checked, through the key's plan.
+ * epilogue (MatmulKey's layout), checked, through the key's plan (made on the key's first call: timed while
+ * the context tunes).
  */
 static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, const floatX* b, int m, int n, int k,
                             int trans_a, int trans_b, int accumulate, MatmulEpilogue epilogue,
@@ -253,8 +329,10 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
         plan = &ctx->plans[ctx->num_plans];
         matmul_plan_make(ctx, key, plan);
         ctx->num_plans++;
+        if (ctx->tune_candidates > 0) matmul_plan_time(ctx, plan, d, a, b, args, stream);
     }
     if (plan) {
+        if (ctx->tune_candidates > 0) plan->calls_while_tuning++;
         matmul_plan_run(ctx, plan, NULL, d, a, b, args, stream);
     } else { /* the table is full (a sampler's growing contexts): a plan for this call alone */
         MatmulPlan once;
@@ -262,6 +340,95 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
         matmul_plan_run(ctx, &once, NULL, d, a, b, args, stream);
         matmul_plan_destroy(&once);
     }
+}
+
+/* ---- the algorithms as records (the resume state, rank 0's choice on every rank) ---- */
+
+static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(((MatmulAlgoRecord*)0)->algo),
+              "MatmulAlgoRecord holds a cublasLtMatmulAlgo_t's bytes");
+
+/* The context's plans as records (at most max); returns how many. */
+static int matmul_records_export(const MatmulContext* ctx, MatmulAlgoRecord* out, int max) {
+    int n = 0;
+    for (int i = 0; i < ctx->num_plans && n < max; i++, n++) {
+        const MatmulKey* k = &ctx->plans[i].key;
+        MatmulAlgoRecord* r = &out[n];
+        memset(r, 0, sizeof(*r));
+        r->m = k->m, r->n = k->n, r->k = k->k, r->trans_a = k->trans_a, r->trans_b = k->trans_b;
+        r->accumulate = k->accumulate, r->epilogue = (int32_t)k->epilogue;
+        memcpy(r->algo, &ctx->plans[i].algo, sizeof(r->algo));
+    }
+    return n;
+}
+
+/* Gives the context the records' algorithms: the plan of each record's key (made if new) runs the record's
+   algorithm from now on. Each is first checked by cuBLASLt against the key's descriptors on this GPU and
+   library; returns 0, or -1 with a message naming the first that does not fit (the context is then unchanged
+   for it and the records after it). */
+static int matmul_records_restore(MatmulContext* ctx, const MatmulAlgoRecord* recs, int n, char* err, size_t errlen) {
+    for (int i = 0; i < n; i++) {
+        const MatmulAlgoRecord* r = &recs[i];
+        if (r->epilogue < MATMUL_EPILOGUE_NONE || r->epilogue > MATMUL_EPILOGUE_DGELU || r->m <= 0 || r->n <= 0 ||
+            r->k <= 0) {
+            snprintf(err, errlen, "record %d is not a GEMM this program runs (m=%d n=%d k=%d epilogue %d)", i, r->m,
+                     r->n, r->k, r->epilogue);
+            return -1;
+        }
+        MatmulKey key;
+        memset(&key, 0, sizeof(key));
+        key.m = r->m, key.n = r->n, key.k = r->k, key.trans_a = r->trans_a, key.trans_b = r->trans_b;
+        key.accumulate = r->accumulate, key.epilogue = (MatmulEpilogue)r->epilogue;
+        MatmulPlan* plan = matmul_plan_find(ctx, &key);
+        MatmulPlan fresh;
+        if (plan == NULL) matmul_plan_make(ctx, key, &fresh);
+        MatmulPlan* p = plan ? plan : &fresh;
+        cublasLtMatmulAlgo_t algo;
+        memcpy(&algo, r->algo, sizeof(algo));
+        cublasLtMatmulHeuristicResult_t check;
+        const cublasStatus_t st = cublasLtMatmulAlgoCheck(ctx->handle, p->desc, p->layout_a, p->layout_b,
+                                                          p->layout_d, p->layout_d, &algo, &check);
+        if (st != CUBLAS_STATUS_SUCCESS || check.workspaceSize > ctx->workspace_bytes) {
+            snprintf(err, errlen, "the algorithm of GEMM m=%d n=%d k=%d (%s) does not run here (cuBLASLt status %d, "
+                     "workspace %zu of %zu bytes)", r->m, r->n, r->k, matmul_epilogue_name(key.epilogue), (int)st,
+                     (size_t)check.workspaceSize, ctx->workspace_bytes);
+            if (!plan) matmul_plan_destroy(&fresh);
+            return -1;
+        }
+        if (!plan) {
+            if (ctx->num_plans == MATMUL_MAX_PLANS) {
+                matmul_plan_destroy(&fresh);
+                snprintf(err, errlen, "more than %d records", MATMUL_MAX_PLANS);
+                return -1;
+            }
+            ctx->plans[ctx->num_plans++] = fresh;
+            p = &ctx->plans[ctx->num_plans - 1];
+        }
+        p->algo = algo;
+        p->source = MATMUL_ALGO_RESTORED;
+    }
+    return 0;
+}
+
+/* What timing bought: over the plans timed, the ms per tuning micro-step of their calls under the heuristic's
+   first and under the chosen algorithms, and how many plans were timed and changed. */
+typedef struct {
+    int timed, changed;
+    double first_ms, chosen_ms, seconds;
+} MatmulTuneSummary;
+
+static MatmulTuneSummary matmul_tune_summary(const MatmulContext* ctx) {
+    MatmulTuneSummary s;
+    memset(&s, 0, sizeof(s));
+    for (int i = 0; i < ctx->num_plans; i++) {
+        const MatmulPlan* p = &ctx->plans[i];
+        if (p->source != MATMUL_ALGO_TIMED) continue;
+        s.timed++;
+        s.changed += p->rank != 0;
+        s.first_ms += (double)p->first_ms * p->calls_while_tuning;
+        s.chosen_ms += (double)p->chosen_ms * p->calls_while_tuning;
+    }
+    s.seconds = ctx->tune_seconds;
+    return s;
 }
 
 /*

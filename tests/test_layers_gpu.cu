@@ -330,6 +330,77 @@ static void test_matmul(MatmulContext* ctx, int N, int K, int OC) {
     for (Tensor* t : {&inp, &w, &bias, &dout, &dinp, &dw, &gpre, &dout2, &inp2, &dwa, &dba}) cudaFree(t->dev);
 }
 
+/* ---- GEMM algorithms chosen by timing, saved as records and given back ----
+   A tuning context times each new key's candidates on the call's own operands (so D is garbage after the first
+   call of an accumulating key); the chosen algorithm must compute the same product, and a context restored from
+   the records must run the same algorithms: the same bits. */
+static void test_matmul_tuning(int N, int K, int OC) {
+    char name[128];
+    snprintf(name, sizeof(name), "matmul algorithms timed, exported, restored N%d K%d OC%d", N, K, OC);
+    test_section(name);
+    Tensor inp = tensor_new((size_t)N * K, 1.0f), w = tensor_new((size_t)OC * K, 0.05f), bias = tensor_new(OC, 0.5f);
+    Tensor dout = tensor_new((size_t)N * OC, 1.0f), dw0 = tensor_new((size_t)OC * K, 1.0f);
+    std::vector<double> want((size_t)N * OC), want_dw(dw0.host.begin(), dw0.host.end());
+    for (int r = 0; r < N; r++)
+        for (int o = 0; o < OC; o++) {
+            double acc = bias.host[o];
+            for (int k = 0; k < K; k++) acc += (double)inp.host[(size_t)r * K + k] * w.host[(size_t)o * K + k];
+            want[(size_t)r * OC + o] = acc;
+        }
+    for (int o = 0; o < OC; o++)
+        for (int k = 0; k < K; k++) {
+            double acc = 0;
+            for (int r = 0; r < N; r++) acc += (double)dout.host[(size_t)r * OC + o] * inp.host[(size_t)r * K + k];
+            want_dw[(size_t)o * K + k] += acc;
+        }
+    floatX *out, *dw;
+    cudaCheck(cudaMalloc(&out, (size_t)N * OC * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&dw, (size_t)OC * K * sizeof(floatX)));
+    const size_t dw_bytes = (size_t)OC * K * sizeof(floatX);
+    MatmulContext tuned;
+    matmul_context_init(&tuned);
+    tuned.tune_candidates = 16;
+    cudaCheck(cudaMemset(out, 0xff, (size_t)N * OC * sizeof(floatX))); /* NaN: the call must write all of it */
+    matmul_forward(&tuned, out, inp.dev, w.dev, bias.dev, nullptr, N, K, OC, 0);
+    check_rel("forward + bias with the timed algorithm (timing ran on the call's own D first)",
+              download(out, (size_t)N * OC), want, REL_TOL_BF16);
+    matmul_backward_weight(&tuned, dw, dout.dev, inp.dev, N, K, OC, 0); /* timed: dw is garbage after this */
+    tuned.tune_candidates = 0;
+    cudaCheck(cudaMemcpy(dw, dw0.dev, dw_bytes, cudaMemcpyDeviceToDevice));
+    matmul_backward_weight(&tuned, dw, dout.dev, inp.dev, N, K, OC, 0);
+    const std::vector<float> got_dw = download(dw, (size_t)OC * K);
+    check_rel("dweight (accumulating) with its timed algorithm", got_dw, want_dw, REL_TOL_BF16);
+    const MatmulTuneSummary t = matmul_tune_summary(&tuned);
+    CHECK(tuned.num_plans == 2 && t.timed == 2 && tuned.plans[0].source == MATMUL_ALGO_TIMED &&
+              tuned.plans[1].source == MATMUL_ALGO_TIMED && t.first_ms > 0 && t.chosen_ms > 0 &&
+              t.chosen_ms <= t.first_ms,
+          "both keys timed once, the chosen no slower than the heuristic's first by the timings (%d plans, %d "
+          "timed, %.4f -> %.4f ms)", tuned.num_plans, t.timed, t.first_ms, t.chosen_ms);
+
+    MatmulAlgoRecord recs[MATMUL_MAX_RECORDS];
+    const int n = matmul_records_export(&tuned, recs, MATMUL_MAX_RECORDS);
+    MatmulContext restored;
+    matmul_context_init(&restored);
+    char err[512] = "";
+    CHECK(n == 2 && matmul_records_restore(&restored, recs, n, err, sizeof(err)) == 0 && restored.num_plans == 2 &&
+              restored.plans[0].source == MATMUL_ALGO_RESTORED,
+          "the records restore into a fresh context (%s)", err);
+    const std::vector<float> got_out = download(out, (size_t)N * OC);
+    matmul_forward(&restored, out, inp.dev, w.dev, bias.dev, nullptr, N, K, OC, 0);
+    cudaCheck(cudaMemcpy(dw, dw0.dev, dw_bytes, cudaMemcpyDeviceToDevice));
+    matmul_backward_weight(&restored, dw, dout.dev, inp.dev, N, K, OC, 0);
+    CHECK(same_bits(got_out, download(out, (size_t)N * OC)) && same_bits(got_dw, download(dw, (size_t)OC * K)),
+          "the restored context runs the same algorithms: the same bits as the timed one");
+    MatmulAlgoRecord bad = recs[0];
+    bad.epilogue = 99;
+    CHECK(matmul_records_restore(&restored, &bad, 1, err, sizeof(err)) == -1 && strstr(err, "not a GEMM"),
+          "a record of no known epilogue is refused (%s)", err);
+    matmul_context_free(&tuned);
+    matmul_context_free(&restored);
+    cudaFree(out); cudaFree(dw);
+    for (Tensor* x : {&inp, &w, &bias, &dout, &dw0}) cudaFree(x->dev);
+}
+
 /* ---- the GELU epilogues element by element, on an exact GEMM ----
    W is a 0/1 permutation matrix (W[o][k] = 1 iff o = perm(k), C x C), so
    inp @ W^T and dout @ W are exact permutations of BF16 numbers and all that
@@ -655,6 +726,7 @@ int main(void) {
     test_matmul(&ctx, 256, 768, 3072);
     test_matmul(&ctx, 64, 3072, 768);
     test_gelu_epilogues_exact(&ctx, 256, 768);
+    test_matmul_tuning(1024, 768, 1536);
     /* both kernels on each size: the shared-memory one where two rows fit per SM (the GPT-2 vocabulary on
        Hopper), the two-pass one for any Vp (a row wider than 65536 columns takes it) */
     for (int two_pass = 0; two_pass <= 1; two_pass++) {

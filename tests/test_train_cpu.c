@@ -399,6 +399,64 @@ static void test_resume_state(void) {
         unlink(opath);
     }
 
+    /* The GPU trainer's GEMM algorithm records round-trip (version 4); a version-3 file reads with none; a
+       record count that does not match the file's size is refused. */
+    {
+        ResumeState g = s;
+        g.num_matmul_algos = 3;
+        g.matmul_lib = 130100;
+        for (int i = 0; i < 3; i++) {
+            MatmulAlgoRecord* rec = &g.matmul_algos[i];
+            rec->m = 768 * (i + 1), rec->n = 32768, rec->k = 2304, rec->trans_a = i & 1, rec->trans_b = 0;
+            rec->accumulate = i == 2, rec->epilogue = i;
+            for (int w = 0; w < 8; w++) rec->algo[w] = 0x9e3779b97f4a7c15ULL * (uint64_t)(8 * i + w + 1);
+        }
+        char gpath[320];
+        snprintf(gpath, sizeof(gpath), "%s/algos_state.bin", g_tmpdir);
+        CHECK(resume_state_write(gpath, &g, err, sizeof(err)) == 0, "write with 3 GEMM records (%s)", err);
+        CHECK(resume_state_read(gpath, &r, err, sizeof(err)) == 0 && r.num_matmul_algos == 3 &&
+                  r.matmul_lib == 130100 && memcmp(r.matmul_algos, g.matmul_algos, 3 * sizeof(MatmulAlgoRecord)) == 0,
+              "the GEMM records and the library version read back byte for byte (%s)", err);
+        resume_state_free(&r);
+        g.num_matmul_algos = MATMUL_MAX_RECORDS + 1;
+        CHECK(resume_state_write(gpath, &g, err, sizeof(err)) == -1 && strstr(err, "GEMM algorithm records"),
+              "more records than a state holds refused on write (%s)", err);
+        /* version 3: the state written first (no records), its version slot set to 3 */
+        FILE* vf = fopen(path, "rb");
+        fseek(vf, 0, SEEK_END);
+        const long size = ftell(vf);
+        fseek(vf, 0, SEEK_SET);
+        unsigned char* bytes = (unsigned char*)malloc((size_t)size);
+        CHECK(fread(bytes, 1, (size_t)size, vf) == (size_t)size, "read the state");
+        fclose(vf);
+        int64_t* h = (int64_t*)bytes;
+        h[1] = 3;
+        uint64_t sum = resume_hash(bytes, (size_t)size - 8, RESUME_HASH_INIT);
+        memcpy(bytes + size - 8, &sum, 8);
+        snprintf(gpath, sizeof(gpath), "%s/v3_state.bin", g_tmpdir);
+        vf = fopen(gpath, "wb");
+        fwrite(bytes, 1, (size_t)size, vf);
+        fclose(vf);
+        CHECK(resume_state_read(gpath, &r, err, sizeof(err)) == 0 && r.num_matmul_algos == 0 && r.matmul_lib == 0 &&
+                  resume_state_check(&r, &s, err, sizeof(err)) == 0,
+              "a version-3 state reads with no GEMM records and fits its run (%s)", err);
+        resume_state_free(&r);
+        /* version 4 claiming one record the file does not hold */
+        h[1] = 4;
+        h[35] = 1; /* RH_NUM_MATMUL_ALGOS */
+        sum = resume_hash(bytes, (size_t)size - 8, RESUME_HASH_INIT);
+        memcpy(bytes + size - 8, &sum, 8);
+        vf = fopen(gpath, "wb");
+        fwrite(bytes, 1, (size_t)size, vf);
+        fclose(vf);
+        CHECK(resume_state_read(gpath, &r, err, sizeof(err)) == -1 && strstr(err, "corrupt resume state header"),
+              "a record count the file's size does not hold is refused (%s)", err);
+        free(bytes);
+        unlink(gpath);
+        snprintf(gpath, sizeof(gpath), "%s/algos_state.bin", g_tmpdir);
+        unlink(gpath);
+    }
+
     /* Truncated. */
     char bad[320];
     snprintf(bad, sizeof(bad), "%s/bad.bin", g_tmpdir);

@@ -66,6 +66,15 @@ echo "== CUDA graph switch"
 refuses "--cuda-graph takes 0|1 only" "--cuda-graph: 2 is out of range; allowed: an integer from 0 to 1" -- \
     --model small --cuda-graph 2
 
+echo "== GEMM algorithm timing"
+refuses "--matmul-tune past 64" "--matmul-tune: 65 is out of range" -- --model small --matmul-tune 65
+refuses "--matmul-tune with --deterministic 1" "give --matmul-tune 0 with it" -- \
+    --model small --deterministic 1 --matmul-tune 8
+# --deterministic 1 alone (its --matmul-tune default becomes 0) and with --matmul-tune 0 reach the GPU check
+refuses "--deterministic 1 reaches the GPU check" "no CUDA GPU found" -- --model small --deterministic 1
+refuses "--deterministic 1 --matmul-tune 0 reaches the GPU check" "no CUDA GPU found" -- \
+    --model small --deterministic 1 --matmul-tune 0
+
 echo "== the run driver's checks (train/run_driver.c, shared with the CPU trainer) come before any GPU work"
 refuses "--resume with --overwrite" "--resume continues a run and --overwrite starts one over" -- \
     --model small --out-dir "$TMP/run" --resume --overwrite
@@ -122,7 +131,7 @@ if "$TRAIN" --help > "$TMP/help" 2>&1 && grep -q -- "--nccl-id-file" "$TMP/help"
     && grep -q -- "--probe-every" "$TMP/help" && grep -q -- "--capture-attn" "$TMP/help" \
     && grep -q -- "--zero-key-bias-grad" "$TMP/help" && grep -q -- "--attn-kernels auto|portable" "$TMP/help" \
     && grep -q -- "--checkpoint-minutes" "$TMP/help" && grep -q -- "--skip-update-z" "$TMP/help" \
-    && grep -q -- "--cuda-graph 0|1" "$TMP/help"; then
+    && grep -q -- "--cuda-graph 0|1" "$TMP/help" && grep -q -- "--matmul-tune N" "$TMP/help"; then
     pass=$((pass + 1)); echo "  ok   --help"
 else
     fail=$((fail + 1)); echo "  FAIL --help"

@@ -102,6 +102,7 @@ typedef enum {
     FLAG_ZERO_STAGE,
     FLAG_NCCL_ID_FILE,
     FLAG_CUDA_GRAPH,
+    FLAG_MATMUL_TUNE,
     NUM_FLAGS
 } FlagId;
 
@@ -172,6 +173,7 @@ typedef struct {
     int checkpoint_on_warning; /* 1: a kept checkpoint right after the run's first attention warning */
     const char* nccl_id_file;  /* env-var multi-GPU launch: where rank 0 publishes the NCCL id */
     int cuda_graph;            /* 1: replay each micro-step's forward+backward as a captured CUDA graph */
+    int matmul_tune;           /* GEMM algorithms: time the heuristic's first N per shape; 0: its first */
     /* which flags the command line gave (the rest are defaults) */
     unsigned char was_set[NUM_FLAGS];
 } TrainFlags;

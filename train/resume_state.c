@@ -46,7 +46,9 @@ enum {
     RH_ZERO_KEY_BIAS_GRAD, /* version 2 */
     RH_OPTIONS,            /* version 3: the architecture options, GPT_CONFIG_OPTION_FIELDS slots in
                               gpt_config_options_pack's order (model/gpt_config.h) */
-    RH_FIRST_UNUSED = RH_OPTIONS + GPT_CONFIG_OPTION_FIELDS,
+    RH_NUM_MATMUL_ALGOS = RH_OPTIONS + GPT_CONFIG_OPTION_FIELDS, /* version 4 */
+    RH_MATMUL_LIB,                                               /* version 4 */
+    RH_FIRST_UNUSED,
     RESUME_HEADER_INTS = 64
 };
 _Static_assert(RH_FIRST_UNUSED <= RESUME_HEADER_INTS, "the resume header holds every field");
@@ -79,8 +81,11 @@ uint64_t gpt_config_hash(const GPTConfig* c) {
     return resume_hash(o, sizeof(o), h);
 }
 
-static uint64_t file_bytes(size_t num_params) {
-    return (uint64_t)HEADER_BYTES + DATA_POS_FILE_BYTES + 2ULL * 4ULL * (uint64_t)num_params + 8ULL;
+_Static_assert(sizeof(MatmulAlgoRecord) == 96, "a GEMM algorithm record is 96 bytes in the file");
+
+static uint64_t file_bytes(size_t num_params, int64_t num_algos) {
+    return (uint64_t)HEADER_BYTES + DATA_POS_FILE_BYTES + 2ULL * 4ULL * (uint64_t)num_params +
+           (uint64_t)num_algos * sizeof(MatmulAlgoRecord) + 8ULL;
 }
 
 /* fwrite that also feeds the checksum; 0 or -1 (errno kept). */
@@ -91,6 +96,10 @@ static int put(FILE* fp, const void* p, size_t n, uint64_t* h) {
 
 int resume_state_write(const char* path, const ResumeState* s, char* err, size_t errlen) {
     char msg[512];
+    if (s->num_matmul_algos < 0 || s->num_matmul_algos > MATMUL_MAX_RECORDS) {
+        snprintf(err, errlen, "internal: %d GEMM algorithm records (0..%d)", s->num_matmul_algos, MATMUL_MAX_RECORDS);
+        return -1;
+    }
     AtomicFile af;
     FILE* fp = atomic_file_open(&af, path, msg, sizeof(msg));
     if (fp == NULL) {
@@ -125,9 +134,11 @@ int resume_state_write(const char* path, const ResumeState* s, char* err, size_t
     hdr[RH_RNG_STATE] = (int64_t)s->rng_state;
     hdr[RH_PARAMS_HASH] = (int64_t)s->params_hash;
     hdr[RH_DATA_POS_BYTES] = (int64_t)sizeof(DataPosition);
-    hdr[RH_FILE_BYTES] = (int64_t)file_bytes(s->num_params);
+    hdr[RH_FILE_BYTES] = (int64_t)file_bytes(s->num_params, s->num_matmul_algos);
     hdr[RH_ZERO_KEY_BIAS_GRAD] = s->zero_key_bias_grad;
     gpt_config_options_pack(&s->config, &hdr[RH_OPTIONS]);
+    hdr[RH_NUM_MATMUL_ALGOS] = s->num_matmul_algos;
+    hdr[RH_MATMUL_LIB] = s->num_matmul_algos > 0 ? s->matmul_lib : 0;
     unsigned char pos[DATA_POS_FILE_BYTES];
     memset(pos, 0, sizeof(pos));
     memcpy(pos, &s->data_pos, sizeof(DataPosition));
@@ -135,6 +146,7 @@ int resume_state_write(const char* path, const ResumeState* s, char* err, size_t
     uint64_t h = RESUME_HASH_INIT;
     int ok = put(fp, hdr, sizeof(hdr), &h) == 0 && put(fp, pos, sizeof(pos), &h) == 0 &&
              put(fp, s->m, 4 * s->num_params, &h) == 0 && put(fp, s->v, 4 * s->num_params, &h) == 0 &&
+             put(fp, s->matmul_algos, sizeof(MatmulAlgoRecord) * (size_t)s->num_matmul_algos, &h) == 0 &&
              fwrite(&h, 8, 1, fp) == 1;
     if (!ok) {
         snprintf(msg, sizeof(msg), "writing '%s' failed: %s", af.tmp_path, strerror(errno));
@@ -189,8 +201,8 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
         return -1;
     }
     const int64_t version = hdr[RH_VERSION];
-    if ((version != RESUME_VERSION && version != 2) || hdr[RH_HEADER_BYTES] != HEADER_BYTES) {
-        snprintf(err, errlen, "%s: resume state version %lld is not supported (this build reads versions 2 and %d)",
+    if (version < 2 || version > RESUME_VERSION || hdr[RH_HEADER_BYTES] != HEADER_BYTES) {
+        snprintf(err, errlen, "%s: resume state version %lld is not supported (this build reads versions 2 to %d)",
                  path, (long long)hdr[RH_VERSION], RESUME_VERSION);
         fclose(fp);
         return -1;
@@ -202,9 +214,12 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
         return -1;
     }
     int64_t np = hdr[RH_NUM_PARAMS];
-    if (np <= 0 || np > ((int64_t)1 << 40) || hdr[RH_FILE_BYTES] != (int64_t)file_bytes((size_t)np)) {
-        snprintf(err, errlen, "%s: corrupt resume state header (parameter count %lld, recorded size %lld); %s",
-                 path, (long long)np, (long long)hdr[RH_FILE_BYTES], hint);
+    const int64_t num_algos = version >= 4 ? hdr[RH_NUM_MATMUL_ALGOS] : 0;
+    if (np <= 0 || np > ((int64_t)1 << 40) || num_algos < 0 || num_algos > MATMUL_MAX_RECORDS ||
+        hdr[RH_FILE_BYTES] != (int64_t)file_bytes((size_t)np, num_algos)) {
+        snprintf(err, errlen, "%s: corrupt resume state header (parameter count %lld, %lld GEMM algorithm records, "
+                 "recorded size %lld); %s", path, (long long)np, (long long)num_algos, (long long)hdr[RH_FILE_BYTES],
+                 hint);
         fclose(fp);
         return -1;
     }
@@ -239,6 +254,8 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
     s->seed = (uint64_t)hdr[RH_SEED];
     s->rng_state = (uint64_t)hdr[RH_RNG_STATE];
     s->params_hash = (uint64_t)hdr[RH_PARAMS_HASH];
+    s->num_matmul_algos = (int32_t)num_algos;
+    s->matmul_lib = version >= 4 ? hdr[RH_MATMUL_LIB] : 0;
 
     unsigned char pos[DATA_POS_FILE_BYTES];
     s->m = (float*)malloc(4 * s->num_params);
@@ -251,7 +268,9 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
         return -1;
     }
     if (get(fp, pos, sizeof(pos), &h) != 0 || get(fp, s->m, 4 * s->num_params, &h) != 0 ||
-        get(fp, s->v, 4 * s->num_params, &h) != 0 || fread(&stored, 8, 1, fp) != 1) {
+        get(fp, s->v, 4 * s->num_params, &h) != 0 ||
+        get(fp, s->matmul_algos, sizeof(MatmulAlgoRecord) * (size_t)num_algos, &h) != 0 ||
+        fread(&stored, 8, 1, fp) != 1) {
         snprintf(err, errlen, "%s: read error in the resume state: %s; %s", path,
                  ferror(fp) ? strerror(errno) : "unexpected end of file", hint);
         resume_state_free(s);

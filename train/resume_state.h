@@ -17,9 +17,14 @@
  *            num_params, config hash and the six config fields, batch shape,
  *            attention mode/options, seeds, RNG state, params hash, ...,
  *            the gauge arm (--zero-key-bias-grad), the model's architecture
- *            options (version 3; a version-2 file is a GPT-2 model)
+ *            options (version 3; a version-2 file is a GPT-2 model), the
+ *            count of GEMM algorithm records and the cuBLASLt version that
+ *            chose them (version 4; older files have none)
  *   data     the DataPosition struct as bytes (sizeof recorded in header)
  *   m, v     num_params float32 each (AdamW first and second moments)
+ *   algos    the GPU trainer's MatmulAlgoRecord per GEMM shape (96 bytes
+ *            each, model/matmul_record.h), so a resume runs the algorithms
+ *            the run ran; none from the CPU trainer
  *   trailer  uint64 checksum (resume_hash) of every byte before it
  * Writes go to PATH.tmp, are fsync'ed, then renamed over PATH (and the folder
  * fsync'ed): a crash or a failed write never damages an existing file.
@@ -36,18 +41,20 @@
 
 #include "dataloader/dataloader.h"
 #include "model/gpt_config.h"
+#include "model/matmul_record.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define RESUME_MAGIC 20261129
-/* Version 3 records the architecture options; version 2 files, which
+/* Version 4 adds the GEMM algorithm records; version 3 and 2 files are read
+   with none. Version 3 records the architecture options; version 2 files, which
    predate them, can only hold GPT-2 models and are read as such. Version 1
    files, which do not record the gauge arm (--zero-key-bias-grad), are
    refused: guessing would either switch an arm-on run off or an arm-off run
    on without a trace. */
-#define RESUME_VERSION 3
+#define RESUME_VERSION 4
 
 typedef struct {
     int64_t step;          /* optimizer steps completed */
@@ -65,6 +72,11 @@ typedef struct {
     size_t num_params;
     float* m;              /* num_params; read: allocated (resume_state_free) */
     float* v;
+    /* the GPU trainer's GEMM algorithms (model/matmul.cuh), and the cuBLASLt version that chose them
+       (cublasLtGetVersion; 0 with no records) */
+    int64_t matmul_lib;
+    int32_t num_matmul_algos;  /* 0 .. MATMUL_MAX_RECORDS */
+    MatmulAlgoRecord matmul_algos[MATMUL_MAX_RECORDS];
 } ResumeState;
 
 /* Writes s to path (tmp + fsync + rename). 0, or -1 with a message; on
