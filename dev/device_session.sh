@@ -456,30 +456,29 @@ for phase in "$@"; do
         end 0 ;;
     resumecheck)
         # timed GEMM algorithms and bit-exact resume: d12 at B8 T1024 (gproj, the defaults: --matmul-tune 16),
-        # RC_STEPS straight against RC_STEPS/2 + --resume; the final model and state files compared with cmp,
-        # and the resumed run's console must say its algorithms came from the resume state
-        begin "timed GEMM algorithms: straight run vs stop + resume"
+        # RC_STEPS straight with a checkpoint halfway, then that checkpoint copied to a new folder and resumed
+        # (it must restore the straight run's algorithms); the final model and state files compared with cmp
+        begin "timed GEMM algorithms: a straight run vs its halfway checkpoint resumed"
         prepare_data
         n=${RC_STEPS:-16}
         rc_flags=(--model d12 --batch-size 8 --seq-len 1024 --train-data "$DATA/gutenberg_train_*.bin" --val-data ""
-                  --vocab "" --sample-every 0 --steps "$n" --checkpoint-minutes 0)
+                  --vocab "" --sample-every 0 --steps "$n" --checkpoint-minutes 0 --checkpoint-every $((n / 2)))
         timeout 120 build/train_gpt "${rc_flags[@]}" --overwrite 1 --out-dir /tmp/rc_straight \
             > "$OUT/rc_straight.log" 2>&1
         r1=$?
-        timeout 120 build/train_gpt "${rc_flags[@]}" --overwrite 1 --out-dir /tmp/rc_split --stop-at $((n / 2)) \
-            > "$OUT/rc_first.log" 2>&1
+        rm -rf /tmp/rc_split && mkdir -p /tmp/rc_split
+        h=$(printf '%08d' $((n / 2)))
+        cp /tmp/rc_straight/log.jsonl /tmp/rc_straight/model_$h.bin /tmp/rc_straight/state_$h.bin /tmp/rc_split/
+        timeout 120 build/train_gpt "${rc_flags[@]}" --out-dir /tmp/rc_split --resume > "$OUT/rc_resumed.log" 2>&1
         r2=$?
-        timeout 120 build/train_gpt "${rc_flags[@]}" --out-dir /tmp/rc_split --resume \
-            > "$OUT/rc_resumed.log" 2>&1
-        r3=$?
         m=$(printf 'model_%08d.bin' "$n"); st=$(printf 'state_%08d.bin' "$n")
         cmp /tmp/rc_straight/$m /tmp/rc_split/$m && cmp /tmp/rc_straight/$st /tmp/rc_split/$st
-        r4=$?
+        r3=$?
         grep -h "gemm algorithms" "$OUT"/rc_*.log | tee -a "$SUMMARY"
-        say "   runs rc $r1 $r2 $r3; straight vs stop + resume, model and state files: $([ $r4 = 0 ] && echo identical || echo DIFFER)"
-        grep -q "restored from the resume state" "$OUT/rc_resumed.log"; r5=$?
-        say "   the resumed run restored its GEMM algorithms: $([ $r5 = 0 ] && echo yes || echo NO)"
-        end $(( r1 || r2 || r3 || r4 || r5 )) ;;
+        say "   runs rc $r1 $r2; straight vs halfway + resume, model and state files: $([ $r3 = 0 ] && echo identical || echo DIFFER)"
+        grep -q "restored from the resume state" "$OUT/rc_resumed.log"; r4=$?
+        say "   the resumed run restored its GEMM algorithms: $([ $r4 = 0 ] && echo yes || echo NO)"
+        end $(( r1 || r2 || r3 || r4 )) ;;
     oldtree)
         # the tree in .carry/old (git archive of the commit to compare against) built in /tmp/old: train_gpt and
         # profile_gpu_step, whose paths the phases after it take from OURS_BIN / PROFILE_BIN
