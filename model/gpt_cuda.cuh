@@ -136,6 +136,8 @@ typedef enum {
     GS_LOSSES,                    /* (N) */
     GS_REDUCE_SCRATCH,            /* column-sum partials: gpu_reduce_scratch_floats */
     GS_NORM_SCRATCH,              /* GLOBAL_NORM_BLOCKS */
+    GS_BIAS_SCRATCH,              /* the qkv and fc bias gradients' column-sum partials, on the side stream:
+                                     gpu_bias_scratch_floats (0 without biases) */
     GS_QKNORM_RSTD,               /* (L, N * 2 * NH)  QK-norm's rstd per (row, q|k, head); count 0 without it */
     NUM_GPU_STATS
 } GpuStatId;
@@ -152,17 +154,20 @@ static const char* const gpu_act_names[NUM_GPU_ACTS] = {
 
 static inline size_t size_max(size_t a, size_t b) { return a > b ? a : b; }
 
-/* FP32 floats of the backward's column-sum scratch: the norm backward's partials, the widest matmul bias
-   summed on its own (3C qkvb, F fcb) and QK-norm's gain partials. */
+/* FP32 floats of the main stream's column-sum scratch in backward: the norm backward's partials and
+   QK-norm's gain partials. */
 static size_t gpu_reduce_scratch_floats(const GPTConfig* cfg, size_t N) {
-    const size_t C = cfg->channels, F = gpt_config_fc_rows(cfg);
-    size_t widest = 3 * C;
-    if (cfg->bias) widest = size_max(widest, F);
-    size_t floats = size_max(colreduce_scratch_floats((long long)N, (long long)widest),
-                             rownorm_backward_scratch_floats((long long)N, (long long)C));
+    const size_t C = cfg->channels;
+    size_t floats = rownorm_backward_scratch_floats((long long)N, (long long)C);
     if (cfg->qk_norm)
         floats = size_max(floats, qknorm_scratch_floats((long long)N, cfg->num_heads, cfg->channels / cfg->num_heads));
     return floats;
+}
+
+/* FP32 floats of the side stream's scratch: the partials of the widest bias summed there (3C qkvb, F fcb). */
+static size_t gpu_bias_scratch_floats(const GPTConfig* cfg, size_t N) {
+    if (!cfg->bias) return 0;
+    return colreduce_scratch_floats((long long)N, (long long)size_max(3 * (size_t)cfg->channels, gpt_config_fc_rows(cfg)));
 }
 
 /* Element counts and offsets for batch (B, T). Offsets are multiples of 8
@@ -188,7 +193,8 @@ static void gpu_act_table(const GPTConfig* cfg, int B, int T, int recompute, Gpu
     const size_t mean = cfg->norm == GPT_NORM_LAYERNORM ? N : 0; /* RMSNorm keeps no mean */
     const size_t stat_sizes[NUM_GPU_STATS][2] = {
         {L, mean}, {L, N}, {L, mean}, {L, N}, {1, mean}, {1, N}, {L, (size_t)B * NH * T * 2}, {1, N},
-        {1, gpu_reduce_scratch_floats(cfg, N)}, {1, GLOBAL_NORM_BLOCKS}, {L, qk * N * 2 * NH}};
+        {1, gpu_reduce_scratch_floats(cfg, N)}, {1, GLOBAL_NORM_BLOCKS}, {1, gpu_bias_scratch_floats(cfg, N)},
+        {L, qk * N * 2 * NH}};
     off = 0;
     for (int i = 0; i < NUM_GPU_STATS; i++) {
         t->stat_per_layer[i] = stat_sizes[i][0] > 1 ? stat_sizes[i][1] : 0;
@@ -328,6 +334,10 @@ typedef struct {
     MatmulContext matmul;
     EncoderBuckets buckets;
     cudaStream_t stream;
+    /* the qkv and fc bias gradients run here, overlapped with the backward's next kernels (gpu_bias_grad_fork):
+       column sums that nothing on the stream reads before the next write of dbuf_4c */
+    cudaStream_t side_stream;
+    cudaEvent_t side_fork, side_fc_done, side_qkv_done;
     GpuProfiler* profiler; /* NULL unless profiling */
     GradReadyHook grad_hook; void* grad_hook_ctx;     /* NULL: none */
     AttnBackwardHook attn_hook; void* attn_hook_ctx;  /* NULL: none */
@@ -498,6 +508,9 @@ static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, i
     if (cfg->pos == GPT_POS_ROPE) m->rope_table = rope_table_upload(cfg->max_seq_len, shape.HS, cfg->rope_base);
     matmul_context_init(&m->matmul);
     encoder_buckets_init(&m->buckets, B * T, cfg->padded_vocab_size);
+    cudaCheck(cudaStreamCreateWithFlags(&m->side_stream, cudaStreamNonBlocking));
+    for (cudaEvent_t* e : {&m->side_fork, &m->side_fc_done, &m->side_qkv_done})
+        cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
 }
 /* One GPU: the whole optimizer state. */
 static void gpt_cuda_init(GPTCuda* m, const GPTConfig* cfg, int B, int T, int recompute, AttnMode mode,
@@ -526,6 +539,8 @@ static void gpt_cuda_free(GPTCuda* m) {
     cudaCheck(cudaFree(m->rope_table));
     matmul_context_free(&m->matmul);
     encoder_buckets_free(&m->buckets);
+    for (cudaEvent_t e : {m->side_fork, m->side_fc_done, m->side_qkv_done}) cudaCheck(cudaEventDestroy(e));
+    cudaCheck(cudaStreamDestroy(m->side_stream));
 }
 
 /* FP32 host weights (all num_params, gpt_param_table layout) -> the master
@@ -731,6 +746,18 @@ static void gpt_cuda_zero_grad(GPTCuda* m) {
     cudaCheck(cudaMemsetAsync(m->grads, 0, m->alloc_params * sizeof(floatX), m->stream));
 }
 
+/* A bias gradient (bias_backward: dbias += column sums of dout) on the side stream, after everything enqueued on
+   the main stream so far; `done` is recorded after it there. The main stream waits on `done`
+   (gpu_bias_grad_join) before it next overwrites dout and before the layer's gradients are handed on. The
+   kernels and their sum order are those of the main stream's call: the same bits. */
+static void gpu_bias_grad_fork(GPTCuda* m, floatX* dbias, const floatX* dout, int N, int C, cudaEvent_t done) {
+    cudaCheck(cudaEventRecord(m->side_fork, m->stream));
+    cudaCheck(cudaStreamWaitEvent(m->side_stream, m->side_fork, 0));
+    bias_backward(dbias, dout, gpu_stat(m, GS_BIAS_SCRATCH, 0), N, C, m->side_stream);
+    cudaCheck(cudaEventRecord(done, m->side_stream));
+}
+static void gpu_bias_grad_join(GPTCuda* m, cudaEvent_t done) { cudaCheck(cudaStreamWaitEvent(m->stream, done, 0)); }
+
 /* The backward up to and including layer 0 (everything but the embeddings). Every kernel argument is fixed
    for a given (B, T); the hooks are host callbacks (a captured graph must run with both NULL). */
 static void gpt_cuda_backward_layers(GPTCuda* m) {
@@ -764,6 +791,7 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
                       gpu_stat(m, GS_LNF_RSTD, 0), N, C, st);
     for (int l = L - 1; l >= 0; l--) {
         const GpuLayerActs la = gpu_layer_acts(m, l, encoded);
+        gpu_bias_grad_join(m, m->side_qkv_done); /* the layer above's qkv bias gradient still reads dbuf_4c */
         float* ln1_mean = gpu_stat(m, GS_LN1_MEAN, l);
         float* ln1_rstd = gpu_stat(m, GS_LN1_RSTD, l);
         float* ln2_mean = gpu_stat(m, GS_LN2_MEAN, l);
@@ -803,7 +831,7 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), dbuf_4c, la.ln2, N, C, F, st);
         prof_mark(m, PH_BIAS_GRAD);
-        bias_backward(gpu_param(m, g, P_FCB, l), dbuf_4c, scratch, N, F, st);
+        gpu_bias_grad_fork(m, gpu_param(m, g, P_FCB, l), dbuf_4c, N, F, m->side_fc_done);
         prof_mark(m, PH_LAYERNORM);
         /* fcproj's bias gradient is the column sum of dres as it is now (before norm2 adds into it) */
         gpu_norm_backward(m, dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l),
@@ -815,6 +843,7 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_ATTPROJW, l), dres, la.atty, N, C, C, st);
         prof_mark(m, PH_ATTENTION);
+        gpu_bias_grad_join(m, m->side_fc_done); /* attention's dqkv overwrites dbuf_4c, fc's bias gradient's input */
         attention_backward_cuda(m->attn_mode, m->attn_opt, shape, la.qkv, la.atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c,
                                 dbuf_4c, m->attn_workspace, st);
         if (m->attn_hook) {
@@ -838,14 +867,18 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_QKVW, l), dbuf_4c, la.ln1, N, C, 3 * C, st);
         prof_mark(m, PH_BIAS_GRAD);
-        bias_backward(gpu_param(m, g, P_QKVB, l), dbuf_4c, scratch, N, 3 * C, st);
+        gpu_bias_grad_fork(m, gpu_param(m, g, P_QKVB, l), dbuf_4c, N, 3 * C, m->side_qkv_done);
         prof_mark(m, PH_LAYERNORM);
         /* and attproj's the column sum of dres before norm1 adds into it */
         gpu_norm_backward(m, dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l),
                           gpu_param(m, g, P_ATTPROJB, l), scratch, dbuf_c,
                           la.residual, gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);
-        if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, l, st); /* layer l's gradients are final */
+        if (m->grad_hook) { /* layer l's gradients are final once its qkv bias gradient is */
+            gpu_bias_grad_join(m, m->side_qkv_done);
+            m->grad_hook(m->grad_hook_ctx, l, st);
+        }
     }
+    gpu_bias_grad_join(m, m->side_qkv_done); /* every gradient is on the main stream's side again */
 }
 
 /* The embedding backward (wte, wpe) from dresidual, then the last grad hook. Its wte kernel's grid and

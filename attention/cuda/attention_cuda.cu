@@ -19,7 +19,9 @@
  *              P V:    bf(e) as the A operand; fp32 mode adds bf(e - bf(e)).
  *   bwd_prep   one warp per row: zeroes the fp32 dQ accumulator (not in gproj
  *              mode, whose row pass computes dQ), D = dO . O from the stored
- *              BF16 O (all modes but fp32).
+ *              BF16 O (all modes but fp32; in the sum order of attn_row_d.cuh,
+ *              which gproj's Hopper row pass forms it in, so that chain runs
+ *              no prep kernel).
  *   bwd_rows   (fp32 and gproj only) query-major pass over the row, 4 warps x
  *              16 query rows, S and dP on tensor cores:
  *              fp32:  D_i = sum_j P_ij dP_ij in FP32 (no BF16 O in D);
@@ -62,8 +64,8 @@
  * about one BF16 ulp: 128- vs 64-key tiles, sum order) and same stats, so the
  * backward does not care which ran. Nothing is printed per call;
  * attention_forward_cuda_path tells which one a call takes.
- * Which backward runs where (attention_backward_cuda): prep and bwd_dq always
- * here; on sm_90 at HS 64 and 128 (not force_portable) the Hopper wgmma chain
+ * Which backward runs where (attention_backward_cuda): prep (but not in gproj's
+ * Hopper chain) and bwd_dq always here; on sm_90 at HS 64 and 128 (not force_portable) the Hopper wgmma chain
  * of the mode takes the place of the passes between
  * (attention/cuda/hopper/attention_hopper_bwd.cuh: attention_hopper_bwd_supports
  * asked once per call, attention_backward_hopper run with the mode still a
@@ -89,6 +91,7 @@
 #include "attention/cuda/hopper/attention_hopper.cuh"
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "attention/cuda/mma_bf16.cuh"
+#include "attention/cuda/attn_row_d.cuh"
 #include "attention/cuda/launch_overlap.cuh"
 
 using namespace attn_mma;
@@ -361,20 +364,12 @@ __global__ void __launch_bounds__(kPrepThreads) attn_bwd_prep_kernel(const bf16*
         acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     if (!want_D) return; /* uniform over the grid */
-    float sum = 0.f;
+    float sum = 0.f; /* the sum order of attn_row_d.cuh: one pack per lane, then the butterfly */
     if (active) {
         const int b = bh / NH, h = bh % NH;
         const long long off = ((long long)b * T + tok) * NH * HS + (long long)h * HS + d;
-        const uint4 o8 = __ldg(reinterpret_cast<const uint4*>(out + off));
-        const uint4 g8 = __ldg(reinterpret_cast<const uint4*>(dout + off));
-        const uint32_t ow[4] = {o8.x, o8.y, o8.z, o8.w}, gw[4] = {g8.x, g8.y, g8.z, g8.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float2 of = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ow[k]));
-            const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gw[k]));
-            sum += gf.x * of.x;
-            sum += gf.y * of.y;
-        }
+        sum = attn_row_d_pack(__ldg(reinterpret_cast<const uint4*>(out + off)),
+                              __ldg(reinterpret_cast<const uint4*>(dout + off)), 0.f);
     }
 #pragma unroll
     for (int k = kLanesPerRow / 2; k >= 1; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
@@ -1014,8 +1009,8 @@ void portable_passes(AttnShape s, const bf16* qkv, const bf16* dout, const float
     cudaCheckLastError();
 }
 
-/* The backward chain: the prep kernel (D from the BF16 O, not in fp32 mode; the zeroed accumulator, not in gproj
-   mode nor with dq_slices) -> [the zeroed dQ slices] -> the row pass (fp32, gproj) and the key-major pass ->
+/* The backward chain: the prep kernel (D from the BF16 O, not in fp32 mode nor in gproj's Hopper chain, whose row
+   pass forms it; the zeroed accumulator, not in gproj mode nor with dq_slices; no launch when neither is left) -> [the zeroed dQ slices] -> the row pass (fp32, gproj) and the key-major pass ->
    [the dQ post-pass] (not in gproj mode: its row pass wrote dQ). hopper: the Hopper chain of the mode
    (attention_hopper_bwd.cuh's attention_backward_hopper, which turns the mode into its passes' template
    arguments) in place of the portable passes; the caller has asked attention_hopper_bwd_supports and checked
@@ -1031,12 +1026,16 @@ void backward_launch(AttnMode mode, AttnOptions opt, AttnShape s, const bf16* qk
     dq_slices = (mode != ATTN_GPROJ) && dq_slices;
     const int n_key_blocks = ceil_div(s.T, kBwdKeyTile);
     const Workspace w = carve_workspace(s, workspace, dq_slices ? (size_t)n_key_blocks : 1);
-    /* gproj's row pass (launched next) computes dQ whole, without the accumulator */
+    /* gproj's row pass (launched next) computes dQ whole, without the accumulator; on Hopper it also forms D
+       itself (attn_row_d.cuh's order, the prep's bits), and then there is no prep kernel at all */
+    const int zero_dq = mode != ATTN_GPROJ && !dq_slices;
+    const int want_D = mode != ATTN_FP32 && !(hopper && mode == ATTN_GPROJ);
     constexpr int kPrepRowsPerBlock = kPrepThreads / (HS / 8);
-    attn_bwd_prep_kernel<HS><<<dim3((unsigned)ceil_div(s.T, kPrepRowsPerBlock), (unsigned)(s.B * s.NH)), kPrepThreads,
-                               0, stream>>>(out, dout, w.D, w.dq_acc, s.NH, s.T, mode != ATTN_GPROJ && !dq_slices,
-                                            mode != ATTN_FP32);
-    cudaCheckLastError();
+    if (zero_dq || want_D) {
+        attn_bwd_prep_kernel<HS><<<dim3((unsigned)ceil_div(s.T, kPrepRowsPerBlock), (unsigned)(s.B * s.NH)),
+                                   kPrepThreads, 0, stream>>>(out, dout, w.D, w.dq_acc, s.NH, s.T, zero_dq, want_D);
+        cudaCheckLastError();
+    }
     if (dq_slices) { /* a plain launch: it starts after the prep kernel has finished, and every later one after it */
         const dim3 grid((unsigned)ceil_div((long long)s.T * (HS / 8), 256), (unsigned)(s.B * s.NH),
                         (unsigned)n_key_blocks);
@@ -1044,7 +1043,8 @@ void backward_launch(AttnMode mode, AttnOptions opt, AttnShape s, const bf16* qk
         cudaCheckLastError();
     }
     if (hopper) {
-        attention_backward_hopper(mode, opt, s, qkv, dout, stats, w.D, w.lambda, w.dq_acc, dqkv, stream, dq_slices);
+        attention_backward_hopper(mode, opt, s, qkv, out, dout, stats, w.D, w.lambda, w.dq_acc, dqkv, stream,
+                                  dq_slices);
     } else {
         switch (mode) {
             case ATTN_FP32: portable_passes<HS, ATTN_FP32>(s, qkv, dout, stats, dqkv, w, dq_slices, stream); break;

@@ -104,7 +104,7 @@ static void pass_alone(AttnShape s, const bf16* qkv, const bf16* dout, const flo
     const float* lambda = D + rows;
     cudaCheck(cudaMemcpyAsync(into, from, attn_qkv_count(s) * 2, cudaMemcpyDeviceToDevice, st));
     poison_kv(into, s, st);
-    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, qkv, dout, stats, (float*)D,
+    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, qkv, nullptr, dout, stats, (float*)D,
                                      (float*)lambda, nullptr, into, st, 0); /* read only by this pass */
 }
 
@@ -171,7 +171,7 @@ static void check_case(LabCase in, int time_it, cudaStream_t st) {
         auto run_default = [&]() { lab_bwd_default(c, st); };
         auto run_bf16 = [&]() { lab_bf16_backward_run(bf, s, c.opt, c.qkv, c.dout, st); };
         auto run_pass = [&]() {
-            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, c.qkv, c.dout, c.stats,
+            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, c.qkv, nullptr, c.dout, c.stats,
                                              (float*)D_def, (float*)lambda_def, nullptr, dqkv_pass, st, 0);
         };
         const float ms_portable = lab_timer_median(timer, run_portable, "timing the portable gproj backward");

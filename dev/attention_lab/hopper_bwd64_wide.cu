@@ -99,7 +99,7 @@ static void kernel_alone(AttnMode mode, AttnShape s, const bf16* qkv, const bf16
     cudaCheck(cudaMemsetAsync(ws_dq_acc(into), 0, rows * kHS * sizeof(float), st));
     cudaCheck(cudaMemcpyAsync(ws_D(into, s), ws_D((void*)D_from, s), rows * sizeof(float), cudaMemcpyDeviceToDevice,
                               st));
-    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, mode, AttnOptions{}, s, qkv, dout, stats, ws_D(into, s),
+    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, mode, AttnOptions{}, s, qkv, nullptr, dout, stats, ws_D(into, s),
                                      nullptr, ws_dq_acc(into), dqkv, st, 0);
     const dim3 grid((unsigned)ceil_div((long long)s.T * (kHS / 8), 256), (unsigned)(s.B * s.NH));
     lab_postpass<<<grid, 256, 0, st>>>(ws_dq_acc(into), dqkv, s.NH, s.T, attn_softmax_scale(kHS));
@@ -192,7 +192,7 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
         };
         /* alone: it keeps adding into the accumulator (its values no longer matter) */
         auto run_kernel = [&]() {
-            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, mode, AttnOptions{}, s, c.qkv, c.dout, c.stats,
+            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, mode, AttnOptions{}, s, c.qkv, nullptr, c.dout, c.stats,
                                              ws_D(c.ws_def, s), nullptr, ws_dq_acc(c.ws_def), c.dqkv_def, st, 0);
         };
         const float ms_def = lab_timer_median(timer, run_default, "timing the default backward");

@@ -112,7 +112,7 @@ static void check_case(LabCase in, int time_it) {
     const float* lambda_def = D_def + rows;
     cudaCheck(cudaMemcpy(dqkv_pass, c.dqkv_def, nqkv * 2, cudaMemcpyDeviceToDevice));
     poison_kv(dqkv_pass, s);
-    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, c.qkv, c.dout, c.stats,
+    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, c.qkv, nullptr, c.dout, c.stats,
                                      (float*)D_def, (float*)lambda_def, nullptr, dqkv_pass, 0, 0); /* read only */
     sync_or_report(cudaDeviceSynchronize(), "the gproj key-major pass alone");
 
@@ -144,7 +144,7 @@ static void check_case(LabCase in, int time_it) {
             attention_backward_cuda(ATTN_BF16, c.opt, s, c.qkv, out_b, stats_b, c.dout, dqkv_pass, c.ws_ref, 0);
         };
         auto run_pass = [&]() {
-            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, c.qkv, c.dout, c.stats,
+            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_GPROJ, AttnOptions{}, s, c.qkv, nullptr, c.dout, c.stats,
                                              (float*)D_def, (float*)lambda_def, nullptr, c.dqkv_def, 0, 0);
         };
         auto time_of = [&](auto fn, const char* what) {

@@ -77,7 +77,7 @@ static void pass_alone(AttnShape s, const bf16* qkv, const bf16* dout, const flo
     cudaCheck(cudaMemcpyAsync(D, (const float*)from_ws + rows * s.HS, rows * sizeof(float), cudaMemcpyDeviceToDevice,
                               st));
     cudaCheck(cudaMemsetAsync(into, 0xFF, attn_qkv_count(s) * 2, st));
-    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_FP32, AttnOptions{}, s, qkv, dout, stats, D, nullptr,
+    attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_FP32, AttnOptions{}, s, qkv, nullptr, dout, stats, D, nullptr,
                                      dq_acc, into, st, 0);
     const long long pairs = (long long)rows * s.HS / 2;
     lab_dq_postpass<<<(unsigned)ceil_div(pairs, 256), 256, 0, st>>>(dq_acc, into, s.NH, s.T, s.HS,
@@ -152,7 +152,7 @@ static void check_case(LabCase in, int time_it, cudaStream_t st) {
         auto run_bf16 = [&]() { lab_bf16_backward_run(bf, s, c.opt, c.qkv, c.dout, st); };
         /* alone: keeps adding into ws_pass's accumulator (its values do not matter any more) */
         auto run_pass = [&]() {
-            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_FP32, AttnOptions{}, s, c.qkv, c.dout, c.stats,
+            attention_backward_hopper_passes(ATTN_HOPPER_KEY_PASS, ATTN_FP32, AttnOptions{}, s, c.qkv, nullptr, c.dout, c.stats,
                                              (float*)D_pass, nullptr, dq_acc_pass, dqkv_pass, st, 0);
         };
         const float ms_pass = lab_timer_median(timer, run_pass, "timing the fp32 key-major pass alone");

@@ -235,7 +235,8 @@ static void time_backwards(AttnMode mode, AttnShape s, const BackwardKernels& po
 
 /* One shape and mode: forward (portable), then attention_backward_cuda with force_portable (reference) and on the
    default Hopper path on the same inputs (dqkv and both workspaces poisoned with NaN first), compared: D (fp32:
-   the row pass's; gproj: the prep kernel's, the same on both), lambda (gproj), dQ, dK, dV; with time_it, timed. */
+   the row pass's; gproj: the prep kernel's against the Hopper row pass's, one sum order), lambda (gproj), dQ, dK, dV;
+   with time_it, timed. */
 static void check_shape(LabCase in, AttnMode mode, int time_it) {
     const AttnShape s = in.s;
     char title[256];
@@ -257,7 +258,7 @@ static void check_shape(LabCase in, AttnMode mode, int time_it) {
     float* h_new = (float*)lab_download(ws_D(s, c.ws_def), rows * 4);
     const RowDiff dd = compare_rows(h_ref, h_new, rows, sigma_dp);
     printf("  D (%s): %zu of %zu rows not bit-equal; |diff| / sigma_dP (%.3g): median %.3g, max %.3g\n",
-           mode == ATTN_FP32 ? "sum P dP, the row pass" : "dO . O, the prep kernel on both paths", dd.unequal, rows,
+           mode == ATTN_FP32 ? "sum P dP, the row pass" : "dO . O, the prep kernel vs the Hopper row pass", dd.unequal, rows,
            sigma_dp, dd.med_units, dd.max_units);
     CHECK(dd.nan_ref == 0, "portable path wrote D at workspace + rows*HS floats, finite (%zu NaN)", dd.nan_ref);
     CHECK(dd.nan_new == 0, "Hopper path wrote every D, finite (%zu NaN left)", dd.nan_new);

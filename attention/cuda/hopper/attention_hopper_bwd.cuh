@@ -14,8 +14,9 @@
  *       slots of dqkv.
  *   fp32: the row pass - reads qkv, dout, stats; writes D = sum P dP - then fp32's key-major pass - reads D; adds
  *       dQ partials into dq_acc as bf16's; writes the k and v slots of dqkv.
- *   gproj: the row pass - reads qkv, dout, stats and D; writes lambda [B*NH*T] and the q slot of dqkv (all of
- *       dQ) - then gproj's key-major pass - reads D and lambda; writes the k and v slots of dqkv
+ *   gproj: the row pass - reads qkv, out, dout, stats; writes D = dO . O (in the prep kernel's sum order,
+ *       attention/cuda/attn_row_d.cuh), lambda [B*NH*T] and the q slot of dqkv (all of dQ) - then gproj's
+ *       key-major pass - reads D and lambda; writes the k and v slots of dqkv
  *       (deterministic: no dQ, no atomics).
  * What each pass computes and its CTA: docs/attention_kernels.md ("The Hopper kernels") and the instantiation
  * files' comments. The objects are compiled for sm_90a only; other builds link them and never launch them.
@@ -52,11 +53,11 @@ enum { ATTN_HOPPER_KEY_PASS = 1, ATTN_HOPPER_ROW_PASS = 2 };
    repair), ATTN_HOPPER_ROW_PASS | ATTN_HOPPER_KEY_PASS (fp32, gproj). */
 int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv, const void* dout);
 
-/* Runs the chain of (mode, s.HS). D, lambda, dq_acc: the workspace slots of attention_cuda.cu's carve_workspace
-   (what each pass reads and writes: above); the caller has written D (not in fp32 mode) and zeroed dq_acc or its
-   slices (not in gproj mode). */
+/* Runs the chain of (mode, s.HS). out: the forward's O (gproj's row pass forms D from it). D, lambda, dq_acc: the
+   workspace slots of attention_cuda.cu's carve_workspace (what each pass reads and writes: above); the caller has
+   written D (bf16, repair) and zeroed dq_acc or its slices (not in gproj mode). */
 void attention_backward_hopper(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
-                               const __nv_bfloat16* dout, const float* stats, float* D, float* lambda, float* dq_acc,
-                               __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices);
+                               const __nv_bfloat16* out, const __nv_bfloat16* dout, const float* stats, float* D,
+                               float* lambda, float* dq_acc, __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices);
 
 #endif /* ATTENTION_ATTENTION_HOPPER_BWD_CUH */

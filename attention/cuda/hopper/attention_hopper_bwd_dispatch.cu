@@ -100,16 +100,16 @@ int attention_hopper_bwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, c
 }
 
 void attention_backward_hopper(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
-                               const __nv_bfloat16* dout, const float* stats, float* D, float* lambda, float* dq_acc,
-                               __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices) {
-    const HopperBwdCall c = {s, qkv, dout, stats, D, lambda, dq_acc, dqkv, stream, dq_slices};
+                               const __nv_bfloat16* out, const __nv_bfloat16* dout, const float* stats, float* D,
+                               float* lambda, float* dq_acc, __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices) {
+    const HopperBwdCall c = {s, qkv, out, dout, stats, D, lambda, dq_acc, dqkv, stream, dq_slices};
     run_chain("attention_backward_hopper", kWholeChain, mode, opt, c);
 }
 
 void attention_backward_hopper_passes(int passes, AttnMode mode, AttnOptions opt, AttnShape s,
-                                      const __nv_bfloat16* qkv, const __nv_bfloat16* dout, const float* stats,
-                                      float* D, float* lambda, float* dq_acc, __nv_bfloat16* dqkv,
-                                      cudaStream_t stream, int dq_slices) {
-    const HopperBwdCall c = {s, qkv, dout, stats, D, lambda, dq_acc, dqkv, stream, dq_slices};
+                                      const __nv_bfloat16* qkv, const __nv_bfloat16* out, const __nv_bfloat16* dout,
+                                      const float* stats, float* D, float* lambda, float* dq_acc,
+                                      __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices) {
+    const HopperBwdCall c = {s, qkv, out, dout, stats, D, lambda, dq_acc, dqkv, stream, dq_slices};
     run_chain("attention_backward_hopper_passes", passes, mode, opt, c);
 }

@@ -29,6 +29,7 @@
 struct HopperBwdCall {
     AttnShape s;
     const __nv_bfloat16* qkv;
+    const __nv_bfloat16* out;  /* the forward's O [B, T, NH, HS]: read by gproj's row pass (D) only */
     const __nv_bfloat16* dout;
     const float* stats;
     float* D;

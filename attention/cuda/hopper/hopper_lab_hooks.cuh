@@ -39,10 +39,11 @@ void attention_hopper_fp32_keys128_watch_hangs(AttnHopperHang* device_ptr_of_map
 
 /* attention_backward_hopper (attention_hopper_bwd.cuh) with only the passes of `passes` (ATTN_HOPPER_ROW_PASS,
    ATTN_HOPPER_KEY_PASS or both) of the chain of (mode, s.HS): one pass alone on workspace slots the lab filled
-   (a key-major pass on the reference's D, say). Dies naming the pass when the chain has no such pass. */
+   (a key-major pass on the reference's D, say; out may be NULL for a pass that does not read it: all but
+   gproj's row pass). Dies naming the pass when the chain has no such pass. */
 void attention_backward_hopper_passes(int passes, AttnMode mode, AttnOptions opt, AttnShape s,
-                                      const __nv_bfloat16* qkv, const __nv_bfloat16* dout, const float* stats,
-                                      float* D, float* lambda, float* dq_acc, __nv_bfloat16* dqkv,
-                                      cudaStream_t stream, int dq_slices);
+                                      const __nv_bfloat16* qkv, const __nv_bfloat16* out, const __nv_bfloat16* dout,
+                                      const float* stats, float* D, float* lambda, float* dq_acc,
+                                      __nv_bfloat16* dqkv, cudaStream_t stream, int dq_slices);
 
 #endif /* ATTENTION_CUDA_HOPPER_HOPPER_LAB_HOOKS_CUH */

@@ -166,10 +166,11 @@ __device__ __forceinline__ void consumers_sync() { named_bar_sync(1, kConsumerTh
 /* the kernel                                                                                        */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* The row pass at head size HS. MODE: ATTN_GPROJ (reads D; writes lambda, dQ) or ATTN_FP32 (writes D = sum P
-   dP). cta_abort: the CTA's abort flag where the waits give up (NULL otherwise). The body of rows_kernel. */
+/* The row pass at head size HS. MODE: ATTN_GPROJ (forms D = dO . O from out and dout and writes it; writes
+   lambda, dQ) or ATTN_FP32 (writes D = sum P dP; out unread). cta_abort: the CTA's abort flag where the waits give up (NULL otherwise). The body of rows_kernel. */
 template <int HS, int MODE>
 __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
+                                          const bf16* __restrict__ out, const bf16* __restrict__ dout,
                                           const float* __restrict__ stats, float* __restrict__ D,
                                           float* __restrict__ lambda, bf16* __restrict__ dqkv, int NH, int T,
                                           float scale, float c, int section, int* cta_abort) {
@@ -244,7 +245,7 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
     const int wg = Shape::kProducerWarpgroup ? warpgroup : warp / 4, g = lane >> 2, t = lane & 3;
     const int row0 = q0 + wg * kWarpgroupRows + (warp % 4) * 16 + g;
     float row_m[2], row_rl[2], row_D[2]; /* m, fl(1 / l), D (gproj) */
-    load_row_state<kGproj>(row_m, row_rl, row_D, stats, D, bh, T, row0);
+    load_row_state<kGproj, HS>(row_m, row_rl, row_D, stats, out, dout, b, h, NH, T, row0, t);
     float acc_a[2] = {0.f, 0.f}; /* gproj: r = sum bf(dS); fp32: sum P dP (this lane's keys, in key order) */
     float acc_b[2] = {0.f, 0.f}; /* gproj: p = sum bf(P) */
     float dsk[kDqRegs], pk[kDqRegs];
@@ -295,7 +296,7 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
     }
 
-    store_row_outputs<kGproj, HS>(acc_a, acc_b, dsk, pk, D, lambda, dqkv, bh, b, h, NH, T, row0, t, scale);
+    store_row_outputs<kGproj, HS>(acc_a, acc_b, dsk, pk, row_D, D, lambda, dqkv, bh, b, h, NH, T, row0, t, scale);
 
     if constexpr (Shape::kGivesUp) {
         /* A wait of this CTA that gave up (consumer or producer; the producer's give-up precedes an arrival on
@@ -331,13 +332,15 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
 template <int HS, int MODE>
 __global__ void __launch_bounds__(RowsShape<HS>::kThreads, 1)
     rows_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
-                const float* __restrict__ stats, float* __restrict__ D, float* __restrict__ lambda,
-                bf16* __restrict__ dqkv, int NH, int T, float scale, float c, int section) {
+                const bf16* __restrict__ out, const bf16* __restrict__ dout, const float* __restrict__ stats,
+                float* __restrict__ D, float* __restrict__ lambda, bf16* __restrict__ dqkv, int NH, int T,
+                float scale, float c, int section) {
     if constexpr (RowsShape<HS>::kGivesUp) {
         __shared__ int cta_abort; /* set by a bounded wait that gave up (rows_wait) */
-        rows_pass<HS, MODE>(qkv_map, dout_map, stats, D, lambda, dqkv, NH, T, scale, c, section, &cta_abort);
+        rows_pass<HS, MODE>(qkv_map, dout_map, out, dout, stats, D, lambda, dqkv, NH, T, scale, c, section,
+                            &cta_abort);
     } else {
-        rows_pass<HS, MODE>(qkv_map, dout_map, stats, D, lambda, dqkv, NH, T, scale, c, section, nullptr);
+        rows_pass<HS, MODE>(qkv_map, dout_map, out, dout, stats, D, lambda, dqkv, NH, T, scale, c, section, nullptr);
     }
 }
 
@@ -354,7 +357,7 @@ void rows_launch(const HopperBwdCall& c) {
     cudaCheck(cudaFuncSetAttribute(rows_kernel<HS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
     const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
     launch_after_previous_grid(1, rows_kernel<HS, MODE>, grid, dim3(RowsShape<HS>::kThreads), kAlloc, c.stream,
-                               maps.qkv, maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
+                               maps.qkv, maps.dout, c.out, c.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
                                attn_softmax_scale(HS), attn_exp2_scale(HS),
                                attn_tile_section(s, kTileSectionKV));
 }

@@ -11,7 +11,8 @@
  *   dS             keymajor_probs_column<MODE> (dS = P (dP - D), masked entries 0), keymajor_probs_step<MODE>
  *                  (one 16-query k-step of it)
  *   gproj          load_step_lambdas, pack_gproj_step_operands (bf(P), bf(dS) and bf(-lambda P) of a k-step);
- *                  the row pass: load_row_state, row_probs_and_sums (the sums of bf(dS) and bf(P)),
+ *                  the row pass: load_row_state (with D = dO . O, attn_row_d.cuh's order), row_probs_and_sums
+ *                  (the sums of bf(dS) and bf(P)),
  *                  store_row_outputs (lambda = r / p, dQ = bf(s fma(-lambda, PK, DSK)))
  *   fp32           pack_split_step (the BF16 hi / lo / third terms of P and dS); the row pass's D = sum P dP
  *                  (row_probs_and_sums, store_row_outputs)
@@ -36,6 +37,7 @@
 #include "attention/attention.h"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "attention/cuda/mma_bf16.cuh"
+#include "attention/cuda/attn_row_d.cuh"
 
 namespace {
 
@@ -219,19 +221,35 @@ __device__ __forceinline__ void pack_split_step(uint32_t (&hi)[4], uint32_t (&lo
 
 /* ---- the row pass (gproj: lambda and dQ; fp32: D) ---- */
 
-/* The forward's stats of this thread's rows (bh's rows row0 and row0 + 8): m, fl(1 / l) and (gproj) the prep
-   kernel's D. Rows past T read row 0's: any finite state (their P is masked to 0). */
-template <bool GPROJ>
+/* The forward's stats of this thread's rows (bh = (b, h)'s rows row0 and row0 + 8): m, fl(1 / l), and for gproj
+   D = dO . O from the stored BF16 O and dO, formed here in the prep kernel's sum order (attn_row_d.cuh: this
+   lane's packs, then the quad g's butterfly; store_row_outputs writes it out for the key-major pass). Rows past
+   T read row 0's: any finite state (their P is masked to 0). Every lane of the warp takes part (the quad's
+   shuffles). */
+template <bool GPROJ, int HS>
 __device__ __forceinline__ void load_row_state(float (&row_m)[2], float (&row_rl)[2], float (&row_D)[2],
-                                               const float* __restrict__ stats, const float* __restrict__ D,
-                                               int bh, int T, int row0) {
+                                               const float* __restrict__ stats, const __nv_bfloat16* __restrict__ out,
+                                               const __nv_bfloat16* __restrict__ dout, int b, int h, int NH, int T,
+                                               int row0, int t) {
+    const int bh = b * NH + h;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int query = row0 + 8 * r;
         const long long idx = (long long)bh * T + (query < T ? query : 0); /* rows past T: any finite state */
         row_m[r] = stats[idx * 2];
         row_rl[r] = __frcp_rn(stats[idx * 2 + 1]);
-        row_D[r] = GPROJ ? D[idx] : 0.f;
+        row_D[r] = 0.f;
+    }
+    if constexpr (GPROJ) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int query = row0 + 8 * r;
+            const long long at = ((long long)b * T + (query < T ? query : 0)) * NH * HS + (long long)h * HS;
+            float d = attn_row_d_quad_partial<HS>(out + at, dout + at, t);
+            d += __shfl_xor_sync(0xffffffffu, d, 2);
+            d += __shfl_xor_sync(0xffffffffu, d, 1);
+            row_D[r] = d;
+        }
     }
 }
 
@@ -269,13 +287,14 @@ __device__ __forceinline__ void row_probs_and_sums(float (&sacc)[REGS], float (&
             }
 }
 
-/* The rows' outputs: the quad's row sums; gproj: lambda = r / p (0 if p = 0) into lambda and
-   dQ = bf(s * fma(-lambda, PK, DSK)) (one FP32 fma per element) into the q slot of dqkv [B, T, 3, NH, HS];
-   fp32: D = sum P dP into D. Rows past T write nothing. */
+/* The rows' outputs: the quad's row sums; gproj: lambda = r / p (0 if p = 0) into lambda, the rows' D (row_D, as
+   load_row_state formed it) into D for the key-major pass, and dQ = bf(s * fma(-lambda, PK, DSK)) (one FP32 fma per
+   element) into the q slot of dqkv [B, T, 3, NH, HS]; fp32: D = sum P dP into D. Rows past T write nothing. */
 template <bool GPROJ, int HS>
 __device__ __forceinline__ void store_row_outputs(const float (&acc_a)[2], const float (&acc_b)[2],
                                                   const float (&dsk)[HS / 2], const float (&pk)[HS / 2],
-                                                  float* __restrict__ D, float* __restrict__ lambda,
+                                                  const float (&row_D)[2], float* __restrict__ D,
+                                                  float* __restrict__ lambda,
                                                   hopper_wgmma::bf16* __restrict__ dqkv, int bh, int b, int h, int NH,
                                                   int T, int row0, int t, float scale) {
     float row_lambda[2];
@@ -287,8 +306,12 @@ __device__ __forceinline__ void store_row_outputs(const float (&acc_a)[2], const
         const int query = row0 + 8 * r;
         if (t != 0 || query >= T) continue;
         const long long idx = (long long)bh * T + query;
-        if (GPROJ) lambda[idx] = row_lambda[r];
-        else D[idx] = a;
+        if (GPROJ) {
+            lambda[idx] = row_lambda[r];
+            D[idx] = row_D[r];
+        } else {
+            D[idx] = a;
+        }
     }
     if (GPROJ) {
         /* dQ_i = bf(s * (DSK_i - lambda_i PK_i)), one FP32 fma per element, into the q slot of dqkv */
