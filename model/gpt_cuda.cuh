@@ -334,10 +334,11 @@ typedef struct {
     MatmulContext matmul;
     EncoderBuckets buckets;
     cudaStream_t stream;
-    /* the qkv and fc bias gradients run here, overlapped with the backward's next kernels (gpu_bias_grad_fork):
-       column sums that nothing on the stream reads before the next write of dbuf_4c */
+    /* the qkv and fc bias gradients run here, overlapped with the GEMMs that read the same gradient
+       (gpu_bias_grad_fork) */
     cudaStream_t side_stream;
     cudaEvent_t side_fork, side_fc_done, side_qkv_done;
+    int bias_grad_overlap; /* 1 unless GPT_BIAS_GRAD_OVERLAP=0 (A/B timing): the bias gradients on side_stream */
     GpuProfiler* profiler; /* NULL unless profiling */
     GradReadyHook grad_hook; void* grad_hook_ctx;     /* NULL: none */
     AttnBackwardHook attn_hook; void* attn_hook_ctx;  /* NULL: none */
@@ -509,6 +510,8 @@ static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, i
     matmul_context_init(&m->matmul);
     encoder_buckets_init(&m->buckets, B * T, cfg->padded_vocab_size);
     cudaCheck(cudaStreamCreateWithFlags(&m->side_stream, cudaStreamNonBlocking));
+    const char* overlap = getenv("GPT_BIAS_GRAD_OVERLAP");
+    m->bias_grad_overlap = !(overlap && strcmp(overlap, "0") == 0);
     for (cudaEvent_t* e : {&m->side_fork, &m->side_fc_done, &m->side_qkv_done})
         cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
 }
@@ -747,16 +750,25 @@ static void gpt_cuda_zero_grad(GPTCuda* m) {
 }
 
 /* A bias gradient (bias_backward: dbias += column sums of dout) on the side stream, after everything enqueued on
-   the main stream so far; `done` is recorded after it there. The main stream waits on `done`
-   (gpu_bias_grad_join) before it next overwrites dout and before the layer's gradients are handed on. The
-   kernels and their sum order are those of the main stream's call: the same bits. */
+   the main stream so far, and `done` recorded after it there; the main stream waits on `done` (gpu_bias_grad_join)
+   after the GEMMs that read dout too, before the next memory-bound kernel (the norm backward, which would share
+   the bandwidth; overlapped with the compute-bound GEMMs the column sums cost almost nothing). Each fork is joined
+   in its own layer, so a captured graph holds both ends. The kernels and their sum order are those of a call on
+   the main stream: the same bits. m->bias_grad_overlap = 0 (GPT_BIAS_GRAD_OVERLAP=0, for A/B timing) runs them on
+   the main stream. */
 static void gpu_bias_grad_fork(GPTCuda* m, floatX* dbias, const floatX* dout, int N, int C, cudaEvent_t done) {
+    if (!m->bias_grad_overlap) {
+        bias_backward(dbias, dout, gpu_stat(m, GS_BIAS_SCRATCH, 0), N, C, m->stream);
+        return;
+    }
     cudaCheck(cudaEventRecord(m->side_fork, m->stream));
     cudaCheck(cudaStreamWaitEvent(m->side_stream, m->side_fork, 0));
     bias_backward(dbias, dout, gpu_stat(m, GS_BIAS_SCRATCH, 0), N, C, m->side_stream);
     cudaCheck(cudaEventRecord(done, m->side_stream));
 }
-static void gpu_bias_grad_join(GPTCuda* m, cudaEvent_t done) { cudaCheck(cudaStreamWaitEvent(m->stream, done, 0)); }
+static void gpu_bias_grad_join(GPTCuda* m, cudaEvent_t done) {
+    if (m->bias_grad_overlap) cudaCheck(cudaStreamWaitEvent(m->stream, done, 0));
+}
 
 /* The backward up to and including layer 0 (everything but the embeddings). Every kernel argument is fixed
    for a given (B, T); the hooks are host callbacks (a captured graph must run with both NULL). */
@@ -791,7 +803,6 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
                       gpu_stat(m, GS_LNF_RSTD, 0), N, C, st);
     for (int l = L - 1; l >= 0; l--) {
         const GpuLayerActs la = gpu_layer_acts(m, l, encoded);
-        gpu_bias_grad_join(m, m->side_qkv_done); /* the layer above's qkv bias gradient still reads dbuf_4c */
         float* ln1_mean = gpu_stat(m, GS_LN1_MEAN, l);
         float* ln1_rstd = gpu_stat(m, GS_LN1_RSTD, l);
         float* ln2_mean = gpu_stat(m, GS_LN2_MEAN, l);
@@ -824,14 +835,15 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
             matmul_backward_input_dgelu(&m->matmul, dbuf_4c, dres, gpu_param(m, p, P_FCPROJW, l), la.fch, N, H, C,
                                         st);
         }
+        prof_mark(m, PH_BIAS_GRAD); /* fc's bias gradient, overlapped with the three GEMMs that follow */
+        gpu_bias_grad_fork(m, gpu_param(m, g, P_FCB, l), dbuf_4c, N, F, m->side_fc_done);
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), dres, la.fch_gelu, N, H, C, st);
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_FCW, l), N, C, F, 0, st);
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), dbuf_4c, la.ln2, N, C, F, st);
-        prof_mark(m, PH_BIAS_GRAD);
-        gpu_bias_grad_fork(m, gpu_param(m, g, P_FCB, l), dbuf_4c, N, F, m->side_fc_done);
+        gpu_bias_grad_join(m, m->side_fc_done);
         prof_mark(m, PH_LAYERNORM);
         /* fcproj's bias gradient is the column sum of dres as it is now (before norm2 adds into it) */
         gpu_norm_backward(m, dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l),
@@ -843,7 +855,6 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_ATTPROJW, l), dres, la.atty, N, C, C, st);
         prof_mark(m, PH_ATTENTION);
-        gpu_bias_grad_join(m, m->side_fc_done); /* attention's dqkv overwrites dbuf_4c, fc's bias gradient's input */
         attention_backward_cuda(m->attn_mode, m->attn_opt, shape, la.qkv, la.atty, gpu_stat(m, GS_ATT_STATS, l), dbuf_c,
                                 dbuf_4c, m->attn_workspace, st);
         if (m->attn_hook) {
@@ -862,23 +873,20 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
                             gpu_stat(m, GS_QKNORM_RSTD, l), gpu_param(m, p, P_QNORMW, l),
                             gpu_param(m, p, P_KNORMW, l), N, NH, HS, st);
         }
+        prof_mark(m, PH_BIAS_GRAD); /* qkv's bias gradient, overlapped with the two GEMMs that follow */
+        gpu_bias_grad_fork(m, gpu_param(m, g, P_QKVB, l), dbuf_4c, N, 3 * C, m->side_qkv_done);
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_QKVW, l), N, C, 3 * C, 0, st);
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_QKVW, l), dbuf_4c, la.ln1, N, C, 3 * C, st);
-        prof_mark(m, PH_BIAS_GRAD);
-        gpu_bias_grad_fork(m, gpu_param(m, g, P_QKVB, l), dbuf_4c, N, 3 * C, m->side_qkv_done);
+        gpu_bias_grad_join(m, m->side_qkv_done);
         prof_mark(m, PH_LAYERNORM);
         /* and attproj's the column sum of dres before norm1 adds into it */
         gpu_norm_backward(m, dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l),
                           gpu_param(m, g, P_ATTPROJB, l), scratch, dbuf_c,
                           la.residual, gpu_param(m, p, P_LN1W, l), ln1_mean, ln1_rstd, N, C, st);
-        if (m->grad_hook) { /* layer l's gradients are final once its qkv bias gradient is */
-            gpu_bias_grad_join(m, m->side_qkv_done);
-            m->grad_hook(m->grad_hook_ctx, l, st);
-        }
+        if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, l, st); /* layer l's gradients are final */
     }
-    gpu_bias_grad_join(m, m->side_qkv_done); /* every gradient is on the main stream's side again */
 }
 
 /* The embedding backward (wte, wpe) from dresidual, then the last grad hook. Its wte kernel's grid and
