@@ -136,8 +136,6 @@ typedef enum {
     GS_LOSSES,                    /* (N) */
     GS_REDUCE_SCRATCH,            /* column-sum partials: gpu_reduce_scratch_floats */
     GS_NORM_SCRATCH,              /* GLOBAL_NORM_BLOCKS */
-    GS_BIAS_SCRATCH,              /* the qkv and fc bias gradients' column-sum partials, on the side stream:
-                                     gpu_bias_scratch_floats (0 without biases) */
     GS_QKNORM_RSTD,               /* (L, N * 2 * NH)  QK-norm's rstd per (row, q|k, head); count 0 without it */
     NUM_GPU_STATS
 } GpuStatId;
@@ -154,20 +152,17 @@ static const char* const gpu_act_names[NUM_GPU_ACTS] = {
 
 static inline size_t size_max(size_t a, size_t b) { return a > b ? a : b; }
 
-/* FP32 floats of the main stream's column-sum scratch in backward: the norm backward's partials and
-   QK-norm's gain partials. */
+/* FP32 floats of the backward's column-sum scratch: the norm backward's partials, the widest matmul bias
+   summed on its own (3C qkvb, F fcb) and QK-norm's gain partials. */
 static size_t gpu_reduce_scratch_floats(const GPTConfig* cfg, size_t N) {
-    const size_t C = cfg->channels;
-    size_t floats = rownorm_backward_scratch_floats((long long)N, (long long)C);
+    const size_t C = cfg->channels, F = gpt_config_fc_rows(cfg);
+    size_t widest = 3 * C;
+    if (cfg->bias) widest = size_max(widest, F);
+    size_t floats = size_max(colreduce_scratch_floats((long long)N, (long long)widest),
+                             rownorm_backward_scratch_floats((long long)N, (long long)C));
     if (cfg->qk_norm)
         floats = size_max(floats, qknorm_scratch_floats((long long)N, cfg->num_heads, cfg->channels / cfg->num_heads));
     return floats;
-}
-
-/* FP32 floats of the side stream's scratch: the partials of the widest bias summed there (3C qkvb, F fcb). */
-static size_t gpu_bias_scratch_floats(const GPTConfig* cfg, size_t N) {
-    if (!cfg->bias) return 0;
-    return colreduce_scratch_floats((long long)N, (long long)size_max(3 * (size_t)cfg->channels, gpt_config_fc_rows(cfg)));
 }
 
 /* Element counts and offsets for batch (B, T). Offsets are multiples of 8
@@ -193,8 +188,7 @@ static void gpu_act_table(const GPTConfig* cfg, int B, int T, int recompute, Gpu
     const size_t mean = cfg->norm == GPT_NORM_LAYERNORM ? N : 0; /* RMSNorm keeps no mean */
     const size_t stat_sizes[NUM_GPU_STATS][2] = {
         {L, mean}, {L, N}, {L, mean}, {L, N}, {1, mean}, {1, N}, {L, (size_t)B * NH * T * 2}, {1, N},
-        {1, gpu_reduce_scratch_floats(cfg, N)}, {1, GLOBAL_NORM_BLOCKS}, {1, gpu_bias_scratch_floats(cfg, N)},
-        {L, qk * N * 2 * NH}};
+        {1, gpu_reduce_scratch_floats(cfg, N)}, {1, GLOBAL_NORM_BLOCKS}, {L, qk * N * 2 * NH}};
     off = 0;
     for (int i = 0; i < NUM_GPU_STATS; i++) {
         t->stat_per_layer[i] = stat_sizes[i][0] > 1 ? stat_sizes[i][1] : 0;
@@ -334,11 +328,6 @@ typedef struct {
     MatmulContext matmul;
     EncoderBuckets buckets;
     cudaStream_t stream;
-    /* the qkv and fc bias gradients run here, overlapped with the GEMMs that read the same gradient
-       (gpu_bias_grad_fork) */
-    cudaStream_t side_stream;
-    cudaEvent_t side_fork, side_fc_done, side_qkv_done;
-    int bias_grad_overlap; /* 1 unless GPT_BIAS_GRAD_OVERLAP=0 (A/B timing): the bias gradients on side_stream */
     GpuProfiler* profiler; /* NULL unless profiling */
     GradReadyHook grad_hook; void* grad_hook_ctx;     /* NULL: none */
     AttnBackwardHook attn_hook; void* attn_hook_ctx;  /* NULL: none */
@@ -509,11 +498,6 @@ static void gpt_cuda_init_dist(GPTCuda* m, const GPTConfig* cfg, int B, int T, i
     if (cfg->pos == GPT_POS_ROPE) m->rope_table = rope_table_upload(cfg->max_seq_len, shape.HS, cfg->rope_base);
     matmul_context_init(&m->matmul);
     encoder_buckets_init(&m->buckets, B * T, cfg->padded_vocab_size);
-    cudaCheck(cudaStreamCreateWithFlags(&m->side_stream, cudaStreamNonBlocking));
-    const char* overlap = getenv("GPT_BIAS_GRAD_OVERLAP");
-    m->bias_grad_overlap = !(overlap && strcmp(overlap, "0") == 0);
-    for (cudaEvent_t* e : {&m->side_fork, &m->side_fc_done, &m->side_qkv_done})
-        cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
 }
 /* One GPU: the whole optimizer state. */
 static void gpt_cuda_init(GPTCuda* m, const GPTConfig* cfg, int B, int T, int recompute, AttnMode mode,
@@ -542,8 +526,6 @@ static void gpt_cuda_free(GPTCuda* m) {
     cudaCheck(cudaFree(m->rope_table));
     matmul_context_free(&m->matmul);
     encoder_buckets_free(&m->buckets);
-    for (cudaEvent_t e : {m->side_fork, m->side_fc_done, m->side_qkv_done}) cudaCheck(cudaEventDestroy(e));
-    cudaCheck(cudaStreamDestroy(m->side_stream));
 }
 
 /* FP32 host weights (all num_params, gpt_param_table layout) -> the master
@@ -749,27 +731,6 @@ static void gpt_cuda_zero_grad(GPTCuda* m) {
     cudaCheck(cudaMemsetAsync(m->grads, 0, m->alloc_params * sizeof(floatX), m->stream));
 }
 
-/* A bias gradient (bias_backward: dbias += column sums of dout) on the side stream, after everything enqueued on
-   the main stream so far, and `done` recorded after it there; the main stream waits on `done` (gpu_bias_grad_join)
-   after the GEMMs that read dout too, before the next memory-bound kernel (the norm backward, which would share
-   the bandwidth; overlapped with the compute-bound GEMMs the column sums cost almost nothing). Each fork is joined
-   in its own layer, so a captured graph holds both ends. The kernels and their sum order are those of a call on
-   the main stream: the same bits. m->bias_grad_overlap = 0 (GPT_BIAS_GRAD_OVERLAP=0, for A/B timing) runs them on
-   the main stream. */
-static void gpu_bias_grad_fork(GPTCuda* m, floatX* dbias, const floatX* dout, int N, int C, cudaEvent_t done) {
-    if (!m->bias_grad_overlap) {
-        bias_backward(dbias, dout, gpu_stat(m, GS_BIAS_SCRATCH, 0), N, C, m->stream);
-        return;
-    }
-    cudaCheck(cudaEventRecord(m->side_fork, m->stream));
-    cudaCheck(cudaStreamWaitEvent(m->side_stream, m->side_fork, 0));
-    bias_backward(dbias, dout, gpu_stat(m, GS_BIAS_SCRATCH, 0), N, C, m->side_stream);
-    cudaCheck(cudaEventRecord(done, m->side_stream));
-}
-static void gpu_bias_grad_join(GPTCuda* m, cudaEvent_t done) {
-    if (m->bias_grad_overlap) cudaCheck(cudaStreamWaitEvent(m->stream, done, 0));
-}
-
 /* The backward up to and including layer 0 (everything but the embeddings). Every kernel argument is fixed
    for a given (B, T); the hooks are host callbacks (a captured graph must run with both NULL). */
 static void gpt_cuda_backward_layers(GPTCuda* m) {
@@ -835,15 +796,14 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
             matmul_backward_input_dgelu(&m->matmul, dbuf_4c, dres, gpu_param(m, p, P_FCPROJW, l), la.fch, N, H, C,
                                         st);
         }
-        prof_mark(m, PH_BIAS_GRAD); /* fc's bias gradient, overlapped with the three GEMMs that follow */
-        gpu_bias_grad_fork(m, gpu_param(m, g, P_FCB, l), dbuf_4c, N, F, m->side_fc_done);
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCPROJW, l), dres, la.fch_gelu, N, H, C, st);
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_FCW, l), N, C, F, 0, st);
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_FCW, l), dbuf_4c, la.ln2, N, C, F, st);
-        gpu_bias_grad_join(m, m->side_fc_done);
+        prof_mark(m, PH_BIAS_GRAD);
+        bias_backward(gpu_param(m, g, P_FCB, l), dbuf_4c, scratch, N, F, st);
         prof_mark(m, PH_LAYERNORM);
         /* fcproj's bias gradient is the column sum of dres as it is now (before norm2 adds into it) */
         gpu_norm_backward(m, dres, gpu_param(m, g, P_LN2W, l), gpu_param(m, g, P_LN2B, l),
@@ -873,13 +833,12 @@ static void gpt_cuda_backward_layers(GPTCuda* m) {
                             gpu_stat(m, GS_QKNORM_RSTD, l), gpu_param(m, p, P_QNORMW, l),
                             gpu_param(m, p, P_KNORMW, l), N, NH, HS, st);
         }
-        prof_mark(m, PH_BIAS_GRAD); /* qkv's bias gradient, overlapped with the two GEMMs that follow */
-        gpu_bias_grad_fork(m, gpu_param(m, g, P_QKVB, l), dbuf_4c, N, 3 * C, m->side_qkv_done);
         prof_mark(m, PH_MATMUL);
         matmul_backward_input(&m->matmul, dbuf_c, dbuf_4c, gpu_param(m, p, P_QKVW, l), N, C, 3 * C, 0, st);
         prof_mark(m, PH_MATMUL);
         matmul_backward_weight(&m->matmul, gpu_param(m, g, P_QKVW, l), dbuf_4c, la.ln1, N, C, 3 * C, st);
-        gpu_bias_grad_join(m, m->side_qkv_done);
+        prof_mark(m, PH_BIAS_GRAD);
+        bias_backward(gpu_param(m, g, P_QKVB, l), dbuf_4c, scratch, N, 3 * C, st);
         prof_mark(m, PH_LAYERNORM);
         /* and attproj's the column sum of dres before norm1 adds into it */
         gpu_norm_backward(m, dres, gpu_param(m, g, P_LN1W, l), gpu_param(m, g, P_LN1B, l),
