@@ -557,14 +557,11 @@ int main(int argc, char** argv) {
     }
     if (parsed != 0) run_flag_error("train_gpt", err);
     /* GEMM algorithms chosen by timing can differ from run to run; --deterministic 1 promises the same bits on
-       every run, so it takes the heuristic's first unless told otherwise, and refuses to be told otherwise */
-    if (f.attn_deterministic) {
-        if (flags_was_set(&f, FLAG_MATMUL_TUNE) && f.matmul_tune > 0)
-            run_flag_error("train_gpt", "--deterministic 1 repeats a run bit for bit, and --matmul-tune N > 0 picks "
-                           "GEMM algorithms by timing, which can choose differently from run to run: give "
-                           "--matmul-tune 0 with it (a --resume reuses the saved choice either way)");
-        f.matmul_tune = 0;
-    }
+       every run */
+    if (f.attn_deterministic && f.matmul_tune > 0)
+        run_flag_error("train_gpt", "--deterministic 1 repeats a run bit for bit, and --matmul-tune N > 0 picks "
+                       "GEMM algorithms by timing, which can choose differently from run to run: drop --matmul-tune "
+                       "(or give 0) with it (a --resume reuses the saved choice either way)");
 
     /* ---- who am I: launcher, GPU, communicator ---- */
     DistInfo dist;

@@ -455,14 +455,15 @@ for phase in "$@"; do
         done
         end 0 ;;
     resumecheck)
-        # timed GEMM algorithms and bit-exact resume: d12 at B8 T1024 (gproj, the defaults: --matmul-tune 16),
+        # timed GEMM algorithms and bit-exact resume: d12 at B8 T1024 (gproj, --matmul-tune 16),
         # RC_STEPS straight with a checkpoint halfway, then that checkpoint copied to a new folder and resumed
         # (it must restore the straight run's algorithms); the final model and state files compared with cmp
         begin "timed GEMM algorithms: a straight run vs its halfway checkpoint resumed"
         prepare_data
         n=${RC_STEPS:-16}
         rc_flags=(--model d12 --batch-size 8 --seq-len 1024 --train-data "$DATA/gutenberg_train_*.bin" --val-data ""
-                  --vocab "" --sample-every 0 --steps "$n" --checkpoint-minutes 0 --checkpoint-every $((n / 2)))
+                  --vocab "" --sample-every 0 --steps "$n" --checkpoint-minutes 0 --checkpoint-every $((n / 2))
+                  --matmul-tune 16)
         timeout 120 build/train_gpt "${rc_flags[@]}" --overwrite 1 --out-dir /tmp/rc_straight \
             > "$OUT/rc_straight.log" 2>&1
         r1=$?

@@ -12,9 +12,10 @@
  * scripts/bench_train.sh compares like with like.
  *
  * Usage: build/dev/profile_gpu_step [--model d12] [--batch 32] [--seq 1024]
- *        [--recompute 0] [--attn all|fp32|bf16|repair|gproj] [--steps 10] [--matmul-tune 16]
- * --matmul-tune N: the GEMM algorithms as train_gpt chooses them (gpt_cuda_choose_matmul_algos: the fastest of
- * the heuristic's first N, timed once before the first mode's steps; 0: the heuristic's first).
+ *        [--recompute 0] [--attn all|fp32|bf16|repair|gproj] [--steps 10] [--matmul-tune 0]
+ * --matmul-tune N: the GEMM algorithms as train_gpt --matmul-tune N chooses them (gpt_cuda_choose_matmul_algos:
+ * N > 0 the fastest of the heuristic's first N, timed once before the first mode's steps; 0, the default: the
+ * heuristic's first).
  * Prints, per mode: "ours: ... tokens/s" and the breakdown table.
  */
 #include <stdio.h>
@@ -46,7 +47,7 @@ static void one_step(GPTCuda* m, const int* inputs, const int* targets, int B, i
 int main(int argc, char** argv) {
     const char* model_name = "d12";
     const char* attn = "all";
-    int B = 32, T = 1024, recompute = 0, steps = 10, tune = 16; /* recompute, tune: the trainer's defaults */
+    int B = 32, T = 1024, recompute = 0, steps = 10, tune = 0; /* recompute, tune: the trainer's defaults */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) model_name = argv[i + 1];
         else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);

@@ -54,7 +54,8 @@
  *
  * Determinism: no atomics anywhere (encoder backward by token buckets, column
  * sums in fixed chunks, norms in fixed order); cuBLASLt with a fixed algorithm
- * per shape is run-to-run reproducible, which bit-exact resume relies on.
+ * per shape is run-to-run reproducible, which bit-exact resume relies on (a
+ * resumed run restores the algorithms its state records).
  *
  * Data parallelism (train_gpt.cu drives it): the params/grads buffers may be
  * allocated longer than the parameter count (padded to the ZeRO-1 shard
@@ -80,7 +81,9 @@
  * gpt_cuda_forward_kernels and gpt_cuda_backward_layers /
  * gpt_cuda_backward_embeddings, and GpuStepGraph with
  * gpt_cuda_graph_micro_step / gpt_cuda_graph_free (a training micro-step
- * replayed from a captured CUDA graph).
+ * replayed from a captured CUDA graph); gpt_cuda_choose_matmul_algos (the
+ * GEMM algorithms of the training step: restored from a resume state's
+ * records, or timed on one throw-away micro-step).
  */
 #ifndef MODEL_GPT_CUDA_CUH
 #define MODEL_GPT_CUDA_CUH

@@ -38,12 +38,27 @@
  *  - gelu.cuh's standalone forward serves --recompute: rebuilding gelu(pre)
  *    in backward has no GEMM to ride on.
  *
+ * Algorithms: each GEMM shape (MatmulKey) gets one plan on its first call,
+ * its descriptors and one algorithm, kept for every later call: the
+ * heuristic's first (llm.c's choice), or, while the context tunes
+ * (tune_candidates > 0: train_gpt --matmul-tune), the fastest of the
+ * heuristic's first candidates timed on that call's operands. An algorithm
+ * fixes a GEMM's sum order, so the plans export as records
+ * (model/matmul_record.h) that the resume state keeps and a resumed run
+ * restores. On the H200 timing made the GEMMs 2-4% faster in a step and the
+ * attention after them slower by as much
+ * (dev/results/gemm_algorithm_timing_2026-12-04.md): the trainer's default is
+ * the heuristic's first.
+ *
  * Alignment (checked, with a message): every pointer 16 bytes; m of the aux
  * epilogues (the aux leading dimension) a multiple of 8.
  *
  * Offers: MatmulContext (+ init/free), matmul_forward (bias / GELU epilogues),
  * matmul_backward_input, matmul_backward_input_dgelu, matmul_backward_weight,
- * cublasCheck.
+ * cublasCheck; the plans: MatmulKey, MatmulPlan (matmul_plan_make / _run /
+ * _candidates / _destroy), matmul_plans_clear; timing and records:
+ * MatmulTuneSummary (matmul_tune_summary), matmul_records_export,
+ * matmul_records_restore.
  */
 #ifndef MODEL_MATMUL_CUH
 #define MODEL_MATMUL_CUH

@@ -66,11 +66,9 @@ MPI=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_E
 # add the dQ partials of the key blocks with FP32 reduce-adds in arrival order (as FlashAttention's and
 # cuDNN's default backward do), so two runs of one command agree only to rounding once three or more key
 # blocks reach a query (on 2 H200s, bf16 at T 256: last loss 7.765090 / 7.765067 in two runs).
-# The GEMM algorithms are the heuristic's first (--matmul-tune 0): timed ones can differ between the separate
-# runs compared here (a --resume reuses the saved ones either way).
 EXACT_ATTN=${EXACT_ATTN:-gproj}
 SMALL=(--model small --batch-size 8 --seq-len 256 --lr 1e-3 --warmup-steps 5 --val-data "" --attn "$EXACT_ATTN"
-       --train-data "$DATA/*train_*.bin" --vocab "" --overwrite 1 --seed 1337 --log-every 10 --matmul-tune 0)
+       --train-data "$DATA/*train_*.bin" --vocab "" --overwrite 1 --seed 1337 --log-every 10)
 
 # losses DIR -> one loss per line (the last record of each step, as the log readers do)
 losses() {

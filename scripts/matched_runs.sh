@@ -132,10 +132,8 @@ if [ "$use_cpu" = 1 ]; then
 else
     trainer="${TRAINER:-build/train_gpt}"
     name="${name:-matched_gpu}"
-    # --matmul-tune 0: every arm runs the same GEMM algorithms (timed ones can differ from run to run), so the
-    # arms differ in the attention mode alone
     base=(--model small --batch-size 16 --steps 2000 --lr 2e-3 --warmup-steps 100 --weight-decay 0
-          --val-every 100 --diverge-margin 0 --matmul-tune 0)
+          --val-every 100 --diverge-margin 0)
     ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
     if [ "$ngpu" -lt 1 ]; then
         [ "$dry_run" = 1 ] || die "no NVIDIA GPU visible (nvidia-smi -L); use --cpu for the CPU trainer"

@@ -68,12 +68,11 @@ refuses "--cuda-graph takes 0|1 only" "--cuda-graph: 2 is out of range; allowed:
 
 echo "== GEMM algorithm timing"
 refuses "--matmul-tune past 64" "--matmul-tune: 65 is out of range" -- --model small --matmul-tune 65
-refuses "--matmul-tune with --deterministic 1" "give --matmul-tune 0 with it" -- \
+refuses "--matmul-tune with --deterministic 1" "drop --matmul-tune (or give 0) with it" -- \
     --model small --deterministic 1 --matmul-tune 8
-# --deterministic 1 alone (its --matmul-tune default becomes 0) and with --matmul-tune 0 reach the GPU check
+# --deterministic 1 with the default --matmul-tune 0, and --matmul-tune alone, reach the GPU check
 refuses "--deterministic 1 reaches the GPU check" "no CUDA GPU found" -- --model small --deterministic 1
-refuses "--deterministic 1 --matmul-tune 0 reaches the GPU check" "no CUDA GPU found" -- \
-    --model small --deterministic 1 --matmul-tune 0
+refuses "--matmul-tune 16 reaches the GPU check" "no CUDA GPU found" -- --model small --matmul-tune 16
 
 echo "== the run driver's checks (train/run_driver.c, shared with the CPU trainer) come before any GPU work"
 refuses "--resume with --overwrite" "--resume continues a run and --overwrite starts one over" -- \
