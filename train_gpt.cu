@@ -461,8 +461,10 @@ static void choose_matmul_algos(GPTCuda* model, DataParallel* dp, const ResumeSt
     const int rank0 = dp->dist.rank == 0;
     int num_saved = 0;
     const char* anew = NULL; /* why a resumed run chooses anew */
-    if (resuming && saved->num_matmul_algos == 0)
-        anew = "the resume state records no GEMM algorithms (written by an older build or the CPU trainer)";
+    if (resuming && saved->num_matmul_algos == 0) {
+        /* an older build and the CPU trainer record none; with the heuristic's first nothing is chosen anew */
+        if (tune > 0) anew = "the resume state records no GEMM algorithms (written by an older build or the CPU trainer)";
+    }
     else if (resuming && saved->matmul_lib != lib)
         anew = "the resume state's GEMM algorithms were chosen by another cuBLASLt version";
     else if (resuming)

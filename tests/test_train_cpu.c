@@ -314,6 +314,27 @@ static void copy_file(const char* from, const char* to) {
     fclose(b);
 }
 
+/* The bytes of a file, malloc'd, and its size. */
+static unsigned char* read_bytes(const char* path, long* size) {
+    FILE* f = fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    *size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char* bytes = (unsigned char*)malloc((size_t)*size);
+    CHECK(fread(bytes, 1, (size_t)*size, f) == (size_t)*size, "read %s", path);
+    fclose(f);
+    return bytes;
+}
+
+/* A resume state's bytes (a header edited by hand) with its trailing checksum made right again, into path. */
+static void write_state_bytes(const char* path, unsigned char* bytes, long size) {
+    const uint64_t sum = resume_hash(bytes, (size_t)size - 8, RESUME_HASH_INIT);
+    memcpy(bytes + size - 8, &sum, 8);
+    FILE* f = fopen(path, "wb");
+    fwrite(bytes, 1, (size_t)size, f);
+    fclose(f);
+}
+
 static void test_resume_state(void) {
     test_section("resume state: round trip, damage refused, failed save harmless");
     const size_t n = 1000;
@@ -373,22 +394,13 @@ static void test_resume_state(void) {
         resume_state_free(&r);
         /* A version-2 file (written before the options existed) is a GPT-2 model: rewrite the version
            slot and the checksum of the GPT-2 state written above, and clear the option slots. */
-        FILE* vf = fopen(path, "rb");
-        fseek(vf, 0, SEEK_END);
-        const long size = ftell(vf);
-        fseek(vf, 0, SEEK_SET);
-        unsigned char* bytes = (unsigned char*)malloc((size_t)size);
-        CHECK(fread(bytes, 1, (size_t)size, vf) == (size_t)size, "read the state");
-        fclose(vf);
+        long size;
+        unsigned char* bytes = read_bytes(path, &size);
         int64_t* h = (int64_t*)bytes;
         h[1] = 2;
         for (int k = 27; k < 35; k++) h[k] = 0; /* RH_OPTIONS: the 8 architecture options */
-        const uint64_t sum = resume_hash(bytes, (size_t)size - 8, RESUME_HASH_INIT);
-        memcpy(bytes + size - 8, &sum, 8);
         snprintf(opath, sizeof(opath), "%s/v2_state.bin", g_tmpdir);
-        vf = fopen(opath, "wb");
-        fwrite(bytes, 1, (size_t)size, vf);
-        fclose(vf);
+        write_state_bytes(opath, bytes, size);
         free(bytes);
         CHECK(resume_state_read(opath, &r, err, sizeof(err)) == 0 && gpt_config_is_gpt2(&r.config) &&
                   resume_state_check(&r, &s, err, sizeof(err)) == 0,
@@ -422,21 +434,12 @@ static void test_resume_state(void) {
         CHECK(resume_state_write(gpath, &g, err, sizeof(err)) == -1 && strstr(err, "GEMM algorithm records"),
               "more records than a state holds refused on write (%s)", err);
         /* version 3: the state written first (no records), its version slot set to 3 */
-        FILE* vf = fopen(path, "rb");
-        fseek(vf, 0, SEEK_END);
-        const long size = ftell(vf);
-        fseek(vf, 0, SEEK_SET);
-        unsigned char* bytes = (unsigned char*)malloc((size_t)size);
-        CHECK(fread(bytes, 1, (size_t)size, vf) == (size_t)size, "read the state");
-        fclose(vf);
+        long size;
+        unsigned char* bytes = read_bytes(path, &size);
         int64_t* h = (int64_t*)bytes;
         h[1] = 3;
-        uint64_t sum = resume_hash(bytes, (size_t)size - 8, RESUME_HASH_INIT);
-        memcpy(bytes + size - 8, &sum, 8);
         snprintf(gpath, sizeof(gpath), "%s/v3_state.bin", g_tmpdir);
-        vf = fopen(gpath, "wb");
-        fwrite(bytes, 1, (size_t)size, vf);
-        fclose(vf);
+        write_state_bytes(gpath, bytes, size);
         CHECK(resume_state_read(gpath, &r, err, sizeof(err)) == 0 && r.num_matmul_algos == 0 && r.matmul_lib == 0 &&
                   resume_state_check(&r, &s, err, sizeof(err)) == 0,
               "a version-3 state reads with no GEMM records and fits its run (%s)", err);
@@ -444,11 +447,7 @@ static void test_resume_state(void) {
         /* version 4 claiming one record the file does not hold */
         h[1] = 4;
         h[35] = 1; /* RH_NUM_MATMUL_ALGOS */
-        sum = resume_hash(bytes, (size_t)size - 8, RESUME_HASH_INIT);
-        memcpy(bytes + size - 8, &sum, 8);
-        vf = fopen(gpath, "wb");
-        fwrite(bytes, 1, (size_t)size, vf);
-        fclose(vf);
+        write_state_bytes(gpath, bytes, size);
         CHECK(resume_state_read(gpath, &r, err, sizeof(err)) == -1 && strstr(err, "corrupt resume state header"),
               "a record count the file's size does not hold is refused (%s)", err);
         free(bytes);
