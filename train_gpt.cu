@@ -464,11 +464,11 @@ static void choose_matmul_algos(GPTCuda* model, DataParallel* dp, const ResumeSt
     if (resuming && saved->num_matmul_algos == 0) {
         /* an older build and the CPU trainer record none; with the heuristic's first nothing is chosen anew */
         if (tune > 0) anew = "the resume state records no GEMM algorithms (written by an older build or the CPU trainer)";
-    }
-    else if (resuming && saved->matmul_lib != lib)
+    } else if (resuming && saved->matmul_lib != lib) {
         anew = "the resume state's GEMM algorithms were chosen by another cuBLASLt version";
-    else if (resuming)
+    } else if (resuming) {
         num_saved = saved->num_matmul_algos;
+    }
     MatmulTuneSummary t;
     if (gpt_cuda_choose_matmul_algos(model, rank0 ? tune : 0, saved->matmul_algos, num_saved, &t, err,
                                      sizeof(err)) != 0) {
