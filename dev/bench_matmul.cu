@@ -31,36 +31,28 @@ struct Gemm {
     int per_step; /* launches per training step */
 };
 
-MatmulKey make_key(int m, int n, int k, int trans_a, int trans_b, int accumulate, MatmulEpilogue e) {
-    MatmulKey key;
-    memset(&key, 0, sizeof(key));
-    key.m = m, key.n = n, key.k = k, key.trans_a = trans_a, key.trans_b = trans_b, key.accumulate = accumulate;
-    key.epilogue = e;
-    return key;
-}
-
 /* The GEMMs of one training step, in matmul.cuh's column-major terms (see its wrappers). */
 std::vector<Gemm> step_gemms(const GPTConfig& cfg, int N) {
     const int C = cfg.channels, L = cfg.num_layers, Vp = cfg.padded_vocab_size, H = cfg.mlp_hidden;
     std::vector<Gemm> g;
     /* forward: out[N, OC] = inp[N, K] W^T: m = OC, n = N, k = K, A transposed */
-    g.push_back({"qkv fwd (bias)", make_key(3 * C, N, C, 1, 0, 0, MATMUL_EPILOGUE_BIAS), L});
-    g.push_back({"attproj fwd (bias)", make_key(C, N, C, 1, 0, 0, MATMUL_EPILOGUE_BIAS), L});
-    g.push_back({"fc fwd (gelu_aux_bias)", make_key(H, N, C, 1, 0, 0, MATMUL_EPILOGUE_GELU_AUX_BIAS), L});
-    g.push_back({"fcproj fwd (bias)", make_key(C, N, H, 1, 0, 0, MATMUL_EPILOGUE_BIAS), L});
-    g.push_back({"head fwd", make_key(Vp, N, C, 1, 0, 0, MATMUL_EPILOGUE_NONE), 1});
+    g.push_back({"qkv fwd (bias)", matmul_key(3 * C, N, C, 1, 0, 0, MATMUL_EPILOGUE_BIAS), L});
+    g.push_back({"attproj fwd (bias)", matmul_key(C, N, C, 1, 0, 0, MATMUL_EPILOGUE_BIAS), L});
+    g.push_back({"fc fwd (gelu_aux_bias)", matmul_key(H, N, C, 1, 0, 0, MATMUL_EPILOGUE_GELU_AUX_BIAS), L});
+    g.push_back({"fcproj fwd (bias)", matmul_key(C, N, H, 1, 0, 0, MATMUL_EPILOGUE_BIAS), L});
+    g.push_back({"head fwd", matmul_key(Vp, N, C, 1, 0, 0, MATMUL_EPILOGUE_NONE), 1});
     /* input gradients: dinp[N, K] = dout[N, OC] W: m = K, n = N, k = OC */
-    g.push_back({"head dinp", make_key(C, N, Vp, 0, 0, 0, MATMUL_EPILOGUE_NONE), 1});
-    g.push_back({"fcproj dinp (dgelu)", make_key(H, N, C, 0, 0, 0, MATMUL_EPILOGUE_DGELU), L});
-    g.push_back({"fc dinp", make_key(C, N, H, 0, 0, 0, MATMUL_EPILOGUE_NONE), L});
-    g.push_back({"attproj dinp", make_key(C, N, C, 0, 0, 0, MATMUL_EPILOGUE_NONE), L});
-    g.push_back({"qkv dinp", make_key(C, N, 3 * C, 0, 0, 0, MATMUL_EPILOGUE_NONE), L});
+    g.push_back({"head dinp", matmul_key(C, N, Vp, 0, 0, 0, MATMUL_EPILOGUE_NONE), 1});
+    g.push_back({"fcproj dinp (dgelu)", matmul_key(H, N, C, 0, 0, 0, MATMUL_EPILOGUE_DGELU), L});
+    g.push_back({"fc dinp", matmul_key(C, N, H, 0, 0, 0, MATMUL_EPILOGUE_NONE), L});
+    g.push_back({"attproj dinp", matmul_key(C, N, C, 0, 0, 0, MATMUL_EPILOGUE_NONE), L});
+    g.push_back({"qkv dinp", matmul_key(C, N, 3 * C, 0, 0, 0, MATMUL_EPILOGUE_NONE), L});
     /* weight gradients: dW[OC, K] += dout^T inp: m = K, n = OC, k = N, B transposed, accumulating */
-    g.push_back({"head dW", make_key(C, Vp, N, 0, 1, 1, MATMUL_EPILOGUE_NONE), 1});
-    g.push_back({"fcproj dW", make_key(H, C, N, 0, 1, 1, MATMUL_EPILOGUE_NONE), L});
-    g.push_back({"fc dW", make_key(C, H, N, 0, 1, 1, MATMUL_EPILOGUE_NONE), L});
-    g.push_back({"attproj dW", make_key(C, C, N, 0, 1, 1, MATMUL_EPILOGUE_NONE), L});
-    g.push_back({"qkv dW", make_key(C, 3 * C, N, 0, 1, 1, MATMUL_EPILOGUE_NONE), L});
+    g.push_back({"head dW", matmul_key(C, Vp, N, 0, 1, 1, MATMUL_EPILOGUE_NONE), 1});
+    g.push_back({"fcproj dW", matmul_key(H, C, N, 0, 1, 1, MATMUL_EPILOGUE_NONE), L});
+    g.push_back({"fc dW", matmul_key(C, H, N, 0, 1, 1, MATMUL_EPILOGUE_NONE), L});
+    g.push_back({"attproj dW", matmul_key(C, C, N, 0, 1, 1, MATMUL_EPILOGUE_NONE), L});
+    g.push_back({"qkv dW", matmul_key(C, 3 * C, N, 0, 1, 1, MATMUL_EPILOGUE_NONE), L});
     return g;
 }
 

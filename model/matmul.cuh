@@ -55,7 +55,7 @@
  *
  * Offers: MatmulContext (+ init/free), matmul_forward (bias / GELU epilogues),
  * matmul_backward_input, matmul_backward_input_dgelu, matmul_backward_weight,
- * cublasCheck; the plans: MatmulKey, MatmulPlan (matmul_plan_make / _run /
+ * cublasCheck; the plans: MatmulKey (matmul_key), MatmulPlan (matmul_plan_make / _run /
  * _candidates / _destroy), matmul_plans_clear; timing and records:
  * MatmulTuneSummary (matmul_tune_summary), matmul_records_export,
  * matmul_records_restore.
@@ -111,6 +111,15 @@ typedef struct {
     int m, n, k, trans_a, trans_b, accumulate;
     MatmulEpilogue epilogue;
 } MatmulKey;
+
+/* A key with no stray bytes (keys are compared with memcmp). */
+static MatmulKey matmul_key(int m, int n, int k, int trans_a, int trans_b, int accumulate, MatmulEpilogue epilogue) {
+    MatmulKey key;
+    memset(&key, 0, sizeof(key));
+    key.m = m, key.n = n, key.k = k, key.trans_a = trans_a, key.trans_b = trans_b, key.accumulate = accumulate;
+    key.epilogue = epilogue;
+    return key;
+}
 
 /* Where a plan's algorithm came from. */
 typedef enum {
@@ -335,10 +344,7 @@ static void matmul_cublaslt(MatmulContext* ctx, floatX* d, const floatX* a, cons
     if (needs_aux && m % 8 != 0) die("matmul: epilogue %s needs m %% 8 == 0 (m=%d)", epi_name, m);
     /* DGELU multiplies the whole result by gelu'(aux); with beta = 1 the old D would be multiplied too */
     if (epilogue == MATMUL_EPILOGUE_DGELU && accumulate) die("matmul: the DGELU epilogue cannot accumulate into D");
-    MatmulKey key;
-    memset(&key, 0, sizeof(key)); /* compared with memcmp */
-    key.m = m, key.n = n, key.k = k, key.trans_a = trans_a, key.trans_b = trans_b, key.accumulate = accumulate;
-    key.epilogue = epilogue;
+    const MatmulKey key = matmul_key(m, n, k, trans_a, trans_b, accumulate, epilogue);
     MatmulPlan* plan = matmul_plan_find(ctx, &key);
     if (plan == NULL && ctx->num_plans < MATMUL_MAX_PLANS) {
         plan = &ctx->plans[ctx->num_plans];
@@ -389,10 +395,8 @@ static int matmul_records_restore(MatmulContext* ctx, const MatmulAlgoRecord* re
                      r->n, r->k, r->epilogue);
             return -1;
         }
-        MatmulKey key;
-        memset(&key, 0, sizeof(key));
-        key.m = r->m, key.n = r->n, key.k = r->k, key.trans_a = r->trans_a, key.trans_b = r->trans_b;
-        key.accumulate = r->accumulate, key.epilogue = (MatmulEpilogue)r->epilogue;
+        const MatmulKey key =
+            matmul_key(r->m, r->n, r->k, r->trans_a, r->trans_b, r->accumulate, (MatmulEpilogue)r->epilogue);
         MatmulPlan* plan = matmul_plan_find(ctx, &key);
         MatmulPlan fresh;
         if (plan == NULL) matmul_plan_make(ctx, key, &fresh);

@@ -105,10 +105,10 @@ static const FlagRow g_rows[NUM_FLAGS] = {
     {FLAG_ATTN_TILE_MAX_SHIFT, "attn-tile-max-shift", FLAG_TYPE_BOOL, OFF(attn_tile_max_shift), "0", NULL, 0, 1,
      "0|1", "1", "attention", 0, "repair mode only: the Qiu & Yao tile-max shift arm"},
     {FLAG_DETERMINISTIC, "deterministic", FLAG_TYPE_BOOL, OFF(attn_deterministic), "0", NULL, 0, 1, "0|1", "1",
-     "attention", 0, "1: the GPU attention backward sums dQ in a fixed order (and refuses --matmul-tune N > 0), so "
-     "a run repeats bit for bit in every --attn mode "
-     "(bf16/repair/fp32: ceil(T/128) x the FP32 dQ of extra workspace; gproj's attention is deterministic either "
-     "way; the CPU trainer always repeats). docs/determinism.md"},
+     "attention", 0, "1: the GPU attention backward sums dQ in a fixed order, so a run repeats bit for bit in every "
+     "--attn mode (bf16/repair/fp32: ceil(T/128) x the FP32 dQ of extra workspace; gproj's attention is "
+     "deterministic either way; the CPU trainer always repeats); refused with --matmul-tune N > 0. "
+     "docs/determinism.md"},
     {FLAG_VAL_EVERY, "val-every", FLAG_TYPE_INT, OFF(val_every), "250", NULL, 0, 2147483647.0, "N", NULL, "output",
      0, "validation loss every N steps (and at the end); 0 = only at the end"},
     {FLAG_VAL_BATCHES, "val-batches", FLAG_TYPE_INT, OFF(val_batches), "20", NULL, 1, 2147483647.0, "N", NULL,
