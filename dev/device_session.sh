@@ -13,7 +13,7 @@
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
-#           stepkernels oldtree profiles resumecheck
+#           stepkernels oldtree profiles resumecheck smallstep
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -443,15 +443,40 @@ for phase in "$@"; do
         end 0 ;;
     stepkernels)
         # every kernel of profile_gpu_step --steps 1 (three warm-up steps, a timed one, a profiled one) under
-        # ncu with its duration only, clocks as found, per SK_RUNS entry MODEL:B:MODE; PROFILE_BIN (default
+        # ncu with its duration only, clocks as found, per SK_RUNS entry MODEL:B:MODE[:T] (T default 1024); PROFILE_BIN (default
         # build/dev/profile_gpu_step) picks the build
         begin "per-kernel times of whole training steps (ncu)"
         for run in ${SK_RUNS:-d12:32:gproj d12:32:bf16}; do
-            IFS=: read -r m b a <<< "$run"
+            IFS=: read -r m b a t <<< "$run"
             timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
-                "${PROFILE_BIN:-build/dev/profile_gpu_step}" --model "$m" --batch "$b" --seq 1024 --attn "$a" \
+                "${PROFILE_BIN:-build/dev/profile_gpu_step}" --model "$m" --batch "$b" --seq "${t:-1024}" --attn "$a" \
                 --steps 1 > "$OUT/stepkernels_${m}_${a}${SK_TAG:-}.csv" 2> "$OUT/stepkernels_${m}_${a}${SK_TAG:-}.err"
             say "   $run: rc $?, $(grep -c gpu__time_duration "$OUT/stepkernels_${m}_${a}${SK_TAG:-}.csv") kernels"
+        done
+        end 0 ;;
+    smallstep)
+        # where the launch-bound small preset's step goes (B16 T256): profile_gpu_step per mode in SMALL_MODES
+        # (eager step, synchronized, no data loader; per-kind table), then train_gpt on real shards
+        # with --cuda-graph 0 and 1: the step records' median ms and the wall time per step
+        begin "small preset: GPU step, per kind, and the trainer's wall step"
+        prepare_data
+        for a in ${SMALL_MODES:-gproj bf16}; do
+            timeout 60 build/dev/profile_gpu_step --model small --batch 16 --seq 256 --attn "$a" --steps 50 \
+                > "$OUT/small_prof_$a.txt" 2>&1
+            say "   profile $a: rc $? $(grep -m1 '^ours:' "$OUT/small_prof_$a.txt" | sed 's/.*: \([0-9.]* ms\/step\).*/\1/')"
+            # wall ms per step between a 200-step and a 1200-step run (start-up cancels): every host cost counts
+            for g in 0 1; do
+                for n in 200 1200; do
+                    t_start=$(date +%s%N)
+                    timeout 120 build/train_gpt --model small --batch-size 16 --seq-len 256 --steps $n \
+                        --lr 3e-3 --schedule constant --log-every 100 --train-data "$DATA/gutenberg_train_*.bin" \
+                        --val-data "" --vocab "" --sample-every 0 --checkpoint-minutes 0 --overwrite 1 --attn "$a" \
+                        --cuda-graph $g --out-dir "/tmp/small_${a}_g$g" > "$OUT/small_train_${a}_g${g}_$n.log" 2>&1
+                    rc=$?
+                    eval "wall_$n=$(( $(date +%s%N) - t_start ))"
+                done
+                say "   train $a --cuda-graph $g: rc $rc | step record $(python3 scripts/step_ms.py "/tmp/small_${a}_g$g/log.jsonl" 2>/dev/null) ms (median from step 10) | wall $(awk -v a="$wall_200" -v b="$wall_1200" 'BEGIN{printf "%.3f", (b - a) / 1000 / 1e6}') ms per step (1200-step run minus 200-step run, /1000 steps)"
+            done
         done
         end 0 ;;
     resumecheck)
