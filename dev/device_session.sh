@@ -13,7 +13,7 @@
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
-#           stepkernels oldtree profiles resumecheck smallstep
+#           stepkernels oldtree profiles resumecheck smallstep power
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -457,26 +457,59 @@ for phase in "$@"; do
     smallstep)
         # where the launch-bound small preset's step goes (B16 T256): profile_gpu_step per mode in SMALL_MODES
         # (eager step, synchronized, no data loader; per-kind table), then train_gpt on real shards
-        # with --cuda-graph 0 and 1: the step records' median ms and the wall time per step
-        begin "small preset: GPU step, per kind, and the trainer's wall step"
+        # with --cuda-graph 0 and 1: the step records' median ms and the wall time per step. TRAIN_BIN /
+        # PROFILE_BIN (default build/...) pick the build, SMALL_TAG suffixes the file names, SMALL_PROFILE=0
+        # skips the profile
+        begin "small preset: GPU step, per kind, and the trainer's wall step (${TRAIN_BIN:-build/train_gpt})"
         prepare_data
         for a in ${SMALL_MODES:-gproj bf16}; do
-            timeout 60 build/dev/profile_gpu_step --model small --batch 16 --seq 256 --attn "$a" --steps 50 \
-                > "$OUT/small_prof_$a.txt" 2>&1
-            say "   profile $a: rc $? $(grep -m1 '^ours:' "$OUT/small_prof_$a.txt" | sed 's/.*: \([0-9.]* ms\/step\).*/\1/')"
+            tag=${a}${SMALL_TAG:-}
+            if [ "${SMALL_PROFILE:-1}" = 1 ]; then
+                timeout 60 "${PROFILE_BIN:-build/dev/profile_gpu_step}" --model small --batch 16 --seq 256 \
+                    --attn "$a" --steps 50 > "$OUT/small_prof_$tag.txt" 2>&1
+                say "   profile $a: rc $? $(grep -m1 '^ours:' "$OUT/small_prof_$tag.txt" | sed 's/.*: \([0-9.]* ms\/step\).*/\1/')"
+            fi
             # wall ms per step between a 200-step and a 1200-step run (start-up cancels): every host cost counts
             for g in 0 1; do
                 for n in 200 1200; do
                     t_start=$(date +%s%N)
-                    timeout 120 build/train_gpt --model small --batch-size 16 --seq-len 256 --steps $n \
+                    timeout 120 "${TRAIN_BIN:-build/train_gpt}" --model small --batch-size 16 --seq-len 256 --steps $n \
                         --lr 3e-3 --schedule constant --log-every 100 --train-data "$DATA/gutenberg_train_*.bin" \
                         --val-data "" --vocab "" --sample-every 0 --checkpoint-minutes 0 --overwrite 1 --attn "$a" \
-                        --cuda-graph $g --out-dir "/tmp/small_${a}_g$g" > "$OUT/small_train_${a}_g${g}_$n.log" 2>&1
+                        --cuda-graph $g --out-dir "/tmp/small_${tag}_g$g" > "$OUT/small_train_${tag}_g${g}_$n.log" 2>&1
                     rc=$?
                     eval "wall_$n=$(( $(date +%s%N) - t_start ))"
                 done
-                say "   train $a --cuda-graph $g: rc $rc | step record $(python3 scripts/step_ms.py "/tmp/small_${a}_g$g/log.jsonl" 2>/dev/null) ms (median from step 10) | wall $(awk -v a="$wall_200" -v b="$wall_1200" 'BEGIN{printf "%.3f", (b - a) / 1000 / 1e6}') ms per step (1200-step run minus 200-step run, /1000 steps)"
+                say "   train $a --cuda-graph $g: rc $rc | step record $(python3 scripts/step_ms.py "/tmp/small_${tag}_g$g/log.jsonl" 2>/dev/null) ms (median from step 10) | wall $(awk -v a="$wall_200" -v b="$wall_1200" 'BEGIN{printf "%.3f", (b - a) / 1000 / 1e6}') ms per step (1200-step run minus 200-step run, /1000 steps)"
             done
+        done
+        end 0 ;;
+    power)
+        # the SM clock and the board power while d12 B32 T1024 trains (POWER_MODES, default "gproj bf16"; 60 steps
+        # each): nvidia-smi every 100 ms into OUT/power_MODE.csv; the summary gives, over the samples drawing more
+        # than half the power limit (the training steps), the median SM clock against its maximum, the median power
+        # against the limit, and how often each clock-event reason was active (0x4: software power cap)
+        begin "SM clock and power during d12 training"
+        prepare_data
+        for a in ${POWER_MODES:-gproj bf16}; do
+            nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit,clocks_event_reasons.active \
+                --format=csv,noheader,nounits -lms 100 > "$OUT/power_$a.csv" 2>&1 &
+            smi=$!
+            timeout 150 build/train_gpt --model d12 --batch-size 32 --seq-len 1024 --steps 60 --lr 6e-4 \
+                --warmup-steps 5 --train-data "$DATA/gutenberg_train_*.bin" --val-data "" --vocab "" --sample-every 0 \
+                --checkpoint-minutes 0 --overwrite 1 --attn "$a" --out-dir "/tmp/power_$a" > "$OUT/power_$a.log" 2>&1
+            rc=$?
+            kill $smi; wait $smi 2>/dev/null
+            say "   d12 $a: rc $rc | $(python3 -c '
+import collections, statistics, sys
+rows = [[c.strip() for c in l.split(",")] for l in open(sys.argv[1]) if l.count(",") == 4]
+rows = [r for r in rows if r[2].replace(".", "").isdigit() and float(r[2]) > 0.5 * float(r[3])]
+if not rows: sys.exit("no samples under load")
+reasons = collections.Counter(r[4] for r in rows)
+print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of limit %s W, reasons %s" % (
+    len(rows), statistics.median(float(r[0]) for r in rows), rows[0][1],
+    statistics.median(float(r[2]) for r in rows), rows[0][3],
+    ", ".join("%s x%d" % kv for kv in reasons.most_common())))' "$OUT/power_$a.csv" 2>&1)"
         done
         end 0 ;;
     resumecheck)
