@@ -422,8 +422,8 @@ for phase in "$@"; do
         rc=0
         for sec in ${VS_SECTIONS:-0 default}; do
             if [ "$sec" = default ]; then unset ATTN_TILE_SECTION_HEADS; else export ATTN_TILE_SECTION_HEADS=$sec; fi
-            MODES="${VS_MODES:-bf16 gproj}" GRAPHS=0 SMALL_STEPS=0 PROFILE=${VS_PROFILE:-1} \
-                timeout 400 bash scripts/bench_vs_llmc.sh "$OUT/vsllmc_$sec.md" /tmp/llmc/llmc \
+            MODES="${VS_MODES:-bf16 gproj}" GRAPHS=0 SMALL_GRAPHS="0 1" SMALL_STEPS=${VS_SMALL_STEPS:-0} PROFILE=${VS_PROFILE:-1} \
+                timeout "${VS_TIMEOUT:-400}" bash scripts/bench_vs_llmc.sh "$OUT/vsllmc_$sec.md" /tmp/llmc/llmc \
                 "$DATA/gutenberg_train_*.bin" ${VS_MODELS:-d12:32 d24:16} > "$OUT/vsllmc_$sec.log" 2>&1 || rc=1
             say "   ATTN_TILE_SECTION_HEADS=$sec: rc $rc"
             grep -E '^\|' "$OUT/vsllmc_$sec.md" | tee -a "$SUMMARY"
@@ -469,18 +469,20 @@ for phase in "$@"; do
                     --attn "$a" --steps 50 > "$OUT/small_prof_$tag.txt" 2>&1
                 say "   profile $a: rc $? $(grep -m1 '^ours:' "$OUT/small_prof_$tag.txt" | sed 's/.*: \([0-9.]* ms\/step\).*/\1/')"
             fi
-            # wall ms per step between a 200-step and a 1200-step run (start-up cancels): every host cost counts
+            # wall ms per step between a 200-step and a SMALL_LONG-step run (default 1200; start-up cancels, its
+            # spread of a few tenths of a second does not): every host cost counts
+            long=${SMALL_LONG:-1200}
             for g in 0 1; do
-                for n in 200 1200; do
+                for n in 200 "$long"; do
                     t_start=$(date +%s%N)
                     timeout 120 "${TRAIN_BIN:-build/train_gpt}" --model small --batch-size 16 --seq-len 256 --steps $n \
                         --lr 3e-3 --schedule constant --log-every 100 --train-data "$DATA/gutenberg_train_*.bin" \
                         --val-data "" --vocab "" --sample-every 0 --checkpoint-minutes 0 --overwrite 1 --attn "$a" \
                         --cuda-graph $g --out-dir "/tmp/small_${tag}_g$g" > "$OUT/small_train_${tag}_g${g}_$n.log" 2>&1
                     rc=$?
-                    eval "wall_$n=$(( $(date +%s%N) - t_start ))"
+                    [ "$n" = 200 ] && wall_short=$(( $(date +%s%N) - t_start )) || wall_long=$(( $(date +%s%N) - t_start ))
                 done
-                say "   train $a --cuda-graph $g: rc $rc | step record $(python3 scripts/step_ms.py "/tmp/small_${tag}_g$g/log.jsonl" 2>/dev/null) ms (median from step 10) | wall $(awk -v a="$wall_200" -v b="$wall_1200" 'BEGIN{printf "%.3f", (b - a) / 1000 / 1e6}') ms per step (1200-step run minus 200-step run, /1000 steps)"
+                say "   train $a --cuda-graph $g: rc $rc | step record $(python3 scripts/step_ms.py "/tmp/small_${tag}_g$g/log.jsonl" 2>/dev/null) ms (median from step 10) | wall $(awk -v a="$wall_short" -v b="$wall_long" -v n=$((long - 200)) 'BEGIN{printf "%.3f", (b - a) / n / 1e6}') ms per step ($long-step run minus 200-step run)"
             done
         done
         end 0 ;;

@@ -25,7 +25,8 @@
 #   TRAIN_GLOB  llm.c-format token shards, quoted (both trainers read the same ones)
 #   (relative paths here and in the environment below are taken from the caller's folder)
 # Env: OURS_BIN (default build/train_gpt), MODES (default "fp32 bf16 repair gproj"), GRAPHS (default "0 1"),
-#      STEPS (default 50), SMALL_STEPS (default 200; SMALL_STEPS=0 skips the small preset), VAL_GLOB (llm.c
+#      STEPS (default 50), SMALL_STEPS (default 200; SMALL_STEPS=0 skips the small preset), SMALL_GRAPHS (the
+#      small preset's --cuda-graph values, default GRAPHS), VAL_GLOB (llm.c
 #      always opens validation shards; default TRAIN_GLOB: its evaluations are outside the timed steps),
 #      OURS_TIMEOUT / LLMC_TIMEOUT / TWIN_TIMEOUT seconds per run (default 120 / 180 / 300), TWIN=1,
 #      TWIN_STEPS (default 15), PYTHON (default python3), RUN_ROOT (the runs' folders: default /dev/shm when it
@@ -91,6 +92,7 @@ done
 OURS_BIN=${OURS_BIN:-build/train_gpt}
 MODES=${MODES:-fp32 bf16 repair gproj}
 GRAPHS=${GRAPHS:-0 1}
+SMALL_GRAPHS=${SMALL_GRAPHS:-$GRAPHS}
 STEPS=${STEPS:-50} SMALL_STEPS=${SMALL_STEPS:-200}
 VAL_GLOB=${VAL_GLOB:-$TRAIN_GLOB}
 OURS_TIMEOUT=${OURS_TIMEOUT:-120} LLMC_TIMEOUT=${LLMC_TIMEOUT:-180} TWIN_TIMEOUT=${TWIN_TIMEOUT:-300}
@@ -317,7 +319,7 @@ if [ "$SMALL_STEPS" -gt 0 ]; then
         echo "|---|---|---|---|---|---|---|"
     } >> "$work/table"
     for mode in $MODES; do
-        for g in $GRAPHS; do
+        for g in $SMALL_GRAPHS; do
             o=$(ours small 16 256 "$mode" "$g" "$SMALL_STEPS")
             [ "$o" = n/a ] && failed=1
             sps=n/a
