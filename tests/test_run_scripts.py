@@ -458,6 +458,14 @@ with tempfile.TemporaryDirectory() as tmp:
     check(r.returncode == 0 and tw[9] == "66.70" and tw[4] == "57.000" and
           "dev/gpt_twin.py --model d12 --batch 32 --seq 1024" in open(f"{tmp}/argv.txt").read(),
           "TWIN=1: the PyTorch twin runs at the same B and T, its ms/step in the table", r.stdout + r.stderr)
+    # SMALL_GRAPHS: the small preset's graph values apart from the models' GRAPHS
+    r = bench(tmp, f"{tmp}/out/sg.md", f"{tmp}/llmc", glob_, "d12:32", MODES="gproj", GRAPHS="0",
+              SMALL_STEPS="30", SMALL_GRAPHS="0 1")
+    sg_rows, sg_small = md_rows(f"{tmp}/out/sg.md", 10), md_rows(f"{tmp}/out/sg.md", 7)
+    check(r.returncode == 0 and list(sg_rows) == [("d12", "32", "gproj", "0")] and
+          sorted(sg_small) == [("small", "16", "gproj", "0"), ("small", "16", "gproj", "1")] and
+          sg_small[("small", "16", "gproj", "1")][5] == "%.3f" % (OURS_BASE["small"] + MODE_ADD["gproj"] - 4),
+          "SMALL_GRAPHS picks the small preset's graph values, GRAPHS the models'", r.stdout + r.stderr)
     r = bench(tmp, f"{tmp}/out/one.md", f"{tmp}/llmc", glob_, "d12:32", MODES="gproj", GRAPHS="1",
               SMALL_STEPS="0", STUB_FAIL="d12:gproj:1")
     check(r.returncode == 1, "exit status 1 when only a run of ours failed", r.returncode)
