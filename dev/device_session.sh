@@ -490,19 +490,23 @@ for phase in "$@"; do
         # the SM clock and the board power while d12 B32 T1024 trains (POWER_MODES, default "gproj bf16"; 60 steps
         # each): nvidia-smi every 100 ms into OUT/power_MODE.csv; the summary gives, over the samples drawing more
         # than half the power limit (the training steps), the median SM clock against its maximum, the median power
-        # against the limit, and how often each clock-event reason was active (0x4: software power cap)
-        begin "SM clock and power during d12 training"
+        # against the limit, and how often each clock-event reason was active (0x4: software power cap).
+        # POWER_EXTRA: more trainer flags (e.g. "--matmul-tune 16"), POWER_TAG suffixes the file names,
+        # POWER_STEPS (default 60) the run's length
+        begin "SM clock and power during d12 training ${POWER_EXTRA:-}"
         prepare_data
         for a in ${POWER_MODES:-gproj bf16}; do
+            f=$a${POWER_TAG:-}
             nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit,clocks_event_reasons.active \
-                --format=csv,noheader,nounits -lms 100 > "$OUT/power_$a.csv" 2>&1 &
+                --format=csv,noheader,nounits -lms 100 > "$OUT/power_$f.csv" 2>&1 &
             smi=$!
-            timeout 150 build/train_gpt --model d12 --batch-size 32 --seq-len 1024 --steps 60 --lr 6e-4 \
-                --warmup-steps 5 --train-data "$DATA/gutenberg_train_*.bin" --val-data "" --vocab "" --sample-every 0 \
-                --checkpoint-minutes 0 --overwrite 1 --attn "$a" --out-dir "/tmp/power_$a" > "$OUT/power_$a.log" 2>&1
+            timeout 150 build/train_gpt --model d12 --batch-size 32 --seq-len 1024 --steps "${POWER_STEPS:-60}" \
+                --lr 6e-4 --warmup-steps 5 --train-data "$DATA/gutenberg_train_*.bin" --val-data "" --vocab "" \
+                --sample-every 0 --checkpoint-minutes 0 --overwrite 1 --attn "$a" ${POWER_EXTRA:-} \
+                --out-dir "/tmp/power_$f" > "$OUT/power_$f.log" 2>&1
             rc=$?
             kill $smi; wait $smi 2>/dev/null
-            say "   d12 $a: rc $rc | $(python3 -c '
+            say "   d12 $a ${POWER_EXTRA:-}: rc $rc | $(python3 scripts/step_ms.py "/tmp/power_$f/log.jsonl" 2>/dev/null) ms/step (median from step 10) | $(python3 -c '
 import collections, statistics, sys
 rows = [[c.strip() for c in l.split(",")] for l in open(sys.argv[1]) if l.count(",") == 4]
 rows = [r for r in rows if r[2].replace(".", "").isdigit() and float(r[2]) > 0.5 * float(r[3])]
@@ -511,7 +515,7 @@ reasons = collections.Counter(r[4] for r in rows)
 print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of limit %s W, reasons %s" % (
     len(rows), statistics.median(float(r[0]) for r in rows), rows[0][1],
     statistics.median(float(r[2]) for r in rows), rows[0][3],
-    ", ".join("%s x%d" % kv for kv in reasons.most_common())))' "$OUT/power_$a.csv" 2>&1)"
+    ", ".join("%s x%d" % kv for kv in reasons.most_common())))' "$OUT/power_$f.csv" 2>&1)"
         done
         end 0 ;;
     resumecheck)
