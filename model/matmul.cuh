@@ -48,8 +48,9 @@
  * restores. On the H200 timing made the GEMMs 2-4% faster in a step and the
  * attention after them slower by as much
  * (dev/results/gemm_algorithm_timing_2026-12-04.md; the step runs at the
- * board's power limit, dev/results/power_cap_d12_2026-12-04.md): the
- * trainer's default is the heuristic's first.
+ * board's power limit and timed GEMMs lower the clock by 3-4%,
+ * dev/results/power_cap_d12_2026-12-04.md): the trainer's default is the
+ * heuristic's first.
  *
  * Alignment (checked, with a message): every pointer 16 bytes; m of the aux
  * epilogues (the aux leading dimension) a multiple of 8.
