@@ -454,9 +454,10 @@ static void dp_broadcast_bytes(DataParallel* dp, void* buf, size_t bytes, cudaSt
    none, or whose algorithms do not run on this GPU and library, are chosen anew, which the console says);
    otherwise timed on one throw-away micro-step (--matmul-tune N), or the heuristic's first (N = 0). With several
    processes rank 0 chooses and every rank runs its choice, the one the resume state then records. Prints one
-   line and logs a "matmul_algos" record. */
-static void choose_matmul_algos(GPTCuda* model, DataParallel* dp, const ResumeState* saved, int resuming, int tune,
-                                RunLog* log) {
+   line and logs a "matmul_algos" record. Returns the cuBLASLt version the choice belongs to (the resume state
+   records it beside the algorithms). */
+static int64_t choose_matmul_algos(GPTCuda* model, DataParallel* dp, const ResumeState* saved, int resuming, int tune,
+                                   RunLog* log) {
     char err[512];
     const int64_t lib = (int64_t)cublasLtGetVersion();
     const int rank0 = dp->dist.rank == 0;
@@ -513,6 +514,7 @@ static void choose_matmul_algos(GPTCuda* model, DataParallel* dp, const ResumeSt
         }
     }
     runlog_end(log);
+    return lib;
 }
 
 /* ------------------------------------------------------------------ agreement before the first step */
@@ -718,8 +720,7 @@ int main(int argc, char** argv) {
     }
 
     /* ---- the GEMM algorithms: the resumed run's, or chosen now (before any step, graph or evaluation) ---- */
-    choose_matmul_algos(&model, &dp, &run.saved, run.resuming, f.matmul_tune, log);
-    const int64_t cublaslt_version = (int64_t)cublasLtGetVersion();
+    const int64_t cublaslt_version = choose_matmul_algos(&model, &dp, &run.saved, run.resuming, f.matmul_tune, log);
 
     /* ---- diagnostics (rank 0 measures its own micro-batch; all ranks join the collectives) ---- */
     TrainDiag td;

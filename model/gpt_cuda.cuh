@@ -909,9 +909,9 @@ static int gpt_cuda_choose_matmul_algos(GPTCuda* m, int candidates, const Matmul
 }
 
 /*
- * CUDA graph of one training micro-step (train_gpt --cuda-graph 1). Why: at small shapes the step is bound
- * by kernel launches (about 25 per layer plus cuBLASLt's); a graph replays them without the per-launch host
- * cost.
+ * CUDA graph of one training micro-step (train_gpt --cuda-graph 1). Why: at small shapes many kernels run for
+ * only a few microseconds (about 25 launches per layer plus cuBLASLt's), so each launch's host cost shows in the
+ * step; a graph replays them without it.
  *
  * What is captured: gpt_cuda_forward_kernels (training forward with loss and dlogits) and
  * gpt_cuda_backward_layers, once, on m->stream. What stays outside, before and after every replay:
