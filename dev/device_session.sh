@@ -13,7 +13,7 @@
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
-#           stepkernels oldtree profiles resumecheck smallstep power
+#           stepkernels oldtree attnab profiles resumecheck smallstep power
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -259,18 +259,20 @@ for phase in "$@"; do
         done
         end $rc ;;
     ncu)
-        # where the attention backward's time goes (issue 4): Nsight Compute on one launch per mode
-        begin "ncu: attention kernels at B8 H16 T1024 D64"
-        # the backward's launches: prep, the key-major kernel (gproj: the row pass first), the dQ post-pass
-        # (gproj: none); the Hopper kernels are hopper_*, the portable ones attn_*
-        for m in bf16 gproj; do
-            timeout 120 ncu --kernel-name regex:'attn_bwd|hopper_bwd|hopper_rows' --launch-count 3 \
+        # where the attention's time goes: Nsight Compute on one call per mode (NCU_MODES, default "bf16 gproj")
+        # at NCU_SHAPE (B,H,T,D; default d12's 32,12,1024,64), every Hopper kernel of the call
+        # (hopper_fwd*, keys64*/keys128*, rows_kernel) and the prep kernel
+        shape=${NCU_SHAPE:-32,12,1024,64}
+        begin "ncu: attention kernels at $shape"
+        for m in ${NCU_MODES:-bf16 gproj}; do
+            timeout 240 ncu --kernel-name regex:'hopper_fwd|keys64|keys128|rows_kernel|attn_bwd' --launch-count 6 \
                 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
                 --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
-                --section Occupancy --section SourceCounters \
-                build/bench_attention --shape 8,16,1024,64 --modes "$m" --warmup 1 --repeats 1 \
+                --section Occupancy --section InstructionStats \
+                --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active \
+                build/bench_attention --shape "$shape" --modes "$m" --warmup 1 --repeats 1 \
                 > "$OUT/ncu_$m.txt" 2>&1
-            say "   ncu $m: rc $? ($(grep -cE 'attn_|hopper_' "$OUT/ncu_$m.txt") kernel lines)"
+            say "   ncu $m: rc $? ($(grep -cE '(hopper_fwd|keys|rows_kernel|attn_bwd).*\(' "$OUT/ncu_$m.txt") kernel lines)"
         done
         end 0 ;;
     sweep)
@@ -545,12 +547,27 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
         say "   the resumed run restored its GEMM algorithms: $([ $r4 = 0 ] && echo yes || echo NO)"
         end $(( r1 || r2 || r3 || r4 )) ;;
     oldtree)
-        # the tree in .carry/old (git archive of the commit to compare against) built in /tmp/old: train_gpt and
-        # profile_gpu_step, whose paths the phases after it take from OURS_BIN / PROFILE_BIN
+        # the tree in .carry/old (git archive of the commit to compare against) built in /tmp/old: train_gpt,
+        # profile_gpu_step and bench_attention, whose paths the phases after it take from OURS_BIN / PROFILE_BIN
+        # (attnab: /tmp/old/build/bench_attention)
         begin "build the comparison tree (.carry/old)"
         rm -rf /tmp/old && cp -r .carry/old /tmp/old && (cd /tmp/old && make -j"$(nproc)" NVCC_ARCH="$ARCH" \
-            build/train_gpt build/dev/profile_gpu_step > "$OUT/build_old.log" 2>&1)
+            build/train_gpt build/dev/profile_gpu_step build/bench_attention > "$OUT/build_old.log" 2>&1)
         rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build_old.log"; end $rc ;;
+    attnab)
+        # one kernel change against the tree of `oldtree`: bench_attention of both builds alternating, AB_REPS
+        # rounds (default 3), at AB_SHAPES (default d12's and d24's) in AB_MODES (default gproj,bf16)
+        begin "attention A/B: this tree and /tmp/old, alternating"
+        shapes=""; for sh in ${AB_SHAPES:-32,12,1024,64 16,16,1024,64}; do shapes="$shapes --shape $sh"; done
+        for rep in $(seq "${AB_REPS:-3}"); do
+            for t in new old; do
+                bin=build/bench_attention; [ $t = old ] && bin=/tmp/old/build/bench_attention
+                timeout 120 $bin $shapes --modes "${AB_MODES:-gproj,bf16}" > "$OUT/attnab_${rep}_$t.txt" 2>&1
+                say "   round $rep $t: rc $?"
+                grep -E '^B[0-9]' "$OUT/attnab_${rep}_$t.txt" | tee -a "$SUMMARY"
+            done
+        done
+        end 0 ;;
     profiles)
         # profile_gpu_step (10 steps; per kernel kind) for the new build and /tmp/old side by side, per
         # PF_RUNS entry MODEL:B:MODE

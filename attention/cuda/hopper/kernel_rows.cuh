@@ -280,18 +280,22 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
             else
                 warpgroup_scores(sacc, dpacc, q_addr, k_half, do_addr, v_addr + sub * Plan::kSliceBytes);
 
-            /* P, dS and the row sums (the mask only where it can bite) */
+            /* P, dS and the row sums (the mask only where it can bite); gproj: bf(dS), bf(P) packed as the A
+               operands of DSK += bf(dS) K, PK += bf(P) K */
             const int key0 = kt * kBlockK + sub * kSubKeys;
-            if (tile_masked)
-                row_probs_and_sums<kGproj, true>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
-            else
-                row_probs_and_sums<kGproj, false>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
-
             if constexpr (kGproj) {
                 uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
-                pack_acc_a_operand(pa, sacc);
-                pack_acc_a_operand(dsa, dpacc);
+                if (tile_masked)
+                    row_probs_packed<true>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, dsa, pa, key0, row0, t,
+                                           T, c);
+                else
+                    row_probs_packed<false>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, dsa, pa, key0, row0, t,
+                                            T, c);
                 warpgroup_rs_k<kDqRegs, (kChunks > 1)>(dsk, pk, dsa, pa, k_half, Plan::kChunkBytes);
+            } else if (tile_masked) {
+                row_probs_and_sums<false, true>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
+            } else {
+                row_probs_and_sums<false, false>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
             }
         }
         mbar_arrive(&empty[s]); /* this thread no longer reads stage s */

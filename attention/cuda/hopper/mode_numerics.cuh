@@ -11,8 +11,8 @@
  *   dS             keymajor_probs_column<MODE> (dS = P (dP - D), masked entries 0), keymajor_probs_step<MODE>
  *                  (one 16-query k-step of it)
  *   gproj          load_step_lambdas, pack_gproj_step_operands (bf(P), bf(dS) and bf(-lambda P) of a k-step);
- *                  the row pass: load_row_state (with D = dO . O, attn_row_d.cuh's order), row_probs_and_sums
- *                  (the sums of bf(dS) and bf(P)),
+ *                  the row pass: load_row_state (with D = dO . O, attn_row_d.cuh's order), row_probs_packed
+ *                  (bf(P), bf(dS) as GEMM operands and their row sums),
  *                  store_row_outputs (lambda = r / p, dQ = bf(s fma(-lambda, PK, DSK)))
  *   fp32           pack_split_step (the BF16 hi / lo / third terms of P and dS); the row pass's D = sum P dP
  *                  (row_probs_and_sums, store_row_outputs)
@@ -285,6 +285,50 @@ __device__ __forceinline__ void row_probs_and_sums(float (&sacc)[REGS], float (&
                 sacc[i] = p;
                 dpacc[i] = ds;
             }
+}
+
+/* gproj's row pass on one 64-row x 64-key half (S in sacc, dP in dpacc, hopper_wgmma.cuh's fragment layout): the
+   register A operands of the DSK / PK GEMMs, dsa = bf(dS) and pa = bf(P) (pack_acc_a_operand's words), and the
+   row sums acc_a += bf(dS), acc_b += bf(P) taken from those words, each lane its keys in increasing order (the
+   order of row_probs_and_sums). P = exp2((S - m) c) fl(1 / l) and dS = P (dP - D) as there; one RNE conversion
+   of each pair of values serves the operand and the sums, where a conversion per value for the sums and a
+   second per pair for the operand did the same rounding twice. MASKED: keys past the row (causal) or rows
+   past T give exactly 0 in the words and add +0 to the sums (which never hold -0: they start at +0 and RNE
+   sums that cancel give +0), so the sums equal the ones that skip those entries. */
+template <bool MASKED>
+__device__ __forceinline__ void row_probs_packed(const float (&sacc)[32], const float (&dpacc)[32],
+                                                 const float (&row_m)[2], const float (&row_rl)[2],
+                                                 const float (&row_D)[2], float (&acc_a)[2], float (&acc_b)[2],
+                                                 uint32_t (&dsa)[hopper_wgmma::kTileKSteps][4],
+                                                 uint32_t (&pa)[hopper_wgmma::kTileKSteps][4], int key0, int row0,
+                                                 int t, int T, float c) {
+    auto lo = [](uint32_t w) { return __uint_as_float(w << 16); };          /* the BF16 in the low half */
+    auto hi = [](uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); };  /* the BF16 in the high half */
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float p[2], ds[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int i = 4 * j + 2 * r + e;
+                const int key = key0 + 8 * j + 2 * t + e, query = row0 + 8 * r;
+                p[e] = ds[e] = 0.f;
+                if (!MASKED || (key <= query && query < T)) {
+                    p[e] = exp2f((sacc[i] - row_m[r]) * c) * row_rl[r]; /* the forward's exponent */
+                    ds[e] = p[e] * (dpacc[i] - row_D[r]);
+                }
+            }
+            const uint32_t pw = hopper_wgmma::pack_bf16x2(p[0], p[1]);
+            const uint32_t dsw = hopper_wgmma::pack_bf16x2(ds[0], ds[1]);
+            acc_a[r] += lo(dsw);
+            acc_b[r] += lo(pw);
+            acc_a[r] += hi(dsw);
+            acc_b[r] += hi(pw);
+            /* register 4j + 2r of the accumulator is word (j / 2, 2 (j % 2) + r) of pack_acc_a_operand */
+            dsa[j / 2][2 * (j % 2) + r] = dsw;
+            pa[j / 2][2 * (j % 2) + r] = pw;
+        }
 }
 
 /* The rows' outputs: the quad's row sums; gproj: lambda = r / p (0 if p = 0) into lambda, the rows' D (row_D, as
