@@ -13,7 +13,7 @@
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
-#           stepkernels oldtree attnab profiles resumecheck smallstep power
+#           stepkernels oldtree attnab bitsab profiles resumecheck smallstep power
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -547,21 +547,50 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
         say "   the resumed run restored its GEMM algorithms: $([ $r4 = 0 ] && echo yes || echo NO)"
         end $(( r1 || r2 || r3 || r4 )) ;;
     oldtree)
-        # the tree in .carry/old (git archive of the commit to compare against) built in /tmp/old: train_gpt,
-        # profile_gpu_step and bench_attention, whose paths the phases after it take from OURS_BIN / PROFILE_BIN
-        # (attnab: /tmp/old/build/bench_attention)
-        begin "build the comparison tree (.carry/old)"
-        rm -rf /tmp/old && cp -r .carry/old /tmp/old && (cd /tmp/old && make -j"$(nproc)" NVCC_ARCH="$ARCH" \
-            build/train_gpt build/dev/profile_gpu_step build/bench_attention > "$OUT/build_old.log" 2>&1)
-        rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build_old.log"; end $rc ;;
+        # the tree in OLD_SRC (default .carry/old: git archive of the commit to compare against) built in OLD_DIR
+        # (default /tmp/old): train_gpt, profile_gpu_step and bench_attention, whose paths the phases after it
+        # take from OURS_BIN / PROFILE_BIN (attnab: AB_OLD, bitsab: BITS_OLD)
+        old_dir=${OLD_DIR:-/tmp/old}
+        begin "build the comparison tree (${OLD_SRC:-.carry/old} in $old_dir)"
+        rm -rf "$old_dir" && cp -r "${OLD_SRC:-.carry/old}" "$old_dir" && (cd "$old_dir" && make -j"$(nproc)" \
+            NVCC_ARCH="$ARCH" build/train_gpt build/dev/profile_gpu_step build/bench_attention \
+            > "$OUT/build_$(basename "$old_dir").log" 2>&1)
+        rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build_$(basename "$old_dir").log"; end $rc ;;
+    bitsab)
+        # a kernel change that must move no bit: the trainers of this tree and of BITS_OLD (default /tmp/old,
+        # built by oldtree) run the same steps with --deterministic 1 in BITS_MODES (default "gproj fp32"), small
+        # B16 T256 (60 steps) and d12 B4 T1024 (20 steps); the final model and state files compared with cmp
+        begin "bits: this tree's trainer against ${BITS_OLD:-/tmp/old}"
+        prepare_data
+        for a in ${BITS_MODES:-gproj fp32}; do
+            for cfg in small:16:256:60 d12:4:1024:20; do
+                IFS=: read -r m b tl n <<< "$cfg"
+                for t in new old; do
+                    bin=build/train_gpt; [ $t = old ] && bin=${BITS_OLD:-/tmp/old}/build/train_gpt
+                    timeout 150 $bin --model "$m" --batch-size "$b" --seq-len "$tl" --steps "$n" --lr 3e-4 \
+                        --train-data "$DATA/gutenberg_train_*.bin" --val-data "" --vocab "" --sample-every 0 \
+                        --checkpoint-minutes 0 --checkpoint-every "$n" --deterministic 1 --overwrite 1 --attn "$a" \
+                        --out-dir "/tmp/bits_${t}_${m}_$a" > "$OUT/bits_${t}_${m}_$a.log" 2>&1 || say "   $t $m $a: rc $?"
+                done
+                f=$(printf '%08d' "$n")
+                if cmp -s "/tmp/bits_new_${m}_$a/model_$f.bin" "/tmp/bits_old_${m}_$a/model_$f.bin" &&
+                   cmp -s "/tmp/bits_new_${m}_$a/state_$f.bin" "/tmp/bits_old_${m}_$a/state_$f.bin"; then
+                    say "   $m $a, $n steps: model and state files identical"
+                else
+                    say "   $m $a, $n steps: DIFFER $(cmp "/tmp/bits_new_${m}_$a/model_$f.bin" "/tmp/bits_old_${m}_$a/model_$f.bin" 2>&1 | head -1)"
+                fi
+            done
+        done
+        end 0 ;;
     attnab)
-        # one kernel change against the tree of `oldtree`: bench_attention of both builds alternating, AB_REPS
-        # rounds (default 3), at AB_SHAPES (default d12's and d24's) in AB_MODES (default gproj,bf16)
-        begin "attention A/B: this tree and /tmp/old, alternating"
+        # one kernel change against AB_OLD (default /tmp/old, built by oldtree): bench_attention of both builds
+        # alternating, AB_REPS rounds (default 3), at AB_SHAPES (default d12's and d24's) in AB_MODES (default
+        # gproj,bf16)
+        begin "attention A/B: this tree and ${AB_OLD:-/tmp/old}, alternating"
         shapes=""; for sh in ${AB_SHAPES:-32,12,1024,64 16,16,1024,64}; do shapes="$shapes --shape $sh"; done
         for rep in $(seq "${AB_REPS:-3}"); do
             for t in new old; do
-                bin=build/bench_attention; [ $t = old ] && bin=/tmp/old/build/bench_attention
+                bin=build/bench_attention; [ $t = old ] && bin=${AB_OLD:-/tmp/old}/build/bench_attention
                 timeout 120 $bin $shapes --modes "${AB_MODES:-gproj,bf16}" > "$OUT/attnab_${rep}_$t.txt" 2>&1
                 say "   round $rep $t: rc $?"
                 grep -E '^B[0-9]' "$OUT/attnab_${rep}_$t.txt" | tee -a "$SUMMARY"

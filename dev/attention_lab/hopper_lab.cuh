@@ -552,7 +552,8 @@ static inline void lab_watch_hangs(void) {
     cudaCheck(cudaHostGetDevicePointer((void**)&dev, g_lab_hang, 0));
     /* every object whose waits are bounded has its own record pointer: one record for all of them */
     void (*const install[])(AttnHopperHang*) = {
-        attention_hopper_bwd_watch_hangs, attention_hopper_bwd128_watch_hangs, attention_hopper_rows128_watch_hangs,
+        attention_hopper_bwd_watch_hangs, attention_hopper_bwd128_watch_hangs, attention_hopper_rows_watch_hangs,
+        attention_hopper_rows128_watch_hangs,
         attention_hopper_gproj_keys_watch_hangs, attention_hopper_gproj_keys128_watch_hangs,
         attention_hopper_fp32_keys_watch_hangs, attention_hopper_fp32_keys128_watch_hangs,
         attention_hopper_probe_keys64_watch_hangs, attention_hopper_probe_keys128_watch_hangs,

@@ -42,3 +42,5 @@
 
 template <> void hopper_rows_pass<64, ATTN_GPROJ>(const HopperBwdCall& c) { rows_launch<64, ATTN_GPROJ>(c); }
 template <> void hopper_rows_pass<64, ATTN_FP32>(const HopperBwdCall& c) { rows_launch<64, ATTN_FP32>(c); }
+
+void attention_hopper_rows_watch_hangs(AttnHopperHang* record) { install_hang_record(g_hang_record, record); }

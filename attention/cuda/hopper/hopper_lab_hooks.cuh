@@ -31,6 +31,7 @@ typedef struct {
 /* Each sets its own object's record pointer (NULL: no record). */
 void attention_hopper_bwd_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);         /* bf16/repair keys, HS 64 */
 void attention_hopper_bwd128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);      /* bf16/repair keys, HS 128 */
+void attention_hopper_rows_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);        /* row pass, HS 64 */
 void attention_hopper_rows128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);     /* row pass, HS 128 */
 void attention_hopper_gproj_keys_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record);  /* gproj keys, HS 64 */
 void attention_hopper_gproj_keys128_watch_hangs(AttnHopperHang* device_ptr_of_mapped_record); /* gproj keys, HS 128 */

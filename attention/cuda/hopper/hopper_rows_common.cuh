@@ -23,7 +23,22 @@ namespace {
    O += P V with K in place of V (wgmma_pv: m64n64k16 or m64n128k16 by REGS). FENCE_A: the just-packed A
    registers are fenced first (HS 128's form; HS 64's kernel runs without: a parameter, so each kernel keeps
    the PTX its checks verified). The A registers stay live until the wgmmas that read them are done; fenced, committed and waited
-   for here. */
+   for by warpgroup_rs_k; warpgroup_rs_k_issue issues the 8 wgmmas alone (into a commit group of the caller's, which
+   keeps the A registers live until its wait). */
+template <int REGS>
+__device__ __forceinline__ void warpgroup_rs_k_issue(float (&dsk)[REGS], float (&pk)[REGS],
+                                                     const uint32_t (&dsa)[hopper_wgmma::kTileKSteps][4],
+                                                     const uint32_t (&pa)[hopper_wgmma::kTileKSteps][4],
+                                                     uint32_t k_addr, uint32_t chunk_bytes) {
+    using namespace hopper_wgmma;
+#pragma unroll
+    for (int kk = 0; kk < kTileKSteps; kk++) {
+        const uint64_t desc = make_smem_desc(k_addr + kk * 16 * kTileRowBytes, chunk_bytes, kSwizzle128BAtomBytes);
+        wgmma_pv(dsk, dsa[kk], desc);
+        wgmma_pv(pk, pa[kk], desc);
+    }
+}
+
 template <int REGS, bool FENCE_A>
 __device__ __forceinline__ void warpgroup_rs_k(float (&dsk)[REGS], float (&pk)[REGS],
                                                uint32_t (&dsa)[hopper_wgmma::kTileKSteps][4],
@@ -34,12 +49,7 @@ __device__ __forceinline__ void warpgroup_rs_k(float (&dsk)[REGS], float (&pk)[R
         reg_fences(dsa, pa);
     }
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kTileKSteps; kk++) {
-        const uint64_t desc = make_smem_desc(k_addr + kk * 16 * kTileRowBytes, chunk_bytes, kSwizzle128BAtomBytes);
-        wgmma_pv(dsk, dsa[kk], desc);
-        wgmma_pv(pk, pa[kk], desc);
-    }
+    warpgroup_rs_k_issue(dsk, pk, dsa, pa, k_addr, chunk_bytes);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fences(dsk, pk);

@@ -18,7 +18,8 @@
  *   wgmma_m64n128k16_rs, wgmma_pv, quad_max, quad_sum, setmaxnreg_inc / setmaxnreg_dec,
  *   red_add_f32x2_if, named_bar_sync / named_bar_arrive, warpgroup_sync;
  *   the 64 x 64 tile steps of the HS-64 backward kernels (key-major pass, row pass, their labs):
- *   warpgroup_two_ss_64x64 (two K-major SS GEMMs as one batch: S and dP, or their transposes),
+ *   warpgroup_two_ss_64x64 (two K-major SS GEMMs as one batch: S and dP, or their transposes; _issue: the
+ *   wgmmas alone),
  *   pack_acc_a_operand (FP32 accumulator -> BF16 register A operand), warpgroup_rs_issue_n64,
  *   stage_tile_transposed / load_staged_a_operand (a BF16 tile through shared memory, transposed);
  *   tma_reduce_add_3d, bulk_commit_group, bulk_wait_group_read<N>, bulk_wait_group<N> (TMA reduce-add of an
@@ -333,20 +334,13 @@ constexpr int kTileK = 64;            /* head size / keys / queries of one tile 
 constexpr int kTileKSteps = kTileK / 16;
 constexpr int kTileRowBytes = 128;    /* one 128B-swizzle row */
 
-/* D0 = A0 B0^T and D1 = A1 B1^T (64 x 64 each, over a 64-wide reduced dimension), all four operands K-major
-   tiles at the given shared addresses (the warpgroup's 64 rows of A), issued as one commit group (the
-   tensor core runs them back to back) and waited for. Written, not accumulated. The key-major pass calls
-   it with (K_w, Q) and (V_w, dO) for S^T and dP^T, the row pass with (Q, K) and (dO, V) for S and dP. */
-__device__ __forceinline__ void warpgroup_two_ss_64x64(float (&d0)[32], float (&d1)[32], uint32_t a0_addr,
-                                                       uint32_t b0_addr, uint32_t a1_addr, uint32_t b1_addr) {
+/* D0 += A0 B0^T and D1 += A1 B1^T (64 x 64 each, over a 64-wide reduced dimension), all four operands K-major
+   tiles at the given shared addresses: the 8 wgmmas issued, nothing else (the caller zeroes, fences, commits
+   and waits; warpgroup_two_ss_64x64 below, or a commit group that also holds other GEMMs). */
+__device__ __forceinline__ void warpgroup_two_ss_64x64_issue(float (&d0)[32], float (&d1)[32], uint32_t a0_addr,
+                                                             uint32_t b0_addr, uint32_t a1_addr, uint32_t b1_addr) {
     constexpr uint32_t kUnusedLbo = 16; /* K-major swizzled operands ignore LBO ("assumed 1", 16 bytes) */
     constexpr int kAtomBytes = 8 * kTileRowBytes;
-#pragma unroll
-    for (int i = 0; i < 32; i++) d0[i] = d1[i] = 0.f;
-    /* pins the zeroing before the fence (else the compiler sinks the moves past it and ptxas has to
-       serialise the wgmmas with an injected warpgroup.arrive) */
-    reg_fences(d0, d1);
-    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kTileKSteps; kk++) {
         const uint32_t off = kk * 16 * (int)sizeof(bf16);
@@ -359,6 +353,21 @@ __device__ __forceinline__ void warpgroup_two_ss_64x64(float (&d0)[32], float (&
         wgmma_m64n64k16_ss(d1, make_smem_desc(a1_addr + off, kUnusedLbo, kAtomBytes),
                            make_smem_desc(b1_addr + off, kUnusedLbo, kAtomBytes));
     }
+}
+
+/* D0 = A0 B0^T and D1 = A1 B1^T (64 x 64 each, over a 64-wide reduced dimension), all four operands K-major
+   tiles at the given shared addresses (the warpgroup's 64 rows of A), issued as one commit group (the
+   tensor core runs them back to back) and waited for. Written, not accumulated. The key-major pass calls
+   it with (K_w, Q) and (V_w, dO) for S^T and dP^T, the row pass with (Q, K) and (dO, V) for S and dP. */
+__device__ __forceinline__ void warpgroup_two_ss_64x64(float (&d0)[32], float (&d1)[32], uint32_t a0_addr,
+                                                       uint32_t b0_addr, uint32_t a1_addr, uint32_t b1_addr) {
+#pragma unroll
+    for (int i = 0; i < 32; i++) d0[i] = d1[i] = 0.f;
+    /* pins the zeroing before the fence (else the compiler sinks the moves past it and ptxas has to
+       serialise the wgmmas with an injected warpgroup.arrive) */
+    reg_fences(d0, d1);
+    wgmma_fence();
+    warpgroup_two_ss_64x64_issue(d0, d1, a0_addr, b0_addr, a1_addr, b1_addr);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fences(d0, d1);

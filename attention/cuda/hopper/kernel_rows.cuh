@@ -83,31 +83,24 @@ struct RowsPlan {
     static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
 };
 
-/* A head size's traits: kChunks (64-column chunks per row), kDqRegs (a DSK or PK accumulator, 64 x HS),
-   kThreads and kProducerWarpgroup (a producer warpgroup with the setmaxnreg split kProducerRegs /
-   kConsumerRegs of the 384 threads' 168 registers each; else one producer warp and no setmaxnreg), kGivesUp
-   (bounded waits that give up, and NaN outputs after a give-up; else plain waits). */
+/* A head size's traits: kChunks (64-column chunks per row), kDqRegs (a DSK or PK accumulator, 64 x HS), the
+   producer warpgroup after the two consumer warpgroups (kThreads) with the setmaxnreg split kProducerRegs /
+   kConsumerRegs of the 384 threads' 168 registers each (with 288 threads, a producer warp, 168 is the cap: one
+   SM sub-partition holds three of the nine warps); bounded waits that give up, and NaN outputs after a give-up
+   (a trap on the consumer path would make ptxas ignore setmaxnreg.inc). kPipelined (HS 64, gproj): half h's
+   DSK/PK GEMMs and half h + 1's S/dP GEMMs in one commit group; at HS 128 DSK + PK alone are 128 registers,
+   which leaves no room for the next half's S and dP. */
 template <int HS>
 struct RowsShape {
-    static_assert(HS == 64, "HS 64 (HS 128 below)");
-    static constexpr int kChunks = 1;
+    static_assert(HS == 64 || HS == 128, "head sizes 64 and 128");
+    static constexpr int kChunks = HS / kChunkCols;
     using Plan = RowsPlan<kChunks>;
     static constexpr int kDqRegs = HS / 2;
-    static constexpr int kThreads = kConsumerThreads + 32; /* + one producer warp, after the warpgroups (alignment) */
-    static constexpr int kProducerRegs = 0, kConsumerRegs = 0;
-    static constexpr bool kProducerWarpgroup = false, kGivesUp = false;
-};
-
-template <>
-struct RowsShape<128> {
-    static constexpr int kChunks = 2;
-    using Plan = RowsPlan<kChunks>;
-    static constexpr int kDqRegs = 128 / 2;
     static constexpr int kThreads = kConsumerThreads + 128; /* + the producer warpgroup */
     static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
     static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * 168,
                   "the setmaxnreg split must fit in what the CTA was launched with");
-    static constexpr bool kProducerWarpgroup = true, kGivesUp = true;
+    static constexpr bool kPipelined = (HS == 64);
 };
 static_assert(RowsShape<64>::Plan::kTileBytes == RowsShape<64>::Plan::kChunkBytes &&
                   RowsShape<64>::Plan::kSliceBytes == kSubTileBytes,
@@ -143,20 +136,25 @@ __device__ __forceinline__ void warpgroup_scores(float (&s)[kSRegs], float (&dp)
     reg_fences(s, dp);
 }
 
+/* S and dP zeroed before the fence that precedes their GEMMs (fenced, so the compiler cannot sink the moves past
+   it and make ptxas serialise the wgmmas). */
+__device__ __forceinline__ void rows_zero_scores(float (&s)[kSRegs], float (&dp)[kSRegs]) {
+#pragma unroll
+    for (int i = 0; i < kSRegs; i++) s[i] = dp[i] = 0.f;
+    reg_fences(s, dp);
+}
+
 /* ---- the waits ---- */
 
 constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz */
-/* set by the object's installer (HS 128: attention_hopper_rows128_watch_hangs); NULL: no record */
+/* set by the object's installer (attention_hopper_rows_watch_hangs, attention_hopper_rows128_watch_hangs); NULL:
+   no record */
 __device__ AttnHopperHang* g_hang_record;
 
-/* Every wait of the kernel and the probes: HS 128's bounded wait that gives up (no trap under setmaxnreg; see
-   attention_hopper_rows128.cu), HS 64's plain wait (cta_abort unused). */
-template <int HS>
+/* Every wait of the kernel and the HS-128 probe: a bounded wait that gives up (no trap under setmaxnreg), recording
+   the barrier when a lab installed a hang record and setting the CTA's abort flag. */
 __device__ __forceinline__ void rows_wait(uint64_t* bar, uint32_t parity, int site, int index, int* cta_abort) {
-    if constexpr (RowsShape<HS>::kGivesUp)
-        mbar_wait_give_up<kHangCycles>(bar, parity, site, index, cta_abort, g_hang_record);
-    else
-        mbar_wait(bar, parity);
+    mbar_wait_give_up<kHangCycles>(bar, parity, site, index, cta_abort, g_hang_record);
 }
 
 /* Barrier of the two consumer warpgroups (256 threads; id 1: 0 is __syncthreads). */
@@ -181,14 +179,7 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
     constexpr bool kGproj = (MODE == ATTN_GPROJ);
     constexpr int kChunks = Shape::kChunks, kDqRegs = Shape::kDqRegs;
     extern __shared__ unsigned char smem_raw[];
-    /* the 1024-aligned base: one value, two forms (hopper_wgmma.cuh's function, the expression written out);
-       they compile to different address arithmetic, and each head size keeps the code it was measured with */
-    unsigned char* smem;
-    if constexpr (Shape::kProducerWarpgroup)
-        smem = aligned_smem_base(smem_raw);
-    else
-        smem = smem_raw + ((kSwizzleAtomBytes - (smem_u32(smem_raw) & (kSwizzleAtomBytes - 1))) &
-                           (kSwizzleAtomBytes - 1));
+    unsigned char* smem = aligned_smem_base(smem_raw);
     unsigned char* q_s = smem + Plan::kQ;
     unsigned char* do_s = smem + Plan::kDO;
     unsigned char* k_s = smem + Plan::kK;
@@ -204,10 +195,10 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
     const int n_key_tiles = (min(q0 + kBlockQ, T) - 1) / kBlockK + 1; /* = q_tile + 1 */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
-    const int warpgroup = Shape::kProducerWarpgroup ? __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0) : 0;
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
 
     if (threadIdx.x == 0) {
-        if constexpr (Shape::kGivesUp) *cta_abort = 0;
+        *cta_abort = 0;
         init_pipeline_barriers<kStages>(q_full, full, empty, 1, kConsumerThreads);
     }
     __syncthreads();
@@ -216,10 +207,10 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
     wait_for_previous_grid();
     let_next_grid_launch();
 
-    if (Shape::kProducerWarpgroup ? warpgroup == kConsumerWarpgroups : warp == kConsumerThreads / 32) {
-        if constexpr (Shape::kProducerWarpgroup) setmaxnreg_dec<Shape::kProducerRegs>(); /* the whole warpgroup */
+    if (warpgroup == kConsumerWarpgroups) {
+        setmaxnreg_dec<Shape::kProducerRegs>(); /* the whole warpgroup */
         /* ---- producer: lane 0 of its first warp issues every copy; the other threads have no work ---- */
-        if ((!Shape::kProducerWarpgroup || warp == kConsumerThreads / 32) && lane == 0) {
+        if (warp == kConsumerThreads / 32 && lane == 0) {
             mbar_arrive_expect_tx(q_full, 2 * Plan::kTileBytes);
             for (int ch = 0; ch < kChunks; ch++) {
                 tma_load_4d(q_s + ch * Plan::kChunkBytes, &qkv_map, q_full, ch * kChunkCols, kSlotQ * NH + h, q0, b);
@@ -229,7 +220,7 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
                 const int s = kt % kStages;
                 /* reuse of stage s: its release for tile kt - kStages completed phase kt / kStages - 1 */
                 if (kt >= kStages)
-                    rows_wait<HS>(&empty[s], (uint32_t)((kt / kStages - 1) & 1), ATTN_HANG_EMPTY, s, cta_abort);
+                    rows_wait(&empty[s], (uint32_t)((kt / kStages - 1) & 1), ATTN_HANG_EMPTY, s, cta_abort);
                 mbar_arrive_expect_tx(&full[s], 2 * Plan::kTileBytes);
                 for (int ch = 0; ch < kChunks; ch++) {
                     const int dst = s * Plan::kTileBytes + ch * Plan::kChunkBytes;
@@ -240,18 +231,17 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
         }
         return; /* no block-wide barrier follows */
     }
-    if constexpr (Shape::kProducerWarpgroup) setmaxnreg_inc<Shape::kConsumerRegs>();
+    setmaxnreg_inc<Shape::kConsumerRegs>();
 
     /* ---- consumer warpgroups: wg owns query rows q0 + 64 wg .. +63; this thread rows row0, row0 + 8 ---- */
-    const int wg = Shape::kProducerWarpgroup ? warpgroup : warp / 4, g = lane >> 2, t = lane & 3;
+    const int wg = warpgroup, g = lane >> 2, t = lane & 3;
     const int row0 = q0 + wg * kWarpgroupRows + (warp % 4) * 16 + g;
     float row_m[2], row_rl[2], row_D[2]; /* m, fl(1 / l), D (gproj) */
     load_row_state<kGproj, HS>(row_m, row_rl, row_D, stats, out, dout, b, h, NH, T, row0, t);
     float acc_a[2] = {0.f, 0.f}; /* gproj: r = sum bf(dS); fp32: sum P dP (this lane's keys, in key order) */
     float acc_b[2] = {0.f, 0.f}; /* gproj: p = sum bf(P) */
     float dsk[kDqRegs], pk[kDqRegs];
-    /* zeroed for gproj; HS 64's fp32 instantiation zeroes them too (the code it was measured with) */
-    if constexpr (kGproj || !Shape::kProducerWarpgroup) {
+    if constexpr (kGproj) {
 #pragma unroll
         for (int i = 0; i < kDqRegs; i++) dsk[i] = pk[i] = 0.f;
         reg_fence(dsk); /* the zeroing before any wgmma fence (see warpgroup_two_ss_64x64) */
@@ -260,50 +250,114 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
 
     const uint32_t wg_rows = wg * Plan::kSliceBytes; /* 8 KB into each chunk: stays 1024-aligned */
     const uint32_t q_addr = smem_u32(q_s) + wg_rows, do_addr = smem_u32(do_s) + wg_rows;
-    rows_wait<HS>(q_full, 0, kHangQdo, 0, cta_abort);
+    rows_wait(q_full, 0, kHangQdo, 0, cta_abort);
     __syncwarp(); /* lanes leave the polling loop at different times: reconverge for the .aligned wgmma */
 
-    for (int kt = 0; kt < n_key_tiles; kt++) {
-        const int s = kt % kStages;
-        rows_wait<HS>(&full[s], (uint32_t)((kt / kStages) & 1), kHangKv, s, cta_abort);
+    if constexpr (kGproj && Shape::kPipelined) {
+        /* gproj at HS 64: half h's DSK/PK GEMMs and half h + 1's S/dP GEMMs go to the tensor core as one commit
+           group, and one wait at the top of the next half covers both, so the warpgroup does not sit through
+           the tensor core's pipeline latency twice per half. Live across that wait: S, dP (64 registers), DSK,
+           PK (64) and the A operands of DSK/PK (32). Stage s is released once the DSK/PK GEMMs of its tile's
+           last half are done: at the top of the next tile's first half, or after the loop. */
+        const int n_halves = n_key_tiles * kSubTiles;
+        float sacc[kSRegs], dpacc[kSRegs];
+        uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
+        rows_wait(&full[0], 0, kHangKv, 0, cta_abort);
         __syncwarp();
-        const uint32_t k_addr = smem_u32(k_s + s * Plan::kTileBytes), v_addr = smem_u32(v_s + s * Plan::kTileBytes);
+        rows_zero_scores(sacc, dpacc);
+        wgmma_fence();
+        warpgroup_two_ss_64x64_issue(sacc, dpacc, q_addr, smem_u32(k_s), do_addr, smem_u32(v_s));
+        wgmma_commit();
+        /* half hh; NEXT: S/dP of half hh + 1 join the commit group (every half but the last: a compile-time
+           argument, since a branch around a wgmma between the fence and the commit makes ptxas inject a
+           warpgroup.arrive) */
+        auto half = [&](int hh, auto next) {
+            constexpr bool kNext = decltype(next)::value;
+            const int kt = hh / kSubTiles, sub = hh % kSubTiles, s = kt % kStages;
+            wgmma_wait<0>();
+            reg_fences(sacc, dpacc, dsk, pk, dsa, pa); /* the results, and the A operands kept live until here */
+            if (sub == 0 && kt > 0) mbar_arrive(&empty[(kt - 1) % kStages]); /* tile kt - 1's GEMMs are done */
 
-        /* the mask only where it can bite (the diagonal tile, or a query tile that reaches past T) */
-        const bool tile_masked = !(kt < n_key_tiles - 1 && q0 + kBlockQ <= T);
-#pragma unroll 1
-        for (int sub = 0; sub < kSubTiles; sub++) {
-            const uint32_t k_half = k_addr + sub * Plan::kSliceBytes;
-            float sacc[kSRegs], dpacc[kSRegs];
-            if constexpr (kChunks == 1)
-                warpgroup_two_ss_64x64(sacc, dpacc, q_addr, k_half, do_addr, v_addr + sub * Plan::kSliceBytes);
-            else
-                warpgroup_scores(sacc, dpacc, q_addr, k_half, do_addr, v_addr + sub * Plan::kSliceBytes);
-
-            /* P, dS and the row sums (the mask only where it can bite); gproj: bf(dS), bf(P) packed as the A
-               operands of DSK += bf(dS) K, PK += bf(P) K */
+            /* P, dS, the row sums and the A operands (the mask only where it can bite) */
+            const bool tile_masked = !(kt < n_key_tiles - 1 && q0 + kBlockQ <= T);
             const int key0 = kt * kBlockK + sub * kSubKeys;
-            if constexpr (kGproj) {
-                uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
-                if (tile_masked)
-                    row_probs_packed<true>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, dsa, pa, key0, row0, t,
-                                           T, c);
-                else
-                    row_probs_packed<false>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, dsa, pa, key0, row0, t,
-                                            T, c);
-                warpgroup_rs_k<kDqRegs, (kChunks > 1)>(dsk, pk, dsa, pa, k_half, Plan::kChunkBytes);
-            } else if (tile_masked) {
-                row_probs_and_sums<false, true>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
-            } else {
-                row_probs_and_sums<false, false>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
+            if (tile_masked)
+                row_probs_packed<true>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, dsa, pa, key0, row0, t, T, c);
+            else
+                row_probs_packed<false>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, dsa, pa, key0, row0, t, T,
+                                        c);
+
+            /* the next half's tile: the same stage, or the next tile's once it has landed */
+            const int hn = hh + 1, kt_n = hn / kSubTiles, sub_n = hn % kSubTiles, s_n = kt_n % kStages;
+            if constexpr (kNext) {
+                if (sub_n == 0) {
+                    rows_wait(&full[s_n], (uint32_t)((kt_n / kStages) & 1), kHangKv, s_n, cta_abort);
+                    __syncwarp();
+                }
+                rows_zero_scores(sacc, dpacc);
             }
+            reg_fences(dsa, pa);
+            wgmma_fence();
+            warpgroup_rs_k_issue<kDqRegs>(dsk, pk, dsa, pa,
+                                          smem_u32(k_s + s * Plan::kTileBytes) + sub * Plan::kSliceBytes,
+                                          Plan::kChunkBytes);
+            if constexpr (kNext) {
+                const uint32_t half_n = s_n * Plan::kTileBytes + sub_n * Plan::kSliceBytes;
+                warpgroup_two_ss_64x64_issue(sacc, dpacc, q_addr, smem_u32(k_s) + half_n, do_addr,
+                                             smem_u32(v_s) + half_n);
+            }
+            wgmma_commit();
+        };
+#pragma unroll 1
+        for (int hh = 0; hh < n_halves - 1; hh++) half(hh, std::true_type{});
+        half(n_halves - 1, std::false_type{});
+        wgmma_wait<0>();
+        reg_fences(dsk, pk, dsa, pa);
+        mbar_arrive(&empty[(n_key_tiles - 1) % kStages]);
+    } else {
+        for (int kt = 0; kt < n_key_tiles; kt++) {
+            const int s = kt % kStages;
+            rows_wait(&full[s], (uint32_t)((kt / kStages) & 1), kHangKv, s, cta_abort);
+            __syncwarp();
+            const uint32_t k_addr = smem_u32(k_s + s * Plan::kTileBytes), v_addr = smem_u32(v_s + s * Plan::kTileBytes);
+
+            /* the mask only where it can bite (the diagonal tile, or a query tile that reaches past T) */
+            const bool tile_masked = !(kt < n_key_tiles - 1 && q0 + kBlockQ <= T);
+    #pragma unroll 1
+            for (int sub = 0; sub < kSubTiles; sub++) {
+                const uint32_t k_half = k_addr + sub * Plan::kSliceBytes;
+                float sacc[kSRegs], dpacc[kSRegs];
+                if constexpr (kChunks == 1)
+                    warpgroup_two_ss_64x64(sacc, dpacc, q_addr, k_half, do_addr, v_addr + sub * Plan::kSliceBytes);
+                else
+                    warpgroup_scores(sacc, dpacc, q_addr, k_half, do_addr, v_addr + sub * Plan::kSliceBytes);
+
+                /* P, dS and the row sums (the mask only where it can bite); gproj: bf(dS), bf(P) packed as the A
+                   operands of DSK += bf(dS) K, PK += bf(P) K */
+                const int key0 = kt * kBlockK + sub * kSubKeys;
+                if constexpr (kGproj) {
+                    uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
+                    if (tile_masked)
+                        row_probs_packed<true>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, dsa, pa, key0, row0, t,
+                                               T, c);
+                    else
+                        row_probs_packed<false>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, dsa, pa, key0, row0, t,
+                                                T, c);
+                    warpgroup_rs_k<kDqRegs, (kChunks > 1)>(dsk, pk, dsa, pa, k_half, Plan::kChunkBytes);
+                } else if (tile_masked) {
+                    row_probs_and_sums<false, true>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
+                } else {
+                    row_probs_and_sums<false, false>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
+                }
+            }
+            mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
         }
-        mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
+
     }
 
     store_row_outputs<kGproj, HS>(acc_a, acc_b, dsk, pk, row_D, D, lambda, dqkv, bh, b, h, NH, T, row0, t, scale);
 
-    if constexpr (Shape::kGivesUp) {
+    {
         /* A wait of this CTA that gave up (consumer or producer; the producer's give-up precedes an arrival on
            full that every consumer waited for) is visible to every consumer thread after this barrier. Then the
            CTA's outputs just written are overwritten with NaN (the same thread, the same addresses: program order
@@ -340,13 +394,8 @@ __global__ void __launch_bounds__(RowsShape<HS>::kThreads, 1)
                 const bf16* __restrict__ out, const bf16* __restrict__ dout, const float* __restrict__ stats,
                 float* __restrict__ D, float* __restrict__ lambda, bf16* __restrict__ dqkv, int NH, int T,
                 float scale, float c, int section) {
-    if constexpr (RowsShape<HS>::kGivesUp) {
-        __shared__ int cta_abort; /* set by a bounded wait that gave up (rows_wait) */
-        rows_pass<HS, MODE>(qkv_map, dout_map, out, dout, stats, D, lambda, dqkv, NH, T, scale, c, section,
-                            &cta_abort);
-    } else {
-        rows_pass<HS, MODE>(qkv_map, dout_map, out, dout, stats, D, lambda, dqkv, NH, T, scale, c, section, nullptr);
-    }
+    __shared__ int cta_abort; /* set by a bounded wait that gave up (rows_wait) */
+    rows_pass<HS, MODE>(qkv_map, dout_map, out, dout, stats, D, lambda, dqkv, NH, T, scale, c, section, &cta_abort);
 }
 
 /* ---- host ---- */

@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     unsigned char* v_t = smem + Plan::kV + Plan::kTileBytes; /* stage 1 */
     probe_load_tiles(ProbeTiles{q_s, k_t, v_t, do_s, kChunks, Plan::kChunkBytes, Plan::kChunkBytes, 1, 0, 0}, &qkv_map,
                      &dout_map, bar, NH, head, 4 * Plan::kTileBytes, &cta_abort);
-    rows_wait<kHS>(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
+    rows_wait(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
     __syncwarp();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp / 4, g = lane >> 2, t = lane & 3;
     const int row0 = wg * kWarpgroupRows + (warp % 4) * 16 + g;
