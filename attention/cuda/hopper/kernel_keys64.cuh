@@ -22,7 +22,6 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <type_traits>
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "attention/cuda/tile_order.cuh"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
@@ -430,14 +429,6 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
     reg_fences(dq, a0, a1);
 }
 
-/* S^T and dP^T zeroed before the fence that precedes their GEMMs (fenced, so the compiler cannot sink the moves
-   past it and make ptxas serialise the wgmmas). */
-__device__ __forceinline__ void keys64_zero_scores(float (&st)[32], float (&dpt)[32]) {
-#pragma unroll
-    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
-    reg_fences(st, dpt);
-}
-
 /* ---- the kernel ---- */
 
 /* The key-major pass at HS 64 of mode MODE (the instantiation file's comment has the mode's design). stats
@@ -545,37 +536,51 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
     keys64_wait<MODE>(kv_full, 0, ATTN_HANG_KV_FULL, 0, cta_abort);
     __syncwarp();
 
-    if constexpr (MODE == ATTN_GPROJ) {
-        /* gproj: step i's dV/dK GEMMs and step i + 1's S^T/dP^T go to the tensor core as one commit group,
-           waited for once at the top of step i + 1 (as the row pass, kernel_rows.cuh). Live across the wait:
-           S^T, dP^T (64 registers), dK, dV (64) and the three A operands (48). Stage s is released once the dV/dK
-           GEMMs that read its Q and dO are done: at the top of the next step, or after the loop. */
-        float st[32], dpt[32];
-        uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4];
-        auto q_tile_addr = [&](int stage) { return smem_u32(q_s + stage * Plan::kQTileBytes); };
-        auto do_tile_addr = [&](int stage) { return smem_u32(do_s + stage * Plan::kQTileBytes); };
-        reg_fences(dk, dv); /* their zeroing above stays before the first fence (no copies of in-flight registers) */
-        keys64_wait<MODE>(&full[0], 0, ATTN_HANG_FULL, 0, cta_abort);
+#pragma unroll 1
+    for (int i = 0; i < n_q_tiles; i++) {
+        const int s = i % kStages;
+        const int q0 = (qt_begin + i) * kBlockQ;
+        keys64_wait<MODE>(&full[s], (uint32_t)((i / kStages) & 1), ATTN_HANG_FULL, s, cta_abort);
         __syncwarp();
-        keys64_zero_scores(st, dpt);
-        wgmma_fence();
-        warpgroup_two_ss_64x64_issue(st, dpt, kw_addr, q_tile_addr(0), vw_addr, do_tile_addr(0));
-        wgmma_commit();
-        /* step i; NEXT: S^T/dP^T of step i + 1 join the commit group (every step but the last: a compile-time
-           argument, since a branch around a wgmma between the fence and the commit makes ptxas inject a
-           warpgroup.arrive) */
-        auto step = [&](int i, auto next) {
-            constexpr bool kNext = decltype(next)::value;
-            const int s = i % kStages;
-            const int q0 = (qt_begin + i) * kBlockQ;
+        const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes), do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
+        const float4* rs = row_state + s * kBlockQ;
+
+        /* the mode's step; element 4j + 2r + e of st, dpt: key key0 + 8r, query q0 + 8j + 2t + e */
+        if constexpr (kBlockQ == kWideQ) { /* bf16, repair */
+            float st[kWideScoreRegs], dpt[kWideScoreRegs];
+            scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+            /* the mask can bite only where the step reaches the warpgroup's keys or T */
+            const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+            probs_n128<MODE>(st, dpt, rs, q0, key0, t, T, masked, c);
+
+            uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
+            pack_a_n128(pa, st);
+            pack_a_n128(pds, dpt);
+            float dq0[32], dq1[32];
+            /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
+            stage_ds(ds_s, pds, key_row, t);
+            issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
+            /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
+               warpgroup rewrite it */
+            if (tid_in_wg == 0) bulk_wait_group_read<0>();
+            warpgroup_sync(wg); /* the staging tile is written */
             wgmma_wait<0>();
-            reg_fences(st, dpt, dv, dk, pa, pds, plam); /* the results, and the A operands kept live until here */
-            if (i > 0) mbar_arrive(&empty[(i - 1) % kStages]); /* step i - 1's GEMMs no longer read its stage */
+            reg_fences(dv, dk, pa, pds);
+            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+            dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
+            store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
+            store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
+            fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
+            warpgroup_sync(wg);  /* also: every A load of the staging tile is done before the next step restages */
+            if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
+        } else if constexpr (MODE == ATTN_GPROJ) {
+            float st[32], dpt[32];
+            warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
 
             /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
                k-step (16 queries) at a time */
-            const float4* rs = row_state + s * kBlockQ;
             const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+            uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4];
 #pragma unroll
             for (int kk = 0; kk < kTileKSteps; kk++) {
                 float lam[2][2];
@@ -583,119 +588,65 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                 pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
             }
 
-            const int s_n = (i + 1) % kStages;
-            if constexpr (kNext) {
-                keys64_wait<MODE>(&full[s_n], (uint32_t)(((i + 1) / kStages) & 1), ATTN_HANG_FULL, s_n, cta_abort);
-                __syncwarp();
-                keys64_zero_scores(st, dpt);
+            /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
+               two dK ones chained on the same accumulator (wgmma orders same-accumulator operations); P and
+               dS are dead while it runs (64 accumulator + 48 A registers in flight). */
+            keymajor_gproj_dkv_batch<kHS>(dv, dk, pa, pds, plam, q_addr, do_addr);
+            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+        } else { /* fp32 */
+            bf16* const ds_tiles = ds_s;
+            float st[32], dpt[32];
+            warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+
+            /* P, dS (attn_bwd_kernel's expressions, masked entries exactly 0), their four A words and the three
+               staged dS terms one k-step at a time. The previous step's reads of the staged tiles (its dQ A loads)
+               are all behind its last warpgroup barrier. */
+            const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+            uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
+#pragma unroll
+            for (int kk = 0; kk < kTileKSteps; kk++) {
+                keymajor_probs_step<ATTN_FP32>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
+                uint32_t unused[4], x2[4];
+                pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
+                pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
+                stage_term_step(ds_tiles, pds[kk], kk, key_row, t);
+                stage_term_step(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
+                stage_term_step(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
             }
-            /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q; then the next step's scores */
-            reg_fences(pa, pds, plam, dv, dk);
-            wgmma_fence();
-            keymajor_gproj_dkv_issue<kHS>(dv, dk, pa, pds, plam, q_tile_addr(s), do_tile_addr(s));
-            if constexpr (kNext)
-                warpgroup_two_ss_64x64_issue(st, dpt, kw_addr, q_tile_addr(s_n), vw_addr, do_tile_addr(s_n));
-            wgmma_commit();
-        };
-#pragma unroll 1
-        for (int i = 0; i < n_q_tiles - 1; i++) step(i, std::true_type{});
-        step(n_q_tiles - 1, std::false_type{});
-        wgmma_wait<0>();
-        reg_fences(dv, dk, pa, pds, plam);
-        mbar_arrive(&empty[(n_q_tiles - 1) % kStages]);
-    } else {
-    #pragma unroll 1
-        for (int i = 0; i < n_q_tiles; i++) {
-            const int s = i % kStages;
-            const int q0 = (qt_begin + i) * kBlockQ;
-            keys64_wait<MODE>(&full[s], (uint32_t)((i / kStages) & 1), ATTN_HANG_FULL, s, cta_abort);
-            __syncwarp();
-            const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes), do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
-            const float4* rs = row_state + s * kBlockQ;
+            issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
+            /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before
+               the barrier below lets the warpgroup rewrite it */
+            if (tid_in_wg == 0) bulk_wait_group_read<1>();
+            warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
+            wgmma_wait<0>();
+            reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
 
-            /* the mode's step; element 4j + 2r + e of st, dpt: key key0 + 8r, query q0 + 8j + 2t + e */
-            if constexpr (kBlockQ == kWideQ) { /* bf16, repair */
-                float st[kWideScoreRegs], dpt[kWideScoreRegs];
-                scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-                /* the mask can bite only where the step reaches the warpgroup's keys or T */
-                const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-                probs_n128<MODE>(st, dpt, rs, q0, key0, t, T, masked, c);
+            float dq[32];
+#pragma unroll
+            for (int k = 0; k < 32; k++) dq[k] = 0.f;
+            warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
+            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
 
-                uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
-                pack_a_n128(pa, st);
-                pack_a_n128(pds, dpt);
-                float dq0[32], dq1[32];
-                /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
-                stage_ds(ds_s, pds, key_row, t);
-                issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
-                /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
-                   warpgroup rewrite it */
-                if (tid_in_wg == 0) bulk_wait_group_read<0>();
-                warpgroup_sync(wg); /* the staging tile is written */
-                wgmma_wait<0>();
-                reg_fences(dv, dk, pa, pds);
-                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-                dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
-                store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
-                store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
-                fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
-                warpgroup_sync(wg);  /* also: every A load of the staging tile is done before the next step restages */
-                if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
-            } else { /* fp32 */
-                bf16* const ds_tiles = ds_s;
-                float st[32], dpt[32];
-                warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-
-                /* P, dS (attn_bwd_kernel's expressions, masked entries exactly 0), their four A words and the three
-                   staged dS terms one k-step at a time. The previous step's reads of the staged tiles (its dQ A loads)
-                   are all behind its last warpgroup barrier. */
-                const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-                uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
-    #pragma unroll
-                for (int kk = 0; kk < kTileKSteps; kk++) {
-                    keymajor_probs_step<ATTN_FP32>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
-                    uint32_t unused[4], x2[4];
-                    pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
-                    pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
-                    stage_term_step(ds_tiles, pds[kk], kk, key_row, t);
-                    stage_term_step(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
-                    stage_term_step(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
+            /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
+               thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
+            unsigned char* dq_parity_tile = smem + Plan::kDqTile + (wg * 2 + (i & 1)) * Plan::kDqTileBytes;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = warp_in_wg * 16 + g + 8 * r;
+#pragma unroll
+                for (int n = 0; n < kHS / 8; n++) {
+                    const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+                    *reinterpret_cast<float2*>(dq_parity_tile + (n >> 2) * (kBlockQ * kRowBytes) + row * kRowBytes +
+                                               chunk * 16 + (t & 1) * 8) =
+                        make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
                 }
-                issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
-                /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before
-                   the barrier below lets the warpgroup rewrite it */
-                if (tid_in_wg == 0) bulk_wait_group_read<1>();
-                warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
-                wgmma_wait<0>();
-                reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
-
-                float dq[32];
-    #pragma unroll
-                for (int k = 0; k < 32; k++) dq[k] = 0.f;
-                warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
-                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-
-                /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
-                   thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
-                unsigned char* dq_parity_tile = smem + Plan::kDqTile + (wg * 2 + (i & 1)) * Plan::kDqTileBytes;
-    #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int row = warp_in_wg * 16 + g + 8 * r;
-    #pragma unroll
-                    for (int n = 0; n < kHS / 8; n++) {
-                        const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
-                        *reinterpret_cast<float2*>(dq_parity_tile + (n >> 2) * (kBlockQ * kRowBytes) + row * kRowBytes +
-                                                   chunk * 16 + (t & 1) * 8) =
-                            make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-                    }
-                }
-                fence_proxy_async();
-                warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step restages */
-                if (tid_in_wg == 0) {
-                    tma_reduce_add_3d(dq_map, dq_parity_tile, 0, q0, dq_head);
-                    tma_reduce_add_3d(dq_map, dq_parity_tile + kBlockQ * kRowBytes, 32, q0, dq_head);
-                    bulk_commit_group();
-                }
+            }
+            fence_proxy_async();
+            warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step restages */
+            if (tid_in_wg == 0) {
+                tma_reduce_add_3d(dq_map, dq_parity_tile, 0, q0, dq_head);
+                tma_reduce_add_3d(dq_map, dq_parity_tile + kBlockQ * kRowBytes, 32, q0, dq_head);
+                bulk_commit_group();
             }
         }
     }
