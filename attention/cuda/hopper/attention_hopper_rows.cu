@@ -1,6 +1,6 @@
 /*
  * attention/cuda/hopper/attention_hopper_rows.cu - the Hopper (sm_90a) query-major row pass of the backward for gproj
- * (lambda and all of dQ) and fp32 (D = sum_j P_ij dP_ij) at head size 64, on wgmma + TMA + a producer warp.
+ * (lambda and all of dQ) and fp32 (D = sum_j P_ij dP_ij) at head size 64, on wgmma + TMA + a producer warpgroup.
  * The API and which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh.
  *
  * Why: gproj's and fp32's extra cost over bf16 is mostly the portable row pass attn_bwd_rows_kernel
@@ -22,17 +22,20 @@
  *          dQ_i = bf(s * fma(-lambda_i, PK_i, DSK_i)) into the q slot of dqkv, lambda_i into the workspace.
  *   fp32:  D_i = sum_j P_ij dP_ij in FP32 into the workspace's D slot (fp32's dQ is key-major).
  *
- * Kernel layout: one CTA = 128 query rows of one (b, h), longest rows first; warps 0-3 and 4-7 are two
- * consumer warpgroups of 64 rows, warp 8 the producer (one lane issues TMA). Q (qkv as a 4-D map
- * {HS, 3 NH, T, B}) and dO ({HS, NH, T, B}) are loaded once; K and V tiles of 128 keys, two stages,
- * full/empty mbarriers. Each 128-key tile is worked in two 64-key halves (S and dP of a half, P and dS in
- * registers, then DSK and PK of that half): with whole tiles the four accumulators spill. Rows and keys
- * past T are zero-filled by TMA and masked. Every mbarrier wait is on a phase that a finite number of
- * copies/arrivals completes (as the forward). Registers (CUDA 13.0): gproj 168 (the cap for 288 threads),
- * fp32 106, no spills.
- * HS 128 is attention_hopper_rows128.cu (DSK and PK alone are 128 floats per thread there: a producer
- * warpgroup and setmaxnreg); attention_hopper_bwd_dispatch.cu picks the head size.
- * Not done: overlap of the DSK/PK GEMMs of one tile with S/dP of the next, setmaxnreg, D fused into the pass.
+ * Kernel layout: one CTA = 128 query rows of one (b, h), longest rows first; warpgroups 0 and 1 are two
+ * consumers of 64 rows, warpgroup 2 the producer (one lane issues TMA; setmaxnreg 24 there, 240 in the
+ * consumers). Q (qkv as a 4-D map {HS, 3 NH, T, B}) and dO ({HS, NH, T, B}) are loaded once; K and V tiles of
+ * 128 keys, two stages, full/empty mbarriers. Each 128-key tile is worked in two 64-key halves (S and dP of a
+ * half, P and dS in registers, then DSK and PK of that half): with whole tiles the four accumulators spill.
+ * gproj issues half h's DSK/PK GEMMs and half h + 1's S/dP GEMMs as one commit group and waits once per half
+ * (3.5% on gproj's backward, dev/results/gproj_row_pass_pipelined_2026-12-04.md); with them live together the
+ * consumers need about 190 registers, more than the 168 of a CTA with a producer warp (288 threads), hence the
+ * producer warpgroup. Rows and keys past T are zero-filled by TMA and masked. Every mbarrier wait is bounded and
+ * gives up (a trap under setmaxnreg would make ptxas ignore setmaxnreg.inc): the CTA then writes NaN over its
+ * outputs. 0 bytes of spill (CUDA 13.0), no wgmma serialisation warning.
+ * HS 128 is attention_hopper_rows128.cu (the same CTA; DSK and PK alone are 128 floats per thread there, so
+ * it does not pipeline); attention_hopper_bwd_dispatch.cu picks the head size.
+ * Not done: 3 K/V stages, D fused into the pass, the zeroing of S and dP replaced by the first wgmma's scale-d.
  * Device code: kernel_rows.cuh, the row pass's template over head-size traits (RowsShape<HS>); this file
  * instantiates it at HS 64: the passes of gproj and fp32 (hopper_rows_pass<64, MODE>, called by
  * attention_hopper_bwd_dispatch.cu).

@@ -8,10 +8,10 @@
  * comment), and by the layout probes dev/attention_lab/probes/probe_rows64.cu and probe_rows128.cu, which run
  * the same helpers on one tile.
  *
- * Why one template: both head sizes are one CTA (128 query rows, two consumer warpgroups of 64 rows, Q and dO
- * loaded once, K/V tiles of 128 keys in 2 stages worked in two 64-key halves); they differ in the producer (a
- * warp at HS 64, a warpgroup with setmaxnreg at HS 128, whose waits then give up instead of hanging), the
- * 64-column chunks of a row and the S/dP GEMM form. Why a header: the probes are lab code and stay out of the
+ * Why one template: both head sizes are one CTA (128 query rows, two consumer warpgroups of 64 rows and a
+ * producer warpgroup with setmaxnreg, whose waits give up instead of hanging; Q and dO loaded once, K/V tiles of
+ * 128 keys in 2 stages worked in two 64-key halves); they differ in the 64-column chunks of a row, the S/dP GEMM
+ * form and, for gproj, the schedule (HS 64 issues one half's DSK/PK GEMMs with the next half's S/dP). Why a header: the probes are lab code and stay out of the
  * production objects, yet they must use the kernel's own helpers and layout. One kernel object = one
  * translation unit, each with its own hang-record pointer.
  */
