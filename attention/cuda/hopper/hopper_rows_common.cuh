@@ -22,9 +22,9 @@ namespace {
    of N is `chunk_bytes` further: the descriptor's LBO), each k-step 16 rows = 2048 bytes further; the forward's
    O += P V with K in place of V (wgmma_pv: m64n64k16 or m64n128k16 by REGS). FENCE_A: the just-packed A
    registers are fenced first (HS 128's form; HS 64's kernel runs without: a parameter, so each kernel keeps
-   the PTX its checks verified). The A registers stay live until the wgmmas that read them are done; fenced, committed and waited
-   for by warpgroup_rs_k; warpgroup_rs_k_issue issues the 8 wgmmas alone (into a commit group of the caller's, which
-   keeps the A registers live until its wait). */
+   the PTX its checks verified). The A registers stay live until the wgmmas that read them are done: fenced,
+   committed and waited for by warpgroup_rs_k; warpgroup_rs_k_issue issues the 8 wgmmas alone, into a commit
+   group of the caller's, which keeps the A registers live until its wait. */
 template <int REGS>
 __device__ __forceinline__ void warpgroup_rs_k_issue(float (&dsk)[REGS], float (&pk)[REGS],
                                                      const uint32_t (&dsa)[hopper_wgmma::kTileKSteps][4],

@@ -345,9 +345,9 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
                                                 T, c);
                     warpgroup_rs_k<kDqRegs, (kChunks > 1)>(dsk, pk, dsa, pa, k_half, Plan::kChunkBytes);
                 } else if (tile_masked) {
-                    row_probs_and_sums<false, true>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
+                    row_sums_fp32<true>(sacc, dpacc, row_m, row_rl, acc_a, key0, row0, t, T, c);
                 } else {
-                    row_probs_and_sums<false, false>(sacc, dpacc, row_m, row_rl, row_D, acc_a, acc_b, key0, row0, t, T, c);
+                    row_sums_fp32<false>(sacc, dpacc, row_m, row_rl, acc_a, key0, row0, t, T, c);
                 }
             }
             mbar_arrive(&empty[s]); /* this thread no longer reads stage s */

@@ -15,7 +15,7 @@
  *                  (bf(P), bf(dS) as GEMM operands and their row sums),
  *                  store_row_outputs (lambda = r / p, dQ = bf(s fma(-lambda, PK, DSK)))
  *   fp32           pack_split_step (the BF16 hi / lo / third terms of P and dS); the row pass's D = sum P dP
- *                  (row_probs_and_sums, store_row_outputs)
+ *                  (row_sums_fp32, store_row_outputs)
  *
  * Why one header: these are the rounding points the CPU emulation mirrors operation for operation; kept here,
  * a mode's change is one file, and every head size and pass picks it up. Each function is __forceinline__ and
@@ -253,15 +253,13 @@ __device__ __forceinline__ void load_row_state(float (&row_m)[2], float (&row_rl
     }
 }
 
-/* P and dS in place of S (sacc) and dP (dpacc), 64 rows x REGS/2 keys from key `key0`, and the row sums: each
-   lane its keys in increasing order, as the portable pass. gproj: dS = P (dP - D), acc_a += bf(dS),
-   acc_b += bf(P); fp32: acc_a += P dP (dpacc is then 0). MASKED: keys past the row (causal) or rows past T
-   give exactly 0 in both GEMM operands. */
-template <bool GPROJ, bool MASKED, int REGS>
-__device__ __forceinline__ void row_probs_and_sums(float (&sacc)[REGS], float (&dpacc)[REGS], const float (&row_m)[2],
-                                                   const float (&row_rl)[2], const float (&row_D)[2],
-                                                   float (&acc_a)[2], float (&acc_b)[2], int key0, int row0, int t,
-                                                   int T, float c) {
+/* fp32's row pass on one half (S in sacc, dP in dpacc, 64 rows x REGS/2 keys from key `key0`): D's sums
+   acc += P dP with P = exp2((S - m) c) fl(1 / l) (the forward's exponent), each lane its keys in increasing order,
+   as the portable pass. MASKED: keys past the row (causal) or rows past T add nothing. */
+template <bool MASKED, int REGS>
+__device__ __forceinline__ void row_sums_fp32(const float (&sacc)[REGS], const float (&dpacc)[REGS],
+                                              const float (&row_m)[2], const float (&row_rl)[2], float (&acc)[2],
+                                              int key0, int row0, int t, int T, float c) {
 #pragma unroll
     for (int j = 0; j < REGS / 4; j++)
 #pragma unroll
@@ -270,27 +268,17 @@ __device__ __forceinline__ void row_probs_and_sums(float (&sacc)[REGS], float (&
             for (int e = 0; e < 2; e++) {
                 const int i = 4 * j + 2 * r + e;
                 const int key = key0 + 8 * j + 2 * t + e, query = row0 + 8 * r;
-                float p = 0.f, ds = 0.f;
                 if (!MASKED || (key <= query && query < T)) {
-                    p = exp2f((sacc[i] - row_m[r]) * c) * row_rl[r]; /* the forward's exponent */
-                    const float dpv = dpacc[i];
-                    if (GPROJ) {
-                        ds = p * (dpv - row_D[r]);
-                        acc_a[r] += __bfloat162float(__float2bfloat16_rn(ds));
-                        acc_b[r] += __bfloat162float(__float2bfloat16_rn(p));
-                    } else {
-                        acc_a[r] += p * dpv;
-                    }
+                    const float p = exp2f((sacc[i] - row_m[r]) * c) * row_rl[r];
+                    acc[r] += p * dpacc[i];
                 }
-                sacc[i] = p;
-                dpacc[i] = ds;
             }
 }
 
 /* gproj's row pass on one 64-row x 64-key half (S in sacc, dP in dpacc, hopper_wgmma.cuh's fragment layout): the
    register A operands of the DSK / PK GEMMs, dsa = bf(dS) and pa = bf(P) (pack_acc_a_operand's words), and the
    row sums acc_a += bf(dS), acc_b += bf(P) taken from those words, each lane its keys in increasing order (the
-   order of row_probs_and_sums). P = exp2((S - m) c) fl(1 / l) and dS = P (dP - D) as there; one RNE conversion
+   portable pass's order). P = exp2((S - m) c) fl(1 / l) and dS = P (dP - D); one RNE conversion
    of each pair of values serves the operand and the sums, where a conversion per value for the sums and a
    second per pair for the operand did the same rounding twice. MASKED: keys past the row (causal) or rows
    past T give exactly 0 in the words and add +0 to the sums (which never hold -0: they start at +0 and RNE
