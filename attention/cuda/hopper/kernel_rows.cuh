@@ -11,9 +11,9 @@
  * Why one template: both head sizes are one CTA (128 query rows, two consumer warpgroups of 64 rows and a
  * producer warpgroup with setmaxnreg, whose waits give up instead of hanging; Q and dO loaded once, K/V tiles of
  * 128 keys in 2 stages worked in two 64-key halves); they differ in the 64-column chunks of a row, the S/dP GEMM
- * form and, for gproj, the schedule (HS 64 issues one half's DSK/PK GEMMs with the next half's S/dP). Why a header: the probes are lab code and stay out of the
- * production objects, yet they must use the kernel's own helpers and layout. One kernel object = one
- * translation unit, each with its own hang-record pointer.
+ * form and, for gproj, the schedule (HS 64 issues one half's DSK/PK GEMMs with the next half's S/dP). Why a
+ * header: the probes are lab code and stay out of the production objects, yet they must use the kernel's own
+ * helpers and layout. One kernel object = one translation unit, each with its own hang-record pointer.
  */
 #ifndef ATTENTION_CUDA_HOPPER_KERNEL_ROWS_CUH
 #define ATTENTION_CUDA_HOPPER_KERNEL_ROWS_CUH
@@ -259,6 +259,7 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
            the tensor core's pipeline latency twice per half. Live across that wait: S, dP (64 registers), DSK,
            PK (64) and the A operands of DSK/PK (32). Stage s is released once the DSK/PK GEMMs of its tile's
            last half are done: at the top of the next tile's first half, or after the loop. */
+        static_assert(kChunks == 1, "one 64-column chunk: the S/dP GEMMs are warpgroup_two_ss_64x64's");
         const int n_halves = n_key_tiles * kSubTiles;
         float sacc[kSRegs], dpacc[kSRegs];
         uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
@@ -319,11 +320,12 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
             const int s = kt % kStages;
             rows_wait(&full[s], (uint32_t)((kt / kStages) & 1), kHangKv, s, cta_abort);
             __syncwarp();
-            const uint32_t k_addr = smem_u32(k_s + s * Plan::kTileBytes), v_addr = smem_u32(v_s + s * Plan::kTileBytes);
+            const uint32_t k_addr = smem_u32(k_s + s * Plan::kTileBytes);
+            const uint32_t v_addr = smem_u32(v_s + s * Plan::kTileBytes);
 
             /* the mask only where it can bite (the diagonal tile, or a query tile that reaches past T) */
             const bool tile_masked = !(kt < n_key_tiles - 1 && q0 + kBlockQ <= T);
-    #pragma unroll 1
+#pragma unroll 1
             for (int sub = 0; sub < kSubTiles; sub++) {
                 const uint32_t k_half = k_addr + sub * Plan::kSliceBytes;
                 float sacc[kSRegs], dpacc[kSRegs];
