@@ -278,10 +278,11 @@ __device__ __forceinline__ void row_sums_fp32(const float (&sacc)[REGS], const f
 /* gproj's row pass on one 64-row x 64-key half (S in sacc, dP in dpacc, hopper_wgmma.cuh's fragment layout): the
    register A operands of the DSK / PK GEMMs, dsa = bf(dS) and pa = bf(P) (pack_acc_a_operand's words), and the
    row sums acc_a += bf(dS), acc_b += bf(P) taken from those words, each lane its keys in increasing order (the
-   portable pass's order). P = exp2((S - m) c) fl(1 / l) and dS = P (dP - D); one RNE conversion
-   of each pair of values serves the operand and the sums, where a conversion per value for the sums and a
-   second per pair for the operand did the same rounding twice. MASKED: keys past the row (causal) or rows
-   past T give exactly 0 in the words and add +0 to the sums (which never hold -0: they start at +0 and RNE
+   portable pass's order). P = exp2((S - m) c) fl(1 / l) and dS = P (dP - D). One RNE conversion per pair of
+   values serves both the operand and the sums: rounding each value for the sums and again in pairs for the
+   operand is the same rounding done twice, 2.5 conversions per element against 1, and the pass is bound by its
+   instruction latency (dev/results/gproj_row_pass_packed_2026-12-04.md). MASKED: keys past the row (causal) or
+   rows past T give exactly 0 in the words and add +0 to the sums (which never hold -0: they start at +0 and RNE
    sums that cancel give +0), so the sums equal the ones that skip those entries. */
 template <bool MASKED>
 __device__ __forceinline__ void row_probs_packed(const float (&sacc)[32], const float (&dpacc)[32],
