@@ -562,6 +562,7 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
         # B16 T256 (60 steps) and d12 B4 T1024 (20 steps); the final model and state files compared with cmp
         begin "bits: this tree's trainer against ${BITS_OLD:-/tmp/old}"
         prepare_data
+        rc=0
         for a in ${BITS_MODES:-gproj fp32}; do
             for cfg in small:16:256:60 d12:4:1024:20; do
                 IFS=: read -r m b tl n <<< "$cfg"
@@ -577,11 +578,12 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
                    cmp -s "/tmp/bits_new_${m}_$a/state_$f.bin" "/tmp/bits_old_${m}_$a/state_$f.bin"; then
                     say "   $m $a, $n steps: model and state files identical"
                 else
+                    rc=1
                     say "   $m $a, $n steps: DIFFER $(cmp "/tmp/bits_new_${m}_$a/model_$f.bin" "/tmp/bits_old_${m}_$a/model_$f.bin" 2>&1 | head -1)"
                 fi
             done
         done
-        end 0 ;;
+        end $rc ;;
     attnab)
         # one kernel change against AB_OLD (default /tmp/old, built by oldtree): bench_attention of both builds
         # alternating, AB_REPS rounds (default 3), at AB_SHAPES (default d12's and d24's) in AB_MODES (default
