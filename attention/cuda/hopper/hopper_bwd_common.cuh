@@ -103,10 +103,7 @@ __device__ __forceinline__ void keymajor128_ss_issue(float (&acc)[32], uint32_t 
 __device__ __forceinline__ void keymajor128_scores(float (&st)[32], float (&dpt)[32], uint32_t kw_addr,
                                                    uint32_t vw_addr, uint32_t q_addr, uint32_t do_addr) {
     using namespace hopper_wgmma;
-#pragma unroll
-    for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
-    reg_fence(st); /* keeps the zeroing above the fence */
-    reg_fence(dpt);
+    zero_accumulators(st, dpt);
     wgmma_fence();
     keymajor128_ss_issue(st, kw_addr, q_addr);
     keymajor128_ss_issue(dpt, vw_addr, do_addr);

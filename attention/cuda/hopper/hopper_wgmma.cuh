@@ -14,7 +14,7 @@
  * Offers (namespace hopper_wgmma):
  *   smem_u32, aligned_smem_base, mbar_init / mbar_init_fence / mbar_arrive / mbar_arrive_expect_tx / mbar_expect_tx /
  *   mbar_try_wait / mbar_wait, fence_proxy_async, init_pipeline_barriers<STAGES>, tma_load_4d, make_smem_desc,
- *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence / reg_fences, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
+ *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence / reg_fences, zero_accumulators, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
  *   wgmma_m64n128k16_rs, wgmma_pv, quad_max, quad_sum, setmaxnreg_inc / setmaxnreg_dec,
  *   red_add_f32x2_if, named_bar_sync / named_bar_arrive, warpgroup_sync;
  *   the 64 x 64 tile steps of the HS-64 backward kernels (key-major pass, row pass, their labs):
@@ -200,6 +200,15 @@ template <class... R>
 __device__ __forceinline__ void reg_fences(R&... r) {
     (reg_fence(r), ...);
 }
+/* Two accumulators zeroed for the GEMMs about to write them, and fenced: the compiler keeps the moves above the
+   wgmma fence that follows (sunk past it, they make ptxas serialise the wgmmas with an injected
+   warpgroup.arrive). */
+template <int N>
+__device__ __forceinline__ void zero_accumulators(float (&a)[N], float (&b)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) a[i] = b[i] = 0.f;
+    reg_fences(a, b);
+}
 
 /* ---- Register fragments of wgmma .m64nNk16 (PTX ISA figures "WGMMA .m64nNk16 register fragment
    layout"), warp w (0-3) of the warpgroup, lane = 4 g + t:
@@ -361,11 +370,7 @@ __device__ __forceinline__ void warpgroup_two_ss_64x64_issue(float (&d0)[32], fl
    it with (K_w, Q) and (V_w, dO) for S^T and dP^T, the row pass with (Q, K) and (dO, V) for S and dP. */
 __device__ __forceinline__ void warpgroup_two_ss_64x64(float (&d0)[32], float (&d1)[32], uint32_t a0_addr,
                                                        uint32_t b0_addr, uint32_t a1_addr, uint32_t b1_addr) {
-#pragma unroll
-    for (int i = 0; i < 32; i++) d0[i] = d1[i] = 0.f;
-    /* pins the zeroing before the fence (else the compiler sinks the moves past it and ptxas has to
-       serialise the wgmmas with an injected warpgroup.arrive) */
-    reg_fences(d0, d1);
+    zero_accumulators(d0, d1);
     wgmma_fence();
     warpgroup_two_ss_64x64_issue(d0, d1, a0_addr, b0_addr, a1_addr, b1_addr);
     wgmma_commit();

@@ -245,10 +245,7 @@ __device__ __forceinline__ void fill_stage(unsigned char* q_stage, unsigned char
    swizzle continues across them). Written, not accumulated. */
 __device__ __forceinline__ void scores_n128(float (&st)[kWideScoreRegs], float (&dpt)[kWideScoreRegs], uint32_t kw_addr,
                                             uint32_t q_addr, uint32_t vw_addr, uint32_t do_addr) {
-#pragma unroll
-    for (int i = 0; i < kWideScoreRegs; i++) st[i] = dpt[i] = 0.f;
-    reg_fence(st); /* keeps the zeroing above the fence */
-    reg_fence(dpt);
+    zero_accumulators(st, dpt);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHS / kWgmmaK; kk++) {

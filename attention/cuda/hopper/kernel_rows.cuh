@@ -124,23 +124,12 @@ __device__ __forceinline__ void warpgroup_ss_issue(float (&acc)[kSRegs], uint32_
 /* S = Q_w K_h^T and dP = dO_w V_h^T (64 rows x 64 keys each) as one commit group, waited for. Written. */
 __device__ __forceinline__ void warpgroup_scores(float (&s)[kSRegs], float (&dp)[kSRegs], uint32_t q_addr,
                                                  uint32_t k_addr, uint32_t do_addr, uint32_t v_addr) {
-#pragma unroll
-    for (int i = 0; i < kSRegs; i++) s[i] = dp[i] = 0.f;
-    reg_fence(s); /* keeps the zeroing above the fence */
-    reg_fence(dp);
+    zero_accumulators(s, dp);
     wgmma_fence();
     warpgroup_ss_issue(s, q_addr, k_addr);
     warpgroup_ss_issue(dp, do_addr, v_addr);
     wgmma_commit();
     wgmma_wait<0>();
-    reg_fences(s, dp);
-}
-
-/* S and dP zeroed before the fence that precedes their GEMMs (fenced, so the compiler cannot sink the moves past
-   it and make ptxas serialise the wgmmas). */
-__device__ __forceinline__ void rows_zero_scores(float (&s)[kSRegs], float (&dp)[kSRegs]) {
-#pragma unroll
-    for (int i = 0; i < kSRegs; i++) s[i] = dp[i] = 0.f;
     reg_fences(s, dp);
 }
 
@@ -241,12 +230,7 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
     float acc_a[2] = {0.f, 0.f}; /* gproj: r = sum bf(dS); fp32: sum P dP (this lane's keys, in key order) */
     float acc_b[2] = {0.f, 0.f}; /* gproj: p = sum bf(P) */
     float dsk[kDqRegs], pk[kDqRegs];
-    if constexpr (kGproj) {
-#pragma unroll
-        for (int i = 0; i < kDqRegs; i++) dsk[i] = pk[i] = 0.f;
-        reg_fence(dsk); /* the zeroing before any wgmma fence (see warpgroup_two_ss_64x64) */
-        reg_fence(pk);
-    }
+    if constexpr (kGproj) zero_accumulators(dsk, pk);
 
     const uint32_t wg_rows = wg * Plan::kSliceBytes; /* 8 KB into each chunk: stays 1024-aligned */
     const uint32_t q_addr = smem_u32(q_s) + wg_rows, do_addr = smem_u32(do_s) + wg_rows;
@@ -265,7 +249,7 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
         uint32_t pa[kKeySteps][4], dsa[kKeySteps][4];
         rows_wait(&full[0], 0, kHangKv, 0, cta_abort);
         __syncwarp();
-        rows_zero_scores(sacc, dpacc);
+        zero_accumulators(sacc, dpacc);
         wgmma_fence();
         warpgroup_two_ss_64x64_issue(sacc, dpacc, q_addr, smem_u32(k_s), do_addr, smem_u32(v_s));
         wgmma_commit();
@@ -295,7 +279,7 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
                     rows_wait(&full[s_n], (uint32_t)((kt_n / kStages) & 1), kHangKv, s_n, cta_abort);
                     __syncwarp();
                 }
-                rows_zero_scores(sacc, dpacc);
+                zero_accumulators(sacc, dpacc);
             }
             reg_fences(dsa, pa);
             wgmma_fence();
@@ -354,36 +338,33 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
             }
             mbar_arrive(&empty[s]); /* this thread no longer reads stage s */
         }
-
     }
 
     store_row_outputs<kGproj, HS>(acc_a, acc_b, dsk, pk, row_D, D, lambda, dqkv, bh, b, h, NH, T, row0, t, scale);
 
-    {
-        /* A wait of this CTA that gave up (consumer or producer; the producer's give-up precedes an arrival on
-           full that every consumer waited for) is visible to every consumer thread after this barrier. Then the
-           CTA's outputs just written are overwritten with NaN (the same thread, the same addresses: program order
-           makes NaN the final value; written after the values, not instead of them, so the 240-register path
-           above keeps no extra register live: ptxas spilled with a select per store). */
-        consumers_sync();
-        if (*static_cast<volatile int*>(cta_abort) != 0) {
-            const float kNan = __int_as_float(0x7FC00000); /* a quiet NaN */
-            constexpr uint32_t kNanPair = 0x7FC07FC0u;     /* two BF16 quiet NaNs */
-            const long long qkv_row = 3LL * NH * HS;
+    /* A wait of this CTA that gave up (consumer or producer; the producer's give-up precedes an arrival on
+       full that every consumer waited for) is visible to every consumer thread after this barrier. Then the
+       CTA's outputs just written are overwritten with NaN (the same thread, the same addresses: program order
+       makes NaN the final value; written after the values, not instead of them, so the 240-register path
+       above keeps no extra register live: ptxas spilled with a select per store). */
+    consumers_sync();
+    if (*static_cast<volatile int*>(cta_abort) != 0) {
+        const float kNan = __int_as_float(0x7FC00000); /* a quiet NaN */
+        constexpr uint32_t kNanPair = 0x7FC07FC0u;     /* two BF16 quiet NaNs */
+        const long long qkv_row = 3LL * NH * HS;
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int query = row0 + 8 * r;
-                if (query >= T) continue;
-                const long long idx = (long long)bh * T + query;
-                if (t == 0) {
-                    if (kGproj) lambda[idx] = kNan;
-                    else D[idx] = kNan;
-                }
-                if (kGproj) {
-                    bf16* dq_row = dqkv + ((long long)b * T + query) * qkv_row + (long long)h * HS + 2 * t;
+        for (int r = 0; r < 2; r++) {
+            const int query = row0 + 8 * r;
+            if (query >= T) continue;
+            const long long idx = (long long)bh * T + query;
+            if (t == 0) {
+                if (kGproj) lambda[idx] = kNan;
+                else D[idx] = kNan;
+            }
+            if (kGproj) {
+                bf16* dq_row = dqkv + ((long long)b * T + query) * qkv_row + (long long)h * HS + 2 * t;
 #pragma unroll
-                    for (int n = 0; n < HS / 8; n++) *reinterpret_cast<uint32_t*>(dq_row + 8 * n) = kNanPair;
-                }
+                for (int n = 0; n < HS / 8; n++) *reinterpret_cast<uint32_t*>(dq_row + 8 * n) = kNanPair;
             }
         }
     }
