@@ -233,8 +233,7 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
             for (int j = 0; j < NT_S; j += 2) {
                 uint32_t bb[4];
                 ldsm_b_nk_x2<LD>(bb, kb, j * 8, kk * 16, lane);
-                mma_16816(s[j], qf[kk], bb[0], bb[1]);
-                mma_16816(s[j + 1], qf[kk], bb[2], bb[3]);
+                mma_16816_x2(s[j], s[j + 1], qf[kk], bb);
             }
         }
         if ((kt + 1) * BK - 1 > warp_row0) { /* a tile on the diagonal: key j visible to query i iff j <= i */
@@ -300,11 +299,9 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
             for (int n = 0; n < NT_O; n += 2) {
                 uint32_t bb[4];
                 ldsm_b_kn_x2<LD>(bb, vb, kk * 16, n * 8, lane);
-                mma_16816(o[n], a, bb[0], bb[1]);
-                mma_16816(o[n + 1], a, bb[2], bb[3]);
+                mma_16816_x2(o[n], o[n + 1], a, bb);
                 if (MODE == ATTN_FP32) {
-                    mma_16816(o[n], a_lo, bb[0], bb[1]);
-                    mma_16816(o[n + 1], a_lo, bb[2], bb[3]);
+                    mma_16816_x2(o[n], o[n + 1], a_lo, bb);
                 }
             }
         }
@@ -478,11 +475,9 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
                 for (int j = 0; j < NT_SUB; j += 2) {
                     uint32_t bb[4];
                     ldsm_b_nk_x2<LD>(bb, kb, sub_key0 + j * 8, kk * 16, lane);
-                    mma_16816(s[j], qa, bb[0], bb[1]);
-                    mma_16816(s[j + 1], qa, bb[2], bb[3]);
+                    mma_16816_x2(s[j], s[j + 1], qa, bb);
                     ldsm_b_nk_x2<LD>(bb, vb, sub_key0 + j * 8, kk * 16, lane);
-                    mma_16816(dp[j], doa, bb[0], bb[1]);
-                    mma_16816(dp[j + 1], doa, bb[2], bb[3]);
+                    mma_16816_x2(dp[j], dp[j + 1], doa, bb);
                 }
             }
             /* the mask only where it can bite: tiles before the block's diagonal tile, in a query tile that
@@ -527,10 +522,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
                     for (int n = 0; n < NT_O; n += 2) {
                         uint32_t bb[4];
                         ldsm_b_kn_x2<LD>(bb, kb, sub_key0 + kk * 16, n * 8, lane);
-                        mma_16816(dsk[n], ads, bb[0], bb[1]);
-                        mma_16816(dsk[n + 1], ads, bb[2], bb[3]);
-                        mma_16816(pk[n], ap, bb[0], bb[1]);
-                        mma_16816(pk[n + 1], ap, bb[2], bb[3]);
+                        mma_16816_x2(dsk[n], dsk[n + 1], ads, bb);
+                        mma_16816_x2(pk[n], pk[n + 1], ap, bb);
                     }
                 }
             }
@@ -690,11 +683,9 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
             for (int j = 0; j < NT_Q; j += 2) {
                 uint32_t bb[4];
                 ldsm_b_nk_x2<LD>(bb, qb, j * 8, kk * 16, lane);
-                mma_16816(st[j], ak, bb[0], bb[1]);
-                mma_16816(st[j + 1], ak, bb[2], bb[3]);
+                mma_16816_x2(st[j], st[j + 1], ak, bb);
                 ldsm_b_nk_x2<LD>(bb, dob, j * 8, kk * 16, lane);
-                mma_16816(dpt[j], av, bb[0], bb[1]);
-                mma_16816(dpt[j + 1], av, bb[2], bb[3]);
+                mma_16816_x2(dpt[j], dpt[j + 1], av, bb);
             }
         }
         /* P and dS in registers (st <- P, dpt <- dS); masked entries exactly 0. The mask is only
@@ -734,12 +725,7 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
             uint32_t ap[4], ads[4], ap_lo[4], ads_lo[4], alp[4];
             pack_a_from_c(ap, st[j0], st[j1]);
             pack_a_from_c(ads, dpt[j0], dpt[j1]);
-            if (kDqHere) { /* a[0]: (key g, queries j0*8+2t..+1), a[1]: key g+8, a[2], a[3]: the same for j1 */
-                *reinterpret_cast<uint32_t*>(ds_row + j0 * 8) = ads[0];
-                *reinterpret_cast<uint32_t*>(ds_row + 8 * LDQ + j0 * 8) = ads[1];
-                *reinterpret_cast<uint32_t*>(ds_row + j1 * 8) = ads[2];
-                *reinterpret_cast<uint32_t*>(ds_row + 8 * LDQ + j1 * 8) = ads[3];
-            }
+            if (kDqHere) store_a_words<LDQ>(ds_row, j0, j1, ads); /* [key][query]: key g (+8), queries 8 j + 2t.. */
             if (MODE == ATTN_FP32) {
                 pack_a_residual_from_c(ap_lo, st[j0], st[j1]);
                 float r1[2][4]; /* dS - bf(dS) of this k-step's two n-tiles */
@@ -753,10 +739,8 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                    large common offset, so the split residual would leak like bf16 mode's rounding */
                 bf16* x_row = x_s + (ds_row - ds_s);
                 bf16* x2_row = x2_s + (ds_row - ds_s);
-                *reinterpret_cast<uint32_t*>(x_row + j0 * 8) = ads_lo[0];
-                *reinterpret_cast<uint32_t*>(x_row + 8 * LDQ + j0 * 8) = ads_lo[1];
-                *reinterpret_cast<uint32_t*>(x_row + j1 * 8) = ads_lo[2];
-                *reinterpret_cast<uint32_t*>(x_row + 8 * LDQ + j1 * 8) = ads_lo[3];
+                store_a_words<LDQ>(x_row, j0, j1, ads_lo);
+                /* bf(r1 - bf(r1)), each word stored as it is made (packing all four first schedules differently) */
                 *reinterpret_cast<uint32_t*>(x2_row + j0 * 8) =
                     pack_bf16x2(bf16_residual(r1[0][0]), bf16_residual(r1[0][1]));
                 *reinterpret_cast<uint32_t*>(x2_row + 8 * LDQ + j0 * 8) =
@@ -779,22 +763,17 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
             for (int n = 0; n < NT_D; n += 2) {
                 uint32_t bb[4];
                 ldsm_b_kn_x2<LD>(bb, dob, kk * 16, n * 8, lane);
-                mma_16816(dv[n], ap, bb[0], bb[1]);
-                mma_16816(dv[n + 1], ap, bb[2], bb[3]);
+                mma_16816_x2(dv[n], dv[n + 1], ap, bb);
                 if (MODE == ATTN_FP32) {
-                    mma_16816(dv[n], ap_lo, bb[0], bb[1]);
-                    mma_16816(dv[n + 1], ap_lo, bb[2], bb[3]);
+                    mma_16816_x2(dv[n], dv[n + 1], ap_lo, bb);
                 }
                 ldsm_b_kn_x2<LD>(bb, qb, kk * 16, n * 8, lane);
-                mma_16816(dk[n], ads, bb[0], bb[1]);
-                mma_16816(dk[n + 1], ads, bb[2], bb[3]);
+                mma_16816_x2(dk[n], dk[n + 1], ads, bb);
                 if (MODE == ATTN_FP32) {
-                    mma_16816(dk[n], ads_lo, bb[0], bb[1]);
-                    mma_16816(dk[n + 1], ads_lo, bb[2], bb[3]);
+                    mma_16816_x2(dk[n], dk[n + 1], ads_lo, bb);
                 }
                 if (MODE == ATTN_GPROJ) {
-                    mma_16816(dk[n], alp, bb[0], bb[1]);
-                    mma_16816(dk[n + 1], alp, bb[2], bb[3]);
+                    mma_16816_x2(dk[n], dk[n + 1], alp, bb);
                 }
             }
         }
@@ -823,13 +802,10 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                     for (int n = 0; n < kDqCols / 8; n += 2) {
                         uint32_t bb[4];
                         ldsm_b_kn_x2<LD>(bb, k_s, kk * 16, d0 + n * 8, lane);
-                        mma_16816(acc[n], a, bb[0], bb[1]);
-                        mma_16816(acc[n + 1], a, bb[2], bb[3]);
+                        mma_16816_x2(acc[n], acc[n + 1], a, bb);
                         if (MODE == ATTN_FP32) {
-                            mma_16816(acc[n], a2, bb[0], bb[1]);
-                            mma_16816(acc[n + 1], a2, bb[2], bb[3]);
-                            mma_16816(acc[n], a3, bb[0], bb[1]);
-                            mma_16816(acc[n + 1], a3, bb[2], bb[3]);
+                            mma_16816_x2(acc[n], acc[n + 1], a2, bb);
+                            mma_16816_x2(acc[n], acc[n + 1], a3, bb);
                         }
                     }
                 }

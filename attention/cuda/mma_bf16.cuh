@@ -73,6 +73,25 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* c0 += a * (n-tile 0), c1 += a * (n-tile 1): one k-step over the two neighbouring 8-column tiles whose B
+   fragments one ldsm_b_*_x2 loads (b[0], b[1]: tile 0; b[2], b[3]: tile 1). */
+__device__ __forceinline__ void mma_16816_x2(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[4]) {
+    mma_16816(c0, a, b[0], b[1]);
+    mma_16816(c1, a, b[2], b[3]);
+}
+
+/* An A fragment's four words (pack_a_from_c's a[0..3]) to their places in a row-major tile of stride LD:
+   row_ptr is this lane's row g at column 2t, j0 and j1 the two 8-column tiles the words belong to. Word 0:
+   (g, 8 j0 + 2t..), 1: (g + 8, 8 j0 + 2t..), 2 and 3: the same at 8 j1. */
+template <int LD>
+__device__ __forceinline__ void store_a_words(bf16* row_ptr, int j0, int j1, const uint32_t (&w)[4]) {
+    *reinterpret_cast<uint32_t*>(row_ptr + j0 * 8) = w[0];
+    *reinterpret_cast<uint32_t*>(row_ptr + 8 * LD + j0 * 8) = w[1];
+    *reinterpret_cast<uint32_t*>(row_ptr + j1 * 8) = w[2];
+    *reinterpret_cast<uint32_t*>(row_ptr + 8 * LD + j1 * 8) = w[3];
+}
+
 /* ---- ldmatrix versions: one instruction loads four 8x8 BF16 matrices, each
    lane giving the shared-memory address of one matrix row (lanes 8i..8i+7:
    rows of matrix i) and receiving, in register i, row lane/4, columns
