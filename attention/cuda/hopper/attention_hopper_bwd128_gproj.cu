@@ -18,14 +18,14 @@
  *   per query tile of 64 (from the diagonal on), per consumer warpgroup (64 keys):
  *     S^T = K_w Q^T, dP^T = V_w dO^T         FP32 (wgmma SS)
  *     P = exp2((S - m) c) * fl(1/l)           repair's softmax, which gproj uses (stats {m, l})
- *     dS = P (dP - D)                         FP32; D from the prep kernel (the BF16 O); masked entries exactly 0
+ *     dS = P (dP - D)                         FP32; D = dO . O (the BF16 O); masked entries exactly 0
  *     dV += bf(P)^T dO
  *     dK += bf(dS)^T Q + bf(-lambda_q P)^T Q  the correction its own BF16 operand: -lambda_q * P in FP32, rounded
  *                                             once (the portable kernel's `alp`; rounding dS - lambda P together
  *                                             would lose it)
  *   dK = bf(s acc), dV = bf(acc) into the k and v slots of dqkv; the q slot is not touched. D and lambda
- *   [B*NH*T] are the workspace slots of carve_workspace (attention_cuda.cu) that the prep kernel (D) and the
- *   row pass (lambda; portable or Hopper, either) write.
+ *   [B*NH*T] are the workspace slots of carve_workspace (attention_cuda.cu) that the row pass writes (the Hopper
+ *   one forms D itself; the portable chain's prep kernel writes it for the portable row pass).
  * Only the FP32 sum order differs from the portable kernel (wgmma's k order; dK sums the tile's 4 bf(dS)
  * k-steps, then the 4 correction k-steps, where attn_bwd_kernel interleaves them per 16 queries; 64-query
  * tiles here, 32 there): dK within a few BF16 ulps of the row scale (the lab: at most 1), dV bit-equal on the lab's cases.

@@ -4,8 +4,8 @@
  * attention_hopper_bwd128_gproj.cu). The API and which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh
  * (gproj's chain).
  *
- * Why: on sm_90 gproj's backward is prep (D) + the Hopper row pass (attention_hopper_rows.cu: lambda and all
- * of dQ) + a key-major pass for dK and dV, and the portable mma.sync attn_bwd_kernel<64, ATTN_GPROJ>
+ * Why: on sm_90 gproj's backward is the Hopper row pass (attention_hopper_rows.cu: D, lambda and all of dQ)
+ * + a key-major pass for dK and dV, and the portable mma.sync attn_bwd_kernel<64, ATTN_GPROJ>
  * (attention/cuda/attention_cuda.cu) in that role is the slow piece. bf16/repair's key-major pass is Hopper
  * (attention_hopper_bwd.cu); this kernel is that kernel's forms with gproj's numerics: no dQ GEMM, no
  * atomics, no dS staging (the row pass wrote dQ), and a third register-A GEMM into dK. Its lab is
@@ -17,15 +17,15 @@
  *   per key tile, for each query tile from the diagonal on (per consumer warpgroup, 64 keys x 64 queries):
  *     S^T = K Q^T, dP^T = V dO^T          (FP32, wgmma SS)
  *     P = exp2((S - m) c) * fl(1/l)        (repair's softmax, which gproj uses; stats {m, l})
- *     dS = P (dP - D)                      (FP32; D from the prep kernel, the BF16 O; masked entries exactly 0)
+ *     dS = P (dP - D)                      (FP32; D = dO . O from the BF16 O, masked entries exactly 0)
  *     dV += bf(P)^T dO                     (wgmma RS, A = the P accumulator repacked)
  *     dK += bf(dS)^T Q + bf(-lambda_q P)^T Q   (two wgmma RS batches into one accumulator; the second A
  *                                           operand is its own BF16 rounding of -lambda_q * P in FP32, as the
  *                                           portable kernel's `alp`: rounding dS - lambda P together would
  *                                           lose the correction)
  *   dK = bf(s dK_acc), dV = bf(dV_acc) into the k and v slots of dqkv. dQ is not touched.
- *   D and lambda [B*NH*T] are the workspace slots carve_workspace (attention_cuda.cu) names and the prep
- *   kernel (D) and the row pass (lambda) write.
+ *   D and lambda [B*NH*T] are the workspace slots carve_workspace (attention_cuda.cu) names and the row pass
+ *   writes (D in the prep kernel's sum order, attention/cuda/attn_row_d.cuh).
  * Only the FP32 sum order differs from the portable kernel: dK sums the 4 k-steps of bf(dS) then the 4 of
  * the correction (the portable kernel interleaves them per 16 queries), and wgmma's k order. So dK and dV
  * agree with force_portable within a few BF16 ulps of the row scale (the lab: 4 ulps, never exceeded).
@@ -56,8 +56,8 @@
  * trap (-Xptxas -v: 0 spills). setmaxnreg itself cannot be bounded (the split is exact: it never waits on
  * another CTA).
  *
- * Not done: D fused into the row pass. fp32 mode's key-major pass (it also computes dQ: three BF16 terms of
- * dS through shared memory and atomics) is attention_hopper_bwd64_fp32.cu.
+ * fp32 mode's key-major pass (it also computes dQ: three BF16 terms of dS through shared memory and atomics)
+ * is attention_hopper_bwd64_fp32.cu.
  * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
  * file instantiates it for gproj: its pass (hopper_keys_pass<64, ATTN_GPROJ, false>, called by
  * attention_hopper_bwd_dispatch.cu) and the hang-record installer.

@@ -15,7 +15,7 @@
  * row pass operation for operation, except the order of the FP32 sums inside the tensor core):
  *   S = Q K^T, dP = dO V^T (FP32, wgmma from shared memory, both K-major);
  *   P_ij = exp2((S_ij - m_i) c) * fl(1 / l_i) from the forward's stats {m, l};
- *   gproj: dS = P (dP - D) in FP32 (D_i = dO_i . O_i, the portable prep kernel's);
+ *   gproj: dS = P (dP - D) in FP32 (D_i = dO_i . O_i, formed here in the prep kernel's sum order);
  *          r_i = sum_j bf(dS_ij), p_i = sum_j bf(P_ij) (FP32, per lane in key order, then the quad: the
  *          portable order), lambda_i = r_i / p_i (0 if p_i = 0);
  *          DSK_i = sum_j bf(dS_ij) K_j, PK_i = sum_j bf(P_ij) K_j (wgmma RS, K read N-major);

@@ -16,13 +16,13 @@
  * inside the tensor core may differ in order), per query row i over its visible keys j <= i:
  *   S = Q K^T, dP = dO V^T (FP32, wgmma SS, both K-major, 8 k-steps over the two 64-column chunks of HS);
  *   P_ij = exp2((S_ij - m_i) c) * fl(1 / l_i) from the forward's stats {m, l};
- *   gproj: dS = P (dP - D) (D_i = dO_i . O_i from the portable prep kernel), r_i = sum_j bf(dS_ij),
+ *   gproj: dS = P (dP - D) (D_i = dO_i . O_i, formed here in the prep kernel's order), r_i = sum_j bf(dS_ij),
  *          p_i = sum_j bf(P_ij) (per lane in key order, then the quad: the portable order),
  *          lambda_i = r_i / p_i (0 if p_i = 0); DSK_i = sum_j bf(dS_ij) K_j, PK_i = sum_j bf(P_ij) K_j (wgmma RS
  *          m64n128k16, K read N-major); dQ_i = bf(s * fma(-lambda_i, PK_i, DSK_i)) into the q slot of dqkv;
  *   fp32:  D_i = sum_j P_ij dP_ij (per lane in key order, then the quad).
- * The workspace contract is production's (carve_workspace: dq_acc [rows HS], D [rows], lambda [rows]): gproj reads
- * D and writes lambda, fp32 writes D; the key-major pass then runs on them unchanged.
+ * The workspace contract is production's (carve_workspace: dq_acc [rows HS], D [rows], lambda [rows]): gproj writes
+ * D and lambda, fp32 writes D; the key-major pass then runs on them unchanged.
  *
  * Layout (HS 64's kernel stretched; FlashAttention-3's register split for two math warpgroups, read in
  * Dao-AILab/flash-attention hopper/, no code copied): one CTA = 128 query rows of one (b, h), longest rows first
