@@ -2,9 +2,10 @@
  * attention/cuda/hopper/hopper_bwd_common.cuh - device pieces shared by the Hopper (sm_90a) key-major backward passes
  * (kernel_keys64.cuh at HS 64, kernel_keys128.cuh at HS 128, every mode) that are not a mode's numerics (those are
  * mode_numerics.cuh's, included here): the bounded mbarrier wait that GIVES UP instead of trapping, the score and
- * dK/dV GEMM steps of the HS-128 key-major CTA, gproj's dV/dK batch, the producer warp's steps (K/V once, a stage's
- * Q/dO loads), the dK/dV epilogue (NaN rows after a give-up), and where a CTA's dQ partials go (keymajor_dq_head:
- * its head, or its key block's slice in the deterministic backward).
+ * dK/dV GEMM steps of the HS-128 key-major CTA, the staging of bf(dS) for the dQ GEMM (stage_ds_words,
+ * stage_ds_all), gproj's dV/dK batch, the producer warp's steps (K/V once, a stage's Q/dO loads), the dK/dV
+ * epilogue (NaN rows after a give-up), and where a CTA's dQ partials go (keymajor_dq_head: its head, or its key
+ * block's slice in the deterministic backward).
  *
  * Why: a kernel with setmaxnreg cannot trap on its consumer path (ptxas then ignores setmaxnreg.inc: spills and
  * serialised wgmmas; docs/attention_kernels.md, "Hangs"), so its waits give up, record the barrier and let the
@@ -125,6 +126,31 @@ __device__ __forceinline__ void keymajor128_rs_issue(float (&acc)[kKeymajor128HS
     for (int kk = 0; kk < kKeymajor128QSteps; kk++)
         wgmma_m64n128k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * kWgmmaK * kSwizzleRowBytes,
                                                        kKeymajor128QChunkBytes, 8 * kSwizzleRowBytes));
+}
+
+/* One k-step of bf(dS^T)'s packed A words (pack_acc_a_operand's layout: word w[i] holds key key + 8 (i & 1) and
+   queries q, q + 1, q = 16 kk + 8 (i >> 1) + 2t, the low half q) to a staged tile [query][key] of PITCH BF16 per
+   row: the A operand of dQ = dS K, read back by load_staged_a_operand. key: the thread's key row within the
+   tile's keys. Ordinary register reads, done before the wgmma that reads the words as its A operand is issued
+   (PTX leaves reading the A registers of an in-flight wgmma undefined). */
+template <int PITCH>
+__device__ __forceinline__ void stage_ds_words(hopper_wgmma::bf16* tile, const uint32_t (&w)[4], int kk, int key,
+                                               int t) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int k = key + 8 * (i & 1);
+        const int q = 16 * kk + 8 * (i >> 1) + 2 * t;
+        tile[q * PITCH + k] = __ushort_as_bfloat16((unsigned short)(w[i] & 0xFFFFu));
+        tile[(q + 1) * PITCH + k] = __ushort_as_bfloat16((unsigned short)(w[i] >> 16));
+    }
+}
+
+/* All KSTEPS k-steps of stage_ds_words. */
+template <int PITCH, int KSTEPS>
+__device__ __forceinline__ void stage_ds_all(hopper_wgmma::bf16* tile, const uint32_t (&w)[KSTEPS][4], int key,
+                                             int t) {
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) stage_ds_words<PITCH>(tile, w[kk], kk, key, t);
 }
 
 /* gproj's dV/dK batch of one query tile (both head sizes): dV += bf(P)^T dO; dK += bf(dS)^T Q, then

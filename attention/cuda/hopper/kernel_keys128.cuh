@@ -133,36 +133,6 @@ __device__ __forceinline__ void warpgroup_dq_issue(float (&acc)[32], const uint3
                                                       kSwizzleAtomBytes));
 }
 
-/* bf(dS^T) from its packed A words to the shared tile as [query][key] (assumption (c)): word pds[kk][i] holds
-   key key_col + 8 (i & 1) and queries q, q + 1 with q = 16kk + 8 (i >> 1) + 2t (low half: q). key_col is
-   the thread's key row within the CTA's 128 (64 w + 16 warp_in_wg + g). Ordinary register reads, done
-   before the wgmma that reads pds as A is issued (PTX leaves an access to the A registers of an in-flight
-   wgmma undefined). Not hopper_wgmma.cuh's stage_tile_transposed: that one re-packs from the FP32
-   accumulator (the HS-64 kernels' way; here it gives other PTX), these stores are assumption (c)'s. */
-__device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kBlockQ / kWgmmaK][4], int key_col, int t) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / kWgmmaK; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int key = key_col + 8 * (i & 1);
-            const int q = 16 * kk + 8 * (i >> 1) + 2 * t;
-            const uint32_t w = pds[kk][i];
-            ds_s[q * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(w & 0xFFFFu));
-            ds_s[(q + 1) * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(w >> 16));
-        }
-}
-
-/* One k-step of stage_ds (fp32's three terms are staged step by step, so the FP32 values die early). */
-__device__ __forceinline__ void stage_ds_step(bf16* tile, const uint32_t (&w)[4], int kk, int key_col, int t) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int key = key_col + 8 * (i & 1);
-        const int q = 16 * kk + 8 * (i >> 1) + 2 * t;
-        tile[q * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(w[i] & 0xFFFFu));
-        tile[(q + 1) * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(w[i] >> 16));
-    }
-}
-
 /* The A fragments of dQ = dS K for this warp's 16 queries from the tile [query][128 keys]: k-steps 0-3 from
    keys 0..63, 4-7 from keys 64..127, each half through hopper_wgmma.cuh's load_staged_a_operand. */
 __device__ __forceinline__ void load_ds_operand(uint32_t (&a)[kBlockK / kWgmmaK][4], const bf16* ds_s, int warp_in_wg,
@@ -409,9 +379,9 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
                 uint32_t unused[4], x2[4];
                 pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
                 pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
-                stage_ds_step(ds_tiles, pds[kk], kk, key_col, t);
-                stage_ds_step(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_col, t);
-                stage_ds_step(ds_tiles + 2 * kDsTileElems, x2, kk, key_col, t);
+                stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_col, t);
+                stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_col, t);
+                stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_col, t);
             }
             /* dV += bf(P)^T dO + bf(P - bf(P))^T dO, dK += bf(dS)^T Q + bf(r1)^T Q: one batch of 16 wgmmas, two
                chains of 8 on one accumulator each (128 accumulator + 64 A registers in flight) */
@@ -459,7 +429,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             uint32_t pa[kBlockQ / kWgmmaK][4], pds[kBlockQ / kWgmmaK][4];
             pack_acc_a_operand(pa, st);
             pack_acc_a_operand(pds, dpt);
-            stage_ds(ds_s, pds, key_col, t);
+            stage_ds_all<kDsPitch>(ds_s, pds, key_col, t);
             /* dV += bf(P)^T dO, dK += bf(dS)^T Q as one batch */
             reg_fences(pa, pds, dv, dk);
             wgmma_fence();

@@ -292,22 +292,6 @@ __device__ __forceinline__ void pack_a_n128(uint32_t (&a)[kWideQSteps][4], const
     }
 }
 
-/* bf(dS^T) from its packed words to the warpgroup's staging tile [query][key]: word pds[kk][i] holds key
-   key_row + 8 (i & 1) and queries q, q + 1, q = 16kk + 8 (i >> 1) + 2t (low half: q). key_row = 16 warp + g
-   within the warpgroup's 64 keys. Done before the wgmma that reads pds is issued (PTX leaves reading the A
-   registers of an in-flight wgmma undefined). */
-__device__ __forceinline__ void stage_ds(bf16* ds_s, const uint32_t (&pds)[kWideQSteps][4], int key_row, int t) {
-#pragma unroll
-    for (int kk = 0; kk < kWideQSteps; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int key = key_row + 8 * (i & 1);
-            const int q = 16 * kk + 8 * (i >> 1) + 2 * t;
-            ds_s[q * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(pds[kk][i] & 0xFFFFu));
-            ds_s[(q + 1) * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(pds[kk][i] >> 16));
-        }
-}
-
 /* dV += bf(P)^T dO, dK += bf(dS)^T Q as one commit group (issued and committed; the caller waits): m64n64k16 RS,
    8 k-steps of 16 queries each over the stage's 128-row tiles read N-major (16 rows = 2048 bytes per k-step;
    k-steps 4..7 are in the second TMA box, 8 KB on). */
@@ -369,19 +353,6 @@ __device__ __forceinline__ void send_dq_tile(const CUtensorMap* dq_map, const un
 }
 
 /* ---- fp32's steps (64 queries): the split terms (pack_split_step: mode_numerics.cuh) ---- */
-
-/* One k-step's packed words to a warpgroup's staged tile [query][key] (pitch kDsPitch): word w[i] holds key
-   key_row + 8 (i & 1) and queries q, q + 1, q = 16kk + 8 (i >> 1) + 2t (low half: q) - the placement of
-   hopper_wgmma.cuh's stage_tile_transposed, from words instead of FP32 values. */
-__device__ __forceinline__ void stage_term_step(bf16* tile, const uint32_t (&w)[4], int kk, int key_row, int t) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int key = key_row + 8 * (i & 1);
-        const int q = 16 * kk + 8 * (i >> 1) + 2 * t;
-        tile[q * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(w[i] & 0xFFFFu));
-        tile[(q + 1) * kDsPitch + key] = __ushort_as_bfloat16((unsigned short)(w[i] >> 16));
-    }
-}
 
 /* dV += [bf(P), bf(P - bf(P))]^T dO, dK += [bf(dS), bf(r1)]^T Q: 16 m64n64k16 RS, one commit group (issued and
    committed only; the caller waits). */
@@ -555,7 +526,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             pack_a_n128(pds, dpt);
             float dq0[32], dq1[32];
             /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
-            stage_ds(ds_s, pds, key_row, t);
+            stage_ds_all<kDsPitch>(ds_s, pds, key_row, t);
             issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
             /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
                warpgroup rewrite it */
@@ -606,9 +577,9 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                 uint32_t unused[4], x2[4];
                 pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
                 pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
-                stage_term_step(ds_tiles, pds[kk], kk, key_row, t);
-                stage_term_step(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
-                stage_term_step(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
+                stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_row, t);
+                stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
+                stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
             }
             issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
             /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before

@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kConsumerThreads, 1)
     uint32_t pa[4][4], pds[4][4];
     pack_acc_a_operand(pa, st);
     pack_acc_a_operand(pds, dpt);
-    stage_ds(ds_s, pds, key_col, t);
+    stage_ds_all<kDsPitch>(ds_s, pds, key_col, t);
     float dv[kHS / 2], dk[kHS / 2], dq[32];
 #pragma unroll
     for (int i = 0; i < kHS / 2; i++) dv[i] = dk[i] = 0.f;

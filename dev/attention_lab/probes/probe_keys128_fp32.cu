@@ -53,9 +53,9 @@ __device__ __forceinline__ void fp32keys128_probe_products(const float (&st)[32]
             w1[i] = (kPart == kProbeDq || kPart == kProbeDqLo) ? pds_lo[kk][i] : 0u;
             w2[i] = (kPart == kProbeDqLo) ? 0u : x2[i];
         }
-        stage_ds_step(ds_tiles, w0, kk, key_col, t);
-        stage_ds_step(ds_tiles + kDsTileElems, w1, kk, key_col, t);
-        stage_ds_step(ds_tiles + 2 * kDsTileElems, w2, kk, key_col, t);
+        stage_ds_words<kDsPitch>(ds_tiles, w0, kk, key_col, t);
+        stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, w1, kk, key_col, t);
+        stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, w2, kk, key_col, t);
     }
     if constexpr (kPart == kProbeDkDv) {
         float acc[kHS / 2];

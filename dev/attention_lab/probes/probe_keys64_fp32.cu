@@ -71,9 +71,9 @@ __global__ void __launch_bounds__(128, 1)
                 w1[i] = (kPart == kProbeDq || kPart == kProbeDqLo) ? pds_lo[kk][i] : 0u;
                 w2[i] = (kPart == kProbeDqLo) ? 0u : x2[i];
             }
-            stage_term_step(ds_tiles, w0, kk, key_row, t);
-            stage_term_step(ds_tiles + kDsTileElems, w1, kk, key_row, t);
-            stage_term_step(ds_tiles + 2 * kDsTileElems, w2, kk, key_row, t);
+            stage_ds_words<kDsPitch>(ds_tiles, w0, kk, key_row, t);
+            stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, w1, kk, key_row, t);
+            stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, w2, kk, key_row, t);
         }
         if constexpr (kPart == kProbeDkDv) {
             float dv[32], dk[32];
