@@ -36,6 +36,7 @@ end() { say "   -> rc $1 in $(( $(date +%s) - phase_start )) s"; }
 ARCH='-gencode arch=compute_90a,code=sm_90a'
 DATA=/tmp/data
 MATCHED_STEPS=${MATCHED_STEPS:-12000}
+OLD_TREE=${OLD_DIR:-/tmp/old} # where oldtree builds the comparison tree, the other tree of bitsab, attnab, profiles
 
 prepare_data() {
     [ -d "$DATA" ] && return
@@ -550,24 +551,23 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
         # the tree in OLD_SRC (default .carry/old: git archive of the commit to compare against) built in OLD_DIR
         # (default /tmp/old): train_gpt, profile_gpu_step and bench_attention, whose paths the phases after it
         # take from OURS_BIN / PROFILE_BIN (attnab: AB_OLD, bitsab: BITS_OLD)
-        old_dir=${OLD_DIR:-/tmp/old}
-        begin "build the comparison tree (${OLD_SRC:-.carry/old} in $old_dir)"
-        rm -rf "$old_dir" && cp -r "${OLD_SRC:-.carry/old}" "$old_dir" && (cd "$old_dir" && make -j"$(nproc)" \
+        begin "build the comparison tree (${OLD_SRC:-.carry/old} in $OLD_TREE)"
+        rm -rf "$OLD_TREE" && cp -r "${OLD_SRC:-.carry/old}" "$OLD_TREE" && (cd "$OLD_TREE" && make -j"$(nproc)" \
             NVCC_ARCH="$ARCH" build/train_gpt build/dev/profile_gpu_step build/bench_attention \
-            > "$OUT/build_$(basename "$old_dir").log" 2>&1)
-        rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build_$(basename "$old_dir").log"; end $rc ;;
+            > "$OUT/build_$(basename "$OLD_TREE").log" 2>&1)
+        rc=$?; [ $rc -ne 0 ] && tail -30 "$OUT/build_$(basename "$OLD_TREE").log"; end $rc ;;
     bitsab)
-        # a kernel change that must move no bit: the trainers of this tree and of BITS_OLD (default /tmp/old,
+        # a kernel change that must move no bit: the trainers of this tree and of BITS_OLD (default OLD_DIR,
         # built by oldtree) run the same steps with --deterministic 1 in BITS_MODES (default "gproj fp32"), small
         # B16 T256 (60 steps) and d12 B4 T1024 (20 steps); the final model and state files compared with cmp
-        begin "bits: this tree's trainer against ${BITS_OLD:-/tmp/old}"
+        begin "bits: this tree's trainer against ${BITS_OLD:-$OLD_TREE}"
         prepare_data
         rc=0
         for a in ${BITS_MODES:-gproj fp32}; do
             for cfg in small:16:256:60 d12:4:1024:20; do
                 IFS=: read -r m b tl n <<< "$cfg"
                 for t in new old; do
-                    bin=build/train_gpt; [ $t = old ] && bin=${BITS_OLD:-/tmp/old}/build/train_gpt
+                    bin=build/train_gpt; [ $t = old ] && bin=${BITS_OLD:-$OLD_TREE}/build/train_gpt
                     timeout 150 $bin --model "$m" --batch-size "$b" --seq-len "$tl" --steps "$n" --lr 3e-4 \
                         --train-data "$DATA/gutenberg_train_*.bin" --val-data "" --vocab "" --sample-every 0 \
                         --checkpoint-minutes 0 --checkpoint-every "$n" --deterministic 1 --overwrite 1 --attn "$a" \
@@ -585,14 +585,14 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
         done
         end $rc ;;
     attnab)
-        # one kernel change against AB_OLD (default /tmp/old, built by oldtree): bench_attention of both builds
+        # one kernel change against AB_OLD (default OLD_DIR, built by oldtree): bench_attention of both builds
         # alternating, AB_REPS rounds (default 3), at AB_SHAPES (default d12's and d24's) in AB_MODES (default
         # gproj,bf16)
-        begin "attention A/B: this tree and ${AB_OLD:-/tmp/old}, alternating"
+        begin "attention A/B: this tree and ${AB_OLD:-$OLD_TREE}, alternating"
         shapes=""; for sh in ${AB_SHAPES:-32,12,1024,64 16,16,1024,64}; do shapes="$shapes --shape $sh"; done
         for rep in $(seq "${AB_REPS:-3}"); do
             for t in new old; do
-                bin=build/bench_attention; [ $t = old ] && bin=${AB_OLD:-/tmp/old}/build/bench_attention
+                bin=build/bench_attention; [ $t = old ] && bin=${AB_OLD:-$OLD_TREE}/build/bench_attention
                 timeout 120 $bin $shapes --modes "${AB_MODES:-gproj,bf16}" > "$OUT/attnab_${rep}_$t.txt" 2>&1
                 say "   round $rep $t: rc $?"
                 grep -E '^B[0-9]' "$OUT/attnab_${rep}_$t.txt" | tee -a "$SUMMARY"
@@ -600,13 +600,13 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
         done
         end 0 ;;
     profiles)
-        # profile_gpu_step (10 steps; per kernel kind) for the new build and /tmp/old side by side, per
+        # profile_gpu_step (10 steps; per kernel kind) for the new build and OLD_DIR's side by side, per
         # PF_RUNS entry MODEL:B:MODE
-        begin "per-kind step profiles: this tree and /tmp/old, alternating"
+        begin "per-kind step profiles: this tree and $OLD_TREE, alternating"
         for run in ${PF_RUNS:-d12:32:gproj d12:32:bf16 d24:16:gproj d24:16:bf16}; do
             IFS=: read -r m b a <<< "$run"
             for t in new old; do
-                bin=build/dev/profile_gpu_step; [ $t = old ] && bin=/tmp/old/build/dev/profile_gpu_step
+                bin=build/dev/profile_gpu_step; [ $t = old ] && bin=$OLD_TREE/build/dev/profile_gpu_step
                 timeout 120 $bin --model "$m" --batch "$b" --seq 1024 --attn "$a" --steps 10 \
                     > "$OUT/prof_${m}_${a}_$t.txt" 2>&1
                 say "   $run $t: rc $? $(grep -m1 '^ours:' "$OUT/prof_${m}_${a}_$t.txt" | sed 's/.*: \([0-9.]* ms\/step\).*/\1/')"

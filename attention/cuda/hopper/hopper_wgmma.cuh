@@ -14,8 +14,9 @@
  * Offers (namespace hopper_wgmma):
  *   smem_u32, aligned_smem_base, mbar_init / mbar_init_fence / mbar_arrive / mbar_arrive_expect_tx / mbar_expect_tx /
  *   mbar_try_wait / mbar_wait, fence_proxy_async, init_pipeline_barriers<STAGES>, tma_load_4d, make_smem_desc,
- *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence / reg_fences, zero_accumulators, pack_bf16x2, wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs,
- *   wgmma_m64n128k16_rs, wgmma_pv, quad_max, quad_sum, setmaxnreg_inc / setmaxnreg_dec,
+ *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence / reg_fences, zero_accumulators, pack_bf16x2,
+ *   wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs, wgmma_m64n128k16_rs, wgmma_pv, quad_max,
+ *   quad_sum, setmaxnreg_inc / setmaxnreg_dec,
  *   red_add_f32x2_if, named_bar_sync / named_bar_arrive, warpgroup_sync;
  *   the 64 x 64 tile steps of the HS-64 backward kernels (key-major pass, row pass, their labs):
  *   warpgroup_two_ss_64x64 (two K-major SS GEMMs as one batch: S and dP, or their transposes; _issue: the

@@ -154,8 +154,8 @@ __device__ __forceinline__ void consumers_sync() { named_bar_sync(1, kConsumerTh
 /* ------------------------------------------------------------------------------------------------ */
 
 /* The row pass at head size HS. MODE: ATTN_GPROJ (forms D = dO . O from out and dout and writes it; writes
-   lambda, dQ) or ATTN_FP32 (writes D = sum P dP; out unread). cta_abort: the CTA's abort flag where the waits
-   give up (NULL otherwise). The body of rows_kernel. */
+   lambda, dQ) or ATTN_FP32 (writes D = sum P dP; out unread). cta_abort: the CTA's abort flag, which a wait that
+   gives up sets (rows_wait). The body of rows_kernel. */
 template <int HS, int MODE>
 __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                           const bf16* __restrict__ out, const bf16* __restrict__ dout,
