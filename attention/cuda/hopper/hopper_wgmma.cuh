@@ -22,7 +22,8 @@
  *   warpgroup_two_ss_64x64 (two K-major SS GEMMs as one batch: S and dP, or their transposes; _issue: the
  *   wgmmas alone),
  *   pack_acc_a_operand (FP32 accumulator -> BF16 register A operand), warpgroup_rs_issue_n64,
- *   stage_tile_transposed / load_staged_a_operand (a BF16 tile through shared memory, transposed);
+ *   load_staged_a_operand (the A operand from a BF16 tile staged in shared memory; the key-major passes stage
+ *   bf(dS^T) with hopper_bwd_common.cuh's stage_ds_words);
  *   tma_reduce_add_3d, bulk_commit_group, bulk_wait_group_read<N>, bulk_wait_group<N> (TMA reduce-add of an
  *   FP32 tile into global memory);
  *   host: tensor_map_encoder (cuTensorMapEncodeTiled without linking libcuda), encode_head_map (the 4-D
@@ -401,25 +402,6 @@ __device__ __forceinline__ void warpgroup_rs_issue_n64(float (&acc)[32], const u
     for (int kk = 0; kk < kTileKSteps; kk++)
         wgmma_m64n64k16_rs(acc, a[kk], make_smem_desc(b_addr + kk * 16 * kTileRowBytes, kUnusedLbo,
                                                       8 * kTileRowBytes));
-}
-
-/* The 64 x 64 FP32 accumulator acc (rows: this warpgroup's, warp w holds rows 16w..16w+15) rounded to BF16
-   and stored TRANSPOSED to a [column][row] BF16 tile of PITCH elements per row (element 8kk + 2i + e: row
-   16w + g + 8 (i & 1), column 16kk + 8 (i >> 1) + 2t + e; the same words pack_acc_a_operand makes). The
-   key-major pass stages bf(dS^T) this way as the A operand [query][key] of dQ = dS K. */
-template <int PITCH>
-__device__ __forceinline__ void stage_tile_transposed(bf16* tile, const float (&acc)[32], int warp_in_wg, int g, int t) {
-    const int row = warp_in_wg * 16 + g;
-#pragma unroll
-    for (int kk = 0; kk < kTileKSteps; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = i & 1, colhalf = i >> 1; /* a[0]: (g, 2t), a[1]: (g+8, 2t), a[2]: (g, 2t+8), a[3]: (g+8, 2t+8) */
-            const int col = 16 * kk + 8 * colhalf + 2 * t;
-            const uint32_t w = pack_bf16x2(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1]); /* low: col, high: col + 1 */
-            tile[col * PITCH + row + 8 * r] = __ushort_as_bfloat16((unsigned short)(w & 0xFFFFu));
-            tile[(col + 1) * PITCH + row + 8 * r] = __ushort_as_bfloat16((unsigned short)(w >> 16));
-        }
 }
 
 /* The register A fragments of a GEMM over a staged [row][k] BF16 tile (PITCH elements per row) for this
