@@ -71,6 +71,25 @@ const GvVariant gv_variants[GV_NUM_VARIANTS] = {
                            "O_lo BF16 (1x O)"},
     [GV_E_PDQ_DSUMO_UDK] = {"e7:pdq+DsumO+udk", GV_D_SUMBE_NO_LO, GV_DQ_PWEIGHTED, GV_DK_UNIFORM,
                             "(e6) without O_lo: 6 bwd GEMMs", "none"},
+    [GV_E_PDQ_DSUM] = {"e6':pdq+Dsum", GV_D_SUMBE_FORWARD, GV_DQ_PWEIGHTED, GV_DK_NONE,
+                       "(e6) with dK rounded in the main kernel (no fp32 dK workspace, no suffix-sum pass): "
+                       "6 bwd GEMMs",
+                       "O_lo BF16 (1x O)"},
+    [GV_F_FPKB_DSUM_UDK] = {"f1:fpkb+Dsum+udk", GV_D_SUMBE_FORWARD, GV_DQ_FORWARD_PK_BF16, GV_DK_UNIFORM,
+                            "fwd +1 GEMM bf(e) K (K tile already in smem), sums bf(e) and divides by it, a "
+                            "prefix-sum pass over K; bwd: bf16 mode's 5 GEMMs, r_i sums, r_i PK_i in the dQ "
+                            "post-pass, suffix-sum pass on an fp32 dK workspace",
+                            "bf(PK - prefix mean K) + O_lo, BF16 (2x O)"},
+    [GV_F_FPKI_DSUM_UDK] = {"f2:fpki+Dsum+udk", GV_D_SUMBE_FORWARD, GV_DQ_FORWARD_PK_OWNKEY, GV_DK_UNIFORM,
+                            "(f1) with the key mean saved relative to K_i (no prefix-sum pass): 5 bwd GEMMs, 3 fwd",
+                            "bf(PK - K_i) + O_lo, BF16 (2x O)"},
+    [GV_F_FPKI_DSUM] = {"f3:fpki+Dsum", GV_D_SUMBE_FORWARD, GV_DQ_FORWARD_PK_OWNKEY, GV_DK_NONE,
+                        "(f2) without the dK post-pass: bf16 mode's backward + r_i sums, D from O + O_lo, "
+                        "r_i PK_i in the dQ post-pass: 5 bwd GEMMs, 3 fwd",
+                        "bf(PK - K_i) + O_lo, BF16 (2x O)"},
+    [GV_F_FPKI_DSUM8] = {"f4:fpki+Dsum8", GV_D_SUMBE_LO8, GV_DQ_FORWARD_PK_OWNKEY, GV_DK_NONE,
+                         "(f3) with O_lo saved in 8 bits: 5 bwd GEMMs, 3 fwd",
+                         "bf(PK - K_i) BF16 (1x O) + O_lo int8 (0.5x O)"},
 };
 
 /* Largest head size the row scratch of the engine takes (the module runs 64 and 128). */
@@ -78,6 +97,18 @@ const GvVariant gv_variants[GV_NUM_VARIANTS] = {
 
 static size_t qkv_at(AttnShape s, int b, int t, int part, int h) {
     return ((((size_t)b * s.T + t) * 3 + part) * s.NH + h) * s.HS;
+}
+
+/* O_lo = x - hi (hi = bf(x)) as an int8 count of 1/256 of hi's BF16 ulp, decoded back to fp32: |x - hi| is
+   at most half an ulp, so the count lies in [-128, 128] and is clamped to int8. 0 when hi is 0 or not finite. */
+static float residual_int8(float x, float hi) {
+    if (hi == 0.0f || !isfinite(hi)) return 0.0f;
+    int ex;
+    frexpf(hi, &ex);                       /* |hi| in [2^(ex-1), 2^ex): BF16 ulp 2^(ex-8) */
+    const float unit = ldexpf(1.0f, ex - 16); /* 1/256 of the ulp */
+    float q = rintf((x - hi) / unit);
+    q = q > 127.0f ? 127.0f : (q < -128.0f ? -128.0f : q);
+    return q * unit;
 }
 
 /* One variant's fp32 accumulators for one head. */
@@ -148,6 +179,7 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
             float* acc_pk = (float*)mallocCheck(sizeof(float) * (size_t)HS);  /* sum_j bf(P_ij) K_j */
             float* fwd_pk = (float*)mallocCheck(sizeof(float) * (size_t)HS);  /* forward's weighted key mean */
             float* fwd_pk_bf = (float*)mallocCheck(sizeof(float) * (size_t)HS); /* as saved in BF16 */
+            float* fwd_pk_own = (float*)mallocCheck(sizeof(float) * (size_t)HS); /* saved relative to K_i */
             float* sum_k = (float*)callocCheck((size_t)HS, sizeof(float));    /* prefix sum of K */
             float* suffix = (float*)mallocCheck(sizeof(float) * (size_t)HS);
             VariantAcc acc[GV_NUM_VARIANTS];
@@ -200,18 +232,22 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                                       attn_cpu_dot(dOi, Oplo + (size_t)i * HS, HS);
                 float D_res_sum = 0.0f; /* dO . O + dO . O_lo of the sum-bf(e) forward, as two dots */
                 float D_sum_hi = 0.0f;  /* dO . O of that forward's BF16 O alone */
+                float D_res_sum8 = 0.0f; /* dO . O + dO . O_lo with O_lo in 8 bits */
                 {
-                    float hi[GV_MAX_HS], lo[GV_MAX_HS];
+                    float hi[GV_MAX_HS], lo[GV_MAX_HS], lo8[GV_MAX_HS];
                     for (int d = 0; d < HS; d++) {
                         hi[d] = bf16_round(Osum[d]);
                         lo[d] = bf16_round(Osum[d] - hi[d]);
+                        lo8[d] = residual_int8(Osum[d], hi[d]);
                     }
                     D_sum_hi = attn_cpu_dot(dOi, hi, HS);
                     D_res_sum = D_sum_hi + attn_cpu_dot(dOi, lo, HS);
+                    D_res_sum8 = D_sum_hi + attn_cpu_dot(dOi, lo8, HS);
                     for (int v = 0; v < GV_NUM_VARIANTS; v++) {
                         if (out_v == NULL || out_v[v] == NULL) continue;
                         const GvDSource src = gv_variants[v].D;
-                        const float* o = (src == GV_D_SUMBE_FORWARD || src == GV_D_SUMBE_NO_LO) ? hi
+                        const float* o = (src == GV_D_SUMBE_FORWARD || src == GV_D_SUMBE_NO_LO ||
+                                          src == GV_D_SUMBE_LO8) ? hi
                                          : src == GV_D_FP32P_FORWARD ? Op + (size_t)i * HS : O + (size_t)i * HS;
                         memcpy(out_v[v] + (((size_t)b * T + i) * s.NH + h) * HS, o, sizeof(float) * (size_t)HS);
                     }
@@ -223,6 +259,7 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                     dS[GV_D_FP32P_FORWARD][j] = bf16_round(P[j] * (dP[j] - D_res_p));
                     dS[GV_D_SUMBE_FORWARD][j] = bf16_round(P[j] * (dP[j] - D_res_sum));
                     dS[GV_D_SUMBE_NO_LO][j] = bf16_round(P[j] * (dP[j] - D_sum_hi));
+                    dS[GV_D_SUMBE_LO8][j] = bf16_round(P[j] * (dP[j] - D_res_sum8));
                 }
                 float r[GV_NUM_D];
                 float p = 0.0f;
@@ -237,6 +274,8 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                 for (int d = 0; d < HS; d++) {
                     float mean_k = sum_k[d] / (float)n;
                     fwd_pk_bf[d] = mean_k + bf16_round(fwd_pk[d] - mean_k);
+                    float own_k = K[(size_t)i * HS + d];
+                    fwd_pk_own[d] = own_k + bf16_round(fwd_pk[d] - own_k);
                 }
 
                 float lambda[GV_NUM_VARIANTS];
@@ -268,7 +307,8 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                         double eff = ds;
                         if (var->dq == GV_DQ_PWEIGHTED) eff -= (double)lambda[v] * Pb[j];
                         else if (var->dq == GV_DQ_UNIFORM) eff -= (double)acc[v].r[i] / n;
-                        else if (var->dq == GV_DQ_FORWARD_PK || var->dq == GV_DQ_FORWARD_PK_BF16)
+                        else if (var->dq == GV_DQ_FORWARD_PK || var->dq == GV_DQ_FORWARD_PK_BF16 ||
+                                 var->dq == GV_DQ_FORWARD_PK_OWNKEY)
                             eff -= (double)acc[v].r[i] * bf16_round(e[j]) / sum_be;
                         res_sum[v] += eff;
                         res_abs[v] += fabs(eff);
@@ -285,6 +325,7 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
                         else if (var->dq == GV_DQ_UNIFORM) g = g - rv * (sum_k[d] / (float)n);
                         else if (var->dq == GV_DQ_FORWARD_PK) g = g - rv * fwd_pk[d];
                         else if (var->dq == GV_DQ_FORWARD_PK_BF16) g = g - rv * fwd_pk_bf[d];
+                        else if (var->dq == GV_DQ_FORWARD_PK_OWNKEY) g = g - rv * fwd_pk_own[d];
                         dq[d] = bf16_round(scale * g);
                     }
                     if (row_residual != NULL && row_residual[v] != NULL)
@@ -320,7 +361,7 @@ void gv_backward_variants(AttnShape s, const float* qkv, const float* dout, floa
             for (int k = 0; k < GV_NUM_D; k++) free(dS[k]);
             free(Q); free(K); free(V); free(O); free(Olo); free(Op); free(Oplo); free(Osum); free(dO); free(dV);
             free(S); free(P); free(Pb); free(e); free(dP);
-            free(acc_pk); free(fwd_pk); free(fwd_pk_bf); free(sum_k); free(suffix);
+            free(acc_pk); free(fwd_pk); free(fwd_pk_bf); free(fwd_pk_own); free(sum_k); free(suffix);
         }
     }
     free(out); free(out_f32); free(out_lo); free(outp); free(outp_lo); free(stats);

@@ -21,13 +21,16 @@
  *        that D matches the backward's P and not only the forward's bf(e),
  *        or from a forward that divides sum_j bf(e_j) V_j by sum_j bf(e_j)
  *        instead of l (its weights then sum to 1, so a common value vector
- *        passes through O exactly and does not enter D's error);
+ *        passes through O exactly and does not enter D's error), its O_lo
+ *        kept in BF16 or as an int8 count of 1/256 of O's BF16 ulp (half
+ *        the bytes, about the same 8 significant bits);
  *   dQ   correction: none, P-weighted (gproj's exact lambda_i = r_i / p_i and
  *        a second accumulator sum_j bf(P_ij) K_j), uniform (r_i times the
  *        prefix mean of the keys), or forward-PK (r_i times the forward's
  *        weighted key mean sum_j bf(e_ij) K_j / sum_j bf(e_ij), saved in fp32,
  *        or saved in BF16 as its difference to the prefix key mean, which the
- *        backward recomputes: the key offset cancels in the difference);
+ *        backward recomputes, or to the query's own key K_i, which the
+ *        backward has: either way the key offset cancels in the difference);
  *   dK   correction: none, P-weighted inline (gproj: bf(-lambda_i P_ij) as
  *        its own operand in the same accumulator), P-weighted deferred (the
  *        same operand in a post-pass, added to an fp32 dK workspace, or to
@@ -53,7 +56,8 @@ typedef enum {
     GV_D_FP32P_FORWARD = 3, /* the same, from a forward whose P V product uses fp32 P (hi + lo) */
     GV_D_SUMBE_FORWARD = 4, /* the same, from a forward normalising by sum_j bf(e_j) instead of l */
     GV_D_SUMBE_NO_LO = 5,   /* dO . O of that forward's BF16 O alone (no O_lo saved) */
-    GV_NUM_D = 6
+    GV_D_SUMBE_LO8 = 6,     /* dO . O + dO . O_lo of that forward, O_lo saved as int8 in 1/256 of O's BF16 ulp */
+    GV_NUM_D = 7
 } GvDSource;
 typedef enum {
     GV_DQ_NONE = 0,
@@ -61,6 +65,7 @@ typedef enum {
     GV_DQ_UNIFORM,
     GV_DQ_FORWARD_PK,       /* the forward's weighted key mean, saved in fp32 */
     GV_DQ_FORWARD_PK_BF16,  /* the same, saved in BF16 relative to the prefix key mean */
+    GV_DQ_FORWARD_PK_OWNKEY, /* the same, saved in BF16 relative to the query's own key K_i */
 } GvDqFix;
 typedef enum {
     GV_DK_NONE = 0,
@@ -97,6 +102,11 @@ enum {
     GV_E_PDQ_D32F_UDK,  /* (e5) (e2) with O and O_lo from an fp32-P forward */
     GV_E_PDQ_DSUM_UDK,  /* (e6) (e2) with O and O_lo from a forward normalised by sum_j bf(e_j) */
     GV_E_PDQ_DSUMO_UDK, /* (e7) (e6) without O_lo: D from that forward's BF16 O alone */
+    GV_E_PDQ_DSUM,      /* (e6') (e6) without the dK post-pass: dK rounded where the main kernel forms it */
+    GV_F_FPKB_DSUM_UDK, /* (f1) the forward's key mean (BF16, relative to the prefix mean) with (e6)'s D and dK */
+    GV_F_FPKI_DSUM_UDK, /* (f2) (f1) with the key mean saved relative to the query's own key */
+    GV_F_FPKI_DSUM,     /* (f3) (f2) without the dK post-pass: bf16 mode's backward plus r_i and the dQ fix */
+    GV_F_FPKI_DSUM8,    /* (f4) (f3) with O_lo saved in 8 bits */
     GV_NUM_VARIANTS
 };
 extern const GvVariant gv_variants[GV_NUM_VARIANTS];

@@ -34,7 +34,7 @@
 
 #define TARGET_PCT 0.35
 
-/* The methods of the table: the four library modes, then the variants (a)..(e). */
+/* The methods of the table: the four library modes, then the variants (a)..(f4). */
 enum { NUM_LIB_MODES = ATTN_NUM_EMULATED_MODES, FIRST_VARIANT = GV_A_PDQ };
 #define NUM_METHODS (NUM_LIB_MODES + GV_NUM_VARIANTS - FIRST_VARIANT)
 
@@ -244,7 +244,8 @@ int main(int argc, char** argv) {
 
     printf("| variant | D from | extra work vs bf16 mode | extra saved state |\n|---|---|---|---|\n");
     static const char* d_names[GV_NUM_D] = {"BF16 O", "FP32 (P dP)", "O + O_lo", "O + O_lo, fp32-P fwd",
-                                            "O + O_lo, sum-bf(e) fwd", "O, sum-bf(e) fwd"};
+                                            "O + O_lo, sum-bf(e) fwd", "O, sum-bf(e) fwd",
+                                            "O + int8 O_lo, sum-bf(e) fwd"};
     for (int v = 0; v < GV_NUM_VARIANTS; v++)
         printf("| %s | %s | %s | %s |\n", gv_variants[v].name, d_names[gv_variants[v].D], gv_variants[v].extra_work,
                gv_variants[v].extra_state);
