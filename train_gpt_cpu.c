@@ -10,7 +10,7 @@
  *
  * Loop, for step = start .. steps (start = 0, or the resumed state's step):
  *   1. checkpoint (model_S.bin + state_S.bin) if due, and not at the resume
- *      point; after a SIGTERM/SIGINT or at --stop-at, stop here
+ *      point; after a SIGTERM/SIGINT/SIGHUP or at --stop-at, stop here
  *   2. validation loss if due                 (touches no training state)
  *   3. sample if due                          (advances only the sampler RNG)
  *   4. stop if step == steps
@@ -330,7 +330,7 @@ int main(int argc, char** argv) {
     char minutes[64] = "";
     if (f.checkpoint_minutes > 0)
         snprintf(minutes, sizeof(minutes), ", every %g minutes of wall time", f.checkpoint_minutes);
-    printf("| run folder %s (log.jsonl; checkpoints %s%s, and on SIGTERM/SIGINT)\n", out_dir,
+    printf("| run folder %s (log.jsonl; checkpoints %s%s, and on SIGTERM/SIGINT/SIGHUP)\n", out_dir,
            f.checkpoint_every ? "every --checkpoint-every steps and at the end" : "at the end", minutes);
     printf("| threads    %d (OpenMP)\n| all flags:\n", omp_get_max_threads());
     flags_print_settings(stdout, &f, 0);

@@ -62,6 +62,11 @@ static inline FILE* fopen_sized(const char* path, const char* what, uint64_t* si
         fclose(fp);
         return NULL;
     }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s '%s' is a folder, not a file", what, path);
+        fclose(fp);
+        return NULL;
+    }
     *size = (uint64_t)st.st_size;
     return fp;
 }

@@ -167,7 +167,25 @@ typedef struct {
     size_t size;
     void* map; /* mmap'd region, or malloc'd buffer when map_len == 0 */
     size_t map_len;
+    dev_t dev; /* the file's identity, to refuse one file given twice */
+    ino_t ino;
 } InputFile;
+
+/* Dies unless the first 64 KiB of the input look like text: a NUL byte means a binary file (a compressed
+   corpus, a token shard), which would tokenize into garbage without an error. */
+static void require_text(const InputFile* in, const char* path) {
+    const size_t n = in->size < (1u << 16) ? in->size : (1u << 16);
+    const unsigned char* p = (const unsigned char*)in->data;
+    const void* nul = memchr(p, 0, n);
+    if (nul == NULL) return;
+    const char* kind = n >= 6 && memcmp(p, "\xfd" "7zXZ", 6) == 0 ? " (an xz archive: decompress it first, xz -dk)"
+                       : n >= 2 && p[0] == 0x1f && p[1] == 0x8b  ? " (a gzip archive: decompress it first, gzip -dk)"
+                       : n >= 4 && (uint32_t)(p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24) == SHARD_MAGIC
+                           ? " (an llm.c token shard: pass it to the trainer's --train-data as it is)"
+                           : "";
+    die("input '%s' is not text: a NUL byte at offset %zu%s\n  hint: tokenize takes UTF-8 text files", path,
+        (size_t)((const unsigned char*)nul - p), kind);
+}
 
 static InputFile open_input(const char* path) {
     InputFile in = {0};
@@ -176,6 +194,8 @@ static InputFile open_input(const char* path) {
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) die("input '%s' is not a regular file", path);
     in.size = (size_t)st.st_size;
+    in.dev = st.st_dev;
+    in.ino = st.st_ino;
     if (in.size > 0) {
         in.map = mmap(NULL, in.size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (in.map == MAP_FAILED) die("cannot map input '%s': %s", path, strerror(errno));
@@ -432,6 +452,11 @@ static int run_shards(Tokenizer* tok, char** files, int n_files) {
     size_t n_docs = 0, cap_docs = 0, total_bytes = 0;
     for (int i = 0; i < n_files; i++) {
         inputs[i] = open_input(files[i]);
+        require_text(&inputs[i], files[i]);
+        for (int k = 0; k < i; k++)
+            if (inputs[k].dev == inputs[i].dev && inputs[k].ino == inputs[i].ino)
+                die("input '%s' is given twice (also as '%s'): it would be tokenized twice\n  hint: name each file "
+                    "once", files[i], files[k]);
         total_bytes += inputs[i].size;
         find_documents(&inputs[i], i, opt_doc_separator, &docs, &n_docs, &cap_docs);
     }

@@ -658,6 +658,24 @@ static void test_tokenize_tool(Tokenizer* t) {
     snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/sep --name t --overwrite %s > /dev/null", TOKENIZE_BIN,
              VOCAB_DIR, dir, path);
     CHECK(run_cmd(cmd) == 0, "--overwrite replaces them");
+    /* binary input (a compressed corpus, a token shard) and a file named twice are refused with the reason */
+    char bin_path[600];
+    snprintf(bin_path, sizeof(bin_path), "%s/corpus.txt.xz", dir);
+    FILE* bf = fopen(bin_path, "wb");
+    if (!bf) die("cannot write %s", bin_path);
+    fwrite("\xfd" "7zXZ\0\0\x04\xe6", 1, 10, bf);
+    fclose(bf);
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/bin --name t %s > /dev/null 2> %s/err.txt; test $? -eq 1 && "
+             "grep -q 'is not text: a NUL byte at offset 5 (an xz archive' %s/err.txt", TOKENIZE_BIN, VOCAB_DIR, dir,
+             bin_path, dir, dir);
+    CHECK(run_cmd(cmd) == 0, "an xz file as input is refused as not text, naming xz");
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/bin --name t %s/sep/t_train_000000.bin > /dev/null 2> "
+             "%s/err.txt; test $? -eq 1 && grep -q 'an llm.c token shard' %s/err.txt", TOKENIZE_BIN, VOCAB_DIR, dir,
+             dir, dir, dir);
+    CHECK(run_cmd(cmd) == 0, "a token shard as input is refused, naming what it is");
+    snprintf(cmd, sizeof(cmd), "%s --vocab %s --out %s/twice --name t %s %s > /dev/null 2> %s/err.txt; test $? -eq 1 "
+             "&& grep -q 'is given twice' %s/err.txt", TOKENIZE_BIN, VOCAB_DIR, dir, path, path, dir, dir);
+    CHECK(run_cmd(cmd) == 0, "the same file named twice is refused");
     read_split(out, "train", got, &n, 100000000, &sizes_ok);
     size_t whole_n;
     int* whole = tokenizer_encode(t, multi, strlen(multi), &whole_n);

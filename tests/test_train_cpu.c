@@ -356,7 +356,24 @@ static void test_resume_state(void) {
               r.params_hash == s.params_hash && memcmp(&r.data_pos, &s.data_pos, sizeof(DataPosition)) == 0,
           "every field round-trips");
     CHECK(r.m && r.v && memcmp(r.m, m, n * 4) == 0 && memcmp(r.v, v, n * 4) == 0, "moments round-trip bit-exactly");
+    CHECK(!r.sched.recorded, "a state written without schedule settings reads with none");
     CHECK(resume_state_check(&r, &s, err, sizeof(err)) == 0, "a state fits the run that wrote it");
+    resume_state_free(&r);
+    /* the schedule and optimizer settings (version 5) round-trip bit for bit, and do not take part in
+       resume_state_check (a resume may change them) */
+    {
+        ResumeState w = s;
+        w.sched = (ResumeSchedule){1, 3000, 700, SCHEDULE_LINEAR, 6e-4f, 0.1f, 0.05f, 0.9f, 0.95f, 1e-8f, 1.0f};
+        CHECK(resume_state_write(path, &w, err, sizeof(err)) == 0 &&
+                  resume_state_read(path, &r, err, sizeof(err)) == 0 &&
+                  memcmp(&r.sched, &w.sched, sizeof(ResumeSchedule)) == 0,
+              "the schedule and optimizer settings round-trip (%s)", err);
+        CHECK(resume_state_check(&r, &s, err, sizeof(err)) == 0, "... and are not compared by resume_state_check");
+        resume_state_free(&r);
+        CHECK(resume_state_write(path, &s, err, sizeof(err)) == 0 &&
+                  resume_state_read(path, &r, err, sizeof(err)) == 0,
+              "rewrite the plain state (%s)", err);
+    }
     ResumeState other = s;
     other.batch_size = 8;
     CHECK(resume_state_check(&r, &other, err, sizeof(err)) == -1 && strstr(err, "batch size 4, this run has 8"),

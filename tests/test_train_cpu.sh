@@ -29,7 +29,15 @@
 #            error naming only checkpoints that exist;
 #   input    NaN weights in --init-from, an accumulation count that does not
 #            fit an int, --resume FOLDER, the saved --attn on resume, and
-#            --overwrite deleting every old checkpoint.
+#            --overwrite deleting every old checkpoint;
+#   owner    one trainer per run folder (a second one, or a resume while the
+#            run goes, is refused with the holder's pid); two runs started at
+#            once without --out-dir get two folders; a resume from an older
+#            checkpoint is refused where newer ones would be overwritten, and
+#            branches into a new folder; SIGHUP saves and stops like SIGTERM;
+#   resume   the schedule and optimizer flags come from the state when left
+#            out, and a changed one is noted; the command printed at --stop-at
+#            runs as printed.
 # The short real run (loss vs unigram entropy) is tests/test_train_cpu_run.sh.
 #
 # Usage: tests/test_train_cpu.sh   (from anywhere; needs build/train_gpt_cpu,
@@ -258,9 +266,11 @@ check "only the final one is kept on disk" test "$(ls "$TMP/W" | grep -c '^\(mod
 # ---------------------------------------------------------------- log write failures
 section "log write failures stop the run with a clear error"
 # (the output goes through a pipe: the limit would cut a file it wrote to as well)
-( ulimit -f 2; trap '' XFSZ; "$TRAINER" "${COMMON[@]}" --steps 30 --out-dir "$TMP/L" 2>&1 ) | cat >"$TMP/L.log"
+# (SIGXFSZ is left at its default here: the trainer ignores it itself, so the write fails instead of the signal
+# killing the run)
+( ulimit -f 2; "$TRAINER" "${COMMON[@]}" --steps 30 --out-dir "$TMP/L" 2>&1 ) | cat >"$TMP/L.log"
 rc=${PIPESTATUS[0]}
-check "a 2 KiB file-size limit stops the run (exit $rc)" test "$rc" -ne 0
+check "a 2 KiB file-size limit stops the run (exit $rc, not 153 = killed by SIGXFSZ)" test "$rc" -eq 1
 check "naming the log and the reason" grep -qF "writing the run log '$TMP/L/log.jsonl' failed: File too large" "$TMP/L.log"
 check "and that no checkpoint exists" grep -qF "checkpoint to continue from: none" "$TMP/L.log"
 check "it stopped at the failing write: the log is cut at the 2 KiB limit, fewer than 30 steps ran, step 30 never reached" \
@@ -308,5 +318,69 @@ check "only the new run's step-10 checkpoint is left" test "$(ls "$TMP/P" | grep
 run_ok "P: a bare --resume continues the new run" "${COMMON[@]}" --steps 12 --val-every 0 --sample-every 0 \
     --out-dir "$TMP/P" --resume
 check "from step 10" grep -q '"event": "resume", "start_step": 10' "$TMP/P/log.jsonl"
+
+# ---------------------------------------------------------------- run-folder ownership
+section "one trainer per run folder; automatic folders; older checkpoints; SIGHUP"
+"$TRAINER" "${COMMON[@]}" --steps 2000 --checkpoint-every 5 --val-every 0 --sample-every 0 --out-dir "$TMP/own" \
+    >"$TMP/own.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 1000); do [ -e "$TMP/own/state_00000005.bin" ] && break; sleep 0.01; done
+expect_refusal "a second trainer on the same folder (--resume while the run goes)" \
+    "is in use by another training process (pid $pid)" "${COMMON[@]}" --steps 2000 --out-dir "$TMP/own" --resume
+kill -HUP "$pid"
+wait "$pid"; rc=$?
+check "SIGHUP: exit 129 = 128 + SIGHUP (got $rc), logged, checkpoint saved" bash -c "test $rc -eq 129 &&
+    grep -q '\"reason\": \"signal SIGHUP\"' '$TMP/own/log.jsonl' && grep -q '^stopped by SIGHUP at step' '$TMP/own.log'"
+run_ok "the folder is free again once the trainer is gone" "${COMMON[@]}" --steps 2000 --stop-at 40 \
+    --checkpoint-every 5 --val-every 0 --sample-every 0 --out-dir "$TMP/own" --resume
+cp "$TMP/own/state_00000040.bin" "$TMP/own.state40"
+expect_refusal "--resume from an older checkpoint where newer ones would be overwritten" \
+    "holds checkpoints newer than step 5 (up to step 40)" "${COMMON[@]}" --steps 2000 --checkpoint-every 5 \
+    --resume "$TMP/own/state_00000005.bin"
+run_ok "... branches into a new folder" "${COMMON[@]}" --steps 10 --val-every 0 --sample-every 0 \
+    --resume "$TMP/own/state_00000005.bin" --out-dir "$TMP/own_branch"
+check "the branch trained steps 5-9 into its own folder, the original untouched" bash -c "
+    test -e '$TMP/own_branch/state_00000010.bin' -a -e '$TMP/own/state_00000040.bin' &&
+    cmp -s '$TMP/own/state_00000040.bin' '$TMP/own.state40'"
+mkdir -p "$TMP/auto"
+abs_trainer=$(cd "$(dirname "$TRAINER")" && pwd)/$(basename "$TRAINER")
+(cd "$TMP/auto" && for s in 1 2; do "$abs_trainer" "${COMMON[@]}" --steps 3 --seed $s --val-every 0 --sample-every 0 \
+    >"$TMP/auto/$s.log" 2>&1 & done; wait)
+check "two runs started at once without --out-dir: two folders, each with its own complete run" bash -c "
+    test \$(ls '$TMP/auto/runs' | wc -l) -eq 2 && for d in '$TMP'/auto/runs/*; do test -e \$d/state_00000003.bin &&
+    test \$(grep -c '\"loss\"' \$d/log.jsonl) -eq 3 || exit 1; done"
+expect_refusal "--init-from a folder" "is a folder, not a file" "${COMMON[@]}" --steps 2 --init-from "$TMP/own" \
+    --out-dir "$TMP/X3"
+expect_refusal "--shuffle 2" "--shuffle: '2' is not 0|1|true|false" "${COMMON[@]}" --shuffle 2 --out-dir "$TMP/X3"
+run_ok "--val-data the same as --train-data" "${COMMON[@]}" --val-data "$DATA/moby_train_*.bin" --steps 2 \
+    --out-dir "$TMP/X4"
+check "... is noted" grep -q "^note: --val-data is --train-data" "$TMP/last.log"
+
+# ---------------------------------------------------------------- the saved schedule on resume
+section "resume: the schedule and optimizer flags come from the state unless given"
+run_ok "Q: constant lr 5e-3, 20 steps, stopped at 10" "${COMMON[@]}" --lr 5e-3 --schedule constant --grad-clip 0.5 \
+    --steps 20 --stop-at 10 --val-every 0 --sample-every 0 --out-dir "$TMP/Q"
+cmd=$(sed -n '/^continue with:$/{n;s/^  //p;}' "$TMP/last.log")
+check "the command printed at --stop-at leaves --stop-at out ($cmd)" bash -c "[ -n \"\$1\" ] &&
+    ! grep -q -- '--stop-at' <<<\"\$1\"" _ "$cmd"
+cp -r "$TMP/Q" "$TMP/Q2"
+bash -c "$cmd" >"$TMP/Q.log" 2>&1
+check "the printed command runs as printed, to step 20" test $? -eq 0 -a -e "$TMP/Q/state_00000020.bin"
+no_sched=(--train-data "$DATA/moby_train_*.bin" --val-data "" --batch-size 2 --seq-len 32 --total-batch-tokens 128)
+run_ok "Q2: resumed with no schedule or optimizer flag" "${no_sched[@]}" --sample-every 0 --out-dir "$TMP/Q2" --resume
+check "... trains to the saved --steps 20, with no note" bash -c "
+    test -e '$TMP/Q2/state_00000020.bin' && ! grep -q '^note: resuming with' '$TMP/last.log'"
+check "... at the saved constant lr 5e-3 (every step record of steps 10-19)" python3 -c 'import json,sys
+r = [x for x in map(json.loads, open(sys.argv[1])) if "lr" in x and "event" not in x]
+sys.exit(0 if [x["step"] for x in r][-10:] == list(range(10, 20)) and
+         all(abs(x["lr"] - 0.005) < 1e-9 for x in r if x["step"] >= 10) else 1)' \
+    "$TMP/Q2/log.jsonl"
+check "... and equals the uninterrupted continuation byte for byte" cmp -s "$TMP/Q/model_00000020.bin" \
+    "$TMP/Q2/model_00000020.bin"
+cp -r "$TMP/Q2" "$TMP/Q3"; rm "$TMP/Q3/model_00000020.bin" "$TMP/Q3/state_00000020.bin"
+run_ok "Q3: resumed with --lr 1e-3 --steps 12" "${no_sched[@]}" --lr 1e-3 --steps 12 --sample-every 0 \
+    --out-dir "$TMP/Q3" --resume
+check "the changed flags are noted, with the saved values" grep -qF \
+    "note: resuming with --steps 12 --lr 0.001 where the run was saved with --steps 20 --lr 0.005" "$TMP/last.log"
 
 train_test_summary

@@ -260,7 +260,7 @@ check "the warning's checkpoint: step 1 written, logged, the console naming its 
     bash -c "[ -f '$TMP/warn/model_00000001.bin' ] && [ -f '$TMP/warn/state_00000001.bin' ] &&
              grep -q '\"event\": \"checkpoint\", \"step\": 1,' '$TMP/warn/log.jsonl' &&
              grep -q 'checkpoint: the attention warning of step 0 gets a checkpoint that is kept' '$TMP/warn.console' &&
-             grep -qF 'checkpoint: kept for the attention warning; to continue from it under gproj: the same command with --resume $TMP/warn/state_00000001.bin --attn gproj' '$TMP/warn.console' &&
+             grep -qF 'checkpoint: kept for the attention warning; to branch from it under gproj: the same command with --resume $TMP/warn/state_00000001.bin --attn gproj --out-dir $TMP/warn_gproj' '$TMP/warn.console' &&
              [ \$(grep -c 'kept for the attention warning' '$TMP/warn.console') = 1 ]"
 check "no warning, no warning checkpoint (thresholds 0: no step-1 checkpoint)" \
     bash -c "[ ! -e '$TMP/nowarn/model_00000001.bin' ] && ! grep -q 'attention warning' '$TMP/last.log'"

@@ -367,13 +367,19 @@ static const FlagRow* find_row(const char* name, size_t len) {
 
 int flags_parse(TrainFlags* f, int argc, char** argv, char* err, size_t errlen) {
     defaults_ready();
+    const FlagRow* bare_bool = NULL; /* the flag before arg: a boolean given without a value */
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) return 1;
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
-            snprintf(err, errlen, "unexpected argument '%s': every setting is a --flag (see --help)", arg);
+            if (bare_bool != NULL)
+                snprintf(err, errlen, "--%s: '%s' is not 0|1|true|false (a bare --%s means 1)", bare_bool->name, arg,
+                         bare_bool->name);
+            else
+                snprintf(err, errlen, "unexpected argument '%s': every setting is a --flag (see --help)", arg);
             return -1;
         }
+        bare_bool = NULL;
         const char* name = arg + 2;
         const char* eq = strchr(name, '=');
         size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
@@ -408,6 +414,7 @@ int flags_parse(TrainFlags* f, int argc, char** argv, char* err, size_t errlen) 
                 i++;
             } else {
                 value = r->implicit;
+                if (r->type == FLAG_TYPE_BOOL) bare_bool = r;
             }
         } else {
             if (i + 1 >= argc) {

@@ -48,12 +48,34 @@ enum {
                               gpt_config_options_pack's order (model/gpt_config.h) */
     RH_NUM_MATMUL_ALGOS = RH_OPTIONS + GPT_CONFIG_OPTION_FIELDS, /* version 4 */
     RH_MATMUL_LIB,                                               /* version 4 */
+    RH_STEPS,              /* version 5: ResumeSchedule; the floats as their IEEE-754 bits */
+    RH_WARMUP_STEPS,
+    RH_SCHEDULE,
+    RH_LR,
+    RH_MIN_LR_FRAC,
+    RH_WEIGHT_DECAY,
+    RH_BETA1,
+    RH_BETA2,
+    RH_ADAM_EPS,
+    RH_GRAD_CLIP,
     RH_FIRST_UNUSED,
     RESUME_HEADER_INTS = 64
 };
 _Static_assert(RH_FIRST_UNUSED <= RESUME_HEADER_INTS, "the resume header holds every field");
 
 #define HEADER_BYTES (RESUME_HEADER_INTS * 8)
+
+static int64_t float_slot(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    return (int64_t)bits;
+}
+static float slot_float(int64_t v) {
+    const uint32_t bits = (uint32_t)v;
+    float x;
+    memcpy(&x, &bits, 4);
+    return x;
+}
 /* DataPosition is padded to a multiple of 8 bytes in the file. */
 #define DATA_POS_FILE_BYTES ((sizeof(DataPosition) + 7) / 8 * 8)
 
@@ -139,6 +161,16 @@ int resume_state_write(const char* path, const ResumeState* s, char* err, size_t
     gpt_config_options_pack(&s->config, &hdr[RH_OPTIONS]);
     hdr[RH_NUM_MATMUL_ALGOS] = s->num_matmul_algos;
     hdr[RH_MATMUL_LIB] = s->num_matmul_algos > 0 ? s->matmul_lib : 0;
+    hdr[RH_STEPS] = s->sched.recorded ? s->sched.steps : 0; /* 0: none recorded (steps is at least 1) */
+    hdr[RH_WARMUP_STEPS] = s->sched.warmup_steps;
+    hdr[RH_SCHEDULE] = s->sched.schedule;
+    hdr[RH_LR] = float_slot(s->sched.lr);
+    hdr[RH_MIN_LR_FRAC] = float_slot(s->sched.min_lr_frac);
+    hdr[RH_WEIGHT_DECAY] = float_slot(s->sched.weight_decay);
+    hdr[RH_BETA1] = float_slot(s->sched.beta1);
+    hdr[RH_BETA2] = float_slot(s->sched.beta2);
+    hdr[RH_ADAM_EPS] = float_slot(s->sched.adam_eps);
+    hdr[RH_GRAD_CLIP] = float_slot(s->sched.grad_clip);
     unsigned char pos[DATA_POS_FILE_BYTES];
     memset(pos, 0, sizeof(pos));
     memcpy(pos, &s->data_pos, sizeof(DataPosition));
@@ -201,9 +233,15 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
         return -1;
     }
     const int64_t version = hdr[RH_VERSION];
-    if (version < 2 || version > RESUME_VERSION || hdr[RH_HEADER_BYTES] != HEADER_BYTES) {
+    if (version < 2 || version > RESUME_VERSION) {
         snprintf(err, errlen, "%s: resume state version %lld is not supported (this build reads versions 2 to %d)",
                  path, (long long)hdr[RH_VERSION], RESUME_VERSION);
+        fclose(fp);
+        return -1;
+    }
+    if (hdr[RH_HEADER_BYTES] != HEADER_BYTES) {
+        snprintf(err, errlen, "%s: corrupt resume state header (header size %lld, every version has %d); %s", path,
+                 (long long)hdr[RH_HEADER_BYTES], HEADER_BYTES, hint);
         fclose(fp);
         return -1;
     }
@@ -256,6 +294,19 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
     s->params_hash = (uint64_t)hdr[RH_PARAMS_HASH];
     s->num_matmul_algos = (int32_t)num_algos;
     s->matmul_lib = version >= 4 ? hdr[RH_MATMUL_LIB] : 0;
+    if (version >= 5 && hdr[RH_STEPS] != 0) {
+        s->sched.recorded = 1;
+        s->sched.steps = (int32_t)hdr[RH_STEPS];
+        s->sched.warmup_steps = (int32_t)hdr[RH_WARMUP_STEPS];
+        s->sched.schedule = (int32_t)hdr[RH_SCHEDULE];
+        s->sched.lr = slot_float(hdr[RH_LR]);
+        s->sched.min_lr_frac = slot_float(hdr[RH_MIN_LR_FRAC]);
+        s->sched.weight_decay = slot_float(hdr[RH_WEIGHT_DECAY]);
+        s->sched.beta1 = slot_float(hdr[RH_BETA1]);
+        s->sched.beta2 = slot_float(hdr[RH_BETA2]);
+        s->sched.adam_eps = slot_float(hdr[RH_ADAM_EPS]);
+        s->sched.grad_clip = slot_float(hdr[RH_GRAD_CLIP]);
+    }
 
     unsigned char pos[DATA_POS_FILE_BYTES];
     s->m = (float*)malloc(4 * s->num_params);
@@ -287,7 +338,9 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
     memcpy(&s->data_pos, pos, sizeof(DataPosition));
     if (gpt_config_hash(&s->config) != s->config_hash || s->step < 0 || s->adam_t < 0 || s->batch_size < 1 ||
         s->seq_len < 1 || s->grad_accum < 1 || s->world_size < 1 || s->attn_mode < 0 ||
-        (s->zero_key_bias_grad != 0 && s->zero_key_bias_grad != 1)) {
+        (s->zero_key_bias_grad != 0 && s->zero_key_bias_grad != 1) ||
+        (s->sched.recorded && (s->sched.steps < 1 || s->sched.warmup_steps < 0 || s->sched.schedule < 0 ||
+                               s->sched.schedule > 2 || !(s->sched.lr > 0.0f)))) {
         snprintf(err, errlen, "%s: resume state is inconsistent (config hash or counters out of range); %s", path,
                  hint);
         resume_state_free(s);

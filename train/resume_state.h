@@ -19,7 +19,8 @@
  *            the gauge arm (--zero-key-bias-grad), the model's architecture
  *            options (version 3; a version-2 file is a GPT-2 model), the
  *            count of GEMM algorithm records and the cuBLASLt version that
- *            chose them (version 4; older files have none)
+ *            chose them (version 4; older files have none), the learning-rate
+ *            schedule and optimizer settings (version 5; older files have none)
  *   data     the DataPosition struct as bytes (sizeof recorded in header)
  *   m, v     num_params float32 each (AdamW first and second moments)
  *   algos    the GPU trainer's MatmulAlgoRecord per GEMM shape (96 bytes
@@ -48,13 +49,23 @@ extern "C" {
 #endif
 
 #define RESUME_MAGIC 20261129
-/* Version 4 adds the GEMM algorithm records; version 3 and 2 files are read
+/* Version 5 adds the schedule and optimizer settings (ResumeSchedule); older files are read without
+   them. Version 4 adds the GEMM algorithm records; version 3 and 2 files are read
    with none. Version 3 records the architecture options; version 2 files, which
    predate them, can only hold GPT-2 models and are read as such. Version 1
    files, which do not record the gauge arm (--zero-key-bias-grad), are
    refused: guessing would either switch an arm-on run off or an arm-off run
    on without a trace. */
-#define RESUME_VERSION 4
+#define RESUME_VERSION 5
+
+/* The learning-rate schedule and AdamW settings a run was saved with (the flags of the same names): a resume
+   that leaves a flag out takes the saved value, one that gives another value is noted. */
+typedef struct {
+    int32_t recorded;      /* 1: filled by the run, or read from a version-5 file that has them; 0: none */
+    int32_t steps, warmup_steps;
+    int32_t schedule;      /* ScheduleKind (train/schedule.h) */
+    float lr, min_lr_frac, weight_decay, beta1, beta2, adam_eps, grad_clip;
+} ResumeSchedule;
 
 typedef struct {
     int64_t step;          /* optimizer steps completed */
@@ -65,6 +76,7 @@ typedef struct {
     int32_t batch_size, seq_len, grad_accum, world_size, shuffle;
     int32_t attn_mode, attn_tile_max_shift;
     int32_t zero_key_bias_grad; /* the gauge arm (--zero-key-bias-grad): 0 or 1 */
+    ResumeSchedule sched;  /* not compared by resume_state_check: a resume may change it (noted) */
     uint64_t seed;         /* the run's --seed */
     uint64_t rng_state;    /* sampler RNG state (SamplerRng.state) */
     uint64_t params_hash;  /* resume_hash of the fp32 parameters saved with this state */

@@ -14,17 +14,19 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- signals */
 
-static volatile sig_atomic_t g_signal = 0;  /* the first SIGTERM/SIGINT received, 0: none */
+static volatile sig_atomic_t g_signal = 0;  /* the first SIGTERM/SIGINT/SIGHUP received, 0: none */
 static int g_exiting_together = 0;
 
 static void write_stderr(const char* s) {
@@ -39,9 +41,14 @@ static void write_stderr(const char* s) {
 
 /* Only async-signal-safe calls: remember the signal, say what happens next. Any thread (OpenMP's
    included) may take a signal, so the first one is claimed with a lock-free compare-and-swap. */
+static const char* signal_name(int signo) {
+    return signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : signo == SIGHUP ? "SIGHUP" : "a signal";
+}
+
 static void on_signal(int signo) {
     if (__sync_bool_compare_and_swap(&g_signal, 0, signo)) {
-        write_stderr(signo == SIGINT ? "\nSIGINT" : "\nSIGTERM");
+        write_stderr("\n");
+        write_stderr(signal_name(signo));
         write_stderr(": finishing the current step, then saving a checkpoint and stopping\n");
     } else {
         write_stderr("\nalready stopping: the checkpoint is being written (SIGKILL aborts; the files already "
@@ -49,14 +56,19 @@ static void on_signal(int signo) {
     }
 }
 
+/* SIGTERM (schedulers), SIGINT (Ctrl-C) and SIGHUP (the terminal or ssh session closed; left ignored when the
+   run was started under nohup) stop the run with a checkpoint. SIGXFSZ is ignored, so that a write past a
+   file-size limit fails with EFBIG and gets the same clear error as a full disk instead of killing the run. */
 static void install_signal_handlers(void) {
-    struct sigaction sa;
+    struct sigaction sa, old;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART; /* reads and writes in progress continue instead of failing with EINTR */
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    if (sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL);
+    signal(SIGXFSZ, SIG_IGN);
 }
 
 int run_driver_exiting_together(void) { return g_exiting_together; }
@@ -207,10 +219,12 @@ static void append_quoted(char* buf, size_t n, const char* s) {
     if (len + 1 < n) buf[len++] = '\'', buf[len] = '\0';
 }
 
-/* Flags the resume command leaves out, and whether each takes a value word. */
+/* Flags the resume command leaves out, and whether each takes a value word. --stop-at goes too: the step it
+   names is behind the continuation (which would refuse it); a later stop is the user's to add. */
 static int dropped_flag(const char* arg, int* takes_value, int* optional) {
     static const struct { const char* name; int value, optional; } drop[] = {
-        {"--resume", 1, 1}, {"--overwrite", 1, 2}, {"--init-from", 1, 0}, {"--model", 1, 0}, {"--out-dir", 1, 0},
+        {"--resume", 1, 1},  {"--overwrite", 1, 2}, {"--init-from", 1, 0},
+        {"--model", 1, 0},   {"--out-dir", 1, 0},   {"--stop-at", 1, 0},
     };
     for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++) {
         const size_t k = strlen(drop[i].name);
@@ -345,6 +359,52 @@ static void resolve_model_options(RunDriver* d, int from_checkpoint, const char*
     f->tie_embeddings = want.tie_embeddings;
 }
 
+/* The schedule and AdamW flags on resume: a flag left out takes the saved value; one given with another value
+   is used and noted (from here on the run differs from one that kept the saved settings). A state written by
+   an older version records none: the flags are used as given, and the note says so. */
+static void resolve_schedule(RunDriver* d) {
+    TrainFlags* f = d->f;
+    const ResumeSchedule* s = &d->saved.sched;
+    if (!s->recorded) {
+        if (d->is_master)
+            printf("note: %s does not record the learning-rate schedule and optimizer settings (an older version "
+                   "wrote it): the flags of this command line are used\n", d->state_path);
+        return;
+    }
+    char given[1024] = "", saved[1024] = "";
+    size_t ng = 0, ns = 0;
+#define SCHEDULE_DIFF(flag, name, fmt, cur, old)                                                             \
+    do {                                                                                                      \
+        if (!flags_was_set(f, flag)) cur = old;                                                               \
+        else if (cur != old && ng < sizeof(given) && ns < sizeof(saved)) {                                   \
+            ng += (size_t)snprintf(given + ng, sizeof(given) - ng, " --" name " " fmt, cur);                 \
+            ns += (size_t)snprintf(saved + ns, sizeof(saved) - ns, " --" name " " fmt, old);                 \
+        }                                                                                                     \
+    } while (0)
+    SCHEDULE_DIFF(FLAG_STEPS, "steps", "%d", f->steps, s->steps);
+    SCHEDULE_DIFF(FLAG_LR, "lr", "%g", f->lr, s->lr);
+    SCHEDULE_DIFF(FLAG_MIN_LR_FRAC, "min-lr-frac", "%g", f->min_lr_frac, s->min_lr_frac);
+    SCHEDULE_DIFF(FLAG_WARMUP_STEPS, "warmup-steps", "%d", f->warmup_steps, s->warmup_steps);
+    ScheduleKind kind = d->sched.kind;
+    const ScheduleKind saved_kind = (ScheduleKind)s->schedule;
+    if (!flags_was_set(f, FLAG_SCHEDULE)) kind = saved_kind;
+    else if (kind != saved_kind && ng < sizeof(given) && ns < sizeof(saved)) {
+        ng += (size_t)snprintf(given + ng, sizeof(given) - ng, " --schedule %s", schedule_name(kind));
+        ns += (size_t)snprintf(saved + ns, sizeof(saved) - ns, " --schedule %s", schedule_name(saved_kind));
+    }
+    SCHEDULE_DIFF(FLAG_WEIGHT_DECAY, "weight-decay", "%g", f->weight_decay, s->weight_decay);
+    SCHEDULE_DIFF(FLAG_BETA1, "beta1", "%g", f->beta1, s->beta1);
+    SCHEDULE_DIFF(FLAG_BETA2, "beta2", "%g", f->beta2, s->beta2);
+    SCHEDULE_DIFF(FLAG_ADAM_EPS, "adam-eps", "%g", f->adam_eps, s->adam_eps);
+    SCHEDULE_DIFF(FLAG_GRAD_CLIP, "grad-clip", "%g", f->grad_clip, s->grad_clip);
+#undef SCHEDULE_DIFF
+    f->schedule = schedule_name(kind);
+    d->sched = (LRSchedule){kind, f->lr, f->min_lr_frac, f->warmup_steps, f->steps};
+    if (given[0] && d->is_master)
+        printf("note: resuming with%s where the run was saved with%s: from step %lld on it differs from a run that "
+               "kept them\n", given, saved, (long long)d->saved.step);
+}
+
 /* The newest state in dir into d->state_path; dies with what to do when there is none. */
 static void find_latest(RunDriver* d, const char* dir, const char* how) {
     char err[RUN_PATH_CAP + 200];
@@ -369,6 +429,7 @@ void run_driver_init(RunDriver* d, const char* program, int argc, char** argv, T
     d->f = f;
     d->is_master = is_master;
     d->newest_saved = d->written_at = d->rolling = d->pending_delete = -1;
+    d->lock_fd = -1;
     d->resuming = f->resume[0] != '\0';
     if (d->resuming && f->overwrite) fatal_flag(d, "--resume continues a run and --overwrite starts one over: give one");
     if (d->resuming && f->init_from[0]) fatal_flag(d, "--resume takes its weights from the run folder: drop --init-from");
@@ -401,8 +462,11 @@ void run_driver_init(RunDriver* d, const char* program, int argc, char** argv, T
         char stamp[64];
         strftime(stamp, sizeof(stamp), "%Y%m%d_%H%M%S", &tmv);
         snprintf(d->out_dir, sizeof(d->out_dir), "runs/run_%s", stamp);
-        for (int k = 2; file_exists(d->out_dir); k++)
+        d->auto_dir = 1;
+        for (int k = 2; file_exists(d->out_dir); k++) {
             snprintf(d->out_dir, sizeof(d->out_dir), "runs/run_%s_%d", stamp, k);
+            d->auto_dir = k;
+        }
     }
     strip_trailing_slashes(d->out_dir);
     if (d->resuming && d->state_path[0] == '\0') find_latest(d, d->out_dir, "--resume");
@@ -442,6 +506,7 @@ void run_driver_load_model(RunDriver* d) {
         snprintf(d->model_source, sizeof(d->model_source), "resumed from %s (step %lld)", model_path,
                  (long long)d->saved.step);
         resolve_model_options(d, 1, model_path);
+        resolve_schedule(d);
     } else if (f->init_from[0]) {
         source_flag = "--init-from";
         if (checkpoint_read_model(f->init_from, &d->cfg, &d->params, err, sizeof(err)) != 0)
@@ -544,6 +609,8 @@ void run_driver_state_shape(const RunDriver* d, size_t num_params, ResumeState* 
     s->attn_mode = (int32_t)d->attn_mode;
     s->attn_tile_max_shift = f->attn_tile_max_shift;
     s->zero_key_bias_grad = f->zero_key_bias_grad;
+    s->sched = (ResumeSchedule){1,       f->steps,    f->warmup_steps, (int32_t)d->sched.kind, f->lr,
+                                f->min_lr_frac, f->weight_decay, f->beta1, f->beta2, f->adam_eps, f->grad_clip};
 }
 
 void run_driver_open_data(const RunDriver* d, int rank, DataLoader** train, DataLoader** val) {
@@ -557,6 +624,9 @@ void run_driver_open_data(const RunDriver* d, int rank, DataLoader** train, Data
     if (f->val_data[0] && dataloader_open(val, f->val_data, d->B, d->T, rank, d->world, 0, 0, d->cfg.vocab_size, err,
                                           sizeof(err)) != 0)
         die("--val-data: %s\n  hint: pass --val-data \"\" to train without validation", err);
+    if (f->val_data[0] && strcmp(f->val_data, f->train_data) == 0 && d->is_master && rank == 0)
+        printf("note: --val-data is --train-data: the validation loss then measures the fit to the training "
+               "text, not generalisation\n");
 }
 
 void run_driver_restore(RunDriver* d, DataLoader* train, SamplerRng* rng, int64_t* adam_t, int64_t* tokens_seen) {
@@ -605,6 +675,20 @@ void run_driver_check_resume(RunDriver* d, const ResumeState* cur) {
                  "--steps (%d)", f->stop_at, d->start_step, f->steps);
         fatal_flag(d, err);
     }
+    /* Continuing from an older checkpoint in a folder that holds newer ones would overwrite them step by step
+       and leave two runs' checkpoints mixed in one folder. */
+    const int newest = d->resuming && d->is_master ? run_newest_checkpoint(d->out_dir, -1) : -1;
+    if (newest > d->start_step) {
+        char newest_state[RUN_PATH_CAP];
+        run_file_path(newest_state, sizeof(newest_state), d->out_dir, "state", newest);
+        die("--resume: the run folder '%s' holds checkpoints newer than step %d (up to step %d); continuing from "
+            "step %d there would overwrite them\n  hint: continue from the newest (--resume %s), or branch into "
+            "another folder (--out-dir NEW, keeping --resume %s)", d->out_dir, d->start_step, newest, d->start_step,
+            newest_state, d->state_path);
+    }
+    if (f->warmup_steps >= f->steps && d->is_master)
+        printf("note: --warmup-steps %d is not below --steps %d: the learning rate never reaches --lr %g\n",
+               f->warmup_steps, f->steps, (double)f->lr);
 }
 
 void run_driver_release_saved(RunDriver* d) {
@@ -619,11 +703,70 @@ static void log_failed(void* ctx, const char* msg) {
     die("%s\n  training stopped; checkpoint to continue from: %s", msg, ck);
 }
 
+/* A fresh runs/run_<date>_<time> folder, claimed with mkdir: a second trainer started in the same second finds
+   it taken and takes the next free name (_2, _3, ...) instead of sharing it. */
+static void claim_auto_dir(RunDriver* d) {
+    char base[RUN_PATH_CAP], parent[RUN_PATH_CAP];
+    copy_path(base, d->out_dir);
+    if (d->auto_dir > 1) *strrchr(base, '_') = '\0'; /* runs/run_<date>_<time>_<k> -> runs/run_<date>_<time> */
+    dir_of(parent, base);
+    make_dirs(parent);
+    for (int k = d->auto_dir;; k++) {
+        if (k == 1) copy_path(d->out_dir, base);
+        else snprintf(d->out_dir, sizeof(d->out_dir), "%.*s_%d", RUN_PATH_CAP - 16, base, k);
+        if (mkdir(d->out_dir, 0755) == 0) return;
+        if (errno != EEXIST)
+            die("cannot create the run folder '%s': %s\n  hint: choose a folder with --out-dir", d->out_dir,
+                strerror(errno));
+    }
+}
+
+/* One trainer per run folder: the master holds an exclusive flock on <out_dir>/run.lock until it exits (the
+   kernel drops it even on SIGKILL), so a second trainer, a resume started while the run still goes or a
+   requeued job, is refused instead of overwriting the first one's checkpoints and log. The file holds the
+   holder's pid, for the message. */
+static void lock_run_folder(RunDriver* d) {
+    char path[RUN_PATH_CAP + 16];
+    snprintf(path, sizeof(path), "%s/run.lock", d->out_dir);
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) die("cannot open the lock file '%s': %s\n  hint: is the run folder writable?", path, strerror(errno));
+    const int locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    const int held_elsewhere = !locked && errno == EWOULDBLOCK;
+    if (!locked && !held_elsewhere) {
+        /* a file system without locks (some network mounts): say so, and go on as before */
+        fprintf(stderr, "warning: cannot lock %s (%s): this file system does not enforce one trainer per run "
+                "folder\n", path, strerror(errno));
+        d->lock_fd = fd;
+        return;
+    }
+    if (held_elsewhere) {
+        char pid[32] = "";
+        const ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        die("the run folder '%s' is in use by another training process%s%s%s (it holds %s)\n  hint: wait for it "
+            "to stop, stop it (kill -TERM <pid>: it saves a checkpoint), or choose another --out-dir",
+            d->out_dir, pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", path);
+    }
+    char pid[32];
+    const int len = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        fprintf(stderr, "warning: cannot write the pid into %s: %s\n", path, strerror(errno));
+    d->lock_fd = fd;
+}
+
 void run_driver_start(RunDriver* d, int has_val) {
     char err[RUN_PATH_CAP + 200];
     d->has_val = has_val;
+    install_signal_handlers(); /* before the first write: SIGXFSZ must not kill the run */
     if (d->is_master) {
-        make_dirs(d->out_dir);
+        if (d->auto_dir) claim_auto_dir(d);
+        else make_dirs(d->out_dir);
+        lock_run_folder(d);
+        /* under the lock: a run that appeared after start-up's look at the folder is not overwritten */
+        if (!d->resuming && run_files_in(d->out_dir, 0) != d->existing)
+            die("the run folder '%s' changed since start-up: another process wrote a run there\n  hint: choose "
+                "another --out-dir", d->out_dir);
         if (d->existing > 0) {
             run_files_in(d->out_dir, 1);
             printf("--overwrite: deleted %d log/checkpoint files of the previous run in %s\n", d->existing,
@@ -636,7 +779,6 @@ void run_driver_start(RunDriver* d, int has_val) {
     } else {
         runlog_open(&d->log, NULL, 0, err, sizeof(err));
     }
-    install_signal_handlers();
     d->last_save_s = runlog_now_s();
 }
 
@@ -689,7 +831,7 @@ int run_driver_boundary(RunDriver* d, int step) {
     return what;
 }
 
-static void delete_checkpoint(const RunDriver* d, int step, const char* why) {
+static void delete_checkpoint(RunDriver* d, int step, const char* why) {
     char model[RUN_PATH_CAP], state[RUN_PATH_CAP];
     run_file_path(model, sizeof(model), d->out_dir, "model", step);
     run_file_path(state, sizeof(state), d->out_dir, "state", step);
@@ -697,6 +839,12 @@ static void delete_checkpoint(const RunDriver* d, int step, const char* why) {
     if (remove(state) != 0 && errno != ENOENT) fprintf(stderr, "warning: cannot delete %s: %s\n", state, strerror(errno));
     if (remove(model) != 0 && errno != ENOENT) fprintf(stderr, "warning: cannot delete %s: %s\n", model, strerror(errno));
     printf("deleted the checkpoint of step %d (%s)\n", step, why);
+    FILE* rec = runlog_begin(&d->log, "checkpoint_deleted");
+    if (rec) {
+        fprintf(rec, ", \"step\": %d, \"reason\": ", step);
+        json_write_string(rec, why);
+    }
+    runlog_end(&d->log);
 }
 
 static void resolve_pending(RunDriver* d) {
@@ -735,8 +883,8 @@ void run_driver_save(RunDriver* d, int step, RunSaveFn fn, void* ctx) {
     runlog_end(&d->log);
     printf("checkpoint: %s + %s\n", model_path, state_path);
     if (for_warning)
-        printf("checkpoint: kept for the attention warning; to continue from it under gproj: the same command with "
-               "--resume %s --attn gproj\n", state_path);
+        printf("checkpoint: kept for the attention warning; to branch from it under gproj: the same command with "
+               "--resume %s --attn gproj --out-dir %s_gproj\n", state_path, d->out_dir);
     fflush(stdout);
     /* retention: an older --checkpoint-minutes-only checkpoint goes once this one has been followed by a sane step;
        the warning's checkpoint is kept like those of --checkpoint-every */
@@ -754,7 +902,7 @@ static void log_stop(RunDriver* d, int step, const char* reason) {
 }
 
 void run_driver_interrupt(RunDriver* d, int step) {
-    const char* name = d->stop_signal == SIGINT ? "SIGINT" : d->stop_signal == SIGTERM ? "SIGTERM" : "a signal";
+    const char* name = signal_name(d->stop_signal);
     resolve_pending(d);
     char reason[64];
     snprintf(reason, sizeof(reason), "signal %s", name);
@@ -778,7 +926,8 @@ void run_driver_stop_at(RunDriver* d, int step) {
     if (d->is_master) {
         char cmd[3 * RUN_PATH_CAP];
         run_resume_command(d->argc, d->argv, d->out_dir, NULL, cmd, sizeof(cmd));
-        printf("stopped at step %d (--stop-at); continue with:\n  %s\n", step, cmd);
+        printf("stopped at step %d (--stop-at; to stop again before step %d, add --stop-at N to the command "
+               "below)\ncontinue with:\n  %s\n", step, d->f->steps, cmd);
     }
 }
 
