@@ -30,8 +30,13 @@
 #                         with a checkpoint, the schedule still spanning --steps
 #   --resume              continue every run of the existing group runs/NAME
 #                         from its newest state_*.bin (--resume in the trainer),
-#                         so a group can be carried over several jobs; give the
-#                         same trainer flags as the first time. A run that logged
+#                         so a group can be carried over several jobs. Each run
+#                         keeps the schedule and optimizer settings it was saved
+#                         with (the defaults below are not passed again); flags
+#                         given after -- are passed, and each one that changes a
+#                         saved setting is noted by the trainer and repeated
+#                         here after the runs. Give the same data and model
+#                         flags as the first time. A run that logged
 #                         its "done" stop, or whose state is already at --stop-at,
 #                         is left alone; a run whose folder does not exist yet
 #                         (a seed or mode added to the group) starts fresh; a run
@@ -49,6 +54,8 @@
 #                         run nothing
 # Everything after "--" is appended to every trainer command line (a later flag
 # overrides an earlier one), e.g. -- --model d12 --steps 5000.
+# Ctrl-C, SIGTERM or SIGHUP: the running trainers save a checkpoint and stop,
+# no further run starts, and the group continues with --resume.
 # Environment: TRAINER overrides the trainer binary; PYTHON the Python used for
 # compare_runs.py (default python3).
 #
@@ -141,6 +148,14 @@ else
     fi
 fi
 [ -n "$diag_every" ] && base+=(--diag-every "$diag_every")
+# On --resume the trainer takes the schedule and optimizer settings from each run's saved state: passing these
+# defaults again would replace them.
+base_resume=()
+skip_value=0
+for a in "${base[@]}"; do
+    if [ "$skip_value" = 1 ]; then skip_value=0; continue; fi
+    case "$a" in --steps|--lr|--warmup-steps|--weight-decay) skip_value=1 ;; *) base_resume+=("$a") ;; esac
+done
 if [ -z "$parallel" ]; then parallel=$([ "$ngpu" -gt 1 ] && echo 1 || echo 0); fi
 [ "$use_cpu" = 0 ] || parallel=0
 
@@ -170,7 +185,11 @@ done
 
 command_for() {  # run index -> the trainer command line (as an array in cmd); resumes when run_resume[i] = 1
     local i="$1" label="${labels[$1]}"
-    cmd=("$trainer" "${base[@]}" --attn "${run_mode[$i]}" --out-dir "$group/$label")
+    if [ "${run_resume[$i]}" = 1 ]; then
+        cmd=("$trainer" "${base_resume[@]}" --attn "${run_mode[$i]}" --out-dir "$group/$label")
+    else
+        cmd=("$trainer" "${base[@]}" --attn "${run_mode[$i]}" --out-dir "$group/$label")
+    fi
     [ "${run_arm[$i]}" = 1 ] && cmd+=(--zero-key-bias-grad 1)
     cmd+=(--seed "${run_seed[$i]:-1337}")  # a --seed after -- overrides it when --seeds is not given
     [ -n "$stop_at" ] && cmd+=(--stop-at "$stop_at")
@@ -235,7 +254,25 @@ echo "matched_runs: ${#labels[@]} runs (${labels[*]}) in $group/, ${#todo[@]} to
 pids=()
 failed=0
 k=0
+# Ctrl-C, SIGTERM, SIGHUP: pass SIGTERM on to the running trainers (each saves a checkpoint and stops), start no
+# further run. The trainers run in the background and are waited for, so that the trap runs at once; their
+# console goes through `tee -i`, which a Ctrl-C does not kill.
+stopping=""
+on_signal() { stopping="$1"; for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
+[ "$dry_run" = 1 ] || trap 'on_signal SIGINT' INT
+[ "$dry_run" = 1 ] || trap 'on_signal SIGTERM' TERM
+[ "$dry_run" = 1 ] || trap 'on_signal SIGHUP' HUP
+# wait_run PID: its exit status, waiting on through the signals that interrupt `wait`
+wait_run() {
+    local rc=0
+    while :; do
+        rc=0
+        wait "$1" || rc=$?
+        kill -0 "$1" 2>/dev/null || return "$rc"
+    done
+}
 for i in "${todo[@]}"; do
+    [ -z "$stopping" ] || break
     label="${labels[$i]}"
     command_for "$i"
     gpu=$(( ngpu > 0 ? k % ngpu : 0 ))
@@ -252,25 +289,38 @@ for i in "${todo[@]}"; do
         pids+=($!)
         # more runs than slots: wait for this batch before reusing the GPUs
         if [ "$batch_end" = 1 ]; then
-            for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
+            for p in "${pids[@]}"; do wait_run "$p" || failed=$((failed + 1)); done
             pids=()
         fi
     else
         mkdir -p "$group/$label"
         echo "---- $label: ${cmd[*]}"
-        if [ "$use_cpu" = 1 ]; then
-            "${cmd[@]}" 2>&1 | tee -a "$group/$label/console.txt" || failed=$((failed + 1))
-        else
-            CUDA_VISIBLE_DEVICES=$gpu "${cmd[@]}" 2>&1 | tee -a "$group/$label/console.txt" || failed=$((failed + 1))
-        fi
+        visible=$([ "$use_cpu" = 1 ] && echo "${CUDA_VISIBLE_DEVICES-}" || echo "$gpu")
+        CUDA_VISIBLE_DEVICES=$visible "${cmd[@]}" > >(tee -i -a "$group/$label/console.txt") 2>&1 &
+        pids=($!)
+        wait_run "${pids[0]}" || failed=$((failed + 1))
+        pids=()
     fi
     k=$((k + 1))
 done
-for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
+for p in "${pids[@]}"; do wait_run "$p" || failed=$((failed + 1)); done
 [ "$dry_run" = 1 ] && exit 0
+# the trainers' notes on changed settings of resumed runs (a parallel run's console is its file only)
+for i in "${todo[@]}"; do
+    [ "${run_resume[$i]}" = 1 ] || continue
+    grep -h '^note: resuming with' "$group/${labels[$i]}/console.txt" 2>/dev/null | tail -n 1 |
+        sed "s|^|matched_runs: ${labels[$i]}: |" || true
+done
+[ -z "$stopping" ] || die "stopped by $stopping: the running trainers saved a checkpoint, no further run started; continue the group with --resume"
 [ "$failed" -eq 0 ] || die "$failed run(s) failed; see $group/*/console.txt (runs that stopped early can be continued with --resume)"
 
 dirs=()
 for label in "${labels[@]}"; do dirs+=("$group/$label"); done
 echo "---- comparison"
-"${PYTHON:-python3}" scripts/compare_runs.py "${dirs[@]}" --out "$group/compare" | tee "$group/compare.txt"
+plots=()
+if ! "${PYTHON:-python3}" -c 'import matplotlib, numpy' 2>/dev/null; then
+    echo "note: ${PYTHON:-python3} has no matplotlib/numpy: tables only, no plots (Debian:" \
+         "apt-get install python3-matplotlib; or PYTHON=/usr/bin/python3)"
+    plots=(--no-plots)
+fi
+"${PYTHON:-python3}" scripts/compare_runs.py "${dirs[@]}" "${plots[@]}" --out "$group/compare" | tee "$group/compare.txt"

@@ -117,4 +117,4 @@ cmd=("$trainer" "${recipe[@]}" --attn "$mode" --out-dir "runs/450m/$mode" "${ext
 if [ "$dry_run" = 1 ]; then printf '%q ' "${cmd[@]}"; echo; exit 0; fi
 [ -x "$trainer" ] || make --no-print-directory "$trainer" >/dev/null || die "could not build $trainer"
 mkdir -p "runs/450m/$mode"
-"${cmd[@]}" 2>&1 | tee "runs/450m/$mode/console.txt"
+"${cmd[@]}" 2>&1 | tee -i -a "runs/450m/$mode/console.txt"  # -i: tee outlives a Ctrl-C; -a: a resume appends

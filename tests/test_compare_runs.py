@@ -242,6 +242,26 @@ with tempfile.TemporaryDirectory() as tmp:
           "bf16: train and val over 0 of 1 seeds (bf16_s1 ended at step 299, before step 499)" in out4,
           "a diverged run beside runs that all end at 499: compared at 499, no final loss for it, and said so",
           {"at": js4.get("at_step"), "runs": {k: v.get("train") for k, v in r4.items()}})
+    # the trainers' convention: an evaluation record carries the steps completed before it, so a 30-step run's
+    # final val is logged at step 30, after training record 29; a diverged run beside it must not drop it
+    for label, stop in (("fp32_s1", None), ("bf16_s1", 12)):
+        recs = [{"event": "config", "start_step": 0, "flags": {"attn": label[:4], "seed": 1, "zero-key-bias-grad": 0}}]
+        for s in range(30 if stop is None else stop):
+            recs.append({"step": s, "loss": 5.0 - s / 100, "grad_norm": 1.0, "ms": 2.0, "attn": label[:4]})
+            if (s + 1) % 10 == 0:
+                recs.append({"step": s + 1, "val_loss": 6.0 - (s + 1) / 100, "val_batches": 2})
+        if stop is not None:
+            recs.append({"event": "stop", "step": stop, "reason": DIVERGED_REASONS[0]})
+        os.makedirs(f"{tmp}/final_val/{label}")
+        with open(f"{tmp}/final_val/{label}/log.jsonl", "w") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in recs))
+    _, _, _, js_alone = compare(f"{tmp}/final_val/fp32_s1", "--no-plots")
+    _, _, _, js_both = compare(f"{tmp}/final_val/fp32_s1", f"{tmp}/final_val/bf16_s1", "--no-plots")
+    v_alone = js_alone.get("runs", {}).get("fp32_s1", {}).get("val")
+    v_both = js_both.get("runs", {}).get("fp32_s1", {}).get("val")
+    check(near(v_alone, 5.7) and near(v_both, 5.7) and js_both.get("at_step") == 29,
+          "the final val (logged at step 30, after training record 29) counts when a diverged run sets the step",
+          {"alone": v_alone, "beside a diverged run": v_both, "at": js_both.get("at_step")})
     check("broke = the train-loss EMA (span 50 steps) rises more than 0.5 nats above its running minimum" in out,
           "the definition of broke is printed with the table", out)
 

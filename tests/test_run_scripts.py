@@ -207,6 +207,14 @@ with tempfile.TemporaryDirectory() as tmp:
               "a run without a folder starts fresh, with the given --init-from", by.get("bf16_s2"))
         check("bf16_s1 finished" in r.stdout and "fp32_s2 is at step 300" in r.stdout,
               "what is left alone is said, with why", r.stdout)
+        f32 = by.get("fp32_s1", "").split()
+        fresh = by.get("bf16_s2", "").split()
+        check("--lr" not in f32 and "--warmup-steps" not in f32 and "--weight-decay" not in f32 and
+              f32.count("--steps") == 1 and f32[f32.index("--steps") + 1] == "400" and
+              fresh.count("--lr") == 1 and fresh.count("--steps") == 2,
+              "a resumed run gets none of the script's schedule defaults (the trainer keeps its saved ones), only "
+              "the flags given after --; a fresh run gets both", {"resumed": by.get("fp32_s1"),
+                                                                 "fresh": by.get("bf16_s2")})
         os.makedirs(os.path.join(grp, "bf16_s2"))
         open(os.path.join(grp, "bf16_s2", "log.jsonl"), "w").close()
         r = matched("--dry-run", "--name", name, "--seeds", "1 2", "--modes", "fp32 bf16", "--resume")

@@ -37,7 +37,9 @@
 #            branches into a new folder; SIGHUP saves and stops like SIGTERM;
 #   resume   the schedule and optimizer flags come from the state when left
 #            out, and a changed one is noted; the command printed at --stop-at
-#            runs as printed.
+#            runs as printed;
+#   scripts  scripts/matched_runs.sh stopped by SIGTERM: its running trainer
+#            saves a checkpoint, no further run starts.
 # The short real run (loss vs unigram entropy) is tests/test_train_cpu_run.sh.
 #
 # Usage: tests/test_train_cpu.sh   (from anywhere; needs build/train_gpt_cpu,
@@ -355,6 +357,22 @@ expect_refusal "--shuffle 2" "--shuffle: '2' is not 0|1|true|false" "${COMMON[@]
 run_ok "--val-data the same as --train-data" "${COMMON[@]}" --val-data "$DATA/moby_train_*.bin" --steps 2 \
     --out-dir "$TMP/X4"
 check "... is noted" grep -q "^note: --val-data is --train-data" "$TMP/last.log"
+
+section "scripts/matched_runs.sh: SIGTERM stops the running trainer with a checkpoint and starts no further run"
+mr_name="test_train_cpu_$$"
+TRAINER="$TRAINER" scripts/matched_runs.sh --cpu --name "$mr_name" --modes "fp32 bf16" -- --train-data \
+    "$DATA/moby_train_*.bin" --val-data "" --batch-size 2 --seq-len 32 --total-batch-tokens 128 --steps 3000 \
+    --sample-every 0 >"$TMP/mr.log" 2>&1 &
+mr_pid=$!
+for _ in $(seq 1 2000); do grep -q '"step": 20, "loss"' "runs/$mr_name/fp32/log.jsonl" 2>/dev/null && break; sleep 0.01; done
+kill -TERM "$mr_pid"
+wait "$mr_pid"; rc=$?
+check "the script exits 1, saying how to continue (got $rc)" bash -c "test $rc -eq 1 &&
+    grep -q 'stopped by SIGTERM: the running trainers saved a checkpoint, no further run started' '$TMP/mr.log'"
+check "the running trainer (fp32) saved a checkpoint and logged the signal; bf16 never started" bash -c "
+    ls runs/$mr_name/fp32/state_*.bin >/dev/null && grep -q '\"reason\": \"signal SIGTERM\"' runs/$mr_name/fp32/log.jsonl &&
+    test ! -e runs/$mr_name/bf16"
+rm -rf "runs/$mr_name"
 
 # ---------------------------------------------------------------- the saved schedule on resume
 section "resume: the schedule and optimizer flags come from the state unless given"

@@ -58,7 +58,9 @@ static void on_signal(int signo) {
 
 /* SIGTERM (schedulers), SIGINT (Ctrl-C) and SIGHUP (the terminal or ssh session closed; left ignored when the
    run was started under nohup) stop the run with a checkpoint. SIGXFSZ is ignored, so that a write past a
-   file-size limit fails with EFBIG and gets the same clear error as a full disk instead of killing the run. */
+   file-size limit fails with EFBIG and gets the same clear error as a full disk instead of killing the run.
+   SIGPIPE is ignored, so that a console pipe whose reader died (`| tee` killed by the same Ctrl-C) costs the
+   console lines, not the run and its checkpoint. */
 static void install_signal_handlers(void) {
     struct sigaction sa, old;
     memset(&sa, 0, sizeof(sa));
@@ -69,6 +71,7 @@ static void install_signal_handlers(void) {
     sigaction(SIGINT, &sa, NULL);
     if (sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL);
     signal(SIGXFSZ, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
 }
 
 int run_driver_exiting_together(void) { return g_exiting_together; }
