@@ -5,6 +5,11 @@
 #   make test     build and run all CPU tests (ends with "N passed, N failed")
 #   make gputest  build and run the GPU tests (needs an NVIDIA GPU)
 #   make all      build every program this machine can build
+#   make setup    fetch and verify the vocab and the default corpus, tokenize it
+#   make cuda-compile-check   compile every CUDA source (nvcc, no GPU needed)
+#   make clean    remove build/
+#   make build/PROGRAM        one program, e.g. build/train_gpt_cpu, build/train_gpt,
+#                 build/tokenize, build/attn_probe, build/bench_attention
 #
 # Each folder adds its own programs and tests through its module.mk; this file
 # holds the toolchain detection and the shared rules only.
@@ -127,6 +132,6 @@ clean:
 	rm -rf $(BUILD)
 
 help:
-	@sed -n '2,10p' Makefile
+	@sed -n '2,/^$$/p' Makefile | sed -n '/^#   make/,/^#$$/p' | sed '$$d'
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

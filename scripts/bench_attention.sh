@@ -23,7 +23,8 @@
 set -euo pipefail
 
 usage() { sed -n '13,22p' "$0" | sed 's/^# \{0,1\}//'; }
-if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then usage; exit 2; fi
+if [ $# -ge 1 ] && { [ "$1" = "-h" ] || [ "$1" = "--help" ]; }; then usage; exit 0; fi
+if [ $# -lt 1 ]; then usage >&2; exit 2; fi
 out_dir=$1
 shift
 command_line="scripts/bench_attention.sh $out_dir $*"

@@ -14,6 +14,11 @@
 #      TWIN_TIMEOUT seconds per twin run (default 240; torch.compile takes a while).
 set -u
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+    -h|--help) sed -n '10,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "bench_train: error: unknown option '$1' (usage: scripts/bench_train.sh [OUT_FILE] [CONFIGS...])" >&2
+        exit 2 ;;
+esac
 OUT_FILE=${1:-dev/results/bench_train_latest.md}
 shift || true
 CONFIGS=("$@")

@@ -75,6 +75,7 @@ llmc_bin() {
     echo "$build/llmc/train_gpt2cu"
 }
 
+case "${1:-}" in -h|--help) sed -n '/^# Usage:/,/^#        /p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 if [ "${1:-}" = --build-only ]; then
     [ $# -eq 2 ] || usage
     bin=$(llmc_bin "$(abs "$2")") || exit 2

@@ -602,6 +602,12 @@ def main():
     if args.last_k < 1 or args.break_steps < 0 or args.break_ema < 1 or args.thin_every < 1 or args.break_margin <= 0:
         sys.exit("compare_runs: error: --last-k, --break-ema and --thin-every must be >= 1, --break-steps >= 0 and "
                  "--break-margin > 0")
+    if args.smooth < 1 or (args.at_step is not None and args.at_step < 0):
+        sys.exit("compare_runs: error: --smooth must be >= 1 and --at-step >= 0")
+    if args.json and os.path.isdir(args.json):
+        sys.exit(f"compare_runs: error: --json {args.json} is a folder: name a file (e.g. {args.json}/compare.json)")
+    if not args.no_plots and os.path.exists(args.out) and not os.path.isdir(args.out):
+        sys.exit(f"compare_runs: error: --out {args.out} is a file: the plots go into a folder; name another")
     sources = list(args.runs)
     if args.from_thinned:
         found = sorted(glob.glob(os.path.join(args.from_thinned, "*", "log.jsonl")))

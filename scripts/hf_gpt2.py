@@ -45,7 +45,11 @@ import re
 import struct
 import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    sys.exit("error: numpy is needed to read and write checkpoints (Debian: apt-get install python3-numpy; "
+             "pip: pip install numpy)")
 
 CHECKPOINT_MAGIC = 20240326
 VERSION_FP32, VERSION_BF16 = 3, 5

@@ -115,6 +115,9 @@ for m in $modes $gauge_mode; do
         *) die "unknown attention mode '$m' (fp32|bf16|repair|gproj|cudnn)" ;;
     esac
 done
+[ -n "$(printf '%s' "$modes" | tr -d ' ')" ] || die "--modes \"$modes\" names no mode (fp32|bf16|repair|gproj|cudnn)"
+[ -z "$(printf '%s\n' $modes | sort | uniq -d)" ] || die "--modes \"$modes\" names a mode twice"
+[ -z "$(printf '%s\n' $gauge_mode | sort | uniq -d)" ] || die "--gauge-arm \"$gauge_mode\" names a mode twice"
 case "$name" in */*|.|..) die "--name '$name': a plain folder name, please" ;; esac
 [[ "$per_gpu" =~ ^[1-9][0-9]*$ ]] || die "--per-gpu '$per_gpu': a positive number of runs per GPU"
 if [ -n "$diag_every" ] && ! [[ "$diag_every" =~ ^[0-9]+$ ]]; then die "--diag-every '$diag_every': not a number"; fi

@@ -25,6 +25,8 @@
 #   --gpus N           processes / GPUs (default: all visible); N > 1 launches with
 #                      mpirun -np N (needs the multi-GPU build of train_gpt)
 #   --no-diag          leave the diagnostics flags out (for a trainer without them)
+#   --resume           continue the run (or, with --matched, every run of the group)
+#                      from its newest checkpoint; give the same options as the first time
 #   --dry-run          print the command(s), run nothing
 # Everything after "--" is appended to the trainer command (later flags win).
 set -euo pipefail
@@ -34,6 +36,8 @@ die() { echo "preset_450m: error: $*" >&2; exit 1; }
 
 mode="gproj"
 matched=0
+mode_given=0
+resume=0
 gauge=""
 data=""
 tokens=9175040000
@@ -43,7 +47,8 @@ dry_run=0
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
-        --mode) [ $# -ge 2 ] || die "--mode needs a value"; mode="$2"; shift ;;
+        --mode) [ $# -ge 2 ] || die "--mode needs a value"; mode="$2"; mode_given=1; shift ;;
+        --resume) resume=1 ;;
         --matched) matched=1 ;;
         --gauge-arm) [ $# -ge 2 ] || die "--gauge-arm needs a mode"; gauge="$2"; shift ;;
         --data) [ $# -ge 2 ] || die "--data needs TRAIN_GLOB:VAL_GLOB"; data="$2"; shift ;;
@@ -52,13 +57,16 @@ while [ $# -gt 0 ]; do
         --no-diag) diag=0 ;;
         --dry-run) dry_run=1 ;;
         --) shift; extra=("$@"); break ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
         *) die "unknown option '$1' (see --help; trainer flags go after --)" ;;
     esac
     shift
 done
 case "$mode" in fp32|bf16|repair|gproj|cudnn) ;; *) die "--mode '$mode': choose fp32|bf16|repair|gproj|cudnn" ;; esac
 [[ "$tokens" =~ ^[0-9]+$ ]] || die "--tokens '$tokens': not a whole number"
+[ "$tokens" -ge $(( 2 * 524288 )) ] || die "--tokens $tokens: less than two optimizer steps of 524288 tokens"
+[ "$matched" = 0 ] || [ "$mode_given" = 0 ] || die "--mode and --matched: --matched runs every mode; give one"
+[ "$matched" = 1 ] || [ -z "$gauge" ] || die "--gauge-arm is an arm of --matched: add --matched, or drop it"
 
 # ---- the recipe ----
 micro_batch=16                # sequences of 1024 per GPU per micro-step (about 22 GiB planned on one GPU)
@@ -107,12 +115,14 @@ if [ "$matched" = 1 ]; then
     [ "$gpus" -eq 1 ] || echo "preset_450m: note: matched runs put one mode on each visible GPU (one process each)"
     args=(--name 450m)
     [ -n "$gauge" ] && args+=(--gauge-arm "$gauge")
+    [ "$resume" = 1 ] && args+=(--resume)
     [ "$dry_run" = 1 ] && args+=(--dry-run)
     exec scripts/matched_runs.sh "${args[@]}" -- "${recipe[@]}" "${extra[@]}"
 fi
 
 trainer="${TRAINER:-build/train_gpt}"
 cmd=("$trainer" "${recipe[@]}" --attn "$mode" --out-dir "runs/450m/$mode" "${extra[@]}")
+[ "$resume" = 1 ] && cmd+=(--resume)
 [ "$gpus" -gt 1 ] && cmd=(mpirun -np "$gpus" --bind-to none "${cmd[@]}")
 if [ "$dry_run" = 1 ]; then printf '%q ' "${cmd[@]}"; echo; exit 0; fi
 [ -x "$trainer" ] || make --no-print-directory "$trainer" >/dev/null || die "could not build $trainer"

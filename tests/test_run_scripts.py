@@ -171,9 +171,17 @@ with tempfile.TemporaryDirectory() as tmp:
           "gauge arm per seed, named bf16_zkbg_sSEED", got)
     for bad, what in ((["--seeds", "7 x"], "'x' is not a seed"), (["--seeds", "7 7"], "names a seed twice"),
                       (["--seeds", "7", "--", "--seed", "3"], "say the same thing twice"),
-                      (["--stop-at", "0"], "--stop-at '0'"), (["--", "--resume"], "pass --resume to matched_runs")):
+                      (["--stop-at", "0"], "--stop-at '0'"), (["--", "--resume"], "pass --resume to matched_runs"),
+                      (["--modes", "fp32 fp32"], "names a mode twice"), (["--modes", " "], "names no mode")):
         r = matched("--dry-run", *bad)
         check(r.returncode != 0 and what in r.stderr, f"refused: {' '.join(bad)} ({what})", r.stderr)
+    # compare_runs.py: bad arguments get one line naming the problem, not a traceback
+    for bad, what in ((["--json", ROOT], "is a folder: name a file"), (["--smooth", "-3"], "--smooth must be >= 1"),
+                      (["--out", os.path.join(ROOT, "README.md")], "is a file: the plots go into a folder")):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compare_runs.py"), *bad, "x"],
+                           capture_output=True, text=True)
+        check(r.returncode != 0 and what in r.stderr and "Traceback" not in r.stderr,
+              f"compare_runs refuses {' '.join(bad)} ({what})", r.stderr)
     # cudnn is a GPU-only mode: the CPU recipe refuses it by name, the GPU recipe takes it
     r = matched("--cpu", "--dry-run", "--modes", "cudnn")
     check(r.returncode != 0 and "runs only on the GPU" in r.stderr, "--cpu refuses mode cudnn (GPU only)", r.stderr)
