@@ -53,7 +53,9 @@
 #   --dry-run             print the commands (and "wait" where a batch ends),
 #                         run nothing
 # Everything after "--" is appended to every trainer command line (a later flag
-# overrides an earlier one), e.g. -- --model d12 --steps 5000.
+# overrides an earlier one), e.g. -- --model d12 --steps 5000. Relative paths
+# of --train-data, --val-data, --init-from and --vocab there are taken from the
+# folder the script was started in (it runs the trainers from the repository root).
 # Ctrl-C, SIGTERM or SIGHUP: the running trainers save a checkpoint and stop,
 # no further run starts, and the group continues with --resume.
 # Environment: TRAINER overrides the trainer binary; PYTHON the Python used for
@@ -71,6 +73,7 @@
 #   scripts/matched_runs.sh --name s3 --seeds "7 8 9" --per-gpu 6 --stop-at 10000 -- --steps 20000
 #   scripts/matched_runs.sh --name s3 --seeds "7 8 9" --per-gpu 6 --resume -- --steps 20000
 set -euo pipefail
+caller_dir=$PWD
 cd "$(dirname "$0")/.."
 
 die() { echo "matched_runs: error: $*" >&2; exit 1; }
@@ -124,6 +127,20 @@ if [ -n "$diag_every" ] && ! [[ "$diag_every" =~ ^[0-9]+$ ]]; then die "--diag-e
 if [ -n "$stop_at" ] && ! [[ "$stop_at" =~ ^[1-9][0-9]*$ ]]; then die "--stop-at '$stop_at': a positive step number"; fi
 for s in $seeds; do [[ "$s" =~ ^[0-9]+$ ]] || die "--seeds: '$s' is not a seed (non-negative integers, e.g. --seeds \"7 8 9\")"; done
 [ -z "$(printf '%s\n' $seeds | sort | uniq -d)" ] || die "--seeds \"$seeds\" names a seed twice"
+# The script runs from the repository root: a relative path given to a file flag after -- means the caller's
+# folder, so it is made absolute here (globs stay globs).
+abs_path() { case "$1" in ""|/*) printf '%s' "$1" ;; *) printf '%s/%s' "$caller_dir" "$1" ;; esac; }
+fixed=()
+path_next=0
+for a in "${extra[@]}"; do
+    if [ "$path_next" = 1 ]; then fixed+=("$(abs_path "$a")"); path_next=0; continue; fi
+    case "$a" in
+        --train-data|--val-data|--init-from|--vocab) path_next=1; fixed+=("$a") ;;
+        --train-data=*|--val-data=*|--init-from=*|--vocab=*) fixed+=("${a%%=*}=$(abs_path "${a#*=}")") ;;
+        *) fixed+=("$a") ;;
+    esac
+done
+extra=("${fixed[@]}")
 for a in "${extra[@]}"; do
     case "$a" in
         --seed|--seed=*) [ -z "$seeds" ] || die "--seeds and a trainer --seed after -- say the same thing twice: give one" ;;

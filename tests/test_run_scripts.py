@@ -175,6 +175,15 @@ with tempfile.TemporaryDirectory() as tmp:
                       (["--modes", "fp32 fp32"], "names a mode twice"), (["--modes", " "], "names no mode")):
         r = matched("--dry-run", *bad)
         check(r.returncode != 0 and what in r.stderr, f"refused: {' '.join(bad)} ({what})", r.stderr)
+    # a relative path after -- means the caller's folder (the script runs from the repository root)
+    with tempfile.TemporaryDirectory() as caller:
+        r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "matched_runs.sh"), "--cpu", "--dry-run", "--modes",
+                            "fp32", "--", "--train-data", "d/t_*.bin", "--val-data=d/v_*.bin", "--init-from", "/m.bin"],
+                           capture_output=True, text=True, cwd=caller)
+        c = commands(r.stdout)
+        check(r.returncode == 0 and len(c) == 1 and f"--train-data {caller}/d/t_\\*.bin" in c[0] and
+              f"--val-data={caller}/d/v_\\*.bin" in c[0] and "--init-from /m.bin" in c[0],
+              "relative file flags after -- are taken from the caller's folder (absolute ones kept)", r.stdout)
     # compare_runs.py: bad arguments get one line naming the problem, not a traceback
     for bad, what in ((["--json", ROOT], "is a folder: name a file"), (["--smooth", "-3"], "--smooth must be >= 1"),
                       (["--out", os.path.join(ROOT, "README.md")], "is a file: the plots go into a folder")):
@@ -211,8 +220,9 @@ with tempfile.TemporaryDirectory() as tmp:
               r.stdout + r.stderr)
         check("fp32_s1" in by and "--resume" in by["fp32_s1"] and "--init-from" not in by["fp32_s1"],
               "a resumed run gets --resume and loses --init-from (its weights are in its folder)", by.get("fp32_s1"))
-        check("bf16_s2" in by and "--resume" not in by["bf16_s2"] and "--init-from x.bin" in by["bf16_s2"],
-              "a run without a folder starts fresh, with the given --init-from", by.get("bf16_s2"))
+        check("bf16_s2" in by and "--resume" not in by["bf16_s2"] and f"--init-from {ROOT}/x.bin" in by["bf16_s2"],
+              "a run without a folder starts fresh, with the given --init-from (relative to the caller's folder, "
+              "made absolute)", by.get("bf16_s2"))
         check("bf16_s1 finished" in r.stdout and "fp32_s2 is at step 300" in r.stdout,
               "what is left alone is said, with why", r.stdout)
         f32 = by.get("fp32_s1", "").split()
