@@ -331,7 +331,8 @@ for i in "${todo[@]}"; do
     grep -h '^note: resuming with' "$group/${labels[$i]}/console.txt" 2>/dev/null | tail -n 1 |
         sed "s|^|matched_runs: ${labels[$i]}: |" || true
 done
-[ -z "$stopping" ] || die "stopped by $stopping: the running trainers saved a checkpoint, no further run started; continue the group with --resume"
+[ -z "$stopping" ] || die "stopped by $stopping: the running trainers saved a checkpoint, no further run" \
+    "started; continue the group with --resume"
 [ "$failed" -eq 0 ] || die "$failed run(s) failed; see $group/*/console.txt (runs that stopped early can be continued with --resume)"
 
 dirs=()
@@ -343,4 +344,5 @@ if ! "${PYTHON:-python3}" -c 'import matplotlib, numpy' 2>/dev/null; then
          "apt-get install python3-matplotlib; or PYTHON=/usr/bin/python3)"
     plots=(--no-plots)
 fi
-"${PYTHON:-python3}" scripts/compare_runs.py "${dirs[@]}" "${plots[@]}" --out "$group/compare" | tee "$group/compare.txt"
+"${PYTHON:-python3}" scripts/compare_runs.py "${dirs[@]}" "${plots[@]}" --out "$group/compare" |
+    tee "$group/compare.txt"

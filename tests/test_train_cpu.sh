@@ -364,13 +364,16 @@ TRAINER="$TRAINER" scripts/matched_runs.sh --cpu --name "$mr_name" --modes "fp32
     "$DATA/moby_train_*.bin" --val-data "" --batch-size 2 --seq-len 32 --total-batch-tokens 128 --steps 3000 \
     --sample-every 0 >"$TMP/mr.log" 2>&1 &
 mr_pid=$!
-for _ in $(seq 1 2000); do grep -q '"step": 20, "loss"' "runs/$mr_name/fp32/log.jsonl" 2>/dev/null && break; sleep 0.01; done
+for _ in $(seq 1 2000); do
+    grep -q '"step": 20, "loss"' "runs/$mr_name/fp32/log.jsonl" 2>/dev/null && break; sleep 0.01
+done
 kill -TERM "$mr_pid"
 wait "$mr_pid"; rc=$?
 check "the script exits 1, saying how to continue (got $rc)" bash -c "test $rc -eq 1 &&
     grep -q 'stopped by SIGTERM: the running trainers saved a checkpoint, no further run started' '$TMP/mr.log'"
 check "the running trainer (fp32) saved a checkpoint and logged the signal; bf16 never started" bash -c "
-    ls runs/$mr_name/fp32/state_*.bin >/dev/null && grep -q '\"reason\": \"signal SIGTERM\"' runs/$mr_name/fp32/log.jsonl &&
+    ls runs/$mr_name/fp32/state_*.bin >/dev/null &&
+    grep -q '\"reason\": \"signal SIGTERM\"' runs/$mr_name/fp32/log.jsonl &&
     test ! -e runs/$mr_name/bf16"
 rm -rf "runs/$mr_name"
 
