@@ -651,7 +651,7 @@ def main():
     # at+1 that every run reaching `at` logged, so that all runs are compared at the same evaluation.
     val_at = at
     if at is not None:
-        reaching = [r for r in runs if series(r["rows"], "loss") and series(r["rows"], "loss")[-1][0] >= at]
+        reaching = [r for r in runs if (tr := series(r["rows"], "loss")) and tr[-1][0] >= at]
         common = None
         for r in reaching:
             steps = {s for s, _ in upto(series(r["rows"], "val_loss"), at + 1)}

@@ -154,13 +154,14 @@ done
 if [ "$use_cpu" = 1 ]; then
     trainer="${TRAINER:-build/train_gpt_cpu}"
     name="${name:-matched_cpu}"
-    base=(--model tiny --batch-size 4 --steps 300 --lr 2e-3 --weight-decay 0 --val-every 50 --diverge-margin 0)
+    base=(--model tiny --batch-size 4 --val-every 50 --diverge-margin 0)
+    sched=(--steps 300 --lr 2e-3 --weight-decay 0)
     ngpu=0
 else
     trainer="${TRAINER:-build/train_gpt}"
     name="${name:-matched_gpu}"
-    base=(--model small --batch-size 16 --steps 2000 --lr 2e-3 --warmup-steps 100 --weight-decay 0
-          --val-every 100 --diverge-margin 0)
+    base=(--model small --batch-size 16 --val-every 100 --diverge-margin 0)
+    sched=(--steps 2000 --lr 2e-3 --warmup-steps 100 --weight-decay 0)
     ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
     if [ "$ngpu" -lt 1 ]; then
         [ "$dry_run" = 1 ] || die "no NVIDIA GPU visible (nvidia-smi -L); use --cpu for the CPU trainer"
@@ -168,14 +169,6 @@ else
     fi
 fi
 [ -n "$diag_every" ] && base+=(--diag-every "$diag_every")
-# On --resume the trainer takes the schedule and optimizer settings from each run's saved state: passing these
-# defaults again would replace them.
-base_resume=()
-skip_value=0
-for a in "${base[@]}"; do
-    if [ "$skip_value" = 1 ]; then skip_value=0; continue; fi
-    case "$a" in --steps|--lr|--warmup-steps|--weight-decay) skip_value=1 ;; *) base_resume+=("$a") ;; esac
-done
 if [ -z "$parallel" ]; then parallel=$([ "$ngpu" -gt 1 ] && echo 1 || echo 0); fi
 [ "$use_cpu" = 0 ] || parallel=0
 
@@ -205,11 +198,10 @@ done
 
 command_for() {  # run index -> the trainer command line (as an array in cmd); resumes when run_resume[i] = 1
     local i="$1" label="${labels[$1]}"
-    if [ "${run_resume[$i]}" = 1 ]; then
-        cmd=("$trainer" "${base_resume[@]}" --attn "${run_mode[$i]}" --out-dir "$group/$label")
-    else
-        cmd=("$trainer" "${base[@]}" --attn "${run_mode[$i]}" --out-dir "$group/$label")
-    fi
+    cmd=("$trainer" "${base[@]}")
+    # a resumed run keeps the schedule and optimizer settings of its saved state: the defaults would replace them
+    [ "${run_resume[$i]}" = 1 ] || cmd+=("${sched[@]}")
+    cmd+=(--attn "${run_mode[$i]}" --out-dir "$group/$label")
     [ "${run_arm[$i]}" = 1 ] && cmd+=(--zero-key-bias-grad 1)
     cmd+=(--seed "${run_seed[$i]:-1337}")  # a --seed after -- overrides it when --seeds is not given
     [ -n "$stop_at" ] && cmd+=(--stop-at "$stop_at")
@@ -315,8 +307,7 @@ for i in "${todo[@]}"; do
     else
         mkdir -p "$group/$label"
         echo "---- $label: ${cmd[*]}"
-        visible=$([ "$use_cpu" = 1 ] && echo "${CUDA_VISIBLE_DEVICES-}" || echo "$gpu")
-        CUDA_VISIBLE_DEVICES=$visible "${cmd[@]}" > >(tee -i -a "$group/$label/console.txt") 2>&1 &
+        CUDA_VISIBLE_DEVICES=$gpu "${cmd[@]}" > >(tee -i -a "$group/$label/console.txt") 2>&1 &
         pids=($!)
         wait_run "${pids[0]}" || failed=$((failed + 1))
         pids=()

@@ -64,7 +64,6 @@ while [ $# -gt 0 ]; do
 done
 case "$mode" in fp32|bf16|repair|gproj|cudnn) ;; *) die "--mode '$mode': choose fp32|bf16|repair|gproj|cudnn" ;; esac
 [[ "$tokens" =~ ^[0-9]+$ ]] || die "--tokens '$tokens': not a whole number"
-[ "$tokens" -ge $(( 2 * 524288 )) ] || die "--tokens $tokens: less than two optimizer steps of 524288 tokens"
 [ "$matched" = 0 ] || [ "$mode_given" = 0 ] || die "--mode and --matched: --matched runs every mode; give one"
 [ "$matched" = 1 ] || [ -z "$gauge" ] || die "--gauge-arm is an arm of --matched: add --matched, or drop it"
 
@@ -72,6 +71,8 @@ case "$mode" in fp32|bf16|repair|gproj|cudnn) ;; *) die "--mode '$mode': choose 
 micro_batch=16                # sequences of 1024 per GPU per micro-step (about 22 GiB planned on one GPU)
 seq_len=1024
 total_batch_tokens=524288     # 2^19 tokens per optimizer step (GPT-3 / llm.c 0.5M batch)
+[ "$tokens" -ge $(( 2 * total_batch_tokens )) ] ||
+    die "--tokens $tokens: less than two optimizer steps of $total_batch_tokens tokens"
 steps=$(( (tokens + total_batch_tokens - 1) / total_batch_tokens ))
 recipe=(--model 450m --batch-size "$micro_batch" --seq-len "$seq_len" --total-batch-tokens "$total_batch_tokens"
         --steps "$steps" --lr 3e-4 --warmup-steps 700 --schedule cosine --min-lr-frac 0.1

@@ -6,6 +6,7 @@
 
 #include "common/atomic_file.h"
 #include "common/utils.h"
+#include "train/schedule.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -97,9 +98,8 @@ uint64_t gpt_config_hash(const GPTConfig* c) {
     int64_t f[6] = {c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads, c->channels};
     const uint64_t h = resume_hash(f, sizeof(f), RESUME_HASH_INIT);
     if (gpt_config_is_gpt2(c)) return h;
-    uint32_t base_bits;
-    memcpy(&base_bits, &c->rope_base, 4);
-    int64_t o[8] = {c->pos, base_bits, c->norm, c->mlp, c->mlp_hidden, c->qk_norm, c->bias, c->tie_embeddings};
+    int64_t o[8] = {c->pos, float_slot(c->rope_base), c->norm, c->mlp, c->mlp_hidden, c->qk_norm, c->bias,
+                    c->tie_embeddings};
     return resume_hash(o, sizeof(o), h);
 }
 
@@ -340,7 +340,7 @@ int resume_state_read(const char* path, ResumeState* s, char* err, size_t errlen
         s->seq_len < 1 || s->grad_accum < 1 || s->world_size < 1 || s->attn_mode < 0 ||
         (s->zero_key_bias_grad != 0 && s->zero_key_bias_grad != 1) ||
         (s->sched.recorded && (s->sched.steps < 1 || s->sched.warmup_steps < 0 || s->sched.schedule < 0 ||
-                               s->sched.schedule > 2 || !(s->sched.lr > 0.0f)))) {
+                               s->sched.schedule > SCHEDULE_CONSTANT || !(s->sched.lr > 0.0f)))) {
         snprintf(err, errlen, "%s: resume state is inconsistent (config hash or counters out of range); %s", path,
                  hint);
         resume_state_free(s);

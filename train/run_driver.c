@@ -39,12 +39,12 @@ static void write_stderr(const char* s) {
     }
 }
 
-/* Only async-signal-safe calls: remember the signal, say what happens next. Any thread (OpenMP's
-   included) may take a signal, so the first one is claimed with a lock-free compare-and-swap. */
 static const char* signal_name(int signo) {
     return signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : signo == SIGHUP ? "SIGHUP" : "a signal";
 }
 
+/* Only async-signal-safe calls: remember the signal, say what happens next. Any thread (OpenMP's
+   included) may take a signal, so the first one is claimed with a lock-free compare-and-swap. */
 static void on_signal(int signo) {
     if (__sync_bool_compare_and_swap(&g_signal, 0, signo)) {
         write_stderr("\n");
@@ -432,7 +432,6 @@ void run_driver_init(RunDriver* d, const char* program, int argc, char** argv, T
     d->f = f;
     d->is_master = is_master;
     d->newest_saved = d->written_at = d->rolling = d->pending_delete = -1;
-    d->lock_fd = -1;
     d->resuming = f->resume[0] != '\0';
     if (d->resuming && f->overwrite) fatal_flag(d, "--resume continues a run and --overwrite starts one over: give one");
     if (d->resuming && f->init_from[0]) fatal_flag(d, "--resume takes its weights from the run folder: drop --init-from");
@@ -465,16 +464,12 @@ void run_driver_init(RunDriver* d, const char* program, int argc, char** argv, T
         char stamp[64];
         strftime(stamp, sizeof(stamp), "%Y%m%d_%H%M%S", &tmv);
         snprintf(d->out_dir, sizeof(d->out_dir), "runs/run_%s", stamp);
-        d->auto_dir = 1;
-        for (int k = 2; file_exists(d->out_dir); k++) {
-            snprintf(d->out_dir, sizeof(d->out_dir), "runs/run_%s_%d", stamp, k);
-            d->auto_dir = k;
-        }
+        d->auto_dir = 1; /* the name is claimed, with a suffix if taken, at run_driver_start */
     }
     strip_trailing_slashes(d->out_dir);
     if (d->resuming && d->state_path[0] == '\0') find_latest(d, d->out_dir, "--resume");
     /* Only the master looks at (and later empties) the folder: the others would race its first writes. */
-    if (!d->resuming && is_master) {
+    if (!d->resuming && is_master && !d->auto_dir) {
         d->existing = run_files_in(d->out_dir, 0);
         if (d->existing > 0 && !f->overwrite)
             die("the run folder '%s' already holds a run (%d log/checkpoint files)\n  hint: continue it with "
@@ -706,15 +701,14 @@ static void log_failed(void* ctx, const char* msg) {
     die("%s\n  training stopped; checkpoint to continue from: %s", msg, ck);
 }
 
-/* A fresh runs/run_<date>_<time> folder, claimed with mkdir: a second trainer started in the same second finds
-   it taken and takes the next free name (_2, _3, ...) instead of sharing it. */
+/* A fresh runs/run_<date>_<time> folder, claimed with mkdir: a name already taken (an earlier run, or a second
+   trainer started in the same second) gives way to the next free one (_2, _3, ...), so no two runs share one. */
 static void claim_auto_dir(RunDriver* d) {
     char base[RUN_PATH_CAP], parent[RUN_PATH_CAP];
     copy_path(base, d->out_dir);
-    if (d->auto_dir > 1) *strrchr(base, '_') = '\0'; /* runs/run_<date>_<time>_<k> -> runs/run_<date>_<time> */
     dir_of(parent, base);
     make_dirs(parent);
-    for (int k = d->auto_dir;; k++) {
+    for (int k = 1;; k++) {
         if (k == 1) copy_path(d->out_dir, base);
         else snprintf(d->out_dir, sizeof(d->out_dir), "%.*s_%d", RUN_PATH_CAP - 16, base, k);
         if (mkdir(d->out_dir, 0755) == 0) return;
@@ -739,7 +733,6 @@ static void lock_run_folder(RunDriver* d) {
         /* a file system without locks (some network mounts): say so, and go on as before */
         fprintf(stderr, "warning: cannot lock %s (%s): this file system does not enforce one trainer per run "
                 "folder\n", path, strerror(errno));
-        d->lock_fd = fd;
         return;
     }
     if (held_elsewhere) {
@@ -755,7 +748,7 @@ static void lock_run_folder(RunDriver* d) {
     const int len = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
         fprintf(stderr, "warning: cannot write the pid into %s: %s\n", path, strerror(errno));
-    d->lock_fd = fd;
+    /* fd stays open (never closed): the lock lasts as long as the process */
 }
 
 void run_driver_start(RunDriver* d, int has_val) {

@@ -104,9 +104,8 @@ typedef struct {
     char out_dir[RUN_PATH_CAP];
     char state_path[RUN_PATH_CAP]; /* the state being resumed */
     int existing;                  /* files of an old run in out_dir (--overwrite deletes them) */
-    int auto_dir;                  /* out_dir is a fresh runs/run_<date>_<time>[_k]: k (1: no suffix), claimed
-                                      with mkdir at start; 0: the folder was given */
-    int lock_fd;                   /* the master's open run.lock (flock held until exit), -1: none */
+    int auto_dir;                  /* 1: out_dir is runs/run_<date>_<time>, claimed (with a suffix if taken) with
+                                      mkdir at start; 0: the folder was given */
     /* run_driver_load_model */
     GPTConfig cfg;
     float* params;                 /* loaded weights (resume, --init-from); NULL: initialise. Caller frees */
