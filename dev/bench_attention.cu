@@ -19,7 +19,8 @@
  *     4*B*H*T*T*D/2, backward 2.5x that, forward+backward 3.5x.
  * Backward is timed on its own too (it reads the out and stats that the same
  * mode's forward wrote for that input set). After timing, out and dqkv are
- * checked for NaN/Inf so a broken kernel cannot post a fast time unnoticed.
+ * checked for NaN/Inf so a broken kernel cannot post a fast time unnoticed: its
+ * row is marked NON-FINITE and the program exits 1 after the table.
  *
  * scripts/bench_attention.sh runs this and the PyTorch script in one go and
  * writes the comparison table; --jsonl is the format they share.
@@ -371,6 +372,7 @@ int main(int argc, char** argv) {
     cudaStream_t stream;
     cudaCheck(cudaStreamCreate(&stream));
     unsigned long long* d_count;
+    int rows_nonfinite = 0; /* rows whose outputs had NaN or Inf: the exit status is 1 then */
     cudaCheck(cudaMalloc((void**)&d_count, sizeof(unsigned long long)));
 
     for (int si = 0; si < args.num_shapes; si++) {
@@ -427,6 +429,7 @@ int main(int argc, char** argv) {
                 for (int i = 0; i < num_sets; i++)
                     bad += count_nonfinite(sets[i].out, attn_out_count(s), d_count) +
                            count_nonfinite(sets[i].dqkv, attn_qkv_count(s), d_count);
+                rows_nonfinite += bad != 0;
                 double tflops[NUM_OPS];
                 for (int op = 0; op < NUM_OPS; op++)
                     tflops[op] = k_op_flop_factor[op] * fwd_flops / (ms[op] * 1e-3) / 1e12;
@@ -456,5 +459,11 @@ int main(int argc, char** argv) {
     cudaCheck(cudaStreamDestroy(stream));
     if (jsonl) fcloseCheck(jsonl);
     printf("FLOPs: causal fwd 4*B*H*T*T*D/2, bwd 2.5x, fwd+bwd 3.5x (FlashAttention's count)\n");
+    if (rows_nonfinite) {
+        fprintf(stderr, "bench_attention: %d row(s) above had NaN/Inf outputs (marked NON-FINITE): their kernels are "
+                        "broken and their times mean nothing\n  hint: build/tests/test_attention_gpu names the failing "
+                        "check\n", rows_nonfinite);
+        return 1;
+    }
     return 0;
 }

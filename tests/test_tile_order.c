@@ -7,7 +7,9 @@
  * inside a section the ranks never decrease (longest first) and each rank lists the section's heads in order;
  * section 0 is the one-section order rank = id / heads, bh = id % heads; the section sizes
  * attn_tile_section_heads picks (d12's 384 heads of T 1024 x HS 64: 96 for K, V; 48 with the dQ accumulator),
- * with their floor of kAttnTileSectionMinHeads.
+ * with their floor of kAttnTileSectionMinHeads. The forward's work items (attn_query_item) against a count made here
+ * row by row: every row of every head in exactly one item, its key tiles those holding a key <= its last row
+ * before T, and longest first.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,45 @@ static void check_grid(int tiles, int heads, int section) {
     free(seen);
 }
 
+/* Longest first within each section: the items of one section (heads bh / section) come in non-increasing
+   length; a new section starts over. */
+typedef struct LptCheck {
+    int ok, prev_length, prev_section;
+} LptCheck;
+static void lpt_next(LptCheck* c, int bh, int section, int length) {
+    const int sec = section > 0 ? bh / section : 0;
+    if (sec != c->prev_section) c->prev_length = 1 << 30, c->prev_section = sec;
+    if (length > c->prev_length) c->ok = 0;
+    c->prev_length = length;
+}
+
+/* the query-major items of a launch (q_tiles x heads, rows per item, key tiles of key_tile) against rows and keys
+   counted one by one */
+static void check_query_items(int T, int heads, int rows, int key_tile, int section) {
+    const int NH = 3, q_tiles = (T + rows - 1) / rows;
+    char* covered = (char*)calloc((size_t)heads * (size_t)q_tiles * (size_t)rows, 1);
+    int ok = 1;
+    LptCheck lpt = {1, 1 << 30, 0};
+    for (long long id = 0; id < (long long)q_tiles * heads; id++) {
+        const AttnTileOrder o = attn_tile_rank_head((unsigned long long)id, q_tiles, heads, section);
+        const AttnQueryItem it = attn_query_item(o, q_tiles, rows, key_tile, NH, T);
+        if (it.bh != o.bh || it.b * NH + it.h != it.bh || it.h < 0 || it.h >= NH || it.q0 % rows != 0) ok = 0;
+        for (int r = it.q0; r < it.q0 + rows; r++) {
+            if (r < 0 || r >= q_tiles * rows || covered[(size_t)it.bh * q_tiles * rows + r]++) ok = 0;
+        }
+        int want = 0; /* key tiles with a key <= the last row before T */
+        const int last = (it.q0 + rows < T ? it.q0 + rows : T) - 1;
+        for (int k0 = 0; k0 <= last; k0 += key_tile) want++;
+        if (it.n_key_tiles != want) ok = 0;
+        lpt_next(&lpt, o.bh, section, it.n_key_tiles);
+    }
+    CHECK(ok, "T %d heads %d rows %d key tiles %d section %d: query items cover every row once, their key tiles "
+          "counted", T, heads, rows, key_tile, section);
+    CHECK(lpt.ok, "T %d heads %d rows %d section %d: query items longest first within each section", T, heads, rows,
+          section);
+    free(covered);
+}
+
 int main(void) {
     test_section("the map");
     const int tiles[] = {1, 2, 5, 8, 64};
@@ -66,6 +107,14 @@ int main(void) {
         const AttnTileOrder o = attn_tile_rank_head(65535ULL * 4096ULL - 1ULL, 4096, 65535, 100);
         CHECK(o.rank == 4095 && o.bh == 65534, "the last id of a 4096 x 65535 grid: rank %d bh %d", o.rank, o.bh);
     }
+
+    test_section("the work items");
+    const int item_T[] = {1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 1000, 1024, 2049};
+    for (size_t a = 0; a < sizeof(item_T) / sizeof(item_T[0]); a++)
+        for (int section = 0; section <= 2; section++) {
+            check_query_items(item_T[a], 6, 128, 128, section); /* the forward at HS 128 */
+            check_query_items(item_T[a], 6, 192, 128, section); /* the forward at HS 64 */
+        }
 
     test_section("the section sizes");
     unsetenv("ATTN_TILE_SECTION_HEADS");

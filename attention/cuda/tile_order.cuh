@@ -22,6 +22,8 @@
  *       bh = b * NH + h; gridDim = (tiles, B * NH);
  *   attn_tile_section(shape, bytes_per_elem) (host): a launch's section, attn_tile_section_heads(T, HS,
  *       bytes_per_elem, B * NH);
+ *   attn_query_item(order, q_tiles, rows, key_tile, NH, T): what the work item of a (rank, bh) covers in a
+ *       query-major pass (the forward: rows q0.. and the key tiles up to its last row before T);
  *   attn_tile_section_heads(T, HS, bytes_per_elem, heads) (host): the heads whose
  *       T x HS x bytes_per_elem shared bytes fit kAttnTileSectionBytes, at least kAttnTileSectionMinHeads;
  *       ATTN_TILE_SECTION_HEADS=N in the environment sets N instead (0: one section over all heads, for
@@ -72,6 +74,22 @@ ATTN_TILE_HD AttnTileOrder attn_tile_rank_head(unsigned long long linear, int ti
     return o;
 }
 
+/* A query-major work item: rows q0 .. q0 + rows - 1 of head bh = b * NH + h (rank 0: the last rows, which see
+   the most keys), and its key tiles of key_tile keys, 0 .. n_key_tiles - 1: up to the one holding its last row
+   before T (causal). */
+typedef struct AttnQueryItem {
+    int q0, bh, b, h, n_key_tiles;
+} AttnQueryItem;
+ATTN_TILE_HD AttnQueryItem attn_query_item(AttnTileOrder o, int q_tiles, int rows, int key_tile, int NH, int T) {
+    AttnQueryItem it;
+    it.q0 = (q_tiles - 1 - o.rank) * rows;
+    it.bh = o.bh;
+    it.b = o.bh / NH;
+    it.h = o.bh % NH;
+    const int last = (it.q0 + rows < T ? it.q0 + rows : T) - 1;
+    it.n_key_tiles = last / key_tile + 1;
+    return it;
+}
 #if defined(__CUDACC__)
 /* For a grid (tiles, B * NH): the linear id x + y * gridDim.x through attn_tile_rank_head. */
 __device__ __forceinline__ AttnTileOrder attn_tile_longest_first(int section) {

@@ -38,40 +38,47 @@
  * beside S and O, past the 168 a 288-thread CTA gets. So the producer is a whole warpgroup that gives its
  * registers back (setmaxnreg 24) and the two consumer warpgroups take 240 (FlashAttention-3's split).
  *
- * Two kernels share every piece above the kernel level (GEMM issue, packing, softmax, producer, plan):
- * hopper_fwd_kernel (HS 128) and hopper_fwd_tall_kernel (HS 64; below). The HS-128 kernel's layout:
- * one CTA = 128 query rows of one (b, h); warpgroups 0 and 1 are consumers of 64 query rows
- * each (wgmma needs 4 aligned warps), warpgroup 2 the producer (one elected lane of its first warp issues
- * the TMA copies; its other warps leave at once). K/V tiles of 128 keys, kFwdStages (2) stages, with
- * SEPARATE K and V barriers: V(kt) is read until P(kt) V(kt) retires in iteration kt + 1, one
- * iteration after K(kt) is done with, so one barrier pair per stage would hold the next K copy back by an
- * iteration. full_k[s] / full_v[s] (TMA bytes landed), empty_k[s] (all 256 consumer threads have S(kt))
- * and empty_v[s] (P V(kt) retired); the producer issues in the order the consumers need the tiles: K(0),
- * then K(kt), V(kt-1) for kt = 1.., then the last V. The stage count is a template parameter (3 fit at HS 128 too,
- * 225 KB of 227, and measured no faster than 2: dev/results/attention_hopper_2026-11-29.md).
+ * One kernel, hopper_fwd_kernel<HS, MODE, STAGES, NWG> (kernel_fwd.cuh), for both head sizes. Its unit of
+ * work is an item: 64 NWG query rows of one (b, h), with NWG consumer warpgroups of 64 rows each (wgmma
+ * needs 4 aligned warps) and a producer warpgroup (one elected lane of its first warp issues the TMA copies;
+ * its other warps leave at once). K/V tiles of 128 keys, kFwdStages (2) stages, with SEPARATE K and V
+ * barriers: V(kt) is read until P(kt) V(kt) retires in iteration kt + 1, one iteration after K(kt) is done
+ * with, so one barrier pair per stage would hold the next K copy back by an iteration. full_k[s] / full_v[s]
+ * (TMA bytes landed), empty_k[s] (every consumer thread has S(kt)) and empty_v[s] (P V(kt) retired); the
+ * producer issues in the order the consumers need the tiles: the item's Q, K(0), then K(kt), V(kt-1) for
+ * kt = 1.., then the last V.
+ * Items: ceil(T / (64 NWG)) x B*NH of them in the longest-first order of tile_order.cuh; one CTA per SM
+ * (fewer when there are fewer items), whose producer takes each item past its first from a counter once a Q
+ * buffer is free for it (hopper_work_queue.cuh) and hands its index to the consumers beside that buffer;
+ * ATTN_FWD_PERSISTENT=0 launches one CTA per item instead. The K/V stages and their phases run on across a CTA's items, and Q has two buffers (q_full /
+ * q_empty each), so the producer loads the next item's Q and first K/V tiles while the consumers finish this
+ * one's last P V and write O.
+ * An item computes the same whichever CTA runs it: the two launches give the same bits.
  * The fused qkv [B, T, 3, NH, HS] is described to TMA as a 4-D tensor {HS, 3*NH, T, B} (encoded per call
  * on the host - it holds the qkv pointer - and passed __grid_constant__), so the strided layout costs
  * nothing and rows past T read as zeros, per batch. Shared tiles use the 128-byte swizzle, which TMA
  * writes and wgmma reads natively: a tile is stored as HS/64 column chunks of [rows][64] BF16 (128 bytes
- * per row).
- * HS 64: hopper_fwd_tall_kernel, THREE consumer warpgroups, 192 query rows per CTA (FlashAttention-3's
- * tile height at head dim 64, the idea read in its hopper/tile_size.h, no code copied). At HS 64 a warpgroup's per-tile GEMMs are short (S: 64 x 128 x
- * 64), so two warpgroups leave the tensor core idle during their softmaxes; a third one sharing each K/V
- * tile gives it more work per loaded tile and spreads the producer, barriers and K/V traffic over 1.5x
- * the rows. Same key tile (128), same per-row sequence of operations on O, m and l, so O and the stats are
- * bit-identical to the 128-row kernel's in every mode, and 1.07-1.13x faster than it at B8 H16 T1024 /
- * B4 H16 T2048 d64 (dev/results/attention_hopper_2026-11-29.md, "192 query rows").
- * What differs from the 128-row kernel: grid ceil(T / 192) x B*NH in the same longest-first order; Q in
- * two 128-row boxes of the one tensor map (the last 64 rows unused; a box starting at or past T not
- * loaded); each warpgroup runs only the key tiles up to its own last row (its rows lie inside one 128-key
- * tile) and masks only its own last one, and releases the CTA's tiles past its own (waits for them to land,
- * then arrives), so the empty barriers count every consumer thread once per tile; 512 threads start at
- * 128 registers, setmaxnreg gives the producer 24 and the consumers 160, which holds S, O and P(kt-1)
- * at HS 64 but not fp32 mode's two-term P beside them: fp32 mode runs each tile in sequence there (S,
- * softmax, P V one term at a time; the same k-steps on O in the same order: still bit-identical).
- * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3), all 8 instances (4 modes x the two kernels; 3 stages
- * measured the same), 0 bytes spill, no C75xx / "wgmma serialized" warning: HS 128 168 at entry, 240 after
- * setmaxnreg.inc; HS 64 128 at entry, 160 after; layout probe (dev/attention_lab/probes/probe_fwd.cu) 154 / 186.
+ * per row); Q comes in boxes of 128 rows (the K/V map's box), a box starting at or past T not loaded.
+ * HS 128: NWG = 2 (128 rows; 384 threads start at 168 registers, setmaxnreg gives the producer 24 and the
+ * consumers 240). HS 64: NWG = 3, 192 query rows per item (FlashAttention-3's tile height at head dim 64,
+ * the idea read in its hopper/tile_size.h, no code copied). At HS 64 a warpgroup's per-tile GEMMs are short
+ * (S: 64 x 128 x 64), so two warpgroups leave the tensor core idle during their softmaxes; a third one
+ * sharing each K/V tile gives it more work per loaded tile and spreads the producer, barriers and K/V
+ * traffic over 1.5x the rows. Same key tile (128), same per-row sequence of operations on O, m and l, so O
+ * and the stats are bit-identical to 128 rows per item in every mode, and 1.07-1.13x faster than that at
+ * B8 H16 T1024 / B4 H16 T2048 d64 (dev/results/attention_hopper_2026-11-29.md, "192 query rows"). An item's
+ * 192 rows span parts of two 128-key diagonal tiles, so each warpgroup runs only the key tiles up to its own
+ * last row (its rows lie inside one 128-key tile) and masks only its own last one, and releases the item's
+ * tiles past its own (waits for them to land, then arrives), so the empty barriers count every consumer
+ * thread once per tile; 512 threads start at 128 registers, setmaxnreg gives the producer 24 and the
+ * consumers 160, which holds S, O and P(kt-1) at HS 64 but not fp32 mode's two-term P beside them: fp32
+ * mode runs each tile in sequence there (S, softmax, P V one term at a time; the same k-steps on O in the
+ * same order: still bit-identical).
+ * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3), all 8 instances (4 modes x 2 head sizes), 0 bytes spill, no
+ * C75xx / "wgmma serialized" warning: HS 128 168 at entry, 240 after setmaxnreg.inc; HS 64 128 at entry,
+ * 160 after; layout probe (dev/attention_lab/probes/probe_fwd.cu) 154 / 186. Shared memory: 193 KB at HS
+ * 128, 129 KB at HS 64 (two Q buffers; 3 K/V stages, measured no faster than 2 with one Q buffer, no longer
+ * fit at HS 128).
  * docs/attention_kernels.md, "Hopper forward", has the design notes and the numbers.
  * Bounded waits: every mbarrier wait is on a phase that a finite number of copies/arrivals completes (no
  * data-dependent spin), so a layout bug shows as wrong numbers, not a hang; the lab runs it under timeout.
@@ -92,27 +99,21 @@ CUtensorMap make_qkv_map(const bf16* qkv, AttnShape s) {
     return encode_head_map(qkv, s, 3 * s.NH, kBlockK, "attention (Hopper)", "qkv");
 }
 
-/* HS 64: the tall kernel (kTallWarpgroups consumer warpgroups, 192 rows per CTA); HS 128: hopper_fwd_kernel. */
+/* The forward at head size HS (kFwdWarpgroups<HS> consumer warpgroups): one CTA per SM taking its items from the
+   queue, or with ATTN_FWD_PERSISTENT=0 one CTA per work item (the A/B switch of the two schedules). */
 template <int HS, int MODE, int STAGES>
 void hopper_fwd_launch(const CUtensorMap& map, AttnShape s, bf16* out, float* stats, cudaStream_t stream) {
-    const int section = attn_tile_section(s, kTileSectionKV);
-    if constexpr (HS == 64) {
-        using Cta = CtaShape<kTallWarpgroups>;
-        constexpr int smem = SmemPlan<HS, STAGES, kTallWarpgroups>::kAlloc;
-        auto kernel = hopper_fwd_tall_kernel<HS, MODE, STAGES, kTallWarpgroups>;
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        const dim3 grid((unsigned)ceil_div(s.T, Cta::kRows), (unsigned)(s.B * s.NH));
-        kernel<<<grid, Cta::kThreads, smem, stream>>>(map, out, stats, s.NH, s.T, attn_softmax_scale(HS),
-                                                      attn_exp2_scale(HS), section);
-    } else {
-        constexpr int smem = SmemPlan<HS, STAGES>::kAlloc;
-        cudaCheck(cudaFuncSetAttribute(hopper_fwd_kernel<HS, MODE, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       smem));
-        const dim3 grid((unsigned)ceil_div(s.T, kBlockQ), (unsigned)(s.B * s.NH));
-        hopper_fwd_kernel<HS, MODE, STAGES><<<grid, kThreads, smem, stream>>>(map, out, stats, s.NH, s.T,
-                                                                              attn_softmax_scale(HS), attn_exp2_scale(HS),
-                                                                              section);
-    }
+    constexpr int kNwg = kFwdWarpgroups<HS>;
+    using Cta = CtaShape<kNwg>;
+    constexpr int smem = SmemPlan<HS, STAGES, kNwg, kQBuffers>::kAlloc;
+    auto kernel = hopper_fwd_kernel<HS, MODE, STAGES, kNwg>;
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const unsigned grid = hopper_item_grid((long long)ceil_div(s.T, Cta::kRows) * s.B * s.NH,
+                                           hopper_env_switch("ATTN_FWD_PERSISTENT", 1),
+                                           "attention (Hopper forward)");
+    kernel<<<grid, Cta::kThreads, smem, stream>>>(map, out, stats, s.NH, s.T, attn_softmax_scale(HS),
+                                                  attn_exp2_scale(HS), attn_tile_section(s, kTileSectionKV),
+                                                  s.B * s.NH);
     cudaCheckLastError();
 }
 

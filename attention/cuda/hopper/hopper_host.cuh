@@ -2,8 +2,9 @@
  * attention/cuda/hopper/hopper_host.cuh - the host side that every Hopper (sm_90a) instantiation file
  * (attention_hopper*.cu) and the backward's dispatch share: the shape and alignment check of a call, the
  * qkv / dout tensor maps, the message of an unsupported call, the tensors of a backward call
- * (HopperBwdCall), the declarations of the backward's per-(head size, mode) passes, and the installer of a
- * translation unit's hang record.
+ * (HopperBwdCall), the declarations of the backward's per-(head size, mode) passes, the grid of a launch over
+ * work items (hopper_item_grid: a CTA per item, or a persistent launch), and the installer of a translation
+ * unit's hang record.
  *
  * Why: the public surface (attention_hopper.cuh, attention_hopper_bwd.cuh) is one support check and one entry
  * point per direction; the backward's entry point (attention_hopper_bwd_dispatch.cu) turns the run-time mode,
@@ -16,6 +17,7 @@
 #define ATTENTION_CUDA_HOPPER_HOPPER_HOST_CUH
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
@@ -83,6 +85,36 @@ struct HeadMaps {
 inline HeadMaps encode_qkv_dout_maps(AttnShape s, const void* qkv, const void* dout, int box_rows, const char* who) {
     return {hopper_wgmma::encode_head_map(qkv, s, 3 * s.NH, box_rows, who, "qkv"),
             hopper_wgmma::encode_head_map(dout, s, s.NH, box_rows, who, "dout")};
+}
+
+/* A launch switch from the environment, read at each launch: 1 for "1", 0 for "0", `unset` when the variable is
+   unset or empty; any other value stops the program (a typo must not time the wrong launch). */
+inline int hopper_env_switch(const char* name, int unset) {
+    const char* v = getenv(name);
+    if (v == NULL || v[0] == '\0') return unset;
+    if ((v[0] == '0' || v[0] == '1') && v[1] == '\0') return v[0] == '1';
+    die("attention (Hopper): %s=%s\n  hint: 1 (on) or 0 (off)", name, v);
+    return unset;
+}
+
+/* The current device's SM count, asked once per device. */
+inline int hopper_sm_count() {
+    static int count[64]; /* 0: not asked yet; a race between host threads writes the same answer twice */
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) die("attention (Hopper): device ordinal %d past the 64 this cache holds", dev);
+    if (count[dev] == 0) cudaCheck(cudaDeviceGetAttribute(&count[dev], cudaDevAttrMultiProcessorCount, dev));
+    return count[dev];
+}
+
+/* The 1-D grid of a kernel that runs `items` work items: a CTA per item, or with `persistent` one per SM (fewer
+   when there are fewer items), whose CTAs take the items past the first gridDim.x from a queue
+   (hopper_work_queue.cuh). who: the kernel, for the error when the items do not fit a grid. */
+inline unsigned hopper_item_grid(long long items, int persistent, const char* who) {
+    if (items < 1 || items > 0x7fffffffLL)
+        die("%s: %lld work items; a grid takes 1 .. 2^31 - 1\n  hint: fewer heads (B*NH) or a shorter T", who, items);
+    const long long sms = hopper_sm_count();
+    return (unsigned)(persistent && items > sms ? sms : items);
 }
 
 /* Points a translation unit's hang record (its __device__ g_hang_record) at a host-mapped AttnHopperHang (a lab's;

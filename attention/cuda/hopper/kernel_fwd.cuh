@@ -1,8 +1,9 @@
 /*
- * attention/cuda/hopper/kernel_fwd.cuh - the device code of the Hopper forward (every mode; HS 64 and 128): its constants, shared-memory plan,
- * per-step helpers and kernel template, in the including file's anonymous namespace. Included by
- * attention/cuda/hopper/attention_hopper.cu (launch and entry points; the design, numerics and barrier protocol are in its
- * file comment) and by the kernel's lab dev/attention_lab/hopper_fwd.cu (the layout probe, which runs the same helpers on one tile).
+ * attention/cuda/hopper/kernel_fwd.cuh - the device code of the Hopper forward (every mode; HS 64 and 128): its
+ * constants, CTA shapes, shared-memory plan, per-step helpers and the one kernel template, in the including
+ * file's anonymous namespace. Included by attention/cuda/hopper/attention_hopper.cu (launch; the design,
+ * numerics and barrier protocol are in its file comment) and by the kernel's lab dev/attention_lab/hopper_fwd.cu
+ * (the layout probe, which runs the same helpers on one tile).
  *
  * Why a header: the probe is lab code and stays out of the production object, yet it must use the kernel's
  * own helpers and layout. One kernel object = one translation unit, each with its own hang-record pointer.
@@ -15,24 +16,19 @@
 #include "attention/cuda/hopper/attention_hopper.cuh"
 #include "attention/cuda/tile_order.cuh"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_work_queue.cuh"
 #include "attention/cuda/hopper/mode_numerics.cuh"
 
 using namespace hopper_wgmma;
 
 namespace {
 
-constexpr int kBlockQ = ATTN_HOPPER_BLOCK_Q; /* query rows per CTA of the HS-128 kernel and the probe */
+constexpr int kBlockQ = ATTN_HOPPER_BLOCK_Q; /* query rows per work item at HS 128, and the probe's */
 constexpr int kBlockK = ATTN_HOPPER_BLOCK_K; /* keys per K/V tile */
 constexpr int kWarpgroupRows = 64;      /* query rows per consumer warpgroup (the M of wgmma) */
 constexpr int kConsumerWarpgroups = kBlockQ / kWarpgroupRows;
 constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-constexpr int kThreads = kConsumerThreads + 128; /* + the producer warpgroup (setmaxnreg needs a whole one) */
-constexpr int kProducerWarp = kConsumerThreads / 32; /* the first warp of the producer warpgroup */
-/* setmaxnreg split of the 384-thread CTA (__launch_bounds__(384, 1): every thread starts at 168) */
-constexpr int kProducerRegs = 24;
-constexpr int kConsumerRegs = 240;
-static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * 168,
-              "the setmaxnreg split must fit in what the CTA was launched with");
+constexpr int kProducerRegs = 24;       /* the producer warpgroup's registers after setmaxnreg */
 constexpr int kFwdStages = ATTN_HOPPER_FWD_STAGES; /* K/V stages of production (the lab also times 3) */
 constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
 constexpr int kSwizzleRowBytes = 128;
@@ -60,17 +56,25 @@ struct CtaShape {
     static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
                   "the setmaxnreg split must fit in what the CTA was launched with");
 };
-static_assert(CtaShape<kConsumerWarpgroups>::kThreads == kThreads && CtaShape<2>::kLaunchRegs == 168 &&
-                  CtaShape<2>::kConsumerRegs == kConsumerRegs, "the HS-128 kernel's CTA and split");
-constexpr int kTallWarpgroups = 3; /* consumer warpgroups of the HS-64 kernel: 192 query rows per CTA */
-static_assert(CtaShape<kTallWarpgroups>::kRows == ATTN_HOPPER_BLOCK_Q_HS64 && CtaShape<kTallWarpgroups>::kLaunchRegs == 128 &&
-                  CtaShape<kTallWarpgroups>::kConsumerRegs == 160, "the HS-64 kernel's CTA and split (24 / 160)");
+/* Consumer warpgroups per CTA at head size HS: 3 at HS 64 (192 query rows per work item; at HS 64 a
+   warpgroup's per-tile GEMMs are short, so a third one keeps the tensor core busy during the softmaxes), 2 at
+   HS 128 (128 rows; their registers hold S, O and P(kt-1) at 128 columns). */
+template <int HS>
+constexpr int kFwdWarpgroups = HS == 64 ? 3 : 2;
+using FwdCta64 = CtaShape<kFwdWarpgroups<64>>;
+using FwdCta128 = CtaShape<kFwdWarpgroups<128>>;
+static_assert(FwdCta128::kRows == kBlockQ && FwdCta128::kLaunchRegs == 168 && FwdCta128::kConsumerRegs == 240,
+              "HS 128's CTA and split (24 / 240)");
+static_assert(FwdCta64::kRows == ATTN_HOPPER_BLOCK_Q_HS64 && FwdCta64::kLaunchRegs == 128 &&
+                  FwdCta64::kConsumerRegs == 160, "HS 64's CTA and split (24 / 160)");
 
 /* Shared-memory plan of one CTA (byte offsets from a 1024-byte aligned base). K and V of each stage are
    kBlockK rows x HS BF16, stored as HS/64 chunks of [kBlockK rows][128 bytes], swizzled. Q comes in boxes of
    kBlockK rows (the one tensor map's box), so its chunks are rounded up to whole boxes: NWG = 2, one box
-   (Q is one K-sized tile); NWG = 3, two boxes of which the last 64 rows stay unused (32 KB at HS 64). */
-template <int HS, int STAGES, int NWG = kConsumerWarpgroups>
+   (Q is one K-sized tile); NWG = 3, two boxes of which the last 64 rows stay unused (32 KB at HS 64). QBUF Q
+   buffers, each with a q_full and a q_empty barrier (the kernel: kQBuffers = 2, so that a CTA loads its next
+   work item's Q while it finishes this one); with one buffer, q_full only (the layout probe). */
+template <int HS, int STAGES, int NWG = kConsumerWarpgroups, int QBUF = 1>
 struct SmemPlan {
     static constexpr int kChunks = HS / kChunkCols;
     static constexpr int kChunkBytes = kBlockK * kSwizzleRowBytes;
@@ -78,11 +82,13 @@ struct SmemPlan {
     static constexpr int kQBoxes = (CtaShape<NWG>::kRows + kBlockK - 1) / kBlockK;
     static constexpr int kQChunkBytes = kQBoxes * kChunkBytes;
     static constexpr int kWgQBytes = kWarpgroupRows * kSwizzleRowBytes; /* one warpgroup's rows of a Q chunk */
-    static constexpr int kQ = 0;
-    static constexpr int kK = kQ + kChunks * kQChunkBytes; /* STAGES tiles */
+    static constexpr int kQBufferBytes = kChunks * kQChunkBytes;
+    static constexpr int kQ = 0;                           /* QBUF buffers */
+    static constexpr int kK = kQ + QBUF * kQBufferBytes;   /* STAGES tiles */
     static constexpr int kV = kK + STAGES * kTileBytes;    /* STAGES tiles */
     static constexpr int kBarriers = kV + STAGES * kTileBytes;
-    static constexpr int kNumBarriers = 1 + 4 * STAGES; /* q_full, full_k, empty_k, full_v, empty_v [STAGES] */
+    static constexpr int kQBarriers = QBUF == 1 ? 1 : 2 * QBUF; /* q_full [QBUF] (and q_empty [QBUF]) */
+    static constexpr int kNumBarriers = kQBarriers + 4 * STAGES;  /* + full_k, empty_k, full_v, empty_v [STAGES] */
     static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
     static constexpr int kAlloc = kBytes + kSwizzleAtomBytes; /* slack to align the base to 1024 */
     static_assert(kChunkBytes % kSwizzleAtomBytes == 0 && kWgQBytes % kSwizzleAtomBytes == 0,
@@ -116,12 +122,12 @@ __device__ __forceinline__ void zero_scores(float (&sacc)[kSRegs]) {
     for (int i = 0; i < kSRegs; i++) sacc[i] = 0.f;
     reg_fence(sacc);
 }
-/* S = Q K^T, waited for (the layout probe and tile 0 of the kernel). */
-template <int HS>
+/* S = Q K^T, waited for (a tile with no P V to overlap, and the layout probe). QCHUNK: issue_qk's. */
+template <int HS, int QCHUNK = kBlockK * kSwizzleRowBytes>
 __device__ __forceinline__ void warpgroup_qk(float (&sacc)[kSRegs], uint32_t q_addr, uint32_t k_addr) {
     zero_scores(sacc);
     wgmma_fence();
-    issue_qk<HS>(sacc, q_addr, k_addr);
+    issue_qk<HS, QCHUNK>(sacc, q_addr, k_addr);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(sacc);
@@ -235,22 +241,22 @@ __device__ __forceinline__ void rescale_o(float (&o)[HS / 2], const float (&alph
         }
 }
 
-/* Producer: one K or V tile (index j) into its stage, after the consumers released the tile j - STAGES
-   that last used it (its release completed phase j / STAGES - 1 of empty[s]). */
 /* A consumer warpgroup's key tiles 1 .. n_tiles - 1 after tile 0's softmax, overlapped: S(kt) = Q K(kt)^T is issued
    with O += P(kt-1) V(kt-1) behind it, S(kt)'s softmax runs while that P V does, then O is rescaled and P(kt)
    packed; then the last tile's P V. QCHUNK: Q's column-chunk stride (issue_qk); TILE_BYTES: a K/V stage's
-   bytes. */
+   bytes; seq0: the CTA's tile number of key tile 0 (produce_tile), which fixes each tile's stage and phase. */
 template <int HS, int MODE, int STAGES, int QCHUNK, int TILE_BYTES>
 __device__ __forceinline__ void overlapped_key_tiles(float (&sacc)[kSRegs], float (&o)[HS / 2], POperand<MODE>& p,
                                                      float (&m_run)[2], float (&l_part)[2], float (&alpha)[2],
                                                      uint64_t* full_k, uint64_t* empty_k, uint64_t* full_v,
                                                      uint64_t* empty_v, uint32_t q_addr, uint32_t k_base,
-                                                     uint32_t v_base, int n_tiles, int row0, int t, float c) {
+                                                     uint32_t v_base, int n_tiles, int row0, int t, float c,
+                                                     int seq0) {
     for (int kt = 1; kt < n_tiles; kt++) {
-        const int s = kt % STAGES, sv = (kt - 1) % STAGES; /* K(kt)'s stage, V(kt - 1)'s stage */
-        mbar_wait(&full_k[s], (uint32_t)((kt / STAGES) & 1));
-        mbar_wait(&full_v[sv], (uint32_t)(((kt - 1) / STAGES) & 1));
+        const int seq = seq0 + kt;
+        const int s = seq % STAGES, sv = (seq - 1) % STAGES; /* K(kt)'s stage, V(kt - 1)'s stage */
+        mbar_wait(&full_k[s], (uint32_t)((seq / STAGES) & 1));
+        mbar_wait(&full_v[sv], (uint32_t)(((seq - 1) / STAGES) & 1));
         __syncwarp();
         zero_scores(sacc);
         wgmma_fence(); /* orders the rescale of O, the packing of P and the zeroing of S before the wgmmas */
@@ -269,15 +275,15 @@ __device__ __forceinline__ void overlapped_key_tiles(float (&sacc)[kSRegs], floa
         pack_p<MODE>(p, sacc);
     }
     /* the last tile's P V */
-    const int kt = n_tiles - 1, sv = kt % STAGES;
-    mbar_wait(&full_v[sv], (uint32_t)((kt / STAGES) & 1));
+    const int seq = seq0 + n_tiles - 1, sv = seq % STAGES;
+    mbar_wait(&full_v[sv], (uint32_t)((seq / STAGES) & 1));
     __syncwarp();
     wgmma_fence();
     issue_pv_terms<HS, MODE>(o, p, v_base + sv * TILE_BYTES);
     wgmma_commit();
     wgmma_wait<0>();
     pv_retired<HS, MODE>(o, p);
-    mbar_arrive(&empty_v[sv]); /* nobody waits for it; kept so every stage use is released */
+    mbar_arrive(&empty_v[sv]); /* the producer waits for it before tile seq + STAGES (this or a later item's) */
 }
 
 /* The epilogue of a consumer thread's two query rows (row0, row0 + 8): O = bf(acc / l) into out [B, T, NH, HS] and
@@ -304,12 +310,15 @@ __device__ __forceinline__ void store_o_and_stats(const float (&o)[HS / 2], cons
     }
 }
 
+/* Producer: key tile j of head (b, h), the CTA's tile number seq (its K or V tiles counted over all its work
+   items), into stage seq % STAGES, after the consumers released tile seq - STAGES that last used it (its
+   release completed phase seq / STAGES - 1 of empty[s]). */
 template <int HS, int STAGES>
 __device__ __forceinline__ void produce_tile(unsigned char* tiles, uint64_t* full, uint64_t* empty,
-                                             const CUtensorMap* map, int j, int slot, int NH, int h, int b) {
+                                             const CUtensorMap* map, int seq, int j, int slot, int NH, int h, int b) {
     using Plan = SmemPlan<HS, STAGES>;
-    const int s = j % STAGES;
-    if (j >= STAGES) mbar_wait(&empty[s], (uint32_t)((j / STAGES - 1) & 1));
+    const int s = seq % STAGES;
+    if (seq >= STAGES) mbar_wait(&empty[s], (uint32_t)((seq / STAGES - 1) & 1));
     mbar_arrive_expect_tx(&full[s], Plan::kTileBytes);
     for (int ch = 0; ch < Plan::kChunks; ch++)
         tma_load_4d(tiles + s * Plan::kTileBytes + ch * Plan::kChunkBytes, map, &full[s], ch * kChunkCols,
@@ -317,138 +326,69 @@ __device__ __forceinline__ void produce_tile(unsigned char* tiles, uint64_t* ful
 }
 
 /* ------------------------------------------------------------------------------------------------ */
-/* the kernel                                                                                        */
-/* ------------------------------------------------------------------------------------------------ */
-template <int HS, int MODE, int STAGES>
-__global__ void __launch_bounds__(kThreads, 1)
-    hopper_fwd_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16* __restrict__ out, float* __restrict__ stats,
-                      int NH, int T, float scale, float c, int section) {
-    using Plan = SmemPlan<HS, STAGES>;
-    constexpr int kTileBytes = Plan::kTileBytes;
-    constexpr int kORegs = HS / 2; /* O accumulator: 64 x HS */
-
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = aligned_smem_base(smem_raw);
-    unsigned char* q_s = smem + Plan::kQ;
-    unsigned char* k_s = smem + Plan::kK;
-    unsigned char* v_s = smem + Plan::kV;
-    uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
-    uint64_t* full_k = q_full + 1;
-    uint64_t* empty_k = full_k + STAGES;
-    uint64_t* full_v = empty_k + STAGES;
-    uint64_t* empty_v = full_v + STAGES;
-
-    const AttnTileOrder order = attn_tile_longest_first(section); /* longest rows first, per section */
-    const int q_tile = gridDim.x - 1 - order.rank;
-    const int bh = order.bh, b = bh / NH, h = bh % NH;
-    const int q0 = q_tile * kBlockQ;
-    /* causal: key tiles up to the one holding the CTA's last row; only the last tile reaches past q0
-       (kBlockQ == kBlockK and q0 is a multiple of both), so it is the only one that needs the mask */
-    const int n_key_tiles = (min(q0 + kBlockQ, T) - 1) / kBlockK + 1;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
-    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
-
-    if (threadIdx.x == 0) {
-        /* full_*: the producer's arrive.expect_tx + the TMA bytes; empty_*: every consumer thread */
-        init_pipeline_barriers<STAGES>(q_full, full_k, empty_k, 1, kConsumerThreads);
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(&full_v[s], 1);
-            mbar_init(&empty_v[s], kConsumerThreads);
-        }
-        mbar_init_fence();
-        fence_proxy_async();
-    }
-    __syncthreads();
-
-    if (warpgroup == kConsumerWarpgroups) {
-        setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
-        /* ---- producer: one lane of its first warp issues every copy, in the order the consumers need
-           them (iteration kt reads K(kt) and V(kt - 1)); warps 9-11 have no work ---- */
-        if (warp == kProducerWarp && lane == 0) {
-            mbar_arrive_expect_tx(q_full, kTileBytes);
-            for (int ch = 0; ch < Plan::kChunks; ch++)
-                tma_load_4d(q_s + ch * Plan::kChunkBytes, &qkv_map, q_full, ch * kChunkCols, kSlotQ * NH + h, q0, b);
-            produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, 0, kSlotK, NH, h, b);
-            for (int kt = 1; kt < n_key_tiles; kt++) {
-                produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, kt, kSlotK, NH, h, b);
-                produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, kt - 1, kSlotV, NH, h, b);
-            }
-            produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, n_key_tiles - 1, kSlotV, NH, h, b);
-        }
-        return; /* no block-wide barrier follows */
-    }
-    setmaxnreg_inc<kConsumerRegs>();
-
-    /* ---- consumer warpgroups: wg owns query rows q0 + 64 wg .. +63; this thread rows row0, row0 + 8 ---- */
-    const int wg = warpgroup, g = lane >> 2, t = lane & 3;
-    const int row0 = q0 + wg * kWarpgroupRows + (warp % 4) * 16 + g;
-    float o[kORegs];
-#pragma unroll
-    for (int i = 0; i < kORegs; i++) o[i] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY};
-    float l_part[2] = {0.f, 0.f}; /* this lane's part of the row sums (quad-summed at the end) */
-    float alpha[2];
-    float sacc[kSRegs];
-    POperand<MODE> p; /* bf(e) of the previous tile (fp32: + its residual), the A operand of its P V */
-
-    /* this warpgroup's 64 rows of the Q tile start 64 rows into each chunk (8 KB: 1024-aligned) */
-    const uint32_t q_addr = smem_u32(q_s) + wg * kWarpgroupRows * kSwizzleRowBytes;
-    const uint32_t k_base = smem_u32(k_s), v_base = smem_u32(v_s);
-    mbar_wait(q_full, 0);
-
-    /* tile 0: S alone (there is no previous P V to overlap with) */
-    mbar_wait(&full_k[0], 0);
-    __syncwarp(); /* lanes leave the polling loops at different times: reconverge for the .aligned wgmma */
-    warpgroup_qk<HS>(sacc, q_addr, k_base);
-    mbar_arrive(&empty_k[0]); /* this thread no longer reads K(0) */
-    softmax_tile<MODE>(sacc, m_run, l_part, alpha, n_key_tiles == 1, 0, row0, t, c);
-    rescale_o<HS>(o, alpha); /* O is 0 and alpha 0: kept so that O sees every operation the sequential loop does */
-    pack_p<MODE>(p, sacc);
-
-    overlapped_key_tiles<HS, MODE, STAGES, kBlockK * kSwizzleRowBytes, kTileBytes>(
-        sacc, o, p, m_run, l_part, alpha, full_k, empty_k, full_v, empty_v, q_addr, k_base, v_base, n_key_tiles, row0,
-        t, c);
-
-
-    /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
-    store_o_and_stats<HS, MODE>(o, l_part, m_run, out, stats, b, h, bh, NH, T, row0, t, scale);
-}
-
-/* ------------------------------------------------------------------------------------------------ */
-/* the HS-64 kernel: NWG (3) consumer warpgroups, 64 * NWG query rows per CTA                        */
+/* the kernel: NWG consumer warpgroups, 64 * NWG query rows per work item                            */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* Releases key tile kt that this warpgroup does not read: after it landed (so the arrivals count toward that
-   tile's phase of the empty barriers), one arrival per thread on each. */
+/* Releases the CTA's tile number seq, a key tile this warpgroup does not read: after it landed (so the
+   arrivals count toward that tile's phase of the empty barriers), one arrival per thread on each. */
 template <int STAGES>
 __device__ __forceinline__ void release_tile(uint64_t* full_k, uint64_t* empty_k, uint64_t* full_v, uint64_t* empty_v,
-                                             int kt) {
-    const int s = kt % STAGES;
-    const uint32_t parity = (uint32_t)((kt / STAGES) & 1);
+                                             int seq) {
+    const int s = seq % STAGES;
+    const uint32_t parity = (uint32_t)((seq / STAGES) & 1);
     mbar_wait(&full_k[s], parity);
     mbar_arrive(&empty_k[s]);
     mbar_wait(&full_v[s], parity);
     mbar_arrive(&empty_v[s]);
 }
 
-/* hopper_fwd_kernel's protocol and per-warpgroup loop with NWG consumer warpgroups sharing each K/V tile
-   (hopper_fwd_tall_kernel, HS 64). What differs from hopper_fwd_kernel:
-   - a 64 NWG-row tile spans parts of two 128-key diagonal tiles, so warpgroup wg (rows r0 = q0 + 64 wg
-     .. r0 + 63, inside one 128-key tile since r0 is a multiple of 64) runs its own n_tiles = (min(r0 + 64,
-     T) - 1) / 128 + 1 key tiles and masks only its own last one; the CTA's tiles past its own (and all of
-     them, when its rows all lie at or past T) it releases after they land, so every empty barrier still
-     counts each consumer thread once per tile;
-   - Q comes in n boxes of 128 rows (the K/V map's box), a box starting at or past T not loaded;
+/* Q buffers: a CTA that runs several work items loads the next item's Q while it finishes this one. */
+constexpr int kQBuffers = 2;
+
+/* The persistent launch's queue of work items (hopper_work_queue.cuh): the forwards of this translation unit run
+   one at a time on a stream. */
+__device__ HopperWorkQueue g_fwd_queue;
+
+/* Work item w of the launch's longest-first order (tile_order.cuh: ranks tile-major within sections of `section`
+   heads): ROWS query rows of a head and the key tiles up to the one holding its last row. */
+template <int ROWS>
+__device__ __forceinline__ AttnQueryItem fwd_item(unsigned long long w, int q_tiles, int heads, int section, int NH,
+                                                  int T) {
+    return attn_query_item(attn_tile_rank_head(w, q_tiles, heads, section), q_tiles, ROWS, kBlockK, NH, T);
+}
+
+/* The forward of every mode and both head sizes (attention_hopper.cu's file comment has the design, numerics
+   and barrier protocol). The CTA: NWG consumer warpgroups of 64 query rows each (3 at HS 64, 2 at HS 128)
+   and a producer warpgroup, one elected lane of which issues every TMA copy in the order the consumers need
+   them: an item's Q, K(0), then K(kt) and V(kt - 1) for kt = 1.., then the last V.
+   - Work items: the launch has q_tiles * heads items (64 NWG query rows of one head) in the longest-first
+     order. CTA x runs item x first; a grid of one CTA per item runs no more. With fewer CTAs (a persistent
+     launch) the producer takes each further item from g_fwd_queue once a Q buffer is free for it, and
+     writes the item's index beside that buffer (item_of[b]) before its q_full[b] arrival; n_items there,
+     with a plain arrival, tells the consumers that the CTA is done. The K/V stages and their phases run on
+     over the items (the CTA's tile number seq), and Q has kQBuffers buffers: the producer loads the next
+     item's Q and first K/V tiles while the consumers finish this one's last P V and write O.
+   - Separate K and V barriers per stage: V(kt) is read until P(kt) V(kt) retires in iteration kt + 1, one
+     iteration after K(kt) is done with. full_k[s] / full_v[s]: TMA bytes landed; empty_k[s]: every consumer
+     thread has S(kt); empty_v[s]: P V(kt) retired. q_full[b]: an item's Q landed; q_empty[b]: every
+     consumer thread is done with it (whether it read it or not). dev/attention_lab/protocol_model.py
+     plays this protocol under random interleavings (no deadlock, no buffer overwritten while read).
+   - At HS 64 an item's 192 rows span parts of two 128-key diagonal tiles, so warpgroup wg (rows r0 = q0 +
+     64 wg .. r0 + 63, inside one 128-key tile since r0 is a multiple of 64) runs its own n_tiles =
+     (min(r0 + 64, T) - 1) / 128 + 1 key tiles and masks only its own last one; the item's tiles past its own
+     (and all of them, when its rows all lie at or past T) it releases after they land, so every empty
+     barrier still counts each consumer thread once per tile. At HS 128 (two warpgroups, 128 rows) every
+     warpgroup runs all of the item's tiles.
+   - Q comes in boxes of 128 rows (the K/V map's box), a box starting at or past T not loaded.
    - kOverlap: the overlap keeps P(kt-1) live beside S and O; fp32 mode's two-term P does not fit in 160
-     registers, so there each tile runs in sequence (S, softmax, O *= alpha, P V one term at a time: the
-     tensor core applies the same k-steps to O in the same order, bit-identical). */
+     registers (HS 64), so there each tile runs in sequence (S, softmax, O *= alpha, P V one term at a time:
+     the tensor core applies the same k-steps to O in the same order, bit-identical). */
 template <int HS, int MODE, int STAGES, int NWG>
 __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
-    hopper_fwd_tall_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16* __restrict__ out,
-                           float* __restrict__ stats, int NH, int T, float scale, float c, int section) {
+    hopper_fwd_kernel(const __grid_constant__ CUtensorMap qkv_map, bf16* __restrict__ out,
+                      float* __restrict__ stats, int NH, int T, float scale, float c, int section, int heads) {
     using Cta = CtaShape<NWG>;
-    using Plan = SmemPlan<HS, STAGES, NWG>;
+    using Plan = SmemPlan<HS, STAGES, NWG, kQBuffers>;
     constexpr int kTileBytes = Plan::kTileBytes;
     constexpr int kORegs = HS / 2;
     constexpr bool kOverlap = !(MODE == ATTN_FP32 && Cta::kConsumerRegs < 200);
@@ -459,22 +399,26 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
     unsigned char* k_s = smem + Plan::kK;
     unsigned char* v_s = smem + Plan::kV;
     uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
-    uint64_t* full_k = q_full + 1;
+    uint64_t* q_empty = q_full + kQBuffers;
+    uint64_t* full_k = q_empty + kQBuffers;
     uint64_t* empty_k = full_k + STAGES;
     uint64_t* full_v = empty_k + STAGES;
     uint64_t* empty_v = full_v + STAGES;
+    __shared__ unsigned long long item_of[kQBuffers]; /* the item whose Q buffer b holds, n_items: none left */
 
-    const AttnTileOrder order = attn_tile_longest_first(section); /* longest rows first, per section */
-    const int q_tile = gridDim.x - 1 - order.rank;
-    const int bh = order.bh, b = bh / NH, h = bh % NH;
-    const int q0 = q_tile * Cta::kRows;
-    const int n_key_tiles = (min(q0 + Cta::kRows, T) - 1) / kBlockK + 1; /* the CTA's: the producer loads these */
+    const int q_tiles = (T + Cta::kRows - 1) / Cta::kRows;
+    const unsigned long long n_items = (unsigned long long)q_tiles * (unsigned long long)heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
 
     if (threadIdx.x == 0) {
-        init_pipeline_barriers<STAGES>(q_full, full_k, empty_k, 1, Cta::kConsumerThreads);
+        for (int i = 0; i < kQBuffers; i++) {
+            mbar_init(&q_full[i], 1);
+            mbar_init(&q_empty[i], Cta::kConsumerThreads);
+        }
         for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full_k[s], 1);
+            mbar_init(&empty_k[s], Cta::kConsumerThreads);
             mbar_init(&full_v[s], 1);
             mbar_init(&empty_v[s], Cta::kConsumerThreads);
         }
@@ -486,97 +430,127 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
     if (warpgroup == NWG) {
         setmaxnreg_dec<kProducerRegs>();
         if (warp == 4 * NWG && lane == 0) {
-            const int q_boxes = min(Plan::kQBoxes, (T - q0 + kBlockK - 1) / kBlockK);
-            mbar_arrive_expect_tx(q_full, q_boxes * Plan::kChunks * Plan::kChunkBytes);
-            for (int w = 0; w < q_boxes; w++)
-                for (int ch = 0; ch < Plan::kChunks; ch++)
-                    tma_load_4d(q_s + ch * Plan::kQChunkBytes + w * Plan::kChunkBytes, &qkv_map, q_full,
-                                ch * kChunkCols, kSlotQ * NH + h, q0 + w * kBlockK, b);
-            produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, 0, kSlotK, NH, h, b);
-            for (int kt = 1; kt < n_key_tiles; kt++) {
-                produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, kt, kSlotK, NH, h, b);
-                produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, kt - 1, kSlotV, NH, h, b);
+            const bool queued = gridDim.x < n_items; /* a persistent launch */
+            int seq = 0; /* the CTA's K/V tiles issued so far */
+            /* item `use` of the CTA takes Q buffer use % kQBuffers */
+            for (int use = 0;; use++) {
+                const int qb = use % kQBuffers;
+                /* buffer qb is free once every consumer released its previous use */
+                if (use >= kQBuffers) mbar_wait(&q_empty[qb], (uint32_t)((use / kQBuffers - 1) & 1));
+                const unsigned long long w =
+                    use == 0 ? blockIdx.x : queued ? work_queue_next(&g_fwd_queue, n_items) : n_items;
+                item_of[qb] = w; /* visible to the consumers through the arrival below */
+                if (w >= n_items) {
+                    mbar_arrive(&q_full[qb]);
+                    break;
+                }
+                const AttnQueryItem it = fwd_item<Cta::kRows>(w, q_tiles, heads, section, NH, T);
+                unsigned char* q_buf = q_s + qb * Plan::kQBufferBytes;
+                const int q_boxes = min(Plan::kQBoxes, (T - it.q0 + kBlockK - 1) / kBlockK);
+                mbar_arrive_expect_tx(&q_full[qb], q_boxes * Plan::kChunks * Plan::kChunkBytes);
+                for (int box = 0; box < q_boxes; box++)
+                    for (int ch = 0; ch < Plan::kChunks; ch++)
+                        tma_load_4d(q_buf + ch * Plan::kQChunkBytes + box * Plan::kChunkBytes, &qkv_map, &q_full[qb],
+                                    ch * kChunkCols, kSlotQ * NH + it.h, it.q0 + box * kBlockK, it.b);
+                produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, seq, 0, kSlotK, NH, it.h, it.b);
+                for (int kt = 1; kt < it.n_key_tiles; kt++) {
+                    produce_tile<HS, STAGES>(k_s, full_k, empty_k, &qkv_map, seq + kt, kt, kSlotK, NH, it.h, it.b);
+                    produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, seq + kt - 1, kt - 1, kSlotV, NH, it.h,
+                                             it.b);
+                }
+                produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, seq + it.n_key_tiles - 1, it.n_key_tiles - 1,
+                                         kSlotV, NH, it.h, it.b);
+                seq += it.n_key_tiles;
             }
-            produce_tile<HS, STAGES>(v_s, full_v, empty_v, &qkv_map, n_key_tiles - 1, kSlotV, NH, h, b);
+            if (queued) work_queue_finish(&g_fwd_queue);
         }
         return;
     }
     setmaxnreg_inc<Cta::kConsumerRegs>();
 
     const int wg = warpgroup, g = lane >> 2, t = lane & 3;
-    const int wg_row0 = q0 + wg * kWarpgroupRows;
-    const int row0 = wg_row0 + (warp % 4) * 16 + g;
-    /* this warpgroup's key tiles: up to the one holding its last row before T (0 if none) */
-    const int n_tiles = wg_row0 < T ? (min(wg_row0 + kWarpgroupRows, T) - 1) / kBlockK + 1 : 0;
     const uint32_t k_base = smem_u32(k_s), v_base = smem_u32(v_s);
+    int seq = 0; /* the producer's count */
+    for (int use = 0;; use++) {
+        const int qb = use % kQBuffers;
+        const uint32_t q_parity = (uint32_t)((use / kQBuffers) & 1);
+        /* the CTA's first item is its own (blockIdx.x), worked out while its Q lands; a later one is what the
+           producer wrote beside the buffer, read once the buffer's q_full phase completed */
+        if (use > 0) mbar_wait(&q_full[qb], q_parity);
+        const unsigned long long w = use == 0 ? blockIdx.x : item_of[qb];
+        if (w >= n_items) break;
+        const AttnQueryItem it = fwd_item<Cta::kRows>(w, q_tiles, heads, section, NH, T);
+        const int wg_row0 = it.q0 + wg * kWarpgroupRows;
+        const int row0 = wg_row0 + (warp % 4) * 16 + g;
+        /* this warpgroup's key tiles: up to the one holding its last row before T (0 if none) */
+        const int n_tiles = wg_row0 < T ? (min(wg_row0 + kWarpgroupRows, T) - 1) / kBlockK + 1 : 0;
+        /* every consumer thread waits for the item's Q, read or not: its q_empty arrival below then comes after
+           the producer saw the buffer's previous use released, so it cannot count toward that use */
+        if (use == 0) mbar_wait(&q_full[qb], q_parity);
 
-    if (n_tiles > 0) {
-        float o[kORegs];
+        if (n_tiles > 0) {
+            float o[kORegs];
 #pragma unroll
-        for (int i = 0; i < kORegs; i++) o[i] = 0.f;
-        float m_run[2] = {-INFINITY, -INFINITY};
-        float l_part[2] = {0.f, 0.f};
-        float alpha[2];
-        float sacc[kSRegs];
-        const uint32_t q_addr = smem_u32(q_s) + wg * Plan::kWgQBytes;
-        mbar_wait(q_full, 0);
+            for (int i = 0; i < kORegs; i++) o[i] = 0.f;
+            float m_run[2] = {-INFINITY, -INFINITY};
+            float l_part[2] = {0.f, 0.f};
+            float alpha[2];
+            float sacc[kSRegs];
+            const uint32_t q_addr = smem_u32(q_s + qb * Plan::kQBufferBytes) + wg * Plan::kWgQBytes;
 
-        if constexpr (kOverlap) {
-            /* hopper_fwd_kernel's loop over this warpgroup's tiles */
-            POperand<MODE> p;
-            mbar_wait(&full_k[0], 0);
-            __syncwarp();
-            zero_scores(sacc);
-            wgmma_fence();
-            issue_qk<HS, Plan::kQChunkBytes>(sacc, q_addr, k_base);
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence(sacc);
-            mbar_arrive(&empty_k[0]);
-            softmax_tile<MODE>(sacc, m_run, l_part, alpha, n_tiles == 1, 0, row0, t, c);
-            rescale_o<HS>(o, alpha);
-            pack_p<MODE>(p, sacc);
-            overlapped_key_tiles<HS, MODE, STAGES, Plan::kQChunkBytes, kTileBytes>(
-                sacc, o, p, m_run, l_part, alpha, full_k, empty_k, full_v, empty_v, q_addr, k_base, v_base, n_tiles,
-                row0, t, c);
-        } else {
-            /* fp32 at 160 registers: tile by tile, only one 32-register A operand live beside S and O */
-            for (int kt = 0; kt < n_tiles; kt++) {
-                const int s = kt % STAGES;
-                const uint32_t parity = (uint32_t)((kt / STAGES) & 1);
-                mbar_wait(&full_k[s], parity);
+            if constexpr (kOverlap) {
+                /* tile 0's S alone (there is no previous P V to overlap with), then the overlapped tiles */
+                POperand<MODE> p;
+                const int s0 = seq % STAGES;
+                mbar_wait(&full_k[s0], (uint32_t)((seq / STAGES) & 1));
                 __syncwarp();
-                zero_scores(sacc);
-                wgmma_fence();
-                issue_qk<HS, Plan::kQChunkBytes>(sacc, q_addr, k_base + s * kTileBytes);
-                wgmma_commit();
-                wgmma_wait<0>();
-                reg_fence(sacc);
-                mbar_arrive(&empty_k[s]);
-                softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_tiles - 1, kt * kBlockK, row0, t, c);
+                warpgroup_qk<HS, Plan::kQChunkBytes>(sacc, q_addr, k_base + s0 * kTileBytes);
+                mbar_arrive(&empty_k[s0]);
+                softmax_tile<MODE>(sacc, m_run, l_part, alpha, n_tiles == 1, 0, row0, t, c);
                 rescale_o<HS>(o, alpha);
-                mbar_wait(&full_v[s], parity);
-                __syncwarp();
-                uint32_t pa[kPvSteps][4];
+                pack_p<MODE>(p, sacc);
+                overlapped_key_tiles<HS, MODE, STAGES, Plan::kQChunkBytes, kTileBytes>(
+                    sacc, o, p, m_run, l_part, alpha, full_k, empty_k, full_v, empty_v, q_addr, k_base, v_base,
+                    n_tiles, row0, t, c, seq);
+            } else {
+                /* fp32 at 160 registers: tile by tile, only one 32-register A operand live beside S and O */
+                for (int kt = 0; kt < n_tiles; kt++) {
+                    const int s = (seq + kt) % STAGES;
+                    const uint32_t parity = (uint32_t)(((seq + kt) / STAGES) & 1);
+                    mbar_wait(&full_k[s], parity);
+                    __syncwarp();
+                    warpgroup_qk<HS, Plan::kQChunkBytes>(sacc, q_addr, k_base + s * kTileBytes);
+                    mbar_arrive(&empty_k[s]);
+                    softmax_tile<MODE>(sacc, m_run, l_part, alpha, kt == n_tiles - 1, kt * kBlockK, row0, t, c);
+                    rescale_o<HS>(o, alpha);
+                    mbar_wait(&full_v[s], parity);
+                    __syncwarp();
+                    uint32_t pa[kPvSteps][4];
 #pragma unroll 1 /* a loop, not two copies: unrolled, ptxas spills 4 bytes at 160 (CUDA 13.0) */
-                for (int term = 0; term < POperand<MODE>::kTerms; term++) {
-                    if (term == 0) pack_p_operand<false>(pa, sacc);
-                    else pack_p_operand<true>(pa, sacc);
-                    wgmma_fence();
-                    issue_pv<HS>(o, pa, v_base + s * kTileBytes);
-                    wgmma_commit();
-                    wgmma_wait<0>();
-                    reg_fences(o, pa);
+                    for (int term = 0; term < POperand<MODE>::kTerms; term++) {
+                        if (term == 0) pack_p_operand<false>(pa, sacc);
+                        else pack_p_operand<true>(pa, sacc);
+                        wgmma_fence();
+                        issue_pv<HS>(o, pa, v_base + s * kTileBytes);
+                        wgmma_commit();
+                        wgmma_wait<0>();
+                        reg_fences(o, pa);
+                    }
+                    mbar_arrive(&empty_v[s]);
                 }
-                mbar_arrive(&empty_v[s]);
             }
-        }
+            mbar_arrive(&q_empty[qb]); /* every S GEMM of this item that read Q has retired */
 
-        /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
-        store_o_and_stats<HS, MODE>(o, l_part, m_run, out, stats, b, h, bh, NH, T, row0, t, scale);
+            /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
+            store_o_and_stats<HS, MODE>(o, l_part, m_run, out, stats, it.b, it.h, it.bh, NH, T, row0, t, scale);
+        } else {
+            mbar_arrive(&q_empty[qb]); /* rows all at or past T: Q not read */
+        }
+        /* release the item's key tiles this warpgroup does not read */
+        for (int kt = n_tiles; kt < it.n_key_tiles; kt++)
+            release_tile<STAGES>(full_k, empty_k, full_v, empty_v, seq + kt);
+        seq += it.n_key_tiles;
     }
-    /* release the CTA's key tiles this warpgroup does not read */
-    for (int kt = n_tiles; kt < n_key_tiles; kt++) release_tile<STAGES>(full_k, empty_k, full_v, empty_v, kt);
 }
 
 }  // namespace

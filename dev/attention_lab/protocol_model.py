@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""dev/attention_lab/protocol_model.py - the barrier protocol of the Hopper forward (kernel_fwd.cuh's
+hopper_fwd_kernel: one producer and NWG consumer warpgroups over the CTA's work items, which a persistent
+launch's producer takes from a queue and hands to the consumers beside their Q buffer) played under random
+interleavings on the CPU, with the mbarriers' arrival counts, phases and TMA byte counts, and the copies landing
+at random moments.
+
+Why: a protocol bug in the kernel (a parity, an arrival count, a buffer reused too early) hangs the GPU or
+silently reads a tile that was already overwritten; neither shows on a machine without one. The model checks,
+for every launch shape below, that every schedule ends (no deadlock), that no copy into a Q, K or V buffer is
+issued or lands while a consumer still reads the data it replaces, and that no copy is left in flight. It models
+the kernel's order of waits and arrivals by hand: change it with the kernel.
+
+Usage: dev/attention_lab/protocol_model.py [--seeds N]   ends with "N passed, N failed"
+"""
+import argparse
+import random
+
+KEYS = 128  # keys per K/V tile
+
+
+class Mbarrier:
+    """count arrivals and outstanding TMA bytes complete a phase; try_wait.parity(p) is true once the phase of
+    parity p has completed (the current phase's parity differs from p)."""
+
+    def __init__(self, count):
+        self.count, self.pending, self.phase, self.tx = count, count, 0, 0
+
+    def arrive(self, expect_tx=0):
+        self.tx += expect_tx
+        self.pending -= 1
+        assert self.pending >= 0, "more arrivals than the count in one phase"
+        self._complete()
+
+    def land(self, nbytes):
+        self.tx -= nbytes
+        self._complete()
+
+    def _complete(self):
+        if self.pending == 0 and self.tx == 0:
+            self.phase, self.pending = self.phase + 1, self.count
+
+    def done(self, parity):
+        return (self.phase & 1) != parity
+
+
+def items(T, heads, rows):
+    """the forward's work items in their longest-first order (fwd_item, one section of heads): (q0, key tiles)"""
+    q_tiles = -(-T // rows)
+    for w in range(q_tiles * heads):
+        q0 = (q_tiles - 1 - w // heads) * rows
+        yield q0, (min(q0 + rows, T) - 1) // KEYS + 1
+
+
+def wait(bar, parity):
+    while not bar.done(parity):
+        yield
+
+
+class World:
+    """what the model threads of one CTA share: which data each buffer holds (owner[kind][buffer]), who reads it
+    (reading[(kind, buffer)]: model threads) and the copies issued, not landed ((barrier, kind, buffer, data))"""
+
+    def __init__(self):
+        self.owner, self.reading, self.in_flight = {}, {}, []
+
+
+class Ring:
+    """n buffers of one kind, each with a full barrier (one arrival + the copy's bytes) and an empty barrier (every
+    consumer thread): use u of the ring takes buffer u % n in phase u // n, as the kernels' stage counters do."""
+
+    def __init__(self, world, kind, n, consumers):
+        self.w, self.kind, self.n = world, kind, n
+        self.full = [Mbarrier(1) for _ in range(n)]
+        self.empty = [Mbarrier(consumers) for _ in range(n)]
+        world.owner[kind] = [None] * n
+
+    def issue(self, u):
+        """the producer: waits until use u - n was released, then issues the copy of use u"""
+        b = u % self.n
+        if u >= self.n:
+            yield from wait(self.empty[b], (u // self.n - 1) & 1)
+        assert not self.w.reading.get((self.kind, b)), f"a copy into {self.kind} buffer {b} issued while it is read"
+        self.full[b].arrive(expect_tx=1)
+        self.w.in_flight.append((self.full[b], self.kind, b, u))
+
+    def acquire(self, me, u):
+        """a consumer thread waits for use u's copy and starts reading it"""
+        b = u % self.n
+        yield from wait(self.full[b], (u // self.n) & 1)
+        assert self.w.owner[self.kind][b] == u, f"{self.kind} buffer {b} holds {self.w.owner[self.kind][b]}, not {u}"
+        self.w.reading.setdefault((self.kind, b), set()).add(me)
+
+    def release(self, me, u):
+        self.w.reading[(self.kind, u % self.n)].discard(me)
+        self.empty[u % self.n].arrive()
+
+    def read(self, me, u):
+        """acquire, read for a while, release"""
+        yield from self.acquire(me, u)
+        yield
+        self.release(me, u)
+
+    def close(self, u, slot, value):
+        """the producer: waits until use u - n was released, writes `value` into slot[b] (the item_of word beside
+        the buffer) and arrives on full[b] without a copy"""
+        b = u % self.n
+        if u >= self.n:
+            yield from wait(self.empty[b], (u // self.n - 1) & 1)
+        assert not self.w.reading.get((self.kind, b)), f"{self.kind} buffer {b}'s slot rewritten while it is read"
+        slot[b] = (u, value)
+        self.full[b].arrive()
+
+    def skip(self, u):
+        """release use u unread, after its copy landed (so the release cannot count toward the previous use)"""
+        yield from wait(self.full[u % self.n], (u // self.n) & 1)
+        self.empty[u % self.n].arrive()
+
+
+def play(live, world, rng):
+    """Runs the model threads (generators that yield while they wait) in a random order, landing the copies in
+    flight at random moments: a copy into a buffer someone still reads, a failed assertion, a state where no
+    thread can move, or copies left over are the failure returned; None when every thread ran to its end."""
+    idle = 0
+    while live:
+        if world.in_flight and rng.random() < 0.3:  # a copy lands
+            bar, kind, buf, data = world.in_flight.pop(rng.randrange(len(world.in_flight)))
+            if world.reading.get((kind, buf)):
+                return f"a copy into {kind} buffer {buf} landed while {sorted(world.reading[(kind, buf)])} read it"
+            world.owner[kind][buf] = data
+            bar.land(1)
+            idle = 0
+            continue
+        i = rng.randrange(len(live))
+        try:
+            next(live[i])
+        except StopIteration:
+            live.pop(i)
+        except AssertionError as e:
+            return str(e)
+        idle += 1
+        if idle > 100000:
+            return "deadlock: no thread can move and no copy is in flight"
+    return "copies left in flight at exit" if world.in_flight else None
+
+
+def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_per_wg=4):
+    """one CTA of the forward; each warpgroup is threads_per_wg model threads (arrival counts scaled to match).
+    overlap: the kernel's kOverlap order (K(kt) read beside V(kt - 1); fp32 at HS 64 reads tile by tile).
+    The CTA's items: its first, then (a persistent launch, grid below the item count) as many as the work queue
+    hands it, each claimed once a Q buffer is free (the model takes a random number of random items: any
+    assignment the other CTAs' timing can leave it), written beside the buffer (item_of) and read by the
+    consumers after its q_full; the end is an arrival without a copy. Returns None or the failure."""
+    rows = 64 * nwg
+    consumers = nwg * threads_per_wg
+    world = World()
+    q, k, v = Ring(world, "q", qbufs, consumers), Ring(world, "k", stages, consumers), Ring(world, "v", stages,
+                                                                                          consumers)
+    every = list(items(T, heads, rows))
+    queued = grid < len(every)
+    item_of = [None] * qbufs
+
+    def claims():  # the producer's item for each use, then None
+        yield every[cta]
+        while queued and rng.random() < 0.7:
+            yield every[rng.randrange(len(every))]
+        yield None
+
+    def producer():  # an item's Q, K(0), then K(kt) and V(kt - 1), then the last V (produce_tile)
+        seq = 0
+        for use, item in enumerate(claims()):
+            if item is None:
+                yield from q.close(use, item_of, None)
+                return
+            if use >= qbufs:  # the buffer's previous use released, then its item_of written, then the copy
+                yield from wait(q.empty[use % qbufs], (use // qbufs - 1) & 1)
+            item_of[use % qbufs] = (use, item)
+            yield from q.issue(use)
+            n = item[1]
+            yield from k.issue(seq)
+            for kt in range(1, n):
+                yield from k.issue(seq + kt)
+                yield from v.issue(seq + kt - 1)
+            yield from v.issue(seq + n - 1)
+            seq += n
+
+    def consumer(wg, me):
+        seq = 0
+        for use in range(1 << 30):
+            b = use % qbufs
+            yield from wait(q.full[b], (use // qbufs) & 1)
+            yield  # the read of item_of may come any time before the thread's q_empty arrival
+            assert item_of[b] is not None and item_of[b][0] == use, f"item_of[{b}] holds use {item_of[b]}, not {use}"
+            if item_of[b][1] is None:
+                return
+            q0, n = item_of[b][1]
+            r0 = q0 + 64 * wg
+            n_tiles = (min(r0 + 64, T) - 1) // KEYS + 1 if r0 < T else 0
+            if n_tiles > 0:
+                yield from q.acquire(me, use)
+                if overlap:  # S(0) alone; S(kt) beside P(kt-1) V(kt-1), K released first; the last P V
+                    yield from k.read(me, seq)
+                    for kt in range(1, n_tiles):
+                        yield from k.acquire(me, seq + kt)
+                        yield from v.acquire(me, seq + kt - 1)
+                        yield
+                        k.release(me, seq + kt)
+                        yield
+                        v.release(me, seq + kt - 1)
+                    yield from v.read(me, seq + n_tiles - 1)
+                else:
+                    for kt in range(n_tiles):
+                        yield from k.read(me, seq + kt)
+                        yield from v.read(me, seq + kt)
+                q.release(me, use)
+            else:  # rows all past T: Q released unread, after its copy landed
+                yield from q.skip(use)
+            for kt in range(n_tiles, n):  # release_tile
+                yield from k.skip(seq + kt)
+                yield from v.skip(seq + kt)
+            seq += n
+
+    live = [producer()] + [consumer(wg, (wg, i)) for wg in range(nwg) for i in range(threads_per_wg)]
+    return play(live, world, rng)
+
+
+def sweep(label, shapes, n_items, run, seeds):
+    """runs every CTA of each launch (T, heads, grid) under `seeds` random schedules: (passed, failed)"""
+    passed = failed = 0
+    for T in shapes:
+        for heads in (1, 3, 6):
+            for grid in (1, 2, 5, 10 ** 6):  # persistent launches, and one CTA per item
+                for seed in range(seeds):
+                    rng = random.Random(seed)
+                    errors = [e for cta in range(min(grid, n_items(T, heads)))
+                              for e in [run(cta, grid, T, heads, rng)] if e]
+                    if errors:
+                        failed += 1
+                        print(f"FAIL {label} T {T} heads {heads} grid {grid} seed {seed}: {errors[0]}")
+                    else:
+                        passed += 1
+    return passed, failed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=3, help="random schedules per launch shape (default 3)")
+    args = ap.parse_args()
+    results = []
+    # the forward: HS 128; HS 64; HS 64 fp32 (tile by tile)
+    for nwg, overlap in ((2, True), (3, True), (3, False)):
+        results.append(sweep(f"forward NWG {nwg} overlap {overlap}",
+                             (1, 50, 64, 65, 77, 128, 129, 191, 192, 193, 256, 257, 320, 383, 385, 1000, 1024, 2048),
+                             lambda T, heads: -(-T // (64 * nwg)) * heads,
+                             lambda cta, grid, T, heads, rng: run_cta(cta, grid, T, heads, nwg, 2, 2, rng, overlap),
+                             args.seeds))
+    passed, failed = sum(r[0] for r in results), sum(r[1] for r in results)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
