@@ -50,9 +50,9 @@
  * Items: ceil(T / (64 NWG)) x B*NH of them in the longest-first order of tile_order.cuh; one CTA per SM
  * (fewer when there are fewer items), whose producer takes each item past its first from a counter once a Q
  * buffer is free for it (hopper_work_queue.cuh) and hands its index to the consumers beside that buffer;
- * ATTN_FWD_PERSISTENT=0 launches one CTA per item instead. The K/V stages and their phases run on across a CTA's items, and Q has two buffers (q_full /
- * q_empty each), so the producer loads the next item's Q and first K/V tiles while the consumers finish this
- * one's last P V and write O.
+ * ATTN_FWD_PERSISTENT=0 launches one CTA per item instead. The K/V stages and their phases run on across a
+ * CTA's items, and Q has two buffers (q_full / q_empty each), so the producer loads the next item's Q and first
+ * K/V tiles while the consumers finish this one's last P V and write O.
  * An item computes the same whichever CTA runs it: the two launches give the same bits.
  * The fused qkv [B, T, 3, NH, HS] is described to TMA as a 4-D tensor {HS, 3*NH, T, B} (encoded per call
  * on the host - it holds the qkv pointer - and passed __grid_constant__), so the strided layout costs
