@@ -649,22 +649,26 @@ def main():
     # The validation step: an evaluation record carries the steps completed before it, so the one after training
     # record `at` is at+1 (a finished run logs its final eval there). Compared is the latest evaluation step up to
     # at+1 that every run reaching `at` logged, so that all runs are compared at the same evaluation.
+    losses = {id(r): (series(r["rows"], "loss"), series(r["rows"], "val_loss")) for r in runs}
     val_at = at
     if at is not None:
-        reaching = [r for r in runs if (tr := series(r["rows"], "loss")) and tr[-1][0] >= at]
         common = None
-        for r in reaching:
-            steps = {s for s, _ in upto(series(r["rows"], "val_loss"), at + 1)}
+        for r in runs:
+            train_pts, val_pts = losses[id(r)]
+            if not train_pts or train_pts[-1][0] < at:
+                continue  # a run that did not reach `at`
+            steps = {s for s, _ in upto(val_pts, at + 1)}
             common = steps if common is None else common & steps
         if common:
             val_at = max(common)
 
     groups = {}
     for r in runs:
-        tr = upto(series(r["rows"], "loss"), at)
+        train_pts, val_pts = losses[id(r)]
+        tr = upto(train_pts, at)
         r["steps"] = tr[-1][0] if tr else None
-        r["train"] = final_train(series(r["rows"], "loss"), at, args.last_k)
-        va = upto(series(r["rows"], "val_loss"), val_at)
+        r["train"] = final_train(train_pts, at, args.last_k)
+        va = upto(val_pts, val_at)
         r["val"] = va[-1][1] if va else float("nan")
         if at is not None and r["steps"] is not None and r["steps"] < at:
             r["train"] = r["val"] = float("nan")  # ended (non-finite) before the comparison step

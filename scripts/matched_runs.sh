@@ -119,14 +119,16 @@ for m in $modes $gauge_mode; do
     esac
 done
 [ -n "$(printf '%s' "$modes" | tr -d ' ')" ] || die "--modes \"$modes\" names no mode (fp32|bf16|repair|gproj|cudnn)"
-[ -z "$(printf '%s\n' $modes | sort | uniq -d)" ] || die "--modes \"$modes\" names a mode twice"
-[ -z "$(printf '%s\n' $gauge_mode | sort | uniq -d)" ] || die "--gauge-arm \"$gauge_mode\" names a mode twice"
+# once FLAG WORDS WHAT: dies when a word of the space-separated WORDS comes twice
+once() { [ -z "$(printf '%s\n' $2 | sort | uniq -d)" ] || die "$1 \"$2\" names $3 twice"; }
+once --modes "$modes" "a mode"
+once --gauge-arm "$gauge_mode" "a mode"
 case "$name" in */*|.|..) die "--name '$name': a plain folder name, please" ;; esac
 [[ "$per_gpu" =~ ^[1-9][0-9]*$ ]] || die "--per-gpu '$per_gpu': a positive number of runs per GPU"
 if [ -n "$diag_every" ] && ! [[ "$diag_every" =~ ^[0-9]+$ ]]; then die "--diag-every '$diag_every': not a number"; fi
 if [ -n "$stop_at" ] && ! [[ "$stop_at" =~ ^[1-9][0-9]*$ ]]; then die "--stop-at '$stop_at': a positive step number"; fi
 for s in $seeds; do [[ "$s" =~ ^[0-9]+$ ]] || die "--seeds: '$s' is not a seed (non-negative integers, e.g. --seeds \"7 8 9\")"; done
-[ -z "$(printf '%s\n' $seeds | sort | uniq -d)" ] || die "--seeds \"$seeds\" names a seed twice"
+once --seeds "$seeds" "a seed"
 # The script runs from the repository root: a relative path given to a file flag after -- means the caller's
 # folder, so it is made absolute here (globs stay globs).
 abs_path() { case "$1" in ""|/*) printf '%s' "$1" ;; *) printf '%s/%s' "$caller_dir" "$1" ;; esac; }
