@@ -13,7 +13,7 @@
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
-#           stepkernels oldtree attnab bitsab profiles resumecheck smallstep power fwdlaunch
+#           stepkernels oldtree attnab bitsab profiles resumecheck smallstep power fwdlaunch sass ncusource
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -626,6 +626,55 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
             done
         done
         end 0 ;;
+    sass)
+        # the machine code (cuobjdump -sass) of the attention objects of this tree and, when oldtree built it, of
+        # OLD_DIR's, for reading away from the GPU machine (the build machines have no disassembler):
+        # $OUT/sass.tar.xz, one .sass per object under new/ and old/
+        begin "sass: machine code of the attention objects"
+        rc=0
+        if ! command -v cuobjdump > /dev/null; then
+            say "   cuobjdump not found (it ships with the CUDA toolkit, beside nvcc)"; rc=1
+        else
+            rm -rf /tmp/sass && mkdir -p /tmp/sass
+            for t in new old; do
+                root=.; [ $t = old ] && root=$OLD_TREE
+                [ -d "$root/build/attention" ] || continue
+                for o in $(find "$root/build/attention" "$root/build/dev/attention_lab" -name '*.cu.o' 2>/dev/null); do
+                    f=/tmp/sass/$t/$(echo "${o#"$root"/build/}" | tr / _).sass
+                    mkdir -p /tmp/sass/$t
+                    cuobjdump -sass "$o" > "$f" 2>&1 || { say "   cuobjdump $o: rc $?"; rc=1; }
+                done
+                say "   $t: $(ls /tmp/sass/$t 2>/dev/null | wc -l) objects"
+            done
+            tar -C /tmp/sass -cJf "$OUT/sass.tar.xz" . || rc=1
+        fi
+        end $rc ;;
+    ncusource)
+        # where inside a kernel the time goes: ncu's per-instruction warp-state samples (its source page, SASS) for
+        # the kernels matching NCU_SOURCE_KERNELS (default the forward, hopper_fwd) at NCU_SHAPE (default d12's) in
+        # each mode of NCU_MODES (default "bf16 gproj"), for this tree and, when oldtree built it, OLD_DIR's; the
+        # second launch of each (bench_attention runs one warm-up): $OUT/ncusource.tar.xz (CSV per tree and mode)
+        shape=${NCU_SHAPE:-32,12,1024,64}
+        begin "ncusource: per-instruction samples of ${NCU_SOURCE_KERNELS:-hopper_fwd} at $shape"
+        rc=0
+        rm -rf /tmp/ncusource && mkdir -p /tmp/ncusource
+        for t in new old; do
+            bin=build/bench_attention; [ $t = old ] && bin=$OLD_TREE/build/bench_attention
+            [ -x "$bin" ] || continue
+            for m in ${NCU_MODES:-bf16 gproj}; do
+                rep=/tmp/ncusource/${t}_$m
+                timeout 240 ncu --set full --import-source no --kernel-name regex:"${NCU_SOURCE_KERNELS:-hopper_fwd}" \
+                    --launch-skip 1 --launch-count 1 -f -o "$rep" $bin --shape "$shape" --modes "$m" --warmup 1 \
+                    --repeats 1 > "$rep.log" 2>&1 &&
+                    ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep.csv" 2>> "$rep.log" &&
+                    ncu -i "$rep.ncu-rep" --page details > "$rep.details.txt" 2>> "$rep.log"
+                r=$?; [ $r -ne 0 ] && rc=1
+                say "   $t $m: rc $r, $(wc -l < "$rep.csv" 2>/dev/null || echo 0) source rows"
+                rm -f "$rep.ncu-rep"
+            done
+        done
+        tar -C /tmp/ncusource -cJf "$OUT/ncusource.tar.xz" . || rc=1
+        end $rc ;;
     attnbench)
         # issue 4: our kernels vs PyTorch SDPA (cuDNN, flash), side by side (scripts/bench_attention.sh)
         begin "attention benchmark vs PyTorch SDPA"
