@@ -33,6 +33,8 @@ $(BUILD)/dev/cudnn_check: $(BUILD)/dev/cudnn_check.cu.o $(ATTN_CUDA_OBJS) $(ATTN
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lgomp -lm $(ATTN_CUDA_LDLIBS)
 # End-to-end CPU test of the probe on a numpy-written capture (builds build/attn_probe with nvcc; skips without it).
 CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"
+# dev/ptx_blocks.py (a kernel's PTX blocks and machine-code size, read without a GPU) on a synthetic module and cubin.
+CPU_TEST_COMMANDS += "python3 tests/test_ptx_blocks.py"
 
 # ---- gproj variants study (docs/gproj_variants.md): CPU emulation of cheaper gproj forms ----
 # The engine rounds where the emulation does, so it is compiled with the

@@ -355,13 +355,15 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
                k-step (16 queries) at a time */
             uint32_t pa[kQSteps][4], pds[kQSteps][4], plam[kQSteps][4];
+            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
 #pragma unroll
-            for (int kk = 0; kk < kQSteps; kk++) {
-                float lam[2][2];
-                load_step_lambdas(lam, lam_row, kk, t);
-                keymajor_probs_step<ATTN_REPAIR>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
-                pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
-            }
+                for (int kk = 0; kk < kQSteps; kk++) {
+                    float lam[2][2];
+                    load_step_lambdas(lam, lam_row, kk, t);
+                    keymajor_probs_step<ATTN_REPAIR, decltype(mask)::value>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
+                    pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+                }
+            });
 
             /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
                two dK ones chained on the same accumulator; P and dS are dead while it runs (128 accumulator +
@@ -373,16 +375,18 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions), their four A words and the three
                staged dS terms, one k-step (16 queries) at a time, so the FP32 values die step by step */
             uint32_t pa[kQSteps][4], pa_lo[kQSteps][4], pds[kQSteps][4], pds_lo[kQSteps][4];
+            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
 #pragma unroll
-            for (int kk = 0; kk < kQSteps; kk++) {
-                keymajor_probs_step<ATTN_FP32>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
-                uint32_t unused[4], x2[4];
-                pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
-                pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
-                stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_col, t);
-                stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_col, t);
-                stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_col, t);
-            }
+                for (int kk = 0; kk < kQSteps; kk++) {
+                    keymajor_probs_step<ATTN_FP32, decltype(mask)::value>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
+                    uint32_t unused[4], x2[4];
+                    pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
+                    pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
+                    stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_col, t);
+                    stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_col, t);
+                    stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_col, t);
+                }
+            });
             /* dV += bf(P)^T dO + bf(P - bf(P))^T dO, dK += bf(dS)^T Q + bf(r1)^T Q: one batch of 16 wgmmas, two
                chains of 8 on one accumulator each (128 accumulator + 64 A registers in flight) */
             reg_fences(pa, pa_lo, pds, pds_lo, dv, dk);
@@ -415,20 +419,23 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             send_dq_partial(dq, dq_tile, warp_in_wg, g_here, t, wg, q0, dq_head, dq_map);
         } else {
 
-            /* P and dS in registers (st <- P, dpt <- dS), masked entries exactly 0 */
-#pragma unroll
-            for (int j = 0; j < kBlockQ / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int query = q0 + 8 * j + 2 * t + e;
-                    const float4 row = rs[8 * j + 2 * t + e];
-                    keymajor_probs_column<MODE>(st, dpt, row, j, e, query, key0, T, masked, c);
-                }
-
-            /* bf(P), bf(dS) as A operands; bf(dS) also to the shared tile (this warpgroup's 64 key columns) */
+            /* P and dS in registers (st <- P, dpt <- dS), masked entries exactly 0, then bf(P), bf(dS) as A
+               operands */
             uint32_t pa[kBlockQ / kWgmmaK][4], pds[kBlockQ / kWgmmaK][4];
-            pack_acc_a_operand(pa, st);
-            pack_acc_a_operand(pds, dpt);
+            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+#pragma unroll
+                for (int j = 0; j < kBlockQ / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int query = q0 + 8 * j + 2 * t + e;
+                        const float4 row = rs[8 * j + 2 * t + e];
+                        keymajor_probs_column<MODE, decltype(mask)::value>(st, dpt, row, j, e, query, key0, T, masked,
+                                                                           c);
+                    }
+                pack_acc_a_operand(pa, st);
+                pack_acc_a_operand(pds, dpt);
+            });
+            /* bf(dS) also to the shared tile (this warpgroup's 64 key columns) */
             stage_ds_all<kDsPitch>(ds_s, pds, key_col, t);
             /* dV += bf(P)^T dO, dK += bf(dS)^T Q as one batch */
             reg_fences(pa, pds, dv, dk);

@@ -266,8 +266,9 @@ __device__ __forceinline__ void scores_n128(float (&st)[kWideScoreRegs], float (
 
 /* P and dS in place of S^T and dP^T: mode_numerics.cuh's keymajor_probs_column over the 16 column blocks of
    a 128-query step (register 4j + 2r + e: key key0 + 8r, query q0 + 8j + 2t + e; its row state rs[8j + 2t + e]).
-   masked: the step reaches the warpgroup's keys or T; keys past the query and queries past T give exactly 0. */
-template <int MODE>
+   masked: the step reaches the warpgroup's keys or T; keys past the query and queries past T give exactly 0
+   (MAY_MASK false: a step the caller knows is not masked, keymajor_probs_column's). */
+template <int MODE, bool MAY_MASK>
 __device__ __forceinline__ void probs_n128(float (&st)[kWideScoreRegs], float (&dpt)[kWideScoreRegs], const float4* rs,
                                            int q0, int key0, int t, int T, bool masked, float c) {
 #pragma unroll
@@ -276,7 +277,7 @@ __device__ __forceinline__ void probs_n128(float (&st)[kWideScoreRegs], float (&
         for (int e = 0; e < 2; e++) {
             const int ql = 8 * j + 2 * t + e, query = q0 + ql;
             const float4 row = rs[ql];
-            keymajor_probs_column<MODE, kWideScoreRegs>(st, dpt, row, j, e, query, key0, T, masked, c);
+            keymajor_probs_column<MODE, MAY_MASK, kWideScoreRegs>(st, dpt, row, j, e, query, key0, T, masked, c);
         }
 }
 
@@ -517,13 +518,15 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
         if constexpr (kBlockQ == kWideQ) { /* bf16, repair */
             float st[kWideScoreRegs], dpt[kWideScoreRegs];
             scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-            /* the mask can bite only where the step reaches the warpgroup's keys or T */
+            /* P and dS, then their A operands; the mask can bite only where the step reaches the warpgroup's keys
+               or T */
             const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-            probs_n128<MODE>(st, dpt, rs, q0, key0, t, T, masked, c);
-
             uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
-            pack_a_n128(pa, st);
-            pack_a_n128(pds, dpt);
+            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+                probs_n128<MODE, decltype(mask)::value>(st, dpt, rs, q0, key0, t, T, masked, c);
+                pack_a_n128(pa, st);
+                pack_a_n128(pds, dpt);
+            });
             float dq0[32], dq1[32];
             /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
             stage_ds_all<kDsPitch>(ds_s, pds, key_row, t);
@@ -549,12 +552,15 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                k-step (16 queries) at a time */
             const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
             uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4];
+            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
 #pragma unroll
-            for (int kk = 0; kk < kTileKSteps; kk++) {
-                float lam[2][2];
-                keymajor_probs_step<ATTN_REPAIR, true>(st, dpt, rs, kk, q0, t, key0, T, masked, c, lam);
-                pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
-            }
+                for (int kk = 0; kk < kTileKSteps; kk++) {
+                    float lam[2][2];
+                    keymajor_probs_step<ATTN_REPAIR, decltype(mask)::value, true>(st, dpt, rs, kk, q0, t, key0, T,
+                                                                                  masked, c, lam);
+                    pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+                }
+            });
 
             /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
                two dK ones chained on the same accumulator (wgmma orders same-accumulator operations); P and
@@ -571,16 +577,18 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                are all behind its last warpgroup barrier. */
             const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
             uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
+            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
 #pragma unroll
-            for (int kk = 0; kk < kTileKSteps; kk++) {
-                keymajor_probs_step<ATTN_FP32>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
-                uint32_t unused[4], x2[4];
-                pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
-                pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
-                stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_row, t);
-                stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
-                stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
-            }
+                for (int kk = 0; kk < kTileKSteps; kk++) {
+                    keymajor_probs_step<ATTN_FP32, decltype(mask)::value>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
+                    uint32_t unused[4], x2[4];
+                    pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
+                    pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
+                    stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_row, t);
+                    stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
+                    stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
+                }
+            });
             issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
             /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before
                the barrier below lets the warpgroup rewrite it */

@@ -8,8 +8,8 @@
  *                  {LSE, 0} or {m, l}); kernel_fwd.cuh's softmax_tile and epilogue call them
  *   backward P     recompute_prob<MODE> from the row state that keymajor_stage_row_state<MODE, ...> writes
  *                  (bf16: {fl(LSE log2 e), 1}; repair, gproj: {m, fl(1 / l)}; D; gproj's lambda)
- *   dS             keymajor_probs_column<MODE> (dS = P (dP - D), masked entries 0), keymajor_probs_step<MODE>
- *                  (one 16-query k-step of it)
+ *   dS             keymajor_probs_column<MODE, MAY_MASK> (dS = P (dP - D), masked entries 0),
+ *                  keymajor_probs_step<MODE, MAY_MASK> (one 16-query k-step of it), with_step_mask (per step)
  *   gproj          load_step_lambdas, pack_gproj_step_operands (bf(P), bf(dS) and bf(-lambda P) of a k-step);
  *                  the row pass: load_row_state (with D = dO . O, attn_row_d.cuh's order), row_probs_packed
  *                  (bf(P), bf(dS) as GEMM operands and their row sums),
@@ -33,6 +33,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <type_traits>
 #include <cuda_bf16.h>
 #include "attention/attention.h"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
@@ -119,9 +120,10 @@ __device__ __forceinline__ void keymajor_stage_row_state(float4* rs, float* lam_
    `query` = q0 + 8j + 2t + e with row state `row` {a, b, D} (hopper_wgmma.cuh's fragment layout).
    P = recompute_prob<MODE>, dS = P (dP - D): attn_bwd_kernel's expressions (gproj passes ATTN_REPAIR: its
    stats are repair's). masked (the tile reaches the warpgroup's keys or T): keys past the query and queries
-   past T give exactly 0 in both. row by reference: passed by value, it changes the register numbering of
-   attention_hopper_bwd.cu's producer in the PTX. */
-template <int MODE, int kRegs = 32> /* kRegs: 32 for 64-query tiles, 64 for the 128-query steps at HS 64 */
+   past T give exactly 0 in both. MAY_MASK false: the caller knows the step is not masked (with_step_mask), and
+   the code carries none of the mask's compares and selects. row by reference: passed by value, it changes the
+   register numbering of attention_hopper_bwd.cu's producer in the PTX. */
+template <int MODE, bool MAY_MASK, int kRegs = 32> /* kRegs: 32 for 64-query tiles, 64 for 128-query steps at HS 64 */
 __device__ __forceinline__ void keymajor_probs_column(float (&st)[kRegs], float (&dpt)[kRegs], const float4& row,
                                                       int j, int e, int query, int key0, int T, bool masked,
                                                       float c) {
@@ -129,7 +131,7 @@ __device__ __forceinline__ void keymajor_probs_column(float (&st)[kRegs], float 
     for (int r = 0; r < 2; r++) {
         const int idx = 4 * j + 2 * r + e;
         float p = 0.f, ds = 0.f;
-        if (!masked || (key0 + 8 * r <= query && query < T)) {
+        if (!(MAY_MASK && masked) || (key0 + 8 * r <= query && query < T)) {
             p = recompute_prob<MODE>(st[idx], row.x, row.y, c);
             ds = p * (dpt[idx] - row.z);
         }
@@ -142,7 +144,7 @@ __device__ __forceinline__ void keymajor_probs_column(float (&st)[kRegs], float 
    0: keymajor_probs_column over the k-step's four query columns, each with its row state rs[8j + 2t + e]. With
    LAMBDA_W (gproj at HS 64, kKeymajorLambdaInW) also lam_w[jj][e] = that row state's .w, the lambdas as
    pack_gproj_step_operands takes them, read with the row state. */
-template <int MODE, bool LAMBDA_W = false>
+template <int MODE, bool MAY_MASK, bool LAMBDA_W = false>
 __device__ __forceinline__ void keymajor_probs_step(float (&st)[32], float (&dpt)[32], const float4* rs, int kk, int q0,
                                                    int t, int key0, int T, bool masked, float c,
                                                    float (*lam_w)[2] = nullptr) {
@@ -154,9 +156,29 @@ __device__ __forceinline__ void keymajor_probs_step(float (&st)[32], float (&dpt
             const int query = q0 + 8 * j + 2 * t + e;
             const float4 row = rs[8 * j + 2 * t + e];
             if constexpr (LAMBDA_W) lam_w[jj][e] = row.w;
-            keymajor_probs_column<MODE>(st, dpt, row, j, e, query, key0, T, masked, c);
+            keymajor_probs_column<MODE, MAY_MASK>(st, dpt, row, j, e, query, key0, T, masked, c);
         }
 }
+
+/* The key-major passes' per-step work from P to its operands, written once as a generic lambda f over MAY_MASK
+   (keymajor_probs_column's): with SPLIT, f(std::true_type{}) for a step the mask can reach (masked: it reaches
+   the warpgroup's keys or T) and f(std::false_type{}) for the others, compiled twice and picked by one uniform
+   branch per step; without SPLIT, f(std::true_type{}) for every step (one copy, the run-time masked deciding
+   per element). SPLIT per mode: kKeymajorSplitMask. */
+template <bool SPLIT, typename F>
+__device__ __forceinline__ void with_step_mask(bool masked, F&& f) {
+    if constexpr (SPLIT) {
+        if (masked) f(std::true_type{});
+        else f(std::false_type{});
+    } else {
+        f(std::true_type{});
+    }
+}
+/* Which modes' key-major passes split their steps (with_step_mask): bf16 and gproj. Repair's and fp32's keep one
+   masked copy: split, ptxas spills 8-28 bytes in their passes (repair's P reads a third row-state value, fp32
+   packs three terms). */
+template <int MODE>
+constexpr bool kKeymajorSplitMask = MODE == ATTN_BF16 || MODE == ATTN_GPROJ;
 
 /* ---- gproj's extra operand and fp32's split terms (key-major) ---- */
 
