@@ -652,8 +652,10 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
     ncusource)
         # where inside a kernel the time goes: ncu's per-instruction warp-state samples (its source page, SASS) for
         # the kernels matching NCU_SOURCE_KERNELS (default the forward, hopper_fwd) at NCU_SHAPE (default d12's) in
-        # each mode of NCU_MODES (default "bf16 gproj"), for this tree and, when oldtree built it, OLD_DIR's; the
-        # second launch of each (bench_attention runs one warm-up): $OUT/ncusource.tar.xz (CSV per tree and mode)
+        # each mode of NCU_MODES (default "bf16 gproj"), for this tree and, when oldtree built it, OLD_DIR's; of the
+        # matching launches NCU_SKIP (default 1: bench_attention's warm-up) are skipped and NCU_COUNT (default 1)
+        # profiled, so a regex of two kernels of a call takes NCU_SKIP=2 NCU_COUNT=2: $OUT/ncusource.tar.xz (CSV per
+        # tree and mode)
         shape=${NCU_SHAPE:-32,12,1024,64}
         begin "ncusource: per-instruction samples of ${NCU_SOURCE_KERNELS:-hopper_fwd} at $shape"
         rc=0
@@ -664,7 +666,7 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
             for m in ${NCU_MODES:-bf16 gproj}; do
                 rep=/tmp/ncusource/${t}_$m
                 timeout 240 ncu --set full --import-source no --kernel-name regex:"${NCU_SOURCE_KERNELS:-hopper_fwd}" \
-                    --launch-skip 1 --launch-count 1 -f -o "$rep" $bin --shape "$shape" --modes "$m" --warmup 1 \
+                    --launch-skip "${NCU_SKIP:-1}" --launch-count "${NCU_COUNT:-1}" -f -o "$rep" $bin --shape "$shape" --modes "$m" --warmup 1 \
                     --repeats 1 > "$rep.log" 2>&1 &&
                     ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep.csv" 2>> "$rep.log" &&
                     ncu -i "$rep.ncu-rep" --page details > "$rep.details.txt" 2>> "$rep.log"
