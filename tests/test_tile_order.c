@@ -24,7 +24,7 @@ static void check_grid(int tiles, int heads, int section) {
     const int per = (section <= 0 || section > heads) ? heads : section;
     int bijective = 1, ordered = 1, one_section = 1;
     for (long long id = 0; id < n; id++) {
-        const AttnTileOrder o = attn_tile_rank_head((unsigned long long)id, tiles, heads, section);
+        const AttnTileOrder o = attn_tile_rank_head((unsigned)id, tiles, heads, section);
         if (o.rank < 0 || o.rank >= tiles || o.bh < 0 || o.bh >= heads || seen[(long long)o.rank * heads + o.bh]) {
             bijective = 0;
             break;
@@ -97,15 +97,22 @@ int main(void) {
                                  {1, 2}, {1, 3}, {2, 2}, {2, 3}, {0, 4}, {1, 4}, {2, 4}};
         int ok = 1;
         for (int id = 0; id < 15; id++) {
-            const AttnTileOrder o = attn_tile_rank_head((unsigned long long)id, 3, 5, 2);
+            const AttnTileOrder o = attn_tile_rank_head((unsigned)id, 3, 5, 2);
             if (o.rank != want[id][0] || o.bh != want[id][1]) ok = 0;
         }
         CHECK(ok, "3 tiles x 5 heads in sections of 2: the order written out");
     }
-    /* the largest grid a launch may have: 2^31 - 1 x 65535 blocks does not overflow the 64-bit id */
+    /* large grids: the 32-bit ids up to the bound attention_cuda_check_shape keeps (tiles x heads < 2^32) */
     {
-        const AttnTileOrder o = attn_tile_rank_head(65535ULL * 4096ULL - 1ULL, 4096, 65535, 100);
+        AttnTileOrder o = attn_tile_rank_head(65535u * 4096u - 1u, 4096, 65535, 100);
         CHECK(o.rank == 4095 && o.bh == 65534, "the last id of a 4096 x 65535 grid: rank %d bh %d", o.rank, o.bh);
+        o = attn_tile_rank_head(65536u * 65535u - 1u, 65536, 65535, 100); /* 2^32 - 65537 */
+        CHECK(o.rank == 65535 && o.bh == 65534, "the last id of a 65536 x 65535 grid: rank %d bh %d", o.rank, o.bh);
+        o = attn_tile_rank_head(65536u * 65535u - 1u, 65536, 65535, 0);
+        CHECK(o.rank == 65535 && o.bh == 65534, "the same, one section: rank %d bh %d", o.rank, o.bh);
+        o = attn_tile_rank_head(65536u * 100u * 2u + 3u * 100u + 7u, 65536, 65535, 100); /* section 2, rank 3 */
+        CHECK(o.rank == 3 && o.bh == 207, "an id in the third section of 100 heads: rank %d bh %d (want 3, 207)",
+              o.rank, o.bh);
     }
 
     test_section("the work items");

@@ -1063,6 +1063,13 @@ void attention_cuda_check_shape(AttnShape s, AttnMode mode) {
         die("attention (CUDA): B*NH = %lld exceeds 65535 heads per launch\n"
             "  hint: lower the batch size", (long long)s.B * s.NH);
     }
+    /* the tile order's ids (tile_order.cuh) are 32-bit: the most tiles a launch has (64-row tiles) x its heads */
+    if ((long long)ceil_div(s.T, 64) * s.B * s.NH >= (1LL << 32)) {
+        die("attention (CUDA): %lld tiles of 64 rows x %lld heads (T=%d, B*NH=%lld) exceed the 2^32 work items a "
+            "launch can number\n"
+            "  hint: lower the batch size or the sequence length",
+            (long long)ceil_div(s.T, 64), (long long)s.B * s.NH, s.T, (long long)s.B * s.NH);
+    }
     if ((int)mode < 0 || mode >= ATTN_NUM_MODES) {
         die("attention (CUDA): invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
     }

@@ -17,7 +17,8 @@
  *
  * Offers:
  *   attn_tile_rank_head(linear, tiles, heads, section) -> {rank, bh}: the map itself, on host and device
- *       (tests check that it is a bijection of the grid and LPT within each section);
+ *       (tests check that it is a bijection of the grid and LPT within each section), in 32-bit arithmetic: a
+ *       launch keeps tiles * heads below 2^32 (attention_cuda_check_shape);
  *   attn_tile_longest_first(section) -> {rank, bh} of this CTA: rank 0 is the longest tile class,
  *       bh = b * NH + h; gridDim = (tiles, B * NH);
  *   attn_tile_section(shape, bytes_per_elem) (host): a launch's section, attn_tile_section_heads(T, HS,
@@ -60,17 +61,18 @@ enum { kTileSectionKV = 4, kTileSectionQdO = 4, kTileSectionQdOdQ = 8 };
 
 /* linear in [0, tiles * heads) -> its (rank, bh). Sections of `section` heads (0 or >= heads: one section);
    inside a section of n heads the ids go tile-major: n CTAs of rank 0, then n of rank 1, ...; the last
-   section holds the heads left over. */
-ATTN_TILE_HD AttnTileOrder attn_tile_rank_head(unsigned long long linear, int tiles, int heads, int section) {
-    const int per = (section <= 0 || section > heads) ? heads : section;
-    const unsigned long long span = (unsigned long long)tiles * (unsigned long long)per;
-    const unsigned long long s = linear / span;
-    const int first = (int)s * per;
-    const int n = heads - first < per ? heads - first : per;
-    const unsigned long long local = linear - s * span;
+   section holds the heads left over. Unsigned 32-bit: every CTA of a launch runs this before its first copy,
+   and a 64-bit division is a sequence of about a hundred machine instructions where the 32-bit one is a few. */
+ATTN_TILE_HD AttnTileOrder attn_tile_rank_head(unsigned linear, int tiles, int heads, int section) {
+    const unsigned per = (section <= 0 || section > heads) ? (unsigned)heads : (unsigned)section;
+    const unsigned span = (unsigned)tiles * per;
+    const unsigned s = linear / span;
+    const unsigned first = s * per;
+    const unsigned n = (unsigned)heads - first < per ? (unsigned)heads - first : per;
+    const unsigned local = linear - s * span;
     AttnTileOrder o;
-    o.rank = (int)(local / (unsigned long long)n);
-    o.bh = first + (int)(local % (unsigned long long)n);
+    o.rank = (int)(local / n);
+    o.bh = (int)(first + local % n);
     return o;
 }
 
@@ -93,7 +95,7 @@ ATTN_TILE_HD AttnQueryItem attn_query_item(AttnTileOrder o, int q_tiles, int row
 #if defined(__CUDACC__)
 /* For a grid (tiles, B * NH): the linear id x + y * gridDim.x through attn_tile_rank_head. */
 __device__ __forceinline__ AttnTileOrder attn_tile_longest_first(int section) {
-    const unsigned long long linear = blockIdx.x + (unsigned long long)blockIdx.y * gridDim.x;
+    const unsigned linear = blockIdx.x + blockIdx.y * gridDim.x;
     return attn_tile_rank_head(linear, (int)gridDim.x, (int)gridDim.y, section);
 }
 #endif

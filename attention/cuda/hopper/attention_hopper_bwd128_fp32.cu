@@ -58,7 +58,8 @@
  * float4, barriers, two 16 KB FP32 dQ tiles: 215 KB (220160 bytes with the alignment slack; SmemPlan's
  * static_assert keeps it <= 227 KB).
  * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math; `make hopper_bwd128_fp32-regs` prints them):
- * keys128_kernel<ATTN_FP32> 168 at entry (240 after setmaxnreg.inc), 0 bytes spill, no C75xx warning; the probe
+ * keys128_kernel<ATTN_FP32> 168 at entry (240 after setmaxnreg.inc), 8 bytes spill stored and 24 loaded (with the
+ * tile order's ids in 64-bit arithmetic, 0), no C75xx warning; the probe
  * kernels 90 (scores, dQ parts) / 218 (dK+dV), 0 spill. What that takes: the producer's
  * two-query row-state loop is not unrolled (`#pragma unroll 1`: unrolled, its 24 registers spilled), and the dQ
  * flush's swizzled column offsets are not hoisted (g through an opaque move).

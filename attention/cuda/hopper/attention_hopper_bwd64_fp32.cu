@@ -45,9 +45,9 @@
  * Shared memory: K, V 16 KB each, Q, dO 2 stages x 8 KB, three dS tiles [64][72] BF16 per warpgroup (54 KB),
  * row state 2 KB, barriers, four 16 KB FP32 dQ tiles: Keys64TilePlan<true>::kAlloc = 190464 bytes (<= 227 KB, asserted).
  * Registers (`make hopper_bwd64_fp32-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math): keys64_kernel<ATTN_FP32, *>
- * 168 (what a 288-thread CTA gets: warps are allotted registers in groups of 4), no C75xx warning; spill: 8 bytes
- * stored, 16 loaded in keys64_kernel<ATTN_FP32, false> (CUDA 13.0.88), 0 in the
- * DQ_SLICES kernel; the probe kernels 90 (scores, dQ parts) / 157 (dK + dV), 0 spill. With all three dQ terms' A
+ * 168 (what a 288-thread CTA gets: warps are allotted registers in groups of 4), no C75xx warning, 0 bytes spill
+ * (CUDA 13.0.88; with the tile order's ids in 64-bit arithmetic the kernel without slices spills 8 bytes); the probe
+ * kernels 90 (scores, dQ parts) / 157 (dK + dV), 0 spill. With all three dQ terms' A
  * fragments live at once (48 registers, one batch of 12 wgmmas) ptxas serialised the wgmmas (C7512) and
  * spilled 16 bytes: hence the two alternating sets.
  *
