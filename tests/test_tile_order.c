@@ -63,7 +63,7 @@ static void check_query_items(int T, int heads, int rows, int key_tile, int sect
     int ok = 1;
     LptCheck lpt = {1, 1 << 30, 0};
     for (long long id = 0; id < (long long)q_tiles * heads; id++) {
-        const AttnTileOrder o = attn_tile_rank_head((unsigned long long)id, q_tiles, heads, section);
+        const AttnTileOrder o = attn_tile_rank_head((unsigned)id, q_tiles, heads, section);
         const AttnQueryItem it = attn_query_item(o, q_tiles, rows, key_tile, NH, T);
         if (it.bh != o.bh || it.b * NH + it.h != it.bh || it.h < 0 || it.h >= NH || it.q0 % rows != 0) ok = 0;
         for (int r = it.q0; r < it.q0 + rows; r++) {

@@ -49,7 +49,7 @@
  * kt = 1.., then the last V.
  * Items: ceil(T / (64 NWG)) x B*NH of them in the longest-first order of tile_order.cuh; one CTA per SM
  * (fewer when there are fewer items), whose producer takes each item past its first from a counter once a Q
- * buffer is free for it (hopper_work_queue.cuh) and hands its index to the consumers beside that buffer;
+ * buffer is free for it (hopper_work_queue.cuh) and hands it, decoded, to the consumers beside that buffer;
  * ATTN_FWD_PERSISTENT=0 launches one CTA per item instead. The K/V stages and their phases run on across a
  * CTA's items, and Q has two buffers (q_full / q_empty each), so the producer loads the next item's Q and first
  * K/V tiles while the consumers finish this one's last P V and write O.
@@ -70,10 +70,10 @@
  * 192 rows span parts of two 128-key diagonal tiles, so each warpgroup runs only the key tiles up to its own
  * last row (its rows lie inside one 128-key tile) and masks only its own last one, and releases the item's
  * tiles past its own (waits for them to land, then arrives), so the empty barriers count every consumer
- * thread once per tile; 512 threads start at 128 registers, setmaxnreg gives the producer 24 and the
- * consumers 160, which holds S, O and P(kt-1) at HS 64 but not fp32 mode's two-term P beside them: fp32
- * mode runs each tile in sequence there (S, softmax, P V one term at a time; the same k-steps on O in the
- * same order: still bit-identical).
+ * thread once per tile; 512 threads start at 128 registers, setmaxnreg gives the consumers 160 and the
+ * producer the 32 they leave (its item decoding spills at 24); 160 holds S, O and P(kt-1) at HS 64 but not
+ * fp32 mode's two-term P beside them: fp32 mode runs each tile in sequence there (S, softmax, P V one term
+ * at a time; the same k-steps on O in the same order: still bit-identical).
  * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3), all 8 instances (4 modes x 2 head sizes), 0 bytes spill, no
  * C75xx / "wgmma serialized" warning: HS 128 168 at entry, 240 after setmaxnreg.inc; HS 64 128 at entry,
  * 160 after; layout probe (dev/attention_lab/probes/probe_fwd.cu) 154 / 186. Shared memory: 193 KB at HS

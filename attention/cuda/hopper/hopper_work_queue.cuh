@@ -23,18 +23,18 @@
 #define ATTENTION_CUDA_HOPPER_HOPPER_WORK_QUEUE_CUH
 
 struct HopperWorkQueue {
-    unsigned long long taken;    /* items handed out past the CTAs' first */
-    unsigned long long finished; /* CTAs that take no more */
+    unsigned taken;    /* items handed out past the CTAs' first */
+    unsigned finished; /* CTAs that take no more */
 };
 
-__device__ __forceinline__ unsigned long long work_queue_next(HopperWorkQueue* q, unsigned long long n_items) {
-    const unsigned long long w = gridDim.x + atomicAdd(&q->taken, 1ULL);
+__device__ __forceinline__ unsigned work_queue_next(HopperWorkQueue* q, unsigned n_items) {
+    const unsigned w = gridDim.x + atomicAdd(&q->taken, 1u);
     return w < n_items ? w : n_items;
 }
 
 __device__ __forceinline__ void work_queue_finish(HopperWorkQueue* q) {
     __threadfence(); /* this CTA's last atomicAdd on `taken`, before it counts as finished */
-    if (atomicAdd(&q->finished, 1ULL) == (unsigned long long)gridDim.x - 1ULL) {
+    if (atomicAdd(&q->finished, 1u) == gridDim.x - 1u) {
         __threadfence(); /* every CTA has taken its last item: the counters are free */
         q->taken = 0;
         q->finished = 0;

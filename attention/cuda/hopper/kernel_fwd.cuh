@@ -28,7 +28,7 @@ constexpr int kBlockK = ATTN_HOPPER_BLOCK_K; /* keys per K/V tile */
 constexpr int kWarpgroupRows = 64;      /* query rows per consumer warpgroup (the M of wgmma) */
 constexpr int kConsumerWarpgroups = kBlockQ / kWarpgroupRows;
 constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-constexpr int kProducerRegs = 24;       /* the producer warpgroup's registers after setmaxnreg */
+constexpr int kMinProducerRegs = 24;    /* setmaxnreg's least: what the producer warpgroup needs at the most */
 constexpr int kFwdStages = ATTN_HOPPER_FWD_STAGES; /* K/V stages of production (the lab also times 3) */
 constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
 constexpr int kSwizzleRowBytes = 128;
@@ -42,18 +42,22 @@ enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 }; /* the 3 of qkv [B, T, 3, NH, HS] *
 static_assert(kBlockQ == kBlockK, "one tensor map (one box shape) serves Q, K and V tiles");
 
 /* The CTA of NWG consumer warpgroups (64 query rows each) + the producer warpgroup, and its setmaxnreg
-   split: launched at __launch_bounds__(kThreads, 1), every thread starts at kLaunchRegs; the producer gives
-   back to kProducerRegs and the consumers take the largest multiple of 8 left (at most 240). NWG = 2
-   (HS 128): 168 -> 24 / 240; NWG = 3 (HS 64): 128 -> 24 / 160. */
+   split: launched at __launch_bounds__(kThreads, 1), every thread starts at kLaunchRegs; the consumers take the
+   largest multiple of 8 (at most 240) that leaves the producer kMinProducerRegs, and the producer keeps what
+   the consumers leave (its item decoding and copy loops spill at 24). NWG = 2 (HS 128): 168 -> 24 / 240;
+   NWG = 3 (HS 64): 128 -> 32 / 160. */
 template <int NWG>
 struct CtaShape {
     static constexpr int kRows = kWarpgroupRows * NWG; /* query rows per CTA */
     static constexpr int kConsumerThreads = 128 * NWG;
     static constexpr int kThreads = kConsumerThreads + 128;
     static constexpr int kLaunchRegs = (65536 / kThreads) > 255 ? 255 : (65536 / kThreads) / 8 * 8;
-    static constexpr int kConsumerRegsRaw = (kThreads * kLaunchRegs - 128 * kProducerRegs) / kConsumerThreads / 8 * 8;
+    static constexpr int kConsumerRegsRaw =
+        (kThreads * kLaunchRegs - 128 * kMinProducerRegs) / kConsumerThreads / 8 * 8;
     static constexpr int kConsumerRegs = kConsumerRegsRaw > 240 ? 240 : kConsumerRegsRaw;
-    static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
+    static constexpr int kProducerRegs = (kThreads * kLaunchRegs - kConsumerThreads * kConsumerRegs) / 128 / 8 * 8;
+    static_assert(kProducerRegs >= kMinProducerRegs &&
+                      128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
                   "the setmaxnreg split must fit in what the CTA was launched with");
 };
 /* Consumer warpgroups per CTA at head size HS: 3 at HS 64 (192 query rows per work item; at HS 64 a
@@ -63,10 +67,10 @@ template <int HS>
 constexpr int kFwdWarpgroups = HS == 64 ? 3 : 2;
 using FwdCta64 = CtaShape<kFwdWarpgroups<64>>;
 using FwdCta128 = CtaShape<kFwdWarpgroups<128>>;
-static_assert(FwdCta128::kRows == kBlockQ && FwdCta128::kLaunchRegs == 168 && FwdCta128::kConsumerRegs == 240,
-              "HS 128's CTA and split (24 / 240)");
+static_assert(FwdCta128::kRows == kBlockQ && FwdCta128::kLaunchRegs == 168 && FwdCta128::kConsumerRegs == 240 &&
+                  FwdCta128::kProducerRegs == 24, "HS 128's CTA and split (24 / 240)");
 static_assert(FwdCta64::kRows == ATTN_HOPPER_BLOCK_Q_HS64 && FwdCta64::kLaunchRegs == 128 &&
-                  FwdCta64::kConsumerRegs == 160, "HS 64's CTA and split (24 / 160)");
+                  FwdCta64::kConsumerRegs == 160 && FwdCta64::kProducerRegs == 32, "HS 64's CTA and split (32 / 160)");
 
 /* Shared-memory plan of one CTA (byte offsets from a 1024-byte aligned base). K and V of each stage are
    kBlockK rows x HS BF16, stored as HS/64 chunks of [kBlockK rows][128 bytes], swizzled. Q comes in boxes of
@@ -352,8 +356,7 @@ __device__ HopperWorkQueue g_fwd_queue;
 /* Work item w of the launch's longest-first order (tile_order.cuh: ranks tile-major within sections of `section`
    heads): ROWS query rows of a head and the key tiles up to the one holding its last row. */
 template <int ROWS>
-__device__ __forceinline__ AttnQueryItem fwd_item(unsigned long long w, int q_tiles, int heads, int section, int NH,
-                                                  int T) {
+__device__ __forceinline__ AttnQueryItem fwd_item(unsigned w, int q_tiles, int heads, int section, int NH, int T) {
     return attn_query_item(attn_tile_rank_head(w, q_tiles, heads, section), q_tiles, ROWS, kBlockK, NH, T);
 }
 
@@ -363,9 +366,10 @@ __device__ __forceinline__ AttnQueryItem fwd_item(unsigned long long w, int q_ti
    them: an item's Q, K(0), then K(kt) and V(kt - 1) for kt = 1.., then the last V.
    - Work items: the launch has q_tiles * heads items (64 NWG query rows of one head) in the longest-first
      order. CTA x runs item x first; a grid of one CTA per item runs no more. With fewer CTAs (a persistent
-     launch) the producer takes each further item from g_fwd_queue once a Q buffer is free for it, and
-     writes the item's index beside that buffer (item_of[b]) before its q_full[b] arrival; n_items there,
-     with a plain arrival, tells the consumers that the CTA is done. The K/V stages and their phases run on
+     launch) the producer takes each further item from g_fwd_queue once a Q buffer is free for it. For every
+     item it writes the item, decoded (rows, head, key tiles: AttnQueryItem), beside the buffer (item_of[b])
+     before its q_full[b] arrival, so the consumers do no index arithmetic of their own; an item of no key
+     tiles there, with a plain arrival, tells the consumers that the CTA is done. The K/V stages and their phases run on
      over the items (the CTA's tile number seq), and Q has kQBuffers buffers: the producer loads the next
      item's Q and first K/V tiles while the consumers finish this one's last P V and write O.
    - Separate K and V barriers per stage: V(kt) is read until P(kt) V(kt) retires in iteration kt + 1, one
@@ -404,10 +408,11 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
     uint64_t* empty_k = full_k + STAGES;
     uint64_t* full_v = empty_k + STAGES;
     uint64_t* empty_v = full_v + STAGES;
-    __shared__ unsigned long long item_of[kQBuffers]; /* the item whose Q buffer b holds, n_items: none left */
+    /* the item whose Q buffer b holds, as the producer decoded it (n_key_tiles 0: none left) */
+    __shared__ AttnQueryItem item_of[kQBuffers];
 
     const int q_tiles = (T + Cta::kRows - 1) / Cta::kRows;
-    const unsigned long long n_items = (unsigned long long)q_tiles * (unsigned long long)heads;
+    const unsigned n_items = (unsigned)q_tiles * (unsigned)heads; /* < 2^32: attention_cuda_check_shape */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
 
@@ -428,7 +433,7 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
     __syncthreads();
 
     if (warpgroup == NWG) {
-        setmaxnreg_dec<kProducerRegs>();
+        setmaxnreg_dec<Cta::kProducerRegs>();
         if (warp == 4 * NWG && lane == 0) {
             const bool queued = gridDim.x < n_items; /* a persistent launch */
             int seq = 0; /* the CTA's K/V tiles issued so far */
@@ -437,14 +442,14 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
                 const int qb = use % kQBuffers;
                 /* buffer qb is free once every consumer released its previous use */
                 if (use >= kQBuffers) mbar_wait(&q_empty[qb], (uint32_t)((use / kQBuffers - 1) & 1));
-                const unsigned long long w =
-                    use == 0 ? blockIdx.x : queued ? work_queue_next(&g_fwd_queue, n_items) : n_items;
-                item_of[qb] = w; /* visible to the consumers through the arrival below */
+                const unsigned w = use == 0 ? blockIdx.x : queued ? work_queue_next(&g_fwd_queue, n_items) : n_items;
                 if (w >= n_items) {
+                    item_of[qb].n_key_tiles = 0; /* visible to the consumers through the arrival */
                     mbar_arrive(&q_full[qb]);
                     break;
                 }
                 const AttnQueryItem it = fwd_item<Cta::kRows>(w, q_tiles, heads, section, NH, T);
+                item_of[qb] = it; /* visible to the consumers through the q_full arrival below */
                 unsigned char* q_buf = q_s + qb * Plan::kQBufferBytes;
                 const int q_boxes = min(Plan::kQBoxes, (T - it.q0 + kBlockK - 1) / kBlockK);
                 mbar_arrive_expect_tx(&q_full[qb], q_boxes * Plan::kChunks * Plan::kChunkBytes);
@@ -474,19 +479,16 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
     for (int use = 0;; use++) {
         const int qb = use % kQBuffers;
         const uint32_t q_parity = (uint32_t)((use / kQBuffers) & 1);
-        /* the CTA's first item is its own (blockIdx.x), worked out while its Q lands; a later one is what the
-           producer wrote beside the buffer, read once the buffer's q_full phase completed */
-        if (use > 0) mbar_wait(&q_full[qb], q_parity);
-        const unsigned long long w = use == 0 ? blockIdx.x : item_of[qb];
-        if (w >= n_items) break;
-        const AttnQueryItem it = fwd_item<Cta::kRows>(w, q_tiles, heads, section, NH, T);
-        const int wg_row0 = it.q0 + wg * kWarpgroupRows;
+        /* the item is what the producer wrote beside the buffer, read once the buffer's q_full phase completed.
+           Every consumer thread waits for it, whether it reads Q or not: its q_empty arrival below then comes
+           after the producer saw the buffer's previous use released, so it cannot count toward that use */
+        mbar_wait(&q_full[qb], q_parity);
+        const int n_key_tiles = item_of[qb].n_key_tiles;
+        if (n_key_tiles == 0) break;
+        const int wg_row0 = item_of[qb].q0 + wg * kWarpgroupRows;
         const int row0 = wg_row0 + (warp % 4) * 16 + g;
         /* this warpgroup's key tiles: up to the one holding its last row before T (0 if none) */
         const int n_tiles = wg_row0 < T ? (min(wg_row0 + kWarpgroupRows, T) - 1) / kBlockK + 1 : 0;
-        /* every consumer thread waits for the item's Q, read or not: its q_empty arrival below then comes after
-           the producer saw the buffer's previous use released, so it cannot count toward that use */
-        if (use == 0) mbar_wait(&q_full[qb], q_parity);
 
         if (n_tiles > 0) {
             float o[kORegs];
@@ -539,17 +541,20 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
                     mbar_arrive(&empty_v[s]);
                 }
             }
+            /* the item's head, read again here (the wgmmas' memory clobbers keep the load here): live through the
+               epilogue only, and read before the arrival below lets the producer rewrite the slot */
+            const int b = item_of[qb].b, h = item_of[qb].h, bh = item_of[qb].bh;
             mbar_arrive(&q_empty[qb]); /* every S GEMM of this item that read Q has retired */
 
             /* O = bf(acc / l); stats: bf16 {LSE, 0}, the other modes {m, l} */
-            store_o_and_stats<HS, MODE>(o, l_part, m_run, out, stats, it.b, it.h, it.bh, NH, T, row0, t, scale);
+            store_o_and_stats<HS, MODE>(o, l_part, m_run, out, stats, b, h, bh, NH, T, row0, t, scale);
         } else {
             mbar_arrive(&q_empty[qb]); /* rows all at or past T: Q not read */
         }
         /* release the item's key tiles this warpgroup does not read */
-        for (int kt = n_tiles; kt < it.n_key_tiles; kt++)
+        for (int kt = n_tiles; kt < n_key_tiles; kt++)
             release_tile<STAGES>(full_k, empty_k, full_v, empty_v, seq + kt);
-        seq += it.n_key_tiles;
+        seq += n_key_tiles;
     }
 }
 
