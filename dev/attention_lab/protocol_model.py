@@ -44,6 +44,33 @@ class Mbarrier:
         return (self.phase & 1) != parity
 
 
+class NamedBarrier:
+    """bar.sync / bar.arrive with a thread count: a phase completes when `count` threads have arrived, bar.sync
+    also waits for that. For the forward's turns (kTurnBarrier) every phase must be one warpgroup's syncs and the
+    other's arrivals, threads_per_wg of each: a phase of arrivals alone (one warpgroup arriving twice before the
+    other syncs) would let the syncing warpgroup through out of turn."""
+
+    def __init__(self, count, owner):
+        self.count, self.owner, self.phase, self.arrived = count, owner, 0, []
+
+    def _arrive(self, kind, wg):
+        self.arrived.append((kind, wg))
+        if len(self.arrived) == self.count:
+            half = self.count // 2
+            want = [("sync", self.owner)] * half + [("arrive", 1 - self.owner)] * half
+            assert sorted(self.arrived) == sorted(want), f"turn barrier {self.owner}: a phase of {self.arrived}"
+            self.phase, self.arrived = self.phase + 1, []
+
+    def arrive(self, wg):
+        self._arrive("arrive", wg)
+
+    def sync(self, wg):
+        p = self.phase
+        self._arrive("sync", wg)
+        while self.phase == p:
+            yield
+
+
 def items(T, heads, rows):
     """the forward's work items in their longest-first order (fwd_item, one section of heads): (q0, key tiles)"""
     q_tiles = -(-T // rows)
@@ -111,9 +138,13 @@ class Ring:
         slot[b] = (u, value)
         self.full[b].arrive()
 
+    def landed(self, u):
+        """wait until use u's copy landed"""
+        yield from wait(self.full[u % self.n], (u // self.n) & 1)
+
     def skip(self, u):
         """release use u unread, after its copy landed (so the release cannot count toward the previous use)"""
-        yield from wait(self.full[u % self.n], (u // self.n) & 1)
+        yield from self.landed(u)
         self.empty[u % self.n].arrive()
 
 
@@ -150,7 +181,10 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
     The CTA's items: its first, then (a persistent launch, grid below the item count) as many as the work queue
     hands it, each claimed once a Q buffer is free (the model takes a random number of random items: any
     assignment the other CTAs' timing can leave it), written beside the buffer (item_of) and read by the
-    consumers after its q_full; the end is an arrival without a copy. Returns None or the failure."""
+    consumers after its q_full; the end is an arrival without a copy. With two overlapping warpgroups (HS 128)
+    they take turns to issue each iteration's GEMMs (kTurnBarrier): warpgroup 1 gives warpgroup 0 the first
+    turn, and a warpgroup whose rows all lie past T runs the loop's waits, turns and releases without its reads.
+    Returns None or the failure."""
     rows = 64 * nwg
     consumers = nwg * threads_per_wg
     world = World()
@@ -159,6 +193,8 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
     every = list(items(T, heads, rows))
     queued = grid < len(every)
     item_of = [None] * qbufs
+    turns = nwg == 2 and overlap
+    turn = [NamedBarrier(2 * threads_per_wg, w) for w in range(2)]
 
     def claims():  # the producer's item for each use, then None
         yield every[cta]
@@ -184,8 +220,14 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
             yield from v.issue(seq + n - 1)
             seq += n
 
+    def take_turn(wg):  # bar.sync on its own turn barrier, then bar.arrive on the other's
+        yield from turn[wg].sync(wg)
+        turn[1 - wg].arrive(wg)
+
     def consumer(wg, me):
         seq = 0
+        if turns and wg == 1:
+            turn[0].arrive(wg)
         for use in range(1 << 30):
             b = use % qbufs
             yield from wait(q.full[b], (use // qbufs) & 1)
@@ -203,6 +245,8 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
                     for kt in range(1, n_tiles):
                         yield from k.acquire(me, seq + kt)
                         yield from v.acquire(me, seq + kt - 1)
+                        if turns:
+                            yield from take_turn(wg)
                         yield
                         k.release(me, seq + kt)
                         yield
@@ -215,9 +259,21 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
                 q.release(me, use)
             else:  # rows all past T: Q released unread, after its copy landed
                 yield from q.skip(use)
-            for kt in range(n_tiles, n):  # release_tile
-                yield from k.skip(seq + kt)
-                yield from v.skip(seq + kt)
+            if turns and n_tiles == 0:  # the overlapped loop's waits, turns and releases without its reads
+                assert n > 0
+                yield from k.skip(seq)
+                for kt in range(1, n):
+                    yield from k.landed(seq + kt)
+                    yield from v.landed(seq + kt - 1)
+                    yield from take_turn(wg)
+                    k.empty[(seq + kt) % k.n].arrive()
+                    v.empty[(seq + kt - 1) % v.n].arrive()
+                yield from v.skip(seq + n - 1)
+            else:
+                assert not turns or n_tiles == n, "two warpgroups that take turns read all of an item's tiles or none"
+                for kt in range(n_tiles, n):  # release_tile
+                    yield from k.skip(seq + kt)
+                    yield from v.skip(seq + kt)
             seq += n
 
     live = [producer()] + [consumer(wg, (wg, i)) for wg in range(nwg) for i in range(threads_per_wg)]

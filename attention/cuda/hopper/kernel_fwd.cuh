@@ -245,17 +245,28 @@ __device__ __forceinline__ void rescale_o(float (&o)[HS / 2], const float (&alph
         }
 }
 
+/* The turns of two consumer warpgroups (TURNS below): named barrier kTurnBarrier + w is warpgroup w's. A
+   warpgroup waits at its own (bar.sync, 256 threads: its 128 and the other warpgroup's 128 arrivals) before it
+   issues an iteration's GEMMs and arrives at the other's after them, so the two issue in alternation and
+   one's softmax runs while the tensor core works through the other's GEMMs. Warpgroup 1 arrives at
+   warpgroup 0's barrier once per CTA before its first item (the first turn); the last turn's arrival is left
+   unclaimed at the CTA's exit. Ids 1-3 are warpgroup_sync's. */
+constexpr int kTurnBarrier = 8;
+
 /* A consumer warpgroup's key tiles 1 .. n_tiles - 1 after tile 0's softmax, overlapped: S(kt) = Q K(kt)^T is issued
    with O += P(kt-1) V(kt-1) behind it, S(kt)'s softmax runs while that P V does, then O is rescaled and P(kt)
    packed; then the last tile's P V. QCHUNK: Q's column-chunk stride (issue_qk); TILE_BYTES: a K/V stage's
-   bytes; seq0: the CTA's tile number of key tile 0 (produce_tile), which fixes each tile's stage and phase. */
-template <int HS, int MODE, int STAGES, int QCHUNK, int TILE_BYTES>
+   bytes; seq0: the CTA's tile number of key tile 0 (produce_tile), which fixes each tile's stage and phase.
+   TURNS (two warpgroups that run the same tiles: HS 128): each iteration's GEMMs are issued in warpgroup wg's
+   turn (kTurnBarrier); the order of the GEMMs on each warpgroup's own registers is unchanged, so are O and the
+   stats. */
+template <int HS, int MODE, int STAGES, int QCHUNK, int TILE_BYTES, bool TURNS = false>
 __device__ __forceinline__ void overlapped_key_tiles(float (&sacc)[kSRegs], float (&o)[HS / 2], POperand<MODE>& p,
                                                      float (&m_run)[2], float (&l_part)[2], float (&alpha)[2],
                                                      uint64_t* full_k, uint64_t* empty_k, uint64_t* full_v,
                                                      uint64_t* empty_v, uint32_t q_addr, uint32_t k_base,
                                                      uint32_t v_base, int n_tiles, int row0, int t, float c,
-                                                     int seq0) {
+                                                     int seq0, int wg = 0) {
     for (int kt = 1; kt < n_tiles; kt++) {
         const int seq = seq0 + kt;
         const int s = seq % STAGES, sv = (seq - 1) % STAGES; /* K(kt)'s stage, V(kt - 1)'s stage */
@@ -263,11 +274,13 @@ __device__ __forceinline__ void overlapped_key_tiles(float (&sacc)[kSRegs], floa
         mbar_wait(&full_v[sv], (uint32_t)(((seq - 1) / STAGES) & 1));
         __syncwarp();
         zero_scores(sacc);
+        if constexpr (TURNS) named_bar_sync(kTurnBarrier + wg, 256); /* this warpgroup's turn */
         wgmma_fence(); /* orders the rescale of O, the packing of P and the zeroing of S before the wgmmas */
         issue_qk<HS, QCHUNK>(sacc, q_addr, k_base + s * TILE_BYTES);
         wgmma_commit();
         issue_pv_terms<HS, MODE>(o, p, v_base + sv * TILE_BYTES); /* O += P(kt-1) V(kt-1) */
         wgmma_commit();
+        if constexpr (TURNS) named_bar_arrive(kTurnBarrier + (1 - wg), 256); /* the other warpgroup's turn */
         wgmma_wait<1>(); /* S(kt) is in (groups retire in order); P V(kt - 1) may still run */
         reg_fence(sacc);
         mbar_arrive(&empty_k[s]);
@@ -333,17 +346,25 @@ __device__ __forceinline__ void produce_tile(unsigned char* tiles, uint64_t* ful
 /* the kernel: NWG consumer warpgroups, 64 * NWG query rows per work item                            */
 /* ------------------------------------------------------------------------------------------------ */
 
+/* Releases the K (V) tile of the CTA's tile number seq, which this warpgroup does not read: after it landed (so
+   the arrival counts toward that tile's phase of the empty barrier), one arrival per thread. */
+template <int STAGES>
+__device__ __forceinline__ void release_tile_k(uint64_t* full_k, uint64_t* empty_k, int seq) {
+    mbar_wait(&full_k[seq % STAGES], (uint32_t)((seq / STAGES) & 1));
+    mbar_arrive(&empty_k[seq % STAGES]);
+}
+template <int STAGES>
+__device__ __forceinline__ void release_tile_v(uint64_t* full_v, uint64_t* empty_v, int seq) {
+    mbar_wait(&full_v[seq % STAGES], (uint32_t)((seq / STAGES) & 1));
+    mbar_arrive(&empty_v[seq % STAGES]);
+}
 /* Releases the CTA's tile number seq, a key tile this warpgroup does not read: after it landed (so the
    arrivals count toward that tile's phase of the empty barriers), one arrival per thread on each. */
 template <int STAGES>
 __device__ __forceinline__ void release_tile(uint64_t* full_k, uint64_t* empty_k, uint64_t* full_v, uint64_t* empty_v,
                                              int seq) {
-    const int s = seq % STAGES;
-    const uint32_t parity = (uint32_t)((seq / STAGES) & 1);
-    mbar_wait(&full_k[s], parity);
-    mbar_arrive(&empty_k[s]);
-    mbar_wait(&full_v[s], parity);
-    mbar_arrive(&empty_v[s]);
+    release_tile_k<STAGES>(full_k, empty_k, seq);
+    release_tile_v<STAGES>(full_v, empty_v, seq);
 }
 
 /* Q buffers: a CTA that runs several work items loads the next item's Q while it finishes this one. */
@@ -396,6 +417,7 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
     constexpr int kTileBytes = Plan::kTileBytes;
     constexpr int kORegs = HS / 2;
     constexpr bool kOverlap = !(MODE == ATTN_FP32 && Cta::kConsumerRegs < 200);
+    constexpr bool kTurns = kOverlap && NWG == 2; /* overlapped_key_tiles' TURNS: the two warpgroups alternate */
 
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = aligned_smem_base(smem_raw);
@@ -475,6 +497,9 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
 
     const int wg = warpgroup, g = lane >> 2, t = lane & 3;
     const uint32_t k_base = smem_u32(k_s), v_base = smem_u32(v_s);
+    if constexpr (kTurns) {
+        if (wg == 1) named_bar_arrive(kTurnBarrier, 256); /* warpgroup 0 has the first turn */
+    }
     int seq = 0; /* the producer's count */
     for (int use = 0;; use++) {
         const int qb = use % kQBuffers;
@@ -511,9 +536,9 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
                 softmax_tile<MODE>(sacc, m_run, l_part, alpha, n_tiles == 1, 0, row0, t, c);
                 rescale_o<HS>(o, alpha);
                 pack_p<MODE>(p, sacc);
-                overlapped_key_tiles<HS, MODE, STAGES, Plan::kQChunkBytes, kTileBytes>(
+                overlapped_key_tiles<HS, MODE, STAGES, Plan::kQChunkBytes, kTileBytes, kTurns>(
                     sacc, o, p, m_run, l_part, alpha, full_k, empty_k, full_v, empty_v, q_addr, k_base, v_base,
-                    n_tiles, row0, t, c, seq);
+                    n_tiles, row0, t, c, seq, wg);
             } else {
                 /* fp32 at 160 registers: tile by tile, only one 32-register A operand live beside S and O */
                 for (int kt = 0; kt < n_tiles; kt++) {
@@ -551,9 +576,27 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
         } else {
             mbar_arrive(&q_empty[qb]); /* rows all at or past T: Q not read */
         }
-        /* release the item's key tiles this warpgroup does not read */
-        for (int kt = n_tiles; kt < n_key_tiles; kt++)
-            release_tile<STAGES>(full_k, empty_k, full_v, empty_v, seq + kt);
+        if (kTurns && n_tiles == 0) {
+            /* rows all past T (at HS 128 a warpgroup reads all of the item's tiles or none): the waits, turns and
+               releases of overlapped_key_tiles without its GEMMs, so that both warpgroups take n_key_tiles - 1
+               turns per item, and in the same order against the tiles (taken before its releases, a turn would
+               wait for the other warpgroup's, which waits for a tile whose copy waits for those releases) */
+            release_tile_k<STAGES>(full_k, empty_k, seq);
+            for (int kt = 1; kt < n_key_tiles; kt++) {
+                const int sk = (seq + kt) % STAGES, sv = (seq + kt - 1) % STAGES;
+                mbar_wait(&full_k[sk], (uint32_t)(((seq + kt) / STAGES) & 1));
+                mbar_wait(&full_v[sv], (uint32_t)(((seq + kt - 1) / STAGES) & 1));
+                named_bar_sync(kTurnBarrier + wg, 256);
+                named_bar_arrive(kTurnBarrier + (1 - wg), 256);
+                mbar_arrive(&empty_k[sk]);
+                mbar_arrive(&empty_v[sv]);
+            }
+            release_tile_v<STAGES>(full_v, empty_v, seq + n_key_tiles - 1);
+        } else {
+            /* release the item's key tiles this warpgroup does not read */
+            for (int kt = n_tiles; kt < n_key_tiles; kt++)
+                release_tile<STAGES>(full_k, empty_k, full_v, empty_v, seq + kt);
+        }
         seq += n_key_tiles;
     }
 }
