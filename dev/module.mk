@@ -35,6 +35,8 @@ $(BUILD)/dev/cudnn_check: $(BUILD)/dev/cudnn_check.cu.o $(ATTN_CUDA_OBJS) $(ATTN
 CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"
 # dev/ptx_blocks.py (a kernel's PTX blocks and machine-code size, read without a GPU) on a synthetic module and cubin.
 CPU_TEST_COMMANDS += "python3 tests/test_ptx_blocks.py"
+# The Hopper forward's barrier protocol (dev/attention_lab/protocol_model.py) under random interleavings.
+CPU_TEST_COMMANDS += "python3 dev/attention_lab/protocol_model.py"
 
 # ---- gproj variants study (docs/gproj_variants.md): CPU emulation of cheaper gproj forms ----
 # The engine rounds where the emulation does, so it is compiled with the
