@@ -586,6 +586,7 @@ __global__ void __launch_bounds__(CtaShape<NWG>::kThreads, 1)
                 const int sk = (seq + kt) % STAGES, sv = (seq + kt - 1) % STAGES;
                 mbar_wait(&full_k[sk], (uint32_t)(((seq + kt) / STAGES) & 1));
                 mbar_wait(&full_v[sv], (uint32_t)(((seq + kt - 1) / STAGES) & 1));
+                __syncwarp(); /* lanes leave the polling loops at different times: reconverge for bar.sync */
                 named_bar_sync(kTurnBarrier + wg, 256);
                 named_bar_arrive(kTurnBarrier + (1 - wg), 256);
                 mbar_arrive(&empty_k[sk]);
