@@ -28,7 +28,7 @@ constexpr int kBlockK = ATTN_HOPPER_BLOCK_K; /* keys per K/V tile */
 constexpr int kWarpgroupRows = 64;      /* query rows per consumer warpgroup (the M of wgmma) */
 constexpr int kConsumerWarpgroups = kBlockQ / kWarpgroupRows;
 constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-constexpr int kMinProducerRegs = 24;    /* setmaxnreg's least: what the producer warpgroup needs at the most */
+constexpr int kMinProducerRegs = 24;    /* the least setmaxnreg takes: the producer warpgroup keeps at least this */
 constexpr int kFwdStages = ATTN_HOPPER_FWD_STAGES; /* K/V stages of production (the lab also times 3) */
 constexpr int kChunkCols = 64;          /* BF16 columns per 128-byte swizzle row */
 constexpr int kSwizzleRowBytes = 128;
@@ -390,9 +390,9 @@ __device__ __forceinline__ AttnQueryItem fwd_item(unsigned w, int q_tiles, int h
      launch) the producer takes each further item from g_fwd_queue once a Q buffer is free for it. For every
      item it writes the item, decoded (rows, head, key tiles: AttnQueryItem), beside the buffer (item_of[b])
      before its q_full[b] arrival, so the consumers do no index arithmetic of their own; an item of no key
-     tiles there, with a plain arrival, tells the consumers that the CTA is done. The K/V stages and their phases run on
-     over the items (the CTA's tile number seq), and Q has kQBuffers buffers: the producer loads the next
-     item's Q and first K/V tiles while the consumers finish this one's last P V and write O.
+     tiles there, with a plain arrival, tells the consumers that the CTA is done. The K/V stages and their
+     phases run on over the items (the CTA's tile number seq), and Q has kQBuffers buffers: the producer loads
+     the next item's Q and first K/V tiles while the consumers finish this one's last P V and write O.
    - Separate K and V barriers per stage: V(kt) is read until P(kt) V(kt) retires in iteration kt + 1, one
      iteration after K(kt) is done with. full_k[s] / full_v[s]: TMA bytes landed; empty_k[s]: every consumer
      thread has S(kt); empty_v[s]: P V(kt) retired. q_full[b]: an item's Q landed; q_empty[b]: every
