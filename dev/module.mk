@@ -35,6 +35,8 @@ $(BUILD)/dev/cudnn_check: $(BUILD)/dev/cudnn_check.cu.o $(ATTN_CUDA_OBJS) $(ATTN
 CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"
 # dev/ptx_blocks.py (a kernel's PTX blocks and machine-code size, read without a GPU) on a synthetic module and cubin.
 CPU_TEST_COMMANDS += "python3 tests/test_ptx_blocks.py"
+# dev/bench_ab.py (bench_attention consoles of several builds as one A/B table) on consoles with known numbers.
+CPU_TEST_COMMANDS += "python3 tests/test_bench_ab.py"
 
 # ---- gproj variants study (docs/gproj_variants.md): CPU emulation of cheaper gproj forms ----
 # The engine rounds where the emulation does, so it is compiled with the
