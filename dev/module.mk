@@ -37,6 +37,8 @@ CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"
 CPU_TEST_COMMANDS += "python3 tests/test_ptx_blocks.py"
 # The Hopper forward's barrier protocol (dev/attention_lab/protocol_model.py) under random interleavings.
 CPU_TEST_COMMANDS += "python3 dev/attention_lab/protocol_model.py"
+# dev/bench_ab.py (bench_attention consoles of several builds as one A/B table) on consoles with known numbers.
+CPU_TEST_COMMANDS += "python3 tests/test_bench_ab.py"
 
 # ---- gproj variants study (docs/gproj_variants.md): CPU emulation of cheaper gproj forms ----
 # The engine rounds where the emulation does, so it is compiled with the
