@@ -22,11 +22,12 @@ ROW = re.compile(r'^(B\d+ H\d+ T\d+ D\d+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]
 
 
 def read(name, pattern):
-    """(shape, mode) -> [(fwd, bwd), ...] over the files of `pattern`, in the order the rows appear"""
+    """(shape, mode) -> (mean fwd ms, mean bwd ms, rounds) over the files of `pattern`, keys in the order the rows
+    appear"""
     files = sorted(glob.glob(pattern))
     if not files:
         sys.exit(f"bench_ab.py: {name}={pattern} matches no file")
-    out = {}
+    times = {}
     for f in files:
         n = 0
         for line in open(f):
@@ -36,11 +37,11 @@ def read(name, pattern):
             if int(m.group(6)) != 0:
                 sys.exit(f"bench_ab.py: {f}: {m.group(1)} {m.group(2)} has {m.group(6)} NaN/Inf outputs; "
                          "its time measures a broken kernel")
-            out.setdefault((m.group(1), m.group(2)), []).append((float(m.group(3)), float(m.group(4))))
+            times.setdefault((m.group(1), m.group(2)), []).append((float(m.group(3)), float(m.group(4))))
             n += 1
         if n == 0:
             sys.exit(f"bench_ab.py: {f} holds no bench_attention row (B.. H.. T.. D.. mode fwd bwd ...)")
-    return out
+    return {k: (sum(x[0] for x in xs) / len(xs), sum(x[1] for x in xs) / len(xs), len(xs)) for k, xs in times.items()}
 
 
 def main():
@@ -58,11 +59,10 @@ def main():
     rows = []
     for _, data in builds:
         rows += [k for k in data if k not in rows]
-    def mean(xs, i):
-        return sum(x[i] for x in xs) / len(xs)
 
     def change(new, old):
         return f'{new / old:.3f}' if a.ratio else f'{100 * (new / old - 1):+.1f}%'
+
     base_name, base = builds[0]
     head = ['shape', 'mode'] + [f'{n} fwd / bwd ms (rounds)' for n, _ in builds]
     head += [f'{n} vs {base_name}: fwd / bwd' for n, _ in builds[1:]]
@@ -71,14 +71,12 @@ def main():
     for key in rows:
         cells = list(key)
         for _, data in builds:
-            xs = data.get(key)
-            cells.append(f'{mean(xs, 0):.4f} / {mean(xs, 1):.4f} ({len(xs)})' if xs else '-')
+            m = data.get(key)
+            cells.append(f'{m[0]:.4f} / {m[1]:.4f} ({m[2]})' if m else '-')
         for _, data in builds[1:]:
-            xs, bs = data.get(key), base.get(key)
-            cells.append(f'{change(mean(xs, 0), mean(bs, 0))} / {change(mean(xs, 1), mean(bs, 1))}'
-                         if xs and bs else '-')
+            m, mb = data.get(key), base.get(key)
+            cells.append(f'{change(m[0], mb[0])} / {change(m[1], mb[1])}' if m and mb else '-')
         print('| ' + ' | '.join(cells) + ' |')
-
 
 if __name__ == '__main__':
     main()

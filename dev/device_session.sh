@@ -639,9 +639,9 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
             for t in new old; do
                 root=.; [ $t = old ] && root=$OLD_TREE
                 [ -d "$root/build/attention" ] || continue
+                mkdir -p /tmp/sass/$t
                 for o in $(find "$root/build/attention" "$root/build/dev/attention_lab" -name '*.cu.o' 2>/dev/null); do
                     f=/tmp/sass/$t/$(echo "${o#"$root"/build/}" | tr / _).sass
-                    mkdir -p /tmp/sass/$t
                     cuobjdump -sass "$o" > "$f" 2>&1 || { say "   cuobjdump $o: rc $?"; rc=1; }
                 done
                 say "   $t: $(ls /tmp/sass/$t 2>/dev/null | wc -l) objects"
@@ -666,8 +666,8 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
             for m in ${NCU_MODES:-bf16 gproj}; do
                 rep=/tmp/ncusource/${t}_$m
                 timeout 240 ncu --set full --import-source no --kernel-name regex:"${NCU_SOURCE_KERNELS:-hopper_fwd}" \
-                    --launch-skip "${NCU_SKIP:-1}" --launch-count "${NCU_COUNT:-1}" -f -o "$rep" $bin --shape "$shape" --modes "$m" --warmup 1 \
-                    --repeats 1 > "$rep.log" 2>&1 &&
+                    --launch-skip "${NCU_SKIP:-1}" --launch-count "${NCU_COUNT:-1}" -f -o "$rep" \
+                    $bin --shape "$shape" --modes "$m" --warmup 1 --repeats 1 > "$rep.log" 2>&1 &&
                     ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep.csv" 2>> "$rep.log" &&
                     ncu -i "$rep.ncu-rep" --page details > "$rep.details.txt" 2>> "$rep.log"
                 r=$?; [ $r -ne 0 ] && rc=1

@@ -11,18 +11,13 @@ barrier instructions it holds), blocks shorter than --min instructions (default 
 .cubin beside the .ptx (dev/dump_attention_code.sh writes both), the kernel's machine-code size in
 instructions (16 bytes each). Counts are of PTX instructions, not of what ptxas emits.
 """
-import argparse, collections, os, re, struct, subprocess, sys
+import argparse, collections, os, re, subprocess, sys
 
-ENTRY = re.compile(r'^(?:\.visible )?\.entry (\S+)\(', re.M)
+from compare_ptx import elf_sections, ptx_entries  # the dump's two readers: one copy of each
+
 LABEL = re.compile(r'^(\$L__BB\d+_\d+):')
 BRANCH = re.compile(r'\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+)')
 SPECIAL = ('wgmma.mma_async', 'mbarrier', 'cp.async.bulk', 'bar.', 'barrier')
-
-
-def entries(text):
-    """name -> body (from the .entry line to the next .entry or the end)."""
-    starts = [(m.start(), m.group(1)) for m in ENTRY.finditer(text)]
-    return {n: text[s:(starts[i + 1][0] if i + 1 < len(starts) else len(text))] for i, (s, n) in enumerate(starts)}
 
 
 def blocks(body):
@@ -52,17 +47,8 @@ def cubin_text(path):
     """kernel name -> its machine code's instructions: the size of the cubin's .text.NAME section / 16."""
     if not os.path.exists(path):
         return {}
-    d = open(path, 'rb').read()
-    shoff = struct.unpack_from('<Q', d, 0x28)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from('<HHH', d, 0x3A)
-    secs = [struct.unpack_from('<IIQQQQII', d, shoff + i * shentsize) for i in range(shnum)]
-    stro = secs[shstrndx][4]
-    out = {}
-    for name, typ, flags, addr, off, size, link, info in secs:
-        n = d[stro + name:d.index(b'\0', stro + name)].decode()
-        if n.startswith('.text.'):
-            out[n[len('.text.'):]] = size // 16
-    return out
+    return {sec['name'][len('.text.'):]: sec['size'] // 16
+            for sec in elf_sections(open(path, 'rb').read()) if sec['name'].startswith('.text.')}
 
 
 def main():
@@ -73,7 +59,7 @@ def main():
     a = ap.parse_args()
     if not os.path.exists(a.ptx):
         sys.exit(f'ptx_blocks.py: no file {a.ptx} (make it with dev/dump_attention_code.sh OUTDIR FILE.cu)')
-    found = {n: b for n, b in entries(open(a.ptx).read()).items() if re.search(a.kernel_regex, n)}
+    found = {n: b for n, b in ptx_entries(open(a.ptx).read()).items() if re.search(a.kernel_regex, n)}
     if not found:
         sys.exit(f'ptx_blocks.py: no kernel of {a.ptx} matches {a.kernel_regex!r}')
     sass = cubin_text(re.sub(r'\.ptx$', '.cubin', a.ptx))
