@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""dev/attention_lab/protocol_model.py - the barrier protocol of the Hopper forward (kernel_fwd.cuh's
+"""dev/attention_lab/protocol_model.py - the barrier protocols of the Hopper forward (kernel_fwd.cuh's
 hopper_fwd_kernel: one producer and NWG consumer warpgroups over the CTA's work items, which a persistent
-launch's producer takes from a queue and hands to the consumers beside their Q buffer) played under random
-interleavings on the CPU, with the mbarriers' arrival counts, phases and TMA byte counts, and the copies landing
-at random moments.
+launch's producer takes from a queue and hands to the consumers beside their Q buffer) and of the HS-64
+bf16/repair key-major pass (kernel_keys64.cuh with kItemLoop: key blocks taken the same way, each handed over
+in a slot beside its K/V load) played under random interleavings on the CPU, with the mbarriers' arrival
+counts, phases and TMA byte counts, and the copies landing at random moments.
 
 Why: a protocol bug in the kernel (a parity, an arrival count, a buffer reused too early) hangs the GPU or
 silently reads a tile that was already overwritten; neither shows on a machine without one. The model checks,
 for every launch shape below, that every schedule ends (no deadlock), that no copy into a Q, K or V buffer is
-issued or lands while a consumer still reads the data it replaces, and that no copy is left in flight. It models
+issued or lands while a consumer still reads the data it replaces (nor an item slot rewritten while read), and
+that no copy is left in flight. It models
 the kernel's order of waits and arrivals by hand: change it with the kernel.
 
 Usage: dev/attention_lab/protocol_model.py [--seeds N]   ends with "N passed, N failed"
@@ -224,6 +226,80 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
     return play(live, world, rng)
 
 
+def key_items(T, heads):
+    """the HS-64 bf16/repair key-major pass's work items in their longest-first order (keys64_queue_item, one
+    section of heads): the query steps of 128 rows of each 128-key block, from the block's own to the last"""
+    blocks = -(-T // KEYS)
+    for w in range(blocks * heads):
+        yield blocks - w // heads  # key block kb = w // heads (rank-major, one section): blocks - kb steps
+
+
+def run_keys_cta(cta, grid, T, heads, rng, threads_per_wg=4, stages=2):
+    """one CTA of the key-major pass over work items (kernel_keys64.cuh's keys64_produce_items and the consumers'
+    item loop of keys64_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads each; K and V
+    one buffer (kv_full: one arrival + the copy; kv_empty: every consumer thread, after the item's last step),
+    the item written to item_slot before the kv_full arrival, the Q/dO stages one ring over the CTA's items. The
+    producer fills an item's first stages before it waits for the previous item's K and V to be released. The
+    CTA's items: its first, then (grid below the item count) any number of random items; the end is an item of
+    no steps with a plain kv_full arrival. Returns None or the failure."""
+    consumers = 2 * threads_per_wg
+    world = World()
+    kv = Ring(world, "kv", 1, consumers)
+    qdo = Ring(world, "qdo", stages, consumers)
+    every = list(key_items(T, heads))
+    queued = grid < len(every)
+    slot = [None]
+
+    def claims():
+        yield every[cta]
+        while queued and rng.random() < 0.7:
+            yield every[rng.randrange(len(every))]
+        yield None
+
+    def producer():
+        seq = 0
+        for use, n in enumerate(claims()):
+            steps = 0 if n is None else n
+            kv_at = 0 if use == 0 else min(stages, steps)
+            for i in range(steps + 1):
+                if i == kv_at:
+                    if use > 0:  # kv_empty of the previous item, then the slot, then the copy (or the end)
+                        yield from wait(kv.empty[0], (use - 1) & 1)
+                    assert not world.reading.get(("slot", 0)), "item_slot rewritten while a consumer reads it"
+                    if n is None:
+                        yield from kv.close(use, slot, None)
+                        return
+                    slot[0] = (use, n)
+                    yield from kv.issue(use)
+                if i == steps:
+                    break
+                yield from qdo.issue(seq + i)
+            seq += steps
+
+    def consumer(me):
+        seq = 0
+        for use in range(1 << 30):
+            yield from wait(kv.full[0], use & 1)
+            assert slot[0] is not None and slot[0][0] == use, f"item_slot holds {slot[0]}, not use {use}"
+            if slot[0][1] is None:
+                return
+            world.reading.setdefault(("slot", 0), set()).add(me)  # read again for the epilogue's head
+            n = slot[0][1]
+            yield from kv.acquire(me, use)
+            for i in range(n):
+                assert world.owner["kv"][0] == use, f"K/V of use {world.owner['kv'][0]} read in a step of use {use}"
+                yield from qdo.read(me, seq + i)
+                yield  # the dQ GEMM still reads K after the stage's release
+                assert world.owner["kv"][0] == use, f"K/V of use {world.owner['kv'][0]} read by the dQ GEMM of {use}"
+            yield
+            world.reading[("slot", 0)].discard(me)
+            kv.release(me, use)
+            seq += n
+
+    live = [producer()] + [consumer((wg, i)) for wg in range(2) for i in range(threads_per_wg)]
+    return play(live, world, rng)
+
+
 def sweep(label, shapes, n_items, run, seeds):
     """runs every CTA of each launch (T, heads, grid) under `seeds` random schedules: (passed, failed)"""
     passed = failed = 0
@@ -254,6 +330,10 @@ def main():
                              lambda T, heads: -(-T // (64 * nwg)) * heads,
                              lambda cta, grid, T, heads, rng: run_cta(cta, grid, T, heads, nwg, 2, 2, rng, overlap),
                              args.seeds))
+    # the HS-64 bf16/repair key-major pass
+    results.append(sweep("key-major HS 64 bf16/repair", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
+                         lambda T, heads: -(-T // KEYS) * heads,
+                         lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, rng), args.seeds))
     passed, failed = sum(r[0] for r in results), sum(r[1] for r in results)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

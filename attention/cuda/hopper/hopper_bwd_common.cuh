@@ -65,6 +65,12 @@ __device__ __forceinline__ void mbar_wait_give_up(uint64_t* bar, uint32_t parity
     }
 }
 
+/* A producer warp after a wait of a CTA that may give up: true in every lane (the warp agrees, so it leaves its
+   loop as one) once the CTA gave up. */
+__device__ __forceinline__ bool producer_warp_saw_give_up(const int* cta_abort) {
+    return __any_sync(0xffffffffu, *static_cast<const volatile int*>(cta_abort) != 0);
+}
+
 /* ---- the GEMM steps of the HS-128 key-major CTA, per consumer warpgroup (attention_hopper_bwd128.cu and
    attention_hopper_bwd128_gproj.cu).
    K and V are tiles of 128 keys and Q and dO tiles of 64 queries, each two 64-column chunks [rows][128 bytes],
@@ -250,6 +256,8 @@ __device__ __forceinline__ int keymajor_dq_head(AttnTileOrder order) {
     return DQ_SLICES ? order.bh + order.rank * (int)gridDim.y : order.bh;
 }
 
+constexpr uint32_t kKeymajorNanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs: a give-up's dK and dV */
+
 /* The key-major epilogue of every key-major kernel (bf16/repair and gproj, HS 64 and 128): dK = bf(scale acc),
    dV = bf(acc) for this thread's keys (rows key0 and key0 + 8 of the k and v slots of dqkv [B, T, 3, NH, HS];
    columns 8n + 2t + e from registers 4n + 2r + e, hopper_wgmma.cuh's fragment layout); keys past T write
@@ -261,7 +269,6 @@ __device__ __forceinline__ void keymajor_store_dkv(const float (&dk)[HS / 2], co
                                                    int t, float scale, bool gave_up) {
     using hopper_wgmma::bf16;
     using hopper_wgmma::pack_bf16x2;
-    constexpr uint32_t kNanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs */
     const long long qkv_row = 3LL * NH * HS;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -272,9 +279,9 @@ __device__ __forceinline__ void keymajor_store_dkv(const float (&dk)[HS / 2], co
 #pragma unroll
         for (int n = 0; n < HS / 8; n++) {
             *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
-                gave_up ? kNanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+                gave_up ? kKeymajorNanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
             *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) =
-                gave_up ? kNanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+                gave_up ? kKeymajorNanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
         }
     }
 }

@@ -27,6 +27,7 @@
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "attention/cuda/hopper/hopper_bwd_common.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
+#include "attention/cuda/hopper/hopper_work_queue.cuh"
 #include "attention/cuda/launch_overlap.cuh"
 #include "common/cuda_utils.cuh"
 
@@ -76,7 +77,7 @@ struct Keys64WidePlan {
     static constexpr int kDs = kDqTile + kConsumerWarpgroups * kDqTileBytes; /* one per consumer warpgroup */
     static constexpr int kRowState = kDs + kConsumerWarpgroups * kDsBytes;   /* float4 [kStages][kBlockQ] */
     static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
-    static constexpr int kNumBarriers = 1 + 2 * kStages;            /* kv_full, full[stages], empty[stages] */
+    static constexpr int kNumBarriers = 2 + 2 * kStages; /* kv_full, full[stages], empty[stages], kv_empty */
     static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
     static constexpr int kAlloc = kBytes + kAtomBytes;              /* slack to align the base to 1024 */
     static_assert(kQ % kAtomBytes == 0 && kDO % kAtomBytes == 0 && kDqTile % kAtomBytes == 0 &&
@@ -132,8 +133,10 @@ static_assert(kWarpgroupKeys == Keys64TilePlan<true>::kBlockQ && kTileKSteps == 
    hopper_bwd_common.cuh's mbar_wait_give_up after kHangCycles; else it traps: only without setmaxnreg),
    kProducerTraps (the producer traps once the CTA gave up), kSyncBeforeStore (the consumers' barrier before
    they read the abort flag), kSendsDq (dQ partials leave the CTA by TMA reduce-adds; the entry point takes
-   dq_map), kLambda (the producer's keymajor_stage_row_state arm). What a mode does with S^T and dP^T is its
-   block of keys64_pass's step, not a method here (kernel_keys128.cuh says why). */
+   dq_map), kLambda (the producer's keymajor_stage_row_state arm), kItemLoop (a CTA runs work items until none
+   is left: the persistent launch over a queue, keys64_pass; else the one item of its grid position). What a
+   mode does with S^T and dP^T is its block of keys64_pass's step, not a method here (kernel_keys128.cuh says
+   why). */
 template <int MODE>
 struct Keys64Mode { /* bf16 and repair: 128-query steps, a bf(dS) staging tile and a dQ tile per warpgroup */
     static_assert(MODE == ATTN_BF16 || MODE == ATTN_REPAIR, "bf16 and repair (gproj and fp32 below)");
@@ -143,7 +146,7 @@ struct Keys64Mode { /* bf16 and repair: 128-query steps, a bf(dS) staging tile a
        state at 24 registers); 56 / 224 spilled 28; 40 / 232: 0 in both modes */
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
     static constexpr bool kProducerWarpgroup = true, kGivesUp = true, kProducerTraps = false,
-                          kSyncBeforeStore = true, kSendsDq = true;
+                          kSyncBeforeStore = true, kSendsDq = true, kItemLoop = true;
     static constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz; a legitimate wait is microseconds */
     static constexpr int kLambda = kKeymajorNoLambda;
 };
@@ -155,7 +158,7 @@ struct Keys64Mode<ATTN_GPROJ> { /* gproj: repair's P and dS, bf(-lambda P) into 
     /* with a producer warp (288 threads, 168 registers each) the third A operand costs 92 bytes of spills */
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
     static constexpr bool kProducerWarpgroup = true, kGivesUp = true, kProducerTraps = true,
-                          kSyncBeforeStore = false, kSendsDq = false;
+                          kSyncBeforeStore = false, kSendsDq = false, kItemLoop = false;
     static constexpr long long kHangCycles = 20000000000ll; /* ~10 s at 1.98 GHz */
     static constexpr int kLambda = kKeymajorLambdaInW;
 };
@@ -166,7 +169,7 @@ struct Keys64Mode<ATTN_FP32> { /* fp32: P and dS split into BF16 terms, dQ over 
     static constexpr int kThreads = kConsumerThreads + 32; /* + one producer warp */
     static constexpr int kProducerRegs = 0, kConsumerRegs = 0; /* no setmaxnreg */
     static constexpr bool kProducerWarpgroup = false, kGivesUp = false, kProducerTraps = false,
-                          kSyncBeforeStore = false, kSendsDq = true;
+                          kSyncBeforeStore = false, kSendsDq = true, kItemLoop = false;
     static constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz */
     static constexpr int kLambda = kKeymajorNoLambda;
 };
@@ -217,6 +220,18 @@ __device__ __forceinline__ void keys64_wait(uint64_t* bar, uint32_t parity, int 
 /* Barrier of the two consumer warpgroups (256 threads). Ids: 0 __syncthreads, 1 and 2 warpgroup_sync(0 / 1). */
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 3, %0;\n" ::"n"(kConsumerThreads) : "memory");
+}
+
+/* The same barrier, returning whether `pred` was true in any consumer thread: one answer for all of them (a flag
+   read by each thread after a plain barrier may change between their reads). */
+__device__ __forceinline__ bool consumers_sync_any(bool pred) {
+    uint32_t any;
+    asm volatile(
+        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 3, %2, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+        : "=r"(any)
+        : "r"((uint32_t)pred), "n"(kConsumerThreads)
+        : "memory");
+    return any != 0;
 }
 
 /* ---- bf16 and repair's steps (128 queries), per consumer warpgroup (kernel and probe share them) ---- */
@@ -398,6 +413,164 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
     reg_fences(dq, a0, a1);
 }
 
+/* ---- work items ---- */
+
+/* A work item of the pass: keys k0 .. k0 + 127 of head bh = b * NH + h, the query tiles of BLOCK_Q rows that reach
+   them (qt_begin .. qt_begin + n_q_tiles - 1: from the first that reaches key k0 to the last before T), and where
+   their dQ partials go (dq_head, keymajor_dq_head's). An item of no query tiles ends a CTA's items. */
+struct Keys64Item {
+    int k0, bh, b, h, dq_head, qt_begin, n_q_tiles;
+};
+template <int BLOCK_Q>
+__device__ __forceinline__ Keys64Item keys64_item(AttnTileOrder order, int dq_head, int NH, int T) {
+    Keys64Item it;
+    it.k0 = order.rank * kBlockK;
+    it.bh = order.bh;
+    it.b = order.bh / NH;
+    it.h = order.bh % NH;
+    it.dq_head = dq_head;
+    it.qt_begin = it.k0 / BLOCK_Q; /* the first query tile that reaches key k0 */
+    it.n_q_tiles = (T + BLOCK_Q - 1) / BLOCK_Q - it.qt_begin;
+    return it;
+}
+
+/* Item w of a launch over n_key_blocks x heads items, in the longest-first order of tile_order.cuh (sections of
+   `section` heads; key block 0, which every query reaches, first); with DQ_SLICES its dQ goes to its key block's
+   slice (keymajor_dq_head, over `heads` = B * NH). */
+template <bool DQ_SLICES, int BLOCK_Q>
+__device__ __forceinline__ Keys64Item keys64_queue_item(unsigned w, int n_key_blocks, int heads, int section, int NH,
+                                                        int T) {
+    const AttnTileOrder order = attn_tile_rank_head(w, n_key_blocks, heads, section);
+    return keys64_item<BLOCK_Q>(order, DQ_SLICES ? order.bh + order.rank * heads : order.bh, NH, T);
+}
+
+/* The persistent launch's queue of work items (hopper_work_queue.cuh): the passes of this translation unit run one
+   at a time on a stream. */
+__device__ HopperWorkQueue g_keys64_queue;
+
+/* The producer warp of a persistent CTA that gave up a wait: NaN over the dK and dV rows of item `it` (its keys
+   before T; lane l the keys k0 + l, k0 + l + 32, ...), so that an item the CTA took and will not finish keeps no
+   stale gradient (keymajor_store_dkv writes the same NaNs from the consumers). dqkv is 16-byte aligned
+   (attention_cuda_check_shape) and a row of HS 64 BF16 is 128 bytes. */
+__device__ __forceinline__ void keys64_poison_item(bf16* dqkv, const Keys64Item& it, int NH, int T, int lane) {
+    const uint4 nan8 = make_uint4(kKeymajorNanPair, kKeymajorNanPair, kKeymajorNanPair, kKeymajorNanPair);
+    for (int key = it.k0 + lane; key < it.k0 + kBlockK && key < T; key += 32) {
+        uint4* dk_row = reinterpret_cast<uint4*>(dqkv + ((long long)it.b * T + key) * 3LL * NH * kHS +
+                                                 (long long)(NH + it.h) * kHS);
+        uint4* dv_row = dk_row + (long long)NH * kHS / 8;
+#pragma unroll
+        for (int i = 0; i < kHS / 8; i++) dk_row[i] = dv_row[i] = nan8;
+    }
+}
+
+/* The producer warp of a CTA of a mode with kItemLoop (keys64_pass): it runs the CTA's items one after another,
+   the first from the grid position and, when the launch has fewer CTAs than items (a persistent launch), each
+   next one from g_keys64_queue once the previous item's stages are all issued. For each item it fills the item's
+   stages in the ring that runs on over the CTA's items (step seq takes stage seq % kStages) and, after the
+   item's first stages (they free up in the previous item's last steps; K and V only after its last one:
+   kv_empty), writes the item to item_slot and loads its K and V (kv_full); once no item is left, an item of no
+   query tiles with a plain kv_full arrival ends the consumers' loop. After a give-up it issues nothing more:
+   it writes NaN over the items it took that the consumers may not run (keys64_poison_item) and over every
+   item left in the queue, so that no item keeps a stale gradient. */
+template <int MODE, bool DQ_SLICES>
+__device__ __forceinline__ void keys64_produce_items(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
+                                                     const float* __restrict__ stats, const float* __restrict__ D,
+                                                     const float* __restrict__ lambda, bf16* __restrict__ dqkv,
+                                                     int NH, int T, int section, int heads, unsigned char* smem,
+                                                     Keys64Item* item_slot, Keys64Item* taken_slot, int* cta_abort,
+                                                     int lane) {
+    using Mode = Keys64Mode<MODE>;
+    using Plan = typename Mode::Plan;
+    constexpr int kBlockQ = Plan::kBlockQ;
+    static_assert(Mode::kItemLoop && Mode::kGivesUp && !Mode::kProducerTraps && kBlockQ == kWideQ,
+                  "the item loop: bf16 and repair's 128-query steps, waits that give up");
+    uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
+    uint64_t* full = kv_full + 1;
+    uint64_t* empty = full + kStages;
+    uint64_t* kv_empty = empty + kStages;
+    float4* row_state = reinterpret_cast<float4*>(smem + Plan::kRowState);
+    const int n_key_blocks = (T + kBlockK - 1) / kBlockK;
+    const unsigned n_items = (unsigned)n_key_blocks * (unsigned)heads;
+    const bool queued = gridDim.x < n_items;
+    /* the item taken lives in shared memory (taken_slot, lane 0's copy), not in registers: the producer has 40 of
+       them, and the row state of a stage needs most of those */
+    volatile Keys64Item* const taken = taken_slot;
+    int seq = 0; /* the CTA's steps before this item */
+    for (int use = 0;; use++) {
+        unsigned w = blockIdx.x;
+        if (use > 0) {
+            unsigned next = n_items;
+            if (queued && lane == 0) next = work_queue_next(&g_keys64_queue, n_items);
+            w = __shfl_sync(0xffffffffu, next, 0);
+        }
+        if (lane == 0) {
+            const Keys64Item it = keys64_queue_item<DQ_SLICES, kBlockQ>(w < n_items ? w : 0u, n_key_blocks, heads,
+                                                                        section, NH, T);
+            taken->k0 = it.k0, taken->bh = it.bh, taken->b = it.b, taken->h = it.h;
+            taken->dq_head = it.dq_head, taken->qt_begin = it.qt_begin;
+            taken->n_q_tiles = w < n_items ? it.n_q_tiles : 0;
+        }
+        __syncwarp();
+        const int n_q_tiles = taken->n_q_tiles;
+        const int kv_at = use == 0 ? 0 : min(kStages, n_q_tiles); /* when its K and V are loaded */
+        bool gave_up = false;
+        for (int i = 0;; i++) {
+            if (i == kv_at) {
+                if (use > 0) { /* the consumers released the previous item's K and V (and read the slot) */
+                    keys64_wait<MODE>(kv_empty, (uint32_t)((use - 1) & 1), ATTN_HANG_KV_EMPTY, 0, cta_abort);
+                    if ((gave_up = producer_warp_saw_give_up(cta_abort))) break;
+                }
+                if (lane == 0) {
+                    /* visible to the consumers through the kv_full phase that the arrival below completes */
+                    item_slot->k0 = taken->k0, item_slot->bh = taken->bh, item_slot->b = taken->b;
+                    item_slot->h = taken->h, item_slot->dq_head = taken->dq_head;
+                    item_slot->qt_begin = taken->qt_begin, item_slot->n_q_tiles = n_q_tiles;
+                    if (n_q_tiles > 0)
+                        keymajor_load_kv<1>(smem + Plan::kK, smem + Plan::kV, &qkv_map, kv_full, taken->k0, T,
+                                            taken->h, NH, taken->b);
+                    else
+                        mbar_arrive(kv_full);
+                }
+            }
+            if (i == n_q_tiles) break;
+            const int sq = seq + i, s = sq % kStages;
+            /* stage s is free once the consumers released step sq - kStages (phase sq / kStages - 1) */
+            if (sq >= kStages) {
+                keys64_wait<MODE>(&empty[s], (uint32_t)((sq / kStages - 1) & 1), ATTN_HANG_EMPTY, s, cta_abort);
+                if ((gave_up = producer_warp_saw_give_up(cta_abort))) break;
+            }
+            const int q0 = (taken->qt_begin + i) * kBlockQ;
+#pragma unroll
+            for (int half = 0; half < kBlockQ / 64; half++)
+                keymajor_stage_row_state<MODE, Mode::kLambda>(row_state + s * kBlockQ + 64 * half, nullptr, stats, D,
+                                                              lambda, taken->bh, T, q0 + 64 * half, lane);
+            /* every lane's arrival releases its own row-state writes; lane 0's also announces the TMA bytes */
+            fill_stage(smem + Plan::kQ + s * Plan::kQTileBytes, smem + Plan::kDO + s * Plan::kQTileBytes, &qkv_map,
+                       &dout_map, &full[s], q0, T, taken->h, NH, taken->b, lane);
+        }
+        if (gave_up) {
+            /* NaN over the item last written to the slot (the first item's is written before any wait, so there
+               is one) and over the item taken, whether handed over or not; then over every item left */
+            __syncwarp(); /* lane 0's writes of both slots */
+            keys64_poison_item(dqkv, *item_slot, NH, T, lane);
+            if (n_q_tiles > 0)
+                keys64_poison_item(dqkv, *taken_slot, NH, T, lane);
+            for (unsigned next = 0; queued;) {
+                if (lane == 0) next = work_queue_next(&g_keys64_queue, n_items);
+                next = __shfl_sync(0xffffffffu, next, 0);
+                if (next >= n_items) break;
+                const Keys64Item left =
+                    keys64_queue_item<DQ_SLICES, kBlockQ>(next, n_key_blocks, heads, section, NH, T);
+                keys64_poison_item(dqkv, left, NH, T, lane);
+            }
+            break;
+        }
+        if (n_q_tiles == 0) break;
+        seq += n_q_tiles;
+    }
+    if (queued && lane == 0) work_queue_finish(&g_keys64_queue);
+}
+
 /* ---- the kernel ---- */
 
 /* The key-major pass at HS 64 of mode MODE (the instantiation file's comment has the mode's design). stats
@@ -405,13 +578,20 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
    k and v slots of dqkv; modes that send dQ add the s-less dQ partials to the accumulator behind dq_map.
    DQ_SLICES: the deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md).
    cta_abort: the CTA's abort flag (the modes whose waits give up; NULL otherwise). The body of both entry
-   points below (their parameter lists differ: gproj has lambda, no dq_map). */
+   points below (their parameter lists differ: gproj has lambda, no dq_map).
+   Work items: a key block of 128 keys of a head each, ceil(T / 128) x heads (B * NH) of them in the longest-first
+   order of tile_order.cuh. Without kItemLoop the grid is (key blocks, heads) and a CTA runs the item of its grid
+   position. With kItemLoop (bf16, repair) the grid is 1-D and a CTA runs items until none is left
+   (keys64_produce_items: the first from its position, then, in a persistent launch of fewer CTAs than items,
+   each next one from a queue): the Q/dO stages and their phases run on over the CTA's items, the producer loads
+   the next item's first stages while the consumers finish this one, the dQ reduce-adds are waited for once, at
+   the end (dev/attention_lab/protocol_model.py plays this protocol under random interleavings). */
 template <int MODE, bool DQ_SLICES>
 __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                             const CUtensorMap* dq_map, const float* __restrict__ stats,
                                             const float* __restrict__ D, const float* __restrict__ lambda,
                                             bf16* __restrict__ dqkv, int NH, int T, float scale, float c,
-                                            int section, int* cta_abort) {
+                                            int section, int heads, int* cta_abort) {
     using Mode = Keys64Mode<MODE>;
     using Plan = typename Mode::Plan;
     constexpr int kBlockQ = Plan::kBlockQ;
@@ -432,20 +612,27 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
     uint64_t* full = kv_full + 1;
     uint64_t* empty = full + kStages;
 
-    const AttnTileOrder order = attn_tile_longest_first(section); /* key tile 0 sees every query: first */
-    const int k0 = order.rank * kBlockK;
-    const int bh = order.bh, b = bh / NH, h = bh % NH;
-    const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
-    const int qt_begin = k0 / kBlockQ; /* the first query tile that reaches key k0 */
-    const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
+    uint64_t* kv_empty = empty + kStages; /* kItemLoop: every consumer thread, after an item's last read of K, V */
+    /* kItemLoop: the item whose K and V the producer loads, as it decoded it (no query tiles: none left) */
+    __shared__ Keys64Item item_slot;
+    __shared__ Keys64Item taken_slot; /* kItemLoop: the producer's own copy of the item it fills stages for */
+
+    /* without kItemLoop: the CTA's one item, from its grid position (key block, head) */
+    Keys64Item first{};
+    if constexpr (!Mode::kItemLoop) {
+        const AttnTileOrder order = attn_tile_longest_first(section); /* key tile 0 sees every query: first */
+        first = keys64_item<kBlockQ>(order, keymajor_dq_head<DQ_SLICES>(order), NH, T);
+    }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
     const int warpgroup = Mode::kProducerWarpgroup ? __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0) : 0;
 
     if (threadIdx.x == 0) {
         if constexpr (Mode::kGivesUp) *cta_abort = 0;
-        /* full: 32 producer lanes (row state) + the TMA bytes; empty: every consumer thread, after its last read */
+        /* full: 32 producer lanes (row state) + the TMA bytes; empty (and kv_empty): every consumer thread, after
+           its last read */
         init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads);
+        if constexpr (Mode::kItemLoop) mbar_init(kv_empty, kConsumerThreads); /* fenced by the next kernel line */
     }
     __syncthreads();
     /* launched with PDL (launch_overlap.cuh): the previous kernel's outputs (D, lambda, the zeroed accumulator)
@@ -459,6 +646,13 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             if (warp != kConsumerThreads / 32) return; /* its warps 1-3 have no work */
         }
         /* ---- producer warp: lane 0 issues the copies, every lane writes the row state of kBlockQ / 32 queries ---- */
+        if constexpr (Mode::kItemLoop) {
+            keys64_produce_items<MODE, DQ_SLICES>(qkv_map, dout_map, stats, D, lambda, dqkv, NH, T, section, heads,
+                                                  smem, &item_slot, &taken_slot, cta_abort, lane);
+            return;
+        }
+        const int k0 = first.k0, bh = first.bh, b = first.b, h = first.h;
+        const int qt_begin = first.qt_begin, n_q_tiles = first.n_q_tiles;
         if (lane == 0) keymajor_load_kv<1>(k_s, v_s, &qkv_map, kv_full, k0, T, h, NH, b);
         for (int i = 0; i < n_q_tiles; i++) {
             const int s = i % kStages;
@@ -475,167 +669,196 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                 keymajor_stage_row_state<MODE, Mode::kLambda>(row_state + s * kBlockQ + 64 * half, nullptr, stats, D,
                                                               lambda, bh, T, q0 + 64 * half, lane);
             /* every lane's arrival releases its own row-state writes; lane 0's also announces the TMA bytes */
-            if constexpr (kBlockQ == kWideQ)
-                fill_stage(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map, &dout_map, &full[s],
-                           q0, T, h, NH, b, lane);
-            else
-                keymajor_fill_stage<1>(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map,
-                                       &dout_map, &full[s], q0, h, NH, b, lane);
+            keymajor_fill_stage<1>(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map, &dout_map,
+                                   &full[s], q0, h, NH, b, lane);
         }
         return;
     }
     if constexpr (Mode::kProducerWarpgroup) setmaxnreg_inc<Mode::kConsumerRegs>();
 
-    /* ---- consumer warpgroups: wg owns keys k0 + 64 wg .. +63; this thread keys key0, key0 + 8 ---- */
+    /* ---- consumer warpgroups: wg owns keys k0 + 64 wg .. +63 of each item; this thread keys key0, key0 + 8 ---- */
     const int wg = Mode::kProducerWarpgroup ? warpgroup : warp / 4, warp_in_wg = warp & 3, g = lane >> 2, t = lane & 3;
     const int tid_in_wg = threadIdx.x & 127; /* thread 0 of each warpgroup sends its dQ tile */
     const int key_row = warp_in_wg * 16 + g; /* within the warpgroup's 64 keys */
-    const int wg_key_first = k0 + wg * kWarpgroupKeys;
-    /* one sum, two associations: they compile to different machine code, and each mode keeps the code it was
-       measured with */
-    const int key0 = (MODE == ATTN_GPROJ) ? k0 + wg * kWarpgroupKeys + warp_in_wg * 16 + g : wg_key_first + key_row;
     /* bf16, repair: the warpgroup's staging tile and dQ tile; fp32: its three staged dS terms */
     bf16* const ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsWarpgroupBytes);
     unsigned char* const dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
     const uint32_t kw_addr = smem_u32(k_s) + wg * Plan::kBoxBytes, vw_addr = smem_u32(v_s) + wg * Plan::kBoxBytes;
-    float dk[32], dv[32];
+    int seq = 0; /* the CTA's steps before this item (the producer's count; 0 without kItemLoop) */
+#pragma unroll 1
+    for (int use = 0;; use++) {
+        Keys64Item it = first;
+        if constexpr (Mode::kItemLoop) {
+            /* the item is what the producer wrote to the slot before the phase of kv_full completed */
+            keys64_wait<MODE>(kv_full, (uint32_t)(use & 1), ATTN_HANG_KV_FULL, 0, cta_abort);
+            it.n_q_tiles = item_slot.n_q_tiles;
+            if (it.n_q_tiles == 0) break;
+            it.k0 = item_slot.k0;
+            it.qt_begin = item_slot.qt_begin;
+            it.dq_head = item_slot.dq_head;
+        }
+        const int k0 = it.k0, dq_head = it.dq_head, qt_begin = it.qt_begin, n_q_tiles = it.n_q_tiles;
+        const int wg_key_first = k0 + wg * kWarpgroupKeys;
+        /* one sum, two associations: they compile to different machine code, and each mode keeps the code it was
+           measured with */
+        const int key0 = (MODE == ATTN_GPROJ) ? k0 + wg * kWarpgroupKeys + warp_in_wg * 16 + g : wg_key_first + key_row;
+        float dk[32], dv[32];
 #pragma unroll
-    for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.f;
+        for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.f;
 
-    keys64_wait<MODE>(kv_full, 0, ATTN_HANG_KV_FULL, 0, cta_abort);
-    __syncwarp();
+        if constexpr (!Mode::kItemLoop) keys64_wait<MODE>(kv_full, 0, ATTN_HANG_KV_FULL, 0, cta_abort);
+        __syncwarp();
 
 #pragma unroll 1
-    for (int i = 0; i < n_q_tiles; i++) {
-        const int s = i % kStages;
-        const int q0 = (qt_begin + i) * kBlockQ;
-        keys64_wait<MODE>(&full[s], (uint32_t)((i / kStages) & 1), ATTN_HANG_FULL, s, cta_abort);
-        __syncwarp();
-        const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes), do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
-        const float4* rs = row_state + s * kBlockQ;
+        for (int i = 0; i < n_q_tiles; i++) {
+            const int s = (seq + i) % kStages;
+            const int q0 = (qt_begin + i) * kBlockQ;
+            keys64_wait<MODE>(&full[s], (uint32_t)(((seq + i) / kStages) & 1), ATTN_HANG_FULL, s, cta_abort);
+            __syncwarp();
+            const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes);
+            const uint32_t do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
+            const float4* rs = row_state + s * kBlockQ;
 
-        /* the mode's step; element 4j + 2r + e of st, dpt: key key0 + 8r, query q0 + 8j + 2t + e */
-        if constexpr (kBlockQ == kWideQ) { /* bf16, repair */
-            float st[kWideScoreRegs], dpt[kWideScoreRegs];
-            scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-            /* P and dS, then their A operands; the mask can bite only where the step reaches the warpgroup's keys
-               or T */
-            const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-            uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
-            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
-                probs_n128<MODE, decltype(mask)::value>(st, dpt, rs, q0, key0, t, T, masked, c);
-                pack_a_n128(pa, st);
-                pack_a_n128(pds, dpt);
-            });
-            float dq0[32], dq1[32];
-            /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
-            stage_ds_all<kDsPitch>(ds_s, pds, key_row, t);
-            issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
-            /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
-               warpgroup rewrite it */
-            if (tid_in_wg == 0) bulk_wait_group_read<0>();
-            warpgroup_sync(wg); /* the staging tile is written */
-            wgmma_wait<0>();
-            reg_fences(dv, dk, pa, pds);
-            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-            dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
-            store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
-            store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
-            fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
-            warpgroup_sync(wg);  /* also: every A load of the staging tile is done before the next step restages */
-            if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
-        } else if constexpr (MODE == ATTN_GPROJ) {
-            float st[32], dpt[32];
-            warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+            /* the mode's step; element 4j + 2r + e of st, dpt: key key0 + 8r, query q0 + 8j + 2t + e */
+            if constexpr (kBlockQ == kWideQ) { /* bf16, repair */
+                float st[kWideScoreRegs], dpt[kWideScoreRegs];
+                scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+                /* P and dS, then their A operands; the mask can bite only where the step reaches the warpgroup's keys
+                   or T */
+                const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+                uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
+                with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+                    probs_n128<MODE, decltype(mask)::value>(st, dpt, rs, q0, key0, t, T, masked, c);
+                    pack_a_n128(pa, st);
+                    pack_a_n128(pds, dpt);
+                });
+                float dq0[32], dq1[32];
+                /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
+                stage_ds_all<kDsPitch>(ds_s, pds, key_row, t);
+                issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
+                /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
+                   warpgroup rewrite it */
+                if (tid_in_wg == 0) bulk_wait_group_read<0>();
+                warpgroup_sync(wg); /* the staging tile is written */
+                wgmma_wait<0>();
+                reg_fences(dv, dk, pa, pds);
+                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+                dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
+                store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
+                store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
+                fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
+                warpgroup_sync(wg);  /* also: every A load of the staging tile is done before the next step restages */
+                if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
+            } else if constexpr (MODE == ATTN_GPROJ) {
+                float st[32], dpt[32];
+                warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
 
-            /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
-               k-step (16 queries) at a time */
-            const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-            uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4];
-            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+                /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
+                   k-step (16 queries) at a time */
+                const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+                uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4];
+                with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
 #pragma unroll
-                for (int kk = 0; kk < kTileKSteps; kk++) {
-                    float lam[2][2];
-                    keymajor_probs_step<ATTN_REPAIR, decltype(mask)::value, true>(st, dpt, rs, kk, q0, t, key0, T,
-                                                                                  masked, c, lam);
-                    pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+                    for (int kk = 0; kk < kTileKSteps; kk++) {
+                        float lam[2][2];
+                        keymajor_probs_step<ATTN_REPAIR, decltype(mask)::value, true>(st, dpt, rs, kk, q0, t, key0, T,
+                                                                                      masked, c, lam);
+                        pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+                    }
+                });
+
+                /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
+                   two dK ones chained on the same accumulator (wgmma orders same-accumulator operations); P and
+                   dS are dead while it runs (64 accumulator + 48 A registers in flight). */
+                keymajor_gproj_dkv_batch<kHS>(dv, dk, pa, pds, plam, q_addr, do_addr);
+                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+            } else { /* fp32 */
+                bf16* const ds_tiles = ds_s;
+                float st[32], dpt[32];
+                warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+
+                /* P, dS (attn_bwd_kernel's expressions, masked entries exactly 0), their four A words and the three
+                   staged dS terms one k-step at a time. The previous step's reads of the staged tiles (its dQ A loads)
+                   are all behind its last warpgroup barrier. */
+                const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+                uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
+                with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+#pragma unroll
+                    for (int kk = 0; kk < kTileKSteps; kk++) {
+                        keymajor_probs_step<ATTN_FP32, decltype(mask)::value>(st, dpt, rs, kk, q0, t, key0, T,
+                                                                              masked, c);
+                        uint32_t unused[4], x2[4];
+                        pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
+                        pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
+                        stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_row, t);
+                        stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
+                        stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
+                    }
+                });
+                issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
+                /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before
+                   the barrier below lets the warpgroup rewrite it */
+                if (tid_in_wg == 0) bulk_wait_group_read<1>();
+                warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
+                wgmma_wait<0>();
+                reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
+
+                float dq[32];
+#pragma unroll
+                for (int k = 0; k < 32; k++) dq[k] = 0.f;
+                warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
+                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+
+                /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
+                   thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
+                unsigned char* dq_parity_tile = smem + Plan::kDqTile + (wg * 2 + (i & 1)) * Plan::kDqTileBytes;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = warp_in_wg * 16 + g + 8 * r;
+#pragma unroll
+                    for (int n = 0; n < kHS / 8; n++) {
+                        const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+                        *reinterpret_cast<float2*>(dq_parity_tile + (n >> 2) * (kBlockQ * kRowBytes) + row * kRowBytes +
+                                                   chunk * 16 + (t & 1) * 8) =
+                            make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+                    }
                 }
-            });
-
-            /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
-               two dK ones chained on the same accumulator (wgmma orders same-accumulator operations); P and
-               dS are dead while it runs (64 accumulator + 48 A registers in flight). */
-            keymajor_gproj_dkv_batch<kHS>(dv, dk, pa, pds, plam, q_addr, do_addr);
-            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-        } else { /* fp32 */
-            bf16* const ds_tiles = ds_s;
-            float st[32], dpt[32];
-            warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-
-            /* P, dS (attn_bwd_kernel's expressions, masked entries exactly 0), their four A words and the three
-               staged dS terms one k-step at a time. The previous step's reads of the staged tiles (its dQ A loads)
-               are all behind its last warpgroup barrier. */
-            const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-            uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
-            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
-#pragma unroll
-                for (int kk = 0; kk < kTileKSteps; kk++) {
-                    keymajor_probs_step<ATTN_FP32, decltype(mask)::value>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
-                    uint32_t unused[4], x2[4];
-                    pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
-                    pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
-                    stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_row, t);
-                    stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
-                    stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
+                fence_proxy_async();
+                warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step restages */
+                if (tid_in_wg == 0) {
+                    tma_reduce_add_3d(dq_map, dq_parity_tile, 0, q0, dq_head);
+                    tma_reduce_add_3d(dq_map, dq_parity_tile + kBlockQ * kRowBytes, 32, q0, dq_head);
+                    bulk_commit_group();
                 }
-            });
-            issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
-            /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before
-               the barrier below lets the warpgroup rewrite it */
-            if (tid_in_wg == 0) bulk_wait_group_read<1>();
-            warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
-            wgmma_wait<0>();
-            reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
-
-            float dq[32];
-#pragma unroll
-            for (int k = 0; k < 32; k++) dq[k] = 0.f;
-            warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
-            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-
-            /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
-               thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
-            unsigned char* dq_parity_tile = smem + Plan::kDqTile + (wg * 2 + (i & 1)) * Plan::kDqTileBytes;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = warp_in_wg * 16 + g + 8 * r;
-#pragma unroll
-                for (int n = 0; n < kHS / 8; n++) {
-                    const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
-                    *reinterpret_cast<float2*>(dq_parity_tile + (n >> 2) * (kBlockQ * kRowBytes) + row * kRowBytes +
-                                               chunk * 16 + (t & 1) * 8) =
-                        make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-                }
-            }
-            fence_proxy_async();
-            warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step restages */
-            if (tid_in_wg == 0) {
-                tma_reduce_add_3d(dq_map, dq_parity_tile, 0, q0, dq_head);
-                tma_reduce_add_3d(dq_map, dq_parity_tile + kBlockQ * kRowBytes, 32, q0, dq_head);
-                bulk_commit_group();
             }
         }
-    }
-    /* the last reduce-adds complete before the CTA's shared memory goes away */
-    if constexpr (Mode::kSendsDq)
-        if (tid_in_wg == 0) bulk_wait_group<0>();
-    /* any give-up of the CTA (the producer's precedes an arrival every consumer waited for) is visible now */
-    if constexpr (Mode::kSyncBeforeStore) consumers_sync();
+        if constexpr (Mode::kItemLoop) {
+            /* the item's head, read here (live through the epilogue only), before the arrival below lets the
+               producer rewrite the slot */
+            const int b = item_slot.b, h = item_slot.h;
+            mbar_arrive(kv_empty); /* this thread's GEMMs no longer read the item's K and V */
+            /* any give-up of the CTA is visible to every consumer thread alike */
+            const bool gave_up = consumers_sync_any(*static_cast<volatile int*>(cta_abort) != 0);
+            /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN instead
+               if a wait of this CTA gave up (its accumulators are garbage: the result must not look fine) */
+            keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, gave_up);
+            if (gave_up) break; /* the producer writes NaN over the items it took and the consumers did not run */
+            seq += n_q_tiles;
+        } else {
+            /* the last reduce-adds complete before the CTA's shared memory goes away */
+            if constexpr (Mode::kSendsDq)
+                if (tid_in_wg == 0) bulk_wait_group<0>();
+            /* any give-up of the CTA (the producer's precedes an arrival every consumer waited for) is visible now */
+            if constexpr (Mode::kSyncBeforeStore) consumers_sync();
 
-    /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN instead
-       if a wait of this CTA gave up (its accumulators are garbage: the result must not look fine) */
-    const bool gave_up = Mode::kGivesUp && *static_cast<volatile int*>(cta_abort) != 0;
-    keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, gave_up);
+            /* as above */
+            const bool gave_up = Mode::kGivesUp && *static_cast<volatile int*>(cta_abort) != 0;
+            keymajor_store_dkv<kHS>(dk, dv, dqkv, it.b, it.h, NH, T, key0, t, scale, gave_up);
+            return;
+        }
+    }
+    /* kItemLoop: the last reduce-adds complete before the CTA's shared memory goes away */
+    if (tid_in_wg == 0) bulk_wait_group<0>();
 }
 
 /* The entry point of the modes that send dQ partials (bf16, repair, fp32). */
@@ -644,13 +867,15 @@ __global__ void __launch_bounds__(Keys64Mode<MODE>::kThreads, 1)
     keys64_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                   const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
                   const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c,
-                  int section) {
+                  int section, int heads) {
     static_assert(Keys64Mode<MODE>::kSendsDq, "gproj's entry point is keys64_gproj_kernel");
     if constexpr (Keys64Mode<MODE>::kGivesUp) {
         __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section, &cta_abort);
+        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section,
+                                     heads, &cta_abort);
     } else {
-        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section, nullptr);
+        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section,
+                                     heads, nullptr);
     }
 }
 
@@ -664,15 +889,18 @@ __global__ void __launch_bounds__(Keys64Mode<MODE>::kThreads, 1)
                         float c, int section) {
     static_assert(MODE == ATTN_GPROJ, "the other modes' entry point is keys64_kernel");
     __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-    keys64_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, section, &cta_abort);
+    /* one item per CTA: no `heads` (0) */
+    keys64_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, section, 0,
+                             &cta_abort);
 }
 
 /* ---- host ---- */
 
-/* One launch of the pass of MODE on the call's tensors: the qkv / dout maps, the grid (key tiles, B*NH) and the
-   PDL launch after the previous kernel of the chain; the modes that send dQ (bf16, repair, fp32) also the dQ
-   accumulator's map (boxes of a step's queries x 32 FP32 columns; with c.dq_slices one slice per key block and
-   the DQ_SLICES kernel), gproj lambda in its place. */
+/* One launch of the pass of MODE on the call's tensors: the qkv / dout maps, the grid (key tiles, B*NH; with
+   kItemLoop hopper_item_grid's: a CTA per item or a persistent launch) and the PDL launch after the previous
+   kernel of the chain; the modes that send dQ (bf16, repair, fp32) also the dQ accumulator's map (boxes of a
+   step's queries x 32 FP32 columns; with c.dq_slices one slice per key block and the DQ_SLICES kernel), gproj
+   lambda in its place. */
 static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 template <int MODE>
 void keys64_launch(const HopperBwdCall& c) {
@@ -682,7 +910,10 @@ void keys64_launch(const HopperBwdCall& c) {
     const char* const who = "attention (Hopper key-major pass, HS 64)"; /* in a tensor map's error */
     const HeadMaps maps = encode_qkv_dout_maps(s, c.qkv, c.dout, kBoxRows, who);
     const int n_key_blocks = ceil_div(s.T, kBlockK);
-    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+    /* kItemLoop: one CTA per SM taking its items from the queue, or with ATTN_BWD_PERSISTENT=0 one per item */
+    const dim3 grid = Mode::kItemLoop ? dim3(hopper_item_grid((long long)n_key_blocks * s.B * s.NH,
+                                                              hopper_env_switch("ATTN_BWD_PERSISTENT", 1), who))
+                                      : dim3((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
     if constexpr (MODE == ATTN_GPROJ) {
         cudaCheck(cudaFuncSetAttribute(keys64_gproj_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         launch_after_previous_grid(1, keys64_gproj_kernel<MODE>, grid, dim3(Mode::kThreads), kAlloc, c.stream,
@@ -696,8 +927,7 @@ void keys64_launch(const HopperBwdCall& c) {
             encode_dq_acc_map(c.dq_acc, s, Mode::Plan::kBlockQ, who, c.dq_slices ? n_key_blocks : 1);
         launch_after_previous_grid(1, kernel, grid, dim3(Mode::kThreads), kAlloc, c.stream, maps.qkv, maps.dout,
                                    dq_map, c.stats, c.D, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                                   attn_exp2_scale(kHS),
-                                   attn_tile_section(s, kTileSectionQdOdQ));
+                                   attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdOdQ), s.B * s.NH);
     }
 }
 
