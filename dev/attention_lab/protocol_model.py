@@ -226,15 +226,15 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
     return play(live, world, rng)
 
 
-def key_items(T, heads):
-    """the HS-64 bf16/repair key-major pass's work items in their longest-first order (keys64_queue_item, one
-    section of heads): the query steps of 128 rows of each 128-key block, from the block's own to the last"""
-    blocks = -(-T // KEYS)
+def key_items(T, heads, step_rows):
+    """the HS-64 key-major pass's work items in their longest-first order (keys64_queue_item, one section of
+    heads): the number of query steps of step_rows rows of each 128-key block, from the block's own to the last"""
+    blocks, steps = -(-T // KEYS), -(-T // step_rows)
     for w in range(blocks * heads):
-        yield blocks - w // heads  # key block kb = w // heads (rank-major, one section): blocks - kb steps
+        yield steps - w // heads * KEYS // step_rows  # key block w // heads (rank-major, one section)
 
 
-def run_keys_cta(cta, grid, T, heads, rng, threads_per_wg=4, stages=2):
+def run_keys_cta(cta, grid, T, heads, step_rows, rng, threads_per_wg=4, stages=2):
     """one CTA of the key-major pass over work items (kernel_keys64.cuh's keys64_produce_items and the consumers'
     item loop of keys64_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads each; K and V
     one buffer (kv_full: one arrival + the copy; kv_empty: every consumer thread, after the item's last step),
@@ -246,7 +246,7 @@ def run_keys_cta(cta, grid, T, heads, rng, threads_per_wg=4, stages=2):
     world = World()
     kv = Ring(world, "kv", 1, consumers)
     qdo = Ring(world, "qdo", stages, consumers)
-    every = list(key_items(T, heads))
+    every = list(key_items(T, heads, step_rows))
     queued = grid < len(every)
     slot = [None]
 
@@ -330,10 +330,12 @@ def main():
                              lambda T, heads: -(-T // (64 * nwg)) * heads,
                              lambda cta, grid, T, heads, rng: run_cta(cta, grid, T, heads, nwg, 2, 2, rng, overlap),
                              args.seeds))
-    # the HS-64 bf16/repair key-major pass
-    results.append(sweep("key-major HS 64 bf16/repair", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
-                         lambda T, heads: -(-T // KEYS) * heads,
-                         lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, rng), args.seeds))
+    # the HS-64 key-major pass: bf16/repair (128-query steps), gproj (64)
+    for mode, step_rows in (("bf16/repair", 128), ("gproj", 64)):
+        results.append(sweep(f"key-major HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
+                             lambda T, heads: -(-T // KEYS) * heads,
+                             lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, step_rows, rng),
+                             args.seeds))
     passed, failed = sum(r[0] for r in results), sum(r[1] for r in results)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

@@ -108,7 +108,7 @@ struct Keys64TilePlan {
     static constexpr int kDsWarpgroupBytes = kDsTerms * kDsBytes;
     static constexpr int kRowState = kDs + (FP32_TILES ? kConsumerWarpgroups * kDsWarpgroupBytes : 0);
     static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
-    static constexpr int kNumBarriers = 1 + 2 * kStages;      /* kv_full, full[stages], empty[stages] */
+    static constexpr int kNumBarriers = 2 + 2 * kStages;      /* kv_full, full[stages], empty[stages], kv_empty */
     static constexpr int kDqTileBytes = kBlockQ * kHS * 4;    /* fp32: per warpgroup 2 (step parity) */
     static constexpr int kDqTile = (kBarriers + 8 * kNumBarriers + kAtomBytes - 1) / kAtomBytes * kAtomBytes;
     static constexpr int kBytes = FP32_TILES ? kDqTile + kConsumerWarpgroups * 2 * kDqTileBytes
@@ -131,7 +131,8 @@ static_assert(kWarpgroupKeys == Keys64TilePlan<true>::kBlockQ && kTileKSteps == 
    split kProducerRegs / kConsumerRegs of the 384 threads' 168 registers each; else one producer warp and no
    setmaxnreg), kGivesUp (a wait that runs out sets the CTA's abort flag and the consumers write NaN,
    hopper_bwd_common.cuh's mbar_wait_give_up after kHangCycles; else it traps: only without setmaxnreg),
-   kProducerTraps (the producer traps once the CTA gave up), kSyncBeforeStore (the consumers' barrier before
+   kProducerTraps (the producer traps once the CTA gave up; else, with kItemLoop, it writes NaN over the items
+   it took and the queue's rest), kSyncBeforeStore (the consumers' barrier before
    they read the abort flag), kSendsDq (dQ partials leave the CTA by TMA reduce-adds; the entry point takes
    dq_map), kLambda (the producer's keymajor_stage_row_state arm), kItemLoop (a CTA runs work items until none
    is left: the persistent launch over a queue, keys64_pass; else the one item of its grid position). What a
@@ -158,7 +159,7 @@ struct Keys64Mode<ATTN_GPROJ> { /* gproj: repair's P and dS, bf(-lambda P) into 
     /* with a producer warp (288 threads, 168 registers each) the third A operand costs 92 bytes of spills */
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
     static constexpr bool kProducerWarpgroup = true, kGivesUp = true, kProducerTraps = true,
-                          kSyncBeforeStore = false, kSendsDq = false, kItemLoop = false;
+                          kSyncBeforeStore = false, kSendsDq = false, kItemLoop = true;
     static constexpr long long kHangCycles = 20000000000ll; /* ~10 s at 1.98 GHz */
     static constexpr int kLambda = kKeymajorLambdaInW;
 };
@@ -179,6 +180,13 @@ constexpr bool keys64_split_fits() {
     using M = Keys64Mode<MODE>;
     return !M::kProducerWarpgroup || 128 * M::kProducerRegs + kConsumerThreads * M::kConsumerRegs <= M::kThreads * 168;
 }
+template <int MODE>
+constexpr bool keys64_trap_in_item_loop() { /* only keys64_produce_items traps after a give-up */
+    return !Keys64Mode<MODE>::kProducerTraps || Keys64Mode<MODE>::kItemLoop;
+}
+static_assert(keys64_trap_in_item_loop<ATTN_BF16>() && keys64_trap_in_item_loop<ATTN_REPAIR>() &&
+                  keys64_trap_in_item_loop<ATTN_GPROJ>() && keys64_trap_in_item_loop<ATTN_FP32>(),
+              "kProducerTraps needs kItemLoop");
 static_assert(keys64_split_fits<ATTN_BF16>() && keys64_split_fits<ATTN_GPROJ>(),
               "the setmaxnreg split must fit in what the 384-thread CTA is launched with (168 each)");
 static_assert(Keys64WidePlan::kKeyTileBytes == KeymajorTiles<1>::kKeyTileBytes &&
@@ -470,8 +478,9 @@ __device__ __forceinline__ void keys64_poison_item(bf16* dqkv, const Keys64Item&
    item's first stages (they free up in the previous item's last steps; K and V only after its last one:
    kv_empty), writes the item to item_slot and loads its K and V (kv_full); once no item is left, an item of no
    query tiles with a plain kv_full arrival ends the consumers' loop. After a give-up it issues nothing more:
-   it writes NaN over the items it took that the consumers may not run (keys64_poison_item) and over every
-   item left in the queue, so that no item keeps a stale gradient. */
+   with kProducerTraps it traps (the launch ends with an error and leaves no copy in flight into shared memory
+   that the SM hands on); else it writes NaN over the items it took that the consumers may not run
+   (keys64_poison_item) and over every item left in the queue, so that no item keeps a stale gradient. */
 template <int MODE, bool DQ_SLICES>
 __device__ __forceinline__ void keys64_produce_items(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                                      const float* __restrict__ stats, const float* __restrict__ D,
@@ -482,8 +491,7 @@ __device__ __forceinline__ void keys64_produce_items(const CUtensorMap& qkv_map,
     using Mode = Keys64Mode<MODE>;
     using Plan = typename Mode::Plan;
     constexpr int kBlockQ = Plan::kBlockQ;
-    static_assert(Mode::kItemLoop && Mode::kGivesUp && !Mode::kProducerTraps && kBlockQ == kWideQ,
-                  "the item loop: bf16 and repair's 128-query steps, waits that give up");
+    static_assert(Mode::kItemLoop && Mode::kGivesUp, "the item loop: waits that give up");
     uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
     uint64_t* full = kv_full + 1;
     uint64_t* empty = full + kStages;
@@ -545,10 +553,15 @@ __device__ __forceinline__ void keys64_produce_items(const CUtensorMap& qkv_map,
                 keymajor_stage_row_state<MODE, Mode::kLambda>(row_state + s * kBlockQ + 64 * half, nullptr, stats, D,
                                                               lambda, taken->bh, T, q0 + 64 * half, lane);
             /* every lane's arrival releases its own row-state writes; lane 0's also announces the TMA bytes */
-            fill_stage(smem + Plan::kQ + s * Plan::kQTileBytes, smem + Plan::kDO + s * Plan::kQTileBytes, &qkv_map,
-                       &dout_map, &full[s], q0, T, taken->h, NH, taken->b, lane);
+            if constexpr (kBlockQ == kWideQ)
+                fill_stage(smem + Plan::kQ + s * Plan::kQTileBytes, smem + Plan::kDO + s * Plan::kQTileBytes, &qkv_map,
+                           &dout_map, &full[s], q0, T, taken->h, NH, taken->b, lane);
+            else
+                keymajor_fill_stage<1>(smem + Plan::kQ + s * Plan::kQTileBytes, smem + Plan::kDO + s * Plan::kQTileBytes,
+                                       &qkv_map, &dout_map, &full[s], q0, taken->h, NH, taken->b, lane);
         }
         if (gave_up) {
+            if constexpr (Mode::kProducerTraps) __trap(); /* the launch ends with an error, no copy left in flight */
             /* NaN over the item last written to the slot (the first item's is written before any wait, so there
                is one) and over the item taken, whether handed over or not; then over every item left */
             __syncwarp(); /* lane 0's writes of both slots */
@@ -660,8 +673,6 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             /* stage s is free once the consumers released tile i - kStages (phase i / kStages - 1) */
             if (i >= kStages) {
                 keys64_wait<MODE>(&empty[s], (uint32_t)((i / kStages - 1) & 1), ATTN_HANG_EMPTY, s, cta_abort);
-                if constexpr (Mode::kProducerTraps)
-                    if (*static_cast<volatile int*>(cta_abort) != 0) __trap(); /* the CTA gave up */
             }
             /* fp32: {m, fl(1/l), D} (the repair arm of the row state; fp32's stats are {m, l}) */
 #pragma unroll
@@ -886,11 +897,10 @@ __global__ void __launch_bounds__(Keys64Mode<MODE>::kThreads, 1)
     keys64_gproj_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                         const float* __restrict__ stats, const float* __restrict__ D,
                         const float* __restrict__ lambda, bf16* __restrict__ dqkv, int NH, int T, float scale,
-                        float c, int section) {
+                        float c, int section, int heads) {
     static_assert(MODE == ATTN_GPROJ, "the other modes' entry point is keys64_kernel");
     __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-    /* one item per CTA: no `heads` (0) */
-    keys64_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, section, 0,
+    keys64_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, section, heads,
                              &cta_abort);
 }
 
@@ -918,8 +928,8 @@ void keys64_launch(const HopperBwdCall& c) {
         cudaCheck(cudaFuncSetAttribute(keys64_gproj_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         launch_after_previous_grid(1, keys64_gproj_kernel<MODE>, grid, dim3(Mode::kThreads), kAlloc, c.stream,
                                    maps.qkv, maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
-                                   attn_softmax_scale(kHS), attn_exp2_scale(kHS),
-                                   attn_tile_section(s, kTileSectionQdO));
+                                   attn_softmax_scale(kHS), attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdO),
+                                   s.B * s.NH);
     } else {
         const auto kernel = c.dq_slices ? keys64_kernel<MODE, true> : keys64_kernel<MODE, false>;
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
