@@ -853,7 +853,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN instead
                if a wait of this CTA gave up (its accumulators are garbage: the result must not look fine) */
             keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, gave_up);
-            if (gave_up) break; /* the producer writes NaN over the items it took and the consumers did not run */
+            if (gave_up) break; /* the producer sees the give-up too (keys64_produce_items) */
             seq += n_q_tiles;
         } else {
             /* the last reduce-adds complete before the CTA's shared memory goes away */
@@ -869,7 +869,8 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
         }
     }
     /* kItemLoop: the last reduce-adds complete before the CTA's shared memory goes away */
-    if (tid_in_wg == 0) bulk_wait_group<0>();
+    if constexpr (Mode::kSendsDq)
+        if (tid_in_wg == 0) bulk_wait_group<0>();
 }
 
 /* The entry point of the modes that send dQ partials (bf16, repair, fp32). */
