@@ -300,6 +300,80 @@ def run_keys_cta(cta, grid, T, heads, step_rows, rng, threads_per_wg=4, stages=2
     return play(live, world, rng)
 
 
+def run_rows_cta(cta, grid, T, heads, pipelined, rng, threads_per_wg=4, stages=2, qbufs=2):
+    """one CTA of the HS-64 row pass over work items (kernel_rows.cuh's rows_produce_items and the consumers' item
+    loop of rows_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads; Q/dO in qbufs buffers,
+    each with item_full (the producer's arrival after writing item_of[b]), q_full (one arrival + the copy) and
+    q_empty (every consumer thread, after the item's outputs); the K/V stages one ring over the CTA's items.
+    pipelined (gproj): tile kt is released after the wait for tile kt + 1 (its last half's DSK/PK GEMMs go with the
+    next half's S/dP); else each tile is released after it is read. The producer ends by waiting for its last
+    item's release. Items: 128 query rows each (key tiles = the row tile's index + 1), the CTA's first, then any
+    number of random ones. Returns None or the failure."""
+    consumers = 2 * threads_per_wg
+    world = World()
+    q = Ring(world, "q", qbufs, consumers)
+    kv = Ring(world, "kv", stages, consumers)
+    item_full = [Mbarrier(1) for _ in range(qbufs)]
+    q_tiles = -(-T // KEYS)
+    every = [q_tiles - w // heads for w in range(q_tiles * heads)]  # key tiles of the longest-first items
+    queued = grid < len(every)
+    item_of = [None] * qbufs
+
+    def claims():
+        yield every[cta]
+        while queued and rng.random() < 0.7:
+            yield every[rng.randrange(len(every))]
+        yield None
+
+    def producer():
+        seq = 0
+        use = 0
+        for use, n in enumerate(claims()):
+            b = use % qbufs
+            if use >= qbufs:
+                yield from wait(q.empty[b], (use // qbufs - 1) & 1)
+            assert not world.reading.get(("slot", b)), f"item_of[{b}] rewritten while a consumer reads it"
+            item_of[b] = (use, n)
+            item_full[b].arrive()
+            if n is None:
+                break
+            yield from q.issue(use)
+            for kt in range(n):
+                yield from kv.issue(seq + kt)
+            seq += n
+        last = use - 1  # the last item's release, then the end
+        yield from wait(q.empty[last % qbufs], (last // qbufs) & 1)
+
+    def consumer(me):
+        seq = 0
+        for use in range(1 << 30):
+            b = use % qbufs
+            yield from wait(item_full[b], (use // qbufs) & 1)
+            assert item_of[b] is not None and item_of[b][0] == use, f"item_of[{b}] holds {item_of[b]}, not use {use}"
+            n = item_of[b][1]
+            if n is None:
+                return
+            world.reading.setdefault(("slot", b), set()).add(me)  # read again for the outputs' head
+            yield  # the row state's loads
+            yield from q.acquire(me, use)
+            for kt in range(n):
+                yield from kv.acquire(me, seq + kt)
+                if pipelined and kt > 0:
+                    kv.release(me, seq + kt - 1)
+                yield
+                if not pipelined:
+                    kv.release(me, seq + kt)
+            if pipelined:
+                kv.release(me, seq + n - 1)
+            yield  # the outputs
+            world.reading[("slot", b)].discard(me)
+            q.release(me, use)
+            seq += n
+
+    live = [producer()] + [consumer((wg, i)) for wg in range(2) for i in range(threads_per_wg)]
+    return play(live, world, rng)
+
+
 def sweep(label, shapes, n_items, run, seeds):
     """runs every CTA of each launch (T, heads, grid) under `seeds` random schedules: (passed, failed)"""
     passed = failed = 0
@@ -335,6 +409,12 @@ def main():
         results.append(sweep(f"key-major HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
                              lambda T, heads: -(-T // KEYS) * heads,
                              lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, step_rows, rng),
+                             args.seeds))
+    # the HS-64 row pass: gproj (pipelined halves), fp32
+    for mode, pipelined in (("gproj", True), ("fp32", False)):
+        results.append(sweep(f"row pass HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
+                             lambda T, heads: -(-T // KEYS) * heads,
+                             lambda cta, grid, T, heads, rng: run_rows_cta(cta, grid, T, heads, pipelined, rng),
                              args.seeds))
     passed, failed = sum(r[0] for r in results), sum(r[1] for r in results)
     print(f"{passed} passed, {failed} failed")
