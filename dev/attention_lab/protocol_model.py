@@ -54,6 +54,15 @@ def items(T, heads, rows):
         yield q0, (min(q0 + rows, T) - 1) // KEYS + 1
 
 
+def claims(every, cta, queued, rng):
+    """a CTA's items, then None: its first (every[cta]), then (a persistent launch, `queued`) any number of random
+    items, any assignment the other CTAs' timing can leave it"""
+    yield every[cta]
+    while queued and rng.random() < 0.7:
+        yield every[rng.randrange(len(every))]
+    yield None
+
+
 def wait(bar, parity):
     while not bar.done(parity):
         yield
@@ -162,15 +171,9 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
     queued = grid < len(every)
     item_of = [None] * qbufs
 
-    def claims():  # the producer's item for each use, then None
-        yield every[cta]
-        while queued and rng.random() < 0.7:
-            yield every[rng.randrange(len(every))]
-        yield None
-
     def producer():  # an item's Q, K(0), then K(kt) and V(kt - 1), then the last V (produce_tile)
         seq = 0
-        for use, item in enumerate(claims()):
+        for use, item in enumerate(claims(every, cta, queued, rng)):
             if item is None:
                 yield from q.close(use, item_of, None)
                 return
@@ -250,15 +253,9 @@ def run_keys_cta(cta, grid, T, heads, step_rows, rng, threads_per_wg=4, stages=2
     queued = grid < len(every)
     slot = [None]
 
-    def claims():
-        yield every[cta]
-        while queued and rng.random() < 0.7:
-            yield every[rng.randrange(len(every))]
-        yield None
-
     def producer():
         seq = 0
-        for use, n in enumerate(claims()):
+        for use, n in enumerate(claims(every, cta, queued, rng)):
             steps = 0 if n is None else n
             kv_at = 0 if use == 0 else min(stages, steps)
             for i in range(steps + 1):
@@ -319,16 +316,10 @@ def run_rows_cta(cta, grid, T, heads, pipelined, rng, threads_per_wg=4, stages=2
     queued = grid < len(every)
     item_of = [None] * qbufs
 
-    def claims():
-        yield every[cta]
-        while queued and rng.random() < 0.7:
-            yield every[rng.randrange(len(every))]
-        yield None
-
     def producer():
         seq = 0
         use = 0
-        for use, n in enumerate(claims()):
+        for use, n in enumerate(claims(every, cta, queued, rng)):
             b = use % qbufs
             if use >= qbufs:
                 yield from wait(q.empty[b], (use // qbufs - 1) & 1)

@@ -230,17 +230,8 @@ __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 3, %0;\n" ::"n"(kConsumerThreads) : "memory");
 }
 
-/* The same barrier, returning whether `pred` was true in any consumer thread: one answer for all of them (a flag
-   read by each thread after a plain barrier may change between their reads). */
-__device__ __forceinline__ bool consumers_sync_any(bool pred) {
-    uint32_t any;
-    asm volatile(
-        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 3, %2, p;\n selp.u32 %0, 1, 0, q;\n}\n"
-        : "=r"(any)
-        : "r"((uint32_t)pred), "n"(kConsumerThreads)
-        : "memory");
-    return any != 0;
-}
+/* The same barrier, returning whether `pred` was true in any consumer thread (named_bar_sync_any). */
+__device__ __forceinline__ bool consumers_sync_any(bool pred) { return named_bar_sync_any(3, kConsumerThreads, pred); }
 
 /* ---- bf16 and repair's steps (128 queries), per consumer warpgroup (kernel and probe share them) ---- */
 

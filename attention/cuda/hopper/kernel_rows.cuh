@@ -159,17 +159,8 @@ __device__ __forceinline__ void rows_wait(uint64_t* bar, uint32_t parity, int si
 /* Barrier of the two consumer warpgroups (256 threads; id 1: 0 is __syncthreads). */
 __device__ __forceinline__ void consumers_sync() { named_bar_sync(1, kConsumerThreads); }
 
-/* The same barrier, returning whether `pred` was true in any consumer thread: one answer for all of them (a flag
-   read by each thread after a plain barrier may change between their reads). */
-__device__ __forceinline__ bool consumers_sync_any(bool pred) {
-    uint32_t any;
-    asm volatile(
-        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 1, %2, p;\n selp.u32 %0, 1, 0, q;\n}\n"
-        : "=r"(any)
-        : "r"((uint32_t)pred), "n"(kConsumerThreads)
-        : "memory");
-    return any != 0;
-}
+/* The same barrier, returning whether `pred` was true in any consumer thread (named_bar_sync_any). */
+__device__ __forceinline__ bool consumers_sync_any(bool pred) { return named_bar_sync_any(1, kConsumerThreads, pred); }
 
 /* The persistent launch's queue of work items (hopper_work_queue.cuh): the passes of this translation unit run one
    at a time on a stream. */
