@@ -30,7 +30,7 @@
  *
  * Work items: 128 keys of one (b, h) each, ceil(T / 128) x B*NH of them, longest key tiles first within
  * L2-sized sections of heads (tile_order.cuh). By default one CTA per SM runs items until none is left: its
- * first from its position, then each next one from a counter (hopper_work_queue.cuh's g_keys64_queue) as soon
+ * first from its position, then each next one from a counter (hopper_bwd_common.cuh's g_keymajor_queue) as soon
  * as its producer has issued the last stage of the previous one; ATTN_BWD_PERSISTENT=0 launches one CTA per
  * item instead (the same code, which then ends after its first item). An item computes the same whichever CTA
  * runs it, so the two launches give the same bits. The producer writes each item, decoded, to a shared slot

@@ -27,7 +27,6 @@
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "attention/cuda/hopper/hopper_bwd_common.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
-#include "attention/cuda/hopper/hopper_work_queue.cuh"
 #include "attention/cuda/launch_overlap.cuh"
 #include "common/cuda_utils.cuh"
 
@@ -181,7 +180,7 @@ constexpr bool keys64_split_fits() {
     return !M::kProducerWarpgroup || 128 * M::kProducerRegs + kConsumerThreads * M::kConsumerRegs <= M::kThreads * 168;
 }
 template <int MODE>
-constexpr bool keys64_trap_in_item_loop() { /* only keys64_produce_items traps after a give-up */
+constexpr bool keys64_trap_in_item_loop() { /* only keymajor_produce_items traps after a give-up */
     return !Keys64Mode<MODE>::kProducerTraps || Keys64Mode<MODE>::kItemLoop;
 }
 static_assert(keys64_trap_in_item_loop<ATTN_BF16>() && keys64_trap_in_item_loop<ATTN_REPAIR>() &&
@@ -412,169 +411,6 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
     reg_fences(dq, a0, a1);
 }
 
-/* ---- work items ---- */
-
-/* A work item of the pass: keys k0 .. k0 + 127 of head bh = b * NH + h, the query tiles of BLOCK_Q rows that reach
-   them (qt_begin .. qt_begin + n_q_tiles - 1: from the first that reaches key k0 to the last before T), and where
-   their dQ partials go (dq_head, keymajor_dq_head's). An item of no query tiles ends a CTA's items. */
-struct Keys64Item {
-    int k0, bh, b, h, dq_head, qt_begin, n_q_tiles;
-};
-template <int BLOCK_Q>
-__device__ __forceinline__ Keys64Item keys64_item(AttnTileOrder order, int dq_head, int NH, int T) {
-    Keys64Item it;
-    it.k0 = order.rank * kBlockK;
-    it.bh = order.bh;
-    it.b = order.bh / NH;
-    it.h = order.bh % NH;
-    it.dq_head = dq_head;
-    it.qt_begin = it.k0 / BLOCK_Q; /* the first query tile that reaches key k0 */
-    it.n_q_tiles = (T + BLOCK_Q - 1) / BLOCK_Q - it.qt_begin;
-    return it;
-}
-
-/* Item w of a launch over n_key_blocks x heads items, in the longest-first order of tile_order.cuh (sections of
-   `section` heads; key block 0, which every query reaches, first); with DQ_SLICES its dQ goes to its key block's
-   slice (keymajor_dq_head, over `heads` = B * NH). */
-template <bool DQ_SLICES, int BLOCK_Q>
-__device__ __forceinline__ Keys64Item keys64_queue_item(unsigned w, int n_key_blocks, int heads, int section, int NH,
-                                                        int T) {
-    const AttnTileOrder order = attn_tile_rank_head(w, n_key_blocks, heads, section);
-    return keys64_item<BLOCK_Q>(order, DQ_SLICES ? order.bh + order.rank * heads : order.bh, NH, T);
-}
-
-/* The persistent launch's queue of work items (hopper_work_queue.cuh): the passes of this translation unit run one
-   at a time on a stream. */
-__device__ HopperWorkQueue g_keys64_queue;
-
-/* The producer warp of a persistent CTA that gave up a wait: NaN over the dK and dV rows of item `it` (its keys
-   before T; lane l the keys k0 + l, k0 + l + 32, ...), so that an item the CTA took and will not finish keeps no
-   stale gradient (keymajor_store_dkv writes the same NaNs from the consumers). dqkv is 16-byte aligned
-   (attention_cuda_check_shape) and a row of HS 64 BF16 is 128 bytes. */
-__device__ __forceinline__ void keys64_poison_item(bf16* dqkv, const Keys64Item& it, int NH, int T, int lane) {
-    const uint4 nan8 = make_uint4(kKeymajorNanPair, kKeymajorNanPair, kKeymajorNanPair, kKeymajorNanPair);
-    for (int key = it.k0 + lane; key < it.k0 + kBlockK && key < T; key += 32) {
-        uint4* dk_row = reinterpret_cast<uint4*>(dqkv + ((long long)it.b * T + key) * 3LL * NH * kHS +
-                                                 (long long)(NH + it.h) * kHS);
-        uint4* dv_row = dk_row + (long long)NH * kHS / 8;
-#pragma unroll
-        for (int i = 0; i < kHS / 8; i++) dk_row[i] = dv_row[i] = nan8;
-    }
-}
-
-/* The producer warp of a CTA of a mode with kItemLoop (keys64_pass): it runs the CTA's items one after another,
-   the first from the grid position and, when the launch has fewer CTAs than items (a persistent launch), each
-   next one from g_keys64_queue once the previous item's stages are all issued. For each item it fills the item's
-   stages in the ring that runs on over the CTA's items (step seq takes stage seq % kStages) and, after the
-   item's first stages (they free up in the previous item's last steps; K and V only after its last one:
-   kv_empty), writes the item to item_slot and loads its K and V (kv_full); once no item is left, an item of no
-   query tiles with a plain kv_full arrival ends the consumers' loop. After a give-up it issues nothing more:
-   with kProducerTraps it traps (the launch ends with an error and leaves no copy in flight into shared memory
-   that the SM hands on); else it writes NaN over the items it took that the consumers may not run
-   (keys64_poison_item) and over every item left in the queue, so that no item keeps a stale gradient. */
-template <int MODE, bool DQ_SLICES>
-__device__ __forceinline__ void keys64_produce_items(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
-                                                     const float* __restrict__ stats, const float* __restrict__ D,
-                                                     const float* __restrict__ lambda, bf16* __restrict__ dqkv,
-                                                     int NH, int T, int section, int heads, unsigned char* smem,
-                                                     Keys64Item* item_slot, Keys64Item* taken_slot, int* cta_abort,
-                                                     int lane) {
-    using Mode = Keys64Mode<MODE>;
-    using Plan = typename Mode::Plan;
-    constexpr int kBlockQ = Plan::kBlockQ;
-    static_assert(Mode::kItemLoop && Mode::kGivesUp, "the item loop: waits that give up");
-    uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
-    uint64_t* full = kv_full + 1;
-    uint64_t* empty = full + kStages;
-    uint64_t* kv_empty = empty + kStages;
-    float4* row_state = reinterpret_cast<float4*>(smem + Plan::kRowState);
-    const int n_key_blocks = (T + kBlockK - 1) / kBlockK;
-    const unsigned n_items = (unsigned)n_key_blocks * (unsigned)heads;
-    const bool queued = gridDim.x < n_items;
-    /* the item taken lives in shared memory (taken_slot, lane 0's copy), not in registers: the producer has 40 of
-       them, and the row state of a stage needs most of those */
-    volatile Keys64Item* const taken = taken_slot;
-    int seq = 0; /* the CTA's steps before this item */
-    for (int use = 0;; use++) {
-        unsigned w = blockIdx.x;
-        if (use > 0) {
-            unsigned next = n_items;
-            if (queued && lane == 0) next = work_queue_next(&g_keys64_queue, n_items);
-            w = __shfl_sync(0xffffffffu, next, 0);
-        }
-        if (lane == 0) {
-            const Keys64Item it = keys64_queue_item<DQ_SLICES, kBlockQ>(w < n_items ? w : 0u, n_key_blocks, heads,
-                                                                        section, NH, T);
-            taken->k0 = it.k0, taken->bh = it.bh, taken->b = it.b, taken->h = it.h;
-            taken->dq_head = it.dq_head, taken->qt_begin = it.qt_begin;
-            taken->n_q_tiles = w < n_items ? it.n_q_tiles : 0;
-        }
-        __syncwarp();
-        const int n_q_tiles = taken->n_q_tiles;
-        const int kv_at = use == 0 ? 0 : min(kStages, n_q_tiles); /* when its K and V are loaded */
-        bool gave_up = false;
-        for (int i = 0;; i++) {
-            if (i == kv_at) {
-                if (use > 0) { /* the consumers released the previous item's K and V (and read the slot) */
-                    keys64_wait<MODE>(kv_empty, (uint32_t)((use - 1) & 1), ATTN_HANG_KV_EMPTY, 0, cta_abort);
-                    if ((gave_up = producer_warp_saw_give_up(cta_abort))) break;
-                }
-                if (lane == 0) {
-                    /* visible to the consumers through the kv_full phase that the arrival below completes */
-                    item_slot->k0 = taken->k0, item_slot->bh = taken->bh, item_slot->b = taken->b;
-                    item_slot->h = taken->h, item_slot->dq_head = taken->dq_head;
-                    item_slot->qt_begin = taken->qt_begin, item_slot->n_q_tiles = n_q_tiles;
-                    if (n_q_tiles > 0)
-                        keymajor_load_kv<1>(smem + Plan::kK, smem + Plan::kV, &qkv_map, kv_full, taken->k0, T,
-                                            taken->h, NH, taken->b);
-                    else
-                        mbar_arrive(kv_full);
-                }
-            }
-            if (i == n_q_tiles) break;
-            const int sq = seq + i, s = sq % kStages;
-            /* stage s is free once the consumers released step sq - kStages (phase sq / kStages - 1) */
-            if (sq >= kStages) {
-                keys64_wait<MODE>(&empty[s], (uint32_t)((sq / kStages - 1) & 1), ATTN_HANG_EMPTY, s, cta_abort);
-                if ((gave_up = producer_warp_saw_give_up(cta_abort))) break;
-            }
-            const int q0 = (taken->qt_begin + i) * kBlockQ;
-#pragma unroll
-            for (int half = 0; half < kBlockQ / 64; half++)
-                keymajor_stage_row_state<MODE, Mode::kLambda>(row_state + s * kBlockQ + 64 * half, nullptr, stats, D,
-                                                              lambda, taken->bh, T, q0 + 64 * half, lane);
-            /* every lane's arrival releases its own row-state writes; lane 0's also announces the TMA bytes */
-            if constexpr (kBlockQ == kWideQ)
-                fill_stage(smem + Plan::kQ + s * Plan::kQTileBytes, smem + Plan::kDO + s * Plan::kQTileBytes, &qkv_map,
-                           &dout_map, &full[s], q0, T, taken->h, NH, taken->b, lane);
-            else
-                keymajor_fill_stage<1>(smem + Plan::kQ + s * Plan::kQTileBytes, smem + Plan::kDO + s * Plan::kQTileBytes,
-                                       &qkv_map, &dout_map, &full[s], q0, taken->h, NH, taken->b, lane);
-        }
-        if (gave_up) {
-            if constexpr (Mode::kProducerTraps) __trap(); /* the launch ends with an error, no copy left in flight */
-            /* NaN over the item last written to the slot (the first item's is written before any wait, so there
-               is one) and over the item taken, whether handed over or not; then over every item left */
-            __syncwarp(); /* lane 0's writes of both slots */
-            keys64_poison_item(dqkv, *item_slot, NH, T, lane);
-            if (n_q_tiles > 0)
-                keys64_poison_item(dqkv, *taken_slot, NH, T, lane);
-            for (unsigned next = 0; queued;) {
-                if (lane == 0) next = work_queue_next(&g_keys64_queue, n_items);
-                next = __shfl_sync(0xffffffffu, next, 0);
-                if (next >= n_items) break;
-                const Keys64Item left =
-                    keys64_queue_item<DQ_SLICES, kBlockQ>(next, n_key_blocks, heads, section, NH, T);
-                keys64_poison_item(dqkv, left, NH, T, lane);
-            }
-            break;
-        }
-        if (n_q_tiles == 0) break;
-        seq += n_q_tiles;
-    }
-    if (queued && lane == 0) work_queue_finish(&g_keys64_queue);
-}
-
 /* ---- the kernel ---- */
 
 /* The key-major pass at HS 64 of mode MODE (the instantiation file's comment has the mode's design). stats
@@ -586,7 +422,7 @@ __device__ __forceinline__ void keys64_produce_items(const CUtensorMap& qkv_map,
    Work items: a key block of 128 keys of a head each, ceil(T / 128) x heads (B * NH) of them in the longest-first
    order of tile_order.cuh. Without kItemLoop the grid is (key blocks, heads) and a CTA runs the item of its grid
    position. With kItemLoop (bf16, repair) the grid is 1-D and a CTA runs items until none is left
-   (keys64_produce_items: the first from its position, then, in a persistent launch of fewer CTAs than items,
+   (keymajor_produce_items: the first from its position, then, in a persistent launch of fewer CTAs than items,
    each next one from a queue): the Q/dO stages and their phases run on over the CTA's items, the producer loads
    the next item's first stages while the consumers finish this one, the dQ reduce-adds are waited for once, at
    the end (dev/attention_lab/protocol_model.py plays this protocol under random interleavings). */
@@ -618,14 +454,14 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
 
     uint64_t* kv_empty = empty + kStages; /* kItemLoop: every consumer thread, after an item's last read of K, V */
     /* kItemLoop: the item whose K and V the producer loads, as it decoded it (no query tiles: none left) */
-    __shared__ Keys64Item item_slot;
-    __shared__ Keys64Item taken_slot; /* kItemLoop: the producer's own copy of the item it fills stages for */
+    __shared__ KeymajorItem item_slot;
+    __shared__ KeymajorItem taken_slot; /* kItemLoop: the producer's own copy of the item it fills stages for */
 
     /* without kItemLoop: the CTA's one item, from its grid position (key block, head) */
-    Keys64Item first{};
+    KeymajorItem first{};
     if constexpr (!Mode::kItemLoop) {
         const AttnTileOrder order = attn_tile_longest_first(section); /* key tile 0 sees every query: first */
-        first = keys64_item<kBlockQ>(order, keymajor_dq_head<DQ_SLICES>(order), NH, T);
+        first = keymajor_item<kBlockQ>(order, keymajor_dq_head<DQ_SLICES>(order), NH, T);
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
@@ -651,8 +487,30 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
         }
         /* ---- producer warp: lane 0 issues the copies, every lane writes the row state of kBlockQ / 32 queries ---- */
         if constexpr (Mode::kItemLoop) {
-            keys64_produce_items<MODE, DQ_SLICES>(qkv_map, dout_map, stats, D, lambda, dqkv, NH, T, section, heads,
-                                                  smem, &item_slot, &taken_slot, cta_abort, lane);
+            static_assert(Mode::kGivesUp, "the item loop's waits give up");
+            auto wait = [&](uint64_t* bar, uint32_t parity, int site, int index) {
+                keys64_wait<MODE>(bar, parity, site, index, cta_abort);
+            };
+            /* a stage: its row state (fp32: {m, fl(1/l), D}, the repair arm; its stats are {m, l}), then every
+               lane's arrival, which releases its own row-state writes (lane 0's also announces the TMA bytes) */
+            auto fill = [&](int s, int q0, int bh, int h, int b) {
+#pragma unroll
+                for (int half = 0; half < kBlockQ / 64; half++)
+                    keymajor_stage_row_state<MODE, Mode::kLambda>(row_state + s * kBlockQ + 64 * half, nullptr,
+                                                                  stats, D, lambda, bh, T, q0 + 64 * half, lane);
+                if constexpr (kBlockQ == kWideQ)
+                    fill_stage(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map, &dout_map,
+                               &full[s], q0, T, h, NH, b, lane);
+                else
+                    keymajor_fill_stage<1>(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map,
+                                           &dout_map, &full[s], q0, h, NH, b, lane);
+            };
+            auto load_kv = [&](int k0, int h, int b) {
+                keymajor_load_kv<1>(k_s, v_s, &qkv_map, kv_full, k0, T, h, NH, b);
+            };
+            keymajor_produce_items<kHS, kBlockQ, kStages, DQ_SLICES, Mode::kProducerTraps>(
+                NH, T, section, heads, kv_full, empty, kv_empty, &item_slot, &taken_slot, dqkv, cta_abort, lane, wait,
+                fill, load_kv);
             return;
         }
         const int k0 = first.k0, bh = first.bh, b = first.b, h = first.h;
@@ -689,7 +547,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
     int seq = 0; /* the CTA's steps before this item (the producer's count; 0 without kItemLoop) */
 #pragma unroll 1
     for (int use = 0;; use++) {
-        Keys64Item it = first;
+        KeymajorItem it = first;
         if constexpr (Mode::kItemLoop) {
             /* the item is what the producer wrote to the slot before the phase of kv_full completed */
             keys64_wait<MODE>(kv_full, (uint32_t)(use & 1), ATTN_HANG_KV_FULL, 0, cta_abort);
@@ -844,7 +702,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN instead
                if a wait of this CTA gave up (its accumulators are garbage: the result must not look fine) */
             keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, gave_up);
-            if (gave_up) break; /* the producer sees the give-up too (keys64_produce_items) */
+            if (gave_up) break; /* the producer sees the give-up too (keymajor_produce_items) */
             seq += n_q_tiles;
         } else {
             /* the last reduce-adds complete before the CTA's shared memory goes away */
