@@ -230,7 +230,7 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
 
 
 def key_items(T, heads, step_rows):
-    """the HS-64 key-major pass's work items in their longest-first order (keys64_queue_item, one section of
+    """the HS-64 key-major pass's work items in their longest-first order (keymajor_queue_item, one section of
     heads): the number of query steps of step_rows rows of each 128-key block, from the block's own to the last"""
     blocks, steps = -(-T // KEYS), -(-T // step_rows)
     for w in range(blocks * heads):
@@ -238,8 +238,8 @@ def key_items(T, heads, step_rows):
 
 
 def run_keys_cta(cta, grid, T, heads, step_rows, rng, threads_per_wg=4, stages=2):
-    """one CTA of the key-major pass over work items (kernel_keys64.cuh's keys64_produce_items and the consumers'
-    item loop of keys64_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads each; K and V
+    """one CTA of the key-major pass over work items (hopper_bwd_common.cuh's keymajor_produce_items and the
+    consumers' item loop of keys64_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads each; K and V
     one buffer (kv_full: one arrival + the copy; kv_empty: every consumer thread, after the item's last step),
     the item written to item_slot before the kv_full arrival, the Q/dO stages one ring over the CTA's items. The
     producer fills an item's first stages before it waits for the previous item's K and V to be released. The
