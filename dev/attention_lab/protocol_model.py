@@ -238,13 +238,13 @@ def key_items(T, heads, step_rows):
 
 
 def run_keys_cta(cta, grid, T, heads, step_rows, rng, threads_per_wg=4, stages=2):
-    """one CTA of the key-major pass over work items (hopper_bwd_common.cuh's keymajor_produce_items and the
-    consumers' item loop of keys64_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads each; K and V
-    one buffer (kv_full: one arrival + the copy; kv_empty: every consumer thread, after the item's last step),
-    the item written to item_slot before the kv_full arrival, the Q/dO stages one ring over the CTA's items. The
-    producer fills an item's first stages before it waits for the previous item's K and V to be released. The
-    CTA's items: its first, then (grid below the item count) any number of random items; the end is an item of
-    no steps with a plain kv_full arrival. Returns None or the failure."""
+    """one CTA of the key-major pass over work items (hopper_bwd_common.cuh's keymajor_produce_items and the consumers'
+    item loop of keys64_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads each; K and V one
+    buffer (kv_full: one arrival + the copy; kv_empty: every consumer thread, after the item's last step), the item
+    written to item_slot before the kv_full arrival, the Q/dO stages one ring over the CTA's items. The producer fills
+    an item's first stages before it waits for the previous item's K and V to be released. The CTA's items: its first,
+    then (grid below the item count) any number of random items; the end is an item of no steps with a plain kv_full
+    arrival. Returns None or the failure."""
     consumers = 2 * threads_per_wg
     world = World()
     kv = Ring(world, "kv", 1, consumers)
