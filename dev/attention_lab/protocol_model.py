@@ -395,8 +395,8 @@ def main():
                              lambda T, heads: -(-T // (64 * nwg)) * heads,
                              lambda cta, grid, T, heads, rng: run_cta(cta, grid, T, heads, nwg, 2, 2, rng, overlap),
                              args.seeds))
-    # the HS-64 key-major pass: bf16/repair (128-query steps), gproj (64)
-    for mode, step_rows in (("bf16/repair", 128), ("gproj", 64)):
+    # the HS-64 key-major pass: bf16/repair (128-query steps), gproj and fp32 (64)
+    for mode, step_rows in (("bf16/repair", 128), ("gproj/fp32", 64)):
         results.append(sweep(f"key-major HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
                              lambda T, heads: -(-T // KEYS) * heads,
                              lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, step_rows, rng),
