@@ -13,7 +13,7 @@
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
-#           stepkernels oldtree attnab bitsab profiles resumecheck smallstep power fwdlaunch sass ncusource
+#           stepkernels oldtree attnab bitsab profiles resumecheck smallstep power launches sass ncusource
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -584,17 +584,20 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
             done
         done
         end $rc ;;
-    fwdlaunch)
-        # the forward's two launches (one CTA per SM over the work-item queue, the default; ATTN_FWD_PERSISTENT=0:
-        # one CTA per item): a hang and NaN check on shapes on and off the tiles in every mode, then the attention
+    launches)
+        # the two launches of the passes over work items (the forward and the HS-64 bf16/repair key-major pass):
+        # one CTA per SM over the work-item queue, the default, and with ATTN_FWD_PERSISTENT=0 ATTN_BWD_PERSISTENT=0
+        # one CTA per item: a hang and NaN check on shapes on and off the tiles in every mode, then the attention
         # test under each (after build; the bits and times against main: oldtree, bitsab, attnab)
-        begin "the forward's launches"
+        begin "the launches over work items"
         for e in 1 0; do
-            env ATTN_FWD_PERSISTENT=$e timeout 30 build/bench_attention --shape 2,4,1000,64 --shape 2,4,1000,128 \
-                --shape 4,16,1024,64 --shape 1,2,77,64 --shape 3,1,1,128 --modes fp32,bf16,repair,gproj \
-                --deterministic both --warmup 1 --repeats 2 >> "$OUT/fwdlaunch_smoke.txt" 2>&1
-            say "   ATTN_FWD_PERSISTENT=$e smoke: rc $? (1: NaN/Inf outputs, 124: a hang)"
-            run_test "test_attention_gpu_fwd$e" 240 env ATTN_FWD_PERSISTENT=$e build/tests/test_attention_gpu
+            env ATTN_FWD_PERSISTENT=$e ATTN_BWD_PERSISTENT=$e timeout 30 build/bench_attention --shape 2,4,1000,64 \
+                --shape 2,4,1000,128 --shape 4,16,1024,64 --shape 1,2,77,64 --shape 3,1,1,128 \
+                --modes fp32,bf16,repair,gproj --deterministic both --warmup 1 --repeats 2 \
+                >> "$OUT/launches_smoke.txt" 2>&1
+            say "   ATTN_FWD_PERSISTENT=ATTN_BWD_PERSISTENT=$e smoke: rc $? (1: NaN/Inf outputs, 124: a hang)"
+            run_test "test_attention_gpu_items$e" 240 env ATTN_FWD_PERSISTENT=$e ATTN_BWD_PERSISTENT=$e \
+                build/tests/test_attention_gpu
         done
         end 0 ;;
     attnab)

@@ -14,7 +14,9 @@
  * activation table of the architecture options (a GPT-2 configuration must
  * keep GPT-2's sizes; a modern one must size fch, the scratch and the new
  * entries for its options) with the GPU model's refusals of shapes its
- * kernels cannot take.
+ * kernels cannot take, and the Hopper passes' launch switches and their
+ * grid over work items (a typo in a switch must stop the program, not time
+ * the wrong launch).
  * References here are brute force or written from the buffer list by hand.
  */
 #include <stdio.h>
@@ -28,6 +30,7 @@
 #include "tests/testing.h"
 #include "model/gpt_cuda.cuh"
 #include "attention/attention_cuda.cuh"
+#include "attention/cuda/hopper/hopper_host.cuh"
 
 static uint64_t g_state = 88172645463325252ull;
 static int rand_below(int n) {
@@ -320,6 +323,49 @@ static void test_deterministic_workspace(void) {
           "%.200s)", status, msg);
 }
 
+/* The Hopper passes' launch switches (ATTN_FWD_PERSISTENT, ATTN_BWD_PERSISTENT: hopper_env_switch) and the grid of
+   a launch of one CTA per work item (hopper_item_grid with persistent 0; the persistent grid asks the device for
+   its SM count and is left to the GPU tests). */
+struct SwitchCase {
+    const char* value; /* NULL: unset */
+};
+static void switch_dies(void* ctx) {
+    setenv("ATTN_TEST_SWITCH", ((const SwitchCase*)ctx)->value, 1);
+    hopper_env_switch("ATTN_TEST_SWITCH", 1);
+}
+static void item_grid_dies(void* ctx) { hopper_item_grid(*(const long long*)ctx, 0, "a test pass"); }
+static void test_launch_switches(void) {
+    test_section("Hopper launch switches and the one-CTA-per-item grid");
+    unsetenv("ATTN_TEST_SWITCH");
+    CHECK(hopper_env_switch("ATTN_TEST_SWITCH", 1) == 1 && hopper_env_switch("ATTN_TEST_SWITCH", 0) == 0,
+          "unset: the default");
+    setenv("ATTN_TEST_SWITCH", "", 1);
+    CHECK(hopper_env_switch("ATTN_TEST_SWITCH", 1) == 1, "empty: the default");
+    setenv("ATTN_TEST_SWITCH", "0", 1);
+    CHECK(hopper_env_switch("ATTN_TEST_SWITCH", 1) == 0, "\"0\": off");
+    setenv("ATTN_TEST_SWITCH", "1", 1);
+    CHECK(hopper_env_switch("ATTN_TEST_SWITCH", 0) == 1, "\"1\": on");
+    unsetenv("ATTN_TEST_SWITCH");
+    static const SwitchCase kBad[] = {{"2"}, {"yes"}, {"01"}, {"1 "}, {"-1"}};
+    for (const SwitchCase& c : kBad) {
+        char msg[512];
+        const int rc = test_run_captured(switch_dies, (void*)&c, msg, sizeof(msg));
+        CHECK(rc != 0 && strstr(msg, "ATTN_TEST_SWITCH") && strstr(msg, "hint: 1 (on) or 0 (off)"),
+              "ATTN_TEST_SWITCH=\"%s\" stops the program naming the switch and its values (rc %d: %s)", c.value, rc,
+              msg);
+    }
+    CHECK(hopper_item_grid(1, 0, "a test pass") == 1u && hopper_item_grid(3072, 0, "a test pass") == 3072u &&
+              hopper_item_grid(0x7fffffffLL, 0, "a test pass") == 0x7fffffffu,
+          "one CTA per item: the grid is the item count (1, 3072, 2^31 - 1)");
+    static const long long kBadItems[] = {0, -5, 0x80000000LL};
+    for (const long long& n : kBadItems) {
+        char msg[512];
+        const int rc = test_run_captured(item_grid_dies, (void*)&n, msg, sizeof(msg));
+        CHECK(rc != 0 && strstr(msg, "a test pass") && strstr(msg, "work items") && strstr(msg, "hint:"),
+              "%lld work items: refused with the pass's name and a hint (rc %d: %s)", n, rc, msg);
+    }
+}
+
 int main(void) {
     test_bucket_sort(1, 50304, 50257);
     test_bucket_sort(4096, 50304, 50257);
@@ -337,5 +383,6 @@ int main(void) {
     test_option_refusals();
     test_attention_alignment();
     test_deterministic_workspace();
+    test_launch_switches();
     return test_summary();
 }

@@ -36,10 +36,10 @@
  * Cases: T 1, 50, 77, 128, 129, 1001, 257, B*NH up to 32 (128 at the first benchmark shape), q x8 (sharp), key
  * offset 20 along a unit vector per head (where fp32 must stay accurate), the benchmark shapes.
  *
- * Safety: every mbarrier wait of the kernel is bounded (~2 s) and traps after naming the barrier in the
- * host-mapped hang record (lab_watch_hangs installs it through attention_hopper_bwd_watch_hangs); this lab reads
- * the record after every synchronisation, so a hang is a named FAIL; a child that dies without reporting counts
- * as one failure. Run it under `timeout` anyway.
+ * Safety: every mbarrier wait of the kernel is bounded (~2 s) and gives up after naming the barrier in the
+ * host-mapped hang record (lab_watch_hangs installs it through attention_hopper_bwd_watch_hangs), and the pass
+ * writes NaN; this lab reads the record after every synchronisation, so a hang is a named FAIL; a child that
+ * dies without reporting counts as one failure. Run it under `timeout` anyway.
  *
  * Usage: hopper_bwd64_fp32   (no arguments; needs an sm_90 GPU: H100/H200). Ends with "N passed, N failed"
  * summed over the processes.
@@ -64,7 +64,7 @@ typedef __nv_bfloat16 bf16;
 static const int kHS = 64; /* the pass's head size */
 static const int kProbeTile = ATTN_HOPPER_FP32_KEYS64_PROBE_TILE; /* the probe's keys and queries (one warpgroup step) */
 static const int kProbeT = 50; /* the probe's tokens (< kProbeTile: the TMA zero fill shows) */
-static const char* const kHangTail = "; the kernel trapped)"; /* the end of a HANG line */
+static const char* const kHangTail = "; the CTA gave up: its items' results are NaN)"; /* the end of a HANG line */
 #include "dev/attention_lab/hopper_fp32_keys_lab.cuh"
 
 

@@ -11,7 +11,7 @@
  * lab_harness.cuh's.
  *
  * The including lab defines kHS (the pass's head size) and kHangTail (the end of a HANG line: what its kernel
- * does when a wait runs out, the HS-64 pass traps, the HS-128 one gives up and writes NaN) before including
+ * does when a wait runs out) before including
  * this header, after dev/attention_lab/hopper_lab.cuh; its run_child and main hand its layout probe and its
  * benchmark shapes to fp32_keys_run_child and fp32_keys_main. One lab = one translation unit: everything
  * here is file-local (static).

@@ -537,6 +537,7 @@ static inline const char* attn_hopper_hang_site_name(int site) {
         case ATTN_HANG_FULL: return "full (Q/dO tile + row state)";
         case ATTN_HANG_EMPTY: return "empty (stage released by the consumers)";
         case ATTN_HANG_PROBE: return "probe tiles";
+        case ATTN_HANG_KV_EMPTY: return "kv_empty / q_empty (an item's tiles released by the consumers)";
         default: return "none";
     }
 }

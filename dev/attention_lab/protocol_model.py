@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""dev/attention_lab/protocol_model.py - the barrier protocol of the Hopper forward (kernel_fwd.cuh's
+"""dev/attention_lab/protocol_model.py - the barrier protocols of the Hopper forward (kernel_fwd.cuh's
 hopper_fwd_kernel: one producer and NWG consumer warpgroups over the CTA's work items, which a persistent
-launch's producer takes from a queue and hands to the consumers beside their Q buffer) played under random
-interleavings on the CPU, with the mbarriers' arrival counts, phases and TMA byte counts, and the copies landing
-at random moments.
+launch's producer takes from a queue and hands to the consumers beside their Q buffer) and of the HS-64
+bf16/repair key-major pass (kernel_keys64.cuh with kItemLoop: key blocks taken the same way, each handed over
+in a slot beside its K/V load) played under random interleavings on the CPU, with the mbarriers' arrival
+counts, phases and TMA byte counts, and the copies landing at random moments.
 
 Why: a protocol bug in the kernel (a parity, an arrival count, a buffer reused too early) hangs the GPU or
 silently reads a tile that was already overwritten; neither shows on a machine without one. The model checks,
 for every launch shape below, that every schedule ends (no deadlock), that no copy into a Q, K or V buffer is
-issued or lands while a consumer still reads the data it replaces, and that no copy is left in flight. It models
+issued or lands while a consumer still reads the data it replaces (nor an item slot rewritten while read), and
+that no copy is left in flight. It models
 the kernel's order of waits and arrivals by hand: change it with the kernel.
 
 Usage: dev/attention_lab/protocol_model.py [--seeds N]   ends with "N passed, N failed"
@@ -77,6 +79,15 @@ def items(T, heads, rows):
     for w in range(q_tiles * heads):
         q0 = (q_tiles - 1 - w // heads) * rows
         yield q0, (min(q0 + rows, T) - 1) // KEYS + 1
+
+
+def claims(every, cta, queued, rng):
+    """a CTA's items, then None: its first (every[cta]), then (a persistent launch, `queued`) any number of random
+    items, any assignment the other CTAs' timing can leave it"""
+    yield every[cta]
+    while queued and rng.random() < 0.7:
+        yield every[rng.randrange(len(every))]
+    yield None
 
 
 def wait(bar, parity):
@@ -196,15 +207,9 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
     turns = nwg == 2 and overlap
     turn = [NamedBarrier(2 * threads_per_wg, w) for w in range(2)]
 
-    def claims():  # the producer's item for each use, then None
-        yield every[cta]
-        while queued and rng.random() < 0.7:
-            yield every[rng.randrange(len(every))]
-        yield None
-
     def producer():  # an item's Q, K(0), then K(kt) and V(kt - 1), then the last V (produce_tile)
         seq = 0
-        for use, item in enumerate(claims()):
+        for use, item in enumerate(claims(every, cta, queued, rng)):
             if item is None:
                 yield from q.close(use, item_of, None)
                 return
@@ -280,6 +285,142 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
     return play(live, world, rng)
 
 
+def key_items(T, heads, step_rows):
+    """the HS-64 key-major pass's work items in their longest-first order (keymajor_queue_item, one section of
+    heads): the number of query steps of step_rows rows of each 128-key block, from the block's own to the last"""
+    blocks, steps = -(-T // KEYS), -(-T // step_rows)
+    for w in range(blocks * heads):
+        yield steps - w // heads * KEYS // step_rows  # key block w // heads (rank-major, one section)
+
+
+def run_keys_cta(cta, grid, T, heads, step_rows, rng, threads_per_wg=4, stages=2):
+    """one CTA of the key-major pass over work items (hopper_bwd_common.cuh's keymajor_produce_items and the consumers'
+    item loop of keys64_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads each; K and V one
+    buffer (kv_full: one arrival + the copy; kv_empty: every consumer thread, after the item's last step), the item
+    written to item_slot before the kv_full arrival, the Q/dO stages one ring over the CTA's items. The producer fills
+    an item's first stages before it waits for the previous item's K and V to be released. The CTA's items: its first,
+    then (grid below the item count) any number of random items; the end is an item of no steps with a plain kv_full
+    arrival. Returns None or the failure."""
+    consumers = 2 * threads_per_wg
+    world = World()
+    kv = Ring(world, "kv", 1, consumers)
+    qdo = Ring(world, "qdo", stages, consumers)
+    every = list(key_items(T, heads, step_rows))
+    queued = grid < len(every)
+    slot = [None]
+
+    def producer():
+        seq = 0
+        for use, n in enumerate(claims(every, cta, queued, rng)):
+            steps = 0 if n is None else n
+            kv_at = 0 if use == 0 else min(stages, steps)
+            for i in range(steps + 1):
+                if i == kv_at:
+                    if use > 0:  # kv_empty of the previous item, then the slot, then the copy (or the end)
+                        yield from wait(kv.empty[0], (use - 1) & 1)
+                    assert not world.reading.get(("slot", 0)), "item_slot rewritten while a consumer reads it"
+                    if n is None:
+                        yield from kv.close(use, slot, None)
+                        return
+                    slot[0] = (use, n)
+                    yield from kv.issue(use)
+                if i == steps:
+                    break
+                yield from qdo.issue(seq + i)
+            seq += steps
+
+    def consumer(me):
+        seq = 0
+        for use in range(1 << 30):
+            yield from wait(kv.full[0], use & 1)
+            assert slot[0] is not None and slot[0][0] == use, f"item_slot holds {slot[0]}, not use {use}"
+            if slot[0][1] is None:
+                return
+            world.reading.setdefault(("slot", 0), set()).add(me)  # read again for the epilogue's head
+            n = slot[0][1]
+            yield from kv.acquire(me, use)
+            for i in range(n):
+                assert world.owner["kv"][0] == use, f"K/V of use {world.owner['kv'][0]} read in a step of use {use}"
+                yield from qdo.read(me, seq + i)
+                yield  # the dQ GEMM still reads K after the stage's release
+                assert world.owner["kv"][0] == use, f"K/V of use {world.owner['kv'][0]} read by the dQ GEMM of {use}"
+            yield
+            world.reading[("slot", 0)].discard(me)
+            kv.release(me, use)
+            seq += n
+
+    live = [producer()] + [consumer((wg, i)) for wg in range(2) for i in range(threads_per_wg)]
+    return play(live, world, rng)
+
+
+def run_rows_cta(cta, grid, T, heads, pipelined, rng, threads_per_wg=4, stages=2, qbufs=2):
+    """one CTA of the HS-64 row pass over work items (kernel_rows.cuh's rows_produce_items and the consumers' item
+    loop of rows_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads; Q/dO in qbufs buffers,
+    each with item_full (the producer's arrival after writing item_of[b]), q_full (one arrival + the copy) and
+    q_empty (every consumer thread, after the item's outputs); the K/V stages one ring over the CTA's items.
+    pipelined (gproj): tile kt is released after the wait for tile kt + 1 (its last half's DSK/PK GEMMs go with the
+    next half's S/dP); else each tile is released after it is read. The producer ends by waiting for its last
+    item's release. Items: 128 query rows each (key tiles = the row tile's index + 1), the CTA's first, then any
+    number of random ones. Returns None or the failure."""
+    consumers = 2 * threads_per_wg
+    world = World()
+    q = Ring(world, "q", qbufs, consumers)
+    kv = Ring(world, "kv", stages, consumers)
+    item_full = [Mbarrier(1) for _ in range(qbufs)]
+    q_tiles = -(-T // KEYS)
+    every = [q_tiles - w // heads for w in range(q_tiles * heads)]  # key tiles of the longest-first items
+    queued = grid < len(every)
+    item_of = [None] * qbufs
+
+    def producer():
+        seq = 0
+        use = 0
+        for use, n in enumerate(claims(every, cta, queued, rng)):
+            b = use % qbufs
+            if use >= qbufs:
+                yield from wait(q.empty[b], (use // qbufs - 1) & 1)
+            assert not world.reading.get(("slot", b)), f"item_of[{b}] rewritten while a consumer reads it"
+            item_of[b] = (use, n)
+            item_full[b].arrive()
+            if n is None:
+                break
+            yield from q.issue(use)
+            for kt in range(n):
+                yield from kv.issue(seq + kt)
+            seq += n
+        last = use - 1  # the last item's release, then the end
+        yield from wait(q.empty[last % qbufs], (last // qbufs) & 1)
+
+    def consumer(me):
+        seq = 0
+        for use in range(1 << 30):
+            b = use % qbufs
+            yield from wait(item_full[b], (use // qbufs) & 1)
+            assert item_of[b] is not None and item_of[b][0] == use, f"item_of[{b}] holds {item_of[b]}, not use {use}"
+            n = item_of[b][1]
+            if n is None:
+                return
+            world.reading.setdefault(("slot", b), set()).add(me)  # read again for the outputs' head
+            yield  # the row state's loads
+            yield from q.acquire(me, use)
+            for kt in range(n):
+                yield from kv.acquire(me, seq + kt)
+                if pipelined and kt > 0:
+                    kv.release(me, seq + kt - 1)
+                yield
+                if not pipelined:
+                    kv.release(me, seq + kt)
+            if pipelined:
+                kv.release(me, seq + n - 1)
+            yield  # the outputs
+            world.reading[("slot", b)].discard(me)
+            q.release(me, use)
+            seq += n
+
+    live = [producer()] + [consumer((wg, i)) for wg in range(2) for i in range(threads_per_wg)]
+    return play(live, world, rng)
+
+
 def sweep(label, shapes, n_items, run, seeds):
     """runs every CTA of each launch (T, heads, grid) under `seeds` random schedules: (passed, failed)"""
     passed = failed = 0
@@ -309,6 +450,18 @@ def main():
                              (1, 50, 64, 65, 77, 128, 129, 191, 192, 193, 256, 257, 320, 383, 385, 1000, 1024, 2048),
                              lambda T, heads: -(-T // (64 * nwg)) * heads,
                              lambda cta, grid, T, heads, rng: run_cta(cta, grid, T, heads, nwg, 2, 2, rng, overlap),
+                             args.seeds))
+    # the HS-64 key-major pass: bf16/repair (128-query steps), gproj and fp32 (64)
+    for mode, step_rows in (("bf16/repair", 128), ("gproj/fp32", 64)):
+        results.append(sweep(f"key-major HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
+                             lambda T, heads: -(-T // KEYS) * heads,
+                             lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, step_rows, rng),
+                             args.seeds))
+    # the HS-64 row pass: gproj (pipelined halves), fp32
+    for mode, pipelined in (("gproj", True), ("fp32", False)):
+        results.append(sweep(f"row pass HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
+                             lambda T, heads: -(-T // KEYS) * heads,
+                             lambda cta, grid, T, heads, rng: run_rows_cta(cta, grid, T, heads, pipelined, rng),
                              args.seeds))
     passed, failed = sum(r[0] for r in results), sum(r[1] for r in results)
     print(f"{passed} passed, {failed} failed")

@@ -28,10 +28,21 @@
  * block's own zeroed slice of the accumulator; the two warpgroups' adds onto zero commute, so the slice's
  * bits do not depend on their order.
  *
- * Layout: one CTA = 128 keys of one (b, h) (longest key tiles first over all heads, tile_order.cuh), 384
- * threads: consumer warpgroups 0 and 1 (64 keys each) and a producer warpgroup (warp 8 works: lane 0 issues
- * TMA, every lane writes the row state {a, b, D} of 4 queries; warps 9-11 leave at once); setmaxnreg 40 / 232
- * (128 * 40 + 256 * 232 = 384 * 168). K and V of the CTA are loaded once (two 64-row TMA boxes each); Q and dO
+ * Work items: 128 keys of one (b, h) each, ceil(T / 128) x B*NH of them, longest key tiles first within
+ * L2-sized sections of heads (tile_order.cuh). By default one CTA per SM runs items until none is left: its
+ * first from its position, then each next one from a counter (hopper_bwd_common.cuh's g_keymajor_queue) as soon
+ * as its producer has issued the last stage of the previous one; ATTN_BWD_PERSISTENT=0 launches one CTA per
+ * item instead (the same code, which then ends after its first item). An item computes the same whichever CTA
+ * runs it, so the two launches give the same bits. The producer writes each item, decoded, to a shared slot
+ * before the kv_full arrival that its K/V load completes (an item of no steps with a plain arrival ends the
+ * consumers' loop); the Q/dO stages and their phases run on over a CTA's items, so the producer fills the next
+ * item's first two stages while the consumers finish this one, and loads its K and V once the consumers
+ * released the previous item's (kv_empty: the 256 consumer threads, after the item's last dQ GEMM).
+ * dev/attention_lab/protocol_model.py plays this protocol (no deadlock, no tile or slot overwritten while read).
+ * Layout of a CTA, 384 threads: consumer warpgroups 0 and 1 (64 keys each) and a producer warpgroup (warp 8
+ * works: lane 0 issues TMA, every lane writes the row state {a, b, D} of 4 queries; warps 9-11 leave at once);
+ * setmaxnreg 40 / 232
+ * (128 * 40 + 256 * 232 = 384 * 168). K and V of an item are loaded once (two 64-row TMA boxes each); Q and dO
  * tiles of 128 queries (two 64-row boxes each; a box that starts at or past T loads the first box's rows again:
  * finite data under masked, zero-weight entries) in 2 stages (full: 32 producer lanes + the TMA bytes; empty:
  * the 256 consumer threads, released right after the dV/dK batch). Per step and consumer warpgroup:
@@ -50,10 +61,12 @@
  * every thread waits for the prep kernel's grid (D, the zeroed accumulator) and lets the dQ post-pass launch.
  * Shared memory (Keys64WidePlan): K, V 16 KB each; Q, dO 2 x 16 KB each; two 32 KB dQ tiles (one per warpgroup,
  * single-buffered: a second pair would pass 227 KB; the score phase separates a send from the next rewrite);
- * two dS staging tiles of 18 KB; row state 2 x 128 float4; barriers: 205864 bytes with the alignment slack
+ * two dS staging tiles of 18 KB; row state 2 x 128 float4; barriers: 205872 bytes with the alignment slack
  * (one CTA per SM).
  * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math; `make hopper_bwd64_wide-regs` prints them): both
- * kernel instantiations 168 at entry (232 after setmaxnreg.inc), 0 bytes spill, no C75xx; the probe's two
+ * kernel instantiations 168 at entry (232 after setmaxnreg.inc), 0 bytes spill, no C75xx (the producer keeps
+ * the item it fills stages for in shared memory: with its 7 fields in registers it spilled 88-140 bytes at 40);
+ * the probe's two
  * kernels 154 (scores) / 186, 0 spill. What ptxas forced (in the lab): 24 / 240 (HS 128's split) spilled 32 B
  * in repair (the producer's fl(1/l) row state), 56 / 224 28 B, hence 40 / 232; the probe writing S^T / dP^T in
  * the same kernel as the dV/dK GEMMs serialised its wgmmas (C7512), hence a launch of its own.
@@ -62,15 +75,18 @@
  * instead of trapping (a __trap() on the consumer path makes ptxas ignore setmaxnreg.inc; docs/attention_kernels.md,
  * "Hangs"): hopper_bwd_common.cuh's mbar_wait_give_up records the barrier in the
  * host-mapped record a lab installed (hopper_lab_hooks.cuh; first give-up wins) and sets the CTA's
- * abort flag (every later wait of the CTA returns at once); the CTA runs to its end and its consumers, after a
- * barrier that makes every give-up of the CTA visible, write NaN over all their dK and dV rows. So a protocol
+ * abort flag (every later wait of the CTA returns at once); its consumers, after a barrier that gives all of
+ * them the same answer, write NaN over the item's dK and dV rows and take no more items, and its producer
+ * issues no more copies and writes NaN over the items it took (the one in the slot, the one it was filling)
+ * and over every item left in the queue, so no item keeps a stale gradient. So a protocol
  * bug ends within seconds as NaN gradients and a named barrier (as HS 128), never a stuck job. Named barriers,
  * wgmma waits and setmaxnreg cannot be bounded (their counts are uniform by construction).
  * HS 128 is attention_hopper_bwd128.cu (its own layout: 64-query steps, dQ split by head-dimension halves);
  * attention_hopper_bwd_dispatch.cu picks the head size.
  * Not done: dS staged K-major swizzled with dQ as SS wgmmas in the dV/dK batch (measured: the same speed
- * within noise; docs/attention_kernels.md's design table); overlap of the dQ GEMM with the next step's scores; a persistent schedule; fp32 and
- * gproj modes (their own key-major passes: attention_hopper_bwd64_fp32.cu, attention_hopper_bwd_gproj.cu).
+ * within noise; docs/attention_kernels.md's design table); overlap of the dQ GEMM with the next step's scores;
+ * K/V double-buffered across items (a second 32 KB pair passes 227 KB); fp32 and gproj modes (their own
+ * key-major passes: attention_hopper_bwd64_fp32.cu, attention_hopper_bwd_gproj.cu).
  * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
  * file instantiates it for bf16 and repair: their passes (hopper_keys_pass<64, MODE, DQ_SLICES>, called by the
  * dispatch, attention_hopper_bwd_dispatch.cu) and the hang-record installer.

@@ -1,7 +1,7 @@
 /*
  * attention/cuda/hopper/attention_hopper_bwd64_fp32.cu - the Hopper (sm_90a) key-major pass of fp32 mode's backward at
- * head size 64 (dK, dV and the dQ partials) on wgmma + TMA: a 288-thread CTA (two consumer warpgroups, one
- * producer warp, no setmaxnreg, 64-query steps) with fp32's split terms (HS 128:
+ * head size 64 (dK, dV and the dQ partials) on wgmma + TMA: a 384-thread CTA (two consumer warpgroups, a producer
+ * warpgroup, setmaxnreg 40 / 232, 64-query steps) with fp32's split terms (HS 128:
  * attention_hopper_bwd128_fp32.cu). The API and which calls it serves: attention/cuda/hopper/attention_hopper_bwd.cuh
  * (fp32's chain); attention_backward_cuda runs it in attn_bwd_kernel<64, ATTN_FP32>'s place on sm_90 after the
  * Hopper row pass.
@@ -27,10 +27,11 @@
  *   DQ_SLICES (the deterministic backward, docs/determinism.md): the partials go to the key block's own zeroed
  *   slice; the two warpgroups' adds onto zero commute, so the slice's bits do not depend on their order.
  *
- * Layout: 288 threads (two consumer warpgroups of 64 keys and a producer
- * warp; no setmaxnreg; 2 Q/dO stages; longest key tiles first, tile_order.cuh), with hopper_wgmma.cuh's 64 x 64
- * steps and hopper_bwd_common.cuh's producer steps and epilogue, mode_numerics.cuh's row state and split terms
- * (pack_split_step). Per step and consumer warpgroup:
+ * Layout: 384 threads (two consumer warpgroups of 64 keys and a producer warpgroup, one warp of which works;
+ * setmaxnreg 40 / 232; 2 Q/dO stages), over work items of 128 keys of a head taken from a queue by one CTA per
+ * SM (ATTN_BWD_PERSISTENT=0: one CTA per item), as the bf16 pass does (attention_hopper_bwd.cu's comment has the
+ * item protocol), with hopper_wgmma.cuh's 64 x 64 steps, hopper_bwd_common.cuh's producer and epilogue and
+ * mode_numerics.cuh's row state and split terms (pack_split_step). Per step and consumer warpgroup:
  *   S^T, dP^T                   warpgroup_two_ss_64x64                                   32 + 32 regs
  *   P, dS one k-step (16 queries) at a time -> A words bf(P), bf(P - bf(P)), bf(dS), bf(r1) (16 registers per
  *     k-step) and bf(dS), bf(r1), bf(r1 - bf(r1)) stored to the warpgroup's three private tiles [query][key]
@@ -40,30 +41,31 @@
  *   (warpgroup barrier: the three tiles written; this parity's dQ tile read by its last reduce-add)
  *   dQ: three commit groups of 4 RS wgmmas (one per term) into one 32-register accumulator, A loaded from the
  *     tiles into two alternating register sets of 16 (wait<1> before the first set is reloaded)
- *   the partial into the warpgroup's swizzled FP32 dQ tile (step parity) and two TMA reduce-adds
+ *   the partial into the warpgroup's swizzled FP32 dQ tile (the parity of the CTA's step count) and two TMA
+ *   reduce-adds
  *   (attention_hopper_bwd.cu's flush, at 64 rows)
  * Shared memory: K, V 16 KB each, Q, dO 2 stages x 8 KB, three dS tiles [64][72] BF16 per warpgroup (54 KB),
  * row state 2 KB, barriers, four 16 KB FP32 dQ tiles: Keys64TilePlan<true>::kAlloc = 190464 bytes (<= 227 KB, asserted).
- * Registers (`make hopper_bwd64_fp32-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math): keys64_kernel<ATTN_FP32, *>
- * 168 (what a 288-thread CTA gets: warps are allotted registers in groups of 4), no C75xx warning, 0 bytes spill
- * (CUDA 13.0.88; with the tile order's ids in 64-bit arithmetic the kernel without slices spills 8 bytes); the probe
- * kernels 90 (scores, dQ parts) / 157 (dK + dV), 0 spill. With all three dQ terms' A
- * fragments live at once (48 registers, one batch of 12 wgmmas) ptxas serialised the wgmmas (C7512) and
- * spilled 16 bytes: hence the two alternating sets.
+ * Registers (`make hopper_bwd64_fp32-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math):
+ * keys64_kernel<ATTN_FP32, *> 168 at entry, 232 in the consumers after setmaxnreg.inc, no C75xx warning, 0 bytes
+ * spill (with a producer warp and no setmaxnreg, 288 threads at 168 registers each, the kernel without slices
+ * spilled 8 bytes); the probe kernels 90 (scores, dQ parts) / 157 (dK + dV), 0 spill. With all three dQ terms' A
+ * fragments live at once (48 registers, one batch of 12 wgmmas) ptxas serialised the wgmmas (C7512) and spilled 16
+ * bytes at 168 registers: hence the two alternating sets.
  *
  * Hangs (a pipeline protocol bug): every mbarrier wait is bounded (~2 s of clock64; a legitimate wait is
- * microseconds) and TRAPS (no setmaxnreg here, so a trap costs nothing; the setmaxnreg kernels give up and
- * write NaN instead, attention_hopper_bwd128.cu), first writing which barrier it was into the host-mapped AttnHopperHang record that
- * a lab installs through hopper_lab_hooks.cuh's attention_hopper_fp32_keys_watch_hangs. A hang is thus a
- * CUDA error with a named barrier, never a stuck job.
+ * microseconds) and GIVES UP (a trap on the consumer path would make ptxas ignore setmaxnreg.inc), first writing
+ * which barrier it was into the host-mapped AttnHopperHang record that a lab installs through
+ * hopper_lab_hooks.cuh's attention_hopper_fp32_keys_watch_hangs; the consumers then write NaN over their item's dK
+ * and dV and the producer over the items it took and the rest of the queue (attention_hopper_bwd.cu's comment).
+ * A hang is thus NaN gradients and a named barrier, never a stuck job or a stale gradient.
  *
  * The layout probe (dev/attention_lab/probes/probe_keys64_fp32.cu, run by dev/attention_lab/hopper_bwd64_fp32.cu): one
  * warpgroup at warpgroup 1's offsets, stage 1, one step, no softmax, P := S^T and dS := dP^T split and staged
  * through the kernel's own helpers: S^T, dP^T; dV and dK with their two chained split terms; dQ over the three
  * staged terms and its second and third terms alone (2^-8 / 2^-16 of the first: invisible next to it).
  *
- * Not done: overlapping the dQ GEMM with the next step's scores (registers: 168 of 168 at 288 threads); a
- * producer warpgroup with setmaxnreg; 3 stages.
+ * Not done: overlapping the dQ GEMM with the next step's scores; 3 stages.
  * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
  * file instantiates it for fp32: its passes (hopper_keys_pass<64, ATTN_FP32, DQ_SLICES>, called by
  * attention_hopper_bwd_dispatch.cu) and the hang-record installer.

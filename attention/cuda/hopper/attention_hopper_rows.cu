@@ -22,17 +22,28 @@
  *          dQ_i = bf(s * fma(-lambda_i, PK_i, DSK_i)) into the q slot of dqkv, lambda_i into the workspace.
  *   fp32:  D_i = sum_j P_ij dP_ij in FP32 into the workspace's D slot (fp32's dQ is key-major).
  *
- * Kernel layout: one CTA = 128 query rows of one (b, h), longest rows first; warpgroups 0 and 1 are two
- * consumers of 64 rows, warpgroup 2 the producer (one lane issues TMA; setmaxnreg 24 there, 240 in the
- * consumers). Q (qkv as a 4-D map {HS, 3 NH, T, B}) and dO ({HS, NH, T, B}) are loaded once; K and V tiles of
- * 128 keys, two stages, full/empty mbarriers. Each 128-key tile is worked in two 64-key halves (S and dP of a
- * half, P and dS in registers, then DSK and PK of that half): with whole tiles the four accumulators spill.
- * gproj issues half h's DSK/PK GEMMs and half h + 1's S/dP GEMMs as one commit group and waits once per half
+ * Work items: 128 query rows of one (b, h) each, longest rows first within sections of heads (tile_order.cuh). One
+ * CTA per SM runs items until none is left: its first from its position, then each next one from a counter
+ * (g_rows_queue, hopper_work_queue.cuh) once one of its two Q/dO buffers is free; ATTN_BWD_PERSISTENT=0 launches
+ * one CTA per item (the same code; the two launches give the same bits). For each item the producer writes the
+ * item, decoded, beside its buffer (item_of[b], item_full[b]: the consumers load the row state while Q and dO
+ * land), then Q and dO (q_full[b]; released by every consumer thread after the item's outputs, q_empty[b]) and the
+ * item's K/V tiles into stages that run on over the CTA's items, so the next item's Q, dO and first K/V tiles load
+ * under this item's last tiles and its outputs; an item of no key tiles ends the consumers' loop
+ * (dev/attention_lab/protocol_model.py plays this protocol). Warpgroups 0 and 1 are two consumers of 64 rows,
+ * warpgroup 2 the producer (one lane issues TMA; setmaxnreg 32 there, 232 in the consumers: at 24 the producer's
+ * loop spilled 12 bytes). Q (qkv as a 4-D map {HS, 3 NH, T, B}) and dO ({HS, NH, T, B}) are loaded once per item; K
+ * and V tiles of 128 keys, two stages, full/empty mbarriers. Each 128-key tile is worked in two 64-key halves (S
+ * and dP of a half, P and dS in registers, then DSK and PK of that half): with whole tiles the four accumulators
+ * spill. gproj issues half h's DSK/PK GEMMs and half h + 1's S/dP GEMMs as one commit group and waits once per half
  * (3.5% on gproj's backward, dev/results/gproj_row_pass_pipelined_2026-12-04.md); with them live together the
  * consumers need about 190 registers, more than the 168 of a CTA with a producer warp (288 threads), hence the
  * producer warpgroup. Rows and keys past T are zero-filled by TMA and masked. Every mbarrier wait is bounded and
- * gives up (a trap under setmaxnreg would make ptxas ignore setmaxnreg.inc): the CTA then writes NaN over its
- * outputs. 0 bytes of spill (CUDA 13.0), no wgmma serialisation warning.
+ * gives up (a trap under setmaxnreg would make ptxas ignore setmaxnreg.inc): the consumers then write NaN over
+ * their item's outputs and take no more items, and the producer, which sees the give-up at its next wait (its last
+ * one waits for its last item's release), traps, so that no item the CTA took keeps its old outputs: the launch
+ * ends with an error. 0 bytes of spill (CUDA 13.0), no wgmma serialisation warning. Shared memory: 129 KB (two Q/dO
+ * buffers of 32 KB, two K/V stages of 32 KB).
  * HS 128 is attention_hopper_rows128.cu (the same CTA; DSK and PK alone are 128 floats per thread there, so
  * it does not pipeline); attention_hopper_bwd_dispatch.cu picks the head size.
  * Not done: 3 K/V stages, D fused into the pass, the zeroing of S and dP replaced by the first wgmma's scale-d.

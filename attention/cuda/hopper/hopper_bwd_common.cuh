@@ -22,6 +22,7 @@
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "attention/cuda/hopper/hopper_lab_hooks.cuh"
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
+#include "attention/cuda/hopper/hopper_work_queue.cuh"
 #include "attention/cuda/hopper/mode_numerics.cuh"
 #include "attention/cuda/mma_bf16.cuh"
 #include "attention/cuda/tile_order.cuh"
@@ -63,6 +64,12 @@ __device__ __forceinline__ void mbar_wait_give_up(uint64_t* bar, uint32_t parity
             break;
         }
     }
+}
+
+/* A producer warp after a wait of a CTA that may give up: true in every lane (the warp agrees, so it leaves its
+   loop as one) once the CTA gave up. */
+__device__ __forceinline__ bool producer_warp_saw_give_up(const int* cta_abort) {
+    return __any_sync(0xffffffffu, *static_cast<const volatile int*>(cta_abort) != 0);
 }
 
 /* ---- the GEMM steps of the HS-128 key-major CTA, per consumer warpgroup (attention_hopper_bwd128.cu and
@@ -250,6 +257,8 @@ __device__ __forceinline__ int keymajor_dq_head(AttnTileOrder order) {
     return DQ_SLICES ? order.bh + order.rank * (int)gridDim.y : order.bh;
 }
 
+constexpr uint32_t kKeymajorNanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs: a give-up's dK and dV */
+
 /* The key-major epilogue of every key-major kernel (bf16/repair and gproj, HS 64 and 128): dK = bf(scale acc),
    dV = bf(acc) for this thread's keys (rows key0 and key0 + 8 of the k and v slots of dqkv [B, T, 3, NH, HS];
    columns 8n + 2t + e from registers 4n + 2r + e, hopper_wgmma.cuh's fragment layout); keys past T write
@@ -261,7 +270,6 @@ __device__ __forceinline__ void keymajor_store_dkv(const float (&dk)[HS / 2], co
                                                    int t, float scale, bool gave_up) {
     using hopper_wgmma::bf16;
     using hopper_wgmma::pack_bf16x2;
-    constexpr uint32_t kNanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs */
     const long long qkv_row = 3LL * NH * HS;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -272,11 +280,158 @@ __device__ __forceinline__ void keymajor_store_dkv(const float (&dk)[HS / 2], co
 #pragma unroll
         for (int n = 0; n < HS / 8; n++) {
             *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
-                gave_up ? kNanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+                gave_up ? kKeymajorNanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
             *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) =
-                gave_up ? kNanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+                gave_up ? kKeymajorNanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
         }
     }
+}
+
+/* ---- the key-major passes over work items (kernel_keys64.cuh, kernel_keys128.cuh: the modes with kItemLoop) ---- */
+
+/* A key-major work item: keys k0 .. k0 + 127 of head bh = b * NH + h, the query tiles of BLOCK_Q rows that reach
+   them (qt_begin .. qt_begin + n_q_tiles - 1: from the first that reaches key k0 to the last before T), and where
+   their dQ partials go (dq_head, keymajor_dq_head's). An item of no query tiles ends a CTA's items. */
+struct KeymajorItem {
+    int k0, bh, b, h, dq_head, qt_begin, n_q_tiles;
+};
+constexpr int kKeymajorBlockK = 128; /* keys per item */
+template <int BLOCK_Q>
+__device__ __forceinline__ KeymajorItem keymajor_item(AttnTileOrder order, int dq_head, int NH, int T) {
+    KeymajorItem it;
+    it.k0 = order.rank * kKeymajorBlockK;
+    it.bh = order.bh;
+    it.b = order.bh / NH;
+    it.h = order.bh % NH;
+    it.dq_head = dq_head;
+    it.qt_begin = it.k0 / BLOCK_Q; /* the first query tile that reaches key k0 */
+    it.n_q_tiles = (T + BLOCK_Q - 1) / BLOCK_Q - it.qt_begin;
+    return it;
+}
+
+/* Item w of a launch over n_key_blocks x heads items, in the longest-first order of tile_order.cuh (sections of
+   `section` heads; key block 0, which every query reaches, first); with DQ_SLICES its dQ goes to its key block's
+   slice (keymajor_dq_head, over `heads` = B * NH). */
+template <bool DQ_SLICES, int BLOCK_Q>
+__device__ __forceinline__ KeymajorItem keymajor_queue_item(unsigned w, int n_key_blocks, int heads, int section,
+                                                            int NH, int T) {
+    const AttnTileOrder order = attn_tile_rank_head(w, n_key_blocks, heads, section);
+    return keymajor_item<BLOCK_Q>(order, DQ_SLICES ? order.bh + order.rank * heads : order.bh, NH, T);
+}
+
+/* The persistent launch's queue of work items (hopper_work_queue.cuh), one per translation unit: the passes of one
+   unit run one at a time on a stream. A variable template, so that only the units whose passes run items define
+   it (in the others an unused global would still move the addresses of their own globals in the machine code). */
+template <int UNIT = 0>
+__device__ HopperWorkQueue g_keymajor_queue;
+
+/* The producer warp of a persistent CTA that gave up a wait: NaN over the dK and dV rows of item `it` (its keys
+   before T; lane l the keys k0 + l, k0 + l + 32, ...), so that an item the CTA took and will not finish keeps no
+   stale gradient (keymajor_store_dkv writes the same NaNs from the consumers). dqkv is 16-byte aligned
+   (attention_cuda_check_shape) and a row of HS BF16 a multiple of 16 bytes. */
+template <int HS>
+__device__ __forceinline__ void keymajor_poison_item(hopper_wgmma::bf16* dqkv, const KeymajorItem& it, int NH, int T,
+                                                     int lane) {
+    const uint4 nan8 = make_uint4(kKeymajorNanPair, kKeymajorNanPair, kKeymajorNanPair, kKeymajorNanPair);
+    for (int key = it.k0 + lane; key < it.k0 + kKeymajorBlockK && key < T; key += 32) {
+        uint4* dk_row = reinterpret_cast<uint4*>(dqkv + ((long long)it.b * T + key) * 3LL * NH * HS +
+                                                 (long long)(NH + it.h) * HS);
+        uint4* dv_row = dk_row + (long long)NH * HS / 8;
+#pragma unroll
+        for (int i = 0; i < HS / 8; i++) dk_row[i] = dv_row[i] = nan8;
+    }
+}
+
+/* The producer warp of a key-major CTA that runs work items (every lane; lane 0 issues the copies): the CTA's
+   items one after another, the first from the grid position and, when the launch has fewer CTAs than items (a
+   persistent launch), each next one from g_keymajor_queue once the previous item's stages are all issued. For each
+   item it fills the item's stages in the ring of STAGES that runs on over the CTA's items (step seq takes stage seq
+   % STAGES; fill(s, q0, bh, h, b): the stage's row state and its Q/dO loads, every lane's arrival on full[s]) and,
+   after the item's first stages (they free up in the previous item's last steps; K and V only after its last
+   one: kv_empty), writes the item to item_slot and loads its K and V (load_kv(k0, h, b), lane 0, completing
+   kv_full's phase); once no item is left, an item of no query tiles with a plain kv_full arrival ends the
+   consumers' loop. The item it fills stages for lives in shared memory (taken_slot), not in registers: a producer
+   warpgroup has 24-40 of them, and a stage's row state needs most of those. wait(bar, parity, site, index): the
+   pass's wait, which gives up. After a give-up the producer issues nothing more: with TRAPS it traps (the launch
+   ends with an error and leaves no copy in flight into shared memory that the SM hands on); else it writes NaN
+   over the items it took that the consumers may not run and over every item left in the queue
+   (keymajor_poison_item), so that no item keeps a stale gradient. */
+template <int HS, int BLOCK_Q, int STAGES, bool DQ_SLICES, bool TRAPS, class Wait, class Fill, class LoadKv>
+__device__ __forceinline__ void keymajor_produce_items(int NH, int T, int section, int heads, uint64_t* kv_full,
+                                                       uint64_t* empty, uint64_t* kv_empty, KeymajorItem* item_slot,
+                                                       KeymajorItem* taken_slot, hopper_wgmma::bf16* dqkv,
+                                                       int* cta_abort, int lane, Wait wait, Fill fill,
+                                                       LoadKv load_kv) {
+    const int n_key_blocks = (T + kKeymajorBlockK - 1) / kKeymajorBlockK;
+    const unsigned n_items = (unsigned)n_key_blocks * (unsigned)heads; /* < 2^32: attention_cuda_check_shape */
+    const bool queued = gridDim.x < n_items;
+    volatile KeymajorItem* const taken = taken_slot;
+    int seq = 0; /* the CTA's steps before this item */
+    for (int use = 0;; use++) {
+        unsigned w = blockIdx.x;
+        if (use > 0) {
+            unsigned next = n_items;
+            if (queued && lane == 0) next = work_queue_next(&g_keymajor_queue<>, n_items);
+            w = __shfl_sync(0xffffffffu, next, 0);
+        }
+        if (lane == 0) {
+            const KeymajorItem it =
+                keymajor_queue_item<DQ_SLICES, BLOCK_Q>(w < n_items ? w : 0u, n_key_blocks, heads, section, NH, T);
+            taken->k0 = it.k0, taken->bh = it.bh, taken->b = it.b, taken->h = it.h;
+            taken->dq_head = it.dq_head, taken->qt_begin = it.qt_begin;
+            taken->n_q_tiles = w < n_items ? it.n_q_tiles : 0;
+        }
+        __syncwarp();
+        const int n_q_tiles = taken->n_q_tiles;
+        const int kv_at = use == 0 ? 0 : min(STAGES, n_q_tiles); /* when its K and V are loaded */
+        bool gave_up = false;
+        for (int i = 0;; i++) {
+            if (i == kv_at) {
+                if (use > 0) { /* the consumers released the previous item's K and V (and read the slot) */
+                    wait(kv_empty, (uint32_t)((use - 1) & 1), ATTN_HANG_KV_EMPTY, 0);
+                    if ((gave_up = producer_warp_saw_give_up(cta_abort))) break;
+                }
+                if (lane == 0) {
+                    /* visible to the consumers through the kv_full phase that the arrival below completes */
+                    item_slot->k0 = taken->k0, item_slot->bh = taken->bh, item_slot->b = taken->b;
+                    item_slot->h = taken->h, item_slot->dq_head = taken->dq_head;
+                    item_slot->qt_begin = taken->qt_begin, item_slot->n_q_tiles = n_q_tiles;
+                    if (n_q_tiles > 0)
+                        load_kv(taken->k0, taken->h, taken->b);
+                    else
+                        hopper_wgmma::mbar_arrive(kv_full);
+                }
+            }
+            if (i == n_q_tiles) break;
+            const int sq = seq + i, s = sq % STAGES;
+            /* stage s is free once the consumers released step sq - STAGES (phase sq / STAGES - 1) */
+            if (sq >= STAGES) {
+                wait(&empty[s], (uint32_t)((sq / STAGES - 1) & 1), ATTN_HANG_EMPTY, s);
+                if ((gave_up = producer_warp_saw_give_up(cta_abort))) break;
+            }
+            fill(s, (taken->qt_begin + i) * BLOCK_Q, taken->bh, taken->h, taken->b);
+        }
+        if (gave_up) {
+            if constexpr (TRAPS) __trap(); /* the launch ends with an error, no copy left in flight */
+            /* NaN over the item last written to the slot (the first item's is written before any wait, so there
+               is one) and over the item taken, whether handed over or not; then over every item left */
+            __syncwarp(); /* lane 0's writes of both slots */
+            keymajor_poison_item<HS>(dqkv, *item_slot, NH, T, lane);
+            if (n_q_tiles > 0) keymajor_poison_item<HS>(dqkv, *taken_slot, NH, T, lane);
+            for (unsigned next = 0; queued;) {
+                if (lane == 0) next = work_queue_next(&g_keymajor_queue<>, n_items);
+                next = __shfl_sync(0xffffffffu, next, 0);
+                if (next >= n_items) break;
+                const KeymajorItem left =
+                    keymajor_queue_item<DQ_SLICES, BLOCK_Q>(next, n_key_blocks, heads, section, NH, T);
+                keymajor_poison_item<HS>(dqkv, left, NH, T, lane);
+            }
+            break;
+        }
+        if (n_q_tiles == 0) break;
+        seq += n_q_tiles;
+    }
+    if (queued && lane == 0) work_queue_finish(&g_keymajor_queue<>);
 }
 
 }  // namespace

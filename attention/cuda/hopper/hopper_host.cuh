@@ -113,8 +113,9 @@ inline int hopper_sm_count() {
 inline unsigned hopper_item_grid(long long items, int persistent, const char* who) {
     if (items < 1 || items > 0x7fffffffLL)
         die("%s: %lld work items; a grid takes 1 .. 2^31 - 1\n  hint: fewer heads (B*NH) or a shorter T", who, items);
-    const long long sms = hopper_sm_count();
-    return (unsigned)(persistent && items > sms ? sms : items);
+    if (!persistent) return (unsigned)items;
+    const long long sms = hopper_sm_count(); /* asked only for a persistent launch */
+    return (unsigned)(items > sms ? sms : items);
 }
 
 /* Points a translation unit's hang record (its __device__ g_hang_record) at a host-mapped AttnHopperHang (a lab's;

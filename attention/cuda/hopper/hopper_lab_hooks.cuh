@@ -21,7 +21,14 @@
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 
 /* Which mbarrier a hung wait was on (AttnHopperHang.site). */
-enum { ATTN_HANG_NONE = 0, ATTN_HANG_KV_FULL = 1, ATTN_HANG_FULL = 2, ATTN_HANG_EMPTY = 3, ATTN_HANG_PROBE = 4 };
+enum {
+    ATTN_HANG_NONE = 0,
+    ATTN_HANG_KV_FULL = 1,
+    ATTN_HANG_FULL = 2,
+    ATTN_HANG_EMPTY = 3,
+    ATTN_HANG_PROBE = 4,
+    ATTN_HANG_KV_EMPTY = 5
+};
 /* The first give-up of a grid, written by the kernel into host-mapped memory (cudaHostAllocMapped; the
    installers take its device pointer); site last, after a system fence, so a nonzero site means a whole record. */
 typedef struct {

@@ -17,7 +17,7 @@
  *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence / reg_fences, zero_accumulators, pack_bf16x2,
  *   wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs, wgmma_m64n128k16_rs, wgmma_pv, quad_max,
  *   quad_sum, setmaxnreg_inc / setmaxnreg_dec,
- *   red_add_f32x2_if, named_bar_sync / named_bar_arrive, warpgroup_sync;
+ *   red_add_f32x2_if, named_bar_sync / named_bar_arrive / named_bar_sync_any, warpgroup_sync;
  *   the 64 x 64 tile steps of the HS-64 backward kernels (key-major pass, row pass, their labs):
  *   warpgroup_two_ss_64x64 (two K-major SS GEMMs as one batch: S and dP, or their transposes; _issue: the
  *   wgmmas alone),
@@ -332,6 +332,17 @@ __device__ __forceinline__ void named_bar_sync(int id, int threads) {
 }
 __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+/* named_bar_sync that also returns whether `pred` was true in any of the `threads` threads: one answer for all of
+   them (bar.red.or), where a flag each reads after a plain barrier may change between their reads. */
+__device__ __forceinline__ bool named_bar_sync_any(int id, int threads, bool pred) {
+    uint32_t any;
+    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n"
+                 " selp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(any)
+                 : "r"((uint32_t)pred), "r"(id), "r"(threads)
+                 : "memory");
+    return any != 0;
 }
 
 /* Barrier of one 128-thread warpgroup wg (named barrier 1 + wg; 0 is __syncthreads). */

@@ -1,7 +1,7 @@
 /*
  * attention/cuda/hopper/kernel_keys64.cuh - the device code of the Hopper key-major backward at head size 64,
  * one kernel template for every mode: the constants the modes share, each mode's shared-memory plan and
- * traits (Keys64Mode<MODE>: the CTA shape, the waits, the row state, whether dQ partials leave the CTA), the
+ * traits (Keys64Mode<MODE>: the plan, the waits' patience, the row state, whether dQ partials leave the CTA), the
  * step helpers, the kernel body with a block per mode after the scores, its two entry points and the host
  * launch of the modes that send dQ, in the including file's anonymous namespace. Included by the
  * instantiation files attention/cuda/hopper/attention_hopper_bwd.cu (bf16, repair), attention_hopper_bwd_gproj.cu
@@ -9,13 +9,13 @@
  * barrier protocol are in its file comment), and by the layout probes dev/attention_lab/probes/probe_keys64*.cu,
  * which run the same helpers on one tile.
  *
- * Why one template: the three passes share the key side (128 keys per CTA, two consumer warpgroups of 64 keys,
- * K/V loaded once, Q/dO in 2 stages, the row state written by a producer warp) and differ in the CTA shape
- * (bf16 and repair step through 128 queries, gproj and fp32 through 64; fp32 has a producer warp and no
- * setmaxnreg, and its waits trap), the operands after S^T and dP^T, the dQ GEMM and whether dQ partials leave
- * the CTA. A mode is its traits and its block of the body, not a copy of the kernel. Why a header: the probes
- * are lab code and stay out of the production objects, yet they must use the kernel's own helpers and layout.
- * One kernel object = one translation unit, each with its own hang-record pointer.
+ * Why one template: the three passes share the key side (work items of 128 keys, two consumer warpgroups of 64
+ * keys and a producer warpgroup with setmaxnreg 40 / 232, K/V loaded once per item, Q/dO in 2 stages, the row
+ * state written by the producer warp, the items taken from a queue) and differ in the step (bf16 and repair step
+ * through 128 queries, gproj and fp32 through 64), the operands after S^T and dP^T, the dQ GEMM and whether dQ
+ * partials leave the CTA. A mode is its traits and its block of the body, not a copy of the kernel. Why a
+ * header: the probes are lab code and stay out of the production objects, yet they must use the kernel's own
+ * helpers and layout. One kernel object = one translation unit, each with its own hang-record pointer.
  */
 #ifndef ATTENTION_CUDA_HOPPER_KERNEL_KEYS64_CUH
 #define ATTENTION_CUDA_HOPPER_KERNEL_KEYS64_CUH
@@ -76,7 +76,7 @@ struct Keys64WidePlan {
     static constexpr int kDs = kDqTile + kConsumerWarpgroups * kDqTileBytes; /* one per consumer warpgroup */
     static constexpr int kRowState = kDs + kConsumerWarpgroups * kDsBytes;   /* float4 [kStages][kBlockQ] */
     static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
-    static constexpr int kNumBarriers = 1 + 2 * kStages;            /* kv_full, full[stages], empty[stages] */
+    static constexpr int kNumBarriers = 2 + 2 * kStages; /* kv_full, full[stages], empty[stages], kv_empty */
     static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
     static constexpr int kAlloc = kBytes + kAtomBytes;              /* slack to align the base to 1024 */
     static_assert(kQ % kAtomBytes == 0 && kDO % kAtomBytes == 0 && kDqTile % kAtomBytes == 0 &&
@@ -107,7 +107,7 @@ struct Keys64TilePlan {
     static constexpr int kDsWarpgroupBytes = kDsTerms * kDsBytes;
     static constexpr int kRowState = kDs + (FP32_TILES ? kConsumerWarpgroups * kDsWarpgroupBytes : 0);
     static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
-    static constexpr int kNumBarriers = 1 + 2 * kStages;      /* kv_full, full[stages], empty[stages] */
+    static constexpr int kNumBarriers = 2 + 2 * kStages;      /* kv_full, full[stages], empty[stages], kv_empty */
     static constexpr int kDqTileBytes = kBlockQ * kHS * 4;    /* fp32: per warpgroup 2 (step parity) */
     static constexpr int kDqTile = (kBarriers + 8 * kNumBarriers + kAtomBytes - 1) / kAtomBytes * kAtomBytes;
     static constexpr int kBytes = FP32_TILES ? kDqTile + kConsumerWarpgroups * 2 * kDqTileBytes
@@ -125,25 +125,26 @@ static_assert(kWarpgroupKeys == Keys64TilePlan<true>::kBlockQ && kTileKSteps == 
 
 /* ---- the modes ---- */
 
-/* A mode's traits: Plan (its shared memory and kBlockQ, the queries of a step), kThreads and
-   kProducerWarpgroup (a producer warpgroup after the consumers, one warp of it working, with the setmaxnreg
-   split kProducerRegs / kConsumerRegs of the 384 threads' 168 registers each; else one producer warp and no
-   setmaxnreg), kGivesUp (a wait that runs out sets the CTA's abort flag and the consumers write NaN,
-   hopper_bwd_common.cuh's mbar_wait_give_up after kHangCycles; else it traps: only without setmaxnreg),
-   kProducerTraps (the producer traps once the CTA gave up), kSyncBeforeStore (the consumers' barrier before
-   they read the abort flag), kSendsDq (dQ partials leave the CTA by TMA reduce-adds; the entry point takes
-   dq_map), kLambda (the producer's keymajor_stage_row_state arm). What a mode does with S^T and dP^T is its
-   block of keys64_pass's step, not a method here (kernel_keys128.cuh says why). */
+/* The CTA every mode shares: two consumer warpgroups and a producer warpgroup (one warp of it works), the
+   setmaxnreg split kProducerRegs / kConsumerRegs of the 384 threads' 168 registers each. With 24 / 240 (HS 128's
+   split) repair spilled 32 bytes (the producer's fl(1/l) row state), 56 / 224 28; with a producer warp (288
+   threads, 168 registers each) gproj's third A operand cost 92 bytes and fp32 spilled 8. */
+constexpr int kThreads = kConsumerThreads + 128;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * 168,
+              "the setmaxnreg split must fit in what the 384-thread CTA is launched with (168 each)");
+
+/* A mode's traits: Plan (its shared memory and kBlockQ, the queries of a step), kHangCycles (how long a wait
+   runs before it gives up: hopper_bwd_common.cuh's mbar_wait_give_up sets the CTA's abort flag and the consumers
+   write NaN), kProducerTraps (the producer traps once the CTA gave up; else it writes NaN over the items it took
+   and the queue's rest: keymajor_produce_items), kSendsDq (dQ partials leave the CTA by TMA reduce-adds; the
+   entry point takes dq_map), kLambda (the producer's keymajor_stage_row_state arm). What a mode does with S^T
+   and dP^T is its block of keys64_pass's step, not a method here (kernel_keys128.cuh says why). */
 template <int MODE>
 struct Keys64Mode { /* bf16 and repair: 128-query steps, a bf(dS) staging tile and a dQ tile per warpgroup */
     static_assert(MODE == ATTN_BF16 || MODE == ATTN_REPAIR, "bf16 and repair (gproj and fp32 below)");
     using Plan = Keys64WidePlan;
-    static constexpr int kThreads = kConsumerThreads + 128;
-    /* with 24 / 240 (HS 128's split) the repair instantiation spilled 32 bytes (the producer's fl(1/l) row
-       state at 24 registers); 56 / 224 spilled 28; 40 / 232: 0 in both modes */
-    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-    static constexpr bool kProducerWarpgroup = true, kGivesUp = true, kProducerTraps = false,
-                          kSyncBeforeStore = true, kSendsDq = true;
+    static constexpr bool kProducerTraps = false, kSendsDq = true;
     static constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz; a legitimate wait is microseconds */
     static constexpr int kLambda = kKeymajorNoLambda;
 };
@@ -151,11 +152,7 @@ struct Keys64Mode { /* bf16 and repair: 128-query steps, a bf(dS) staging tile a
 template <>
 struct Keys64Mode<ATTN_GPROJ> { /* gproj: repair's P and dS, bf(-lambda P) into dK, no dQ (the row pass wrote it) */
     using Plan = Keys64TilePlan<false>;
-    static constexpr int kThreads = kConsumerThreads + 128;
-    /* with a producer warp (288 threads, 168 registers each) the third A operand costs 92 bytes of spills */
-    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-    static constexpr bool kProducerWarpgroup = true, kGivesUp = true, kProducerTraps = true,
-                          kSyncBeforeStore = false, kSendsDq = false;
+    static constexpr bool kProducerTraps = true, kSendsDq = false;
     static constexpr long long kHangCycles = 20000000000ll; /* ~10 s at 1.98 GHz */
     static constexpr int kLambda = kKeymajorLambdaInW;
 };
@@ -163,21 +160,11 @@ struct Keys64Mode<ATTN_GPROJ> { /* gproj: repair's P and dS, bf(-lambda P) into 
 template <>
 struct Keys64Mode<ATTN_FP32> { /* fp32: P and dS split into BF16 terms, dQ over three staged dS terms */
     using Plan = Keys64TilePlan<true>;
-    static constexpr int kThreads = kConsumerThreads + 32; /* + one producer warp */
-    static constexpr int kProducerRegs = 0, kConsumerRegs = 0; /* no setmaxnreg */
-    static constexpr bool kProducerWarpgroup = false, kGivesUp = false, kProducerTraps = false,
-                          kSyncBeforeStore = false, kSendsDq = true;
+    static constexpr bool kProducerTraps = false, kSendsDq = true;
     static constexpr long long kHangCycles = 4000000000ll; /* ~2 s at 1.98 GHz */
     static constexpr int kLambda = kKeymajorNoLambda;
 };
 
-template <int MODE>
-constexpr bool keys64_split_fits() {
-    using M = Keys64Mode<MODE>;
-    return !M::kProducerWarpgroup || 128 * M::kProducerRegs + kConsumerThreads * M::kConsumerRegs <= M::kThreads * 168;
-}
-static_assert(keys64_split_fits<ATTN_BF16>() && keys64_split_fits<ATTN_GPROJ>(),
-              "the setmaxnreg split must fit in what the 384-thread CTA is launched with (168 each)");
 static_assert(Keys64WidePlan::kKeyTileBytes == KeymajorTiles<1>::kKeyTileBytes &&
                   kBlockK == KeymajorTiles<1>::kBlockK && Keys64WidePlan::kBoxBytes == KeymajorTiles<1>::kBoxBytes,
               "the K/V tiles hopper_bwd_common.cuh's keymajor_load_kv writes");
@@ -188,36 +175,21 @@ static_assert(Keys64WidePlan::kKeyTileBytes == KeymajorTiles<1>::kKeyTileBytes &
    attention_hopper_bwd_watch_hangs); NULL (the default): no record */
 __device__ AttnHopperHang* g_hang_record;
 
-/* A bounded wait that traps (fp32: no setmaxnreg), first naming the barrier in the record. No printf: a
-   function call anywhere in the kernel makes ptxas serialise every wgmma (C7510). */
-__device__ __forceinline__ void mbar_wait_trap(uint64_t* bar, uint32_t parity, int site, int index) {
-    const uint32_t addr = smem_u32(bar);
-    uint32_t done = 0;
-    const long long start = clock64();
-    while (!done) {
-        done = mbar_try_wait(addr, parity);
-        if (!done && clock64() - start > Keys64Mode<ATTN_FP32>::kHangCycles) {
-            volatile AttnHopperHang* rec = g_hang_record;
-            if (rec != NULL) write_hang_record(rec, site, index, parity);
-            __trap();
-        }
-    }
-}
-
-/* Every wait of the kernel and the probes: the mode's give-up wait (returns at once once the CTA gave up; on
-   running out records the site and sets *cta_abort) or its trapping wait (cta_abort unused). */
+/* Every wait of the kernel and the probes: it returns at once once the CTA gave up, and on running out (the mode's
+   kHangCycles) records the site and sets *cta_abort (mbar_wait_give_up; no trap: under setmaxnreg a trap on the
+   consumer path makes ptxas ignore setmaxnreg.inc). */
 template <int MODE>
 __device__ __forceinline__ void keys64_wait(uint64_t* bar, uint32_t parity, int site, int index, int* cta_abort) {
-    if constexpr (Keys64Mode<MODE>::kGivesUp)
-        mbar_wait_give_up<Keys64Mode<MODE>::kHangCycles>(bar, parity, site, index, cta_abort, g_hang_record);
-    else
-        mbar_wait_trap(bar, parity, site, index);
+    mbar_wait_give_up<Keys64Mode<MODE>::kHangCycles>(bar, parity, site, index, cta_abort, g_hang_record);
 }
 
 /* Barrier of the two consumer warpgroups (256 threads). Ids: 0 __syncthreads, 1 and 2 warpgroup_sync(0 / 1). */
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 3, %0;\n" ::"n"(kConsumerThreads) : "memory");
 }
+
+/* The same barrier, returning whether `pred` was true in any consumer thread (named_bar_sync_any). */
+__device__ __forceinline__ bool consumers_sync_any(bool pred) { return named_bar_sync_any(3, kConsumerThreads, pred); }
 
 /* ---- bf16 and repair's steps (128 queries), per consumer warpgroup (kernel and probe share them) ---- */
 
@@ -404,14 +376,20 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
    per row ({LSE} for bf16, {m, l} otherwise), D [B*NH*T] (and gproj's lambda) from the workspace; writes the
    k and v slots of dqkv; modes that send dQ add the s-less dQ partials to the accumulator behind dq_map.
    DQ_SLICES: the deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md).
-   cta_abort: the CTA's abort flag (the modes whose waits give up; NULL otherwise). The body of both entry
-   points below (their parameter lists differ: gproj has lambda, no dq_map). */
+   cta_abort: the CTA's abort flag, set by a wait that gave up. The body of both entry points below (their
+   parameter lists differ: gproj has lambda, no dq_map).
+   Work items: a key block of 128 keys of a head each, ceil(T / 128) x heads (B * NH) of them in the longest-first
+   order of tile_order.cuh. The grid is 1-D and a CTA runs items until none is left (hopper_bwd_common.cuh's
+   keymajor_produce_items: the first from its position, then, in a persistent launch of fewer CTAs than items,
+   each next one from a queue): the Q/dO stages and their phases run on over the CTA's items, the producer loads
+   the next item's first stages while the consumers finish this one, the dQ reduce-adds are waited for once, at
+   the end (dev/attention_lab/protocol_model.py plays this protocol under random interleavings). */
 template <int MODE, bool DQ_SLICES>
 __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                             const CUtensorMap* dq_map, const float* __restrict__ stats,
                                             const float* __restrict__ D, const float* __restrict__ lambda,
                                             bf16* __restrict__ dqkv, int NH, int T, float scale, float c,
-                                            int section, int* cta_abort) {
+                                            int section, int heads, int* cta_abort) {
     using Mode = Keys64Mode<MODE>;
     using Plan = typename Mode::Plan;
     constexpr int kBlockQ = Plan::kBlockQ;
@@ -432,20 +410,20 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
     uint64_t* full = kv_full + 1;
     uint64_t* empty = full + kStages;
 
-    const AttnTileOrder order = attn_tile_longest_first(section); /* key tile 0 sees every query: first */
-    const int k0 = order.rank * kBlockK;
-    const int bh = order.bh, b = bh / NH, h = bh % NH;
-    const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
-    const int qt_begin = k0 / kBlockQ; /* the first query tile that reaches key k0 */
-    const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
+    uint64_t* kv_empty = empty + kStages; /* every consumer thread, after an item's last read of K and V */
+    /* the item whose K and V the producer loads, as it decoded it (no query tiles: none left), and the producer's
+       own copy of the item it fills stages for */
+    __shared__ KeymajorItem item_slot, taken_slot;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
-    const int warpgroup = Mode::kProducerWarpgroup ? __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0) : 0;
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
 
     if (threadIdx.x == 0) {
-        if constexpr (Mode::kGivesUp) *cta_abort = 0;
-        /* full: 32 producer lanes (row state) + the TMA bytes; empty: every consumer thread, after its last read */
+        *cta_abort = 0;
+        /* full: 32 producer lanes (row state) + the TMA bytes; empty and kv_empty: every consumer thread, after
+           its last read */
         init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads);
+        mbar_init(kv_empty, kConsumerThreads); /* fenced by the next kernel line */
     }
     __syncthreads();
     /* launched with PDL (launch_overlap.cuh): the previous kernel's outputs (D, lambda, the zeroed accumulator)
@@ -453,225 +431,237 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
     wait_for_previous_grid();
     let_next_grid_launch();
 
-    if (Mode::kProducerWarpgroup ? warpgroup == kConsumerWarpgroups : warp == kConsumerThreads / 32) {
-        if constexpr (Mode::kProducerWarpgroup) {
-            setmaxnreg_dec<Mode::kProducerRegs>(); /* the whole producer warpgroup */
-            if (warp != kConsumerThreads / 32) return; /* its warps 1-3 have no work */
-        }
+    if (warpgroup == kConsumerWarpgroups) {
+        setmaxnreg_dec<kProducerRegs>(); /* the whole producer warpgroup */
+        if (warp != kConsumerThreads / 32) return; /* its warps 1-3 have no work */
         /* ---- producer warp: lane 0 issues the copies, every lane writes the row state of kBlockQ / 32 queries ---- */
-        if (lane == 0) keymajor_load_kv<1>(k_s, v_s, &qkv_map, kv_full, k0, T, h, NH, b);
-        for (int i = 0; i < n_q_tiles; i++) {
-            const int s = i % kStages;
-            const int q0 = (qt_begin + i) * kBlockQ;
-            /* stage s is free once the consumers released tile i - kStages (phase i / kStages - 1) */
-            if (i >= kStages) {
-                keys64_wait<MODE>(&empty[s], (uint32_t)((i / kStages - 1) & 1), ATTN_HANG_EMPTY, s, cta_abort);
-                if constexpr (Mode::kProducerTraps)
-                    if (*static_cast<volatile int*>(cta_abort) != 0) __trap(); /* the CTA gave up */
-            }
-            /* fp32: {m, fl(1/l), D} (the repair arm of the row state; fp32's stats are {m, l}) */
+        auto wait = [&](uint64_t* bar, uint32_t parity, int site, int index) {
+            keys64_wait<MODE>(bar, parity, site, index, cta_abort);
+        };
+        /* a stage: its row state (fp32: {m, fl(1/l), D}, the repair arm; its stats are {m, l}), then every
+           lane's arrival, which releases its own row-state writes (lane 0's also announces the TMA bytes) */
+        auto fill = [&](int s, int q0, int bh, int h, int b) {
 #pragma unroll
             for (int half = 0; half < kBlockQ / 64; half++)
-                keymajor_stage_row_state<MODE, Mode::kLambda>(row_state + s * kBlockQ + 64 * half, nullptr, stats, D,
-                                                              lambda, bh, T, q0 + 64 * half, lane);
-            /* every lane's arrival releases its own row-state writes; lane 0's also announces the TMA bytes */
+                keymajor_stage_row_state<MODE, Mode::kLambda>(row_state + s * kBlockQ + 64 * half, nullptr,
+                                                              stats, D, lambda, bh, T, q0 + 64 * half, lane);
             if constexpr (kBlockQ == kWideQ)
-                fill_stage(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map, &dout_map, &full[s],
-                           q0, T, h, NH, b, lane);
+                fill_stage(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map, &dout_map,
+                           &full[s], q0, T, h, NH, b, lane);
             else
                 keymajor_fill_stage<1>(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map,
                                        &dout_map, &full[s], q0, h, NH, b, lane);
-        }
+        };
+        auto load_kv = [&](int k0, int h, int b) {
+            keymajor_load_kv<1>(k_s, v_s, &qkv_map, kv_full, k0, T, h, NH, b);
+        };
+        keymajor_produce_items<kHS, kBlockQ, kStages, DQ_SLICES, Mode::kProducerTraps>(
+            NH, T, section, heads, kv_full, empty, kv_empty, &item_slot, &taken_slot, dqkv, cta_abort, lane, wait,
+            fill, load_kv);
         return;
     }
-    if constexpr (Mode::kProducerWarpgroup) setmaxnreg_inc<Mode::kConsumerRegs>();
+    setmaxnreg_inc<kConsumerRegs>();
 
-    /* ---- consumer warpgroups: wg owns keys k0 + 64 wg .. +63; this thread keys key0, key0 + 8 ---- */
-    const int wg = Mode::kProducerWarpgroup ? warpgroup : warp / 4, warp_in_wg = warp & 3, g = lane >> 2, t = lane & 3;
+    /* ---- consumer warpgroups: wg owns keys k0 + 64 wg .. +63 of each item; this thread keys key0, key0 + 8 ---- */
+    const int wg = warpgroup, warp_in_wg = warp & 3, g = lane >> 2, t = lane & 3;
     const int tid_in_wg = threadIdx.x & 127; /* thread 0 of each warpgroup sends its dQ tile */
     const int key_row = warp_in_wg * 16 + g; /* within the warpgroup's 64 keys */
-    const int wg_key_first = k0 + wg * kWarpgroupKeys;
-    /* one sum, two associations: they compile to different machine code, and each mode keeps the code it was
-       measured with */
-    const int key0 = (MODE == ATTN_GPROJ) ? k0 + wg * kWarpgroupKeys + warp_in_wg * 16 + g : wg_key_first + key_row;
     /* bf16, repair: the warpgroup's staging tile and dQ tile; fp32: its three staged dS terms */
     bf16* const ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsWarpgroupBytes);
     unsigned char* const dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
     const uint32_t kw_addr = smem_u32(k_s) + wg * Plan::kBoxBytes, vw_addr = smem_u32(v_s) + wg * Plan::kBoxBytes;
-    float dk[32], dv[32];
+    int seq = 0; /* the CTA's steps before this item (the producer's count) */
+#pragma unroll 1
+    for (int use = 0;; use++) {
+        /* the item is what the producer wrote to the slot before the phase of kv_full completed */
+        keys64_wait<MODE>(kv_full, (uint32_t)(use & 1), ATTN_HANG_KV_FULL, 0, cta_abort);
+        const int n_q_tiles = item_slot.n_q_tiles;
+        if (n_q_tiles == 0) break;
+        const int k0 = item_slot.k0, dq_head = item_slot.dq_head, qt_begin = item_slot.qt_begin;
+        const int wg_key_first = k0 + wg * kWarpgroupKeys;
+        /* one sum, two associations: they compile to different machine code, and each mode keeps the code it was
+           measured with */
+        const int key0 = (MODE == ATTN_GPROJ) ? k0 + wg * kWarpgroupKeys + warp_in_wg * 16 + g : wg_key_first + key_row;
+        float dk[32], dv[32];
 #pragma unroll
-    for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.f;
+        for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.f;
 
-    keys64_wait<MODE>(kv_full, 0, ATTN_HANG_KV_FULL, 0, cta_abort);
-    __syncwarp();
+        __syncwarp();
 
 #pragma unroll 1
-    for (int i = 0; i < n_q_tiles; i++) {
-        const int s = i % kStages;
-        const int q0 = (qt_begin + i) * kBlockQ;
-        keys64_wait<MODE>(&full[s], (uint32_t)((i / kStages) & 1), ATTN_HANG_FULL, s, cta_abort);
-        __syncwarp();
-        const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes), do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
-        const float4* rs = row_state + s * kBlockQ;
+        for (int i = 0; i < n_q_tiles; i++) {
+            const int s = (seq + i) % kStages;
+            const int q0 = (qt_begin + i) * kBlockQ;
+            keys64_wait<MODE>(&full[s], (uint32_t)(((seq + i) / kStages) & 1), ATTN_HANG_FULL, s, cta_abort);
+            __syncwarp();
+            const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes);
+            const uint32_t do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
+            const float4* rs = row_state + s * kBlockQ;
 
-        /* the mode's step; element 4j + 2r + e of st, dpt: key key0 + 8r, query q0 + 8j + 2t + e */
-        if constexpr (kBlockQ == kWideQ) { /* bf16, repair */
-            float st[kWideScoreRegs], dpt[kWideScoreRegs];
-            scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-            /* P and dS, then their A operands; the mask can bite only where the step reaches the warpgroup's keys
-               or T */
-            const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-            uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
-            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
-                probs_n128<MODE, decltype(mask)::value>(st, dpt, rs, q0, key0, t, T, masked, c);
-                pack_a_n128(pa, st);
-                pack_a_n128(pds, dpt);
-            });
-            float dq0[32], dq1[32];
-            /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
-            stage_ds_all<kDsPitch>(ds_s, pds, key_row, t);
-            issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
-            /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
-               warpgroup rewrite it */
-            if (tid_in_wg == 0) bulk_wait_group_read<0>();
-            warpgroup_sync(wg); /* the staging tile is written */
-            wgmma_wait<0>();
-            reg_fences(dv, dk, pa, pds);
-            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-            dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
-            store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
-            store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
-            fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
-            warpgroup_sync(wg);  /* also: every A load of the staging tile is done before the next step restages */
-            if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
-        } else if constexpr (MODE == ATTN_GPROJ) {
-            float st[32], dpt[32];
-            warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+            /* the mode's step; element 4j + 2r + e of st, dpt: key key0 + 8r, query q0 + 8j + 2t + e */
+            if constexpr (kBlockQ == kWideQ) { /* bf16, repair */
+                float st[kWideScoreRegs], dpt[kWideScoreRegs];
+                scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+                /* P and dS, then their A operands; the mask can bite only where the step reaches the warpgroup's keys
+                   or T */
+                const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+                uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
+                with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+                    probs_n128<MODE, decltype(mask)::value>(st, dpt, rs, q0, key0, t, T, masked, c);
+                    pack_a_n128(pa, st);
+                    pack_a_n128(pds, dpt);
+                });
+                float dq0[32], dq1[32];
+                /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
+                stage_ds_all<kDsPitch>(ds_s, pds, key_row, t);
+                issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
+                /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
+                   warpgroup rewrite it */
+                if (tid_in_wg == 0) bulk_wait_group_read<0>();
+                warpgroup_sync(wg); /* the staging tile is written */
+                wgmma_wait<0>();
+                reg_fences(dv, dk, pa, pds);
+                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+                dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
+                store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
+                store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
+                fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
+                warpgroup_sync(wg);  /* also: every A load of the staging tile is done before the next step restages */
+                if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
+            } else if constexpr (MODE == ATTN_GPROJ) {
+                float st[32], dpt[32];
+                warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
 
-            /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
-               k-step (16 queries) at a time */
-            const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-            uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4];
-            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+                /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
+                   k-step (16 queries) at a time */
+                const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+                uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4];
+                with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
 #pragma unroll
-                for (int kk = 0; kk < kTileKSteps; kk++) {
-                    float lam[2][2];
-                    keymajor_probs_step<ATTN_REPAIR, decltype(mask)::value, true>(st, dpt, rs, kk, q0, t, key0, T,
-                                                                                  masked, c, lam);
-                    pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+                    for (int kk = 0; kk < kTileKSteps; kk++) {
+                        float lam[2][2];
+                        keymajor_probs_step<ATTN_REPAIR, decltype(mask)::value, true>(st, dpt, rs, kk, q0, t, key0, T,
+                                                                                      masked, c, lam);
+                        pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
+                    }
+                });
+
+                /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
+                   two dK ones chained on the same accumulator (wgmma orders same-accumulator operations); P and
+                   dS are dead while it runs (64 accumulator + 48 A registers in flight). */
+                keymajor_gproj_dkv_batch<kHS>(dv, dk, pa, pds, plam, q_addr, do_addr);
+                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+            } else { /* fp32 */
+                bf16* const ds_tiles = ds_s;
+                float st[32], dpt[32];
+                warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+
+                /* P, dS (attn_bwd_kernel's expressions, masked entries exactly 0), their four A words and the three
+                   staged dS terms one k-step at a time. The previous step's reads of the staged tiles (its dQ A loads)
+                   are all behind its last warpgroup barrier. */
+                const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+                uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
+                with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+#pragma unroll
+                    for (int kk = 0; kk < kTileKSteps; kk++) {
+                        keymajor_probs_step<ATTN_FP32, decltype(mask)::value>(st, dpt, rs, kk, q0, t, key0, T,
+                                                                              masked, c);
+                        uint32_t unused[4], x2[4];
+                        pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
+                        pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
+                        stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_row, t);
+                        stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
+                        stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
+                    }
+                });
+                issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
+                /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before
+                   the barrier below lets the warpgroup rewrite it */
+                if (tid_in_wg == 0) bulk_wait_group_read<1>();
+                warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
+                wgmma_wait<0>();
+                reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
+
+                float dq[32];
+#pragma unroll
+                for (int k = 0; k < 32; k++) dq[k] = 0.f;
+                warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
+                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+
+                /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
+                   thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
+                unsigned char* dq_parity_tile =
+                    smem + Plan::kDqTile + (wg * 2 + ((seq + i) & 1)) * Plan::kDqTileBytes;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = warp_in_wg * 16 + g + 8 * r;
+#pragma unroll
+                    for (int n = 0; n < kHS / 8; n++) {
+                        const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+                        *reinterpret_cast<float2*>(dq_parity_tile + (n >> 2) * (kBlockQ * kRowBytes) + row * kRowBytes +
+                                                   chunk * 16 + (t & 1) * 8) =
+                            make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+                    }
                 }
-            });
-
-            /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
-               two dK ones chained on the same accumulator (wgmma orders same-accumulator operations); P and
-               dS are dead while it runs (64 accumulator + 48 A registers in flight). */
-            keymajor_gproj_dkv_batch<kHS>(dv, dk, pa, pds, plam, q_addr, do_addr);
-            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-        } else { /* fp32 */
-            bf16* const ds_tiles = ds_s;
-            float st[32], dpt[32];
-            warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-
-            /* P, dS (attn_bwd_kernel's expressions, masked entries exactly 0), their four A words and the three
-               staged dS terms one k-step at a time. The previous step's reads of the staged tiles (its dQ A loads)
-               are all behind its last warpgroup barrier. */
-            const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-            uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
-            with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
-#pragma unroll
-                for (int kk = 0; kk < kTileKSteps; kk++) {
-                    keymajor_probs_step<ATTN_FP32, decltype(mask)::value>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
-                    uint32_t unused[4], x2[4];
-                    pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
-                    pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
-                    stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_row, t);
-                    stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
-                    stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
+                fence_proxy_async();
+                warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step restages */
+                if (tid_in_wg == 0) {
+                    tma_reduce_add_3d(dq_map, dq_parity_tile, 0, q0, dq_head);
+                    tma_reduce_add_3d(dq_map, dq_parity_tile + kBlockQ * kRowBytes, 32, q0, dq_head);
+                    bulk_commit_group();
                 }
-            });
-            issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
-            /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before
-               the barrier below lets the warpgroup rewrite it */
-            if (tid_in_wg == 0) bulk_wait_group_read<1>();
-            warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
-            wgmma_wait<0>();
-            reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
-
-            float dq[32];
-#pragma unroll
-            for (int k = 0; k < 32; k++) dq[k] = 0.f;
-            warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
-            mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-
-            /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
-               thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
-            unsigned char* dq_parity_tile = smem + Plan::kDqTile + (wg * 2 + (i & 1)) * Plan::kDqTileBytes;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = warp_in_wg * 16 + g + 8 * r;
-#pragma unroll
-                for (int n = 0; n < kHS / 8; n++) {
-                    const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
-                    *reinterpret_cast<float2*>(dq_parity_tile + (n >> 2) * (kBlockQ * kRowBytes) + row * kRowBytes +
-                                               chunk * 16 + (t & 1) * 8) =
-                        make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-                }
-            }
-            fence_proxy_async();
-            warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step restages */
-            if (tid_in_wg == 0) {
-                tma_reduce_add_3d(dq_map, dq_parity_tile, 0, q0, dq_head);
-                tma_reduce_add_3d(dq_map, dq_parity_tile + kBlockQ * kRowBytes, 32, q0, dq_head);
-                bulk_commit_group();
             }
         }
+        /* the item's head, read here (live through the epilogue only), before the arrival below lets the producer
+           rewrite the slot */
+        const int b = item_slot.b, h = item_slot.h;
+        mbar_arrive(kv_empty); /* this thread's GEMMs no longer read the item's K and V */
+        /* any give-up of the CTA is visible to every consumer thread alike */
+        const bool gave_up = consumers_sync_any(*static_cast<volatile int*>(cta_abort) != 0);
+        /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN instead if
+           a wait of this CTA gave up (its accumulators are garbage: the result must not look fine) */
+        keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, gave_up);
+        if (gave_up) break; /* the producer sees the give-up too (keymajor_produce_items) */
+        seq += n_q_tiles;
     }
     /* the last reduce-adds complete before the CTA's shared memory goes away */
     if constexpr (Mode::kSendsDq)
         if (tid_in_wg == 0) bulk_wait_group<0>();
-    /* any give-up of the CTA (the producer's precedes an arrival every consumer waited for) is visible now */
-    if constexpr (Mode::kSyncBeforeStore) consumers_sync();
-
-    /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN instead
-       if a wait of this CTA gave up (its accumulators are garbage: the result must not look fine) */
-    const bool gave_up = Mode::kGivesUp && *static_cast<volatile int*>(cta_abort) != 0;
-    keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, gave_up);
 }
 
 /* The entry point of the modes that send dQ partials (bf16, repair, fp32). */
 template <int MODE, bool DQ_SLICES>
-__global__ void __launch_bounds__(Keys64Mode<MODE>::kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 1)
     keys64_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                   const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
                   const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c,
-                  int section) {
+                  int section, int heads) {
     static_assert(Keys64Mode<MODE>::kSendsDq, "gproj's entry point is keys64_gproj_kernel");
-    if constexpr (Keys64Mode<MODE>::kGivesUp) {
-        __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section, &cta_abort);
-    } else {
-        keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section, nullptr);
-    }
+    __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
+    keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section, heads,
+                                 &cta_abort);
 }
 
 /* gproj's entry point: lambda [B*NH*T] from the row pass, no dQ. A template (MODE = ATTN_GPROJ) so that only
    the gproj object emits it. */
 template <int MODE>
-__global__ void __launch_bounds__(Keys64Mode<MODE>::kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 1)
     keys64_gproj_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                         const float* __restrict__ stats, const float* __restrict__ D,
                         const float* __restrict__ lambda, bf16* __restrict__ dqkv, int NH, int T, float scale,
-                        float c, int section) {
+                        float c, int section, int heads) {
     static_assert(MODE == ATTN_GPROJ, "the other modes' entry point is keys64_kernel");
     __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-    keys64_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, section, &cta_abort);
+    keys64_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, section, heads,
+                             &cta_abort);
 }
 
 /* ---- host ---- */
 
-/* One launch of the pass of MODE on the call's tensors: the qkv / dout maps, the grid (key tiles, B*NH) and the
-   PDL launch after the previous kernel of the chain; the modes that send dQ (bf16, repair, fp32) also the dQ
-   accumulator's map (boxes of a step's queries x 32 FP32 columns; with c.dq_slices one slice per key block and
+/* One launch of the pass of MODE on the call's tensors: the qkv / dout maps, the grid over the work items
+   (hopper_item_grid: one CTA per SM taking its items from the queue, or with ATTN_BWD_PERSISTENT=0 one per item)
+   and the PDL launch after the previous kernel of the chain; the modes that send dQ (bf16, repair, fp32) also the
+   dQ accumulator's map (boxes of a step's queries x 32 FP32 columns; with c.dq_slices one slice per key block and
    the DQ_SLICES kernel), gproj lambda in its place. */
 static_assert(kBlockK == ATTN_BWD_KEY_BLOCK, "the deterministic dQ slices are per CTA key block");
 template <int MODE>
@@ -682,22 +672,22 @@ void keys64_launch(const HopperBwdCall& c) {
     const char* const who = "attention (Hopper key-major pass, HS 64)"; /* in a tensor map's error */
     const HeadMaps maps = encode_qkv_dout_maps(s, c.qkv, c.dout, kBoxRows, who);
     const int n_key_blocks = ceil_div(s.T, kBlockK);
-    const dim3 grid((unsigned)n_key_blocks, (unsigned)(s.B * s.NH));
+    const dim3 grid(hopper_item_grid((long long)n_key_blocks * s.B * s.NH,
+                                     hopper_env_switch("ATTN_BWD_PERSISTENT", 1), who));
     if constexpr (MODE == ATTN_GPROJ) {
         cudaCheck(cudaFuncSetAttribute(keys64_gproj_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
-        launch_after_previous_grid(1, keys64_gproj_kernel<MODE>, grid, dim3(Mode::kThreads), kAlloc, c.stream,
+        launch_after_previous_grid(1, keys64_gproj_kernel<MODE>, grid, dim3(kThreads), kAlloc, c.stream,
                                    maps.qkv, maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
-                                   attn_softmax_scale(kHS), attn_exp2_scale(kHS),
-                                   attn_tile_section(s, kTileSectionQdO));
+                                   attn_softmax_scale(kHS), attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdO),
+                                   s.B * s.NH);
     } else {
         const auto kernel = c.dq_slices ? keys64_kernel<MODE, true> : keys64_kernel<MODE, false>;
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         const CUtensorMap dq_map =
             encode_dq_acc_map(c.dq_acc, s, Mode::Plan::kBlockQ, who, c.dq_slices ? n_key_blocks : 1);
-        launch_after_previous_grid(1, kernel, grid, dim3(Mode::kThreads), kAlloc, c.stream, maps.qkv, maps.dout,
+        launch_after_previous_grid(1, kernel, grid, dim3(kThreads), kAlloc, c.stream, maps.qkv, maps.dout,
                                    dq_map, c.stats, c.D, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS),
-                                   attn_exp2_scale(kHS),
-                                   attn_tile_section(s, kTileSectionQdOdQ));
+                                   attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdOdQ), s.B * s.NH);
     }
 }
 

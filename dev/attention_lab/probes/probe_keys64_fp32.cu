@@ -44,9 +44,10 @@ __global__ void __launch_bounds__(128, 1)
     unsigned char* q_t = smem + Plan::kQ + Plan::kQTileBytes;
     unsigned char* do_t = smem + Plan::kDO + Plan::kQTileBytes;
     bf16* const ds_tiles = reinterpret_cast<bf16*>(smem + Plan::kDs + Plan::kDsWarpgroupBytes); /* warpgroup 1's */
+    __shared__ int cta_abort;
     probe_load_tiles(probe_one_box_tiles(q_t, k_half, v_half, do_t), &qkv_map, &dout_map, bar, NH, head,
-                     4 * Plan::kBoxBytes, nullptr);
-    keys64_wait<ATTN_FP32>(bar, 0, ATTN_HANG_PROBE, 0, nullptr);
+                     4 * Plan::kBoxBytes, &cta_abort);
+    keys64_wait<ATTN_FP32>(bar, 0, ATTN_HANG_PROBE, 0, &cta_abort);
     __syncwarp();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int key_row = warp * 16 + g;
