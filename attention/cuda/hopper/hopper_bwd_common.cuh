@@ -257,7 +257,7 @@ __device__ __forceinline__ int keymajor_dq_head(AttnTileOrder order) {
     return DQ_SLICES ? order.bh + order.rank * (int)gridDim.y : order.bh;
 }
 
-constexpr uint32_t kKeymajorNanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs: a give-up's dK and dV */
+constexpr uint32_t kBf16NanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs: what a give-up writes over its outputs */
 
 /* The key-major epilogue of every key-major kernel (bf16/repair and gproj, HS 64 and 128): dK = bf(scale acc),
    dV = bf(acc) for this thread's keys (rows key0 and key0 + 8 of the k and v slots of dqkv [B, T, 3, NH, HS];
@@ -280,9 +280,9 @@ __device__ __forceinline__ void keymajor_store_dkv(const float (&dk)[HS / 2], co
 #pragma unroll
         for (int n = 0; n < HS / 8; n++) {
             *reinterpret_cast<uint32_t*>(dk_row + 8 * n + 2 * t) =
-                gave_up ? kKeymajorNanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+                gave_up ? kBf16NanPair : pack_bf16x2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
             *reinterpret_cast<uint32_t*>(dv_row + 8 * n + 2 * t) =
-                gave_up ? kKeymajorNanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+                gave_up ? kBf16NanPair : pack_bf16x2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
         }
     }
 }
@@ -332,7 +332,7 @@ __device__ HopperWorkQueue g_keymajor_queue;
 template <int HS>
 __device__ __forceinline__ void keymajor_poison_item(hopper_wgmma::bf16* dqkv, const KeymajorItem& it, int NH, int T,
                                                      int lane) {
-    const uint4 nan8 = make_uint4(kKeymajorNanPair, kKeymajorNanPair, kKeymajorNanPair, kKeymajorNanPair);
+    const uint4 nan8 = make_uint4(kBf16NanPair, kBf16NanPair, kBf16NanPair, kBf16NanPair);
     for (int key = it.k0 + lane; key < it.k0 + kKeymajorBlockK && key < T; key += 32) {
         uint4* dk_row = reinterpret_cast<uint4*>(dqkv + ((long long)it.b * T + key) * 3LL * NH * HS +
                                                  (long long)(NH + it.h) * HS);

@@ -494,7 +494,6 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
                                               : (consumers_sync(), *static_cast<volatile int*>(cta_abort) != 0);
         if (gave_up) {
             const float kNan = __int_as_float(0x7FC00000); /* a quiet NaN */
-            constexpr uint32_t kNanPair = 0x7FC07FC0u;     /* two BF16 quiet NaNs */
             const long long qkv_row = 3LL * NH * HS;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -508,7 +507,7 @@ __device__ __forceinline__ void rows_pass(const CUtensorMap& qkv_map, const CUte
                 if (kGproj) {
                     bf16* dq_row = dqkv + ((long long)b * T + query) * qkv_row + (long long)h * HS + 2 * t;
 #pragma unroll
-                    for (int n = 0; n < HS / 8; n++) *reinterpret_cast<uint32_t*>(dq_row + 8 * n) = kNanPair;
+                    for (int n = 0; n < HS / 8; n++) *reinterpret_cast<uint32_t*>(dq_row + 8 * n) = kBf16NanPair;
                 }
             }
         }
