@@ -251,10 +251,10 @@ __device__ __forceinline__ void keymajor_fill_stage(unsigned char* q_stage, unsi
 
 /* The last TMA coordinate of dq_acc (encode_dq_acc_map) that a key-major CTA adds its dQ partials at: its head
    bh, or, with DQ_SLICES (the deterministic backward: one accumulator slice per key block, [slices][B*NH][T][HS]),
-   head bh of slice `rank` (the CTA's key block, tile_order.cuh; gridDim.y = B*NH). */
+   head bh of slice `rank` (the CTA's key block, tile_order.cuh; heads = B*NH). */
 template <bool DQ_SLICES>
-__device__ __forceinline__ int keymajor_dq_head(AttnTileOrder order) {
-    return DQ_SLICES ? order.bh + order.rank * (int)gridDim.y : order.bh;
+__device__ __forceinline__ int keymajor_dq_head(AttnTileOrder order, int heads) {
+    return DQ_SLICES ? order.bh + order.rank * heads : order.bh;
 }
 
 constexpr uint32_t kBf16NanPair = 0x7FC07FC0u; /* two BF16 quiet NaNs: what a give-up writes over its outputs */
@@ -287,7 +287,7 @@ __device__ __forceinline__ void keymajor_store_dkv(const float (&dk)[HS / 2], co
     }
 }
 
-/* ---- the key-major passes over work items (kernel_keys64.cuh, kernel_keys128.cuh: the modes with kItemLoop) ---- */
+/* ---- the key-major passes over work items (kernel_keys64.cuh) ---- */
 
 /* A key-major work item: keys k0 .. k0 + 127 of head bh = b * NH + h, the query tiles of BLOCK_Q rows that reach
    them (qt_begin .. qt_begin + n_q_tiles - 1: from the first that reaches key k0 to the last before T), and where
@@ -316,7 +316,7 @@ template <bool DQ_SLICES, int BLOCK_Q>
 __device__ __forceinline__ KeymajorItem keymajor_queue_item(unsigned w, int n_key_blocks, int heads, int section,
                                                             int NH, int T) {
     const AttnTileOrder order = attn_tile_rank_head(w, n_key_blocks, heads, section);
-    return keymajor_item<BLOCK_Q>(order, DQ_SLICES ? order.bh + order.rank * heads : order.bh, NH, T);
+    return keymajor_item<BLOCK_Q>(order, keymajor_dq_head<DQ_SLICES>(order, heads), NH, T);
 }
 
 /* The persistent launch's queue of work items (hopper_work_queue.cuh), one per translation unit: the passes of one

@@ -275,7 +275,7 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
     const AttnTileOrder order = attn_tile_longest_first(section);
     const int k0 = Mode::kLongestFirst ? order.rank * kBlockK : (int)(blockIdx.x * kBlockK);
     const int bh = Mode::kLongestFirst ? order.bh : (int)blockIdx.y, b = bh / NH, h = bh % NH;
-    const int dq_head = keymajor_dq_head<DQ_SLICES>(order); /* where this CTA's dQ partials go */
+    const int dq_head = keymajor_dq_head<DQ_SLICES>(order, (int)gridDim.y); /* where this CTA's dQ partials go */
     const int qt_begin = k0 / kBlockQ;   /* the first query tile that reaches key k0 */
     const int n_q_tiles = (T + kBlockQ - 1) / kBlockQ - qt_begin;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
