@@ -64,7 +64,8 @@
  * (two named barriers, kernel_fwd.cuh's kTurnBarrier; the order FlashAttention-3's scheduler barriers give its
  * warpgroups, the idea read in its hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp, no code copied), so that one's
  * softmax runs while the tensor core works through the other's GEMMs; each warpgroup's own GEMMs keep their
- * order, so O and the stats keep their bits (fp32's forward, more GEMMs per tile, was 1-4% slower with turns). HS 64: NWG = 3, 192 query rows per item (FlashAttention-3's tile height at head dim 64,
+ * order, so O and the stats keep their bits (fp32's forward, more GEMMs per tile, was 1-4% slower with
+ * turns). HS 64: NWG = 3, 192 query rows per item (FlashAttention-3's tile height at head dim 64,
  * the idea read in its hopper/tile_size.h, no code copied). At HS 64 a warpgroup's per-tile GEMMs are short
  * (S: 64 x 128 x 64), so two warpgroups leave the tensor core idle during their softmaxes; a third one
  * sharing each K/V tile gives it more work per loaded tile and spreads the producer, barriers and K/V
