@@ -479,7 +479,12 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
 
     /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN in every
        element of both rows if the CTA gave up a wait (see the file comment: a hang must fail loudly) */
-    keymajor_store_dkv<kHS>(dk, dv, dqkv, b, h, NH, T, key0, t, scale, gave_up);
+    /* the head again from the CTA's position, through an opaque copy of section so that it is not the prelude's
+       value kept live across the steps (kept there, it cost fp32's pass an 8-byte spill) */
+    int section_end;
+    asm volatile("mov.u32 %0, %1;\n" : "=r"(section_end) : "r"(section));
+    const int bh_end = Mode::kLongestFirst ? attn_tile_longest_first(section_end).bh : (int)blockIdx.y;
+    keymajor_store_dkv<kHS>(dk, dv, dqkv, bh_end / NH, bh_end % NH, NH, T, key0, t, scale, gave_up);
 }
 
 /* The entry point of the modes that send dQ partials (bf16, repair, fp32). */
