@@ -359,13 +359,14 @@ __device__ __forceinline__ KeymajorItem* keymajor_slot(int kb, KeymajorItem* slo
    item it fills the item's stages in the ring of STAGES that runs on over the CTA's items (step seq takes stage seq
    % STAGES; fill(s, q0, bh, h, b): the stage's row state and its Q/dO loads, every lane's arrival on full[s]).
    Item u's K and V go to buffer u % KV_BUFFERS: once the buffer's previous item released it (kv_empty[buffer]), the
-   producer writes the item to the buffer's slot (slot0, slot1: keymajor_slot) and loads its K and V (load_kv(buffer, k0, h, b), lane 0,
-   completing kv_full[buffer]'s phase). With one buffer that comes after the item's first stages (they free up in
-   the previous item's last steps; K and V only after its last one); with two, first (the buffer's previous item
-   ended before the item just before began), so the item's K and V land while the consumers finish the item before.
-   Once no item is left, an item of no query tiles with a plain kv_full arrival ends the consumers' loop. The item it fills stages for lives in shared memory (taken_slot), not in registers: a producer
-   warpgroup has 24-40 of them, and a stage's row state needs most of those. wait(bar, parity, site, index): the
-   pass's wait, which gives up. After a give-up the producer issues nothing more: with TRAPS it traps (the launch
+   producer writes the item to the buffer's slot (slot0, slot1: keymajor_slot) and loads its K and V
+   (load_kv(buffer, k0, h, b), lane 0, completing kv_full[buffer]'s phase). With one buffer that comes after the
+   item's first stages (they free up in the previous item's last steps; K and V only after its last one); with two,
+   first (the buffer's previous item ended before the item just before began), so the item's K and V land while the
+   consumers finish the item before. Once no item is left, an item of no query tiles with a plain kv_full arrival
+   ends the consumers' loop. The item it fills stages for lives in shared memory (taken_slot), not in registers: a
+   producer warpgroup has 24-40 of them, and a stage's row state needs most of those. wait(bar, parity, site,
+   index): the pass's wait, which gives up. After a give-up the producer issues nothing more: with TRAPS it traps (the launch
    ends with an error and leaves no copy in flight into shared memory that the SM hands on); else it writes NaN
    over the items it took that the consumers may not run and over every item left in the queue
    (keymajor_poison_item), so that no item keeps a stale gradient. */
@@ -373,9 +374,9 @@ template <int HS, int BLOCK_Q, int STAGES, int KV_BUFFERS, bool DQ_SLICES, bool 
           class LoadKv>
 __device__ __forceinline__ void keymajor_produce_items(int NH, int T, int section, int heads, uint64_t* kv_full,
                                                        uint64_t* empty, uint64_t* kv_empty, KeymajorItem* slot0,
-                                                       KeymajorItem* slot1, KeymajorItem* taken_slot, hopper_wgmma::bf16* dqkv,
-                                                       int* cta_abort, int lane, Wait wait, Fill fill,
-                                                       LoadKv load_kv) {
+                                                       KeymajorItem* slot1, KeymajorItem* taken_slot,
+                                                       hopper_wgmma::bf16* dqkv, int* cta_abort, int lane,
+                                                       Wait wait, Fill fill, LoadKv load_kv) {
     const int n_key_blocks = (T + kKeymajorBlockK - 1) / kKeymajorBlockK;
     const unsigned n_items = (unsigned)n_key_blocks * (unsigned)heads; /* < 2^32: attention_cuda_check_shape */
     const bool queued = gridDim.x < n_items;
