@@ -366,9 +366,9 @@ __device__ __forceinline__ KeymajorItem* keymajor_slot(int kb, KeymajorItem* slo
    consumers finish the item before. Once no item is left, an item of no query tiles with a plain kv_full arrival
    ends the consumers' loop. The item it fills stages for lives in shared memory (taken_slot), not in registers: a
    producer warpgroup has 24-40 of them, and a stage's row state needs most of those. wait(bar, parity, site,
-   index): the pass's wait, which gives up. After a give-up the producer issues nothing more: with TRAPS it traps (the launch
-   ends with an error and leaves no copy in flight into shared memory that the SM hands on); else it writes NaN
-   over the items it took that the consumers may not run and over every item left in the queue
+   index): the pass's wait, which gives up. After a give-up the producer issues nothing more: with TRAPS it traps
+   (the launch ends with an error and leaves no copy in flight into shared memory that the SM hands on); else it
+   writes NaN over the items it took that the consumers may not run and over every item left in the queue
    (keymajor_poison_item), so that no item keeps a stale gradient. */
 template <int HS, int BLOCK_Q, int STAGES, int KV_BUFFERS, bool DQ_SLICES, bool TRAPS, class Wait, class Fill,
           class LoadKv>
