@@ -293,36 +293,38 @@ def key_items(T, heads, step_rows):
         yield steps - w // heads * KEYS // step_rows  # key block w // heads (rank-major, one section)
 
 
-def run_keys_cta(cta, grid, T, heads, step_rows, rng, threads_per_wg=4, stages=2):
+def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4, stages=2):
     """one CTA of the key-major pass over work items (hopper_bwd_common.cuh's keymajor_produce_items and the consumers'
-    item loop of keys64_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads each; K and V one
-    buffer (kv_full: one arrival + the copy; kv_empty: every consumer thread, after the item's last step), the item
-    written to item_slot before the kv_full arrival, the Q/dO stages one ring over the CTA's items. The producer fills
-    an item's first stages before it waits for the previous item's K and V to be released. The CTA's items: its first,
-    then (grid below the item count) any number of random items; the end is an item of no steps with a plain kv_full
-    arrival. Returns None or the failure."""
+    item loop of keys64_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads each; K and V in
+    kv_bufs buffers (kv_full[b]: one arrival + the copy; kv_empty[b]: every consumer thread, after the item's last
+    step), the item written to item_slot[b] before the kv_full[b] arrival, the Q/dO stages one ring over the CTA's
+    items. With one K/V buffer the producer fills an item's first stages before it waits for the previous item's K
+    and V to be released; with two it loads an item's K and V first (the buffer's last item ended before the previous
+    one began). The CTA's items: its first, then (grid below the item count) any number of random items; the end is an
+    item of no steps with a plain kv_full arrival. Returns None or the failure."""
     consumers = 2 * threads_per_wg
     world = World()
-    kv = Ring(world, "kv", 1, consumers)
+    kv = Ring(world, "kv", kv_bufs, consumers)
     qdo = Ring(world, "qdo", stages, consumers)
     every = list(key_items(T, heads, step_rows))
     queued = grid < len(every)
-    slot = [None]
+    slot = [None] * kv_bufs
 
     def producer():
         seq = 0
         for use, n in enumerate(claims(every, cta, queued, rng)):
             steps = 0 if n is None else n
-            kv_at = 0 if use == 0 else min(stages, steps)
+            b = use % kv_bufs
+            kv_at = 0 if use == 0 or kv_bufs > 1 else min(stages, steps)
             for i in range(steps + 1):
                 if i == kv_at:
-                    if use > 0:  # kv_empty of the previous item, then the slot, then the copy (or the end)
-                        yield from wait(kv.empty[0], (use - 1) & 1)
-                    assert not world.reading.get(("slot", 0)), "item_slot rewritten while a consumer reads it"
+                    if use >= kv_bufs:  # kv_empty of the buffer's last item, then the slot, then the copy (or the end)
+                        yield from wait(kv.empty[b], (use // kv_bufs - 1) & 1)
+                    assert not world.reading.get(("slot", b)), f"item_slot[{b}] rewritten while a consumer reads it"
                     if n is None:
                         yield from kv.close(use, slot, None)
                         return
-                    slot[0] = (use, n)
+                    slot[b] = (use, n)
                     yield from kv.issue(use)
                 if i == steps:
                     break
@@ -332,20 +334,21 @@ def run_keys_cta(cta, grid, T, heads, step_rows, rng, threads_per_wg=4, stages=2
     def consumer(me):
         seq = 0
         for use in range(1 << 30):
-            yield from wait(kv.full[0], use & 1)
-            assert slot[0] is not None and slot[0][0] == use, f"item_slot holds {slot[0]}, not use {use}"
-            if slot[0][1] is None:
+            b = use % kv_bufs
+            yield from wait(kv.full[b], (use // kv_bufs) & 1)
+            assert slot[b] is not None and slot[b][0] == use, f"item_slot[{b}] holds {slot[b]}, not use {use}"
+            if slot[b][1] is None:
                 return
-            world.reading.setdefault(("slot", 0), set()).add(me)  # read again for the epilogue's head
-            n = slot[0][1]
+            world.reading.setdefault(("slot", b), set()).add(me)  # read again for the epilogue's head
+            n = slot[b][1]
             yield from kv.acquire(me, use)
             for i in range(n):
-                assert world.owner["kv"][0] == use, f"K/V of use {world.owner['kv'][0]} read in a step of use {use}"
+                assert world.owner["kv"][b] == use, f"K/V of use {world.owner['kv'][b]} read in a step of use {use}"
                 yield from qdo.read(me, seq + i)
                 yield  # the dQ GEMM still reads K after the stage's release
-                assert world.owner["kv"][0] == use, f"K/V of use {world.owner['kv'][0]} read by the dQ GEMM of {use}"
+                assert world.owner["kv"][b] == use, f"K/V of use {world.owner['kv'][b]} read by the dQ GEMM of {use}"
             yield
-            world.reading[("slot", 0)].discard(me)
+            world.reading[("slot", b)].discard(me)
             kv.release(me, use)
             seq += n
 
@@ -451,11 +454,12 @@ def main():
                              lambda T, heads: -(-T // (64 * nwg)) * heads,
                              lambda cta, grid, T, heads, rng: run_cta(cta, grid, T, heads, nwg, 2, 2, rng, overlap),
                              args.seeds))
-    # the HS-64 key-major pass: bf16/repair (128-query steps), gproj and fp32 (64)
-    for mode, step_rows in (("bf16/repair", 128), ("gproj/fp32", 64)):
+    # the HS-64 key-major pass: bf16/repair (128-query steps, one K/V buffer), gproj and fp32 (64, two)
+    for mode, step_rows, kv_bufs in (("bf16/repair", 128, 1), ("gproj/fp32", 64, 2)):
         results.append(sweep(f"key-major HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
                              lambda T, heads: -(-T // KEYS) * heads,
-                             lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, step_rows, rng),
+                             lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs,
+                                                                           rng),
                              args.seeds))
     # the HS-64 row pass: gproj (pipelined halves), fp32
     for mode, pipelined in (("gproj", True), ("fp32", False)):

@@ -342,26 +342,41 @@ __device__ __forceinline__ void keymajor_poison_item(hopper_wgmma::bf16* dqkv, c
     }
 }
 
+/* The slot of K/V buffer kb (0 or 1): two shared variables rather than an array, so that with one buffer the
+   compiler keeps its fields apart as it does for any lone shared struct (an array of one changes the code). */
+template <int KV_BUFFERS>
+__device__ __forceinline__ KeymajorItem* keymajor_slot(int kb, KeymajorItem* slot0, KeymajorItem* slot1) {
+    static_assert(KV_BUFFERS == 1 || KV_BUFFERS == 2, "one or two K/V buffers");
+    if constexpr (KV_BUFFERS == 1)
+        return slot0;
+    else
+        return kb == 0 ? slot0 : slot1;
+}
+
 /* The producer warp of a key-major CTA that runs work items (every lane; lane 0 issues the copies): the CTA's
    items one after another, the first from the grid position and, when the launch has fewer CTAs than items (a
    persistent launch), each next one from g_keymajor_queue once the previous item's stages are all issued. For each
    item it fills the item's stages in the ring of STAGES that runs on over the CTA's items (step seq takes stage seq
-   % STAGES; fill(s, q0, bh, h, b): the stage's row state and its Q/dO loads, every lane's arrival on full[s]) and,
-   after the item's first stages (they free up in the previous item's last steps; K and V only after its last
-   one: kv_empty), writes the item to item_slot and loads its K and V (load_kv(k0, h, b), lane 0, completing
-   kv_full's phase); once no item is left, an item of no query tiles with a plain kv_full arrival ends the
-   consumers' loop. The item it fills stages for lives in shared memory (taken_slot), not in registers: a producer
-   warpgroup has 24-40 of them, and a stage's row state needs most of those. wait(bar, parity, site, index): the
-   pass's wait, which gives up. After a give-up the producer issues nothing more: with TRAPS it traps (the launch
-   ends with an error and leaves no copy in flight into shared memory that the SM hands on); else it writes NaN
-   over the items it took that the consumers may not run and over every item left in the queue
+   % STAGES; fill(s, q0, bh, h, b): the stage's row state and its Q/dO loads, every lane's arrival on full[s]).
+   Item u's K and V go to buffer u % KV_BUFFERS: once the buffer's previous item released it (kv_empty[buffer]), the
+   producer writes the item to the buffer's slot (slot0, slot1: keymajor_slot) and loads its K and V
+   (load_kv(buffer, k0, h, b), lane 0, completing kv_full[buffer]'s phase). With one buffer that comes after the
+   item's first stages (they free up in the previous item's last steps; K and V only after its last one); with two,
+   first (the buffer's previous item ended before the item just before began), so the item's K and V land while the
+   consumers finish the item before. Once no item is left, an item of no query tiles with a plain kv_full arrival
+   ends the consumers' loop. The item it fills stages for lives in shared memory (taken_slot), not in registers: a
+   producer warpgroup has 24-40 of them, and a stage's row state needs most of those. wait(bar, parity, site,
+   index): the pass's wait, which gives up. After a give-up the producer issues nothing more: with TRAPS it traps
+   (the launch ends with an error and leaves no copy in flight into shared memory that the SM hands on); else it
+   writes NaN over the items it took that the consumers may not run and over every item left in the queue
    (keymajor_poison_item), so that no item keeps a stale gradient. */
-template <int HS, int BLOCK_Q, int STAGES, bool DQ_SLICES, bool TRAPS, class Wait, class Fill, class LoadKv>
+template <int HS, int BLOCK_Q, int STAGES, int KV_BUFFERS, bool DQ_SLICES, bool TRAPS, class Wait, class Fill,
+          class LoadKv>
 __device__ __forceinline__ void keymajor_produce_items(int NH, int T, int section, int heads, uint64_t* kv_full,
-                                                       uint64_t* empty, uint64_t* kv_empty, KeymajorItem* item_slot,
-                                                       KeymajorItem* taken_slot, hopper_wgmma::bf16* dqkv,
-                                                       int* cta_abort, int lane, Wait wait, Fill fill,
-                                                       LoadKv load_kv) {
+                                                       uint64_t* empty, uint64_t* kv_empty, KeymajorItem* slot0,
+                                                       KeymajorItem* slot1, KeymajorItem* taken_slot,
+                                                       hopper_wgmma::bf16* dqkv, int* cta_abort, int lane,
+                                                       Wait wait, Fill fill, LoadKv load_kv) {
     const int n_key_blocks = (T + kKeymajorBlockK - 1) / kKeymajorBlockK;
     const unsigned n_items = (unsigned)n_key_blocks * (unsigned)heads; /* < 2^32: attention_cuda_check_shape */
     const bool queued = gridDim.x < n_items;
@@ -383,23 +398,25 @@ __device__ __forceinline__ void keymajor_produce_items(int NH, int T, int sectio
         }
         __syncwarp();
         const int n_q_tiles = taken->n_q_tiles;
-        const int kv_at = use == 0 ? 0 : min(STAGES, n_q_tiles); /* when its K and V are loaded */
+        const int kvb = use % KV_BUFFERS;
+        const int kv_at = (use == 0 || KV_BUFFERS > 1) ? 0 : min(STAGES, n_q_tiles); /* when its K and V load */
         bool gave_up = false;
         for (int i = 0;; i++) {
             if (i == kv_at) {
-                if (use > 0) { /* the consumers released the previous item's K and V (and read the slot) */
-                    wait(kv_empty, (uint32_t)((use - 1) & 1), ATTN_HANG_KV_EMPTY, 0);
+                if (use >= KV_BUFFERS) { /* the consumers released the buffer's last item's K and V and slot */
+                    wait(&kv_empty[kvb], (uint32_t)((use / KV_BUFFERS - 1) & 1), ATTN_HANG_KV_EMPTY, kvb);
                     if ((gave_up = producer_warp_saw_give_up(cta_abort))) break;
                 }
                 if (lane == 0) {
                     /* visible to the consumers through the kv_full phase that the arrival below completes */
-                    item_slot->k0 = taken->k0, item_slot->bh = taken->bh, item_slot->b = taken->b;
-                    item_slot->h = taken->h, item_slot->dq_head = taken->dq_head;
-                    item_slot->qt_begin = taken->qt_begin, item_slot->n_q_tiles = n_q_tiles;
+                    KeymajorItem* const slot = keymajor_slot<KV_BUFFERS>(kvb, slot0, slot1);
+                    slot->k0 = taken->k0, slot->bh = taken->bh, slot->b = taken->b;
+                    slot->h = taken->h, slot->dq_head = taken->dq_head;
+                    slot->qt_begin = taken->qt_begin, slot->n_q_tiles = n_q_tiles;
                     if (n_q_tiles > 0)
-                        load_kv(taken->k0, taken->h, taken->b);
+                        load_kv(kvb, taken->k0, taken->h, taken->b);
                     else
-                        hopper_wgmma::mbar_arrive(kv_full);
+                        hopper_wgmma::mbar_arrive(&kv_full[kvb]);
                 }
             }
             if (i == n_q_tiles) break;
@@ -413,10 +430,12 @@ __device__ __forceinline__ void keymajor_produce_items(int NH, int T, int sectio
         }
         if (gave_up) {
             if constexpr (TRAPS) __trap(); /* the launch ends with an error, no copy left in flight */
-            /* NaN over the item last written to the slot (the first item's is written before any wait, so there
-               is one) and over the item taken, whether handed over or not; then over every item left */
-            __syncwarp(); /* lane 0's writes of both slots */
-            keymajor_poison_item<HS>(dqkv, *item_slot, NH, T, lane);
+            /* NaN over the items last written to the slots (the first item's is written before any wait; a slot
+               not written yet holds no query tiles) and over the item taken, whether handed over or not; then over
+               every item left */
+            __syncwarp(); /* lane 0's writes of the slots */
+            keymajor_poison_item<HS>(dqkv, *slot0, NH, T, lane);
+            if (KV_BUFFERS > 1 && slot1->n_q_tiles > 0) keymajor_poison_item<HS>(dqkv, *slot1, NH, T, lane);
             if (n_q_tiles > 0) keymajor_poison_item<HS>(dqkv, *taken_slot, NH, T, lane);
             for (unsigned next = 0; queued;) {
                 if (lane == 0) next = work_queue_next(&g_keymajor_queue<>, n_items);

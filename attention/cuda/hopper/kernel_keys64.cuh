@@ -76,6 +76,8 @@ struct Keys64WidePlan {
     static constexpr int kDs = kDqTile + kConsumerWarpgroups * kDqTileBytes; /* one per consumer warpgroup */
     static constexpr int kRowState = kDs + kConsumerWarpgroups * kDsBytes;   /* float4 [kStages][kBlockQ] */
     static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
+    static constexpr int kKvBuffers = 1;                            /* a second does not fit beside the rest */
+    static constexpr int kKvBufferBytes = 0;
     static constexpr int kNumBarriers = 2 + 2 * kStages; /* kv_full, full[stages], empty[stages], kv_empty */
     static constexpr int kBytes = kBarriers + 8 * kNumBarriers;
     static constexpr int kAlloc = kBytes + kAtomBytes;              /* slack to align the base to 1024 */
@@ -89,25 +91,29 @@ struct Keys64WidePlan {
 /* ---- gproj and fp32: 64-query tiles ---- */
 constexpr int kDsTerms = 3; /* fp32's staged dS terms: bf(dS), bf(r1), bf(r1 - bf(r1)) */
 
-/* K, V, kStages Q and dO tiles of 64 queries, with FP32_TILES fp32's per-warpgroup three staged dS terms
-   [64 query][kDsPitch] and two FP32 dQ tiles [64 queries][64] per warpgroup (by step parity), the row state
-   float4 [kStages][64], the barriers. */
+/* Two K/V buffers (item u in buffer u % 2: the next item's K and V land while the consumers finish this one),
+   kStages Q and dO tiles of 64 queries, with FP32_TILES fp32's per-warpgroup three staged dS terms [64 query]
+   [kDsPitch] and two FP32 dQ tiles [64 queries][64] per warpgroup (by step parity), the row state float4
+   [kStages][64], the barriers. */
 template <bool FP32_TILES>
 struct Keys64TilePlan {
     static constexpr int kBlockQ = 64;
     static constexpr int kBoxBytes = kBoxRows * kRowBytes;    /* 8 KB */
     static constexpr int kKeyTileBytes = kBlockK * kRowBytes; /* 16 KB */
     static constexpr int kQTileBytes = kBlockQ * kRowBytes;   /* 8 KB */
+    static constexpr int kKvBuffers = 2;
+    static constexpr int kKvBufferBytes = 2 * kKeyTileBytes;  /* K then V */
     static constexpr int kK = 0;
     static constexpr int kV = kK + kKeyTileBytes;
-    static constexpr int kQ = kV + kKeyTileBytes;             /* kStages tiles */
+    static constexpr int kQ = kKvBuffers * kKvBufferBytes;    /* kStages tiles */
     static constexpr int kDO = kQ + kStages * kQTileBytes;    /* kStages tiles */
     static constexpr int kDs = kDO + kStages * kQTileBytes;   /* fp32: per warpgroup kDsTerms tiles */
     static constexpr int kDsBytes = kBlockQ * kDsPitch * 2;
     static constexpr int kDsWarpgroupBytes = kDsTerms * kDsBytes;
     static constexpr int kRowState = kDs + (FP32_TILES ? kConsumerWarpgroups * kDsWarpgroupBytes : 0);
     static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
-    static constexpr int kNumBarriers = 2 + 2 * kStages;      /* kv_full, full[stages], empty[stages], kv_empty */
+    /* kv_full[kKvBuffers], full[stages], empty[stages], kv_empty[kKvBuffers] */
+    static constexpr int kNumBarriers = 2 * kKvBuffers + 2 * kStages;
     static constexpr int kDqTileBytes = kBlockQ * kHS * 4;    /* fp32: per warpgroup 2 (step parity) */
     static constexpr int kDqTile = (kBarriers + 8 * kNumBarriers + kAtomBytes - 1) / kAtomBytes * kAtomBytes;
     static constexpr int kBytes = FP32_TILES ? kDqTile + kConsumerWarpgroups * 2 * kDqTileBytes
@@ -406,14 +412,16 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
     unsigned char* q_s = smem + Plan::kQ;
     unsigned char* do_s = smem + Plan::kDO;
     float4* row_state = reinterpret_cast<float4*>(smem + Plan::kRowState);
-    uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers);
-    uint64_t* full = kv_full + 1;
+    constexpr int kKvBuffers = Plan::kKvBuffers;
+    uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers); /* [kKvBuffers] */
+    uint64_t* full = kv_full + kKvBuffers;
     uint64_t* empty = full + kStages;
 
-    uint64_t* kv_empty = empty + kStages; /* every consumer thread, after an item's last read of K and V */
-    /* the item whose K and V the producer loads, as it decoded it (no query tiles: none left), and the producer's
-       own copy of the item it fills stages for */
-    __shared__ KeymajorItem item_slot, taken_slot;
+    /* [kKvBuffers]: every consumer thread, after an item's last read of the buffer's K and V */
+    uint64_t* kv_empty = empty + kStages;
+    /* per K/V buffer the item whose K and V the producer loads into it, as it decoded it (no query tiles: none
+       left), and the producer's own copy of the item it fills stages for */
+    __shared__ KeymajorItem item_slot, item_slot1, taken_slot; /* item_slot1: kKvBuffers 2 */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* warp-uniform to ptxas through the shuffle, so the setmaxnreg regions are not divergent code to it */
     const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
@@ -422,8 +430,12 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
         *cta_abort = 0;
         /* full: 32 producer lanes (row state) + the TMA bytes; empty and kv_empty: every consumer thread, after
            its last read */
+        for (int kb = 1; kb < kKvBuffers; kb++) {
+            mbar_init(&kv_full[kb], 1); /* fenced with the others in init_pipeline_barriers */
+            item_slot1.n_q_tiles = 0; /* not written yet: nothing for a give-up to poison */
+        }
         init_pipeline_barriers<kStages>(kv_full, full, empty, 32, kConsumerThreads);
-        mbar_init(kv_empty, kConsumerThreads); /* fenced by the next kernel line */
+        for (int kb = 0; kb < kKvBuffers; kb++) mbar_init(&kv_empty[kb], kConsumerThreads); /* threads only */
     }
     __syncthreads();
     /* launched with PDL (launch_overlap.cuh): the previous kernel's outputs (D, lambda, the zeroed accumulator)
@@ -452,12 +464,13 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                 keymajor_fill_stage<1>(q_s + s * Plan::kQTileBytes, do_s + s * Plan::kQTileBytes, &qkv_map,
                                        &dout_map, &full[s], q0, h, NH, b, lane);
         };
-        auto load_kv = [&](int k0, int h, int b) {
-            keymajor_load_kv<1>(k_s, v_s, &qkv_map, kv_full, k0, T, h, NH, b);
+        auto load_kv = [&](int kb, int k0, int h, int b) {
+            keymajor_load_kv<1>(k_s + kb * Plan::kKvBufferBytes, v_s + kb * Plan::kKvBufferBytes, &qkv_map,
+                                &kv_full[kb], k0, T, h, NH, b);
         };
-        keymajor_produce_items<kHS, kBlockQ, kStages, DQ_SLICES, Mode::kProducerTraps>(
-            NH, T, section, heads, kv_full, empty, kv_empty, &item_slot, &taken_slot, dqkv, cta_abort, lane, wait,
-            fill, load_kv);
+        keymajor_produce_items<kHS, kBlockQ, kStages, kKvBuffers, DQ_SLICES, Mode::kProducerTraps>(
+            NH, T, section, heads, kv_full, empty, kv_empty, &item_slot, &item_slot1, &taken_slot, dqkv, cta_abort,
+            lane, wait, fill, load_kv);
         return;
     }
     setmaxnreg_inc<kConsumerRegs>();
@@ -469,15 +482,18 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
     /* bf16, repair: the warpgroup's staging tile and dQ tile; fp32: its three staged dS terms */
     bf16* const ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsWarpgroupBytes);
     unsigned char* const dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
-    const uint32_t kw_addr = smem_u32(k_s) + wg * Plan::kBoxBytes, vw_addr = smem_u32(v_s) + wg * Plan::kBoxBytes;
     int seq = 0; /* the CTA's steps before this item (the producer's count) */
 #pragma unroll 1
     for (int use = 0;; use++) {
-        /* the item is what the producer wrote to the slot before the phase of kv_full completed */
-        keys64_wait<MODE>(kv_full, (uint32_t)(use & 1), ATTN_HANG_KV_FULL, 0, cta_abort);
-        const int n_q_tiles = item_slot.n_q_tiles;
+        /* the item is what the producer wrote to the buffer's slot before the phase of kv_full completed */
+        const int kvb = use % kKvBuffers;
+        keys64_wait<MODE>(&kv_full[kvb], (uint32_t)((use / kKvBuffers) & 1), ATTN_HANG_KV_FULL, kvb, cta_abort);
+        const KeymajorItem& slot = *keymajor_slot<kKvBuffers>(kvb, &item_slot, &item_slot1);
+        const int n_q_tiles = slot.n_q_tiles;
         if (n_q_tiles == 0) break;
-        const int k0 = item_slot.k0, dq_head = item_slot.dq_head, qt_begin = item_slot.qt_begin;
+        const int k0 = slot.k0, dq_head = slot.dq_head, qt_begin = slot.qt_begin;
+        const uint32_t kw_addr = smem_u32(k_s) + kvb * Plan::kKvBufferBytes + wg * Plan::kBoxBytes;
+        const uint32_t vw_addr = smem_u32(v_s) + kvb * Plan::kKvBufferBytes + wg * Plan::kBoxBytes;
         const int wg_key_first = k0 + wg * kWarpgroupKeys;
         /* one sum, two associations: they compile to different machine code, and each mode keeps the code it was
            measured with */
@@ -614,8 +630,8 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
         }
         /* the item's head, read here (live through the epilogue only), before the arrival below lets the producer
            rewrite the slot */
-        const int b = item_slot.b, h = item_slot.h;
-        mbar_arrive(kv_empty); /* this thread's GEMMs no longer read the item's K and V */
+        const int b = slot.b, h = slot.h;
+        mbar_arrive(&kv_empty[kvb]); /* this thread's GEMMs no longer read the item's K and V */
         /* any give-up of the CTA is visible to every consumer thread alike */
         const bool gave_up = consumers_sync_any(*static_cast<volatile int*>(cta_abort) != 0);
         /* dK = bf(s acc), dV = bf(acc) for this thread's keys (rows key0, key0 + 8; cols 8n + 2t); NaN instead if
