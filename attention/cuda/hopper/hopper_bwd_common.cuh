@@ -342,8 +342,8 @@ __device__ __forceinline__ void keymajor_poison_item(hopper_wgmma::bf16* dqkv, c
     }
 }
 
-/* The slot of K/V buffer kb (0 or 1): two shared variables rather than an array, so that with one buffer the
-   compiler keeps its fields apart as it does for any lone shared struct (an array of one changes the code). */
+/* The slot of K/V buffer kb (0 or 1). The pass declares two shared variables, not an array: an array of two
+   compiles to other machine code in gproj and fp32 than the one measured (keymajor_kv_buffers_2026-12-05.md). */
 template <int KV_BUFFERS>
 __device__ __forceinline__ KeymajorItem* keymajor_slot(int kb, KeymajorItem* slot0, KeymajorItem* slot1) {
     static_assert(KV_BUFFERS == 1 || KV_BUFFERS == 2, "one or two K/V buffers");
