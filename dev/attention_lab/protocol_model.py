@@ -454,12 +454,13 @@ def main():
                              lambda T, heads: -(-T // (64 * nwg)) * heads,
                              lambda cta, grid, T, heads, rng: run_cta(cta, grid, T, heads, nwg, 2, 2, rng, overlap),
                              args.seeds))
-    # the HS-64 key-major pass: bf16/repair (128-query steps, one K/V buffer), gproj and fp32 (64, two)
-    for mode, step_rows, kv_bufs in (("bf16/repair", 128, 1), ("gproj/fp32", 64, 2)):
+    # the HS-64 key-major pass: bf16/repair (128-query steps, one K/V buffer, two Q/dO stages), gproj (64, two, three),
+    # fp32 (64, two, two)
+    for mode, step_rows, kv_bufs, stages in (("bf16/repair", 128, 1, 2), ("gproj", 64, 2, 3), ("fp32", 64, 2, 2)):
         results.append(sweep(f"key-major HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
                              lambda T, heads: -(-T // KEYS) * heads,
                              lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs,
-                                                                           rng),
+                                                                           rng, stages=stages),
                              args.seeds))
     # the HS-64 row pass: gproj (pipelined halves), fp32
     for mode, pipelined in (("gproj", True), ("fp32", False)):

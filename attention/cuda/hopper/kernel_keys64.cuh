@@ -40,7 +40,6 @@ constexpr int kBlockK = 128;            /* keys per CTA */
 constexpr int kWarpgroupKeys = 64;      /* keys per consumer warpgroup (the M of S^T, dV, dK) */
 constexpr int kConsumerWarpgroups = kBlockK / kWarpgroupKeys;
 constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-constexpr int kStages = 2;              /* Q/dO double buffering */
 constexpr int kBoxRows = 64;            /* rows per TMA box of qkv / dout */
 constexpr int kRowBytes = 128;          /* one row of HS 64 BF16 = one 128B-swizzle row */
 constexpr int kAtomBytes = 8 * kRowBytes;
@@ -49,7 +48,6 @@ constexpr int kDsPitch = kWarpgroupKeys + 8; /* BF16 per row of a staged tile [q
 constexpr uint32_t kUnusedLbo = 16;                /* K-major swizzled operands ignore LBO */
 constexpr uint32_t kUnusedLboN64 = 64 * kRowBytes; /* N-major B with N = 64: LBO unused (production's value) */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 };       /* the 3 of qkv [B, T, 3, NH, HS] */
-static_assert(kStages == 2, "the stage parities below");
 
 /* ---- bf16 and repair: 128-query steps ---- */
 constexpr int kWideQ = 128;                        /* queries per step (the N of S^T, dP^T; the k of dV, dK) */
@@ -60,6 +58,7 @@ constexpr int kDqCols = 32;                        /* FP32 columns per 128-byte 
 static_assert(kDqBlocks == 2 && kWideQSteps == 2 * kTileKSteps, "two 64-query halves of a step");
 
 struct Keys64WidePlan {
+    static constexpr int kStages = 2; /* Q/dO double buffering */
     static constexpr int kBlockQ = kWideQ;
     static constexpr int kBoxBytes = kBoxRows * kRowBytes;          /* 8 KB */
     static constexpr int kKeyTileBytes = kBlockK * kRowBytes;       /* 16 KB: two boxes */
@@ -92,11 +91,12 @@ struct Keys64WidePlan {
 constexpr int kDsTerms = 3; /* fp32's staged dS terms: bf(dS), bf(r1), bf(r1 - bf(r1)) */
 
 /* Two K/V buffers (item u in buffer u % 2: the next item's K and V land while the consumers finish this one),
-   kStages Q and dO tiles of 64 queries, with FP32_TILES fp32's per-warpgroup three staged dS terms [64 query]
-   [kDsPitch] and two FP32 dQ tiles [64 queries][64] per warpgroup (by step parity), the row state float4
-   [kStages][64], the barriers. */
+   kStages Q and dO tiles of 64 queries (gproj 3, so that a stage's copies have two steps to land; fp32 2), with
+   FP32_TILES fp32's per-warpgroup three staged dS terms [64 query][kDsPitch] and two FP32 dQ tiles [64 queries][64]
+   per warpgroup (by step parity), the row state float4 [kStages][64], the barriers. */
 template <bool FP32_TILES>
 struct Keys64TilePlan {
+    static constexpr int kStages = FP32_TILES ? 2 : 3;        /* fp32: no room for a third */
     static constexpr int kBlockQ = 64;
     static constexpr int kBoxBytes = kBoxRows * kRowBytes;    /* 8 KB */
     static constexpr int kKeyTileBytes = kBlockK * kRowBytes; /* 16 KB */
@@ -412,7 +412,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
     unsigned char* q_s = smem + Plan::kQ;
     unsigned char* do_s = smem + Plan::kDO;
     float4* row_state = reinterpret_cast<float4*>(smem + Plan::kRowState);
-    constexpr int kKvBuffers = Plan::kKvBuffers;
+    constexpr int kKvBuffers = Plan::kKvBuffers, kStages = Plan::kStages;
     uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Plan::kBarriers); /* [kKvBuffers] */
     uint64_t* full = kv_full + kKvBuffers;
     uint64_t* empty = full + kStages;
