@@ -186,9 +186,10 @@ def play(live, world, rng):
     return "copies left in flight at exit" if world.in_flight else None
 
 
-def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_per_wg=4):
+def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, turns=True, threads_per_wg=4):
     """one CTA of the forward; each warpgroup is threads_per_wg model threads (arrival counts scaled to match).
     overlap: the kernel's kOverlap order (K(kt) read beside V(kt - 1); fp32 at HS 64 reads tile by tile).
+    turns: the kernel's kTurns (two overlapping warpgroups; not fp32).
     The CTA's items: its first, then (a persistent launch, grid below the item count) as many as the work queue
     hands it, each claimed once a Q buffer is free (the model takes a random number of random items: any
     assignment the other CTAs' timing can leave it), written beside the buffer (item_of) and read by the
@@ -204,7 +205,7 @@ def run_cta(cta, grid, T, heads, nwg, stages, qbufs, rng, overlap=True, threads_
     every = list(items(T, heads, rows))
     queued = grid < len(every)
     item_of = [None] * qbufs
-    turns = nwg == 2 and overlap
+    turns = turns and nwg == 2 and overlap
     turn = [NamedBarrier(2 * threads_per_wg, w) for w in range(2)]
 
     def producer():  # an item's Q, K(0), then K(kt) and V(kt - 1), then the last V (produce_tile)
@@ -295,7 +296,7 @@ def key_items(T, heads, step_rows):
 
 def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4, stages=2):
     """one CTA of the key-major pass over work items (hopper_bwd_common.cuh's keymajor_produce_items and the consumers'
-    item loop of keys64_pass, kItemLoop): two consumer warpgroups of threads_per_wg model threads each; K and V in
+    item loop of keys64_pass): two consumer warpgroups of threads_per_wg model threads each; K and V in
     kv_bufs buffers (kv_full[b]: one arrival + the copy; kv_empty[b]: every consumer thread, after the item's last
     step), the item written to item_slot[b] before the kv_full[b] arrival, the Q/dO stages one ring over the CTA's
     items. With one K/V buffer the producer fills an item's first stages before it waits for the previous item's K
@@ -447,12 +448,13 @@ def main():
     ap.add_argument("--seeds", type=int, default=3, help="random schedules per launch shape (default 3)")
     args = ap.parse_args()
     results = []
-    # the forward: HS 128; HS 64; HS 64 fp32 (tile by tile)
-    for nwg, overlap in ((2, True), (3, True), (3, False)):
-        results.append(sweep(f"forward NWG {nwg} overlap {overlap}",
+    # the forward: HS 128 (turns; fp32 without); HS 64; HS 64 fp32 (tile by tile)
+    for nwg, overlap, turns in ((2, True, True), (2, True, False), (3, True, False), (3, False, False)):
+        results.append(sweep(f"forward NWG {nwg} overlap {overlap} turns {turns}",
                              (1, 50, 64, 65, 77, 128, 129, 191, 192, 193, 256, 257, 320, 383, 385, 1000, 1024, 2048),
                              lambda T, heads: -(-T // (64 * nwg)) * heads,
-                             lambda cta, grid, T, heads, rng: run_cta(cta, grid, T, heads, nwg, 2, 2, rng, overlap),
+                             lambda cta, grid, T, heads, rng: run_cta(cta, grid, T, heads, nwg, 2, 2, rng, overlap,
+                                                                      turns),
                              args.seeds))
     # the HS-64 key-major pass: bf16/repair (128-query steps, one K/V buffer, two Q/dO stages), gproj (64, two, three),
     # fp32 (64, two, two)
