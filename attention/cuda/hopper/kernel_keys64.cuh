@@ -318,7 +318,8 @@ __device__ __forceinline__ void store_dq_block(unsigned char* dq_tile, const flo
         for (int n = 0; n < kHS / 8; n++) {
             const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
             *reinterpret_cast<float2*>(dq_tile + (n >> 2) * Keys64WidePlan::kDqBoxBytes + row * kRowBytes +
-                                       chunk * 16 + (t & 1) * 8) = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+                                       chunk * 16 + (t & 1) * 8) =
+                make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
         }
     }
 }
