@@ -27,11 +27,11 @@
  *   DQ_SLICES (the deterministic backward, docs/determinism.md): the partials go to the key block's own zeroed
  *   slice; the two warpgroups' adds onto zero commute, so the slice's bits do not depend on their order.
  *
- * Layout: 384 threads (two consumer warpgroups of 64 keys and a producer warpgroup, one warp of which works;
- * setmaxnreg 40 / 232; 2 Q/dO stages), over work items of 128 keys of a head taken from a queue by one CTA per
- * SM (ATTN_BWD_PERSISTENT=0: one CTA per item), as the bf16 pass does (attention_hopper_bwd.cu's comment has the
- * item protocol), with hopper_wgmma.cuh's 64 x 64 steps, hopper_bwd_common.cuh's producer and epilogue and
- * mode_numerics.cuh's row state and split terms (pack_split_step). Per step and consumer warpgroup:
+ * Layout: 384 threads (two consumer warpgroups of 64 keys and a producer warpgroup, one warp of which works; setmaxnreg
+ * 40 / 232; 2 Q/dO stages; two K/V buffers, item u in buffer u % 2), over work items of 128 keys of a head taken from a
+ * queue by one CTA per SM (ATTN_BWD_PERSISTENT=0: one CTA per item), as the bf16 pass does (attention_hopper_bwd.cu's
+ * comment has the item protocol), with hopper_wgmma.cuh's 64 x 64 steps, hopper_bwd_common.cuh's producer and epilogue
+ * and mode_numerics.cuh's row state and split terms (pack_split_step). Per step and consumer warpgroup:
  *   S^T, dP^T                   warpgroup_two_ss_64x64                                   32 + 32 regs
  *   P, dS one k-step (16 queries) at a time -> A words bf(P), bf(P - bf(P)), bf(dS), bf(r1) (16 registers per
  *     k-step) and bf(dS), bf(r1), bf(r1 - bf(r1)) stored to the warpgroup's three private tiles [query][key]
@@ -44,8 +44,9 @@
  *   the partial into the warpgroup's swizzled FP32 dQ tile (the parity of the CTA's step count) and two TMA
  *   reduce-adds
  *   (attention_hopper_bwd.cu's flush, at 64 rows)
- * Shared memory: K, V 16 KB each, Q, dO 2 stages x 8 KB, three dS tiles [64][72] BF16 per warpgroup (54 KB),
- * row state 2 KB, barriers, four 16 KB FP32 dQ tiles: Keys64TilePlan<true>::kAlloc = 190464 bytes (<= 227 KB, asserted).
+ * Shared memory: two K/V buffers (K, V 16 KB each), Q, dO 2 stages x 8 KB, three dS tiles [64][72] BF16 per
+ * warpgroup (54 KB), row state 2 KB, barriers, four 16 KB FP32 dQ tiles: Keys64TilePlan<true>::kAlloc = 223232
+ * bytes (<= 227 KB, asserted; no room for a third Q/dO stage).
  * Registers (`make hopper_bwd64_fp32-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math):
  * keys64_kernel<ATTN_FP32, *> 168 at entry, 232 in the consumers after setmaxnreg.inc, no C75xx warning, 0 bytes
  * spill (with a producer warp and no setmaxnreg, 288 threads at 168 registers each, the kernel without slices
@@ -65,7 +66,7 @@
  * through the kernel's own helpers: S^T, dP^T; dV and dK with their two chained split terms; dQ over the three
  * staged terms and its second and third terms alone (2^-8 / 2^-16 of the first: invisible next to it).
  *
- * Not done: overlapping the dQ GEMM with the next step's scores; 3 stages.
+ * Not done: overlapping the dQ GEMM with the next step's scores (no room for a third Q/dO stage).
  * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
  * file instantiates it for fp32: its passes (hopper_keys_pass<64, ATTN_FP32, DQ_SLICES>, called by
  * attention_hopper_bwd_dispatch.cu) and the hang-record installer.

@@ -30,17 +30,18 @@
  * the correction (the portable kernel interleaves them per 16 queries), and wgmma's k order. So dK and dV
  * agree with force_portable within a few BF16 ulps of the row scale (the lab: 4 ulps, never exceeded).
  *
- * Kernel layout: attention_hopper_bwd.cu's (work items of 128 keys of one (b, h), longest key tiles first
- * within sections of heads (tile_order.cuh), one CTA per SM taking each next item from a queue, or with
- * ATTN_BWD_PERSISTENT=0 one CTA per item; the item handed to the consumers in a shared slot beside its K/V
- * load, K/V reloaded once the previous item's are released (kv_empty); two consumer warpgroups of 64 keys;
- * K/V once per item as two 64-row boxes, Q/dO tiles of 64 queries double-buffered, the stages running on
- * across items; full[s]: 32 producer lanes after the row state {m, fl(1/l), D, lambda},
- * plus the TMA bytes; empty[s]: the 256 consumer threads), except that the producer is a whole warpgroup
- * (one warp of it works) and setmaxnreg gives the consumers 232 registers (40 to the producer): with a
- * producer warp (288 threads, 168 registers each) the third A operand costs 92 bytes of spills.
+ * Kernel layout: attention_hopper_bwd.cu's (work items of 128 keys of one (b, h), longest key tiles first within
+ * sections of heads (tile_order.cuh), one CTA per SM taking each next item from a queue, or with ATTN_BWD_PERSISTENT=0
+ * one CTA per item; the item handed to the consumers in a shared slot beside its K/V load; two consumer warpgroups of
+ * 64 keys; K/V once per item as two 64-row boxes, in two buffers (item u in buffer u % 2, each with its kv_full,
+ * kv_empty and slot), so an item's K and V load while the consumers finish the item before; Q/dO tiles of 64 queries in
+ * 3 stages running on across items; full[s]: 32 producer lanes after the row state {m, fl(1/l), D, lambda}, plus the
+ * TMA bytes; empty[s]: the 256 consumer threads), except that the producer is a whole warpgroup (one warp of it works)
+ * and setmaxnreg gives the consumers 232 registers (40 to the producer): with a producer warp (288 threads, 168
+ * registers each) the third A operand costs 92 bytes of spills.
  * Registers (-Xptxas -v, CUDA 13.0): the kernel 168 at entry (the launch bound; 232 after setmaxnreg), 0
- * bytes of spills (the producer keeps the item it fills stages for in shared memory, not in its 40 registers), no C75xx warnings: 0 spills is also the sign that setmaxnreg took effect (the same code
+ * bytes of spills (the producer keeps the item it fills stages for in shared memory, not in its 40 registers),
+ * no C75xx warnings: 0 spills is also the sign that setmaxnreg took effect (the same code
  * without setmaxnreg.inc spills at 168: 24 bytes). The probe 186, 0 spills. Re-check after any change
  * with the nvcc line of `make -n build/attention/cuda/hopper/attention_hopper_bwd_gproj.cu.o` plus -Xptxas -v.
  *

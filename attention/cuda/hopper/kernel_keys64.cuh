@@ -10,8 +10,9 @@
  * which run the same helpers on one tile.
  *
  * Why one template: the three passes share the key side (work items of 128 keys, two consumer warpgroups of 64
- * keys and a producer warpgroup with setmaxnreg 40 / 232, K/V loaded once per item, Q/dO in 2 stages, the row
- * state written by the producer warp, the items taken from a queue) and differ in the step (bf16 and repair step
+ * keys and a producer warpgroup with setmaxnreg 40 / 232, K/V loaded once per item (two buffers in gproj and fp32,
+ * one in bf16 and repair), Q/dO in 2 stages (gproj 3), the row state written by the producer warp, the items taken
+ * from a queue) and differ in the step (bf16 and repair step
  * through 128 queries, gproj and fp32 through 64), the operands after S^T and dP^T, the dQ GEMM and whether dQ
  * partials leave the CTA. A mode is its traits and its block of the body, not a copy of the kernel. Why a
  * header: the probes are lab code and stay out of the production objects, yet they must use the kernel's own
