@@ -152,6 +152,25 @@ __device__ __forceinline__ void stage_ds_words(hopper_wgmma::bf16* tile, const u
     }
 }
 
+/* fp32's k-step kk of a 64-query tile (both head sizes): P and dS (keymajor_probs_step, fp32's arm), their A words
+   bf(P), bf(P - bf(P)) (pa, pa_lo) and bf(dS), bf(r1) (pds, pds_lo), and the three dS terms bf(dS), bf(r1),
+   bf(r1 - bf(r1)) staged to the tiles at ds_tiles, TERM_ELEMS BF16 apart (stage_ds_words; key: the thread's key
+   row within the tiles). */
+template <int PITCH, int TERM_ELEMS, bool MAY_MASK>
+__device__ __forceinline__ void keymajor_fp32_split_step(float (&st)[32], float (&dpt)[32], const float4* rs, int kk,
+                                                         int q0, int t, int key0, int T, bool masked, float c,
+                                                         uint32_t (&pa)[4], uint32_t (&pa_lo)[4], uint32_t (&pds)[4],
+                                                         uint32_t (&pds_lo)[4], hopper_wgmma::bf16* ds_tiles,
+                                                         int key) {
+    keymajor_probs_step<ATTN_FP32, MAY_MASK>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
+    uint32_t unused[4], x2[4];
+    pack_split_step<false>(pa, pa_lo, unused, st, kk);
+    pack_split_step<true>(pds, pds_lo, x2, dpt, kk);
+    stage_ds_words<PITCH>(ds_tiles, pds, kk, key, t);
+    stage_ds_words<PITCH>(ds_tiles + TERM_ELEMS, pds_lo, kk, key, t);
+    stage_ds_words<PITCH>(ds_tiles + 2 * TERM_ELEMS, x2, kk, key, t);
+}
+
 /* All KSTEPS k-steps of stage_ds_words. */
 template <int PITCH, int KSTEPS>
 __device__ __forceinline__ void stage_ds_all(hopper_wgmma::bf16* tile, const uint32_t (&w)[KSTEPS][4], int key,

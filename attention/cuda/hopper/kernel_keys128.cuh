@@ -377,15 +377,10 @@ __device__ __forceinline__ void keys128_pass(const CUtensorMap& qkv_map, const C
             uint32_t pa[kQSteps][4], pa_lo[kQSteps][4], pds[kQSteps][4], pds_lo[kQSteps][4];
             with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
 #pragma unroll
-                for (int kk = 0; kk < kQSteps; kk++) {
-                    keymajor_probs_step<ATTN_FP32, decltype(mask)::value>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
-                    uint32_t unused[4], x2[4];
-                    pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
-                    pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
-                    stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_col, t);
-                    stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_col, t);
-                    stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_col, t);
-                }
+                for (int kk = 0; kk < kQSteps; kk++)
+                    keymajor_fp32_split_step<kDsPitch, kDsTileElems, decltype(mask)::value>(
+                        st, dpt, rs, kk, q0, t, key0, T, masked, c, pa[kk], pa_lo[kk], pds[kk], pds_lo[kk], ds_tiles,
+                        key_col);
             });
             /* dV += bf(P)^T dO + bf(P - bf(P))^T dO, dK += bf(dS)^T Q + bf(r1)^T Q: one batch of 16 wgmmas, two
                chains of 8 on one accumulator each (128 accumulator + 64 A registers in flight) */

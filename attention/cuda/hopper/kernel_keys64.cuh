@@ -581,16 +581,10 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                 uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
                 with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
 #pragma unroll
-                    for (int kk = 0; kk < kTileKSteps; kk++) {
-                        keymajor_probs_step<ATTN_FP32, decltype(mask)::value>(st, dpt, rs, kk, q0, t, key0, T,
-                                                                              masked, c);
-                        uint32_t unused[4], x2[4];
-                        pack_split_step<false>(pa[kk], pa_lo[kk], unused, st, kk);
-                        pack_split_step<true>(pds[kk], pds_lo[kk], x2, dpt, kk);
-                        stage_ds_words<kDsPitch>(ds_tiles, pds[kk], kk, key_row, t);
-                        stage_ds_words<kDsPitch>(ds_tiles + kDsTileElems, pds_lo[kk], kk, key_row, t);
-                        stage_ds_words<kDsPitch>(ds_tiles + 2 * kDsTileElems, x2, kk, key_row, t);
-                    }
+                    for (int kk = 0; kk < kTileKSteps; kk++)
+                        keymajor_fp32_split_step<kDsPitch, kDsTileElems, decltype(mask)::value>(
+                            st, dpt, rs, kk, q0, t, key0, T, masked, c, pa[kk], pa_lo[kk], pds[kk], pds_lo[kk],
+                            ds_tiles, key_row);
                 });
                 issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
                 /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before
