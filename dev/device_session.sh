@@ -13,7 +13,7 @@
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
-#           stepkernels oldtree attnab bitsab profiles resumecheck smallstep power launches sass ncusource
+#           stepkernels oldtree attnab bitsab profiles resumecheck smallstep power launches gprojpipe sass ncusource
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -559,16 +559,18 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
     bitsab)
         # a kernel change that must move no bit: the trainers of this tree and of BITS_OLD (default OLD_DIR,
         # built by oldtree) run the same steps with --deterministic 1 in BITS_MODES (default "gproj fp32"), small
-        # B16 T256 (60 steps) and d12 B4 T1024 (20 steps); the final model and state files compared with cmp
-        begin "bits: this tree's trainer against ${BITS_OLD:-$OLD_TREE}"
+        # B16 T256 (60 steps) and d12 B4 T1024 (20 steps); the final model and state files compared with cmp.
+        # BITS_NEW_ENV: VAR=VALUE words for this tree's runs only (a run-time switch against the same build: BITS_OLD=.)
+        begin "bits: this tree's trainer${BITS_NEW_ENV:+ under $BITS_NEW_ENV} against ${BITS_OLD:-$OLD_TREE}"
         prepare_data
         rc=0
         for a in ${BITS_MODES:-gproj fp32}; do
             for cfg in small:16:256:60 d12:4:1024:20; do
                 IFS=: read -r m b tl n <<< "$cfg"
                 for t in new old; do
-                    bin=build/train_gpt; [ $t = old ] && bin=${BITS_OLD:-$OLD_TREE}/build/train_gpt
-                    timeout 150 $bin --model "$m" --batch-size "$b" --seq-len "$tl" --steps "$n" --lr 3e-4 \
+                    bin=build/train_gpt; envs=${BITS_NEW_ENV:-}
+                    [ $t = old ] && { bin=${BITS_OLD:-$OLD_TREE}/build/train_gpt; envs=""; }
+                    env $envs timeout 150 $bin --model "$m" --batch-size "$b" --seq-len "$tl" --steps "$n" --lr 3e-4 \
                         --train-data "$DATA/gutenberg_train_*.bin" --val-data "" --vocab "" --sample-every 0 \
                         --checkpoint-minutes 0 --checkpoint-every "$n" --deterministic 1 --overwrite 1 --attn "$a" \
                         --out-dir "/tmp/bits_${t}_${m}_$a" > "$OUT/bits_${t}_${m}_$a.log" 2>&1 || say "   $t $m $a: rc $?"
@@ -583,6 +585,26 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
                 fi
             done
         done
+        end $rc ;;
+    gprojpipe)
+        # gproj's HS-64 key-major pass with pipelined steps (ATTN_GPROJ_KEYS_PIPELINED=1: kernel_keys64.cuh's
+        # keys64_gproj_steps) against one step at a time, one build (after build): a hang and NaN check, the
+        # attention test under the switch, the trainer's bits switch on against off (gproj), then AB_REPS (default
+        # 5) alternating rounds of bench_attention in gproj at the trainers' HS-64 shapes, as one table
+        begin "gproj's pipelined key-major steps against one step at a time"
+        env ATTN_GPROJ_KEYS_PIPELINED=1 timeout 30 build/bench_attention --shape 2,4,1000,64 --shape 4,16,1024,64 \
+            --shape 1,2,77,64 --shape 3,1,1,64 --shape 1,2,300,64 --modes gproj --deterministic both --warmup 1 \
+            --repeats 2 > "$OUT/gprojpipe_smoke.txt" 2>&1
+        rc=$?; say "   smoke: rc $rc (1: NaN/Inf outputs, 124: a hang)"
+        run_test test_attention_gpu_gproj_pipelined 240 env ATTN_GPROJ_KEYS_PIPELINED=1 build/tests/test_attention_gpu \
+            || rc=1
+        BITS_OLD=. BITS_NEW_ENV=ATTN_GPROJ_KEYS_PIPELINED=1 BITS_MODES=gproj bash "$0" "$OUT/bits" bitsab > /dev/null
+        grep -E "identical|DIFFER|rc" "$OUT/bits/summary.txt" | tee -a "$SUMMARY"
+        AB_OLD=. AB_NEW_ENV=ATTN_GPROJ_KEYS_PIPELINED=1 AB_MODES=gproj AB_REPS=${AB_REPS:-5} \
+            AB_SHAPES="${AB_SHAPES:-32,12,1024,64 16,16,1024,64 16,20,1024,64 4,16,2048,64 8,16,1024,64}" \
+            bash "$0" "$OUT/ab" attnab > /dev/null
+        python3 dev/bench_ab.py steps="$OUT/ab/attnab_*_old.txt" pipelined="$OUT/ab/attnab_*_new.txt" \
+            | tee "$OUT/gprojpipe_ab.md" | tee -a "$SUMMARY"
         end $rc ;;
     launches)
         # the two launches of the passes over work items (the forward and the HS-64 bf16/repair key-major pass):
@@ -603,13 +625,14 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
     attnab)
         # one kernel change against AB_OLD (default OLD_DIR, built by oldtree): bench_attention of both builds
         # alternating, AB_REPS rounds (default 3), at AB_SHAPES (default d12's and d24's) in AB_MODES (default
-        # gproj,bf16)
-        begin "attention A/B: this tree and ${AB_OLD:-$OLD_TREE}, alternating"
+        # gproj,bf16); AB_NEW_ENV: VAR=VALUE words for this tree's runs only (a run-time switch: AB_OLD=.)
+        begin "attention A/B: this tree${AB_NEW_ENV:+ under $AB_NEW_ENV} and ${AB_OLD:-$OLD_TREE}, alternating"
         shapes=""; for sh in ${AB_SHAPES:-32,12,1024,64 16,16,1024,64}; do shapes="$shapes --shape $sh"; done
         for rep in $(seq "${AB_REPS:-3}"); do
             for t in new old; do
-                bin=build/bench_attention; [ $t = old ] && bin=${AB_OLD:-$OLD_TREE}/build/bench_attention
-                timeout 120 $bin $shapes --modes "${AB_MODES:-gproj,bf16}" > "$OUT/attnab_${rep}_$t.txt" 2>&1
+                bin=build/bench_attention; envs=${AB_NEW_ENV:-}
+                [ $t = old ] && { bin=${AB_OLD:-$OLD_TREE}/build/bench_attention; envs=""; }
+                env $envs timeout 120 $bin $shapes --modes "${AB_MODES:-gproj,bf16}" > "$OUT/attnab_${rep}_$t.txt" 2>&1
                 say "   round $rep $t: rc $?"
                 grep -E '^B[0-9]' "$OUT/attnab_${rep}_$t.txt" | tee -a "$SUMMARY"
             done
