@@ -13,7 +13,7 @@
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
-#           stepkernels oldtree attnab bitsab profiles resumecheck smallstep power launches gprojpipe sass ncusource
+#           stepkernels oldtree attnab bitsab profiles resumecheck smallstep power launches sass ncusource
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -585,26 +585,6 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
                 fi
             done
         done
-        end $rc ;;
-    gprojpipe)
-        # gproj's HS-64 key-major pass with pipelined steps (ATTN_GPROJ_KEYS_PIPELINED=1: kernel_keys64.cuh's
-        # keys64_gproj_steps) against one step at a time, one build (after build): a hang and NaN check, the
-        # attention test under the switch, the trainer's bits switch on against off (gproj), then AB_REPS (default
-        # 5) alternating rounds of bench_attention in gproj at the trainers' HS-64 shapes, as one table
-        begin "gproj's pipelined key-major steps against one step at a time"
-        env ATTN_GPROJ_KEYS_PIPELINED=1 timeout 30 build/bench_attention --shape 2,4,1000,64 --shape 4,16,1024,64 \
-            --shape 1,2,77,64 --shape 3,1,1,64 --shape 1,2,300,64 --modes gproj --deterministic both --warmup 1 \
-            --repeats 2 > "$OUT/gprojpipe_smoke.txt" 2>&1
-        rc=$?; say "   smoke: rc $rc (1: NaN/Inf outputs, 124: a hang)"
-        run_test test_attention_gpu_gproj_pipelined 240 env ATTN_GPROJ_KEYS_PIPELINED=1 build/tests/test_attention_gpu \
-            || rc=1
-        BITS_OLD=. BITS_NEW_ENV=ATTN_GPROJ_KEYS_PIPELINED=1 BITS_MODES=gproj bash "$0" "$OUT/bits" bitsab > /dev/null
-        grep -E "identical|DIFFER|rc" "$OUT/bits/summary.txt" | tee -a "$SUMMARY"
-        AB_OLD=. AB_NEW_ENV=ATTN_GPROJ_KEYS_PIPELINED=1 AB_MODES=gproj AB_REPS=${AB_REPS:-5} \
-            AB_SHAPES="${AB_SHAPES:-32,12,1024,64 16,16,1024,64 16,20,1024,64 4,16,2048,64 8,16,1024,64}" \
-            bash "$0" "$OUT/ab" attnab > /dev/null
-        python3 dev/bench_ab.py steps="$OUT/ab/attnab_*_old.txt" pipelined="$OUT/ab/attnab_*_new.txt" \
-            | tee "$OUT/gprojpipe_ab.md" | tee -a "$SUMMARY"
         end $rc ;;
     launches)
         # the two launches of the passes over work items (the forward and the HS-64 bf16/repair key-major pass):

@@ -294,17 +294,15 @@ def key_items(T, heads, step_rows):
         yield steps - w // heads * KEYS // step_rows  # key block w // heads (rank-major, one section)
 
 
-def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4, stages=2, pipelined=False):
+def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4, stages=2):
     """one CTA of the key-major pass over work items (hopper_bwd_common.cuh's keymajor_produce_items and the consumers'
     item loop of keys64_pass): two consumer warpgroups of threads_per_wg model threads each; K and V in
     kv_bufs buffers (kv_full[b]: one arrival + the copy; kv_empty[b]: every consumer thread, after the item's last
     step), the item written to item_slot[b] before the kv_full[b] arrival, the Q/dO stages one ring over the CTA's
     items. With one K/V buffer the producer fills an item's first stages before it waits for the previous item's K
     and V to be released; with two it loads an item's K and V first (the buffer's last item ended before the previous
-    one began). pipelined (gproj, kernel_keys64.cuh's keys64_gproj_steps): a thread waits for stage i + 1 (its scores
-    go out with step i's GEMMs) before it releases stage i, so it holds two stages at a time. The CTA's items: its
-    first, then (grid below the item count) any number of random items; the end is an item of no steps with a plain
-    kv_full arrival. Returns None or the failure."""
+    one began). The CTA's items: its first, then (grid below the item count) any number of random items; the end is an
+    item of no steps with a plain kv_full arrival. Returns None or the failure."""
     consumers = 2 * threads_per_wg
     world = World()
     kv = Ring(world, "kv", kv_bufs, consumers)
@@ -345,23 +343,11 @@ def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4,
             world.reading.setdefault(("slot", b), set()).add(me)  # read again for the epilogue's head
             n = slot[b][1]
             yield from kv.acquire(me, use)
-            if pipelined:
-                yield from qdo.acquire(me, seq)
             for i in range(n):
                 assert world.owner["kv"][b] == use, f"K/V of use {world.owner['kv'][b]} read in a step of use {use}"
-                if pipelined:
-                    yield  # step i's P and dS, under step i - 1's GEMMs
-                    if i > 0:
-                        qdo.release(me, seq + i - 1)
-                    if i + 1 < n:
-                        yield from qdo.acquire(me, seq + i + 1)  # step i + 1's scores read K and V
-                    continue
                 yield from qdo.read(me, seq + i)
                 yield  # the dQ GEMM still reads K after the stage's release
                 assert world.owner["kv"][b] == use, f"K/V of use {world.owner['kv'][b]} read by the dQ GEMM of {use}"
-            if pipelined:
-                yield  # the last step's GEMMs
-                qdo.release(me, seq + n - 1)
             yield
             world.reading[("slot", b)].discard(me)
             kv.release(me, use)
@@ -470,14 +456,13 @@ def main():
                              lambda cta, grid, T, heads, rng: run_cta(cta, grid, T, heads, nwg, 2, 2, rng, overlap,
                                                                       turns),
                              args.seeds))
-    # the HS-64 key-major pass: bf16/repair (128-query steps, one K/V buffer, two Q/dO stages), gproj (64, two, three;
-    # one step at a time, and the pipelined steps of ATTN_GPROJ_KEYS_PIPELINED=1), fp32 (64, two, two)
-    for mode, step_rows, kv_bufs, stages, piped in (("bf16/repair", 128, 1, 2, False), ("gproj", 64, 2, 3, False),
-                                                    ("gproj pipelined", 64, 2, 3, True), ("fp32", 64, 2, 2, False)):
+    # the HS-64 key-major pass: bf16/repair (128-query steps, one K/V buffer, two Q/dO stages), gproj (64, two, three),
+    # fp32 (64, two, two)
+    for mode, step_rows, kv_bufs, stages in (("bf16/repair", 128, 1, 2), ("gproj", 64, 2, 3), ("fp32", 64, 2, 2)):
         results.append(sweep(f"key-major HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
                              lambda T, heads: -(-T // KEYS) * heads,
                              lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs,
-                                                                           rng, stages=stages, pipelined=piped),
+                                                                           rng, stages=stages),
                              args.seeds))
     # the HS-64 row pass: gproj (pipelined halves), fp32
     for mode, pipelined in (("gproj", True), ("fp32", False)):

@@ -39,10 +39,6 @@
  * TMA bytes; empty[s]: the 256 consumer threads), except that the producer is a whole warpgroup (one warp of it works)
  * and setmaxnreg gives the consumers 232 registers (40 to the producer): with a producer warp (288 threads, 168
  * registers each) the third A operand costs 92 bytes of spills.
- * Steps: one at a time (scores, P and dS, the 12 dV/dK wgmmas, each waited for), or with ATTN_GPROJ_KEYS_PIPELINED=1
- * pipelined (kernel_keys64.cuh's keys64_gproj_steps: step i + 1's scores go out ahead of step i's dV/dK GEMMs, and
- * the warpgroup computes step i + 1's P and dS while those run); the same GEMMs on the same operands, so the same
- * bits. The switch exists for the A/B of the two (docs/attention_kernels.md, Not done).
  * Registers (-Xptxas -v, CUDA 13.0): the kernel 168 at entry (the launch bound; 232 after setmaxnreg), 0
  * bytes of spills (the producer keeps the item it fills stages for in shared memory, not in its 40 registers),
  * no C75xx warnings: 0 spills is also the sign that setmaxnreg took effect (the same code

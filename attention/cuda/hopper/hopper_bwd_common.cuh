@@ -179,13 +179,13 @@ __device__ __forceinline__ void stage_ds_all(hopper_wgmma::bf16* tile, const uin
     for (int kk = 0; kk < KSTEPS; kk++) stage_ds_words<PITCH>(tile, w[kk], kk, key, t);
 }
 
-/* gproj's dV/dK GEMMs of one query tile (both head sizes): dV += bf(P)^T dO; dK += bf(dS)^T Q, then
-   dK += bf(-lambda P)^T Q, 12 wgmmas issued (the two dK ones chained on the same accumulator: wgmma orders
-   same-accumulator operations), nothing else: the caller fences, commits and waits, and keeps the A registers
-   live until the wait. HS 64: m64n64k16 (hopper_wgmma.cuh's warpgroup_rs_issue_n64, the stage's 64-row tiles);
-   HS 128: keymajor128_rs_issue. q_addr, do_addr: the stage's Q and dO tiles. */
+/* gproj's dV/dK batch of one query tile (both head sizes): dV += bf(P)^T dO; dK += bf(dS)^T Q, then
+   dK += bf(-lambda P)^T Q, one commit group of 12 wgmmas (the two dK ones chained on the same accumulator:
+   wgmma orders same-accumulator operations), fenced and waited for; the A registers stay live until it is
+   done. HS 64: m64n64k16 (hopper_wgmma.cuh's warpgroup_rs_issue_n64, the stage's 64-row tiles); HS 128:
+   keymajor128_rs_issue. q_addr, do_addr: the stage's Q and dO tiles. */
 template <int HS>
-__device__ __forceinline__ void keymajor_gproj_dkv_issue(float (&dv)[HS / 2], float (&dk)[HS / 2],
+__device__ __forceinline__ void keymajor_gproj_dkv_batch(float (&dv)[HS / 2], float (&dk)[HS / 2],
                                                          uint32_t (&pa)[kKeymajor128QSteps][4],
                                                          uint32_t (&pds)[kKeymajor128QSteps][4],
                                                          uint32_t (&plam)[kKeymajor128QSteps][4], uint32_t q_addr,
@@ -193,6 +193,8 @@ __device__ __forceinline__ void keymajor_gproj_dkv_issue(float (&dv)[HS / 2], fl
     using namespace hopper_wgmma;
     static_assert(HS == 64 || HS == kKeymajor128HS, "the key-major passes' head sizes");
     static_assert(kKeymajor128QSteps == kTileKSteps, "4 k-steps over a 64-query tile at both head sizes");
+    reg_fences(pa, pds, plam, dv, dk);
+    wgmma_fence();
     if constexpr (HS == 64) {
         warpgroup_rs_issue_n64(dv, pa, do_addr);
         warpgroup_rs_issue_n64(dk, pds, q_addr);
@@ -202,19 +204,6 @@ __device__ __forceinline__ void keymajor_gproj_dkv_issue(float (&dv)[HS / 2], fl
         keymajor128_rs_issue(dk, pds, q_addr);
         keymajor128_rs_issue(dk, plam, q_addr);
     }
-}
-
-/* keymajor_gproj_dkv_issue as one commit group, fenced and waited for. */
-template <int HS>
-__device__ __forceinline__ void keymajor_gproj_dkv_batch(float (&dv)[HS / 2], float (&dk)[HS / 2],
-                                                         uint32_t (&pa)[kKeymajor128QSteps][4],
-                                                         uint32_t (&pds)[kKeymajor128QSteps][4],
-                                                         uint32_t (&plam)[kKeymajor128QSteps][4], uint32_t q_addr,
-                                                         uint32_t do_addr) {
-    using namespace hopper_wgmma;
-    reg_fences(pa, pds, plam, dv, dk);
-    wgmma_fence();
-    keymajor_gproj_dkv_issue<HS>(dv, dk, pa, pds, plam, q_addr, do_addr);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fences(dv, dk, pa, pds, plam);

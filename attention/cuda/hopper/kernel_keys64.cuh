@@ -378,93 +378,12 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
     reg_fences(dq, a0, a1);
 }
 
-/* gproj's steps of one work item, per consumer warpgroup (its 64 keys x each 64-query tile qt_begin ..
-   qt_begin + n_q_tiles - 1, stages seq, seq + 1, .. of the ring): step i + 1's S^T/dP^T go to the tensor core in
-   one commit group ahead of step i's 12 dV/dK wgmmas, and wgmma_wait<1> returns with the scores, so the
-   warpgroup computes step i + 1's P and dS while step i's dV/dK GEMMs still run. The A operands are packed after
-   those GEMMs are waited for (the registers of one step's operands are reused), with the lambdas read again from
-   the stage's row state. Stage i is released once step i's GEMMs are done, that is after stage i + 1 was waited
-   for: a warpgroup holds two stages at a time, and the third lets stage i + 2's copies land meanwhile. Same
-   GEMMs, same operands, same order on each accumulator as one step at a time: the same bits. */
-template <int MODE>
-__device__ __forceinline__ void keys64_gproj_steps(float (&dv)[32], float (&dk)[32], uint64_t* full, uint64_t* empty,
-                                                   unsigned char* q_s, unsigned char* do_s, const float4* row_state,
-                                                   int seq, int n_q_tiles, int qt_begin, uint32_t kw_addr,
-                                                   uint32_t vw_addr, int wg_key_first, int key0, int t, int T,
-                                                   float c, int* cta_abort) {
-    static_assert(MODE == ATTN_GPROJ, "gproj's step schedule");
-    using Plan = typename Keys64Mode<MODE>::Plan;
-    constexpr int kBlockQ = Plan::kBlockQ, kStages = Plan::kStages;
-    static_assert(kStages >= 3, "a warpgroup holds two stages while the next one loads");
-    auto stage_of = [&](int i) { return (seq + i) % kStages; };
-    auto wait_stage = [&](int i) {
-        keys64_wait<MODE>(&full[stage_of(i)], (uint32_t)(((seq + i) / kStages) & 1), ATTN_HANG_FULL, stage_of(i),
-                          cta_abort);
-        __syncwarp();
-    };
-    auto q_addr = [&](int i) { return smem_u32(q_s + stage_of(i) * Plan::kQTileBytes); };
-    auto do_addr = [&](int i) { return smem_u32(do_s + stage_of(i) * Plan::kQTileBytes); };
-
-    float st[32], dpt[32];
-    uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4];
-    wait_stage(0);
-    warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr(0), vw_addr, do_addr(0));
-#pragma unroll 1
-    for (int i = 0; i < n_q_tiles; i++) {
-        const int q0 = (qt_begin + i) * kBlockQ;
-        const float4* rs = row_state + stage_of(i) * kBlockQ;
-        /* P and dS in place (masked entries exactly 0; attn_bwd_kernel's expressions), under step i - 1's GEMMs */
-        const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-        with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
-#pragma unroll
-            for (int kk = 0; kk < kTileKSteps; kk++)
-                keymajor_probs_step<ATTN_REPAIR, decltype(mask)::value>(st, dpt, rs, kk, q0, t, key0, T, masked, c);
-        });
-        /* step i - 1's GEMMs (none at i = 0: the wait is unconditional so that ptxas sees every path wait before
-           the registers they use are touched) */
-        wgmma_wait<0>();
-        reg_fences(dv, dk, pa, pds, plam);
-        if (i > 0) mbar_arrive(&empty[stage_of(i - 1)]); /* this thread no longer reads stage i - 1 (Q, dO, rows) */
-        /* the three A operands (load_step_lambdas_w: the lambdas from the row state) */
-#pragma unroll
-        for (int kk = 0; kk < kTileKSteps; kk++) {
-            float lam[2][2];
-            load_step_lambdas_w(lam, rs, kk, t);
-            pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
-        }
-        /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q, behind step i + 1's scores. One branch
-           holds both commits and the wait: with the three under separate tests ptxas sees a path that reads the
-           scores in flight and serialises every wgmma */
-        if (i + 1 < n_q_tiles) {
-            wait_stage(i + 1);
-            zero_accumulators(st, dpt);
-            reg_fences(pa, pds, plam, dv, dk);
-            wgmma_fence();
-            warpgroup_two_ss_64x64_issue(st, dpt, kw_addr, q_addr(i + 1), vw_addr, do_addr(i + 1));
-            wgmma_commit();
-            keymajor_gproj_dkv_issue<kHS>(dv, dk, pa, pds, plam, q_addr(i), do_addr(i));
-            wgmma_commit();
-            wgmma_wait<1>();
-            reg_fences(st, dpt);
-        } else {
-            reg_fences(pa, pds, plam, dv, dk);
-            wgmma_fence();
-            keymajor_gproj_dkv_issue<kHS>(dv, dk, pa, pds, plam, q_addr(i), do_addr(i));
-            wgmma_commit();
-        }
-    }
-    wgmma_wait<0>();
-    reg_fences(dv, dk, pa, pds, plam);
-    mbar_arrive(&empty[stage_of(n_q_tiles - 1)]);
-}
-
 /* ---- the kernel ---- */
 
 /* The key-major pass at HS 64 of mode MODE (the instantiation file's comment has the mode's design). stats
    per row ({LSE} for bf16, {m, l} otherwise), D [B*NH*T] (and gproj's lambda) from the workspace; writes the
    k and v slots of dqkv; modes that send dQ add the s-less dQ partials to the accumulator behind dq_map.
    DQ_SLICES: the deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md).
-   PIPELINED_STEPS (gproj only): its steps as keys64_gproj_steps schedules them, else one step at a time.
    cta_abort: the CTA's abort flag, set by a wait that gave up. The body of both entry points below (their
    parameter lists differ: gproj has lambda, no dq_map).
    Work items: a key block of 128 keys of a head each, ceil(T / 128) x heads (B * NH) of them in the longest-first
@@ -473,7 +392,7 @@ __device__ __forceinline__ void keys64_gproj_steps(float (&dv)[32], float (&dk)[
    each next one from a queue): the Q/dO stages and their phases run on over the CTA's items, the producer loads
    the next item's first stages while the consumers finish this one, the dQ reduce-adds are waited for once, at
    the end (dev/attention_lab/protocol_model.py plays this protocol under random interleavings). */
-template <int MODE, bool DQ_SLICES, bool PIPELINED_STEPS = false>
+template <int MODE, bool DQ_SLICES>
 __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                             const CUtensorMap* dq_map, const float* __restrict__ stats,
                                             const float* __restrict__ D, const float* __restrict__ lambda,
@@ -587,128 +506,121 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
 
         __syncwarp();
 
-        if constexpr (MODE == ATTN_GPROJ && PIPELINED_STEPS) {
-            keys64_gproj_steps<MODE>(dv, dk, full, empty, q_s, do_s, row_state, seq, n_q_tiles, qt_begin, kw_addr,
-                                     vw_addr, wg_key_first, key0, t, T, c, cta_abort);
-        } else {
 #pragma unroll 1
-            for (int i = 0; i < n_q_tiles; i++) {
-                const int s = (seq + i) % kStages;
-                const int q0 = (qt_begin + i) * kBlockQ;
-                keys64_wait<MODE>(&full[s], (uint32_t)(((seq + i) / kStages) & 1), ATTN_HANG_FULL, s, cta_abort);
-                __syncwarp();
-                const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes);
-                const uint32_t do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
-                const float4* rs = row_state + s * kBlockQ;
+        for (int i = 0; i < n_q_tiles; i++) {
+            const int s = (seq + i) % kStages;
+            const int q0 = (qt_begin + i) * kBlockQ;
+            keys64_wait<MODE>(&full[s], (uint32_t)(((seq + i) / kStages) & 1), ATTN_HANG_FULL, s, cta_abort);
+            __syncwarp();
+            const uint32_t q_addr = smem_u32(q_s + s * Plan::kQTileBytes);
+            const uint32_t do_addr = smem_u32(do_s + s * Plan::kQTileBytes);
+            const float4* rs = row_state + s * kBlockQ;
 
-                /* the mode's step; element 4j + 2r + e of st, dpt: key key0 + 8r, query q0 + 8j + 2t + e */
-                if constexpr (kBlockQ == kWideQ) { /* bf16, repair */
-                    float st[kWideScoreRegs], dpt[kWideScoreRegs];
-                    scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-                    /* P and dS, then their A operands; the mask can bite only where the step reaches the
-                       warpgroup's keys or T */
-                    const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-                    uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
-                    with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
-                        probs_n128<MODE, decltype(mask)::value>(st, dpt, rs, q0, key0, t, T, masked, c);
-                        pack_a_n128(pa, st);
-                        pack_a_n128(pds, dpt);
-                    });
-                    float dq0[32], dq1[32];
-                    /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
-                    stage_ds_all<kDsPitch>(ds_s, pds, key_row, t);
-                    issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
-                    /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
-                       warpgroup rewrite it */
-                    if (tid_in_wg == 0) bulk_wait_group_read<0>();
-                    warpgroup_sync(wg); /* the staging tile is written */
-                    wgmma_wait<0>();
-                    reg_fences(dv, dk, pa, pds);
-                    mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-                    dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
-                    store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
-                    store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
-                    fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
-                    /* also: every A load of the staging tile is done before the next step restages */
-                    warpgroup_sync(wg);
-                    if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
-                } else if constexpr (MODE == ATTN_GPROJ) {
-                    float st[32], dpt[32];
-                    warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+            /* the mode's step; element 4j + 2r + e of st, dpt: key key0 + 8r, query q0 + 8j + 2t + e */
+            if constexpr (kBlockQ == kWideQ) { /* bf16, repair */
+                float st[kWideScoreRegs], dpt[kWideScoreRegs];
+                scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+                /* P and dS, then their A operands; the mask can bite only where the step reaches the warpgroup's keys
+                   or T */
+                const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+                uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
+                with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+                    probs_n128<MODE, decltype(mask)::value>(st, dpt, rs, q0, key0, t, T, masked, c);
+                    pack_a_n128(pa, st);
+                    pack_a_n128(pds, dpt);
+                });
+                float dq0[32], dq1[32];
+                /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
+                stage_ds_all<kDsPitch>(ds_s, pds, key_row, t);
+                issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
+                /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets the
+                   warpgroup rewrite it */
+                if (tid_in_wg == 0) bulk_wait_group_read<0>();
+                warpgroup_sync(wg); /* the staging tile is written */
+                wgmma_wait<0>();
+                reg_fences(dv, dk, pa, pds);
+                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+                dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
+                store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
+                store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
+                fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
+                warpgroup_sync(wg);  /* also: every A load of the staging tile is done before the next step restages */
+                if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
+            } else if constexpr (MODE == ATTN_GPROJ) {
+                float st[32], dpt[32];
+                warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
 
-                    /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
-                       k-step (16 queries) at a time */
-                    const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-                    uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4];
-                    with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+                /* P and dS (masked entries exactly 0; attn_bwd_kernel's expressions) and the three A operands, one
+                   k-step (16 queries) at a time */
+                const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+                uint32_t pa[kTileKSteps][4], pds[kTileKSteps][4], plam[kTileKSteps][4];
+                with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
 #pragma unroll
-                        for (int kk = 0; kk < kTileKSteps; kk++) {
-                            float lam[2][2];
-                            keymajor_probs_step<ATTN_REPAIR, decltype(mask)::value, true>(st, dpt, rs, kk, q0, t,
-                                                                                          key0, T, masked, c, lam);
-                            pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
-                        }
-                    });
-
-                    /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas,
-                       the two dK ones chained on the same accumulator (wgmma orders same-accumulator operations); P
-                       and dS are dead while it runs (64 accumulator + 48 A registers in flight). */
-                    keymajor_gproj_dkv_batch<kHS>(dv, dk, pa, pds, plam, q_addr, do_addr);
-                    mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-                } else { /* fp32 */
-                    bf16* const ds_tiles = ds_s;
-                    float st[32], dpt[32];
-                    warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-
-                    /* P, dS (attn_bwd_kernel's expressions, masked entries exactly 0), their four A words and the
-                       three staged dS terms one k-step at a time. The previous step's reads of the staged tiles (its
-                       dQ A loads) are all behind its last warpgroup barrier. */
-                    const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
-                    uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
-                    with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
-#pragma unroll
-                        for (int kk = 0; kk < kTileKSteps; kk++)
-                            keymajor_fp32_split_step<kDsPitch, kDsTileElems, decltype(mask)::value>(
-                                st, dpt, rs, kk, q0, t, key0, T, masked, c, pa[kk], pa_lo[kk], pds[kk], pds_lo[kk],
-                                ds_tiles, key_row);
-                    });
-                    issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
-                    /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it
-                       before the barrier below lets the warpgroup rewrite it */
-                    if (tid_in_wg == 0) bulk_wait_group_read<1>();
-                    warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
-                    wgmma_wait<0>();
-                    reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
-
-                    float dq[32];
-#pragma unroll
-                    for (int k = 0; k < 32; k++) dq[k] = 0.f;
-                    warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
-                    mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-
-                    /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
-                       thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
-                    unsigned char* dq_parity_tile =
-                        smem + Plan::kDqTile + (wg * 2 + ((seq + i) & 1)) * Plan::kDqTileBytes;
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const int row = warp_in_wg * 16 + g + 8 * r;
-#pragma unroll
-                        for (int n = 0; n < kHS / 8; n++) {
-                            const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
-                            *reinterpret_cast<float2*>(dq_parity_tile + (n >> 2) * (kBlockQ * kRowBytes) +
-                                                       row * kRowBytes + chunk * 16 + (t & 1) * 8) =
-                                make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-                        }
+                    for (int kk = 0; kk < kTileKSteps; kk++) {
+                        float lam[2][2];
+                        keymajor_probs_step<ATTN_REPAIR, decltype(mask)::value, true>(st, dpt, rs, kk, q0, t, key0, T,
+                                                                                      masked, c, lam);
+                        pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
                     }
-                    fence_proxy_async();
-                    /* also: every A load of the staged tiles is done before the next step restages */
-                    warpgroup_sync(wg);
-                    if (tid_in_wg == 0) {
-                        tma_reduce_add_3d(dq_map, dq_parity_tile, 0, q0, dq_head);
-                        tma_reduce_add_3d(dq_map, dq_parity_tile + kBlockQ * kRowBytes, 32, q0, dq_head);
-                        bulk_commit_group();
+                });
+
+                /* dV += bf(P)^T dO; dK += bf(dS)^T Q, then dK += bf(-lambda P)^T Q: one batch of 12 wgmmas, the
+                   two dK ones chained on the same accumulator (wgmma orders same-accumulator operations); P and
+                   dS are dead while it runs (64 accumulator + 48 A registers in flight). */
+                keymajor_gproj_dkv_batch<kHS>(dv, dk, pa, pds, plam, q_addr, do_addr);
+                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+            } else { /* fp32 */
+                bf16* const ds_tiles = ds_s;
+                float st[32], dpt[32];
+                warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+
+                /* P, dS (attn_bwd_kernel's expressions, masked entries exactly 0), their four A words and the three
+                   staged dS terms one k-step at a time. The previous step's reads of the staged tiles (its dQ A loads)
+                   are all behind its last warpgroup barrier. */
+                const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
+                uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
+                with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+#pragma unroll
+                    for (int kk = 0; kk < kTileKSteps; kk++)
+                        keymajor_fp32_split_step<kDsPitch, kDsTileElems, decltype(mask)::value>(
+                            st, dpt, rs, kk, q0, t, key0, T, masked, c, pa[kk], pa_lo[kk], pds[kk], pds_lo[kk],
+                            ds_tiles, key_row);
+                });
+                issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
+                /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before
+                   the barrier below lets the warpgroup rewrite it */
+                if (tid_in_wg == 0) bulk_wait_group_read<1>();
+                warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
+                wgmma_wait<0>();
+                reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
+
+                float dq[32];
+#pragma unroll
+                for (int k = 0; k < 32; k++) dq[k] = 0.f;
+                warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
+                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+
+                /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
+                   thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
+                unsigned char* dq_parity_tile =
+                    smem + Plan::kDqTile + (wg * 2 + ((seq + i) & 1)) * Plan::kDqTileBytes;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = warp_in_wg * 16 + g + 8 * r;
+#pragma unroll
+                    for (int n = 0; n < kHS / 8; n++) {
+                        const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+                        *reinterpret_cast<float2*>(dq_parity_tile + (n >> 2) * (kBlockQ * kRowBytes) + row * kRowBytes +
+                                                   chunk * 16 + (t & 1) * 8) =
+                            make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
                     }
+                }
+                fence_proxy_async();
+                warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step restages */
+                if (tid_in_wg == 0) {
+                    tma_reduce_add_3d(dq_map, dq_parity_tile, 0, q0, dq_head);
+                    tma_reduce_add_3d(dq_map, dq_parity_tile + kBlockQ * kRowBytes, 32, q0, dq_head);
+                    bulk_commit_group();
                 }
             }
         }
@@ -743,8 +655,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* gproj's entry point: lambda [B*NH*T] from the row pass, no dQ. A template (MODE = ATTN_GPROJ) so that only
-   the gproj object emits it; PIPELINED_STEPS: keys64_pass's. */
-template <int MODE, bool PIPELINED_STEPS>
+   the gproj object emits it. */
+template <int MODE>
 __global__ void __launch_bounds__(kThreads, 1)
     keys64_gproj_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                         const float* __restrict__ stats, const float* __restrict__ D,
@@ -752,8 +664,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                         float c, int section, int heads) {
     static_assert(MODE == ATTN_GPROJ, "the other modes' entry point is keys64_kernel");
     __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-    keys64_pass<MODE, false, PIPELINED_STEPS>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c,
-                                              section, heads, &cta_abort);
+    keys64_pass<MODE, false>(qkv_map, dout_map, nullptr, stats, D, lambda, dqkv, NH, T, scale, c, section, heads,
+                             &cta_abort);
 }
 
 /* ---- host ---- */
@@ -775,11 +687,8 @@ void keys64_launch(const HopperBwdCall& c) {
     const dim3 grid(hopper_item_grid((long long)n_key_blocks * s.B * s.NH,
                                      hopper_env_switch("ATTN_BWD_PERSISTENT", 1), who));
     if constexpr (MODE == ATTN_GPROJ) {
-        /* ATTN_GPROJ_KEYS_PIPELINED=1: the pipelined steps (keys64_gproj_steps), for an A/B of the two schedules */
-        const auto kernel = hopper_env_switch("ATTN_GPROJ_KEYS_PIPELINED", 0) ? keys64_gproj_kernel<MODE, true>
-                                                                              : keys64_gproj_kernel<MODE, false>;
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
-        launch_after_previous_grid(1, kernel, grid, dim3(kThreads), kAlloc, c.stream,
+        cudaCheck(cudaFuncSetAttribute(keys64_gproj_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
+        launch_after_previous_grid(1, keys64_gproj_kernel<MODE>, grid, dim3(kThreads), kAlloc, c.stream,
                                    maps.qkv, maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
                                    attn_softmax_scale(kHS), attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdO),
                                    s.B * s.NH);

@@ -10,7 +10,7 @@
  *                  (bf16: {fl(LSE log2 e), 1}; repair, gproj: {m, fl(1 / l)}; D; gproj's lambda)
  *   dS             keymajor_probs_column<MODE, MAY_MASK> (dS = P (dP - D), masked entries 0),
  *                  keymajor_probs_step<MODE, MAY_MASK> (one 16-query k-step of it), with_step_mask (per step)
- *   gproj          load_step_lambdas(_w), pack_gproj_step_operands (bf(P), bf(dS) and bf(-lambda P) of a k-step);
+ *   gproj          load_step_lambdas, pack_gproj_step_operands (bf(P), bf(dS) and bf(-lambda P) of a k-step);
  *                  the row pass: load_row_state (with D = dO . O, attn_row_d.cuh's order), row_probs_packed
  *                  (bf(P), bf(dS) as GEMM operands and their row sums),
  *                  store_row_outputs (lambda = r / p, dQ = bf(s fma(-lambda, PK, DSK)))
@@ -192,15 +192,6 @@ __device__ __forceinline__ void load_step_lambdas(float (&lam)[2][2], const floa
         lam[jj][0] = lam2.x;
         lam[jj][1] = lam2.y;
     }
-}
-
-/* k-step kk's lambdas from a stage's float4 row state (HS 64's kKeymajorLambdaInW: lambda in .w), as
-   pack_gproj_step_operands takes them: lam[jj][e] = rs[16kk + 8jj + 2t + e].w. */
-__device__ __forceinline__ void load_step_lambdas_w(float (&lam)[2][2], const float4* rs, int kk, int t) {
-#pragma unroll
-    for (int jj = 0; jj < 2; jj++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) lam[jj][e] = rs[16 * kk + 8 * jj + 2 * t + e].w;
 }
 
 /* gproj's key-major pass (both head sizes): k-step kk's three register A operands from the FP32 P and dS

@@ -56,7 +56,10 @@ __global__ void __launch_bounds__(128, 1)
 #pragma unroll
     for (int kk = 0; kk < kTileKSteps; kk++) {
         float lam[2][2];
-        load_step_lambdas_w(lam, rs, kk, t);
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) lam[jj][e] = rs[16 * kk + 8 * jj + 2 * t + e].w;
         pack_gproj_step_operands(pa[kk], pds[kk], plam[kk], st, dpt, kk, lam);
     }
     float dk[32], corr[32];
