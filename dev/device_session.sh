@@ -18,7 +18,8 @@
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
 #           LABS_ONLY=1 skips the attention test after them.
-#   attnbench: ATTN_MODES (bench_attention --modes); kerneltimes: KT_MODES (space-separated, default "bf16 gproj").
+#   attnbench: ATTN_MODES (bench_attention --modes); kerneltimes: KT_MODES (space-separated, default "bf16 gproj";
+#   cudnn: cuDNN's own kernels), KT_SHAPES (space-separated B,H,T,D). ncu: NCU_MODES, NCU_SHAPE (cudnn as kerneltimes).
 #   The commands behind the numbers in README.md and docs/: dev/results/README.md.
 set -u
 OUT=${1:?usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]}
@@ -262,18 +263,20 @@ for phase in "$@"; do
     ncu)
         # where the attention's time goes: Nsight Compute on one call per mode (NCU_MODES, default "bf16 gproj")
         # at NCU_SHAPE (B,H,T,D; default d12's 32,12,1024,64), every Hopper kernel of the call
-        # (hopper_fwd*, keys64*/keys128*, rows_kernel) and the prep kernel
+        # (hopper_fwd*, keys64*/keys128*, rows_kernel) and the prep kernel; mode cudnn: the first 6 kernels of the
+        # call, whatever their names (cuDNN's own, beside ours at the same shape)
         shape=${NCU_SHAPE:-32,12,1024,64}
         begin "ncu: attention kernels at $shape"
         for m in ${NCU_MODES:-bf16 gproj}; do
-            timeout 240 ncu --kernel-name regex:'hopper_fwd|keys64|keys128|rows_kernel|attn_bwd' --launch-count 6 \
+            kernels='hopper_fwd|keys64|keys128|rows_kernel|attn_bwd'; [ "$m" = cudnn ] && kernels='.'
+            timeout 240 ncu --kernel-name regex:"$kernels" --launch-count 6 \
                 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
                 --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
                 --section Occupancy --section InstructionStats \
                 --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active \
                 build/bench_attention --shape "$shape" --modes "$m" --warmup 1 --repeats 1 \
                 > "$OUT/ncu_$m.txt" 2>&1
-            say "   ncu $m: rc $? ($(grep -cE '(hopper_fwd|keys|rows_kernel|attn_bwd).*\(' "$OUT/ncu_$m.txt") kernel lines)"
+            say "   ncu $m: rc $? ($(grep -cE '^  [A-Za-z_].*\(' "$OUT/ncu_$m.txt") kernel lines)"
         done
         end 0 ;;
     sweep)
@@ -692,8 +695,8 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
     kerneltimes)
         # issue 4: how long each launch of one attention call takes (fwd; bwd = prep, key-major/row pass, dQ
         # post-pass), warm L2 and unlocked clocks, so the parts add up to what bench_attention times
-        begin "kernel times: one attention call per mode at B8 H16 T1024 D64 and B2 H16 T4096 D128"
-        for shape in 8,16,1024,64 2,16,4096,128; do
+        begin "kernel times: one attention call per mode at ${KT_SHAPES:-8,16,1024,64 2,16,4096,128}"
+        for shape in ${KT_SHAPES:-8,16,1024,64 2,16,4096,128}; do
             for m in ${KT_MODES:-bf16 gproj}; do
                 timeout 60 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
                     build/bench_attention --shape "$shape" --modes "$m" --warmup 1 --repeats 1 \
