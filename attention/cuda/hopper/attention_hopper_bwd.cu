@@ -55,6 +55,9 @@
  *   dQ rows 0-63 and 64-127 = bf(dS) K_w  two accumulators, m64n64k16 RS, A loaded from the staging tile
  *   the 128 x 64 FP32 partial into the warpgroup's 32 KB dQ tile (two 128B-swizzled boxes of 32 columns x 128
  *   rows), fence.proxy.async, warpgroup barrier, two TMA reduce-adds by thread 0 (rows past T: outside the map)
+ * With ATTN_BWD_SCORES_SPLIT=1 (bf16 only: repair's pass spills 164 bytes with it) S^T and dP^T are two commit
+ * groups: P is computed once S^T is done, under dP^T's GEMM (FlashAttention-3's order), then dS; the same values.
+ * The switch is there for the A/B of the two (docs/attention_kernels.md, Not done).
  * qkv [B, T, 3, NH, 64] and dout [B, T, NH, 64] are 4-D TMA tensors {HS, heads, T, B} (hopper_wgmma.cuh's
  * encode_head_map): rows past T read as zeros, per batch; shared tiles use the 128-byte swizzle (one 128-byte
  * row = 64 BF16). Launched with programmatic dependent launch (launch_overlap.cuh): after the barrier init

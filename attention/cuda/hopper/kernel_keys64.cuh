@@ -219,25 +219,26 @@ __device__ __forceinline__ void fill_stage(unsigned char* q_stage, unsigned char
     }
 }
 
-/* S^T = K_w Q^T and dP^T = V_w dO^T [64 keys x 128 queries] as one commit group, waited for: m64n128k16 SS, the
-   B operand the stage's 128-row K-major tile (SBO = one 8-row atom; its two TMA boxes are contiguous, so the
-   swizzle continues across them). Written, not accumulated. */
+/* acc = A B^T [64 keys x 128 queries] over the head dim, issued only: m64n128k16 SS, 4 k-steps; A the warpgroup's
+   64 rows of K or V, B the stage's 128-row K-major Q or dO tile (SBO = one 8-row atom; its two TMA boxes are
+   contiguous, so the swizzle continues across them). */
+__device__ __forceinline__ void issue_scores_n128(float (&acc)[kWideScoreRegs], uint32_t a_addr, uint32_t b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
+        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
+        wgmma_m64n128k16_ss(acc, make_smem_desc(a_addr + off, kUnusedLbo, kAtomBytes),
+                            make_smem_desc(b_addr + off, kUnusedLbo, kAtomBytes));
+    }
+}
+
+/* S^T = K_w Q^T and dP^T = V_w dO^T (issue_scores_n128) as one commit group, waited for. Written, not
+   accumulated. */
 __device__ __forceinline__ void scores_n128(float (&st)[kWideScoreRegs], float (&dpt)[kWideScoreRegs], uint32_t kw_addr,
                                             uint32_t q_addr, uint32_t vw_addr, uint32_t do_addr) {
     zero_accumulators(st, dpt);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n128k16_ss(st, make_smem_desc(kw_addr + off, kUnusedLbo, kAtomBytes),
-                            make_smem_desc(q_addr + off, kUnusedLbo, kAtomBytes));
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHS / kWgmmaK; kk++) {
-        const uint32_t off = kk * kWgmmaK * (int)sizeof(bf16);
-        wgmma_m64n128k16_ss(dpt, make_smem_desc(vw_addr + off, kUnusedLbo, kAtomBytes),
-                            make_smem_desc(do_addr + off, kUnusedLbo, kAtomBytes));
-    }
+    issue_scores_n128(st, kw_addr, q_addr);
+    issue_scores_n128(dpt, vw_addr, do_addr);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fences(st, dpt);
@@ -257,6 +258,45 @@ __device__ __forceinline__ void probs_n128(float (&st)[kWideScoreRegs], float (&
             const int ql = 8 * j + 2 * t + e, query = q0 + ql;
             const float4 row = rs[ql];
             keymajor_probs_column<MODE, MAY_MASK, kWideScoreRegs>(st, dpt, row, j, e, query, key0, T, masked, c);
+        }
+}
+
+/* S^T and dP^T as two commit groups, issued only (FlashAttention-3's order): the caller's wgmma_wait<1> returns
+   with S^T while dP^T's GEMM runs, so P (probs_n128_p) is computed under it; wgmma_wait<0>, then dS
+   (probs_n128_ds). Written, not accumulated. */
+__device__ __forceinline__ void scores_n128_two_groups(float (&st)[kWideScoreRegs], float (&dpt)[kWideScoreRegs],
+                                                       uint32_t kw_addr, uint32_t q_addr, uint32_t vw_addr,
+                                                       uint32_t do_addr) {
+    zero_accumulators(st, dpt);
+    wgmma_fence();
+    issue_scores_n128(st, kw_addr, q_addr);
+    wgmma_commit();
+    issue_scores_n128(dpt, vw_addr, do_addr);
+    wgmma_commit();
+}
+
+/* probs_n128's two passes (mode_numerics.cuh's keymajor_prob_column, keymajor_ds_column): P in place of S^T, then
+   dS in place of dP^T from it; the same values as probs_n128. */
+template <int MODE, bool MAY_MASK>
+__device__ __forceinline__ void probs_n128_p(float (&st)[kWideScoreRegs], const float4* rs, int q0, int key0, int t,
+                                             int T, bool masked, float c) {
+#pragma unroll
+    for (int j = 0; j < kWideQ / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int ql = 8 * j + 2 * t + e;
+            keymajor_prob_column<MODE, MAY_MASK, kWideScoreRegs>(st, rs[ql], j, e, q0 + ql, key0, T, masked, c);
+        }
+}
+template <bool MAY_MASK>
+__device__ __forceinline__ void probs_n128_ds(const float (&st)[kWideScoreRegs], float (&dpt)[kWideScoreRegs],
+                                              const float4* rs, int q0, int key0, int t, int T, bool masked) {
+#pragma unroll
+    for (int j = 0; j < kWideQ / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int ql = 8 * j + 2 * t + e;
+            keymajor_ds_column<MAY_MASK, kWideScoreRegs>(st, dpt, rs[ql], j, e, q0 + ql, key0, T, masked);
         }
 }
 
@@ -384,6 +424,8 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
    per row ({LSE} for bf16, {m, l} otherwise), D [B*NH*T] (and gproj's lambda) from the workspace; writes the
    k and v slots of dqkv; modes that send dQ add the s-less dQ partials to the accumulator behind dq_map.
    DQ_SLICES: the deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md).
+   SPLIT_SCORES (bf16; repair's pass spills 164 bytes with it): S^T and dP^T in two commit groups, P computed under
+   dP^T's GEMM (scores_n128_two_groups), else one group waited for (scores_n128).
    cta_abort: the CTA's abort flag, set by a wait that gave up. The body of both entry points below (their
    parameter lists differ: gproj has lambda, no dq_map).
    Work items: a key block of 128 keys of a head each, ceil(T / 128) x heads (B * NH) of them in the longest-first
@@ -392,7 +434,7 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
    each next one from a queue): the Q/dO stages and their phases run on over the CTA's items, the producer loads
    the next item's first stages while the consumers finish this one, the dQ reduce-adds are waited for once, at
    the end (dev/attention_lab/protocol_model.py plays this protocol under random interleavings). */
-template <int MODE, bool DQ_SLICES>
+template <int MODE, bool DQ_SLICES, bool SPLIT_SCORES = false>
 __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                             const CUtensorMap* dq_map, const float* __restrict__ stats,
                                             const float* __restrict__ D, const float* __restrict__ lambda,
@@ -519,16 +561,32 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
             /* the mode's step; element 4j + 2r + e of st, dpt: key key0 + 8r, query q0 + 8j + 2t + e */
             if constexpr (kBlockQ == kWideQ) { /* bf16, repair */
                 float st[kWideScoreRegs], dpt[kWideScoreRegs];
-                scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
                 /* P and dS, then their A operands; the mask can bite only where the step reaches the warpgroup's keys
                    or T */
                 const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
                 uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
-                with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
-                    probs_n128<MODE, decltype(mask)::value>(st, dpt, rs, q0, key0, t, T, masked, c);
-                    pack_a_n128(pa, st);
-                    pack_a_n128(pds, dpt);
-                });
+                if constexpr (SPLIT_SCORES) { /* P under dP^T's GEMM, then dS */
+                    scores_n128_two_groups(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+                    wgmma_wait<1>();
+                    reg_fence(st);
+                    with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+                        probs_n128_p<MODE, decltype(mask)::value>(st, rs, q0, key0, t, T, masked, c);
+                    });
+                    wgmma_wait<0>();
+                    reg_fences(st, dpt);
+                    with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+                        probs_n128_ds<decltype(mask)::value>(st, dpt, rs, q0, key0, t, T, masked);
+                        pack_a_n128(pa, st);
+                        pack_a_n128(pds, dpt);
+                    });
+                } else {
+                    scores_n128(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+                    with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
+                        probs_n128<MODE, decltype(mask)::value>(st, dpt, rs, q0, key0, t, T, masked, c);
+                        pack_a_n128(pa, st);
+                        pack_a_n128(pds, dpt);
+                    });
+                }
                 float dq0[32], dq1[32];
                 /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
                 stage_ds_all<kDsPitch>(ds_s, pds, key_row, t);
@@ -641,17 +699,19 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
         if (tid_in_wg == 0) bulk_wait_group<0>();
 }
 
-/* The entry point of the modes that send dQ partials (bf16, repair, fp32). */
-template <int MODE, bool DQ_SLICES>
+/* The entry point of the modes that send dQ partials (bf16, repair, fp32); SPLIT_SCORES: keys64_pass's (bf16
+   only). */
+template <int MODE, bool DQ_SLICES, bool SPLIT_SCORES>
 __global__ void __launch_bounds__(kThreads, 1)
     keys64_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                   const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
                   const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c,
                   int section, int heads) {
     static_assert(Keys64Mode<MODE>::kSendsDq, "gproj's entry point is keys64_gproj_kernel");
+    static_assert(!SPLIT_SCORES || MODE == ATTN_BF16, "bf16's steps split their scores (repair's spill 164 bytes)");
     __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-    keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section, heads,
-                                 &cta_abort);
+    keys64_pass<MODE, DQ_SLICES, SPLIT_SCORES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c,
+                                               section, heads, &cta_abort);
 }
 
 /* gproj's entry point: lambda [B*NH*T] from the row pass, no dQ. A template (MODE = ATTN_GPROJ) so that only
@@ -693,7 +753,13 @@ void keys64_launch(const HopperBwdCall& c) {
                                    attn_softmax_scale(kHS), attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdO),
                                    s.B * s.NH);
     } else {
-        const auto kernel = c.dq_slices ? keys64_kernel<MODE, true> : keys64_kernel<MODE, false>;
+        /* ATTN_BWD_SCORES_SPLIT=1 (bf16): P under dP^T's GEMM (keys64_pass's SPLIT_SCORES), for the A/B */
+        constexpr bool kSplits = MODE == ATTN_BF16;
+        const bool split = kSplits && hopper_env_switch("ATTN_BWD_SCORES_SPLIT", 0);
+        const auto kernel = split ? (c.dq_slices ? keys64_kernel<MODE, true, kSplits>
+                                                 : keys64_kernel<MODE, false, kSplits>)
+                                  : (c.dq_slices ? keys64_kernel<MODE, true, false>
+                                                 : keys64_kernel<MODE, false, false>);
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         const CUtensorMap dq_map =
             encode_dq_acc_map(c.dq_acc, s, Mode::Plan::kBlockQ, who, c.dq_slices ? n_key_blocks : 1);
