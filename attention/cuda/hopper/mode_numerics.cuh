@@ -116,6 +116,13 @@ __device__ __forceinline__ void keymajor_stage_row_state(float4* rs, float* lam_
     }
 }
 
+/* Whether the score of key `key` and query `query` is kept (else P and dS are exactly 0): always when MAY_MASK is
+   false or the step is not masked, else for keys up to the query and queries before T. */
+template <bool MAY_MASK>
+__device__ __forceinline__ bool keymajor_kept(bool masked, int key, int query, int T) {
+    return !(MAY_MASK && masked) || (key <= query && query < T);
+}
+
 /* P and dS in place of S^T (st) and dP^T (dpt) in one query column of a consumer thread's 64 x 64 (keys x
    queries) tile, every key-major kernel's per-element step: registers 4j + 2r + e, keys key0 + 8r, the query
    `query` = q0 + 8j + 2t + e with row state `row` {a, b, D} (hopper_wgmma.cuh's fragment layout).
@@ -132,7 +139,7 @@ __device__ __forceinline__ void keymajor_probs_column(float (&st)[kRegs], float 
     for (int r = 0; r < 2; r++) {
         const int idx = 4 * j + 2 * r + e;
         float p = 0.f, ds = 0.f;
-        if (!(MAY_MASK && masked) || (key0 + 8 * r <= query && query < T)) {
+        if (keymajor_kept<MAY_MASK>(masked, key0 + 8 * r, query, T)) {
             p = recompute_prob<MODE>(st[idx], row.x, row.y, c);
             ds = p * (dpt[idx] - row.z);
         }
@@ -151,7 +158,7 @@ __device__ __forceinline__ void keymajor_prob_column(float (&st)[kRegs], const f
     for (int r = 0; r < 2; r++) {
         const int idx = 4 * j + 2 * r + e;
         float p = 0.f;
-        if (!(MAY_MASK && masked) || (key0 + 8 * r <= query && query < T))
+        if (keymajor_kept<MAY_MASK>(masked, key0 + 8 * r, query, T))
             p = recompute_prob<MODE>(st[idx], row.x, row.y, c);
         st[idx] = p;
     }
@@ -163,7 +170,7 @@ __device__ __forceinline__ void keymajor_ds_column(const float (&st)[kRegs], flo
     for (int r = 0; r < 2; r++) {
         const int idx = 4 * j + 2 * r + e;
         float ds = 0.f;
-        if (!(MAY_MASK && masked) || (key0 + 8 * r <= query && query < T)) ds = st[idx] * (dpt[idx] - row.z);
+        if (keymajor_kept<MAY_MASK>(masked, key0 + 8 * r, query, T)) ds = st[idx] * (dpt[idx] - row.z);
         dpt[idx] = ds;
     }
 }
