@@ -263,13 +263,15 @@ for phase in "$@"; do
     ncu)
         # where the attention's time goes: Nsight Compute on one call per mode (NCU_MODES, default "bf16 gproj")
         # at NCU_SHAPE (B,H,T,D; default d12's 32,12,1024,64), every Hopper kernel of the call
-        # (hopper_fwd*, keys64*/keys128*, rows_kernel) and the prep kernel; mode cudnn: the first 6 kernels of the
-        # call, whatever their names (cuDNN's own, beside ours at the same shape)
+        # (hopper_fwd*, keys64*/keys128*, rows_kernel) and the prep kernel, the first 6 launches; mode cudnn: cuDNN's
+        # own kernels beside ours at the same shape, the first 12 launches named cudnn (four forward calls of two
+        # kernels each, then the backward's D kernel, its main kernel and its dQ conversion)
         shape=${NCU_SHAPE:-32,12,1024,64}
         begin "ncu: attention kernels at $shape"
         for m in ${NCU_MODES:-bf16 gproj}; do
-            kernels='hopper_fwd|keys64|keys128|rows_kernel|attn_bwd'; [ "$m" = cudnn ] && kernels='.'
-            timeout 240 ncu --kernel-name regex:"$kernels" --launch-count 6 \
+            kernels='hopper_fwd|keys64|keys128|rows_kernel|attn_bwd'; count=6
+            [ "$m" = cudnn ] && { kernels='cudnn'; count=12; }
+            timeout 240 ncu --kernel-name regex:"$kernels" --launch-count $count \
                 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
                 --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
                 --section Occupancy --section InstructionStats \

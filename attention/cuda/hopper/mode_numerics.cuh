@@ -8,8 +8,7 @@
  *                  {LSE, 0} or {m, l}); kernel_fwd.cuh's softmax_tile and epilogue call them
  *   backward P     recompute_prob<MODE> from the row state that keymajor_stage_row_state<MODE, ...> writes
  *                  (bf16: {fl(LSE log2 e), 1}; repair, gproj: {m, fl(1 / l)}; D; gproj's lambda)
- *   dS             keymajor_probs_column<MODE, MAY_MASK> (dS = P (dP - D), masked entries 0; in two passes:
- *                  keymajor_prob_column, keymajor_ds_column),
+ *   dS             keymajor_probs_column<MODE, MAY_MASK> (dS = P (dP - D), masked entries 0),
  *                  keymajor_probs_step<MODE, MAY_MASK> (one 16-query k-step of it), with_step_mask (per step)
  *   gproj          load_step_lambdas, pack_gproj_step_operands (bf(P), bf(dS) and bf(-lambda P) of a k-step);
  *                  the row pass: load_row_state (with D = dO . O, attn_row_d.cuh's order), row_probs_packed
@@ -144,33 +143,6 @@ __device__ __forceinline__ void keymajor_probs_column(float (&st)[kRegs], float 
             ds = p * (dpt[idx] - row.z);
         }
         st[idx] = p;
-        dpt[idx] = ds;
-    }
-}
-
-/* keymajor_probs_column in two passes, for a step whose S^T and dP^T GEMMs are two commit groups: the P pass
-   (st <- P) once S^T is done, while dP^T's GEMM still runs, then the dS pass (dpt <- P (dP - D), P read from st)
-   once dP^T is done. The same expressions and the same mask test in each pass, so the same values as the one pass. */
-template <int MODE, bool MAY_MASK, int kRegs = 32>
-__device__ __forceinline__ void keymajor_prob_column(float (&st)[kRegs], const float4& row, int j, int e, int query,
-                                                     int key0, int T, bool masked, float c) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int idx = 4 * j + 2 * r + e;
-        float p = 0.f;
-        if (keymajor_kept<MAY_MASK>(masked, key0 + 8 * r, query, T))
-            p = recompute_prob<MODE>(st[idx], row.x, row.y, c);
-        st[idx] = p;
-    }
-}
-template <bool MAY_MASK, int kRegs = 32>
-__device__ __forceinline__ void keymajor_ds_column(const float (&st)[kRegs], float (&dpt)[kRegs], const float4& row,
-                                                   int j, int e, int query, int key0, int T, bool masked) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int idx = 4 * j + 2 * r + e;
-        float ds = 0.f;
-        if (keymajor_kept<MAY_MASK>(masked, key0 + 8 * r, query, T)) ds = st[idx] * (dpt[idx] - row.z);
         dpt[idx] = ds;
     }
 }
