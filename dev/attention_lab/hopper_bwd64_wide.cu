@@ -14,12 +14,13 @@
  *
  * Checks (each group in a child process of its own; hopper_lab.cuh's lab_run_children):
  *   0. layout probe (attention_hopper_bwd_layout_probe, B1 NH3 T100 head 1: one warpgroup at warpgroup 1's
- *      offsets, K, V tokens 64..127 in the tiles' second halves, Q, dO tokens 0..127 in stage 1 through the
- *      kernel's own stage fill, T = 100 so both the keys and the second query box are partly zero-filled): S^T,
- *      dP^T [64 x 128] (m64n128k16 SS over two boxes), dV, dK [64 x 64] (RS over 8 k-steps crossing the box
- *      boundary), dQ [128 x 64] (dS staged at pitch 72, two M blocks) against double loops on the same BF16
- *      values; that dQ sent through the 32 KB swizzled tile and two TMA reduce-adds (128-row boxes) into a zeroed
- *      accumulator: bit-equal to the register values for rows < T, nothing written elsewhere;
+ *      offsets, K tokens 0..127, V tokens 64..127 in the tile's second half, Q, dO tokens 0..127 in stage 1 through
+ *      the kernel's own stage fill, T = 100 so both the keys and the second query box are partly zero-filled):
+ *      S^T, dP^T [64 x 128] (m64n128k16 SS over two boxes), dV, dK [64 x 64] (RS over 8 k-steps crossing the box
+ *      boundary), dQ [128 x 64] (dS staged at pitch 136 as both warpgroups' keys, 64 query rows at a time over
+ *      128 keys: bf(dS) (K[0..63] + K[64..127])) against double loops on the same BF16 values; that dQ sent
+ *      through the 16 KB swizzled tile and two TMA reduce-adds per 64 rows into a zeroed accumulator: bit-equal
+ *      to the register values for rows < T, nothing written elsewhere;
  *   1. bf16, 2. repair: per case, dispatch (default "hopper", force_portable "portable"); forward, then
  *      attention_backward_cuda(force_portable) = the reference, and
  *      (a) the kernel alone (attention_backward_hopper_passes) on the reference's D into a zeroed accumulator and an
@@ -212,8 +213,9 @@ static void check_case(CheckCase in, int time_it, cudaStream_t st) {
 /* The production layout probe on B1 NH3 T100 HS64 (head 1) against double loops over the same BF16 values. */
 static void layout_probe(void) {
     test_section("layout probe HS64, 128-query step (attention_hopper_bwd_layout_probe): S^T, dP^T (m64n128k16 SS over"
-                 " two boxes), dV, dK (RS, 8 k-steps across the box boundary), dQ (dS staged [128][72], two M blocks),"
-                 " dQ through the 32 KB tile + TMA reduce-add (128-row boxes)");
+                 " two boxes), dV, dK (RS, 8 k-steps across the box boundary), dQ (dS staged [128][136] as both"
+                 " warpgroups' keys, 64 query rows at a time over 128 keys), dQ through the 16 KB tile + TMA reduce-add"
+                 " (64-row boxes)");
     const AttnShape ps = {1, 3, kProbeT, kHS};
     ProbeInputs in = probe_inputs_make_shape(ps, 1);
     enum { kQ = 0, kK = 1, kV = 2 };
@@ -248,11 +250,13 @@ static void layout_probe(void) {
                       [&](int i, int n, int q) { return bf16_round(g_dpt[i * nq + q]) * probe_qkv(in, q, kQ, n); });
     CHECK(lab_probe_compare("dK = bf(dP^T) Q", g_dk, ref, mag, nk, kHS) == 0,
           "dK = bf(dP^T) Q: the Q tile read N-major across its two boxes after being read K-major");
+    /* the probe staged its dS^T as both warpgroups' keys: dQ = bf(dS) (K[0..63] + K[64..127]) */
     lab_probe_product(ref, mag, nq, kHS, nk, [&](int q, int n, int k) {
-        return bf16_round(g_dpt[k * nq + q]) * probe_qkv(in, key_base + k, kK, n);
+        return bf16_round(g_dpt[k * nq + q]) * ((double)probe_qkv(in, k, kK, n) + probe_qkv(in, key_base + k, kK, n));
     });
     CHECK(lab_probe_compare("dQ = bf(dP^T)^T K", g_dq, ref, mag, nq, kHS) == 0,
-          "dQ = bf(dS) K_w: dS staged from words into [128 queries][72], two 64-query M blocks, K_w N-major");
+          "dQ = bf(dS) K: dS staged from words into [128 queries][136] at both warpgroups' key offsets, 64 query rows"
+          " at a time over 128 keys, K N-major across its two boxes");
     /* the same dQ through the swizzled tile and the reduce-adds: rows < T of the probed head bit-equal to the
        registers (added to zeros), every other element of the accumulator still 0 */
     size_t wrong_rows = 0, stray = 0;
@@ -272,10 +276,10 @@ static void layout_probe(void) {
             }
     printf("  dQ via the tile and TMA reduce-add: %zu of %d wrong in the probed head, %zu non-zero elsewhere\n",
            wrong_rows, ps.T * kHS, stray);
-    CHECK(wrong_rows == 0, "dQ through the 32 KB swizzled FP32 tile (two 16 KB boxes of 32 columns x 128 rows) and two"
-          " TMA reduce-adds equals the register dQ bit for bit (rows < T)");
+    CHECK(wrong_rows == 0, "dQ through the 16 KB swizzled FP32 tile (two 8 KB boxes of 32 columns x 64 rows) and two"
+          " TMA reduce-adds per 64 rows equals the register dQ bit for bit (rows < T)");
     CHECK(stray == 0, "the reduce-adds wrote nothing outside the probed head's rows < T (rows past T are outside the"
-          " 128-row boxes' map)");
+          " 64-row boxes' map)");
     free(ref); free(mag); free(h); free(h_acc);
     probe_inputs_free(&in);
     cudaCheck(cudaFree(d_out));

@@ -46,7 +46,7 @@ constexpr int kRowBytes = 128;          /* one row of HS 64 BF16 = one 128B-swiz
 constexpr int kAtomBytes = 8 * kRowBytes;
 constexpr int kWgmmaK = 16;
 constexpr int kDsPitch = kWarpgroupKeys + 8; /* BF16 per row of a staged tile [query][key]: +8 vs bank conflicts */
-constexpr int kDsAllPitch = kBlockK + 8;     /* the same for a tile of both warpgroups' keys (DQ_ALL_KEYS) */
+constexpr int kDsCtaPitch = kBlockK + 8;     /* the same for a tile of the CTA's 128 keys (bf16, repair) */
 constexpr uint32_t kUnusedLbo = 16;                /* K-major swizzled operands ignore LBO */
 constexpr uint32_t kUnusedLboN64 = 64 * kRowBytes; /* N-major B with N = 64: LBO unused (production's value) */
 enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 };       /* the 3 of qkv [B, T, 3, NH, HS] */
@@ -55,9 +55,9 @@ enum { kSlotQ = 0, kSlotK = 1, kSlotV = 2 };       /* the 3 of qkv [B, T, 3, NH,
 constexpr int kWideQ = 128;                        /* queries per step (the N of S^T, dP^T; the k of dV, dK) */
 constexpr int kWideQSteps = kWideQ / kWgmmaK;      /* 8 k-steps of dV, dK over a step's queries */
 constexpr int kWideScoreRegs = kWideQ / 2;         /* FP32 registers of a 64 x 128 accumulator per thread */
-constexpr int kDqBlocks = kWideQ / 64;             /* dQ's M blocks of 64 queries */
+constexpr int kDqRows = kWideQ / kConsumerWarpgroups; /* a step's queries whose dQ one warpgroup computes */
 constexpr int kDqCols = 32;                        /* FP32 columns per 128-byte swizzle row (one reduce-add box) */
-static_assert(kDqBlocks == 2 && kWideQSteps == 2 * kTileKSteps, "two 64-query halves of a step");
+static_assert(kDqRows == 64 && kWideQSteps == 2 * kTileKSteps, "two 64-query halves of a step");
 
 struct Keys64WidePlan {
     static constexpr int kStages = 2; /* Q/dO double buffering */
@@ -65,25 +65,18 @@ struct Keys64WidePlan {
     static constexpr int kBoxBytes = kBoxRows * kRowBytes;          /* 8 KB */
     static constexpr int kKeyTileBytes = kBlockK * kRowBytes;       /* 16 KB: two boxes */
     static constexpr int kQTileBytes = kBlockQ * kRowBytes;         /* 16 KB: two boxes */
-    static constexpr int kDqBoxBytes = kBlockQ * kDqCols * 4;       /* 16 KB: 128 rows x 32 FP32 */
-    static constexpr int kDqTileBytes = 2 * kDqBoxBytes;            /* 32 KB: 128 queries x 64 FP32 */
-    static constexpr int kDsBytes = kBlockQ * kDsPitch * 2;         /* 18 KB */
-    static constexpr int kDsWarpgroupBytes = kDsBytes;              /* one staging tile per warpgroup */
+    static constexpr int kDqBoxBytes = kDqRows * kDqCols * 4;       /* 8 KB: 64 rows x 32 FP32 */
+    static constexpr int kDqTileBytes = 2 * kDqBoxBytes;            /* 16 KB: a warpgroup's 64 queries x 64 FP32 */
+    static constexpr int kDsBytes = kBlockQ * kDsCtaPitch * 2;      /* 34 KB: [128 queries][128 keys + 8] */
+    static constexpr int kDsTiles = 2;                              /* by step parity */
     static constexpr int kK = 0;
     static constexpr int kV = kK + kKeyTileBytes;
     static constexpr int kQ = kV + kKeyTileBytes;                   /* kStages tiles */
     static constexpr int kDO = kQ + kStages * kQTileBytes;          /* kStages tiles */
     static constexpr int kDqTile = kDO + kStages * kQTileBytes;     /* one per consumer warpgroup */
-    static constexpr int kDs = kDqTile + kConsumerWarpgroups * kDqTileBytes; /* one per consumer warpgroup */
-    static constexpr int kRowState = kDs + kConsumerWarpgroups * kDsBytes;   /* float4 [kStages][kBlockQ] */
+    static constexpr int kDs = kDqTile + kConsumerWarpgroups * kDqTileBytes; /* kDsTiles, both warpgroups' keys */
+    static constexpr int kRowState = kDs + kDsTiles * kDsBytes;     /* float4 [kStages][kBlockQ] */
     static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
-    /* DQ_ALL_KEYS (keys64_pass) lays out the dQ and staging tiles' bytes as a dQ tile of 64 queries x 64 FP32 per
-       warpgroup (two boxes of 64 rows x 32 FP32), then two staging tiles [128 queries][kDsAllPitch] of both
-       warpgroups' keys, by step parity */
-    static constexpr int kDqRowsBoxBytes = 64 * kDqCols * 4;        /* 8 KB */
-    static constexpr int kDqRowsTileBytes = 2 * kDqRowsBoxBytes;    /* 16 KB */
-    static constexpr int kDsAll = kDqTile + kConsumerWarpgroups * kDqRowsTileBytes;
-    static constexpr int kDsAllBytes = kBlockQ * kDsAllPitch * 2;   /* 34 KB */
     static constexpr int kKvBuffers = 1;                            /* a second does not fit beside the rest */
     static constexpr int kKvBufferBytes = 0;
     static constexpr int kNumBarriers = 2 + 2 * kStages; /* kv_full, full[stages], empty[stages], kv_empty */
@@ -93,8 +86,6 @@ struct Keys64WidePlan {
                       kQTileBytes % kAtomBytes == 0 && kDqBoxBytes % kAtomBytes == 0,
                   "TMA tiles and swizzled boxes 1024-byte aligned");
     static_assert(kDsBytes % 16 == 0 && kRowState % 16 == 0, "float4 row state, 4-byte A loads");
-    static_assert(kDsAll + 2 * kDsAllBytes <= kRowState && kDqRowsBoxBytes % kAtomBytes == 0,
-                  "DQ_ALL_KEYS's tiles in the bytes of the dQ and staging tiles");
     static_assert(kAlloc <= 227 * 1024, "over the 227 KB of shared memory a Hopper CTA may have");
 };
 
@@ -299,71 +290,21 @@ __device__ __forceinline__ void issue_dkv(float (&dv)[32], float (&dk)[32], uint
     wgmma_commit();
 }
 
-/* dq0 = bf(dS)[queries 0..63] K_w, dq1 = bf(dS)[queries 64..127] K_w (64 x 64 each over the warpgroup's 64 keys):
-   A loaded from the staging tile (hopper_wgmma.cuh's load_staged_a_operand), K_w N-major (warpgroup_rs_issue_n64,
-   production's form); one commit group, waited for. The caller made the tile visible (warpgroup barrier). */
-__device__ __forceinline__ void dq_two_blocks(float (&dq0)[32], float (&dq1)[32], const bf16* ds_s, uint32_t kw_addr,
-                                              int warp_in_wg, int g, int t) {
+/* The staging tile of the CTA's step `step` (by parity), [128 queries][kDsCtaPitch] BF16: both warpgroups write
+   their bf(dS) to it (warpgroup wg keys 64 wg ..), each reads back its kDqRows query rows over all 128 keys. */
+__device__ __forceinline__ bf16* ds_cta_tile(unsigned char* smem, int step) {
+    return reinterpret_cast<bf16*>(smem + Keys64WidePlan::kDs + (step & 1) * Keys64WidePlan::kDsBytes);
+}
+
+/* dq = bf(dS)[64 queries][128 keys] K (64 x 64, reduced over the item's 128 keys): A loaded from the staging tile's
+   rows at ds_rows in two 64-key halves (hopper_wgmma.cuh's load_staged_a_operand), K N-major as its two 64-row
+   boxes from k_addr (warpgroup_rs_issue_n64); one commit group, waited for. The caller made both warpgroups'
+   halves of the rows visible (consumer barrier). */
+__device__ __forceinline__ void dq_rows(float (&dq)[32], const bf16* ds_rows, uint32_t k_addr, int warp_in_wg, int g,
+                                        int t) {
     uint32_t a0[kTileKSteps][4], a1[kTileKSteps][4];
-    load_staged_a_operand<kDsPitch>(a0, ds_s, warp_in_wg, g, t);
-    load_staged_a_operand<kDsPitch>(a1, ds_s + 64 * kDsPitch, warp_in_wg, g, t);
-#pragma unroll
-    for (int k = 0; k < 32; k++) dq0[k] = dq1[k] = 0.f;
-    reg_fences(a0, a1, dq0, dq1);
-    wgmma_fence();
-    warpgroup_rs_issue_n64(dq0, a0, kw_addr);
-    warpgroup_rs_issue_n64(dq1, a1, kw_addr);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fences(dq0, dq1, a0, a1);
-}
-
-/* One 64-query block of the dQ partial into the warpgroup's FP32 tile [rows][64]: two 128B-swizzled boxes of
-   32 columns x BOX_BYTES / 128 rows (128 rows, 16 KB each; 64 rows with DQ_ALL_KEYS); float2 (row, cols 8n + 2t)
-   is 16-byte chunk (2 (n % 4) + t / 2) ^ (row % 8) of row `row` of box n / 4. Rows 64 blk + 16 warp + g (+ 8):
-   row % 8 = g. */
-template <int BOX_BYTES = Keys64WidePlan::kDqBoxBytes>
-__device__ __forceinline__ void store_dq_block(unsigned char* dq_tile, const float (&dq)[32], int blk, int warp_in_wg,
-                                               int g, int t) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = 64 * blk + 16 * warp_in_wg + g + 8 * r;
-#pragma unroll
-        for (int n = 0; n < kHS / 8; n++) {
-            const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
-            *reinterpret_cast<float2*>(dq_tile + (n >> 2) * BOX_BYTES + row * kRowBytes +
-                                       chunk * 16 + (t & 1) * 8) =
-                make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-        }
-    }
-}
-
-/* Thread 0 of a warpgroup: the tile's two boxes (BOX_BYTES each, as store_dq_block) added to the accumulator rows
-   q0.. of head bh (rows past T are outside the map and skipped), one bulk group. */
-template <int BOX_BYTES = Keys64WidePlan::kDqBoxBytes>
-__device__ __forceinline__ void send_dq_tile(const CUtensorMap* dq_map, const unsigned char* dq_tile, int q0, int bh) {
-    tma_reduce_add_3d(dq_map, dq_tile, 0, q0, bh);
-    tma_reduce_add_3d(dq_map, dq_tile + BOX_BYTES, kDqCols, q0, bh);
-    bulk_commit_group();
-}
-
-/* ---- DQ_ALL_KEYS: each warpgroup's dQ rows over the item's 128 keys (FlashAttention-3's dQ layout) ---- */
-constexpr int kDqRows = kWideQ / kConsumerWarpgroups; /* the queries of a step whose dQ a warpgroup computes */
-
-/* The staging tile of the CTA's step `step` (by parity), [128 queries][kDsAllPitch]: keys 64 wg .. of it are
-   warpgroup wg's bf(dS). */
-__device__ __forceinline__ bf16* ds_all_tile(unsigned char* smem, int step) {
-    return reinterpret_cast<bf16*>(smem + Keys64WidePlan::kDsAll + (step & 1) * Keys64WidePlan::kDsAllBytes);
-}
-
-/* dq = bf(dS)[the warpgroup's 64 queries][128 keys] K (64 x 64 over 128 keys): A loaded from the rows of the staging
-   tile at ds_rows in two 64-key halves, K N-major as two 64-row boxes from k_addr (warpgroup_rs_issue_n64); one
-   commit group, waited for. The caller made both warpgroups' halves of the tile visible (consumer barrier). */
-__device__ __forceinline__ void dq_rows_all_keys(float (&dq)[32], const bf16* ds_rows, uint32_t k_addr, int warp_in_wg,
-                                                 int g, int t) {
-    uint32_t a0[kTileKSteps][4], a1[kTileKSteps][4];
-    load_staged_a_operand<kDsAllPitch>(a0, ds_rows, warp_in_wg, g, t);
-    load_staged_a_operand<kDsAllPitch>(a1, ds_rows + kWarpgroupKeys, warp_in_wg, g, t);
+    load_staged_a_operand<kDsCtaPitch>(a0, ds_rows, warp_in_wg, g, t);
+    load_staged_a_operand<kDsCtaPitch>(a1, ds_rows + kWarpgroupKeys, warp_in_wg, g, t);
 #pragma unroll
     for (int k = 0; k < 32; k++) dq[k] = 0.f;
     reg_fences(a0, a1, dq);
@@ -373,6 +314,32 @@ __device__ __forceinline__ void dq_rows_all_keys(float (&dq)[32], const bf16* ds
     wgmma_commit();
     wgmma_wait<0>();
     reg_fences(dq, a0, a1);
+}
+
+/* The 64 x 64 dQ partial into the warpgroup's FP32 tile: two 128B-swizzled boxes of 32 columns x 64 rows (8 KB
+   each); float2 (row, cols 8n + 2t) is 16-byte chunk (2 (n % 4) + t / 2) ^ (row % 8) of row `row` of box n / 4.
+   Rows 16 warp + g (+ 8): row % 8 = g. */
+__device__ __forceinline__ void store_dq_tile(unsigned char* dq_tile, const float (&dq)[32], int warp_in_wg, int g,
+                                              int t) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = 16 * warp_in_wg + g + 8 * r;
+#pragma unroll
+        for (int n = 0; n < kHS / 8; n++) {
+            const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
+            *reinterpret_cast<float2*>(dq_tile + (n >> 2) * Keys64WidePlan::kDqBoxBytes + row * kRowBytes +
+                                       chunk * 16 + (t & 1) * 8) =
+                make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+        }
+    }
+}
+
+/* Thread 0 of a warpgroup: the tile's two boxes added to the accumulator rows q.. of head bh (rows past T are
+   outside the map and skipped), one bulk group. */
+__device__ __forceinline__ void send_dq_tile(const CUtensorMap* dq_map, const unsigned char* dq_tile, int q, int bh) {
+    tma_reduce_add_3d(dq_map, dq_tile, 0, q, bh);
+    tma_reduce_add_3d(dq_map, dq_tile + Keys64WidePlan::kDqBoxBytes, kDqCols, q, bh);
+    bulk_commit_group();
 }
 
 /* ---- fp32's steps (64 queries): the split terms (pack_split_step: mode_numerics.cuh) ---- */
@@ -426,9 +393,6 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
    per row ({LSE} for bf16, {m, l} otherwise), D [B*NH*T] (and gproj's lambda) from the workspace; writes the
    k and v slots of dqkv; modes that send dQ add the s-less dQ partials to the accumulator behind dq_map.
    DQ_SLICES: the deterministic backward's per-key-block dQ slices (keymajor_dq_head; docs/determinism.md).
-   DQ_ALL_KEYS (bf16, repair): each warpgroup computes dQ for half of a step's queries over all 128 keys of the item
-   from one staging tile both warpgroups write (a consumer barrier per step), and sends a 64-row partial: half the
-   reduce-adds of a 128-row partial per warpgroup over its own 64 keys (the default).
    cta_abort: the CTA's abort flag, set by a wait that gave up. The body of both entry points below (their
    parameter lists differ: gproj has lambda, no dq_map).
    Work items: a key block of 128 keys of a head each, ceil(T / 128) x heads (B * NH) of them in the longest-first
@@ -437,7 +401,7 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
    each next one from a queue): the Q/dO stages and their phases run on over the CTA's items, the producer loads
    the next item's first stages while the consumers finish this one, the dQ reduce-adds are waited for once, at
    the end (dev/attention_lab/protocol_model.py plays this protocol under random interleavings). */
-template <int MODE, bool DQ_SLICES, bool DQ_ALL_KEYS = false>
+template <int MODE, bool DQ_SLICES>
 __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                             const CUtensorMap* dq_map, const float* __restrict__ stats,
                                             const float* __restrict__ D, const float* __restrict__ lambda,
@@ -526,10 +490,8 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
     const int wg = warpgroup, warp_in_wg = warp & 3, g = lane >> 2, t = lane & 3;
     const int tid_in_wg = threadIdx.x & 127; /* thread 0 of each warpgroup sends its dQ tile */
     const int key_row = warp_in_wg * 16 + g; /* within the warpgroup's 64 keys */
-    /* bf16, repair: the warpgroup's staging tile and dQ tile; fp32: its three staged dS terms */
-    bf16* const ds_s = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsWarpgroupBytes);
-    unsigned char* const dq_tile = smem + Plan::kDqTile + wg * (DQ_ALL_KEYS ? Keys64WidePlan::kDqRowsTileBytes
-                                                                            : Plan::kDqTileBytes);
+    /* the warpgroup's dQ tile (fp32: the first of its two, by step parity) */
+    unsigned char* const dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
     int seq = 0; /* the CTA's steps before this item (the producer's count) */
 #pragma unroll 1
     for (int use = 0;; use++) {
@@ -575,45 +537,23 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                     pack_a_n128(pa, st);
                     pack_a_n128(pds, dpt);
                 });
-                if constexpr (DQ_ALL_KEYS) {
-                    /* both warpgroups stage into the step's tile (by step parity: a warpgroup restages a tile only
-                       after the barrier of the step between, which the other passes after its A loads of it) */
-                    bf16* const ds_all = ds_all_tile(smem, seq + i);
-                    stage_ds_all<kDsAllPitch>(ds_all + wg * kWarpgroupKeys, pds, key_row, t);
-                    issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
-                    /* the previous step's reduce-adds have read the warpgroup's dQ tile before it is rewritten */
-                    if (tid_in_wg == 0) bulk_wait_group_read<0>();
-                    consumers_sync(); /* the tile holds both warpgroups' bf(dS) */
-                    wgmma_wait<0>();
-                    reg_fences(dv, dk, pa, pds);
-                    mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-                    float dq[32];
-                    dq_rows_all_keys(dq, ds_all + wg * kDqRows * kDsAllPitch, smem_u32(k_s), warp_in_wg, g, t);
-                    store_dq_block<Keys64WidePlan::kDqRowsBoxBytes>(dq_tile, dq, 0, warp_in_wg, g, t);
-                    fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy reads them */
-                    warpgroup_sync(wg);
-                    if (tid_in_wg == 0 && q0 + wg * kDqRows < T)
-                        send_dq_tile<Keys64WidePlan::kDqRowsBoxBytes>(dq_map, dq_tile, q0 + wg * kDqRows, dq_head);
-                } else {
-                    float dq0[32], dq1[32];
-                    /* the previous step's A loads of the staging tile are behind its last warpgroup barrier */
-                    stage_ds_all<kDsPitch>(ds_s, pds, key_row, t);
-                    issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
-                    /* the previous step's reduce-adds have read the (single) dQ tile before the barrier below lets
-                       the warpgroup rewrite it */
-                    if (tid_in_wg == 0) bulk_wait_group_read<0>();
-                    warpgroup_sync(wg); /* the staging tile is written */
-                    wgmma_wait<0>();
-                    reg_fences(dv, dk, pa, pds);
-                    mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-                    dq_two_blocks(dq0, dq1, ds_s, kw_addr, warp_in_wg, g, t);
-                    store_dq_block(dq_tile, dq0, 0, warp_in_wg, g, t);
-                    store_dq_block(dq_tile, dq1, 1, warp_in_wg, g, t);
-                    fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
-                    warpgroup_sync(wg); /* also: every A load of the staging tile is done before the next step
-                                           restages */
-                    if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
-                }
+                /* both warpgroups stage into the step's tile (by step parity: a warpgroup restages a tile only
+                   after the consumer barrier of the step between, which the other passes after its A loads of it) */
+                bf16* const ds_cta = ds_cta_tile(smem, seq + i);
+                stage_ds_all<kDsCtaPitch>(ds_cta + wg * kWarpgroupKeys, pds, key_row, t);
+                issue_dkv(dv, dk, pa, pds, q_addr, do_addr);
+                /* the previous step's reduce-adds have read the warpgroup's dQ tile before it is rewritten */
+                if (tid_in_wg == 0) bulk_wait_group_read<0>();
+                consumers_sync(); /* the tile holds both warpgroups' bf(dS) */
+                wgmma_wait<0>();
+                reg_fences(dv, dk, pa, pds);
+                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+                float dq[32];
+                dq_rows(dq, ds_cta + wg * kDqRows * kDsCtaPitch, smem_u32(k_s), warp_in_wg, g, t);
+                store_dq_tile(dq_tile, dq, warp_in_wg, g, t);
+                fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
+                warpgroup_sync(wg);
+                if (tid_in_wg == 0 && q0 + wg * kDqRows < T) send_dq_tile(dq_map, dq_tile, q0 + wg * kDqRows, dq_head);
             } else if constexpr (MODE == ATTN_GPROJ) {
                 float st[32], dpt[32];
                 warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
@@ -638,7 +578,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                 keymajor_gproj_dkv_batch<kHS>(dv, dk, pa, pds, plam, q_addr, do_addr);
                 mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
             } else { /* fp32 */
-                bf16* const ds_tiles = ds_s;
+                bf16* const ds_tiles = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsWarpgroupBytes);
                 float st[32], dpt[32];
                 warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
 
@@ -709,18 +649,16 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
         if (tid_in_wg == 0) bulk_wait_group<0>();
 }
 
-/* The entry point of the modes that send dQ partials (bf16, repair, fp32); DQ_ALL_KEYS: keys64_pass's (bf16 and
-   repair). */
-template <int MODE, bool DQ_SLICES, bool DQ_ALL_KEYS>
+/* The entry point of the modes that send dQ partials (bf16, repair, fp32). */
+template <int MODE, bool DQ_SLICES>
 __global__ void __launch_bounds__(kThreads, 1)
     keys64_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                   const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
                   const float* __restrict__ D, bf16* __restrict__ dqkv, int NH, int T, float scale, float c,
                   int section, int heads) {
     static_assert(Keys64Mode<MODE>::kSendsDq, "gproj's entry point is keys64_gproj_kernel");
-    static_assert(!DQ_ALL_KEYS || Keys64Mode<MODE>::Plan::kBlockQ == kWideQ, "bf16's and repair's 128-query steps");
     __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-    keys64_pass<MODE, DQ_SLICES, DQ_ALL_KEYS>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c,
+    keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c,
                                                section, heads, &cta_abort);
 }
 
@@ -763,16 +701,11 @@ void keys64_launch(const HopperBwdCall& c) {
                                    attn_softmax_scale(kHS), attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdO),
                                    s.B * s.NH);
     } else {
-        /* ATTN_BWD_DQ_ALL_KEYS=1 (bf16, repair): keys64_pass's DQ_ALL_KEYS, for the A/B */
-        constexpr bool kAllKeys = Mode::Plan::kBlockQ == kWideQ;
-        const bool all_keys = kAllKeys && hopper_env_switch("ATTN_BWD_DQ_ALL_KEYS", 0);
-        const auto kernel = all_keys ? (c.dq_slices ? keys64_kernel<MODE, true, kAllKeys>
-                                                    : keys64_kernel<MODE, false, kAllKeys>)
-                                     : (c.dq_slices ? keys64_kernel<MODE, true, false>
-                                                    : keys64_kernel<MODE, false, false>);
+        const auto kernel = c.dq_slices ? keys64_kernel<MODE, true> : keys64_kernel<MODE, false>;
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
-        const CUtensorMap dq_map = encode_dq_acc_map(c.dq_acc, s, all_keys ? kDqRows : Mode::Plan::kBlockQ, who,
-                                                     c.dq_slices ? n_key_blocks : 1);
+        /* 64-row boxes: a warpgroup's dQ rows of a 128-query step (bf16, repair), a 64-query step (fp32) */
+        static_assert(Keys64TilePlan<true>::kBlockQ == kDqRows, "fp32's step is one box of the dQ map");
+        const CUtensorMap dq_map = encode_dq_acc_map(c.dq_acc, s, kDqRows, who, c.dq_slices ? n_key_blocks : 1);
         launch_after_previous_grid(1, kernel, grid, dim3(kThreads), kAlloc, c.stream, maps.qkv, maps.dout,
                                    dq_map, c.stats, c.D, c.dqkv, s.NH, s.T, attn_softmax_scale(kHS),
                                    attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdOdQ), s.B * s.NH);
