@@ -20,13 +20,14 @@
  *     dS = P (dP - D)                       (FP32, masked entries exactly 0)
  *     dV += bf(P)^T dO,  dK += bf(dS)^T Q   (wgmma RS: the accumulator repacked as the A operand)
  *     dQ_acc += bf(dS) K                    (wgmma RS, A = bf(dS) staged through shared memory), the
- *                                           128 x 64 FP32 partial added to the workspace by TMA reduce-add
+ *                                           64 x 64 FP32 partial of each warpgroup's query rows over the
+ *                                           item's 128 keys added to the workspace by TMA reduce-add
  *   dK = bf(s dK_acc), dV = bf(dV_acc) into dqkv; dQ = bf(s dQ_acc) is the caller's post-pass.
  * Only the order of the FP32 sums differs from attn_bwd_kernel (tensor-core k-loops of 128 queries; dQ
- * partials per 64 keys here, per 128 there), so dQ/dK/dV agree within a few BF16 ulps of the row scale.
+ * partials per 128 keys in both), so dQ/dK/dV agree within a few BF16 ulps of the row scale.
  * DQ_SLICES (the deterministic backward, docs/determinism.md): the same kernel adds its partials into its key
- * block's own zeroed slice of the accumulator; the two warpgroups' adds onto zero commute, so the slice's
- * bits do not depend on their order.
+ * block's own zeroed slice of the accumulator; each row of a slice gets one add, onto zero, so the slice's bits
+ * do not depend on the order of the CTAs' adds.
  *
  * Work items: 128 keys of one (b, h) each, ceil(T / 128) x B*NH of them, longest key tiles first within
  * L2-sized sections of heads (tile_order.cuh). By default one CTA per SM runs items until none is left: its
@@ -48,29 +49,30 @@
  * the 256 consumer threads, released right after the dV/dK batch). Per step and consumer warpgroup:
  *   S^T, dP^T [64 keys x 128 queries]   m64n128k16 SS, 4 k-steps each, one commit group     64 + 64 regs
  *   P, dS in place, packed to BF16 A words (8 k-steps)                                       32 + 32 regs
- *   bf(dS) from the words to the warpgroup's staging tile [128 queries][64 + 8 keys]
+ *   bf(dS) from the words to the step's staging tile [128 queries][128 + 8 keys], the warpgroup's 64 key columns
  *   dV += bf(P)^T dO, dK += bf(dS)^T Q  m64n64k16 RS, 8 k-steps each over the 128-row N-major tiles
- *   (warpgroup barrier: the dS tile written; thread 0 first waited until its previous reduce-adds read the
- *    dQ tile)
- *   dQ rows 0-63 and 64-127 = bf(dS) K_w  two accumulators, m64n64k16 RS, A loaded from the staging tile
- *   the 128 x 64 FP32 partial into the warpgroup's 32 KB dQ tile (two 128B-swizzled boxes of 32 columns x 128
+ *   (consumer barrier, both warpgroups: the tile holds all 128 keys' bf(dS); thread 0 of each first waited until
+ *    its previous reduce-adds read its dQ tile)
+ *   dQ rows 64 wg .. 64 wg + 63 = bf(dS) K  m64n64k16 RS over the item's 128 keys, A loaded from the tile
+ *   the 64 x 64 FP32 partial into the warpgroup's 16 KB dQ tile (two 128B-swizzled boxes of 32 columns x 64
  *   rows), fence.proxy.async, warpgroup barrier, two TMA reduce-adds by thread 0 (rows past T: outside the map)
- * With ATTN_BWD_SCORES_SPLIT=1 (bf16 only: repair's pass spills 164 bytes with it) S^T and dP^T are two commit
- * groups: P is computed once S^T is done, under dP^T's GEMM (FlashAttention-3's order), then dS; the same values.
- * The switch is there for the A/B of the two (docs/attention_kernels.md, Not done).
+ * So each query row of a step gets one partial per CTA, summed over 128 keys in the tensor core
+ * (FlashAttention-3's dQ layout): half the reduce-adds of a partial per warpgroup over its own 64 keys, which
+ * kept L2 74% busy against cuDNN's 55% at d12's shape and ran the backward 9-14% slower
+ * (dev/results/keymajor_dq_all_keys_2026-12-05.md). The staging tiles alternate by step: a warpgroup restages
+ * a tile only after the next step's consumer barrier, which the other warpgroup reaches after its A loads of it.
  * qkv [B, T, 3, NH, 64] and dout [B, T, NH, 64] are 4-D TMA tensors {HS, heads, T, B} (hopper_wgmma.cuh's
  * encode_head_map): rows past T read as zeros, per batch; shared tiles use the 128-byte swizzle (one 128-byte
  * row = 64 BF16). Launched with programmatic dependent launch (launch_overlap.cuh): after the barrier init
  * every thread waits for the prep kernel's grid (D, the zeroed accumulator) and lets the dQ post-pass launch.
- * Shared memory (Keys64WidePlan): K, V 16 KB each; Q, dO 2 x 16 KB each; two 32 KB dQ tiles (one per warpgroup,
- * single-buffered: a second pair would pass 227 KB; the score phase separates a send from the next rewrite);
- * two dS staging tiles of 18 KB; row state 2 x 128 float4; barriers: 205872 bytes with the alignment slack
- * (one CTA per SM).
+ * Shared memory (Keys64WidePlan): K, V 16 KB each; Q, dO 2 x 16 KB each; two 16 KB dQ tiles (one per warpgroup,
+ * single-buffered: the score phase separates a send from the next rewrite); two dS staging tiles of 34 KB (by
+ * step parity); row state 2 x 128 float4; barriers: 205872 bytes with the alignment slack (one CTA per SM).
  * Registers (ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math; `make hopper_bwd64_wide-regs` prints them): both
  * kernel instantiations 168 at entry (232 after setmaxnreg.inc), 0 bytes spill, no C75xx (the producer keeps
  * the item it fills stages for in shared memory: with its 7 fields in registers it spilled 88-140 bytes at 40);
  * the probe's two
- * kernels 154 (scores) / 186, 0 spill. What ptxas forced (in the lab): 24 / 240 (HS 128's split) spilled 32 B
+ * kernels 154 / 154, 0 spill. What ptxas forced (in the lab): 24 / 240 (HS 128's split) spilled 32 B
  * in repair (the producer's fl(1/l) row state), 56 / 224 28 B, hence 40 / 232; the probe writing S^T / dP^T in
  * the same kernel as the dV/dK GEMMs serialised its wgmmas (C7512), hence a launch of its own.
  *
@@ -86,8 +88,9 @@
  * wgmma waits and setmaxnreg cannot be bounded (their counts are uniform by construction).
  * HS 128 is attention_hopper_bwd128.cu (its own layout: 64-query steps, dQ split by head-dimension halves);
  * attention_hopper_bwd_dispatch.cu picks the head size.
- * Not done: dS staged K-major swizzled with dQ as SS wgmmas in the dV/dK batch (measured: the same speed
- * within noise; docs/attention_kernels.md's design table); overlap of the dQ GEMM with the next step's scores;
+ * Not done: dS staged K-major swizzled with dQ as SS wgmmas in the dV/dK batch (measured with the earlier
+ * per-warpgroup dQ: the same speed within noise; docs/attention_kernels.md's design table); S^T and dP^T as two
+ * commit groups with P computed under dP^T's GEMM (measured: +-0.6%, no gain); overlap of the dQ GEMM with the next step's scores;
  * K/V double-buffered across items (a second 32 KB pair passes 227 KB); fp32 and gproj modes (their own
  * key-major passes: attention_hopper_bwd64_fp32.cu, attention_hopper_bwd_gproj.cu).
  * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
