@@ -90,9 +90,9 @@
  * attention_hopper_bwd_dispatch.cu picks the head size.
  * Not done: dS staged K-major swizzled with dQ as SS wgmmas in the dV/dK batch (measured with the earlier
  * per-warpgroup dQ: the same speed within noise; docs/attention_kernels.md's design table); S^T and dP^T as two
- * commit groups with P computed under dP^T's GEMM (measured: +-0.6%, no gain); overlap of the dQ GEMM with the next step's scores;
- * K/V double-buffered across items (a second 32 KB pair passes 227 KB); fp32 and gproj modes (their own
- * key-major passes: attention_hopper_bwd64_fp32.cu, attention_hopper_bwd_gproj.cu).
+ * commit groups with P computed under dP^T's GEMM (measured: +-0.6%, no gain); overlap of the dQ GEMM with the
+ * next step's scores; K/V double-buffered across items (a second 32 KB pair passes 227 KB); fp32 and gproj modes
+ * (their own key-major passes: attention_hopper_bwd64_fp32.cu, attention_hopper_bwd_gproj.cu).
  * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
  * file instantiates it for bf16 and repair: their passes (hopper_keys_pass<64, MODE, DQ_SLICES>, called by the
  * dispatch, attention_hopper_bwd_dispatch.cu) and the hang-record installer.

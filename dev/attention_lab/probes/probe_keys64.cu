@@ -77,7 +77,8 @@ __global__ void __launch_bounds__(128, 1)
     uint32_t pa[kWideQSteps][4], pds[kWideQSteps][4];
     pack_a_n128(pa, st);
     pack_a_n128(pds, dpt);
-    for (int wg = 0; wg < kConsumerWarpgroups; wg++) stage_ds_all<kDsCtaPitch>(ds_cta + wg * kWarpgroupKeys, pds, key_row, t);
+    for (int wg = 0; wg < kConsumerWarpgroups; wg++)
+        stage_ds_all<kDsCtaPitch>(ds_cta + wg * kWarpgroupKeys, pds, key_row, t);
     float dv[32], dk[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) dv[i] = dk[i] = 0.f;
