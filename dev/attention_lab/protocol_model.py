@@ -9,8 +9,9 @@ counts, phases and TMA byte counts, and the copies landing at random moments.
 Why: a protocol bug in the kernel (a parity, an arrival count, a buffer reused too early) hangs the GPU or
 silently reads a tile that was already overwritten; neither shows on a machine without one. The model checks,
 for every launch shape below, that every schedule ends (no deadlock), that no copy into a Q, K or V buffer is
-issued or lands while a consumer still reads the data it replaces (nor an item slot rewritten while read), and
-that no copy is left in flight. It models
+issued or lands while a consumer still reads the data it replaces (nor an item slot rewritten while read, nor
+a bf(dS) staging tile of the bf16/repair key-major pass rewritten while read or read before both warpgroups
+wrote it), and that no copy is left in flight. It models
 the kernel's order of waits and arrivals by hand: change it with the kernel.
 
 Usage: dev/attention_lab/protocol_model.py [--seeds N]   ends with "N passed, N failed"
@@ -79,6 +80,21 @@ def items(T, heads, rows):
     for w in range(q_tiles * heads):
         q0 = (q_tiles - 1 - w // heads) * rows
         yield q0, (min(q0 + rows, T) - 1) // KEYS + 1
+
+
+class Rendezvous:
+    """bar.sync of every consumer thread on one named barrier: a phase completes when `count` threads arrived"""
+
+    def __init__(self, count):
+        self.count, self.phase, self.arrived = count, 0, 0
+
+    def sync(self):
+        p = self.phase
+        self.arrived += 1
+        if self.arrived == self.count:
+            self.phase, self.arrived = self.phase + 1, 0
+        while self.phase == p:
+            yield
 
 
 def claims(every, cta, queued, rng):
@@ -294,7 +310,7 @@ def key_items(T, heads, step_rows):
         yield steps - w // heads * KEYS // step_rows  # key block w // heads (rank-major, one section)
 
 
-def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4, stages=2):
+def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4, stages=2, ds_tiles=0):
     """one CTA of the key-major pass over work items (hopper_bwd_common.cuh's keymajor_produce_items and the consumers'
     item loop of keys64_pass): two consumer warpgroups of threads_per_wg model threads each; K and V in
     kv_bufs buffers (kv_full[b]: one arrival + the copy; kv_empty[b]: every consumer thread, after the item's last
@@ -302,7 +318,11 @@ def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4,
     items. With one K/V buffer the producer fills an item's first stages before it waits for the previous item's K
     and V to be released; with two it loads an item's K and V first (the buffer's last item ended before the previous
     one began). The CTA's items: its first, then (grid below the item count) any number of random items; the end is an
-    item of no steps with a plain kv_full arrival. Returns None or the failure."""
+    item of no steps with a plain kv_full arrival. ds_tiles (bf16/repair: 2): each warpgroup stages its bf(dS) into
+    its half of the step's staging tile (step % ds_tiles), every consumer thread syncs on one named barrier, the
+    stage is released, and each thread reads the tile's both halves for its dQ rows; a half rewritten while read, or
+    read before this step's write, is the failure. The item ends with a sync on the same barrier (the give-up
+    check). Returns None or the failure."""
     consumers = 2 * threads_per_wg
     world = World()
     kv = Ring(world, "kv", kv_bufs, consumers)
@@ -310,6 +330,8 @@ def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4,
     every = list(key_items(T, heads, step_rows))
     queued = grid < len(every)
     slot = [None] * kv_bufs
+    consumers_bar = Rendezvous(consumers)
+    ds_step = [[None, None] for _ in range(ds_tiles)]  # the step whose bf(dS) each warpgroup's half holds
 
     def producer():
         seq = 0
@@ -345,12 +367,31 @@ def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4,
             yield from kv.acquire(me, use)
             for i in range(n):
                 assert world.owner["kv"][b] == use, f"K/V of use {world.owner['kv'][b]} read in a step of use {use}"
-                yield from qdo.read(me, seq + i)
+                if ds_tiles:
+                    step, wg = seq + i, me[0]
+                    tile = ("ds", step % ds_tiles)
+                    yield from qdo.acquire(me, step)
+                    yield  # S^T, dP^T, P, dS
+                    readers = world.reading.get(tile)
+                    assert not readers, f"staging tile {tile[1]} rewritten while {sorted(readers)} read it"
+                    ds_step[tile[1]][wg] = step
+                    yield from consumers_bar.sync()
+                    qdo.release(me, step)  # after the dV/dK GEMMs' wait
+                    world.reading.setdefault(tile, set()).add(me)
+                    held = ds_step[tile[1]]
+                    assert held == [step, step], f"staging tile {tile[1]} holds steps {held} at step {step}"
+                    yield  # the dQ GEMM's A loads
+                    assert ds_step[tile[1]] == [step, step], f"staging tile {tile[1]} rewritten during step {step}"
+                    world.reading[tile].discard(me)
+                else:
+                    yield from qdo.read(me, seq + i)
                 yield  # the dQ GEMM still reads K after the stage's release
                 assert world.owner["kv"][b] == use, f"K/V of use {world.owner['kv'][b]} read by the dQ GEMM of {use}"
             yield
             world.reading[("slot", b)].discard(me)
             kv.release(me, use)
+            if ds_tiles:
+                yield from consumers_bar.sync()  # consumers_sync_any: whether the CTA gave up
             seq += n
 
     live = [producer()] + [consumer((wg, i)) for wg in range(2) for i in range(threads_per_wg)]
@@ -458,11 +499,13 @@ def main():
                              args.seeds))
     # the HS-64 key-major pass: bf16/repair (128-query steps, one K/V buffer, two Q/dO stages), gproj (64, two, three),
     # fp32 (64, two, two)
-    for mode, step_rows, kv_bufs, stages in (("bf16/repair", 128, 1, 2), ("gproj", 64, 2, 3), ("fp32", 64, 2, 2)):
+    # (bf16/repair with the staging tiles of both warpgroups' bf(dS) by step parity)
+    for mode, step_rows, kv_bufs, stages, ds in (("bf16/repair", 128, 1, 2, 2), ("gproj", 64, 2, 3, 0),
+                                                 ("fp32", 64, 2, 2, 0)):
         results.append(sweep(f"key-major HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
                              lambda T, heads: -(-T // KEYS) * heads,
                              lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs,
-                                                                           rng, stages=stages),
+                                                                           rng, stages=stages, ds_tiles=ds),
                              args.seeds))
     # the HS-64 row pass: gproj (pipelined halves), fp32
     for mode, pipelined in (("gproj", True), ("fp32", False)):
