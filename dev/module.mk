@@ -35,7 +35,7 @@ $(BUILD)/dev/cudnn_check: $(BUILD)/dev/cudnn_check.cu.o $(ATTN_CUDA_OBJS) $(ATTN
 CPU_TEST_COMMANDS += "bash tests/test_attn_probe.sh"
 # dev/ptx_blocks.py (a kernel's PTX blocks and machine-code size, read without a GPU) on a synthetic module and cubin.
 CPU_TEST_COMMANDS += "python3 tests/test_ptx_blocks.py"
-# The Hopper forward's barrier protocol (dev/attention_lab/protocol_model.py) under random interleavings.
+# The Hopper passes' barrier protocols (dev/attention_lab/protocol_model.py) under random interleavings.
 CPU_TEST_COMMANDS += "python3 dev/attention_lab/protocol_model.py"
 # dev/bench_ab.py (bench_attention consoles of several builds as one A/B table) on consoles with known numbers.
 CPU_TEST_COMMANDS += "python3 tests/test_bench_ab.py"
