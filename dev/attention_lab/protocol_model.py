@@ -97,6 +97,33 @@ class Rendezvous:
             yield
 
 
+class HandOff:
+    """a named barrier of `count` threads passed from one warpgroup to the other: the giving warpgroup's threads
+    bar.arrive, the taking one's bar.sync and wait for the phase; a phase must be count / 2 arrivals of one
+    warpgroup and count / 2 syncs of the other (two hand-offs mixed in one phase are the failure)"""
+
+    def __init__(self, count):
+        self.count, self.phase, self.arrived = count, 0, []
+
+    def _arrive(self, kind, wg):
+        self.arrived.append((kind, wg))
+        if len(self.arrived) == self.count:
+            kinds = sorted(self.arrived)
+            half = self.count // 2
+            assert kinds[0][0] == "arrive" and kinds[-1][0] == "sync" and len(set(kinds)) == 2 and \
+                kinds.count(kinds[0]) == half, f"a hand-off phase of {kinds}"
+            self.phase, self.arrived = self.phase + 1, []
+
+    def arrive(self, wg):
+        self._arrive("arrive", wg)
+
+    def sync(self, wg):
+        p = self.phase
+        self._arrive("sync", wg)
+        while self.phase == p:
+            yield
+
+
 def claims(every, cta, queued, rng):
     """a CTA's items, then None: its first (every[cta]), then (a persistent launch, `queued`) any number of random
     items, any assignment the other CTAs' timing can leave it"""
@@ -310,7 +337,8 @@ def key_items(T, heads, step_rows):
         yield steps - w // heads * KEYS // step_rows  # key block w // heads (rank-major, one section)
 
 
-def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4, stages=2, ds_tiles=0):
+def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4, stages=2, ds_tiles=0,
+                 dq_turns=False):
     """one CTA of the key-major pass over work items (hopper_bwd_common.cuh's keymajor_produce_items and the consumers'
     item loop of keys64_pass): two consumer warpgroups of threads_per_wg model threads each; K and V in
     kv_bufs buffers (kv_full[b]: one arrival + the copy; kv_empty[b]: every consumer thread, after the item's last
@@ -322,7 +350,10 @@ def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4,
     its half of the step's staging tile (step % ds_tiles), every consumer thread syncs on one named barrier, the
     stage is released, and each thread reads the tile's both halves for its dQ rows; a half rewritten while read, or
     read before this step's write, is the failure. The item ends with a sync on the same barrier (the give-up
-    check). Returns None or the failure."""
+    check). dq_turns (fp32 under ATTN_BWD_FP32_DQ_TURNS=1): each warpgroup stages its own terms (after, at a step
+    after the other warpgroup's turn, the hand-off barrier), every consumer thread syncs, and the warpgroup whose
+    turn it is (the step's parity) reads both warpgroups' terms, then hands the barrier off. Returns None or the
+    failure."""
     consumers = 2 * threads_per_wg
     world = World()
     kv = Ring(world, "kv", kv_bufs, consumers)
@@ -332,6 +363,9 @@ def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4,
     slot = [None] * kv_bufs
     consumers_bar = Rendezvous(consumers)
     ds_step = [[None, None] for _ in range(ds_tiles)]  # the step whose bf(dS) each warpgroup's half holds
+    terms_free = HandOff(consumers)
+    wg_gemm = [Rendezvous(threads_per_wg) for _ in range(2)]  # a warpgroup's wgmma: complete once all issued it
+    terms_step = [None, None]  # dq_turns: the step whose dS terms each warpgroup's tiles hold
 
     def producer():
         seq = 0
@@ -383,6 +417,27 @@ def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4,
                     yield  # the dQ GEMM's A loads
                     assert ds_step[tile[1]] == [step, step], f"staging tile {tile[1]} rewritten during step {step}"
                     world.reading[tile].discard(me)
+                elif dq_turns:
+                    step, wg = seq + i, me[0]
+                    yield from qdo.acquire(me, step)
+                    yield  # S^T, dP^T
+                    if step > 0 and ((step - 1) & 1) != wg:  # the other warpgroup read these tiles at step - 1
+                        yield from terms_free.sync(wg)
+                    readers = world.reading.get(("terms", wg))
+                    assert not readers, f"warpgroup {wg}'s terms rewritten while {sorted(readers)} read them"
+                    terms_step[wg] = step
+                    yield from consumers_bar.sync()
+                    qdo.release(me, step)  # after the dV/dK GEMMs' wait
+                    if (step & 1) == wg:
+                        for w in (0, 1):
+                            world.reading.setdefault(("terms", w), set()).add(me)
+                        assert terms_step == [step, step], f"the terms hold steps {terms_step} at step {step}"
+                        yield  # the dQ GEMMs' A loads
+                        assert terms_step == [step, step], f"the terms rewritten during step {step}'s dQ loads"
+                        for w in (0, 1):
+                            world.reading[("terms", w)].discard(me)
+                        yield from wg_gemm[wg].sync()  # wgmma_wait<0>: the collective GEMMs read every thread's A
+                        terms_free.arrive(wg)
                 else:
                     yield from qdo.read(me, seq + i)
                 yield  # the dQ GEMM still reads K after the stage's release
@@ -390,7 +445,7 @@ def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4,
             yield
             world.reading[("slot", b)].discard(me)
             kv.release(me, use)
-            if ds_tiles:
+            if ds_tiles or dq_turns:
                 yield from consumers_bar.sync()  # consumers_sync_any: whether the CTA gave up
             seq += n
 
@@ -499,13 +554,15 @@ def main():
                              args.seeds))
     # the HS-64 key-major pass: bf16/repair (128-query steps, one K/V buffer, two Q/dO stages), gproj (64, two, three),
     # fp32 (64, two, two)
-    # (bf16/repair with the staging tiles of both warpgroups' bf(dS) by step parity)
-    for mode, step_rows, kv_bufs, stages, ds in (("bf16/repair", 128, 1, 2, 2), ("gproj", 64, 2, 3, 0),
-                                                 ("fp32", 64, 2, 2, 0)):
+    # (bf16/repair with the staging tiles of both warpgroups' bf(dS) by step parity; fp32 also with its dQ turns)
+    for mode, step_rows, kv_bufs, stages, ds, turns in (("bf16/repair", 128, 1, 2, 2, False),
+                                                        ("gproj", 64, 2, 3, 0, False), ("fp32", 64, 2, 2, 0, False),
+                                                        ("fp32 dQ turns", 64, 2, 2, 0, True)):
         results.append(sweep(f"key-major HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
                              lambda T, heads: -(-T // KEYS) * heads,
                              lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs,
-                                                                           rng, stages=stages, ds_tiles=ds),
+                                                                           rng, stages=stages, ds_tiles=ds,
+                                                                           dq_turns=turns),
                              args.seeds))
     # the HS-64 row pass: gproj (pipelined halves), fp32
     for mode, pipelined in (("gproj", True), ("fp32", False)):

@@ -44,6 +44,12 @@
  *   the partial into the warpgroup's swizzled FP32 dQ tile (the parity of the CTA's step count) and two TMA
  *   reduce-adds
  *   (attention_hopper_bwd.cu's flush, at 64 rows)
+ * With ATTN_BWD_FP32_DQ_TURNS=1 (keys64_pass's DQ_TURNS; built, its A/B not run yet) the warpgroups take turns by
+ * step parity: both stage their terms, a consumer barrier, and the one whose turn it is computes the step's dQ over
+ * the item's 128 keys from both warpgroups' tiles (six commit groups, warpgroup_dq_terms_all_keys) and sends one
+ * 64-row partial, then hands a named barrier to the other, which waits on it before it restages at the next step.
+ * Half the reduce-adds, as bf16's and repair's dq_rows (dev/results/keymajor_dq_all_keys_2026-12-05.md: 7-12% off
+ * their backward); the protocol model plays it (dev/attention_lab/protocol_model.py).
  * Shared memory: two K/V buffers (K, V 16 KB each), Q, dO 2 stages x 8 KB, three dS tiles [64][72] BF16 per
  * warpgroup (54 KB), row state 2 KB, barriers, four 16 KB FP32 dQ tiles: Keys64TilePlan<true>::kAlloc = 223232
  * bytes (<= 227 KB, asserted; no room for a third Q/dO stage).

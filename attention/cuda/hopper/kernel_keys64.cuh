@@ -387,6 +387,38 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
     reg_fences(dq, a0, a1);
 }
 
+/* DQ_TURNS: dq = sum over the three staged terms of both warpgroups' tiles (tiles0: keys 0..63, tiles1: keys
+   64..127) of A[64 q x 64 keys] K[64 keys x 64 dims]: six commit groups of 4 RS wgmmas into one accumulator,
+   term-major, keys 0..63 against K's first 64-row box and 64..127 against its second (k_addr + 8 KB), A in two
+   alternating register sets as warpgroup_dq_three_terms. Returns with everything waited for. The caller zeroed
+   dq and made both warpgroups' tiles visible (consumer barrier). */
+__device__ __forceinline__ void warpgroup_dq_terms_all_keys(float (&dq)[32], const bf16* tiles0, const bf16* tiles1,
+                                                            uint32_t k_addr, int warp_in_wg, int g, int t) {
+    uint32_t a0[kTileKSteps][4], a1[kTileKSteps][4];
+    reg_fence(dq);
+#pragma unroll
+    for (int piece = 0; piece < 2 * kDsTerms; piece++) {
+        const int term = piece / 2, half = piece % 2;
+        uint32_t (&a)[kTileKSteps][4] = (piece & 1) ? a1 : a0;
+        if (piece >= 2) { /* the group that read this set (piece - 2) is the older of the two in flight */
+            wgmma_wait<1>();
+            reg_fence(a);
+        }
+        load_staged_a_operand<kDsPitch>(a, (half ? tiles1 : tiles0) + term * kDsTileElems, warp_in_wg, g, t);
+        reg_fence(a);
+        wgmma_fence();
+        warpgroup_rs_issue_n64(dq, a, k_addr + half * Keys64WidePlan::kBoxBytes);
+        wgmma_commit();
+    }
+    wgmma_wait<0>();
+    reg_fences(dq, a0, a1);
+}
+
+/* DQ_TURNS: the named barrier by which the warpgroup that computed a step's dQ (bar.arrive, after its A loads)
+   lets the other restage its terms at the next step (bar.sync): 256 threads. Ids 1-3: warpgroup_sync's and
+   consumers_sync's. */
+constexpr int kTermsFreeBarrier = 4;
+
 /* ---- the kernel ---- */
 
 /* The key-major pass at HS 64 of mode MODE (the instantiation file's comment has the mode's design). stats
@@ -401,7 +433,7 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
    each next one from a queue): the Q/dO stages and their phases run on over the CTA's items, the producer loads
    the next item's first stages while the consumers finish this one, the dQ reduce-adds are waited for once, at
    the end (dev/attention_lab/protocol_model.py plays this protocol under random interleavings). */
-template <int MODE, bool DQ_SLICES>
+template <int MODE, bool DQ_SLICES, bool DQ_TURNS = false>
 __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                             const CUtensorMap* dq_map, const float* __restrict__ stats,
                                             const float* __restrict__ D, const float* __restrict__ lambda,
@@ -581,10 +613,14 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                 bf16* const ds_tiles = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsWarpgroupBytes);
                 float st[32], dpt[32];
                 warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
+                const int step = seq + i; /* the CTA's step: DQ_TURNS's turn is its parity */
+                if constexpr (DQ_TURNS)
+                    if (step > 0 && ((step - 1) & 1) != wg) /* the other warpgroup read these tiles at step - 1 */
+                        named_bar_sync(kTermsFreeBarrier, kConsumerThreads);
 
                 /* P, dS (attn_bwd_kernel's expressions, masked entries exactly 0), their four A words and the three
                    staged dS terms one k-step at a time. The previous step's reads of the staged tiles (its dQ A loads)
-                   are all behind its last warpgroup barrier. */
+                   are all behind its last warpgroup barrier (DQ_TURNS: behind the barrier above). */
                 const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
                 uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
                 with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
@@ -595,40 +631,54 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                             ds_tiles, key_row);
                 });
                 issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
-                /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it before
-                   the barrier below lets the warpgroup rewrite it */
-                if (tid_in_wg == 0) bulk_wait_group_read<1>();
-                warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
-                wgmma_wait<0>();
-                reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
-
-                float dq[32];
+                if constexpr (DQ_TURNS) {
+                    /* the warpgroups take turns by step: the one whose turn it is computes the step's dQ over the
+                       item's 128 keys from both warpgroups' staged terms and sends one 64-row partial (its own
+                       tile: its previous send, two steps back, must have read it) */
+                    const bool my_turn = (step & 1) == wg;
+                    unsigned char* const dq_own = smem + Plan::kDqTile + wg * 2 * Plan::kDqTileBytes;
+                    if (my_turn && tid_in_wg == 0) bulk_wait_group_read<0>();
+                    consumers_sync(); /* both warpgroups' three staged tiles are written */
+                    wgmma_wait<0>();
+                    reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
+                    mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+                    if (my_turn) {
+                        float dq[32];
 #pragma unroll
-                for (int k = 0; k < 32; k++) dq[k] = 0.f;
-                warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
-                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-
-                /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
-                   thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
-                unsigned char* dq_parity_tile =
-                    smem + Plan::kDqTile + (wg * 2 + ((seq + i) & 1)) * Plan::kDqTileBytes;
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int row = warp_in_wg * 16 + g + 8 * r;
-#pragma unroll
-                    for (int n = 0; n < kHS / 8; n++) {
-                        const int chunk = (2 * (n & 3) + (t >> 1)) ^ g;
-                        *reinterpret_cast<float2*>(dq_parity_tile + (n >> 2) * (kBlockQ * kRowBytes) + row * kRowBytes +
-                                                   chunk * 16 + (t & 1) * 8) =
-                            make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+                        for (int k = 0; k < 32; k++) dq[k] = 0.f;
+                        warpgroup_dq_terms_all_keys(dq, reinterpret_cast<const bf16*>(smem + Plan::kDs),
+                                                    reinterpret_cast<const bf16*>(smem + Plan::kDs +
+                                                                                  Plan::kDsWarpgroupBytes),
+                                                    smem_u32(k_s) + kvb * Plan::kKvBufferBytes, warp_in_wg, g, t);
+                        named_bar_arrive(kTermsFreeBarrier, kConsumerThreads); /* the other may restage its terms */
+                        store_dq_tile(dq_own, dq, warp_in_wg, g, t);
+                        fence_proxy_async();
+                        warpgroup_sync(wg);
+                        if (tid_in_wg == 0) send_dq_tile(dq_map, dq_own, q0, dq_head);
                     }
-                }
-                fence_proxy_async();
-                warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step restages */
-                if (tid_in_wg == 0) {
-                    tma_reduce_add_3d(dq_map, dq_parity_tile, 0, q0, dq_head);
-                    tma_reduce_add_3d(dq_map, dq_parity_tile + kBlockQ * kRowBytes, 32, q0, dq_head);
-                    bulk_commit_group();
+                } else {
+                    /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it
+                       before the barrier below lets the warpgroup rewrite it */
+                    if (tid_in_wg == 0) bulk_wait_group_read<1>();
+                    warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
+                    wgmma_wait<0>();
+                    reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
+
+                    float dq[32];
+#pragma unroll
+                    for (int k = 0; k < 32; k++) dq[k] = 0.f;
+                    warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
+                    mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+
+                    /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
+                       thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
+                    unsigned char* dq_parity_tile =
+                        smem + Plan::kDqTile + (wg * 2 + ((seq + i) & 1)) * Plan::kDqTileBytes;
+                    store_dq_tile(dq_parity_tile, dq, warp_in_wg, g, t);
+                    fence_proxy_async();
+                    warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step
+                                           restages */
+                    if (tid_in_wg == 0) send_dq_tile(dq_map, dq_parity_tile, q0, dq_head);
                 }
             }
         }
@@ -649,8 +699,8 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
         if (tid_in_wg == 0) bulk_wait_group<0>();
 }
 
-/* The entry point of the modes that send dQ partials (bf16, repair, fp32). */
-template <int MODE, bool DQ_SLICES>
+/* The entry point of the modes that send dQ partials (bf16, repair, fp32); DQ_TURNS: keys64_pass's (fp32). */
+template <int MODE, bool DQ_SLICES, bool DQ_TURNS>
 __global__ void __launch_bounds__(kThreads, 1)
     keys64_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                   const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
@@ -658,7 +708,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                   int section, int heads) {
     static_assert(Keys64Mode<MODE>::kSendsDq, "gproj's entry point is keys64_gproj_kernel");
     __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-    keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c,
+    static_assert(!DQ_TURNS || MODE == ATTN_FP32, "fp32's 64-query steps (bf16 and repair: dq_rows)");
+    keys64_pass<MODE, DQ_SLICES, DQ_TURNS>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c,
                                                section, heads, &cta_abort);
 }
 
@@ -701,7 +752,13 @@ void keys64_launch(const HopperBwdCall& c) {
                                    attn_softmax_scale(kHS), attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdO),
                                    s.B * s.NH);
     } else {
-        const auto kernel = c.dq_slices ? keys64_kernel<MODE, true> : keys64_kernel<MODE, false>;
+        /* ATTN_BWD_FP32_DQ_TURNS=1 (fp32): keys64_pass's DQ_TURNS, for the A/B */
+        constexpr bool kTurns = MODE == ATTN_FP32;
+        const bool turns = kTurns && hopper_env_switch("ATTN_BWD_FP32_DQ_TURNS", 0);
+        const auto kernel = turns ? (c.dq_slices ? keys64_kernel<MODE, true, kTurns>
+                                                 : keys64_kernel<MODE, false, kTurns>)
+                                  : (c.dq_slices ? keys64_kernel<MODE, true, false>
+                                                 : keys64_kernel<MODE, false, false>);
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         /* 64-row boxes: a warpgroup's dQ rows of a 128-query step (bf16, repair), a 64-query step (fp32) */
         static_assert(Keys64TilePlan<true>::kBlockQ == kDqRows, "fp32's step is one box of the dQ map");
