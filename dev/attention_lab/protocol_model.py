@@ -49,19 +49,21 @@ class Mbarrier:
 
 class NamedBarrier:
     """bar.sync / bar.arrive with a thread count: a phase completes when `count` threads have arrived, bar.sync
-    also waits for that. For the forward's turns (kTurnBarrier) every phase must be one warpgroup's syncs and the
-    other's arrivals, threads_per_wg of each: a phase of arrivals alone (one warpgroup arriving twice before the
-    other syncs) would let the syncing warpgroup through out of turn."""
+    also waits for that. Every phase must be one warpgroup's syncs and the other's arrivals, count / 2 of each:
+    for the forward's turns (kTurnBarrier, owner = the syncing warpgroup) a phase of arrivals alone (one
+    warpgroup arriving twice before the other syncs) would let the syncing warpgroup through out of turn; for a
+    hand-off that goes either way (owner None: fp32's kTermsFreeBarrier) two hand-offs mixed in one phase would."""
 
-    def __init__(self, count, owner):
+    def __init__(self, count, owner=None):
         self.count, self.owner, self.phase, self.arrived = count, owner, 0, []
 
     def _arrive(self, kind, wg):
         self.arrived.append((kind, wg))
         if len(self.arrived) == self.count:
             half = self.count // 2
-            want = [("sync", self.owner)] * half + [("arrive", 1 - self.owner)] * half
-            assert sorted(self.arrived) == sorted(want), f"turn barrier {self.owner}: a phase of {self.arrived}"
+            syncing = self.owner if self.owner is not None else next((w for k, w in self.arrived if k == "sync"), 0)
+            want = [("sync", syncing)] * half + [("arrive", 1 - syncing)] * half
+            assert sorted(self.arrived) == sorted(want), f"named barrier {self.owner}: a phase of {self.arrived}"
             self.phase, self.arrived = self.phase + 1, []
 
     def arrive(self, wg):
@@ -93,33 +95,6 @@ class Rendezvous:
         self.arrived += 1
         if self.arrived == self.count:
             self.phase, self.arrived = self.phase + 1, 0
-        while self.phase == p:
-            yield
-
-
-class HandOff:
-    """a named barrier of `count` threads passed from one warpgroup to the other: the giving warpgroup's threads
-    bar.arrive, the taking one's bar.sync and wait for the phase; a phase must be count / 2 arrivals of one
-    warpgroup and count / 2 syncs of the other (two hand-offs mixed in one phase are the failure)"""
-
-    def __init__(self, count):
-        self.count, self.phase, self.arrived = count, 0, []
-
-    def _arrive(self, kind, wg):
-        self.arrived.append((kind, wg))
-        if len(self.arrived) == self.count:
-            kinds = sorted(self.arrived)
-            half = self.count // 2
-            assert kinds[0][0] == "arrive" and kinds[-1][0] == "sync" and len(set(kinds)) == 2 and \
-                kinds.count(kinds[0]) == half, f"a hand-off phase of {kinds}"
-            self.phase, self.arrived = self.phase + 1, []
-
-    def arrive(self, wg):
-        self._arrive("arrive", wg)
-
-    def sync(self, wg):
-        p = self.phase
-        self._arrive("sync", wg)
         while self.phase == p:
             yield
 
@@ -363,7 +338,7 @@ def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4,
     slot = [None] * kv_bufs
     consumers_bar = Rendezvous(consumers)
     ds_step = [[None, None] for _ in range(ds_tiles)]  # the step whose bf(dS) each warpgroup's half holds
-    terms_free = HandOff(consumers)
+    terms_free = NamedBarrier(consumers)  # the hand-off of kTermsFreeBarrier, either way
     wg_gemm = [Rendezvous(threads_per_wg) for _ in range(2)]  # a warpgroup's wgmma: complete once all issued it
     terms_step = [None, None]  # dq_turns: the step whose dS terms each warpgroup's tiles hold
 
