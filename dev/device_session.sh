@@ -13,7 +13,7 @@
 # Usage: dev/device_session.sh OUTDIR PHASE [PHASE ...]
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
-#           stepkernels oldtree attnab bitsab profiles resumecheck smallstep power launches sass ncusource
+#           stepkernels oldtree attnab bitsab switchab profiles resumecheck smallstep power launches sass ncusource
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -620,6 +620,29 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
                 env $envs timeout 120 $bin $shapes --modes "${AB_MODES:-gproj,bf16}" > "$OUT/attnab_${rep}_$t.txt" 2>&1
                 say "   round $rep $t: rc $?"
                 grep -E '^B[0-9]' "$OUT/attnab_${rep}_$t.txt" | tee -a "$SUMMARY"
+            done
+        done
+        end 0 ;;
+    switchab)
+        # a kernel schedule behind a run-time switch, measured in one call against the same build: SWITCH (VAR=1,
+        # required) in SW_MODES (bench_attention modes, default fp32): the attention test under it, the attnab
+        # rounds (AB_REPS, default 5; AB_SHAPES) summarised by dev/bench_ab.py, then SW_MODEL (default 450m) B16
+        # whole steps (profile_gpu_step, 8 steps) of the first mode without and with it, twice, alternating
+        sw=${SWITCH:?switchab needs SWITCH=VAR=1}; modes=${SW_MODES:-fp32}
+        begin "switch A/B: $sw in $modes"
+        run_test "test_attention_gpu_switch" 240 env "$sw" build/tests/test_attention_gpu
+        AB_OLD=. AB_NEW_ENV="$sw" AB_MODES="$modes" AB_REPS=${AB_REPS:-5} \
+            AB_SHAPES=${AB_SHAPES:-32,12,1024,64 16,16,1024,64 8,16,1024,64 4,16,2048,64} bash "$0" "$OUT/ab" attnab \
+            > /dev/null 2>&1
+        python3 dev/bench_ab.py off="$OUT/ab/attnab_*_old.txt" on="$OUT/ab/attnab_*_new.txt" \
+            > "$OUT/switchab_attention.md" 2>&1
+        tee -a "$SUMMARY" < "$OUT/switchab_attention.md"
+        for rep in 1 2; do
+            for e in off on; do
+                envs=""; [ $e = on ] && envs=$sw
+                env $envs timeout 120 build/dev/profile_gpu_step --model "${SW_MODEL:-450m}" --batch 16 --seq 1024 \
+                    --attn "${modes%%,*}" --steps 8 > "$OUT/switchab_step_${rep}_$e.txt" 2>&1
+                say "   step $rep $e: $(grep -h 'ms/step' "$OUT/switchab_step_${rep}_$e.txt" | head -1)"
             done
         done
         end 0 ;;
