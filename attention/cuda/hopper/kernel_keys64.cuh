@@ -149,7 +149,7 @@ static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads
    entry point takes dq_map), kLambda (the producer's keymajor_stage_row_state arm). What a mode does with S^T
    and dP^T is its block of keys64_pass's step, not a method here (kernel_keys128.cuh says why). */
 template <int MODE>
-struct Keys64Mode { /* bf16 and repair: 128-query steps, a bf(dS) staging tile and a dQ tile per warpgroup */
+struct Keys64Mode { /* bf16 and repair: 128-query steps, bf(dS) staging tiles of both warpgroups, a dQ tile each */
     static_assert(MODE == ATTN_BF16 || MODE == ATTN_REPAIR, "bf16 and repair (gproj and fp32 below)");
     using Plan = Keys64WidePlan;
     static constexpr bool kProducerTraps = false, kSendsDq = true;
