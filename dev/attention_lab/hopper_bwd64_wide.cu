@@ -2,9 +2,8 @@
  * dev/attention_lab/hopper_bwd64_wide.cu - lab of the production Hopper (sm_90a) key-major backward of bf16 and
  * repair modes at head size 64 with 128-query steps (attention/cuda/hopper/attention_hopper_bwd.cu: 384 threads, a producer
  * warpgroup, setmaxnreg 40 / 232, each warpgroup's 64 dQ rows over 128 keys through a 16 KB FP32 tile and TMA
- * reduce-adds): its layout
- * probe, then the backward by attention_backward_cuda on the default path (on sm_90: prep, this kernel, dQ
- * post-pass) and the kernel alone, against the same call with AttnOptions.force_portable = 1 (the mma.sync
+ * reduce-adds): its layout probe, then the backward by attention_backward_cuda on the default path (on sm_90:
+ * prep, this kernel, dQ post-pass) and the kernel alone, against the same call with AttnOptions.force_portable = 1 (the mma.sync
  * kernels), element by element, and the timings. The kernel lives in the library only; this file is host code
  * plus a spin kernel and a dQ post-pass for checks (a) and (c) and the timing.
  *
