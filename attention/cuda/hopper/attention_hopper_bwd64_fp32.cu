@@ -46,7 +46,7 @@
  *   (attention_hopper_bwd.cu's flush, at 64 rows)
  * With ATTN_BWD_FP32_DQ_TURNS=1 (keys64_pass's DQ_TURNS; built, its A/B not run yet) the warpgroups take turns by
  * step parity: both stage their terms, a consumer barrier, and the one whose turn it is computes the step's dQ over
- * the item's 128 keys from both warpgroups' tiles (six commit groups, warpgroup_dq_terms_all_keys) and sends one
+ * the item's 128 keys from both warpgroups' tiles (six commit groups, warpgroup_dq_three_terms<2>) and sends one
  * 64-row partial, then hands a named barrier to the other, which waits on it before it restages at the next step.
  * Half the reduce-adds, as bf16's and repair's dq_rows (dev/results/keymajor_dq_all_keys_2026-12-05.md: 7-12% off
  * their backward); the protocol model plays it (dev/attention_lab/protocol_model.py).

@@ -360,51 +360,29 @@ __device__ __forceinline__ void issue_dkv_split_batch(float (&dv)[32], float (&d
     wgmma_commit();
 }
 
-/* dq += sum over the three staged terms of A[64 q x 64 keys] K_w[64 keys x 64 dims] (K_w N-major:
-   hopper_wgmma.cuh's warpgroup_rs_issue_n64): three commit groups of 4 RS wgmmas into one accumulator, A loaded
-   from each tile into two alternating register sets (the third term reuses the first set after wait<1> says its
-   group completed: 32 A registers in flight, not 48 - with all three sets live ptxas serialised the wgmmas,
-   C7512, at the 168 registers a 288-thread CTA gets). Returns with everything waited for. The caller zeroed dq
-   and made the tiles visible (warpgroup barrier). */
+/* dq += sum over the three staged terms of A[64 q x 64 keys] K[64 keys x 64 dims] (K N-major: hopper_wgmma.cuh's
+   warpgroup_rs_issue_n64), over KEY_HALVES 64-key halves: term-major commit groups of 4 RS wgmmas into one
+   accumulator, A loaded from each tile into two alternating register sets (a set is reloaded only after wait<1>
+   says the group that read it completed: 32 A registers in flight, not 48 - with all three sets live ptxas
+   serialised the wgmmas, C7512, at the 168 registers a 288-thread CTA gets). KEY_HALVES 1: the warpgroup's own
+   tiles against K_w at k_addr; 2 (DQ_TURNS): tiles (keys 0..63) and tiles1 (keys 64..127), both warpgroups',
+   against K's two 64-row boxes from k_addr. Returns with everything waited for. The caller zeroed dq and made
+   the tiles visible (a warpgroup barrier; with two halves, the consumer barrier). */
+template <int KEY_HALVES = 1>
 __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const bf16* tiles, uint32_t k_addr,
-                                                         int warp_in_wg, int g, int t) {
+                                                         int warp_in_wg, int g, int t,
+                                                         const bf16* tiles1 = nullptr) {
     uint32_t a0[kTileKSteps][4], a1[kTileKSteps][4];
     reg_fence(dq);
 #pragma unroll
-    for (int term = 0; term < kDsTerms; term++) {
-        uint32_t (&a)[kTileKSteps][4] = (term & 1) ? a1 : a0;
-        if (term >= 2) { /* the group that read this set (term - 2) is the older of the two in flight */
-            wgmma_wait<1>();
-            reg_fence(a);
-        }
-        load_staged_a_operand<kDsPitch>(a, tiles + term * kDsTileElems, warp_in_wg, g, t);
-        reg_fence(a);
-        wgmma_fence();
-        warpgroup_rs_issue_n64(dq, a, k_addr);
-        wgmma_commit();
-    }
-    wgmma_wait<0>();
-    reg_fences(dq, a0, a1);
-}
-
-/* DQ_TURNS: dq = sum over the three staged terms of both warpgroups' tiles (tiles0: keys 0..63, tiles1: keys
-   64..127) of A[64 q x 64 keys] K[64 keys x 64 dims]: six commit groups of 4 RS wgmmas into one accumulator,
-   term-major, keys 0..63 against K's first 64-row box and 64..127 against its second (k_addr + 8 KB), A in two
-   alternating register sets as warpgroup_dq_three_terms. Returns with everything waited for. The caller zeroed
-   dq and made both warpgroups' tiles visible (consumer barrier). */
-__device__ __forceinline__ void warpgroup_dq_terms_all_keys(float (&dq)[32], const bf16* tiles0, const bf16* tiles1,
-                                                            uint32_t k_addr, int warp_in_wg, int g, int t) {
-    uint32_t a0[kTileKSteps][4], a1[kTileKSteps][4];
-    reg_fence(dq);
-#pragma unroll
-    for (int piece = 0; piece < 2 * kDsTerms; piece++) {
-        const int term = piece / 2, half = piece % 2;
+    for (int piece = 0; piece < KEY_HALVES * kDsTerms; piece++) {
+        const int term = piece / KEY_HALVES, half = piece % KEY_HALVES;
         uint32_t (&a)[kTileKSteps][4] = (piece & 1) ? a1 : a0;
         if (piece >= 2) { /* the group that read this set (piece - 2) is the older of the two in flight */
             wgmma_wait<1>();
             reg_fence(a);
         }
-        load_staged_a_operand<kDsPitch>(a, (half ? tiles1 : tiles0) + term * kDsTileElems, warp_in_wg, g, t);
+        load_staged_a_operand<kDsPitch>(a, (half ? tiles1 : tiles) + term * kDsTileElems, warp_in_wg, g, t);
         reg_fence(a);
         wgmma_fence();
         warpgroup_rs_issue_n64(dq, a, k_addr + half * Keys64WidePlan::kBoxBytes);
@@ -646,10 +624,10 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                         float dq[32];
 #pragma unroll
                         for (int k = 0; k < 32; k++) dq[k] = 0.f;
-                        warpgroup_dq_terms_all_keys(dq, reinterpret_cast<const bf16*>(smem + Plan::kDs),
+                        warpgroup_dq_three_terms<2>(dq, reinterpret_cast<const bf16*>(smem + Plan::kDs),
+                                                    smem_u32(k_s) + kvb * Plan::kKvBufferBytes, warp_in_wg, g, t,
                                                     reinterpret_cast<const bf16*>(smem + Plan::kDs +
-                                                                                  Plan::kDsWarpgroupBytes),
-                                                    smem_u32(k_s) + kvb * Plan::kKvBufferBytes, warp_in_wg, g, t);
+                                                                                  Plan::kDsWarpgroupBytes));
                         named_bar_arrive(kTermsFreeBarrier, kConsumerThreads); /* the other may restage its terms */
                         store_dq_tile(dq_own, dq, warp_in_wg, g, t);
                         fence_proxy_async();
