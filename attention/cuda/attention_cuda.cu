@@ -865,9 +865,9 @@ __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __res
 /* ------------------------------------------------------------------------ */
 /* The deterministic backward gives every key block kb (kBwdKeyTile = ATTN_BWD_KEY_BLOCK keys, the CTA of every
    key-major kernel) its own FP32 dQ accumulator, slice kb of slices [n_slices][B*NH][T][HS]. Key block kb adds
-   into rows kb * kBwdKeyTile .. T-1 of its slice (queries before its first key see none of its keys), at most
-   two adds per element (HS-64 Hopper kernels: one per consumer warpgroup), and two FP32 adds onto zero give
-   the same bits in either order. The post-pass then sums the slices in key-block order. */
+   into rows kb * kBwdKeyTile .. T-1 of its slice (queries before its first key see none of its keys), one add
+   per element, so a slice holds the block's partial whatever the order of the blocks' adds. The post-pass then
+   sums the slices in key-block order. */
 
 /* Zeroes rows kb * kBwdKeyTile .. T-1 of slice kb = blockIdx.z of every head (blockIdx.y), 8 floats per thread
    (two float4 stores; the workspace is 16-byte aligned and HS a multiple of 8): grid (ceil(T * HS / 8 / 256),

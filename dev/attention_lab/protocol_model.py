@@ -325,7 +325,7 @@ def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4,
     its half of the step's staging tile (step % ds_tiles), every consumer thread syncs on one named barrier, the
     stage is released, and each thread reads the tile's both halves for its dQ rows; a half rewritten while read, or
     read before this step's write, is the failure. The item ends with a sync on the same barrier (the give-up
-    check). dq_turns (fp32 under ATTN_BWD_FP32_DQ_TURNS=1): each warpgroup stages its own terms (after, at a step
+    check). dq_turns (fp32): each warpgroup stages its own terms (after, at a step
     after the other warpgroup's turn, the hand-off barrier), every consumer thread syncs, and the warpgroup whose
     turn it is (the step's parity) reads both warpgroups' terms, then hands the barrier off. Returns None or the
     failure."""
@@ -529,10 +529,9 @@ def main():
                              args.seeds))
     # the HS-64 key-major pass: bf16/repair (128-query steps, one K/V buffer, two Q/dO stages), gproj (64, two, three),
     # fp32 (64, two, two)
-    # (bf16/repair with the staging tiles of both warpgroups' bf(dS) by step parity; fp32 also with its dQ turns)
+    # (bf16/repair with the staging tiles of both warpgroups' bf(dS) by step parity; fp32 with its dQ turns)
     for mode, step_rows, kv_bufs, stages, ds, turns in (("bf16/repair", 128, 1, 2, 2, False),
-                                                        ("gproj", 64, 2, 3, 0, False), ("fp32", 64, 2, 2, 0, False),
-                                                        ("fp32 dQ turns", 64, 2, 2, 0, True)):
+                                                        ("gproj", 64, 2, 3, 0, False), ("fp32", 64, 2, 2, 0, True)):
         results.append(sweep(f"key-major HS 64 {mode}", (1, 77, 128, 129, 256, 385, 1000, 1024, 2048),
                              lambda T, heads: -(-T // KEYS) * heads,
                              lambda cta, grid, T, heads, rng: run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs,

@@ -18,14 +18,14 @@
  *   S^T = K_w Q^T, dP^T = V_w dO^T (FP32), P = exp2((S - m) c) * fl(1/l), dS = P (dP - D), masked entries 0;
  *   dV += bf(P)^T dO + bf(P - bf(P))^T dO               (two RS n64 batches chained into one accumulator)
  *   dK += bf(dS)^T Q + bf(r1)^T Q, r1 = dS - bf(dS)      (the same chaining)
- *   dQ_acc += (bf(dS) + bf(r1) + bf(r1 - bf(r1))) K_w    (three staged terms, one FP32 accumulator: 24
+ *   dQ_acc += (bf(dS) + bf(r1) + bf(r1 - bf(r1))) K      (three staged terms, one FP32 accumulator: 24
  *                                                        significant bits, since dQ sums dS against keys that
  *                                                        may share a large common offset)
  *   dK = bf(s acc), dV = bf(acc) into the k and v slots of dqkv; the s-less dQ partial goes to the workspace's
  *   FP32 accumulator by TMA reduce-add, and the portable post-pass (attn_bwd_dq_kernel) writes dQ = bf(s acc).
  *   Workspace contract = attn_bwd_kernel's: the prep kernel zeroed dq_acc [B*NH*T][64], the row pass wrote D.
  *   DQ_SLICES (the deterministic backward, docs/determinism.md): the partials go to the key block's own zeroed
- *   slice; the two warpgroups' adds onto zero commute, so the slice's bits do not depend on their order.
+ *   slice, one add per slice row (a step's dQ covers the block's 128 keys), so its bits are the partial's.
  *
  * Layout: 384 threads (two consumer warpgroups of 64 keys and a producer warpgroup, one warp of which works; setmaxnreg
  * 40 / 232; 2 Q/dO stages; two K/V buffers, item u in buffer u % 2), over work items of 128 keys of a head taken from a
@@ -33,26 +33,25 @@
  * comment has the item protocol), with hopper_wgmma.cuh's 64 x 64 steps, hopper_bwd_common.cuh's producer and epilogue
  * and mode_numerics.cuh's row state and split terms (pack_split_step). Per step and consumer warpgroup:
  *   S^T, dP^T                   warpgroup_two_ss_64x64                                   32 + 32 regs
+ *   (the named barrier kTermsFreeBarrier, if the other warpgroup read this one's tiles at the step before)
  *   P, dS one k-step (16 queries) at a time -> A words bf(P), bf(P - bf(P)), bf(dS), bf(r1) (16 registers per
- *     k-step) and bf(dS), bf(r1), bf(r1 - bf(r1)) stored to the warpgroup's three private tiles [query][key]
- *     (their previous reads are behind the previous step's last warpgroup barrier)
+ *     k-step) and bf(dS), bf(r1), bf(r1 - bf(r1)) stored to the warpgroup's three tiles [query][key]
  *   dV, dK: one batch of 16 m64n64k16 RS (warpgroup_rs_issue_n64, two chained per accumulator):
  *     64 accumulator + 64 A registers in flight
- *   (warpgroup barrier: the three tiles written; this parity's dQ tile read by its last reduce-add)
- *   dQ: three commit groups of 4 RS wgmmas (one per term) into one 32-register accumulator, A loaded from the
- *     tiles into two alternating register sets of 16 (wait<1> before the first set is reloaded)
- *   the partial into the warpgroup's swizzled FP32 dQ tile (the parity of the CTA's step count) and two TMA
- *   reduce-adds
- *   (attention_hopper_bwd.cu's flush, at 64 rows)
- * With ATTN_BWD_FP32_DQ_TURNS=1 (keys64_pass's DQ_TURNS; built, its A/B not run yet) the warpgroups take turns by
- * step parity: both stage their terms, a consumer barrier, and the one whose turn it is computes the step's dQ over
- * the item's 128 keys from both warpgroups' tiles (six commit groups, warpgroup_dq_three_terms<2>) and sends one
- * 64-row partial, then hands a named barrier to the other, which waits on it before it restages at the next step.
- * Half the reduce-adds, as bf16's and repair's dq_rows (dev/results/keymajor_dq_all_keys_2026-12-05.md: 7-12% off
- * their backward); the protocol model plays it (dev/attention_lab/protocol_model.py).
+ *   (a consumer barrier: both warpgroups' tiles written)
+ *   dQ, in turns by step parity: the warpgroup whose turn it is computes the step's 64 query rows over the item's
+ *     128 keys from both warpgroups' tiles: six commit groups of 4 RS wgmmas (a term and a 64-key half each) into
+ *     one 32-register accumulator, A loaded into two alternating register sets of 16 (warpgroup_dq_three_terms<2>);
+ *     it arrives on kTermsFreeBarrier, writes the partial into its swizzled FP32 dQ tile (sent from every other
+ *     step: the send two steps back must have read it) and sends it with two TMA reduce-adds
+ *     (attention_hopper_bwd.cu's flush, at 64 rows). The other warpgroup goes on to its next step's scores.
+ *   One partial per step and item instead of one per warpgroup: half the reduce-adds, as bf16's and repair's dq_rows
+ *   (dev/results/keymajor_dq_all_keys_2026-12-05.md); fp32's backward 2.6-3.4% faster than with each warpgroup's
+ *   own 64-key partial (dev/results/fp32_dq_turns_2026-12-05.md). The protocol model plays the hand-off
+ *   (dev/attention_lab/protocol_model.py).
  * Shared memory: two K/V buffers (K, V 16 KB each), Q, dO 2 stages x 8 KB, three dS tiles [64][72] BF16 per
- * warpgroup (54 KB), row state 2 KB, barriers, four 16 KB FP32 dQ tiles: Keys64TilePlan<true>::kAlloc = 223232
- * bytes (<= 227 KB, asserted; no room for a third Q/dO stage).
+ * warpgroup (54 KB), row state 2 KB, barriers, two 16 KB FP32 dQ tiles: Keys64TilePlan<true>::kAlloc = 190464
+ * bytes (<= 227 KB, asserted).
  * Registers (`make hopper_bwd64_fp32-regs`, ptxas -v, CUDA 13.0, sm_90a, -O3 --use_fast_math):
  * keys64_kernel<ATTN_FP32, *> 168 at entry, 232 in the consumers after setmaxnreg.inc, no C75xx warning, 0 bytes
  * spill (with a producer warp and no setmaxnreg, 288 threads at 168 registers each, the kernel without slices

@@ -94,8 +94,9 @@ constexpr int kDsTerms = 3; /* fp32's staged dS terms: bf(dS), bf(r1), bf(r1 - b
 
 /* Two K/V buffers (item u in buffer u % 2: the next item's K and V land while the consumers finish this one),
    kStages Q and dO tiles of 64 queries (gproj 3, so that a stage's copies have two steps to land; fp32 2), with
-   FP32_TILES fp32's per-warpgroup three staged dS terms [64 query][kDsPitch] and two FP32 dQ tiles [64 queries][64]
-   per warpgroup (by step parity), the row state float4 [kStages][64], the barriers. */
+   FP32_TILES fp32's per-warpgroup three staged dS terms [64 query][kDsPitch] and one FP32 dQ tile [64 queries][64]
+   per warpgroup (the warpgroup sends from it every other step), the row state float4 [kStages][64], the
+   barriers. */
 template <bool FP32_TILES>
 struct Keys64TilePlan {
     static constexpr int kStages = FP32_TILES ? 2 : 3;        /* fp32: no room for a third */
@@ -116,9 +117,9 @@ struct Keys64TilePlan {
     static constexpr int kBarriers = kRowState + kStages * kBlockQ * 16;
     /* kv_full[kKvBuffers], full[stages], empty[stages], kv_empty[kKvBuffers] */
     static constexpr int kNumBarriers = 2 * kKvBuffers + 2 * kStages;
-    static constexpr int kDqTileBytes = kBlockQ * kHS * 4;    /* fp32: per warpgroup 2 (step parity) */
+    static constexpr int kDqTileBytes = kBlockQ * kHS * 4;    /* fp32: one per warpgroup */
     static constexpr int kDqTile = (kBarriers + 8 * kNumBarriers + kAtomBytes - 1) / kAtomBytes * kAtomBytes;
-    static constexpr int kBytes = FP32_TILES ? kDqTile + kConsumerWarpgroups * 2 * kDqTileBytes
+    static constexpr int kBytes = FP32_TILES ? kDqTile + kConsumerWarpgroups * kDqTileBytes
                                              : kBarriers + 8 * kNumBarriers;
     static constexpr int kAlloc = kBytes + kAtomBytes;        /* slack to align the base to 1024 */
     static_assert(kQ % kAtomBytes == 0 && kDO % kAtomBytes == 0, "TMA tiles 1024-byte aligned");
@@ -365,8 +366,8 @@ __device__ __forceinline__ void issue_dkv_split_batch(float (&dv)[32], float (&d
    accumulator, A loaded from each tile into two alternating register sets (a set is reloaded only after wait<1>
    says the group that read it completed: 32 A registers in flight, not 48 - with all three sets live ptxas
    serialised the wgmmas, C7512, at the 168 registers a 288-thread CTA gets). KEY_HALVES 1: the warpgroup's own
-   tiles against K_w at k_addr; 2 (DQ_TURNS): tiles (keys 0..63) and tiles1 (keys 64..127), both warpgroups',
-   against K's two 64-row boxes from k_addr. Returns with everything waited for. The caller zeroed dq and made
+   tiles against K_w at k_addr (the layout probe's one warpgroup); 2 (the kernel's turns): tiles (keys 0..63) and
+   tiles1 (keys 64..127), both warpgroups', against K's two 64-row boxes from k_addr. Returns with everything waited for. The caller zeroed dq and made
    the tiles visible (a warpgroup barrier; with two halves, the consumer barrier). */
 template <int KEY_HALVES = 1>
 __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const bf16* tiles, uint32_t k_addr,
@@ -392,8 +393,8 @@ __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const 
     reg_fences(dq, a0, a1);
 }
 
-/* DQ_TURNS: the named barrier by which the warpgroup that computed a step's dQ (bar.arrive, after its A loads)
-   lets the other restage its terms at the next step (bar.sync): 256 threads. Ids 1-3: warpgroup_sync's and
+/* fp32: the named barrier by which the warpgroup that computed a step's dQ (bar.arrive, after its A loads) lets
+   the other restage its terms at the next step (bar.sync): 256 threads. Ids 1-3: warpgroup_sync's and
    consumers_sync's. */
 constexpr int kTermsFreeBarrier = 4;
 
@@ -411,7 +412,7 @@ constexpr int kTermsFreeBarrier = 4;
    each next one from a queue): the Q/dO stages and their phases run on over the CTA's items, the producer loads
    the next item's first stages while the consumers finish this one, the dQ reduce-adds are waited for once, at
    the end (dev/attention_lab/protocol_model.py plays this protocol under random interleavings). */
-template <int MODE, bool DQ_SLICES, bool DQ_TURNS = false>
+template <int MODE, bool DQ_SLICES>
 __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CUtensorMap& dout_map,
                                             const CUtensorMap* dq_map, const float* __restrict__ stats,
                                             const float* __restrict__ D, const float* __restrict__ lambda,
@@ -500,7 +501,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
     const int wg = warpgroup, warp_in_wg = warp & 3, g = lane >> 2, t = lane & 3;
     const int tid_in_wg = threadIdx.x & 127; /* thread 0 of each warpgroup sends its dQ tile */
     const int key_row = warp_in_wg * 16 + g; /* within the warpgroup's 64 keys */
-    /* the warpgroup's dQ tile (fp32: the first of its two, by step parity) */
+    /* the warpgroup's dQ tile (bf16, repair, fp32) */
     unsigned char* const dq_tile = smem + Plan::kDqTile + wg * Plan::kDqTileBytes;
     int seq = 0; /* the CTA's steps before this item (the producer's count) */
 #pragma unroll 1
@@ -591,14 +592,13 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                 bf16* const ds_tiles = reinterpret_cast<bf16*>(smem + Plan::kDs + wg * Plan::kDsWarpgroupBytes);
                 float st[32], dpt[32];
                 warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
-                const int step = seq + i; /* the CTA's step: DQ_TURNS's turn is its parity */
-                if constexpr (DQ_TURNS)
-                    if (step > 0 && ((step - 1) & 1) != wg) /* the other warpgroup read these tiles at step - 1 */
-                        named_bar_sync(kTermsFreeBarrier, kConsumerThreads);
+                const int step = seq + i; /* the CTA's step: its parity says whose turn dQ is */
+                if (step > 0 && ((step - 1) & 1) != wg) /* the other warpgroup read these tiles at step - 1 */
+                    named_bar_sync(kTermsFreeBarrier, kConsumerThreads);
 
                 /* P, dS (attn_bwd_kernel's expressions, masked entries exactly 0), their four A words and the three
-                   staged dS terms one k-step at a time. The previous step's reads of the staged tiles (its dQ A loads)
-                   are all behind its last warpgroup barrier (DQ_TURNS: behind the barrier above). */
+                   staged dS terms one k-step at a time. This warpgroup's previous dQ A loads of the staged tiles are
+                   behind its last warpgroup barrier, the other's behind the barrier above. */
                 const bool masked = (q0 < wg_key_first + kWarpgroupKeys - 1) || (q0 + kBlockQ > T);
                 uint32_t pa[kTileKSteps][4], pa_lo[kTileKSteps][4], pds[kTileKSteps][4], pds_lo[kTileKSteps][4];
                 with_step_mask<kKeymajorSplitMask<MODE>>(masked, [&](auto mask) {
@@ -609,54 +609,30 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                             ds_tiles, key_row);
                 });
                 issue_dkv_split_batch(dv, dk, pa, pa_lo, pds, pds_lo, q_addr, do_addr);
-                if constexpr (DQ_TURNS) {
-                    /* the warpgroups take turns by step: the one whose turn it is computes the step's dQ over the
-                       item's 128 keys from both warpgroups' staged terms and sends one 64-row partial (its own
-                       tile: its previous send, two steps back, must have read it) */
-                    const bool my_turn = (step & 1) == wg;
-                    unsigned char* const dq_own = smem + Plan::kDqTile + wg * 2 * Plan::kDqTileBytes;
-                    if (my_turn && tid_in_wg == 0) bulk_wait_group_read<0>();
-                    consumers_sync(); /* both warpgroups' three staged tiles are written */
-                    wgmma_wait<0>();
-                    reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
-                    mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-                    if (my_turn) {
-                        float dq[32];
-#pragma unroll
-                        for (int k = 0; k < 32; k++) dq[k] = 0.f;
-                        warpgroup_dq_three_terms<2>(dq, reinterpret_cast<const bf16*>(smem + Plan::kDs),
-                                                    smem_u32(k_s) + kvb * Plan::kKvBufferBytes, warp_in_wg, g, t,
-                                                    reinterpret_cast<const bf16*>(smem + Plan::kDs +
-                                                                                  Plan::kDsWarpgroupBytes));
-                        named_bar_arrive(kTermsFreeBarrier, kConsumerThreads); /* the other may restage its terms */
-                        store_dq_tile(dq_own, dq, warp_in_wg, g, t);
-                        fence_proxy_async();
-                        warpgroup_sync(wg);
-                        if (tid_in_wg == 0) send_dq_tile(dq_map, dq_own, q0, dq_head);
-                    }
-                } else {
-                    /* this step's dQ tile (parity i) was last sent at step i - 2: its reduce-add must have read it
-                       before the barrier below lets the warpgroup rewrite it */
-                    if (tid_in_wg == 0) bulk_wait_group_read<1>();
-                    warpgroup_sync(wg); /* the warpgroup's three staged tiles are written */
-                    wgmma_wait<0>();
-                    reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
-
+                /* the warpgroups take turns by step: the one whose turn it is computes the step's dQ over the
+                   item's 128 keys from both warpgroups' staged terms and sends one 64-row partial from its dQ tile
+                   (whose last send, two steps back, must have read it) */
+                const bool my_turn = (step & 1) == wg;
+                if (my_turn && tid_in_wg == 0) bulk_wait_group_read<0>();
+                consumers_sync(); /* both warpgroups' three staged tiles are written */
+                wgmma_wait<0>();
+                reg_fences(dv, dk, pa, pa_lo, pds, pds_lo);
+                mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
+                if (my_turn) {
                     float dq[32];
 #pragma unroll
                     for (int k = 0; k < 32; k++) dq[k] = 0.f;
-                    warpgroup_dq_three_terms(dq, ds_tiles, kw_addr, warp_in_wg, g, t);
-                    mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
-
-                    /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile of this parity, then one
-                       thread adds it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
-                    unsigned char* dq_parity_tile =
-                        smem + Plan::kDqTile + (wg * 2 + ((seq + i) & 1)) * Plan::kDqTileBytes;
-                    store_dq_tile(dq_parity_tile, dq, warp_in_wg, g, t);
-                    fence_proxy_async();
-                    warpgroup_sync(wg); /* also: every A load of the staged tiles is done before the next step
-                                           restages */
-                    if (tid_in_wg == 0) send_dq_tile(dq_map, dq_parity_tile, q0, dq_head);
+                    warpgroup_dq_three_terms<2>(dq, reinterpret_cast<const bf16*>(smem + Plan::kDs),
+                                                smem_u32(k_s) + kvb * Plan::kKvBufferBytes, warp_in_wg, g, t,
+                                                reinterpret_cast<const bf16*>(smem + Plan::kDs +
+                                                                              Plan::kDsWarpgroupBytes));
+                    named_bar_arrive(kTermsFreeBarrier, kConsumerThreads); /* the other may restage its terms */
+                    /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile, then one thread adds
+                       it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
+                    store_dq_tile(dq_tile, dq, warp_in_wg, g, t);
+                    fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
+                    warpgroup_sync(wg);
+                    if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
                 }
             }
         }
@@ -677,8 +653,8 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
         if (tid_in_wg == 0) bulk_wait_group<0>();
 }
 
-/* The entry point of the modes that send dQ partials (bf16, repair, fp32); DQ_TURNS: keys64_pass's (fp32). */
-template <int MODE, bool DQ_SLICES, bool DQ_TURNS>
+/* The entry point of the modes that send dQ partials (bf16, repair, fp32). */
+template <int MODE, bool DQ_SLICES>
 __global__ void __launch_bounds__(kThreads, 1)
     keys64_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                   const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ stats,
@@ -686,9 +662,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                   int section, int heads) {
     static_assert(Keys64Mode<MODE>::kSendsDq, "gproj's entry point is keys64_gproj_kernel");
     __shared__ int cta_abort; /* set by a bounded wait that gave up (keys64_wait) */
-    static_assert(!DQ_TURNS || MODE == ATTN_FP32, "fp32's 64-query steps (bf16 and repair: dq_rows)");
-    keys64_pass<MODE, DQ_SLICES, DQ_TURNS>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c,
-                                               section, heads, &cta_abort);
+    keys64_pass<MODE, DQ_SLICES>(qkv_map, dout_map, &dq_map, stats, D, nullptr, dqkv, NH, T, scale, c, section,
+                                 heads, &cta_abort);
 }
 
 /* gproj's entry point: lambda [B*NH*T] from the row pass, no dQ. A template (MODE = ATTN_GPROJ) so that only
@@ -730,13 +705,7 @@ void keys64_launch(const HopperBwdCall& c) {
                                    attn_softmax_scale(kHS), attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdO),
                                    s.B * s.NH);
     } else {
-        /* ATTN_BWD_FP32_DQ_TURNS=1 (fp32): keys64_pass's DQ_TURNS, for the A/B */
-        constexpr bool kTurns = MODE == ATTN_FP32;
-        const bool turns = kTurns && hopper_env_switch("ATTN_BWD_FP32_DQ_TURNS", 0);
-        const auto kernel = turns ? (c.dq_slices ? keys64_kernel<MODE, true, kTurns>
-                                                 : keys64_kernel<MODE, false, kTurns>)
-                                  : (c.dq_slices ? keys64_kernel<MODE, true, false>
-                                                 : keys64_kernel<MODE, false, false>);
+        const auto kernel = c.dq_slices ? keys64_kernel<MODE, true> : keys64_kernel<MODE, false>;
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         /* 64-row boxes: a warpgroup's dQ rows of a 128-query step (bf16, repair), a 64-query step (fp32) */
         static_assert(Keys64TilePlan<true>::kBlockQ == kDqRows, "fp32's step is one box of the dQ map");
