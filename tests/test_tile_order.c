@@ -138,5 +138,29 @@ int main(void) {
     CHECK(n == 0, "8 heads, each larger than the budget: fewer than the floor, one section, got %d", n);
     n = attn_tile_section_heads(1 << 20, 128, kTileSectionQdOdQ, 100);
     CHECK(n == kAttnTileSectionMinHeads, "100 heads larger than the budget: the floor, got %d", n);
+
+    test_section("sections of equal size");
+    /* against the definition, by counting: as many sections as the plain size gives, and the smallest size that
+       does (one head fewer per section would take another section) */
+    for (int heads = 1; heads <= 400; heads++)
+        for (int section = 0; section <= heads + 1; section += (section < 64 ? 1 : 7)) {
+            const int b = attn_tile_section_balanced(section, heads);
+            if (section <= 0 || section >= heads) {
+                CHECK(b == 0, "%d heads, section %d: one section stays one (0), got %d", heads, section, b);
+                continue;
+            }
+            int count = 0, count_b = 0, count_smaller = 0;
+            for (int first = 0; first < heads; first += section) count++;
+            for (int first = 0; first < heads; first += b) count_b++;
+            if (b > 1)
+                for (int first = 0; first < heads; first += b - 1) count_smaller++;
+            CHECK(b > 0 && b <= section && count_b == count && (b == 1 || count_smaller > count),
+                  "%d heads, section %d: balanced %d gives %d sections (plain %d; %d with one head fewer)", heads,
+                  section, b, count_b, count, count_smaller);
+        }
+    CHECK(attn_tile_section_balanced(48, 256) == 43, "d24's 256 heads in sections of 48 (5 + 16): 6 of 43, got %d",
+          attn_tile_section_balanced(48, 256));
+    CHECK(attn_tile_section_balanced(96, 384) == 96, "d12's 384 heads in sections of 96: already equal, got %d",
+          attn_tile_section_balanced(96, 384));
     return test_summary();
 }

@@ -25,6 +25,7 @@
  *       bytes_per_elem, B * NH);
  *   attn_query_item(order, q_tiles, rows, key_tile, NH, T): what the work item of a (rank, bh) covers in a
  *       query-major pass (the forward: rows q0.. and the key tiles up to its last row before T);
+ *   attn_tile_section_balanced(section, heads) (host): the same number of sections, of equal size;
  *   attn_tile_section_heads(T, HS, bytes_per_elem, heads) (host): the heads whose
  *       T x HS x bytes_per_elem shared bytes fit kAttnTileSectionBytes, at least kAttnTileSectionMinHeads;
  *       ATTN_TILE_SECTION_HEADS=N in the environment sets N instead (0: one section over all heads, for
@@ -113,6 +114,15 @@ static inline int attn_tile_section_heads(int T, int HS, int bytes_per_elem, int
     long long n = per_head > 0 ? (long long)kAttnTileSectionBytes / per_head : heads;
     if (n < kAttnTileSectionMinHeads) n = kAttnTileSectionMinHeads;
     return n >= heads ? 0 : (int)n;
+}
+
+/* Sections of `section` heads (attn_tile_section_heads' answer) over `heads` heads made equal: the same number
+   of sections, count, of the smallest size that keeps it, ceil(heads / count), so the last is at most count - 1
+   heads short of the others instead of holding the remainder. 0 (one section) stays 0. */
+static inline int attn_tile_section_balanced(int section, int heads) {
+    if (section <= 0 || section >= heads) return 0;
+    const int count = (heads + section - 1) / section;
+    return (heads + count - 1) / count;
 }
 
 /* The section of a launch on shape s (B * NH heads of T x HS), what every kernel launch passes. */
