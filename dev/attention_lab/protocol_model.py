@@ -325,10 +325,9 @@ def run_keys_cta(cta, grid, T, heads, step_rows, kv_bufs, rng, threads_per_wg=4,
     its half of the step's staging tile (step % ds_tiles), every consumer thread syncs on one named barrier, the
     stage is released, and each thread reads the tile's both halves for its dQ rows; a half rewritten while read, or
     read before this step's write, is the failure. The item ends with a sync on the same barrier (the give-up
-    check). dq_turns (fp32): each warpgroup stages its own terms (after, at a step
-    after the other warpgroup's turn, the hand-off barrier), every consumer thread syncs, and the warpgroup whose
-    turn it is (the step's parity) reads both warpgroups' terms, then hands the barrier off. Returns None or the
-    failure."""
+    check). dq_turns (fp32): each warpgroup stages its own terms (after, at a step after the other warpgroup's
+    turn, the hand-off barrier), every consumer thread syncs, and the warpgroup whose turn it is (the step's
+    parity) reads both warpgroups' terms, then hands the barrier off. Returns None or the failure."""
     consumers = 2 * threads_per_wg
     world = World()
     kv = Ring(world, "kv", kv_bufs, consumers)
