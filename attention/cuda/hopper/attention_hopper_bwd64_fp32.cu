@@ -71,8 +71,9 @@
  * through the kernel's own helpers: S^T, dP^T; dV and dK with their two chained split terms; dQ over the three
  * staged terms and its second and third terms alone (2^-8 / 2^-16 of the first: invisible next to it).
  *
- * Not adopted: a third Q/dO stage in the 32 KB the turns freed (0.2-0.6% slower, fp32_dq_turns_2026-12-05.md); with
- * the turns the warpgroup whose turn it is not already starts its next step's scores while the other computes dQ.
+ * Not adopted: a third Q/dO stage in the 32 KB the turns freed (0.2-0.6% slower,
+ * dev/results/fp32_dq_turns_2026-12-05.md): with the turns, the warpgroup whose turn it is not already starts its
+ * next step's scores while the other computes dQ.
  * Device code: kernel_keys64.cuh, the HS-64 key-major template of every mode (traits Keys64Mode<MODE>); this
  * file instantiates it for fp32: its passes (hopper_keys_pass<64, ATTN_FP32, DQ_SLICES>, called by
  * attention_hopper_bwd_dispatch.cu) and the hang-record installer.

@@ -367,8 +367,9 @@ __device__ __forceinline__ void issue_dkv_split_batch(float (&dv)[32], float (&d
    says the group that read it completed: 32 A registers in flight, not 48 - with all three sets live ptxas
    serialised the wgmmas, C7512, at the 168 registers a 288-thread CTA gets). KEY_HALVES 1: the warpgroup's own
    tiles against K_w at k_addr (the layout probe's one warpgroup); 2 (the kernel's turns): tiles (keys 0..63) and
-   tiles1 (keys 64..127), both warpgroups', against K's two 64-row boxes from k_addr. Returns with everything waited for. The caller zeroed dq and made
-   the tiles visible (a warpgroup barrier; with two halves, the consumer barrier). */
+   tiles1 (keys 64..127), both warpgroups', against K's two 64-row boxes from k_addr. Returns with everything
+   waited for. The caller zeroed dq and made the tiles visible (the probe: a warpgroup barrier; the kernel: the
+   consumer barrier). */
 template <int KEY_HALVES = 1>
 __device__ __forceinline__ void warpgroup_dq_three_terms(float (&dq)[32], const bf16* tiles, uint32_t k_addr,
                                                          int warp_in_wg, int g, int t,
