@@ -6,9 +6,9 @@
 Why: an A/B of attention kernels is a set of bench_attention consoles, one per build and alternating round
 (`dev/device_session.sh` attnab writes attnab_R_new.txt / attnab_R_old.txt; hand-made calls write any names),
 and its results file wants one table: per shape and mode, each build's mean fwd and bwd time over its rounds,
-each build's fwd and bwd change against the first one named (the baseline), and whether the build's backward
-rounds all lie on one side of the baseline's ("all below" / "all above": no round of one reaches a round of the
-other; "overlap": a mean change inside the rounds' spread, not a result). A row a build lacks shows "-";
+each build's fwd and bwd change against the first one named (the baseline), and whether the build's forward and
+backward rounds each all lie on one side of the baseline's ("all below" / "all above": no round of one reaches a
+round of the other; "overlap": a mean change inside the rounds' spread, not a result). A row a build lacks shows "-";
 a console line whose NaN/Inf column is not 0 makes the script fail, naming the file: such a time measures a
 broken kernel. --ratio prints the changes as ratios (x.xxx) instead of percent.
 
@@ -24,8 +24,8 @@ ROW = re.compile(r'^(B\d+ H\d+ T\d+ D\d+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]
 
 
 def read(name, pattern):
-    """(shape, mode) -> (mean fwd ms, mean bwd ms, rounds, the rounds' bwd ms) over the files of `pattern`, keys in
-    the order the rows appear"""
+    """(shape, mode) -> (mean fwd ms, mean bwd ms, rounds, the rounds' fwd ms, the rounds' bwd ms) over the files of
+    `pattern`, keys in the order the rows appear"""
     files = sorted(glob.glob(pattern))
     if not files:
         sys.exit(f"bench_ab.py: {name}={pattern} matches no file")
@@ -43,12 +43,12 @@ def read(name, pattern):
             n += 1
         if n == 0:
             sys.exit(f"bench_ab.py: {f} holds no bench_attention row (B.. H.. T.. D.. mode fwd bwd ...)")
-    return {k: (sum(x[0] for x in xs) / len(xs), sum(x[1] for x in xs) / len(xs), len(xs), [x[1] for x in xs])
-            for k, xs in times.items()}
+    return {k: (sum(x[0] for x in xs) / len(xs), sum(x[1] for x in xs) / len(xs), len(xs), [x[0] for x in xs],
+                [x[1] for x in xs]) for k, xs in times.items()}
 
 
 def apart(new, base):
-    """whether every backward round of `new` lies below or above every round of `base`"""
+    """whether every round of `new` (one op's times) lies below or above every round of `base`"""
     if max(new) < min(base):
         return 'all below'
     if min(new) > max(base):
@@ -78,7 +78,7 @@ def main():
     base_name, base = builds[0]
     head = ['shape', 'mode'] + [f'{n} fwd / bwd ms (rounds)' for n, _ in builds]
     head += [f'{n} vs {base_name}: fwd / bwd' for n, _ in builds[1:]]
-    head += [f'{n} bwd rounds vs {base_name}\'s' for n, _ in builds[1:]]
+    head += [f'{n} fwd / bwd rounds vs {base_name}\'s' for n, _ in builds[1:]]
     print('| ' + ' | '.join(head) + ' |')
     print('|' + '---|' * 2 + '---:|' * (len(head) - 2))
     for key in rows:
@@ -91,7 +91,7 @@ def main():
             cells.append(f'{change(m[0], mb[0])} / {change(m[1], mb[1])}' if m and mb else '-')
         for _, data in builds[1:]:
             m, mb = data.get(key), base.get(key)
-            cells.append(apart(m[3], mb[3]) if m and mb else '-')
+            cells.append(f'{apart(m[3], mb[3])} / {apart(m[4], mb[4])}' if m and mb else '-')
         print('| ' + ' | '.join(cells) + ' |')
 
 if __name__ == '__main__':

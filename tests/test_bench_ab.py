@@ -2,7 +2,8 @@
 """tests/test_bench_ab.py - dev/bench_ab.py on bench_attention consoles written by the test, with known answers.
 
 Why: the A/B tables of dev/results/ come from this script, so its means over rounds, its changes against the
-baseline (percent and ratio), whether a build's rounds all lie below or above the baseline's, the rows one build
+baseline (percent and ratio), whether a build's forward and backward rounds all lie below or above the
+baseline's, the rows one build
 lacks, and its refusals (a NaN/Inf row, a pattern that matches
 nothing, a file with no rows, an argument that is not NAME=GLOB) are checked against consoles whose every number
 is known.
@@ -62,16 +63,23 @@ def main():
         check(t[0][4] == "-10.0% / +0.0%", f"fwd 0.27 against 0.30 is -10.0%, bwd equal: {t[0][4]}")
         check(t[1][4] == "+0.0% / +0.0%", f"gproj 0.1 and 0.3 average to the baseline's 0.2: {t[1][4]}")
         check(t[2][3] == "-" and t[2][4] == "-" and t[2][5] == "-", "a row the new build lacks: '-'")
-        check(t[0][5] == "overlap", f"bwd rounds 0.66 / 0.54 against 0.6 / 0.6: {t[0][5]}")
-        check(t[1][5] == "overlap", f"equal bwd rounds: {t[1][5]}")
-        write(f"{d}/fast_1.txt", [row(a, "bf16", 0.3, 0.55)])
+        check(t[0][5] == "overlap / overlap",
+              f"fwd rounds 0.27 / 0.27 against 0.2 / 0.4, bwd 0.66 / 0.54 against 0.6 / 0.6: {t[0][5]}")
+        check(t[1][5] == "overlap / overlap", f"fwd 0.1 / 0.3 against 0.2 / 0.2, equal bwd rounds: {t[1][5]}")
+        write(f"{d}/fast_1.txt", [row(a, "bf16", 0.15, 0.55)])
         write(f"{d}/fast_2.txt", [row(a, "bf16", 0.3, 0.59)])
-        write(f"{d}/slow_1.txt", [row(a, "bf16", 0.3, 0.61)])
+        write(f"{d}/slow_1.txt", [row(a, "bf16", 0.45, 0.61)])
         r = run(f"old={d}/old_*.txt", f"fast={d}/fast_*.txt", f"slow={d}/slow_*.txt")
         t = table(r.stdout)
-        check(r.stdout.split("\n")[0].count("bwd rounds vs old's") == 2, "one rounds column per build but the baseline")
-        check(t[0][7] == "all below" and t[0][8] == "all above",
-              f"bwd 0.55 / 0.59 all below 0.6 / 0.6, 0.61 all above: {t[0][7:9]}")
+        check(r.stdout.split("\n")[0].count("fwd / bwd rounds vs old's") == 2,
+              "one rounds column per build but the baseline")
+        check(t[0][7] == "overlap / all below" and t[0][8] == "all above / all above",
+              f"fwd 0.15 / 0.3 against 0.2 / 0.4 overlap, 0.45 all above; bwd 0.55 / 0.59 all below 0.6 / 0.6, "
+              f"0.61 all above: {t[0][7:9]}")
+        write(f"{d}/quick_1.txt", [row(a, "bf16", 0.15, 0.6)])
+        r = run(f"old={d}/old_*.txt", f"quick={d}/quick_*.txt")
+        check(table(r.stdout)[0][5] == "all below / overlap",
+              f"fwd 0.15 all below 0.2 / 0.4, bwd 0.6 level with 0.6 / 0.6: {table(r.stdout)[0][5]}")
 
         r = run(f"old={d}/old_*.txt", f"new={d}/new_*.txt", "--ratio")
         check(table(r.stdout)[0][4] == "0.900 / 1.000", f"--ratio: {table(r.stdout)[0][4]}")
