@@ -141,23 +141,27 @@ int main(void) {
 
     test_section("sections of equal size");
     /* against the definition, by counting: as many sections as the plain size gives, and the smallest size that
-       does (one head fewer per section would take another section) */
-    for (int heads = 1; heads <= 400; heads++)
-        for (int section = 0; section <= heads + 1; section += (section < 64 ? 1 : 7)) {
+       does (one head fewer per section would take another section); one check per head count, naming the first
+       section size that fails */
+    for (int heads = 1; heads <= 400; heads++) {
+        int bad_section = -1, bad_b = 0;
+        for (int section = 0; section <= heads + 1 && bad_section < 0; section++) {
             const int b = attn_tile_section_balanced(section, heads);
+            int ok;
             if (section <= 0 || section >= heads) {
-                CHECK(b == 0, "%d heads, section %d: one section stays one (0), got %d", heads, section, b);
-                continue;
+                ok = b == 0; /* one section stays one (0) */
+            } else {
+                int count = 0, count_b = 0, count_smaller = 0;
+                for (int first = 0; first < heads; first += section) count++;
+                for (int first = 0; first < heads && b > 0; first += b) count_b++;
+                if (b > 1)
+                    for (int first = 0; first < heads; first += b - 1) count_smaller++;
+                ok = b > 0 && b <= section && count_b == count && (b == 1 || count_smaller > count);
             }
-            int count = 0, count_b = 0, count_smaller = 0;
-            for (int first = 0; first < heads; first += section) count++;
-            for (int first = 0; first < heads; first += b) count_b++;
-            if (b > 1)
-                for (int first = 0; first < heads; first += b - 1) count_smaller++;
-            CHECK(b > 0 && b <= section && count_b == count && (b == 1 || count_smaller > count),
-                  "%d heads, section %d: balanced %d gives %d sections (plain %d; %d with one head fewer)", heads,
-                  section, b, count_b, count, count_smaller);
+            if (!ok) bad_section = section, bad_b = b;
         }
+        CHECK(bad_section < 0, "%d heads: sections of %d made equal give %d", heads, bad_section, bad_b);
+    }
     CHECK(attn_tile_section_balanced(48, 256) == 43, "d24's 256 heads in sections of 48 (5 + 16): 6 of 43, got %d",
           attn_tile_section_balanced(48, 256));
     CHECK(attn_tile_section_balanced(96, 384) == 96, "d12's 384 heads in sections of 96: already equal, got %d",
