@@ -6,8 +6,8 @@
  * the map is a bijection of the grid; the heads of a section are consecutive and the sections come in order;
  * inside a section the ranks never decrease (longest first) and each rank lists the section's heads in order;
  * section 0 is the one-section order rank = id / heads, bh = id % heads; the section sizes
- * attn_tile_section_heads picks (d12's 384 heads of T 1024 x HS 64: 96 for K, V; 48 with the dQ accumulator),
- * with their floor of kAttnTileSectionMinHeads. The forward's work items (attn_query_item) against a count made here
+ * attn_tile_section_heads picks (d12's 384 heads of T 1024 x HS 64: 48 for K, V; 24 with the dQ accumulator),
+ * with their floor of kAttnTileSectionMinHeads, made equal (attn_tile_section_balanced, checked against counting). The forward's work items (attn_query_item) against a count made here
  * row by row: every row of every head in exactly one item, its key tiles those holding a key <= its last row
  * before T, and longest first.
  */
@@ -127,17 +127,24 @@ int main(void) {
     unsetenv("ATTN_TILE_SECTION_HEADS");
     const long long budget = kAttnTileSectionBytes;
     int n = attn_tile_section_heads(1024, 64, kTileSectionKV, 384);
-    CHECK(n == (int)(budget / (1024LL * 64 * 4)), "d12 K, V: %d heads per section", n);
+    CHECK(n == (int)(budget / (1024LL * 64 * 4)) && 384 % n == 0, "d12 K, V: %d heads per section, 384 in equal ones",
+          n);
     n = attn_tile_section_heads(1024, 64, kTileSectionQdOdQ, 384);
-    CHECK(n == (int)(budget / (1024LL * 64 * 8)), "d12 Q, dO, dQ: %d heads per section", n);
+    CHECK(n == (int)(budget / (1024LL * 64 * 8)) && 384 % n == 0, "d12 Q, dO, dQ: %d heads per section", n);
+    /* d24's 256 heads: 48 fit with K, V, so 6 sections (5 x 48 + 16), made equal: 43 */
+    n = attn_tile_section_heads(1024, 64, kTileSectionKV, 256);
+    CHECK(budget / (1024LL * 64 * 4) == 48 && n == 43, "d24 K, V: 6 sections of 43, got %d", n);
     n = attn_tile_section_heads(1024, 64, kTileSectionKV, 16);
     CHECK(n == 0, "16 heads that fit: one section (0), got %d", n);
+    /* 6 heads' bytes fit under the floor of 24: two sections of the 32 heads, made equal: 16 */
     n = attn_tile_section_heads(4096, 128, kTileSectionQdOdQ, 32);
-    CHECK(n == kAttnTileSectionMinHeads, "B2 H16 T4096 D128 key-major (6 heads fit): the floor, got %d", n);
+    CHECK(kAttnTileSectionMinHeads == 24 && n == 16, "B2 H16 T4096 D128 key-major: the floor's 2 sections, equal: %d",
+          n);
     n = attn_tile_section_heads(1 << 20, 128, kTileSectionQdOdQ, 8);
     CHECK(n == 0, "8 heads, each larger than the budget: fewer than the floor, one section, got %d", n);
+    /* 100 heads at the floor of 24: 5 sections, made equal: 20 */
     n = attn_tile_section_heads(1 << 20, 128, kTileSectionQdOdQ, 100);
-    CHECK(n == kAttnTileSectionMinHeads, "100 heads larger than the budget: the floor, got %d", n);
+    CHECK(n == 20, "100 heads larger than the budget: the floor's 5 sections, equal: 20, got %d", n);
 
     test_section("sections of equal size");
     /* against the definition, by counting: as many sections as the plain size gives, and the smallest size that

@@ -12,8 +12,9 @@
  * pass's Q, dO and dQ accumulator) run B * NH CTAs apart: at d12's 384 heads the data in flight between
  * two uses is several times the 50 MB L2, and every tile reads its head from HBM again. So the heads are
  * taken in sections: LPT over the heads of one section, section after section. A section holds as many
- * heads as fit a share of the L2 (attn_tile_section_heads); the tail of one section overlaps the longest
- * tiles of the next, so only the last section's tail is the launch's.
+ * heads as fit a share of the L2 (attn_tile_section_heads), all sections of one size (a last section of a few
+ * heads would end the launch with few short tiles beside its long ones); the tail of one section overlaps the
+ * longest tiles of the next, so only the last section's tail is the launch's.
  *
  * Offers:
  *   attn_tile_rank_head(linear, tiles, heads, section) -> {rank, bh}: the map itself, on host and device
@@ -27,7 +28,8 @@
  *       query-major pass (the forward: rows q0.. and the key tiles up to its last row before T);
  *   attn_tile_section_balanced(section, heads) (host): the same number of sections, of equal size;
  *   attn_tile_section_heads(T, HS, bytes_per_elem, heads) (host): the heads whose
- *       T x HS x bytes_per_elem shared bytes fit kAttnTileSectionBytes, at least kAttnTileSectionMinHeads;
+ *       T x HS x bytes_per_elem shared bytes fit kAttnTileSectionBytes, at least kAttnTileSectionMinHeads,
+ *       in sections made equal;
  *       ATTN_TILE_SECTION_HEADS=N in the environment sets N instead (0: one section over all heads, for
  *       A/B timing).
  */
@@ -50,11 +52,13 @@ typedef struct AttnTileOrder {
 } AttnTileOrder;
 
 /* The part of the L2 (50 MB on H100 and H200) a section's shared data may take: the rest holds the
-   streamed tiles and the other operands of the step. And the fewest heads a section holds: on the H200,
-   sections of 3-6 heads slowed the HS-128 key-major pass by 12-16% at T 4096-8192 against one section,
-   while 24 heads cost nothing there (dev/results/attention_tile_order_2026-12-02.md); a launch of fewer
-   heads runs as one section. */
-enum { kAttnTileSectionBytes = 24 << 20, kAttnTileSectionMinHeads = 24 };
+   streamed tiles and the other operands of the step. 12 MiB with equal sections against 24 MiB with a remainder
+   section: the forward 1-4% and the backward 1-4% faster at d12's and d24's grids, nothing slower at six HS-64
+   and HS-128 shapes in bf16 and gproj (dev/results/attention_sections_12mib_2026-12-05.md). And the fewest
+   heads a section holds before it is made equal: on the H200, sections of 3-6 heads slowed the HS-128
+   key-major pass by 12-16% at T 4096-8192 against one section, while 24 heads cost nothing there
+   (dev/results/attention_tile_order_2026-12-02.md); a launch of fewer heads runs as one section. */
+enum { kAttnTileSectionBytes = 12 << 20, kAttnTileSectionMinHeads = 24 };
 
 /* Bytes per (token, head column) that a launch's CTAs of one head share: K and V (the forward, the row pass);
    Q and dO (gproj's key-major pass); Q, dO and the FP32 dQ accumulator (the key-major passes that send dQ). */
@@ -101,8 +105,19 @@ __device__ __forceinline__ AttnTileOrder attn_tile_longest_first(int section) {
 }
 #endif
 
+/* Sections of `section` heads over `heads` heads made equal: the same number of sections, count, of the
+   smallest size that keeps it, ceil(heads / count), so the last is at most count - 1 heads short of the others
+   instead of holding the remainder. 0 (one section) stays 0. */
+static inline int attn_tile_section_balanced(int section, int heads) {
+    if (section <= 0 || section >= heads) return 0;
+    const int count = (heads + section - 1) / section;
+    return (heads + count - 1) / count;
+}
+
 /* The section of a launch over `heads` heads whose CTAs share T x HS x bytes_per_elem bytes of each head
-   (forward and row pass: K, V = 4; key-major passes: Q, dO = 4, + 4 for an FP32 dQ accumulator). */
+   (forward and row pass: K, V = 4; key-major passes: Q, dO = 4, + 4 for an FP32 dQ accumulator): as many heads as
+   fit kAttnTileSectionBytes, at least kAttnTileSectionMinHeads, then the sections made equal
+   (attn_tile_section_balanced), so none is a remainder of a few heads. */
 static inline int attn_tile_section_heads(int T, int HS, int bytes_per_elem, int heads) {
     static int env = -2; /* -1: unset; a race between host threads writes the same answer twice */
     if (env == -2) {
@@ -113,16 +128,7 @@ static inline int attn_tile_section_heads(int T, int HS, int bytes_per_elem, int
     const long long per_head = (long long)T * HS * bytes_per_elem;
     long long n = per_head > 0 ? (long long)kAttnTileSectionBytes / per_head : heads;
     if (n < kAttnTileSectionMinHeads) n = kAttnTileSectionMinHeads;
-    return n >= heads ? 0 : (int)n;
-}
-
-/* Sections of `section` heads (attn_tile_section_heads' answer) over `heads` heads made equal: the same number
-   of sections, count, of the smallest size that keeps it, ceil(heads / count), so the last is at most count - 1
-   heads short of the others instead of holding the remainder. 0 (one section) stays 0. */
-static inline int attn_tile_section_balanced(int section, int heads) {
-    if (section <= 0 || section >= heads) return 0;
-    const int count = (heads + section - 1) / section;
-    return (heads + count - 1) / count;
+    return n >= heads ? 0 : attn_tile_section_balanced((int)n, heads);
 }
 
 /* The section of a launch on shape s (B * NH heads of T x HS), what every kernel launch passes. */

@@ -116,12 +116,9 @@ void hopper_fwd_launch(const CUtensorMap& map, AttnShape s, bf16* out, float* st
     const unsigned grid = hopper_item_grid((long long)ceil_div(s.T, Cta::kRows) * s.B * s.NH,
                                            hopper_env_switch("ATTN_FWD_PERSISTENT", 1),
                                            "attention (Hopper forward)");
-    /* L2 sections of equal size, not a last one holding the remainder: 1-9% off the forward where the heads do
-       not divide evenly (dev/results/forward_sections_balanced_2026-12-05.md); the backward's passes showed no
-       such gain and keep the plain sections */
-    const int section = attn_tile_section_balanced(attn_tile_section(s, kTileSectionKV), s.B * s.NH);
     kernel<<<grid, Cta::kThreads, smem, stream>>>(map, out, stats, s.NH, s.T, attn_softmax_scale(HS),
-                                                  attn_exp2_scale(HS), section, s.B * s.NH);
+                                                  attn_exp2_scale(HS), attn_tile_section(s, kTileSectionKV),
+                                                  s.B * s.NH);
     cudaCheckLastError();
 }
 
