@@ -14,6 +14,7 @@
 #   phases: build gputest layercheck hopper labs multigpu tokenizer trainer matched ncu kerneltimes pdlab sweep seeds seeds_start seeds_wait seeds_probe seeds_finish seeds_group llmcbuild reliability attnbench trainbench
 #           diagcost run450m resume450m finalruns modecost makerun graph modern tilesweep vsllmc matmulbench
 #           stepkernels oldtree attnab bitsab switchab profiles resumecheck smallstep power launches sass ncusource
+#           issuetable
 #   data:   GUTENBERG_XZ (default .carry/data) holds gutenberg_{train,val}_*.bin.xz,
 #           decompressed to /tmp/data; .cache/gpt2 holds the vocab (scripts/setup_data.sh).
 #   labs:   LABS="hopper_fwd hopper_rows ..." picks labs (default: every Hopper lab), LAB_TIMEOUT (s, each),
@@ -622,6 +623,31 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
                 grep -E '^B[0-9]' "$OUT/attnab_${rep}_$t.txt" | tee -a "$SUMMARY"
             done
         done
+        end 0 ;;
+    issuetable)
+        # issue 17's tables in one phase (run after llmcbuild build): bench_attention against cuDNN at the issue's six
+        # shapes and the trainers' grids (bf16, gproj, fp32, cudnn; median of 20), the 450m B16 step per mode
+        # (profile_gpu_step, 8 steps, bf16 twice), then the step against llm.c and the PyTorch twin (vsllmc with
+        # VS_MODES "bf16 gproj", TWIN=1) in what time is left of IT_TIMEOUT (default 540 s from the phase's start)
+        begin "issue 17's tables: attention against cuDNN, 450m per mode, the step against llm.c and the twin"
+        timeout 120 build/bench_attention --shape 8,16,1024,64 --shape 4,16,2048,64 --shape 8,8,1024,128 \
+            --shape 2,16,4096,128 --shape 2,16,4096,64 --shape 1,16,8192,128 --shape 32,12,1024,64 \
+            --shape 16,16,1024,64 --modes bf16,gproj,fp32,cudnn --repeats 20 > "$OUT/issuetable_attention.txt" 2>&1
+        say "   bench_attention: rc $?"
+        grep -E '^B[0-9]' "$OUT/issuetable_attention.txt" | tee -a "$SUMMARY"
+        for a in bf16 gproj fp32 bf16; do
+            timeout 120 build/dev/profile_gpu_step --model 450m --batch 16 --seq 1024 --attn $a --steps 8 \
+                > "$OUT/issuetable_450m_$a.txt" 2>&1
+            say "   450m $a: $(grep -m1 'ms/step' "$OUT/issuetable_450m_$a.txt")"
+        done
+        left=$(( ${IT_TIMEOUT:-540} - ($(date +%s) - phase_start) - 15 ))
+        if [ "$left" -gt 120 ]; then
+            VS_SECTIONS=default VS_MODES="bf16 gproj" VS_PROFILE=0 VS_SMALL_STEPS=0 VS_TIMEOUT=$left TWIN=1 \
+                bash "$0" "$OUT/vsllmc" vsllmc > /dev/null 2>&1
+            grep -E '^\|' "$OUT/vsllmc/vsllmc_default.md" | tee -a "$SUMMARY"
+        else
+            say "   vsllmc skipped: $left s left of IT_TIMEOUT"
+        fi
         end 0 ;;
     switchab)
         # a kernel schedule behind a run-time switch, measured in one call against the same build: SWITCH (VAR=1,
