@@ -111,13 +111,10 @@ __device__ __forceinline__ void keymajor128_ss_issue(float (&acc)[32], uint32_t 
 __device__ __forceinline__ void keymajor128_scores(float (&st)[32], float (&dpt)[32], uint32_t kw_addr,
                                                    uint32_t vw_addr, uint32_t q_addr, uint32_t do_addr) {
     using namespace hopper_wgmma;
-    zero_accumulators(st, dpt);
-    wgmma_fence();
-    keymajor128_ss_issue(st, kw_addr, q_addr);
-    keymajor128_ss_issue(dpt, vw_addr, do_addr);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fences(st, dpt);
+    two_gemms_written(st, dpt, [&] {
+        keymajor128_ss_issue(st, kw_addr, q_addr);
+        keymajor128_ss_issue(dpt, vw_addr, do_addr);
+    });
 }
 
 /* acc[64 x 128] += A[64 x 64] B[64 x 128] (dV += bf(P)^T dO, dK += bf(dS)^T Q): A from registers (4 k-steps

@@ -14,7 +14,8 @@
  * Offers (namespace hopper_wgmma):
  *   smem_u32, aligned_smem_base, mbar_init / mbar_init_fence / mbar_arrive / mbar_arrive_expect_tx / mbar_expect_tx /
  *   mbar_try_wait / mbar_wait, fence_proxy_async, init_pipeline_barriers<STAGES>, tma_load_4d, make_smem_desc,
- *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence / reg_fences, zero_accumulators, pack_bf16x2,
+ *   wgmma_fence / wgmma_commit / wgmma_wait<N>, reg_fence / reg_fences, zero_accumulators, two_gemms_written
+ *   (two GEMMs that write their accumulators, as one waited-for commit group), pack_bf16x2,
  *   wgmma_m64n128k16_ss, wgmma_m64n64k16_ss, wgmma_m64n64k16_rs, wgmma_m64n128k16_rs, wgmma_pv, quad_max,
  *   quad_sum, setmaxnreg_inc / setmaxnreg_dec,
  *   red_add_f32x2_if, named_bar_sync / named_bar_arrive / named_bar_sync_any, warpgroup_sync;
@@ -212,6 +213,19 @@ __device__ __forceinline__ void zero_accumulators(float (&a)[N], float (&b)[N]) 
     reg_fences(a, b);
 }
 
+/* Two accumulators written (not accumulated) by the wgmmas that `issue_both` issues (nothing else: the SS GEMMs of
+   S and dP, or their transposes), as one commit group, waited for: zeroed, fenced, issued, committed, waited and
+   fenced again, the sequence every pass's score GEMMs need. */
+template <int N, typename IssueBoth>
+__device__ __forceinline__ void two_gemms_written(float (&d0)[N], float (&d1)[N], IssueBoth&& issue_both) {
+    zero_accumulators(d0, d1);
+    wgmma_fence();
+    issue_both();
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fences(d0, d1);
+}
+
 /* ---- Register fragments of wgmma .m64nNk16 (PTX ISA figures "WGMMA .m64nNk16 register fragment
    layout"), warp w (0-3) of the warpgroup, lane = 4 g + t:
    accumulator D (FP32, N/2 registers): warp w holds rows 16w..16w+15; register 4j + 2r + e is
@@ -383,12 +397,7 @@ __device__ __forceinline__ void warpgroup_two_ss_64x64_issue(float (&d0)[32], fl
    it with (K_w, Q) and (V_w, dO) for S^T and dP^T, the row pass with (Q, K) and (dO, V) for S and dP. */
 __device__ __forceinline__ void warpgroup_two_ss_64x64(float (&d0)[32], float (&d1)[32], uint32_t a0_addr,
                                                        uint32_t b0_addr, uint32_t a1_addr, uint32_t b1_addr) {
-    zero_accumulators(d0, d1);
-    wgmma_fence();
-    warpgroup_two_ss_64x64_issue(d0, d1, a0_addr, b0_addr, a1_addr, b1_addr);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fences(d0, d1);
+    two_gemms_written(d0, d1, [&] { warpgroup_two_ss_64x64_issue(d0, d1, a0_addr, b0_addr, a1_addr, b1_addr); });
 }
 
 /* A 64 x 64 FP32 accumulator rounded to BF16 and packed as the register A operand of a GEMM over its 64

@@ -237,13 +237,10 @@ __device__ __forceinline__ void issue_scores_n128(float (&acc)[kWideScoreRegs], 
    accumulated. */
 __device__ __forceinline__ void scores_n128(float (&st)[kWideScoreRegs], float (&dpt)[kWideScoreRegs], uint32_t kw_addr,
                                             uint32_t q_addr, uint32_t vw_addr, uint32_t do_addr) {
-    zero_accumulators(st, dpt);
-    wgmma_fence();
-    issue_scores_n128(st, kw_addr, q_addr);
-    issue_scores_n128(dpt, vw_addr, do_addr);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fences(st, dpt);
+    two_gemms_written(st, dpt, [&] {
+        issue_scores_n128(st, kw_addr, q_addr);
+        issue_scores_n128(dpt, vw_addr, do_addr);
+    });
 }
 
 /* P and dS in place of S^T and dP^T: mode_numerics.cuh's keymajor_probs_column over the 16 column blocks of

@@ -134,13 +134,10 @@ __device__ __forceinline__ void warpgroup_ss_issue(float (&acc)[kSRegs], uint32_
 /* S = Q_w K_h^T and dP = dO_w V_h^T (64 rows x 64 keys each) as one commit group, waited for. Written. */
 __device__ __forceinline__ void warpgroup_scores(float (&s)[kSRegs], float (&dp)[kSRegs], uint32_t q_addr,
                                                  uint32_t k_addr, uint32_t do_addr, uint32_t v_addr) {
-    zero_accumulators(s, dp);
-    wgmma_fence();
-    warpgroup_ss_issue(s, q_addr, k_addr);
-    warpgroup_ss_issue(dp, do_addr, v_addr);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fences(s, dp);
+    two_gemms_written(s, dp, [&] {
+        warpgroup_ss_issue(s, q_addr, k_addr);
+        warpgroup_ss_issue(dp, do_addr, v_addr);
+    });
 }
 
 /* ---- the waits ---- */
