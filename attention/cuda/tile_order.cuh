@@ -53,8 +53,9 @@ typedef struct AttnTileOrder {
 
 /* The part of the L2 (50 MB on H100 and H200) a section's shared data may take: the rest holds the
    streamed tiles and the other operands of the step. 12 MiB with equal sections against 24 MiB with a remainder
-   section: the forward 1-4% and the backward 1-4% faster at d12's and d24's grids, nothing slower at six HS-64
-   and HS-128 shapes in bf16 and gproj (dev/results/attention_sections_12mib_2026-12-05.md). And the fewest
+   section: the forward 3.0-3.5% and the backward 1.0-2.5% faster at d12's grid, the backward 1.4-3.0% at d24's,
+   the forward 0.7-1.5% slower at B8 H16 T1024 and B4 H16 T2048 d64
+   (dev/results/attention_sections_12mib_2026-12-05.md). And the fewest
    heads a section holds before it is made equal: on the H200, sections of 3-6 heads slowed the HS-128
    key-major pass by 12-16% at T 4096-8192 against one section, while 24 heads cost nothing there
    (dev/results/attention_tile_order_2026-12-02.md); a launch of fewer heads runs as one section. */
