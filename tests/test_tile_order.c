@@ -7,8 +7,9 @@
  * inside a section the ranks never decrease (longest first) and each rank lists the section's heads in order;
  * section 0 is the one-section order rank = id / heads, bh = id % heads; the section sizes
  * attn_tile_section_heads picks (d12's 384 heads of T 1024 x HS 64: 48 for K, V; 24 with the dQ accumulator),
- * with their floor of kAttnTileSectionMinHeads, made equal (attn_tile_section_balanced, checked against counting). The forward's work items (attn_query_item) against a count made here
- * row by row: every row of every head in exactly one item, its key tiles those holding a key <= its last row
+ * with their floor of kAttnTileSectionMinHeads, made equal (attn_tile_section_balanced, checked against counting);
+ * gproj's HS-64 sections (attn_tile_section_gproj_hs64: 16 heads at T 1024, 8 at 2048, 4 at 4096 and the floor).
+ * The forward's work items (attn_query_item) against a count made here row by row: every row of every head in exactly one item, its key tiles those holding a key <= its last row
  * before T, and longest first.
  */
 #include <stdio.h>
@@ -145,6 +146,22 @@ int main(void) {
     /* 100 heads at the floor of 24: 5 sections, made equal: 20 */
     n = attn_tile_section_heads(1 << 20, 128, kTileSectionQdOdQ, 100);
     CHECK(n == 20, "100 heads larger than the budget: the floor's 5 sections, equal: 20, got %d", n);
+
+    /* gproj's HS-64 backward passes: 4 MiB of K, V (or Q, dO) per section, at least 4 heads */
+    n = attn_tile_section_gproj_hs64((AttnShape){32, 12, 1024, 64});
+    CHECK(n == 16, "gproj, d12's 384 heads at T 1024: sections of 16, got %d", n);
+    n = attn_tile_section_gproj_hs64((AttnShape){16, 16, 1024, 64});
+    CHECK(n == 16, "gproj, 450m's 256 heads at T 1024: sections of 16, got %d", n);
+    n = attn_tile_section_gproj_hs64((AttnShape){4, 16, 2048, 64});
+    CHECK(n == 8, "gproj, 64 heads at T 2048: sections of 8, got %d", n);
+    n = attn_tile_section_gproj_hs64((AttnShape){2, 16, 4096, 64});
+    CHECK(n == 4, "gproj, 32 heads at T 4096: sections of 4, got %d", n);
+    n = attn_tile_section_gproj_hs64((AttnShape){1, 16, 65536, 64});
+    CHECK(n == 4, "gproj, heads larger than the budget: the floor of 4, got %d", n);
+    n = attn_tile_section_gproj_hs64((AttnShape){2, 20, 1024, 64});
+    CHECK(n == 14, "gproj, 40 heads at T 1024: 3 sections of 16 made equal: 14, got %d", n);
+    n = attn_tile_section_gproj_hs64((AttnShape){1, 12, 1024, 64});
+    CHECK(n == 0, "gproj, 12 heads that fit: one section (0), got %d", n);
 
     test_section("sections of equal size");
     /* against the definition, by counting: as many sections as the plain size gives, and the smallest size that

@@ -31,7 +31,9 @@
  *       T x HS x bytes_per_elem shared bytes fit kAttnTileSectionBytes, at least kAttnTileSectionMinHeads,
  *       in sections made equal;
  *       ATTN_TILE_SECTION_HEADS=N in the environment sets N instead (0: one section over all heads, for
- *       A/B timing).
+ *       A/B timing);
+ *   attn_tile_section_gproj_hs64(shape) (host): the section of gproj's two HS-64 backward passes, the same rule
+ *       on a smaller budget (kAttnGprojSectionBytes).
  */
 #ifndef ATTENTION_TILE_ORDER_CUH
 #define ATTENTION_TILE_ORDER_CUH
@@ -60,6 +62,15 @@ typedef struct AttnTileOrder {
    key-major pass by 12-16% at T 4096-8192 against one section, while 24 heads cost nothing there
    (dev/results/attention_tile_order_2026-12-02.md); a launch of fewer heads runs as one section. */
 enum { kAttnTileSectionBytes = 12 << 20, kAttnTileSectionMinHeads = 24 };
+
+/* gproj's HS-64 backward passes, its row pass (K, V shared) and its key-major pass (Q, dO shared), take sections
+   of 4 MiB of shared data, at least 4 heads: 16 heads at T 1024, 8 at T 2048, 4 at T 4096. Against the 12 MiB rule
+   (43-48 heads at T 1024, 22 at T 2048, 16 at T 4096) gproj's backward was 2.3-3.6% faster at B8 H16, B16 H16 and
+   B32 H12 T1024 and 2.2% at B4 H16 T2048, every round below every round of the rule (four alternating rounds),
+   and 4.1-5.3% at B2 H16 T4096 with 4-head sections in every pass; 16 heads at T 2048 and 8 at T 4096 were
+   slower, and the forward and bf16's passes were slower with sections this small
+   (dev/results/attention_sections_per_pass_2026-12-05.md). */
+enum { kAttnGprojSectionBytes = 4 << 20, kAttnGprojSectionMinHeads = 4 };
 
 /* Bytes per (token, head column) that a launch's CTAs of one head share: K and V (the forward, the row pass);
    Q and dO (gproj's key-major pass); Q, dO and the FP32 dQ accumulator (the key-major passes that send dQ). */
@@ -119,7 +130,8 @@ static inline int attn_tile_section_balanced(int section, int heads) {
    (forward and row pass: K, V = 4; key-major passes: Q, dO = 4, + 4 for an FP32 dQ accumulator): as many heads as
    fit kAttnTileSectionBytes, at least kAttnTileSectionMinHeads, then the sections made equal
    (attn_tile_section_balanced), so none is a remainder of a few heads. */
-static inline int attn_tile_section_heads(int T, int HS, int bytes_per_elem, int heads) {
+static inline int attn_tile_section_heads_within(int T, int HS, int bytes_per_elem, int heads, long long budget,
+                                                 int min_heads) {
     static int env = -2; /* -1: unset; a race between host threads writes the same answer twice */
     if (env == -2) {
         const char* v = getenv("ATTN_TILE_SECTION_HEADS");
@@ -127,14 +139,23 @@ static inline int attn_tile_section_heads(int T, int HS, int bytes_per_elem, int
     }
     if (env >= 0) return env;
     const long long per_head = (long long)T * HS * bytes_per_elem;
-    long long n = per_head > 0 ? (long long)kAttnTileSectionBytes / per_head : heads;
-    if (n < kAttnTileSectionMinHeads) n = kAttnTileSectionMinHeads;
+    long long n = per_head > 0 ? budget / per_head : heads;
+    if (n < min_heads) n = min_heads;
     return n >= heads ? 0 : attn_tile_section_balanced((int)n, heads);
+}
+static inline int attn_tile_section_heads(int T, int HS, int bytes_per_elem, int heads) {
+    return attn_tile_section_heads_within(T, HS, bytes_per_elem, heads, kAttnTileSectionBytes,
+                                          kAttnTileSectionMinHeads);
 }
 
 /* The section of a launch on shape s (B * NH heads of T x HS), what every kernel launch passes. */
 static inline int attn_tile_section(AttnShape s, int bytes_per_elem) {
     return attn_tile_section_heads(s.T, s.HS, bytes_per_elem, s.B * s.NH);
+}
+/* The section of gproj's HS-64 row pass and key-major pass on shape s (4 bytes per token-column: K, V or Q, dO). */
+static inline int attn_tile_section_gproj_hs64(AttnShape s) {
+    return attn_tile_section_heads_within(s.T, s.HS, kTileSectionKV, s.B * s.NH, kAttnGprojSectionBytes,
+                                          kAttnGprojSectionMinHeads);
 }
 
 #endif /* ATTENTION_TILE_ORDER_CUH */

@@ -700,7 +700,7 @@ void keys64_launch(const HopperBwdCall& c) {
         cudaCheck(cudaFuncSetAttribute(keys64_gproj_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAlloc));
         launch_after_previous_grid(1, keys64_gproj_kernel<MODE>, grid, dim3(kThreads), kAlloc, c.stream,
                                    maps.qkv, maps.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
-                                   attn_softmax_scale(kHS), attn_exp2_scale(kHS), attn_tile_section(s, kTileSectionQdO),
+                                   attn_softmax_scale(kHS), attn_exp2_scale(kHS), attn_tile_section_gproj_hs64(s),
                                    s.B * s.NH);
     } else {
         const auto kernel = c.dq_slices ? keys64_kernel<MODE, true> : keys64_kernel<MODE, false>;

@@ -544,10 +544,12 @@ void rows_launch(const HopperBwdCall& c) {
                           ? dim3(hopper_item_grid((long long)q_tiles * s.B * s.NH,
                                                   hopper_env_switch("ATTN_BWD_PERSISTENT", 1), who))
                           : dim3((unsigned)q_tiles, (unsigned)(s.B * s.NH));
+    /* gproj at HS 64 takes its own, smaller sections (tile_order.cuh) */
+    const int section = (MODE == ATTN_GPROJ && HS == 64) ? attn_tile_section_gproj_hs64(s)
+                                                         : attn_tile_section(s, kTileSectionKV);
     launch_after_previous_grid(1, rows_kernel<HS, MODE>, grid, dim3(RowsShape<HS>::kThreads), kAlloc, c.stream,
                                maps.qkv, maps.dout, c.out, c.dout, c.stats, c.D, c.lambda, c.dqkv, s.NH, s.T,
-                               attn_softmax_scale(HS), attn_exp2_scale(HS), attn_tile_section(s, kTileSectionKV),
-                               s.B * s.NH);
+                               attn_softmax_scale(HS), attn_exp2_scale(HS), section, s.B * s.NH);
 }
 
 }  // namespace
