@@ -65,9 +65,9 @@ enum { kAttnTileSectionBytes = 12 << 20, kAttnTileSectionMinHeads = 24 };
 
 /* gproj's HS-64 backward passes, its row pass (K, V shared) and its key-major pass (Q, dO shared), take sections
    of 4 MiB of shared data, at least 4 heads: 16 heads at T 1024, 8 at T 2048, 4 at T 4096. Against the 12 MiB rule
-   (43-48 heads at T 1024, 22 at T 2048, 16 at T 4096) gproj's backward was 2.3-3.6% faster at B8 H16, B16 H16 and
-   B32 H12 T1024 and 2.2% at B4 H16 T2048, every round below every round of the rule (four alternating rounds),
-   and 4.1-5.3% at B2 H16 T4096 with 4-head sections in every pass; 16 heads at T 2048 and 8 at T 4096 were
+   (43-48 heads at T 1024, 22 at T 2048, 16 at T 4096) gproj's backward was 2.7-3.7% faster at B8 H16, B16 H16 and
+   B32 H12 T1024 and 2.3% at B4 H16 T2048, every round below every round of the rule (four alternating rounds),
+   and 4.0-5.1% at B2 H16 T4096 with 4-head sections in every pass; 16 heads at T 2048 and 8 at T 4096 were
    slower, and the forward and bf16's passes were slower with sections this small
    (dev/results/attention_sections_per_pass_2026-12-05.md). */
 enum { kAttnGprojSectionBytes = 4 << 20, kAttnGprojSectionMinHeads = 4 };
