@@ -148,20 +148,23 @@ int main(void) {
     CHECK(n == 20, "100 heads larger than the budget: the floor's 5 sections, equal: 20, got %d", n);
 
     /* gproj's HS-64 backward passes: 4 MiB of K, V (or Q, dO) per section, at least 4 heads */
-    n = attn_tile_section_gproj_hs64((AttnShape){32, 12, 1024, 64});
-    CHECK(n == 16, "gproj, d12's 384 heads at T 1024: sections of 16, got %d", n);
-    n = attn_tile_section_gproj_hs64((AttnShape){16, 16, 1024, 64});
-    CHECK(n == 16, "gproj, 450m's 256 heads at T 1024: sections of 16, got %d", n);
-    n = attn_tile_section_gproj_hs64((AttnShape){4, 16, 2048, 64});
-    CHECK(n == 8, "gproj, 64 heads at T 2048: sections of 8, got %d", n);
-    n = attn_tile_section_gproj_hs64((AttnShape){2, 16, 4096, 64});
-    CHECK(n == 4, "gproj, 32 heads at T 4096: sections of 4, got %d", n);
-    n = attn_tile_section_gproj_hs64((AttnShape){1, 16, 65536, 64});
-    CHECK(n == 4, "gproj, heads larger than the budget: the floor of 4, got %d", n);
-    n = attn_tile_section_gproj_hs64((AttnShape){2, 20, 1024, 64});
-    CHECK(n == 14, "gproj, 40 heads at T 1024: 3 sections of 16 made equal: 14, got %d", n);
-    n = attn_tile_section_gproj_hs64((AttnShape){1, 12, 1024, 64});
-    CHECK(n == 0, "gproj, 12 heads that fit: one section (0), got %d", n);
+    const struct {
+        AttnShape s;
+        int want;
+        const char* what;
+    } gproj[] = {
+        {{32, 12, 1024, 64}, 16, "d12's 384 heads at T 1024: sections of 16"},
+        {{16, 16, 1024, 64}, 16, "450m's 256 heads at T 1024: sections of 16"},
+        {{4, 16, 2048, 64}, 8, "64 heads at T 2048: sections of 8"},
+        {{2, 16, 4096, 64}, 4, "32 heads at T 4096: sections of 4"},
+        {{1, 16, 65536, 64}, 4, "heads larger than the budget: the floor of 4"},
+        {{2, 20, 1024, 64}, 14, "40 heads at T 1024: 3 sections of 16 made equal, 14"},
+        {{1, 12, 1024, 64}, 0, "12 heads that fit: one section (0)"},
+    };
+    for (size_t i = 0; i < sizeof(gproj) / sizeof(gproj[0]); i++) {
+        n = attn_tile_section_gproj_hs64(gproj[i].s);
+        CHECK(n == gproj[i].want, "gproj, %s: got %d", gproj[i].what, n);
+    }
 
     test_section("sections of equal size");
     /* against the definition, by counting: as many sections as the plain size gives, and the smallest size that
