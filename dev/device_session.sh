@@ -635,10 +635,12 @@ print("%d samples: SM clock median %.0f MHz of max %s, power median %.0f W of li
             --shape 16,16,1024,64 --modes bf16,gproj,fp32,cudnn --repeats 20 > "$OUT/issuetable_attention.txt" 2>&1
         say "   bench_attention: rc $?"
         grep -E '^B[0-9]' "$OUT/issuetable_attention.txt" | tee -a "$SUMMARY"
+        i=0
         for a in bf16 gproj fp32 bf16; do
+            i=$((i + 1)) # bf16 runs twice: each run its own file
             timeout 120 build/dev/profile_gpu_step --model 450m --batch 16 --seq 1024 --attn $a --steps 8 \
-                > "$OUT/issuetable_450m_$a.txt" 2>&1
-            say "   450m $a: $(grep -m1 'ms/step' "$OUT/issuetable_450m_$a.txt")"
+                > "$OUT/issuetable_450m_${i}_$a.txt" 2>&1
+            say "   450m $a: $(grep -m1 'ms/step' "$OUT/issuetable_450m_${i}_$a.txt")"
         done
         left=$(( ${IT_TIMEOUT:-540} - ($(date +%s) - phase_start) - 15 ))
         if [ "$left" -gt 120 ]; then
