@@ -8,7 +8,8 @@
  * section 0 is the one-section order rank = id / heads, bh = id % heads; the section sizes
  * attn_tile_section_heads picks (d12's 384 heads of T 1024 x HS 64: 48 for K, V; 24 with the dQ accumulator),
  * with their floor of kAttnTileSectionMinHeads, made equal (attn_tile_section_balanced, checked against counting);
- * gproj's HS-64 sections (attn_tile_section_gproj_hs64: 16 heads at T 1024, 8 at 2048, 4 at 4096 and the floor).
+ * gproj's HS-64 sections (attn_tile_section_gproj_hs64: 16 heads at T 1024, 8 at 2048, 4 at 4096 and the floor)
+ * and the HS-128 forward's (attn_tile_section_fwd_hs128: 16 heads at T 1024, 4 at 4096 and 8192).
  * The forward's work items (attn_query_item) against a count made here row by row: every row of every head in exactly one item, its key tiles those holding a key <= its last row
  * before T, and longest first.
  */
@@ -164,6 +165,21 @@ int main(void) {
     for (size_t i = 0; i < sizeof(gproj) / sizeof(gproj[0]); i++) {
         n = attn_tile_section_gproj_hs64(gproj[i].s);
         CHECK(n == gproj[i].want, "gproj, %s: got %d", gproj[i].what, n);
+    }
+    /* the Hopper forward at HS 128: 8 MiB of K, V per section, at least 4 heads */
+    const struct {
+        AttnShape s;
+        int want;
+        const char* what;
+    } fwd128[] = {
+        {{8, 8, 1024, 128}, 16, "64 heads at T 1024: sections of 16"},
+        {{2, 16, 4096, 128}, 4, "32 heads at T 4096: sections of 4"},
+        {{1, 16, 8192, 128}, 4, "16 heads at T 8192: the floor of 4"},
+        {{2, 5, 1024, 128}, 0, "10 heads that fit: one section (0)"},
+    };
+    for (size_t i = 0; i < sizeof(fwd128) / sizeof(fwd128[0]); i++) {
+        n = attn_tile_section_fwd_hs128(fwd128[i].s);
+        CHECK(n == fwd128[i].want, "forward at HS 128, %s: got %d", fwd128[i].what, n);
     }
 
     test_section("sections of equal size");

@@ -33,7 +33,9 @@
  *       ATTN_TILE_SECTION_HEADS=N in the environment sets N instead (0: one section over all heads, for
  *       A/B timing);
  *   attn_tile_section_gproj_hs64(shape) (host): the section of gproj's two HS-64 backward passes, the same rule
- *       on a smaller budget (kAttnGprojSectionBytes).
+ *       on a smaller budget (kAttnGprojSectionBytes);
+ *   attn_tile_section_fwd_hs128(shape) (host): the section of the Hopper forward at head size 128, the same rule
+ *       on its own budget and floor (kAttnFwd128SectionBytes).
  */
 #ifndef ATTENTION_TILE_ORDER_CUH
 #define ATTENTION_TILE_ORDER_CUH
@@ -68,9 +70,18 @@ enum { kAttnTileSectionBytes = 12 << 20, kAttnTileSectionMinHeads = 24 };
    (43-48 heads at T 1024, 22 at T 2048, 16 at T 4096) gproj's backward was 2.7-3.7% faster at B8 H16, B16 H16 and
    B32 H12 T1024 and 2.3% at B4 H16 T2048, every round below every round of the rule (four alternating rounds),
    and 4.0-5.1% at B2 H16 T4096 with 4-head sections in every pass; 16 heads at T 2048 and 8 at T 4096 were
-   slower, and the forward and bf16's passes were slower with sections this small
+   slower, the forward was slower with sections this small and bf16's key-major pass no faster
    (dev/results/attention_sections_per_pass_2026-12-05.md). */
 enum { kAttnGprojSectionBytes = 4 << 20, kAttnGprojSectionMinHeads = 4 };
+
+/* The Hopper forward at HS 128 takes sections of 8 MiB of K and V, at least 4 heads: 16 heads at T 1024, 4 at
+   T 4096 and 8192. Against the 12 MiB rule with its 24-head floor (22 heads at B8 H8 T1024, 16 at B2 H16 T4096, one
+   section of 16 at B1 H16 T8192) the forward was 1.3-2.4% faster at those three shapes, bf16 and gproj, in a
+   same-build A/B (four of the six with every round below); two sweeps before it agreed (3.3-4.1% at B8 H8 T1024,
+   1.1-2.3% at T 8192, 0.8-0.9% for bf16 at T 4096), and put 8 heads at T 1024 2.5-3.6% slower. The fwd+bwd pair
+   moved -1.2% to +0.1%, within its spread. The floor of 24 stays for the HS-128 backward, where 3-6-head sections
+   cost 12-16% on an H200 (dev/results/attention_sections_per_pass_2026-12-05.md). */
+enum { kAttnFwd128SectionBytes = 8 << 20, kAttnFwd128SectionMinHeads = 4 };
 
 /* Bytes per (token, head column) that a launch's CTAs of one head share: K and V (the forward, the row pass);
    Q and dO (gproj's key-major pass); Q, dO and the FP32 dQ accumulator (the key-major passes that send dQ). */
@@ -151,6 +162,11 @@ static inline int attn_tile_section_heads(int T, int HS, int bytes_per_elem, int
 /* The section of a launch on shape s (B * NH heads of T x HS), what every kernel launch passes. */
 static inline int attn_tile_section(AttnShape s, int bytes_per_elem) {
     return attn_tile_section_heads(s.T, s.HS, bytes_per_elem, s.B * s.NH);
+}
+/* The section of the Hopper forward at HS 128 on shape s (4 bytes per token-column: K, V). */
+static inline int attn_tile_section_fwd_hs128(AttnShape s) {
+    return attn_tile_section_heads_within(s.T, s.HS, kTileSectionKV, s.B * s.NH, kAttnFwd128SectionBytes,
+                                          kAttnFwd128SectionMinHeads);
 }
 /* The section of gproj's HS-64 row pass and key-major pass on shape s (4 bytes per token-column: K, V or Q, dO). */
 static inline int attn_tile_section_gproj_hs64(AttnShape s) {

@@ -116,9 +116,10 @@ void hopper_fwd_launch(const CUtensorMap& map, AttnShape s, bf16* out, float* st
     const unsigned grid = hopper_item_grid((long long)ceil_div(s.T, Cta::kRows) * s.B * s.NH,
                                            hopper_env_switch("ATTN_FWD_PERSISTENT", 1),
                                            "attention (Hopper forward)");
+    /* HS 128 takes its own sections (tile_order.cuh) */
+    const int section = HS == 128 ? attn_tile_section_fwd_hs128(s) : attn_tile_section(s, kTileSectionKV);
     kernel<<<grid, Cta::kThreads, smem, stream>>>(map, out, stats, s.NH, s.T, attn_softmax_scale(HS),
-                                                  attn_exp2_scale(HS), attn_tile_section(s, kTileSectionKV),
-                                                  s.B * s.NH);
+                                                  attn_exp2_scale(HS), section, s.B * s.NH);
     cudaCheckLastError();
 }
 
