@@ -10,8 +10,8 @@
  * with their floor of kAttnTileSectionMinHeads, made equal (attn_tile_section_balanced, checked against counting);
  * gproj's HS-64 sections (attn_tile_section_gproj_hs64: 16 heads at T 1024, 8 at 2048, 4 at 4096 and the floor)
  * and the HS-128 forward's (attn_tile_section_fwd_hs128: 16 heads at T 1024, 4 at 4096 and 8192).
- * The forward's work items (attn_query_item) against a count made here row by row: every row of every head in exactly one item, its key tiles those holding a key <= its last row
- * before T, and longest first.
+ * The forward's work items (attn_query_item) against a count made here row by row: every row of every head in
+ * exactly one item, its key tiles those holding a key <= its last row before T, and longest first.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +84,19 @@ static void check_query_items(int T, int heads, int rows, int key_tile, int sect
     free(covered);
 }
 
+/* A pass's own section rule on a shape, and the size it must pick. */
+typedef struct {
+    AttnShape s;
+    int want;
+    const char* what;
+} SectionCase;
+static void check_sections(const char* pass, int (*rule)(AttnShape), const SectionCase* cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const int got = rule(cases[i].s);
+        CHECK(got == cases[i].want, "%s, %s: got %d", pass, cases[i].what, got);
+    }
+}
+
 int main(void) {
     test_section("the map");
     const int tiles[] = {1, 2, 5, 8, 64};
@@ -149,11 +162,7 @@ int main(void) {
     CHECK(n == 20, "100 heads larger than the budget: the floor's 5 sections, equal: 20, got %d", n);
 
     /* gproj's HS-64 backward passes: 4 MiB of K, V (or Q, dO) per section, at least 4 heads */
-    const struct {
-        AttnShape s;
-        int want;
-        const char* what;
-    } gproj[] = {
+    const SectionCase gproj[] = {
         {{32, 12, 1024, 64}, 16, "d12's 384 heads at T 1024: sections of 16"},
         {{16, 16, 1024, 64}, 16, "450m's 256 heads at T 1024: sections of 16"},
         {{4, 16, 2048, 64}, 8, "64 heads at T 2048: sections of 8"},
@@ -162,25 +171,15 @@ int main(void) {
         {{2, 20, 1024, 64}, 14, "40 heads at T 1024: 3 sections of 16 made equal, 14"},
         {{1, 12, 1024, 64}, 0, "12 heads that fit: one section (0)"},
     };
-    for (size_t i = 0; i < sizeof(gproj) / sizeof(gproj[0]); i++) {
-        n = attn_tile_section_gproj_hs64(gproj[i].s);
-        CHECK(n == gproj[i].want, "gproj, %s: got %d", gproj[i].what, n);
-    }
+    check_sections("gproj's HS-64 passes", attn_tile_section_gproj_hs64, gproj, sizeof(gproj) / sizeof(gproj[0]));
     /* the Hopper forward at HS 128: 8 MiB of K, V per section, at least 4 heads */
-    const struct {
-        AttnShape s;
-        int want;
-        const char* what;
-    } fwd128[] = {
+    const SectionCase fwd128[] = {
         {{8, 8, 1024, 128}, 16, "64 heads at T 1024: sections of 16"},
         {{2, 16, 4096, 128}, 4, "32 heads at T 4096: sections of 4"},
         {{1, 16, 8192, 128}, 4, "16 heads at T 8192: the floor of 4"},
         {{2, 5, 1024, 128}, 0, "10 heads that fit: one section (0)"},
     };
-    for (size_t i = 0; i < sizeof(fwd128) / sizeof(fwd128[0]); i++) {
-        n = attn_tile_section_fwd_hs128(fwd128[i].s);
-        CHECK(n == fwd128[i].want, "forward at HS 128, %s: got %d", fwd128[i].what, n);
-    }
+    check_sections("the forward at HS 128", attn_tile_section_fwd_hs128, fwd128, sizeof(fwd128) / sizeof(fwd128[0]));
 
     test_section("sections of equal size");
     /* against the definition, by counting: as many sections as the plain size gives, and the smallest size that
