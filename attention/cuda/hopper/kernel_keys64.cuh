@@ -340,6 +340,17 @@ __device__ __forceinline__ void send_dq_tile(const CUtensorMap* dq_map, const un
     bulk_commit_group();
 }
 
+/* A warpgroup's 64 x 64 dQ partial added to the accumulator: stored into the warpgroup's swizzled tile, fenced so
+   the async proxy (TMA) sees the generic-proxy stores, then, once the whole warpgroup has stored, sent by its
+   thread 0 with two reduce-adds when `send` (false past T: those rows are outside the map). */
+__device__ __forceinline__ void flush_dq_tile(unsigned char* dq_tile, const float (&dq)[32], int wg, int warp_in_wg,
+                                              int g, int t, bool send, const CUtensorMap* dq_map, int q, int bh) {
+    store_dq_tile(dq_tile, dq, warp_in_wg, g, t);
+    fence_proxy_async();
+    warpgroup_sync(wg);
+    if (send) send_dq_tile(dq_map, dq_tile, q, bh);
+}
+
 /* ---- fp32's steps (64 queries): the split terms (pack_split_step: mode_numerics.cuh) ---- */
 
 /* dV += [bf(P), bf(P - bf(P))]^T dO, dK += [bf(dS), bf(r1)]^T Q: 16 m64n64k16 RS, one commit group (issued and
@@ -559,10 +570,8 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                 mbar_arrive(&empty[s]); /* this thread no longer reads stage s (Q, dO, row state) */
                 float dq[32];
                 dq_rows(dq, ds_cta + wg * kDqRows * kDsCtaPitch, smem_u32(k_s), warp_in_wg, g, t);
-                store_dq_tile(dq_tile, dq, warp_in_wg, g, t);
-                fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
-                warpgroup_sync(wg);
-                if (tid_in_wg == 0 && q0 + wg * kDqRows < T) send_dq_tile(dq_map, dq_tile, q0 + wg * kDqRows, dq_head);
+                flush_dq_tile(dq_tile, dq, wg, warp_in_wg, g, t, tid_in_wg == 0 && q0 + wg * kDqRows < T, dq_map,
+                              q0 + wg * kDqRows, dq_head);
             } else if constexpr (MODE == ATTN_GPROJ) {
                 float st[32], dpt[32];
                 warpgroup_two_ss_64x64(st, dpt, kw_addr, q_addr, vw_addr, do_addr);
@@ -627,10 +636,7 @@ __device__ __forceinline__ void keys64_pass(const CUtensorMap& qkv_map, const CU
                     named_bar_arrive(kTermsFreeBarrier, kConsumerThreads); /* the other may restage its terms */
                     /* bf16's flush at 64 rows: the partial into the warpgroup's swizzled tile, then one thread adds
                        it to the accumulator with two TMA reduce-adds (rows past T are outside the map) */
-                    store_dq_tile(dq_tile, dq, warp_in_wg, g, t);
-                    fence_proxy_async(); /* the tile's generic-proxy stores, before the async proxy (TMA) reads them */
-                    warpgroup_sync(wg);
-                    if (tid_in_wg == 0) send_dq_tile(dq_map, dq_tile, q0, dq_head);
+                    flush_dq_tile(dq_tile, dq, wg, warp_in_wg, g, t, tid_in_wg == 0, dq_map, q0, dq_head);
                 }
             }
         }
