@@ -92,6 +92,8 @@
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "attention/cuda/mma_bf16.cuh"
 #include "attention/cuda/attn_row_d.cuh"
+#include "attention/cuda/mode_scalars.cuh"
+#include "attention/cuda/mode_dispatch.cuh"
 #include "attention/cuda/launch_overlap.cuh"
 
 using namespace attn_mma;
@@ -108,7 +110,6 @@ constexpr int kBwdKeyTile = 128; /* backward: 8 warps x 16 keys share each Q/dO 
 constexpr int kBwdThreads = 2 * kBwdKeyTile;
 constexpr int kBwdWarps = kBwdThreads / 32;
 constexpr int kDqCols = 32;   /* head dims per dQ work unit in the backward */
-constexpr float kLog2e = 1.4426950408889634f;
 
 static_assert(kKeyTile == ATTN_SHIFT_TILE_KEYS, "the GPU key tile must be the tile-max-shift tile");
 
@@ -143,18 +144,6 @@ __device__ __forceinline__ void next_kv_tile_async(bf16* k_s, bf16* v_s, const b
         cp_async_wait<1>();
     } else {
         cp_async_wait<0>();
-    }
-}
-
-/* The recomputed softmax numerator of a backward pass for one score, masked. */
-template <int MODE>
-__device__ __forceinline__ float backward_prob(float score, float row_a, float row_b, float c) {
-    if (MODE == ATTN_BF16) {
-        /* row_a = fl(LSE * log2 e): P = exp2(fma(S, c, -row_a)), already normalised */
-        return exp2f(__fmaf_rn(score, c, -row_a));
-    } else {
-        /* row_a = m, row_b = fl(1 / l): the forward's exponent bit for bit, times 1/l */
-        return exp2f((score - row_a) * c) * row_b;
     }
 }
 
@@ -274,7 +263,7 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const float sc = s[j][2 * r + e];
-                    const float x = (MODE == ATTN_BF16) ? __fmaf_rn(sc, c, -m_c) : (sc - m_new) * c;
+                    const float x = forward_exponent<MODE>(sc, c, m_c, m_new);
                     const float p = exp2f(x);
                     s[j][2 * r + e] = p;
                     sum += p;
@@ -322,13 +311,7 @@ __global__ void __launch_bounds__(kFwdThreads) attn_fwd_kernel(const bf16* __res
         }
         if (t == 0) {
             float* st = stats + ((long long)bh * T + query) * 2;
-            if (MODE == ATTN_BF16) {
-                st[0] = m_run[r] * scale + logf(l); /* LSE in natural-log, scaled units */
-                st[1] = 0.f;
-            } else {
-                st[0] = m_run[r];
-                st[1] = l;
-            }
+            forward_row_stats<MODE>(st, m_run[r], l, scale); /* bf16: LSE in natural-log, scaled units */
         }
     }
 }
@@ -422,8 +405,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
     for (int r = 0; r < 2; r++) {
         const int query = q0 + warp * 16 + g + 8 * r;
         const long long idx = (long long)bh * T + (query < T ? query : 0);
-        row_m[r] = (MODE == ATTN_BF16) ? stats[idx * 2] * kLog2e : stats[idx * 2];
-        row_l[r] = __frcp_rn(stats[idx * 2 + 1]); /* fl(1 / l) */
+        row_m[r] = row_state_a<MODE>(stats[idx * 2]);
+        row_l[r] = row_state_b<MODE>(stats[idx * 2 + 1]); /* fl(1 / l) */
         row_D[r] = (MODE == ATTN_GPROJ) ? D[idx] : 0.f;
     }
     float acc_a[2] = {0.f, 0.f}; /* fp32: sum P dP; gproj: r = sum bf(dS) */
@@ -494,7 +477,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
                             const int query = q0 + warp * 16 + g + 8 * r;
                             float p = 0.f, ds = 0.f; /* masked: exactly 0 (gproj's GEMM operands below) */
                             if (!kMasked || (key <= query && query < T)) {
-                                p = backward_prob<MODE>(s[j][2 * r + e], row_m[r], row_l[r], c);
+                                p = recompute_prob<MODE>(s[j][2 * r + e], row_m[r], row_l[r], c);
                                 const float dpv = dp[j][2 * r + e];
                                 if (MODE == ATTN_FP32) {
                                     acc_a[r] += p * dpv;
@@ -626,8 +609,8 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
     auto store_row_state = [&](float4 raw, int buf) {
         if (tid < BQ) {
             float4 st;
-            st.x = (MODE == ATTN_BF16) ? raw.x * kLog2e : raw.x;  /* fl(LSE * log2 e) or m */
-            st.y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(raw.y); /* fl(1 / l) */
+            st.x = row_state_a<MODE>(raw.x); /* fl(LSE * log2 e) or m */
+            st.y = row_state_b<MODE>(raw.y); /* 1 or fl(1 / l) */
             st.z = raw.z;
             st.w = raw.w;
             row_state[buf * BQ + tid] = st;
@@ -705,7 +688,7 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
                         const int query = q0 + ql;
                         float p = 0.f, ds = 0.f;
                         if (!kMasked || (key <= query && query < T)) {
-                            p = backward_prob<MODE>(st[j][2 * r + e], row.x, row.y, c);
+                            p = recompute_prob<MODE>(st[j][2 * r + e], row.x, row.y, c);
                             ds = p * (dpt[j][2 * r + e] - row.z);
                         }
                         st[j][2 * r + e] = p;
@@ -985,20 +968,20 @@ void portable_passes(AttnShape s, const bf16* qkv, const bf16* dout, const float
     cudaCheckLastError();
 }
 
-/* The backward chain: the prep kernel (D from the BF16 O, not in fp32 mode nor in gproj's Hopper chain, whose row
-   pass forms it; the zeroed accumulator, not in gproj mode nor with dq_slices; no launch when neither is left) -> [the zeroed dQ slices] -> the row pass (fp32, gproj) and the key-major pass ->
-   [the dQ post-pass] (not in gproj mode: its row pass wrote dQ). hopper: the Hopper chain of the mode
-   (attention_hopper_bwd.cuh's attention_backward_hopper, which turns the mode into its passes' template
-   arguments) in place of the portable passes; the caller has asked attention_hopper_bwd_supports and checked
-   the device (attention_backward_cuda_path). Both read and write the workspace slots of carve_workspace, so the
-   prep and the post-pass are the same either way. dq_slices (not in gproj mode): the deterministic backward -
-   the slices of carve_workspace zeroed where they are added to, every key-major kernel adding into its key
-   block's slice, the sliced post-pass (see attn_bwd_zero_dq_slices_kernel); else the one accumulator, zeroed
-   by the prep kernel. */
-template <int HS>
-void backward_launch(AttnMode mode, AttnOptions opt, AttnShape s, const bf16* qkv, const bf16* out,
-                     const float* stats, const bf16* dout, bf16* dqkv, void* workspace, int hopper, int dq_slices,
-                     cudaStream_t stream) {
+/* The backward chain of MODE at head size HS (with_mode_hs made them template arguments): the prep kernel (D from
+   the BF16 O, not in fp32 mode nor in gproj's Hopper chain, whose row pass forms it; the zeroed accumulator, not
+   in gproj mode nor with dq_slices; no launch when neither is left) -> [the zeroed dQ slices] -> the row pass
+   (fp32, gproj) and the key-major pass -> [the dQ post-pass] (not in gproj mode: its row pass wrote dQ). hopper:
+   the Hopper chain of the mode (attention_hopper_bwd.cuh's attention_backward_hopper) in place of the portable
+   passes; the caller has asked attention_hopper_bwd_supports and checked the device
+   (attention_backward_cuda_path). Both read and write the workspace slots of carve_workspace, so the prep and the
+   post-pass are the same either way. dq_slices (not in gproj mode): the deterministic backward - the slices of
+   carve_workspace zeroed where they are added to, every key-major kernel adding into its key block's slice, the
+   sliced post-pass (see attn_bwd_zero_dq_slices_kernel); else the one accumulator, zeroed by the prep kernel. */
+template <int HS, int MODE>
+void backward_launch(AttnOptions opt, AttnShape s, const bf16* qkv, const bf16* out, const float* stats,
+                     const bf16* dout, bf16* dqkv, void* workspace, int hopper, int dq_slices, cudaStream_t stream) {
+    constexpr AttnMode mode = (AttnMode)MODE;
     dq_slices = (mode != ATTN_GPROJ) && dq_slices;
     const int n_key_blocks = ceil_div(s.T, kBwdKeyTile);
     const Workspace w = carve_workspace(s, workspace, dq_slices ? (size_t)n_key_blocks : 1);
@@ -1022,31 +1005,13 @@ void backward_launch(AttnMode mode, AttnOptions opt, AttnShape s, const bf16* qk
         attention_backward_hopper(mode, opt, s, qkv, out, dout, stats, w.D, w.lambda, w.dq_acc, dqkv, stream,
                                   dq_slices);
     } else {
-        switch (mode) {
-            case ATTN_FP32: portable_passes<HS, ATTN_FP32>(s, qkv, dout, stats, dqkv, w, dq_slices, stream); break;
-            case ATTN_BF16: portable_passes<HS, ATTN_BF16>(s, qkv, dout, stats, dqkv, w, dq_slices, stream); break;
-            case ATTN_REPAIR: portable_passes<HS, ATTN_REPAIR>(s, qkv, dout, stats, dqkv, w, dq_slices, stream); break;
-            case ATTN_GPROJ: portable_passes<HS, ATTN_GPROJ>(s, qkv, dout, stats, dqkv, w, dq_slices, stream); break;
-            default: die("attention_backward_cuda: invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
-        }
+        portable_passes<HS, MODE>(s, qkv, dout, stats, dqkv, w, dq_slices, stream);
     }
     if (mode != ATTN_GPROJ) { /* gproj's row pass wrote dQ */
         const dim3 grid((unsigned)ceil_div((long long)s.T * (HS / 8), 256), (unsigned)(s.B * s.NH));
         launch_after_previous_grid(hopper, dq_slices ? attn_bwd_dq_slices_kernel<HS> : attn_bwd_dq_kernel<HS>, grid,
                                    dim3(256), 0, stream, w.dq_acc, dqkv, s.NH, s.T, attn_softmax_scale(HS));
         cudaCheckLastError();
-    }
-}
-
-template <int HS>
-void forward_dispatch_mode(AttnMode mode, AttnShape s, const bf16* qkv, bf16* out, float* stats, int shift,
-                           cudaStream_t st) {
-    switch (mode) {
-        case ATTN_FP32: forward_launch<HS, ATTN_FP32>(s, qkv, out, stats, 0, st); break;
-        case ATTN_BF16: forward_launch<HS, ATTN_BF16>(s, qkv, out, stats, 0, st); break;
-        case ATTN_REPAIR: forward_launch<HS, ATTN_REPAIR>(s, qkv, out, stats, shift, st); break;
-        case ATTN_GPROJ: forward_launch<HS, ATTN_GPROJ>(s, qkv, out, stats, 0, st); break;
-        default: die("attention_forward_cuda: invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
     }
 }
 
@@ -1191,8 +1156,9 @@ void attention_forward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const _
     }
     /* the tile-max shift arm belongs to repair mode only (attention.h) */
     const int shift = (mode == ATTN_REPAIR && opt.tile_max_shift) ? 1 : 0;
-    if (s.HS == 64) forward_dispatch_mode<64>(mode, s, qkv, out, stats, shift, stream);
-    else forward_dispatch_mode<128>(mode, s, qkv, out, stats, shift, stream);
+    with_mode_hs("attention_forward_cuda", mode, s.HS, [&](auto mode_c, auto hs_c) {
+        forward_launch<decltype(hs_c)::value, decltype(mode_c)::value>(s, qkv, out, stats, shift, stream);
+    });
 }
 
 void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const __nv_bfloat16* qkv,
@@ -1221,6 +1187,8 @@ void attention_backward_cuda(AttnMode mode, AttnOptions opt, AttnShape s, const 
         require_workspace_holds(workspace, need);
     }
     const int hopper = attention_backward_cuda_path(mode, opt, s, qkv, dout) == ATTN_BWD_HOPPER;
-    if (s.HS == 64) backward_launch<64>(mode, opt, s, qkv, out, stats, dout, dqkv, workspace, hopper, slices, stream);
-    else backward_launch<128>(mode, opt, s, qkv, out, stats, dout, dqkv, workspace, hopper, slices, stream);
+    with_mode_hs("attention_backward_cuda", mode, s.HS, [&](auto mode_c, auto hs_c) {
+        backward_launch<decltype(hs_c)::value, decltype(mode_c)::value>(opt, s, qkv, out, stats, dout, dqkv, workspace,
+                                                                        hopper, slices, stream);
+    });
 }

@@ -91,6 +91,7 @@
  */
 #include "attention/cuda/hopper/kernel_fwd.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
+#include "attention/cuda/mode_dispatch.cuh"
 
 namespace {
 
@@ -123,25 +124,6 @@ void hopper_fwd_launch(const CUtensorMap& map, AttnShape s, bf16* out, float* st
     cudaCheckLastError();
 }
 
-template <int HS, int STAGES>
-void hopper_fwd_dispatch_mode(AttnMode mode, const CUtensorMap& map, AttnShape s, bf16* out, float* stats,
-                              cudaStream_t stream) {
-    switch (mode) {
-        case ATTN_FP32: hopper_fwd_launch<HS, ATTN_FP32, STAGES>(map, s, out, stats, stream); break;
-        case ATTN_BF16: hopper_fwd_launch<HS, ATTN_BF16, STAGES>(map, s, out, stats, stream); break;
-        case ATTN_REPAIR: hopper_fwd_launch<HS, ATTN_REPAIR, STAGES>(map, s, out, stats, stream); break;
-        case ATTN_GPROJ: hopper_fwd_launch<HS, ATTN_GPROJ, STAGES>(map, s, out, stats, stream); break;
-        default: die("attention_forward_hopper: invalid mode %d (choices: %s)", (int)mode, attn_mode_choices());
-    }
-}
-
-template <int STAGES>
-void hopper_fwd_dispatch(AttnMode mode, const CUtensorMap& map, AttnShape s, bf16* out, float* stats,
-                         cudaStream_t stream) {
-    if (s.HS == 64) hopper_fwd_dispatch_mode<64, STAGES>(mode, map, s, out, stats, stream);
-    else hopper_fwd_dispatch_mode<128, STAGES>(mode, map, s, out, stats, stream);
-}
-
 }  // namespace
 
 int attention_hopper_fwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv) {
@@ -156,7 +138,10 @@ void attention_forward_hopper(AttnMode mode, AttnShape s, const __nv_bfloat16* q
     if (!attention_hopper_fwd_supports(mode, no_options, s, qkv))
         die_unsupported("attention_forward_hopper", mode, s, qkv, nullptr, "any mode but repair's shift arm",
                         "attention_forward_cuda");
-    hopper_fwd_dispatch<kFwdStages>(mode, make_qkv_map(qkv, s), s, out, stats, stream);
+    const CUtensorMap map = make_qkv_map(qkv, s);
+    with_mode_hs("attention_forward_hopper", mode, s.HS, [&](auto mode_c, auto hs_c) {
+        hopper_fwd_launch<decltype(hs_c)::value, decltype(mode_c)::value, kFwdStages>(map, s, out, stats, stream);
+    });
 }
 
 

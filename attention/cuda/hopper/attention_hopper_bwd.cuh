@@ -7,8 +7,8 @@
  * twins on a compute-capability 9.0 device when the check says yes and AttnOptions.force_portable is 0; the
  * passes read and write the portable backward's workspace slots (attention_cuda_workspace_bytes), so the whole
  * backward is prep kernel -> Hopper chain -> [dQ post-pass] (attention_cuda.cu's kernels before and after).
- * The chain per (mode, head size) is one table, kHopperBwdChains in attention_hopper_bwd_dispatch.cu, whose
- * with_row is also the one place where the run-time mode and head size become the passes' template arguments:
+ * The chain per (mode, head size) is one table, kHopperBwdChains in attention_hopper_bwd_dispatch.cu (whose
+ * run_chain makes the mode and head size the passes' template arguments through mode_dispatch.cuh's with_mode_hs):
  *   bf16, repair (not repair's tile-max-shift arm): the key-major pass - reads qkv, dout, stats and D [B*NH*T];
  *       adds s-less dQ partials into the zeroed FP32 dq_acc [B*NH*T][HS] by TMA reduce-add; writes the k and v
  *       slots of dqkv.

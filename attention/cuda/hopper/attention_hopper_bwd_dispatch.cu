@@ -1,8 +1,9 @@
 /*
  * attention/cuda/hopper/attention_hopper_bwd_dispatch.cu - the Hopper (sm_90a) backward's dispatch: the table of
  * the passes each (mode, head size) runs (kHopperBwdChains), the support check and the entry point of
- * attention_hopper_bwd.cuh, the lab's pass-by-pass entry (hopper_lab_hooks.cuh), and with_row, the one place
- * where a call's run-time mode and head size become template arguments.
+ * attention_hopper_bwd.cuh and the lab's pass-by-pass entry (hopper_lab_hooks.cuh). A call's run-time mode and
+ * head size become the passes' template arguments in attention/cuda/mode_dispatch.cuh's with_mode_hs, as in
+ * every other CUDA attention entry point.
  *
  * Why: the kernels are template families (kernel_keys64.cuh, kernel_keys128.cuh, kernel_rows.cuh) instantiated
  * per (head size, mode) in the attention_hopper_*.cu files, each of which defines the passes
@@ -13,10 +14,9 @@
  * "Which files a mode touches"). Host code only: no kernel is instantiated here.
  */
 #include <stddef.h>
-#include <type_traits>
-#include <utility>
 #include "attention/cuda/hopper/attention_hopper_bwd.cuh"
 #include "attention/cuda/hopper/hopper_host.cuh"
+#include "attention/cuda/mode_dispatch.cuh"
 
 namespace {
 
@@ -36,30 +36,17 @@ constexpr HopperBwdChain kHopperBwdChains[] = {
     {ATTN_REPAIR, 64, false, true}, {ATTN_REPAIR, 128, false, true}, /* the key-major pass (as bf16) */
     {ATTN_GPROJ, 64, true, false},  {ATTN_GPROJ, 128, true, false},  /* row pass, then gproj's key-major pass */
 };
-constexpr size_t kNumChains = sizeof kHopperBwdChains / sizeof kHopperBwdChains[0];
 
-/* The row of (mode, HS), or NULL. */
-const HopperBwdChain* find_chain(AttnMode mode, int HS) {
+/* The row of (mode, HS), or NULL; constexpr, so that a chain's row is a constant expression once with_mode_hs has
+   made the mode and head size template arguments. */
+constexpr const HopperBwdChain* find_chain(AttnMode mode, int HS) {
     for (const HopperBwdChain& chain : kHopperBwdChains)
         if (chain.mode == mode && chain.hs == HS) return &chain;
     return nullptr;
 }
-
 /* The passes of a chain (attention_hopper_bwd.cuh's bits). */
 int chain_passes(const HopperBwdChain& chain) {
     return ATTN_HOPPER_KEY_PASS | (chain.row_pass ? ATTN_HOPPER_ROW_PASS : 0);
-}
-
-template <typename F, size_t... ROWS>
-void with_row_of(size_t row, F& f, std::index_sequence<ROWS...>) {
-    ((row == ROWS ? f(std::integral_constant<size_t, ROWS>{}) : void()), ...);
-}
-/* The one run-time -> template step of the Hopper backward: f(row_c) with row_c the std::integral_constant<size_t,
-   row> of a row of kHopperBwdChains, whose kHopperBwdChains[decltype(row_c)::value] is a constant expression:
-   the mode and head size its passes take as template arguments. */
-template <typename F>
-void with_row(size_t row, F&& f) {
-    with_row_of(row, f, std::make_index_sequence<kNumChains>{});
 }
 
 constexpr int kWholeChain = -1; /* run_chain's `passes`: every pass of the call's chain */
@@ -82,12 +69,15 @@ void run_chain(const char* entry, int passes, AttnMode mode, AttnOptions opt, co
         die("%s: mode %s's Hopper key-major pass sends no dQ, so it has no dQ slices (dq_slices = %d)\n"
             "  hint: pass dq_slices = 0 (its dQ comes whole from the row pass: deterministic as it is)",
             entry, attn_mode_name(mode), c.dq_slices);
-    with_row((size_t)(chain - kHopperBwdChains), [&](auto row_c) {
-        constexpr HopperBwdChain row = kHopperBwdChains[decltype(row_c)::value];
-        if constexpr (row.row_pass) {
-            if (passes & ATTN_HOPPER_ROW_PASS) hopper_rows_pass<row.hs, row.mode>(c);
+    with_mode_hs(entry, mode, c.s.HS, [&](auto mode_c, auto hs_c) {
+        constexpr int MODE = decltype(mode_c)::value, HS = decltype(hs_c)::value;
+        constexpr const HopperBwdChain* row = find_chain((AttnMode)MODE, HS);
+        if constexpr (row != nullptr) { /* (always: the check above refused a call without a chain) */
+            if constexpr (row->row_pass) {
+                if (passes & ATTN_HOPPER_ROW_PASS) hopper_rows_pass<HS, MODE>(c);
+            }
+            if (passes & ATTN_HOPPER_KEY_PASS) hopper_keys_pass<HS, MODE>(c);
         }
-        if (passes & ATTN_HOPPER_KEY_PASS) hopper_keys_pass<row.hs, row.mode>(c);
     });
 }
 

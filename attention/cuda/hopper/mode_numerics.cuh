@@ -1,13 +1,16 @@
 /*
  * attention/cuda/hopper/mode_numerics.cuh - where the Hopper (sm_90a) kernels decide a mode's numbers: every
  * expression that differs between fp32, bf16, repair and gproj (docs/attention_numerics.md) and is not a GEMM's
- * shape or a pipeline's order. Changing a mode's numerics, or adding a mode, means editing this header (and the
- * CPU emulation, attention/cpu/attention_cpu.c, with the contract); the kernel templates only call it.
+ * shape or a pipeline's order. Changing a mode's numerics, or adding a mode, means editing this header and
+ * attention/cuda/mode_scalars.cuh, the scalar expressions the portable kernels share (and the CPU emulation,
+ * attention/cpu/attention_cpu.c, with the contract); the kernel templates only call them.
  *
- *   forward        forward_exponent<MODE> (the exponent of e = exp2(x)), forward_row_stats<MODE> (the stats
- *                  {LSE, 0} or {m, l}); kernel_fwd.cuh's softmax_tile and epilogue call them
- *   backward P     recompute_prob<MODE> from the row state that keymajor_stage_row_state<MODE, ...> writes
- *                  (bf16: {fl(LSE log2 e), 1}; repair, gproj: {m, fl(1 / l)}; D; gproj's lambda)
+ *   forward        mode_scalars.cuh's forward_exponent<MODE> (the exponent of e = exp2(x)) and
+ *                  forward_row_stats<MODE> (the stats {LSE, 0} or {m, l}); kernel_fwd.cuh's softmax_tile and
+ *                  epilogue call them
+ *   backward P     mode_scalars.cuh's recompute_prob<MODE> from the row state that
+ *                  keymajor_stage_row_state<MODE, ...> writes (row_state_a/b: bf16 {fl(LSE log2 e), 1}; repair,
+ *                  gproj: {m, fl(1 / l)}; D; gproj's lambda)
  *   dS             keymajor_probs_column<MODE, MAY_MASK> (dS = P (dP - D), masked entries 0),
  *                  keymajor_probs_step<MODE, MAY_MASK> (one 16-query k-step of it), with_step_mask (per step)
  *   gproj          load_step_lambdas, pack_gproj_step_operands (bf(P), bf(dS) and bf(-lambda P) of a k-step);
@@ -39,41 +42,11 @@
 #include "attention/cuda/hopper/hopper_wgmma.cuh"
 #include "attention/cuda/mma_bf16.cuh"
 #include "attention/cuda/attn_row_d.cuh"
+#include "attention/cuda/mode_scalars.cuh"
 
 namespace {
 
-/* ---- the forward ---- */
-
-/* The exponent x of e = exp2(x) for score sc of a row with running max m_new (m_c = fl(m_new c)): bf16 one fused
-   multiply-add, fma(sc, c, -fl(m c)) (FA3's form: P_max != 1); the others subtract first, (sc - m) c
-   (P_max = 1 exactly, what repair's backward recomputes). */
-template <int MODE>
-__device__ __forceinline__ float forward_exponent(float sc, float c, float m_c, float m_new) {
-    return (MODE == ATTN_BF16) ? __fmaf_rn(sc, c, -m_c) : (sc - m_new) * c;
-}
-
-/* A row's stats st[0..1] from its max raw score m and its sum l: bf16 one LSE = m scale + ln l (natural log,
-   scaled units) and 0; the others {m, l}. */
-template <int MODE>
-__device__ __forceinline__ void forward_row_stats(float* st, float m, float l, float scale) {
-    if (MODE == ATTN_BF16) {
-        st[0] = m * scale + logf(l);
-        st[1] = 0.f;
-    } else {
-        st[0] = m;
-        st[1] = l;
-    }
-}
-
 /* ---- the key-major backward: the row state, P and dS ---- */
-
-/* The recomputed probability of one score (attention_cuda.cu's backward_prob, the same expression): bf16:
-   row_a = fl(LSE log2 e), P = exp2(fma(S, c, -row_a)); repair: row_a = m, row_b = fl(1/l). */
-template <int MODE>
-__device__ __forceinline__ float recompute_prob(float score, float row_a, float row_b, float c) {
-    if (MODE == ATTN_BF16) return exp2f(__fmaf_rn(score, c, -row_a));
-    return exp2f((score - row_a) * c) * row_b;
-}
 
 /* Where gproj's per-query lambda goes in a stage: nowhere (bf16, repair), the row state's .w (HS 64), or a
    float row of its own (HS 128, whose consumers read it as float2 pairs). */
@@ -89,16 +62,14 @@ __device__ __forceinline__ void keymajor_stage_row_state(float4* rs, float* lam_
                                                          const float* __restrict__ D,
                                                          const float* __restrict__ lambda, int bh, int T, int q0,
                                                          int lane) {
-    constexpr float kLog2e = 1.4426950408889634f;
     auto one = [&](int half) {
         const int ql = lane + 32 * half, query = q0 + ql;
         float4 st = make_float4(0.f, 1.f, 0.f, 0.f);
         float lam = 0.f;
         if (query < T) {
             const long long idx = (long long)bh * T + query;
-            const float a = stats[idx * 2];
-            st.x = (MODE == ATTN_BF16) ? a * kLog2e : a;                      /* fl(LSE log2 e) or m */
-            st.y = (MODE == ATTN_BF16) ? 1.f : __frcp_rn(stats[idx * 2 + 1]); /* 1 or fl(1 / l) */
+            st.x = row_state_a<MODE>(stats[idx * 2]);     /* fl(LSE log2 e) or m */
+            st.y = row_state_b<MODE>(stats[idx * 2 + 1]); /* 1 or fl(1 / l) */
             st.z = D[idx];
             if (LAMBDA == kKeymajorLambdaInW) st.w = lambda[idx];
             if (LAMBDA == kKeymajorLambdaRow) lam = lambda[idx];
@@ -260,13 +231,14 @@ __device__ __forceinline__ void load_row_state(float (&row_m)[2], float (&row_rl
                                                const float* __restrict__ stats, const __nv_bfloat16* __restrict__ out,
                                                const __nv_bfloat16* __restrict__ dout, int b, int h, int NH, int T,
                                                int row0, int t) {
+    constexpr int kMode = GPROJ ? ATTN_GPROJ : ATTN_FP32; /* the row pass's modes: {m, fl(1 / l)} */
     const int bh = b * NH + h;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int query = row0 + 8 * r;
         const long long idx = (long long)bh * T + (query < T ? query : 0); /* rows past T: any finite state */
-        row_m[r] = stats[idx * 2];
-        row_rl[r] = __frcp_rn(stats[idx * 2 + 1]);
+        row_m[r] = row_state_a<kMode>(stats[idx * 2]);
+        row_rl[r] = row_state_b<kMode>(stats[idx * 2 + 1]);
         row_D[r] = 0.f;
     }
     if constexpr (GPROJ) {
