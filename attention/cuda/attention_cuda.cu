@@ -826,8 +826,9 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const bf16* __res
 
 /* dQ = bf(s * accumulator) into the q slot of dqkv, 8 elements per thread (two float4 loads, one 16-byte
    store): grid (ceil(T * HS / 8 / 256), B*NH), 256 threads; dqkv 16-byte aligned (attention_backward_cuda
-   checks) */
-template <int HS>
+   checks). SLICED (the deterministic backward, below): dq_acc holds the slices, and the accumulator is
+   slice 0 + slice 1 + ... + slice tok / kBwdKeyTile, added in that order. */
+template <int HS, bool SLICED>
 __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T,
                                    float scale) {
     constexpr int kChunks = HS / 8; /* 8-element chunks per row */
@@ -837,7 +838,17 @@ __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __res
     const int tok = (int)(i / kChunks), d = (int)(i % kChunks) * 8;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const float4* src = reinterpret_cast<const float4*>(dq_acc + ((long long)bh * T + tok) * HS + d);
-    const float4 lo = src[0], hi = src[1];
+    float4 lo = src[0], hi = src[1];
+    if constexpr (SLICED) {
+        const long long slice_elems = (long long)gridDim.y * T * HS; /* one slice: B*NH*T*HS floats */
+        const int last = tok / kBwdKeyTile; /* the query's own key block: the last that sees it */
+        for (int kb = 1; kb <= last; kb++) {
+            src += slice_elems / 4;
+            const float4 l = src[0], u = src[1];
+            lo.x += l.x; lo.y += l.y; lo.z += l.z; lo.w += l.w;
+            hi.x += u.x; hi.y += u.y; hi.z += u.z; hi.w += u.w;
+        }
+    }
     const uint4 packed = make_uint4(pack_bf16x2(lo.x * scale, lo.y * scale), pack_bf16x2(lo.z * scale, lo.w * scale),
                                     pack_bf16x2(hi.x * scale, hi.y * scale), pack_bf16x2(hi.z * scale, hi.w * scale));
     *reinterpret_cast<uint4*>(dqkv + ((long long)b * T + tok) * 3LL * NH * HS + (long long)h * HS + d) = packed;
@@ -849,8 +860,8 @@ __global__ void attn_bwd_dq_kernel(const float* __restrict__ dq_acc, bf16* __res
 /* The deterministic backward gives every key block kb (kBwdKeyTile = ATTN_BWD_KEY_BLOCK keys, the CTA of every
    key-major kernel) its own FP32 dQ accumulator, slice kb of slices [n_slices][B*NH][T][HS]. Key block kb adds
    into rows kb * kBwdKeyTile .. T-1 of its slice (queries before its first key see none of its keys), one add
-   per element, so a slice holds the block's partial whatever the order of the blocks' adds. The post-pass then
-   sums the slices in key-block order. */
+   per element, so a slice holds the block's partial whatever the order of the blocks' adds. The post-pass
+   (attn_bwd_dq_kernel<HS, true>) then sums the slices in key-block order. */
 
 /* Zeroes rows kb * kBwdKeyTile .. T-1 of slice kb = blockIdx.z of every head (blockIdx.y), 8 floats per thread
    (two float4 stores; the workspace is 16-byte aligned and HS a multiple of 8): grid (ceil(T * HS / 8 / 256),
@@ -864,33 +875,6 @@ __global__ void attn_bwd_zero_dq_slices_kernel(float* __restrict__ slices, int T
     float4* dst = reinterpret_cast<float4*>(slices + head * T * HS + chunk * 8);
     dst[0] = make_float4(0.f, 0.f, 0.f, 0.f);
     dst[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-}
-
-/* dQ = bf(s * (slice 0 + slice 1 + ... + slice tok / kBwdKeyTile)), the slices added in that order, into the q
-   slot of dqkv, 8 elements per thread: attn_bwd_dq_kernel's grid and stores, the sum over slices in place of its
-   one accumulator. */
-template <int HS>
-__global__ void attn_bwd_dq_slices_kernel(const float* __restrict__ slices, bf16* __restrict__ dqkv, int NH, int T,
-                                          float scale) {
-    constexpr int kChunks = HS / 8; /* 8-element chunks per row */
-    wait_for_previous_grid(); /* launched with PDL on sm_90: the key-major pass's last reduce-adds have landed */
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; /* T * kChunks may pass 2^31 */
-    if (i >= (long long)T * kChunks) return;
-    const int tok = (int)(i / kChunks), d = (int)(i % kChunks) * 8;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const long long slice_elems = (long long)gridDim.y * T * HS; /* one slice: B*NH*T*HS floats */
-    const float4* src = reinterpret_cast<const float4*>(slices + ((long long)bh * T + tok) * HS + d);
-    float4 lo = src[0], hi = src[1];
-    const int last = tok / kBwdKeyTile; /* the query's own key block: the last that sees it */
-    for (int kb = 1; kb <= last; kb++) {
-        src += slice_elems / 4;
-        const float4 l = src[0], u = src[1];
-        lo.x += l.x; lo.y += l.y; lo.z += l.z; lo.w += l.w;
-        hi.x += u.x; hi.y += u.y; hi.z += u.z; hi.w += u.w;
-    }
-    const uint4 packed = make_uint4(pack_bf16x2(lo.x * scale, lo.y * scale), pack_bf16x2(lo.z * scale, lo.w * scale),
-                                    pack_bf16x2(hi.x * scale, hi.y * scale), pack_bf16x2(hi.z * scale, hi.w * scale));
-    *reinterpret_cast<uint4*>(dqkv + ((long long)b * T + tok) * 3LL * NH * HS + (long long)h * HS + d) = packed;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1009,8 +993,8 @@ void backward_launch(AttnOptions opt, AttnShape s, const bf16* qkv, const bf16* 
     }
     if (mode != ATTN_GPROJ) { /* gproj's row pass wrote dQ */
         const dim3 grid((unsigned)ceil_div((long long)s.T * (HS / 8), 256), (unsigned)(s.B * s.NH));
-        launch_after_previous_grid(hopper, dq_slices ? attn_bwd_dq_slices_kernel<HS> : attn_bwd_dq_kernel<HS>, grid,
-                                   dim3(256), 0, stream, w.dq_acc, dqkv, s.NH, s.T, attn_softmax_scale(HS));
+        launch_after_previous_grid(hopper, dq_slices ? attn_bwd_dq_kernel<HS, true> : attn_bwd_dq_kernel<HS, false>,
+                                   grid, dim3(256), 0, stream, w.dq_acc, dqkv, s.NH, s.T, attn_softmax_scale(HS));
         cudaCheckLastError();
     }
 }

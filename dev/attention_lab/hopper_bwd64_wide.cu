@@ -68,7 +68,7 @@ static const int kProbeKeys = ATTN_HOPPER_BWD_PROBE_KEYS;     /* the probe's key
 static const int kProbeQueries = ATTN_HOPPER_BWD_PROBE_QUERIES; /* and queries (one step) */
 static const int kProbeT = 100; /* the probe's tokens: keys 100..127 and queries 100..127 zero-filled */
 
-/* dQ = bf(s acc) into the q slot of dqkv: attn_bwd_dq_kernel<64>'s expression (file-local in attention_cuda.cu),
+/* dQ = bf(s acc) into the q slot of dqkv: attn_bwd_dq_kernel's expression (file-local in attention_cuda.cu),
    8 elements per thread, grid (T * 8 / 256, B * NH); dqkv 16-byte aligned (cudaMalloc). For checks (a) and (c),
    where the kernel runs alone. */
 __global__ void lab_postpass(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T, float scale) {

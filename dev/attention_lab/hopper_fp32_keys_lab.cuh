@@ -32,7 +32,7 @@
 
 typedef __nv_bfloat16 bf16;
 
-/* dQ = bf(s * accumulator) into the q slot of dqkv: attention_cuda.cu's attn_bwd_dq_kernel<HS> expression
+/* dQ = bf(s * accumulator) into the q slot of dqkv: attention_cuda.cu's attn_bwd_dq_kernel expression
    (file-local there), for checks (a) and (c), where the pass runs alone. */
 __global__ void lab_dq_postpass(const float* __restrict__ dq_acc, bf16* __restrict__ dqkv, int NH, int T, int HS,
                                 float scale, long long pairs) {
