@@ -16,6 +16,13 @@ CPU_TESTS += $(BUILD)/tests/test_tile_order
 $(BUILD)/tests/test_tile_order: $(BUILD)/tests/test_tile_order.o
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# The run-time -> template step of the CUDA entry points (attention/cuda/mode_dispatch.cuh, plain C++ on the host).
+CPU_TESTS += $(BUILD)/tests/test_mode_dispatch
+$(BUILD)/tests/test_mode_dispatch: tests/test_mode_dispatch.cc attention/cuda/mode_dispatch.cuh \
+                                   $(BUILD)/attention/attention_common.o
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -I. tests/test_mode_dispatch.cc $(BUILD)/attention/attention_common.o -o $@
+
 # The emulation must be one fixed function whatever the top CFLAGS say:
 # - its rounding points are the contract, so the compiler may not fuse a
 #   multiply and an add on its own (only the explicit fmaf of bf16 mode);

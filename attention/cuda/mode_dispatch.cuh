@@ -33,8 +33,8 @@ void with_mode_hs(const char* entry, AttnMode mode, int HS, F&& f) {
         case ATTN_BF16: at_hs(std::integral_constant<int, ATTN_BF16>{}); break;
         case ATTN_REPAIR: at_hs(std::integral_constant<int, ATTN_REPAIR>{}); break;
         case ATTN_GPROJ: at_hs(std::integral_constant<int, ATTN_GPROJ>{}); break;
-        default: die("%s: invalid mode %d for our CUDA kernels (choices: %s)", entry, (int)mode,
-                     attn_emulated_mode_choices());
+        default: die("%s: mode %d has no CUDA kernel of ours\n  hint: use one of %s (cudnn mode's calls go to "
+                     "attention/cudnn/)", entry, (int)mode, attn_emulated_mode_choices());
     }
 }
 
