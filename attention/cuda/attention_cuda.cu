@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_rows_kernel(const bf16* __r
     for (int r = 0; r < 2; r++) {
         const float a = quad_sum(acc_a[r]); /* every lane of the quad gets the whole-row sums */
         const float p = quad_sum(acc_b[r]);
-        row_lambda[r] = (p != 0.f) ? __fdiv_rn(a, p) : 0.f;
+        row_lambda[r] = gproj_lambda(a, p);
         const int query = q0 + warp * 16 + g + 8 * r;
         if (t != 0 || query >= T) continue;
         const long long idx = (long long)bh * T + query;

@@ -9,6 +9,7 @@
  *   row_state_a<MODE>, row_state_b<MODE>
  *                            the backward's row state of a query from those stats
  *   recompute_prob<MODE>     the backward's probability of one score from that row state
+ *   gproj_lambda             gproj's row pass: lambda from a row's sums
  *
  * Why one header: either family's forward may feed either family's backward (attention_cuda.cu picks each path
  * per call), and the test compares the two paths, so these must be the same expressions, rounding for rounding,
@@ -67,6 +68,10 @@ __device__ __forceinline__ float recompute_prob(float score, float row_a, float 
     if (MODE == ATTN_BF16) return exp2f(__fmaf_rn(score, c, -row_a));
     return exp2f((score - row_a) * c) * row_b;
 }
+
+/* gproj's lambda of a row from its sums r = sum_j bf(dS_ij) and p = sum_j bf(P_ij): r / p, correctly rounded, and 0
+   for a row with p = 0 (no kept score). */
+__device__ __forceinline__ float gproj_lambda(float r, float p) { return (p != 0.f) ? __fdiv_rn(r, p) : 0.f; }
 
 }  // namespace
 

@@ -15,8 +15,8 @@
  *                  keymajor_probs_step<MODE, MAY_MASK> (one 16-query k-step of it), with_step_mask (per step)
  *   gproj          load_step_lambdas, pack_gproj_step_operands (bf(P), bf(dS) and bf(-lambda P) of a k-step);
  *                  the row pass: load_row_state (with D = dO . O, attn_row_d.cuh's order), row_probs_packed
- *                  (bf(P), bf(dS) as GEMM operands and their row sums),
- *                  store_row_outputs (lambda = r / p, dQ = bf(s fma(-lambda, PK, DSK)))
+ *                  (bf(P), bf(dS) as GEMM operands and their row sums), store_row_outputs (lambda = r / p by
+ *                  mode_scalars.cuh's gproj_lambda, dQ = bf(s fma(-lambda, PK, DSK)))
  *   fp32           pack_split_step (the BF16 hi / lo / third terms of P and dS); the row pass's D = sum P dP
  *                  (row_sums_fp32, store_row_outputs)
  *
@@ -336,7 +336,7 @@ __device__ __forceinline__ void store_row_outputs(const float (&acc_a)[2], const
     for (int r = 0; r < 2; r++) {
         const float a = hopper_wgmma::quad_sum(acc_a[r]); /* every lane of the quad gets the whole-row sums */
         const float p = hopper_wgmma::quad_sum(acc_b[r]);
-        row_lambda[r] = (p != 0.f) ? __fdiv_rn(a, p) : 0.f;
+        row_lambda[r] = gproj_lambda(a, p);
         const int query = row0 + 8 * r;
         if (t != 0 || query >= T) continue;
         const long long idx = (long long)bh * T + query;
