@@ -327,9 +327,13 @@ section "one trainer per run folder; automatic folders; older checkpoints; SIGHU
     >"$TMP/own.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 1000); do [ -e "$TMP/own/state_00000005.bin" ] && break; sleep 0.01; done
+# frozen while the checks run, still holding its folder: on a loaded machine the refusal below can take longer
+# than the 2000 steps, and the SIGHUP must reach the run before its step 40
+kill -STOP "$pid"
 expect_refusal "a second trainer on the same folder (--resume while the run goes)" \
     "is in use by another training process (pid $pid)" "${COMMON[@]}" --steps 2000 --out-dir "$TMP/own" --resume
-kill -HUP "$pid"
+kill -HUP "$pid"  # pending until the run continues
+kill -CONT "$pid"
 wait "$pid"; rc=$?
 check "SIGHUP: exit 129 = 128 + SIGHUP (got $rc), logged, checkpoint saved" bash -c "test $rc -eq 129 &&
     grep -q '\"reason\": \"signal SIGHUP\"' '$TMP/own/log.jsonl' && grep -q '^stopped by SIGHUP at step' '$TMP/own.log'"
