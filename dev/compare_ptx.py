@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """dev/compare_ptx.py - checks that a change left the generated code of existing kernels alone.
 
-  dev/compare_ptx.py [--renames FILE] BEFORE.ptx AFTER.ptx
-  dev/compare_ptx.py [--renames FILE] --dirs BEFORE_DIR AFTER_DIR
+  dev/compare_ptx.py [--renames FILE] [--diff N] BEFORE.ptx AFTER.ptx
+  dev/compare_ptx.py [--renames FILE] [--diff N] --dirs BEFORE_DIR AFTER_DIR
 
 The first form compares two PTX files. The second compares two dumps of dev/dump_attention_code.sh (every
 attention translation unit's .ptx and .cubin): each kernel of BEFORE is looked up by name in the whole of
@@ -23,11 +23,15 @@ may use \\1 ...; `#` starts a comment), for kernels renamed on purpose (e.g. int
 `-` marks kernels removed on purpose (counted apart, not compared). `OLD @ UNIT => NEW` applies to the kernels of
 one translation unit's dump only (UNIT: the dump's file name without .ptx / .cubin), e.g. a copy of a kernel
 that a lab object no longer carries.
+--diff N prints, under each kernel whose PTX differs, the first N lines of a unified diff of the two normalised
+bodies (what moved: an instruction's order, a register's class, a new spill), against AFTER's first kernel of
+that name.
 Make the files with the same flags, without -lineinfo (dev/dump_attention_code.sh does).
 Exit status 1 if any kernel of BEFORE differs or is missing in AFTER."""
-import glob, os, re, struct, subprocess, sys
+import difflib, glob, os, re, struct, subprocess, sys
 
 RENAMES = []
+DIFF_LINES = 0  # --diff N
 
 def demangle(names):
     names = list(names)
@@ -231,16 +235,24 @@ def compare(label, b, a):
             if k in a and isinstance(v, tuple):
                 extra = ' (' + v[2] + ' -> ' + ', '.join(x[0][2] for x in a[k]) + ')'
             print(f"{label} {where}: {k[:200]} [{os.path.basename(path)}]{extra}")
+            if DIFF_LINES and k in a and isinstance(v, str):
+                diff = difflib.unified_diff(v.split('\n'), a[k][0][0].split('\n'), 'before', 'after', lineterm='', n=2)
+                for line in list(diff)[:DIFF_LINES]:
+                    print('    ' + line)
     n_new = sum(len(vs) for k, vs in a.items()) - n_same
     gone = f"; {n_removed} removed on purpose (--renames ... => -)" if n_removed else ""
     print(f"{label}: {n_same} of {n_all} kernels identical{gone}; {n_new} others in AFTER")
     return ok
 
 def main(argv):
-    global RENAMES
+    global RENAMES, DIFF_LINES
     if '--renames' in argv:
         i = argv.index('--renames')
         RENAMES = load_renames(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
+    if '--diff' in argv:
+        i = argv.index('--diff')
+        DIFF_LINES = int(argv[i + 1])
         argv = argv[:i] + argv[i + 2:]
     if argv and argv[0] == '--dirs' and len(argv) == 3:
         bdir, adir = argv[1], argv[2]
