@@ -127,7 +127,7 @@ void hopper_fwd_launch(const CUtensorMap& map, AttnShape s, bf16* out, float* st
 }  // namespace
 
 int attention_hopper_fwd_supports(AttnMode mode, AttnOptions opt, AttnShape s, const void* qkv) {
-    if ((int)mode < 0 || mode >= ATTN_NUM_MODES) return 0;
+    if (!attn_mode_is_emulated(mode)) return 0; /* cudnn mode is cuDNN's kernel (attention/cudnn/) */
     if (mode == ATTN_REPAIR && opt.tile_max_shift) return 0; /* the shift arm's tile is the portable kernel's */
     return hopper_call_fits(s, qkv, nullptr);
 }
