@@ -14,8 +14,8 @@
  * Why one header: either family's forward may feed either family's backward (attention_cuda.cu picks each path
  * per call), and the test compares the two paths, so these must be the same expressions, rounding for rounding,
  * in both. They are also the rounding points the CPU emulation (attention/cpu/attention_cpu.c) mirrors. Each
- * function is __forceinline__ and takes only values, so every kernel's machine code is what the expression
- * written in place gives (dev/compare_ptx.py checks it per kernel). Everything is in the including file's
+ * function is __forceinline__ and takes what it needs as arguments, so every kernel's machine code is what the
+ * expression written in place gives (dev/compare_ptx.py checks it per kernel). Everything is in the including file's
  * anonymous namespace.
  */
 #ifndef ATTENTION_CUDA_MODE_SCALARS_CUH
