@@ -139,8 +139,9 @@ static inline int attn_tile_section_balanced(int section, int heads) {
 
 /* The section of a launch over `heads` heads whose CTAs share T x HS x bytes_per_elem bytes of each head
    (forward and row pass: K, V = 4; key-major passes: Q, dO = 4, + 4 for an FP32 dQ accumulator): as many heads as
-   fit kAttnTileSectionBytes, at least kAttnTileSectionMinHeads, then the sections made equal
-   (attn_tile_section_balanced), so none is a remainder of a few heads. */
+   fit `budget` bytes, at least `min_heads`, then the sections made equal (attn_tile_section_balanced), so none is
+   a remainder of a few heads. ATTN_TILE_SECTION_HEADS, when set, overrides every rule built on it.
+   attn_tile_section_heads is the general rule (kAttnTileSectionBytes, kAttnTileSectionMinHeads). */
 static inline int attn_tile_section_heads_within(int T, int HS, int bytes_per_elem, int heads, long long budget,
                                                  int min_heads) {
     static int env = -2; /* -1: unset; a race between host threads writes the same answer twice */
