@@ -124,12 +124,6 @@ template <int MODE> struct BwdDsTiles {
     static constexpr int kTiles = (MODE == ATTN_FP32) ? 3 : kDqHere ? 1 : 0;
 };
 
-/* Everything a kernel needs to find one head in the fused layouts. */
-struct HeadPtrs {
-    long long qkv_row;  /* elements between consecutive tokens in qkv: 3*NH*HS */
-    long long out_row;  /* ... in out / dout: NH*HS */
-};
-
 /* The query-major loops over key tiles (forward, gproj/fp32 row pass) keep K and V double-buffered:
    start copying tile kt+1 into the other buffer, then wait until tile kt has landed (the caller's
    __syncthreads makes it visible to every warp). */
